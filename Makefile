@@ -1,0 +1,31 @@
+# Thin wrapper over CMake. `make` builds build/ft; `make test` runs every CPU test.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all build test test-gpu fuzz format clean
+
+all: build
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -L 'cpu|model|server' -j $(JOBS)
+
+test-gpu: build
+	cd $(BUILD) && ctest --output-on-failure -L gpu
+
+fuzz:
+	CC=clang cmake -S . -B build-fuzz -DFT_FUZZ=ON -DFT_CUDA=OFF -DFT_SANITIZE=ON
+	cmake --build build-fuzz -j $(JOBS)
+	tools/run_fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
+format:
+	clang-format -i include/*.h src/*/*.[ch] src/*/*/*.[ch] tests/*.[ch] fuzz/*.c
+
+clean:
+	rm -rf $(BUILD) build-fuzz

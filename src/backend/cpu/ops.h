@@ -1,0 +1,74 @@
+/* ops.h — the CPU backend: every op of the forward pass on fp32 activations, with weights in
+ * F32, F16 or BF16 read in place (fp32 accumulation). The same functions are the reference
+ * the CUDA ops are tested against (DESIGN.md section 7: ft_cpu_<op>, same argument order as
+ * ft_cuda_<op>).
+ * Threading: functions taking a pool run on it and must be called from one thread at a time
+ * (the engine thread); the others are single-threaded and reentrant.
+ * Layouts are row-major; shapes are given in the comments as [rows, cols]. */
+#ifndef FT_BACKEND_CPU_OPS_H
+#define FT_BACKEND_CPU_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/threadpool.h"
+#include "format/quant.h"
+
+enum ft_cpu_isa { FT_ISA_SCALAR, FT_ISA_AVX2, FT_ISA_AVX512, FT_ISA_AVX512_BF16 };
+
+/* Detects the best tier once (cpuid + OS xsave support); later calls are free. */
+enum ft_cpu_isa ft_cpu_isa(void);
+const char *ft_cpu_isa_name(enum ft_cpu_isa isa);
+/* Forces a tier at or below what the CPU has (tests compare tiers); returns the tier used. */
+enum ft_cpu_isa ft_cpu_set_isa(enum ft_cpu_isa isa);
+
+/* y[t, n] = sum_k x[t, k] * w[n, k]  for t in [0,T), n in [n0, n1).
+ * x: [T, K] f32 with row stride ldx; w: [N, K] of type wt (rows contiguous, K elements each);
+ * y: [T, *] f32 with row stride ldy (column n written at y[t*ldy + n]).
+ * Single-threaded kernel: callers tile rows over threads (the MoE executor does this).
+ * Each weight row is read once for all T tokens (register-blocked over tokens). */
+void ft_cpu_matmul_rows(float *y, int ldy, const float *x, int ldx, const void *w,
+                        enum ft_dtype wt, int T, int n0, int n1, int K);
+
+/* y[T, N] = x[T, K] · w[N, K]^T (+ bias[N] when not NULL), rows split over the pool. */
+void ft_cpu_matmul(struct ft_pool *pool, float *y, const float *x, const void *w,
+                   enum ft_dtype wt, const float *bias, int T, int N, int K);
+
+/* out[T, H] = table[ids[t], :] converted to f32. */
+void ft_cpu_embed(float *out, const void *table, enum ft_dtype wt, const int32_t *ids, int T,
+                  int H);
+
+/* y[T, H] = x * rsqrt(mean(x^2) + eps) * w[H]; y may alias x. */
+void ft_cpu_rmsnorm(float *y, const float *x, const float *w, int T, int H, float eps);
+
+/* Rotate-half (GPT-NeoX / HF) RoPE in place on x: [T, n_heads, head_dim].
+ * Pairs (i, i + rot_dim/2) for i < rot_dim/2 are rotated by angle pos[t] * inv_freq[i];
+ * cos and sin are multiplied by mscale (YaRN attention factor; 1 otherwise). */
+void ft_cpu_rope(float *x, const int32_t *pos, const float *inv_freq, float mscale, int T,
+                 int n_heads, int head_dim, int rot_dim);
+
+/* Causal GQA attention over a KV cache.
+ * q: [T, n_heads, head_dim]; k, v: [S, n_kv_heads, head_dim] (S >= max(pos)+1, rows for
+ * positions 0..pos[t] valid); out: [T, n_heads, head_dim].
+ * Token t attends to cache positions p with p <= pos[t] and, when window > 0,
+ * p > pos[t] - window. Softmax of q·k * scale in fp32. Heads x tokens split over the pool. */
+void ft_cpu_attention(struct ft_pool *pool, float *out, const float *q, const float *k,
+                      const float *v, const int32_t *pos, int T, int n_heads, int n_kv_heads,
+                      int head_dim, float scale, int window);
+
+/* out[T, I] = silu(gate_up[t, 0:I]) * gate_up[t, I:2I]; gate_up: [T, 2I]. */
+void ft_cpu_silu_mul(float *out, const float *gate_up, int T, int I);
+
+/* y[n] += x[n] */
+void ft_cpu_add(float *y, const float *x, size_t n);
+/* In-place softmax over n values (max-subtracted, fp32). */
+void ft_cpu_softmax(float *x, int n);
+/* The k largest of x[0..n) in descending order (ties: lower index first). */
+void ft_cpu_topk(const float *x, int n, int k, int *idx, float *val);
+static inline float ft_sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+
+/* Host DRAM read bandwidth in GB/s (1e9 bytes/s): every pool thread streams its share of a
+ * `bytes` buffer `reps` times with the widest loads the ISA has; best rep is reported. */
+double ft_cpu_dram_read_gbps(struct ft_pool *pool, size_t bytes, int reps);
+
+#endif

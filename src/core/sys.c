@@ -1,0 +1,68 @@
+/* sys.c — host facts from sysfs/procfs. Any thread. */
+#define _GNU_SOURCE
+#include "core/sys.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+uint64_t ft_sys_ram_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return (pages > 0 && psz > 0) ? (uint64_t)pages * (uint64_t)psz : 0;
+}
+
+int ft_sys_logical_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* Counts distinct (package, core) pairs in sysfs; falls back to logical CPUs. */
+int ft_sys_physical_cores(void) {
+    int n_cpu = ft_sys_logical_cpus();
+    int n = 0;
+    long *seen = calloc((size_t)n_cpu, sizeof *seen);
+    if (!seen) return n_cpu;
+    for (int c = 0; c < n_cpu; c++) {
+        char path[128];
+        long core = -1, pkg = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", c);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fscanf(f, "%ld", &core) != 1) core = -1;
+        fclose(f);
+        snprintf(path, sizeof path,
+                 "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
+        f = fopen(path, "r");
+        if (f) {
+            if (fscanf(f, "%ld", &pkg) != 1) pkg = 0;
+            fclose(f);
+        }
+        if (core < 0) continue;
+        long key = pkg * 1000000 + core;
+        int dup = 0;
+        for (int i = 0; i < n; i++) dup |= seen[i] == key;
+        if (!dup) seen[n++] = key;
+    }
+    free(seen);
+    return n > 0 ? n : n_cpu;
+}
+
+int ft_sys_is_wsl(void) {
+    struct utsname u;
+    if (uname(&u) != 0) return 0;
+    return strstr(u.release, "microsoft") || strstr(u.release, "Microsoft") ||
+           strstr(u.release, "WSL");
+}
+
+void *ft_sys_alloc_pages(size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void ft_sys_free_pages(void *p, size_t bytes) {
+    if (p) munmap(p, bytes ? bytes : 1);
+}

@@ -1,0 +1,17 @@
+/* sys.h — facts about the host: RAM, cores, WSL. Any thread. */
+#ifndef FT_CORE_SYS_H
+#define FT_CORE_SYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+uint64_t ft_sys_ram_bytes(void);   /* physical RAM */
+int ft_sys_physical_cores(void);   /* physical cores (SMT siblings counted once), >= 1 */
+int ft_sys_logical_cpus(void);     /* online logical CPUs, >= 1 */
+int ft_sys_is_wsl(void);           /* 1 on WSL (kernel release mentions Microsoft/WSL) */
+
+/* Page-aligned allocation (zeroed lazily by the kernel); free with ft_sys_free_pages. */
+void *ft_sys_alloc_pages(size_t bytes);
+void ft_sys_free_pages(void *p, size_t bytes);
+
+#endif

@@ -1,0 +1,123 @@
+/* threadpool.c — persistent workers woken per job by a generation counter.
+ * Workers spin briefly on the counter (decode issues thousands of small jobs per token, so a
+ * futex round trip per job would dominate), then sleep on a condition variable. */
+#define _GNU_SOURCE
+#include "core/threadpool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "core/status.h"
+#include "core/sys.h"
+
+struct ft_pool {
+    int n;
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_uint gen;       /* bumped once per job */
+    atomic_int pending;    /* workers still running the current job */
+    atomic_int stop;
+    ft_pool_fn fn;
+    void *ctx;
+};
+
+struct worker_arg {
+    struct ft_pool *p;
+    int i;
+};
+
+static void *worker_main(void *arg) {
+    struct worker_arg wa = *(struct worker_arg *)arg;
+    free(arg);
+    struct ft_pool *p = wa.p;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+               !atomic_load(&p->stop)) {
+            if (++spins < 20000) {
+#if defined(__x86_64__)
+                __builtin_ia32_pause();
+#endif
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->cv, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop)) return NULL;
+        seen = g;
+        p->fn(p->ctx, wa.i, p->n);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+    }
+}
+
+enum ft_status ft_pool_init(struct ft_pool **out, int n_threads) {
+    *out = NULL;
+    if (n_threads <= 0) n_threads = ft_sys_physical_cores();
+    struct ft_pool *p = calloc(1, sizeof *p);
+    if (!p) return ft_fail(FT_ERR_OOM, "thread pool: out of memory");
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+    if (!p->threads) {
+        free(p);
+        return ft_fail(FT_ERR_OOM, "thread pool: out of memory");
+    }
+    for (int i = 1; i < n_threads; i++) {
+        struct worker_arg *wa = malloc(sizeof *wa);
+        if (wa) {
+            wa->p = p;
+            wa->i = i;
+        }
+        if (!wa || pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
+            free(wa);
+            p->n = i;
+            ft_pool_free(p);
+            return ft_fail(FT_ERR_OOM, "thread pool: cannot start thread %d of %d", i, n_threads);
+        }
+    }
+    *out = p;
+    return FT_OK;
+}
+
+void ft_pool_free(struct ft_pool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->stop, 1);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p->threads);
+    free(p);
+}
+
+int ft_pool_size(const struct ft_pool *p) { return p ? p->n : 1; }
+
+void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx) {
+    if (!p || p->n == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    atomic_store(&p->pending, p->n - 1);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    fn(ctx, 0, p->n);
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+    }
+}

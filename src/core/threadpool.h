@@ -1,0 +1,26 @@
+/* threadpool.h — a persistent pthread pool for data-parallel loops.
+ * One caller at a time (the engine thread); the caller takes part as worker 0.
+ * ft_pool_run(p, fn, ctx) calls fn(ctx, i, n) once on each of the n workers and returns
+ * when all are done; work is split by the callee (fixed ranges or an atomic counter). */
+#ifndef FT_CORE_THREADPOOL_H
+#define FT_CORE_THREADPOOL_H
+
+#include "ft.h"
+
+struct ft_pool;
+typedef void (*ft_pool_fn)(void *ctx, int i, int n);
+
+/* n_threads <= 0: physical cores. */
+enum ft_status ft_pool_init(struct ft_pool **out, int n_threads);
+void ft_pool_free(struct ft_pool *p);
+int ft_pool_size(const struct ft_pool *p);
+void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx);
+
+/* Splits [0, n) into `parts` near-equal ranges and gives range i as [*lo, *hi). */
+static inline void ft_split(long n, int i, int parts, long *lo, long *hi) {
+    long q = n / parts, r = n % parts;
+    *lo = i * q + (i < r ? i : r);
+    *hi = *lo + q + (i < r ? 1 : 0);
+}
+
+#endif

@@ -1,0 +1,82 @@
+/* hfconfig.h — config.json and generation_config.json of a Hugging Face checkpoint, in both
+ * the transformers 4.x and 5.x spellings, into one plain struct. Read once at load. */
+#ifndef FT_FORMAT_HFCONFIG_H
+#define FT_FORMAT_HFCONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ft.h"
+
+enum ft_rope_type { FT_ROPE_DEFAULT, FT_ROPE_LINEAR, FT_ROPE_LLAMA3, FT_ROPE_YARN };
+
+struct ft_rope {
+    enum ft_rope_type type;
+    double theta;              /* rope_theta (default 10000) */
+    double factor;             /* linear / llama3 / yarn scaling factor (1 = none) */
+    double low_freq_factor;    /* llama3 (default 1) */
+    double high_freq_factor;   /* llama3 (default 4) */
+    int original_max_pos;      /* llama3 / yarn original_max_position_embeddings */
+    double beta_fast;          /* yarn (default 32) */
+    double beta_slow;          /* yarn (default 1) */
+    double attention_factor;   /* yarn mscale; 0 = derive 0.1*ln(factor)+1 */
+    int truncate;              /* yarn: 1 (default) floors/ceils the correction range */
+    double partial_rotary_factor; /* fraction of head_dim rotated (default 1) */
+};
+
+#define FT_MAX_EOS 8
+
+struct ft_gen_defaults {
+    int has_temperature, has_top_p, has_top_k, has_repetition_penalty;
+    float temperature, top_p, repetition_penalty;
+    int top_k;
+    int do_sample; /* -1 when absent */
+};
+
+struct ft_config {
+    char arch[96];       /* architectures[0], e.g. "Qwen3MoeForCausalLM" */
+    char model_type[64]; /* "qwen3_moe" */
+    char torch_dtype[16];/* "bfloat16" ("dtype" in 5.x) or "" */
+    int vocab_size;
+    int hidden_size;
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;           /* default n_heads */
+    int head_dim;             /* default hidden/heads */
+    int intermediate_size;    /* dense MLP width (0 if absent) */
+    int max_position_embeddings;
+    double rms_norm_eps;      /* default 1e-6 */
+    int tie_word_embeddings;  /* default 0 unless the arch says otherwise (-1 = absent) */
+    int attention_bias;       /* -1 = absent */
+    int sliding_window;       /* 0 = none (null or absent) */
+    int use_sliding_window;   /* -1 = absent */
+    int max_window_layers;
+    struct ft_rope rope;
+    /* MoE (0 when dense) */
+    int n_experts;            /* num_experts or num_local_experts */
+    int n_experts_per_tok;
+    int moe_intermediate_size;
+    int shared_expert_intermediate_size;
+    int norm_topk_prob;       /* -1 = absent */
+    int decoder_sparse_step;  /* default 1 */
+    uint8_t *mlp_only;        /* [n_layers]: 1 if mlp_only_layers lists the layer; may be NULL */
+    /* special tokens (from config.json, overridden by generation_config.json) */
+    int bos_token_id;         /* -1 = absent */
+    int eos_token_ids[FT_MAX_EOS];
+    int n_eos;
+    struct ft_gen_defaults gen;
+};
+
+/* Parses config.json text (label names the source in errors). Missing required fields
+ * (hidden_size, num_hidden_layers, num_attention_heads, vocab_size, architectures) and
+ * wrongly typed or out-of-range values are FT_ERR_FORMAT naming the field. Fuzz entry point. */
+enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
+                               struct ft_config *cfg);
+/* Parses generation_config.json text into cfg->gen and the eos/bos ids. */
+enum ft_status ft_config_parse_generation(const char *json, size_t len, const char *label,
+                                          struct ft_config *cfg);
+/* Reads dir/config.json and, if present, dir/generation_config.json. */
+enum ft_status ft_config_load(const char *dir, struct ft_config *cfg);
+void ft_config_free(struct ft_config *cfg);
+
+#endif

@@ -1,0 +1,56 @@
+/* quant.h — element types and scalar conversions (bf16, f16 <-> f32).
+ * The per-format block codecs (fp8, e2m1, e8m0, GGUF blocks) join this file as they arrive. */
+#ifndef FT_FORMAT_QUANT_H
+#define FT_FORMAT_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+enum ft_dtype {
+    FT_DTYPE_F32,
+    FT_DTYPE_F16,
+    FT_DTYPE_BF16,
+    FT_DTYPE_F64,
+    FT_DTYPE_F8_E4M3,
+    FT_DTYPE_F8_E5M2,
+    FT_DTYPE_I64,
+    FT_DTYPE_I32,
+    FT_DTYPE_I16,
+    FT_DTYPE_I8,
+    FT_DTYPE_U8,
+    FT_DTYPE_U16,
+    FT_DTYPE_U32,
+    FT_DTYPE_U64,
+    FT_DTYPE_BOOL,
+    FT_DTYPE_COUNT
+};
+
+size_t ft_dtype_size(enum ft_dtype t);        /* bytes per element */
+const char *ft_dtype_name(enum ft_dtype t);   /* safetensors spelling: "BF16" */
+/* Parses a safetensors dtype string; returns 0 on success. */
+int ft_dtype_parse(const char *s, enum ft_dtype *out);
+
+static inline float ft_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Round to nearest even; NaN stays NaN. */
+static inline uint16_t ft_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+float ft_f16_to_f32(uint16_t h);
+uint16_t ft_f32_to_f16(float f);
+
+/* Converts n elements of type t at src to f32. Only F32, F16, BF16. */
+void ft_to_f32(float *dst, const void *src, enum ft_dtype t, size_t n);
+
+#endif
