@@ -6,17 +6,14 @@
 #include "cli/cli.h"
 
 static const struct ft_cmd k_cmds[] = {
-    {"run", "generate from a prompt (ids for now) and print tok/s", ft_cmd_run},
-    {"logits", "teacher-forced logits of a prompt into a safetensors file", ft_cmd_logits},
-    {"inspect", "show a checkpoint's architecture, sizes and plan", ft_cmd_inspect},
-    {"bench", "prefill/decode throughput (llama-bench style)", ft_cmd_bench},
+    {NULL, NULL, NULL},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ft <command> [options]   (ft <command> --help for its options)\n\n"
                "FreeToken-C: serve Mixture-of-Experts models larger than your GPU.\n\n"
                "commands:\n");
-    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+    for (size_t i = 0; k_cmds[i].name; i++)
         fprintf(f, "  %-9s %s\n", k_cmds[i].name, k_cmds[i].help);
 }
 
@@ -26,7 +23,7 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+    for (size_t i = 0; k_cmds[i].name; i++)
         if (!strcmp(argv[1], k_cmds[i].name)) return k_cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "ft: unknown command '%s' (try: ft --help)\n", argv[1]);
     return 2;
