@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Builds the tiny random-weight reference checkpoints under tests/data/models/.
+
+For each supported architecture: a transformers model with awkward sizes (hidden 42, not a multiple
+of 32; head_dim 24; GQA ratio 3; 7 experts; top-k 3; a dense layer among MoE layers), weights drawn
+with a std large enough that the logits spread (std near 1), rounded to bf16 and saved as a bf16
+checkpoint. The reference is transformers itself in fp32 (eager attention) on those exact bf16
+values: `reference.safetensors` holds `ids` [24] (the prompt), `logits` [24, vocab] f32
+(teacher-forced) and `greedy` [12] (transformers' greedy continuation).
+
+Run where torch and transformers are installed (the GPU machine, or any machine with them):
+    python3 tools/gen_fixtures.py [OUT_DIR]   (default tests/data/models)
+"""
+import json
+import os
+import sys
+
+import torch
+import transformers
+from safetensors.torch import save_file
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "models")
+T_PROMPT, N_GREEDY, VOCAB = 24, 12, 384
+
+COMMON = dict(vocab_size=VOCAB, hidden_size=42, num_hidden_layers=3, num_attention_heads=6,
+              num_key_value_heads=2, head_dim=24, intermediate_size=56, max_position_embeddings=256,
+              rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+MOE = dict(num_experts_per_tok=3, moe_intermediate_size=20)
+
+# name -> (config class, model class, extra config)
+FIXTURES = {
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                  dict(MOE, num_experts=7, norm_topk_prob=True, mlp_only_layers=[1],
+                       rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    "qwen3_moe_nonorm": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                         dict(MOE, num_experts=5, norm_topk_prob=False, decoder_sparse_step=2,
+                              rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+                  dict(MOE, num_experts=7, norm_topk_prob=False, mlp_only_layers=[2],
+                       shared_expert_intermediate_size=28,
+                       rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                        "original_max_position_embeddings": 64})),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM",
+                dict(num_experts_per_tok=3, num_local_experts=7, sliding_window=None,
+                     rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    "llama": ("LlamaConfig", "LlamaForCausalLM",
+              dict(rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 500000.0,
+                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 16})),
+    "mistral": ("MistralConfig", "MistralForCausalLM",
+                dict(sliding_window=8, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM",
+              dict(tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM",
+              dict(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+}
+
+
+def init_weights(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # norms: around 1; biases: small
+                base = 0.0 if "bias" in name else 1.0
+                p.copy_(base + 0.1 * torch.randn(p.shape, generator=g))
+            else:
+                fan_in = p.shape[-1]
+                std = 1.0 / fan_in ** 0.5
+                if "gate.weight" in name or "router" in name:
+                    std *= 3.0  # spread router logits so top-k is not near ties
+                if "embed" in name:
+                    std = 1.0
+                p.copy_(std * torch.randn(p.shape, generator=g))
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+
+
+def build(name, seed):
+    cfg_cls, model_cls, extra = FIXTURES[name]
+    kw = dict(COMMON)
+    kw.update(extra)
+    cfg = getattr(transformers, cfg_cls)(**kw)
+    cfg._attn_implementation = "eager"
+    cfg._experts_implementation = "eager"  # the plain per-expert loop, no grouped_mm
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_cls)(cfg).eval().to(torch.float32)
+    init_weights(model, seed)
+    g = torch.Generator().manual_seed(seed + 1000)
+    ids = torch.randint(3, VOCAB, (1, T_PROMPT), generator=g)
+    with torch.no_grad():
+        logits = model(ids).logits[0].float()
+        # scale the final norm (works for tied embeddings too) so logits have std near 1
+        s = float(logits.std())
+        w = model.model.norm.weight
+        w.mul_(1.0 / s)
+        w.copy_(w.to(torch.bfloat16).float())
+        logits = model(ids).logits[0].float()
+        out = model.generate(ids, max_new_tokens=N_GREEDY, do_sample=False, min_new_tokens=N_GREEDY,
+                             eos_token_id=None, pad_token_id=0)
+    greedy = out[0, T_PROMPT:]
+    d = os.path.join(OUT, name)
+    os.makedirs(d, exist_ok=True)
+    model.to(torch.bfloat16).save_pretrained(d)
+    for f in ("generation_config.json",):
+        p = os.path.join(d, f)
+        if os.path.exists(p):
+            os.remove(p)
+    save_file({"ids": ids[0].to(torch.int32).contiguous(), "logits": logits.contiguous(),
+               "greedy": greedy.to(torch.int32).contiguous()}, os.path.join(d, "reference.safetensors"))
+    print(f"{name}: logits std {float(logits.std()):.3f}, greedy {greedy.tolist()}")
+
+
+if __name__ == "__main__":
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    for i, n in enumerate(FIXTURES):
+        build(n, 1234 + i)
