@@ -1,0 +1,192 @@
+/* cmd_bench.c — `ft bench`: llama-bench style prefill (ppN) and decode (tgN) throughput on a
+ * checkpoint or a synthetic model, as a markdown table with mean ± sd over -r repetitions.
+ * Next to each figure: weights read per token, achieved GB/s, and the host DRAM read bandwidth
+ * measured in the same run (the ceiling of a CPU decode), plus the mean distinct experts per
+ * MoE layer per step (routing controls what a figure means; see llama-baseline.md). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "cli/cli.h"
+#include "cli/opts.h"
+#include "cli/session.h"
+#include "core/status.h"
+#include "core/timer.h"
+
+static const char k_usage[] =
+    "usage: ft bench (--model DIR | --synthetic PRESET) [options]\n"
+    "  -p N                 prompt tokens for the prefill test (default 512; 0 skips)\n"
+    "  -n N                 generated tokens for the decode test (default 128; 0 skips)\n"
+    "  -r N                 repetitions (default 3)\n"
+    "  -t, --threads N      CPU threads (default: physical cores)\n"
+    "  --synthetic PRESET   random weights of a real shape: qwen3-30b-a3b, qwen3.6-35b-a3b,\n"
+    "                       mixtral-8x7b, tiny\n"
+    "  --synthetic-routing R  uniform (default for synthetic), zipf:S, sticky:P (keep an\n"
+    "                       expert with probability P), or model (the router; default for --model)\n"
+    "  --seed N             seed of weights, prompt and routing (default 1)\n";
+
+static int parse_routing(const char *s, struct ft_engine_opts *eo) {
+    eo->routing_param = 0;
+    if (!strcmp(s, "uniform")) eo->routing = FT_ROUTING_UNIFORM;
+    else if (!strcmp(s, "model")) eo->routing = FT_ROUTING_MODEL;
+    else if (!strncmp(s, "zipf:", 5)) eo->routing = FT_ROUTING_ZIPF, eo->routing_param = atof(s + 5);
+    else if (!strncmp(s, "sticky:", 7)) eo->routing = FT_ROUTING_STICKY, eo->routing_param = atof(s + 7);
+    else return -1;
+    if ((eo->routing == FT_ROUTING_ZIPF && !(eo->routing_param > 0)) ||
+        (eo->routing == FT_ROUTING_STICKY && !(eo->routing_param >= 0 && eo->routing_param < 1)))
+        return -1;
+    return 0;
+}
+
+static void stats(const double *v, int n, double *mean, double *sd) {
+    double s = 0, q = 0;
+    for (int i = 0; i < n; i++) s += v[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++) q += (v[i] - *mean) * (v[i] - *mean);
+    *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
+}
+
+struct bench {
+    struct ft_session s;
+    const char *routing;
+    int threads;
+    double dram_gbps;
+};
+
+static void row(const struct bench *b, const char *test, const double *tps, int reps,
+                double bytes_per_tok, double distinct) {
+    double m, sd;
+    stats(tps, reps, &m, &sd);
+    double gbps = bytes_per_tok * m / 1e9;
+    printf("| %s | cpu | %d | %s | %s | %.2f ± %.2f | %.3f GB | %.1f | %.0f%% | %.1f |\n",
+           b->s.model->label, b->threads, b->routing, test, m, sd, bytes_per_tok / 1e9, gbps,
+           100.0 * gbps / b->dram_gbps, distinct);
+    fflush(stdout);
+}
+
+/* Weight bytes one step reads: dense part + the distinct experts each MoE layer touched. */
+static double step_bytes(const struct ft_model *m, double distinct) {
+    double b = (double)ft_model_bytes_per_token(m);
+    int moe = 0;
+    for (int l = 0; l < m->n_layers; l++) moe += m->layers[l].is_moe;
+    return b - (double)moe * m->top_k * m->expert_bytes + (double)moe * distinct * m->expert_bytes;
+}
+
+static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed) {
+    const struct ft_model *m = b->s.model;
+    struct ft_engine *e = b->s.engine;
+    int32_t *ids = malloc((size_t)(p > 0 ? p : 1) * sizeof *ids);
+    float *logits = malloc((size_t)m->vocab * sizeof *logits);
+    double *tps = calloc((size_t)reps, sizeof *tps);
+    enum ft_status st = FT_OK;
+    if (!ids || !logits || !tps) {
+        st = ft_fail(FT_ERR_OOM, "bench: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < p; i++) ids[i] = (int32_t)((seed * 2654435761u + (uint64_t)i * 40503u) % (uint64_t)m->vocab);
+    /* warm-up: a short prefill and two decode steps */
+    ft_engine_reset(e);
+    int32_t w0[4] = {1, 2, 3, 4};
+    if ((st = ft_engine_prefill(e, w0, 4, logits, 0)) != FT_OK) goto done;
+    if ((st = ft_engine_forward(e, w0, 1, logits, 0)) != FT_OK) goto done;
+    if (p > 0) {
+        double distinct = 0;
+        for (int r = 0; r < reps; r++) {
+            ft_engine_reset(e);
+            ft_engine_reset_stats(e);
+            int64_t t0 = ft_time_us();
+            if ((st = ft_engine_prefill(e, ids, p, logits, 0)) != FT_OK) goto done;
+            tps[r] = p / ((ft_time_us() - t0) / 1e6);
+            distinct = ft_engine_mean_distinct_experts(e);
+        }
+        char test[32];
+        snprintf(test, sizeof test, "pp%d", p);
+        int chunks = (p + 511) / 512;
+        row(b, test, tps, reps, step_bytes(m, distinct) * chunks / p, distinct);
+    }
+    if (n > 0) {
+        double distinct = 0;
+        for (int r = 0; r < reps; r++) {
+            ft_engine_reset(e);
+            int32_t tok = 1;
+            if ((st = ft_engine_forward(e, &tok, 1, logits, 0)) != FT_OK) goto done;
+            ft_engine_reset_stats(e);
+            int64_t t0 = ft_time_us();
+            for (int i = 0; i < n; i++) {
+                tok = ft_argmax(logits, m->vocab);
+                if ((st = ft_engine_forward(e, &tok, 1, logits, 0)) != FT_OK) goto done;
+            }
+            tps[r] = n / ((ft_time_us() - t0) / 1e6);
+            distinct = ft_engine_mean_distinct_experts(e);
+        }
+        char test[32];
+        snprintf(test, sizeof test, "tg%d", n);
+        row(b, test, tps, reps, step_bytes(m, distinct), distinct);
+    }
+done:
+    free(ids);
+    free(logits);
+    free(tps);
+    return st;
+}
+
+int ft_cmd_bench(int argc, char **argv) {
+    const char *model = NULL, *synthetic = NULL, *routing = NULL, *v;
+    long p = 512, n = 128, reps = 3, threads = 0, seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        long *target = NULL, lo = 0, hi = 1 << 20;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(k_usage, stdout);
+            return 0;
+        } else if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
+            if (!(model = ft_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--synthetic")) {
+            if (!(synthetic = ft_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--synthetic-routing")) {
+            if (!(routing = ft_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-p")) {
+            target = &p;
+        } else if (!strcmp(a, "-n")) {
+            target = &n;
+        } else if (!strcmp(a, "-r")) {
+            target = &reps, lo = 1, hi = 1000;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            target = &threads, lo = 1, hi = 4096;
+        } else if (!strcmp(a, "--seed")) {
+            target = &seed, lo = 1, hi = 1L << 40;
+        } else {
+            return ft_cli_usage_error("bench", "unknown option '%s'", a);
+        }
+        if (target) {
+            if (!(v = ft_cli_value(argc, argv, &i))) return 2;
+            if (ft_cli_int(v, lo, hi, target))
+                return ft_cli_usage_error("bench", "%s: '%s' is not a number in [%ld, %ld]", a, v, lo, hi);
+        }
+    }
+    if (!!model == !!synthetic)
+        return ft_cli_usage_error("bench", "give exactly one of --model DIR or --synthetic PRESET");
+    if (!routing) routing = synthetic ? "uniform" : "model";
+    struct ft_engine_opts eo = {.max_ctx = (int)(p + n + 8), .max_chunk = 512, .seed = (uint64_t)seed};
+    if (parse_routing(routing, &eo))
+        return ft_cli_usage_error("bench", "--synthetic-routing: '%s' is not uniform, model, "
+                                  "zipf:S (S > 0) or sticky:P (0 <= P < 1)", routing);
+    struct bench b = {.routing = routing};
+    enum ft_status st = ft_session_open(&b.s, model, synthetic, (int)threads, &eo);
+    if (st != FT_OK) return ft_cli_fail(st);
+    b.threads = ft_pool_size(b.s.pool);
+    b.dram_gbps = ft_cpu_dram_read_gbps(b.s.pool, (size_t)1 << 30, 3);
+    const struct ft_model *m = b.s.model;
+    printf("model: %s, %.2f B params (%.2f B active per token), %.2f MiB per expert; "
+           "%d threads, ISA %s\n", m->label, m->n_params / 1e9, m->n_params_active / 1e9,
+           m->expert_bytes / 1048576.0, b.threads, ft_cpu_isa_name(ft_cpu_isa()));
+    printf("ceiling: host DRAM read %.1f GB/s (measured now, %d threads, 1 GiB buffer)\n\n",
+           b.dram_gbps, b.threads);
+    printf("| model | backend | threads | routing | test | t/s | weights/token | GB/s | of DRAM | "
+           "experts/layer/step |\n|---|---|---:|---|---|---:|---:|---:|---:|---:|\n");
+    st = run(&b, (int)p, (int)n, (int)reps, (uint64_t)seed);
+    ft_session_close(&b.s);
+    return st == FT_OK ? 0 : ft_cli_fail(st);
+}

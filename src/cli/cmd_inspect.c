@@ -1,0 +1,111 @@
+/* cmd_inspect.c — `ft inspect`: what a checkpoint is and how this machine would run it, from
+ * config.json and the safetensors headers only (no weights are read). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "cli/cli.h"
+#include "cli/opts.h"
+#include "core/status.h"
+#include "core/sys.h"
+#include "format/hfconfig.h"
+#include "format/safetensors.h"
+#include "model/arch.h"
+
+static const char k_usage[] =
+    "usage: ft inspect --model DIR\n"
+    "  Architecture, hyper-parameters, parameter counts, bytes per expert, host bank size,\n"
+    "  and the residency/backend plan on this machine. Reads only headers.\n";
+
+static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
+
+static const char *rope_name(enum ft_rope_type t) {
+    switch (t) {
+    case FT_ROPE_LINEAR: return "linear";
+    case FT_ROPE_LLAMA3: return "llama3";
+    case FT_ROPE_YARN: return "yarn";
+    default: return "default";
+    }
+}
+
+int ft_cmd_inspect(int argc, char **argv) {
+    const char *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(k_usage, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--model") || !strcmp(argv[i], "-m")) {
+            if (!(dir = ft_cli_value(argc, argv, &i))) return 2;
+        } else {
+            return ft_cli_usage_error("inspect", "unknown option '%s'", argv[i]);
+        }
+    }
+    if (!dir) return ft_cli_usage_error("inspect", "--model is required");
+    struct ft_config c;
+    struct ft_st_set *set = NULL;
+    enum ft_status st = ft_config_load(dir, &c);
+    if (st != FT_OK) return ft_cli_fail(st);
+    const struct ft_arch *a = ft_arch_find(c.arch);
+    if (!a) {
+        ft_config_free(&c);
+        return ft_cli_fail(ft_fail(FT_ERR_UNSUPPORTED, "%s/config.json: architecture '%s' is "
+                                   "not supported (supported: %s)", dir, c.arch, ft_arch_list()));
+    }
+    if ((st = ft_st_set_open(dir, &set)) != FT_OK) {
+        ft_config_free(&c);
+        return ft_cli_fail(st);
+    }
+    uint64_t params = 0, bytes = 0, expert_params = 0, expert_bytes = 0;
+    for (int i = 0; i < ft_st_set_count(set); i++) {
+        const struct ft_st_tensor *t = ft_st_set_at(set, i);
+        uint64_t n = 1;
+        for (int d = 0; d < t->n_dims; d++) n *= (uint64_t)t->shape[d];
+        params += n;
+        bytes += t->n_bytes;
+        if (strstr(t->name, ".experts.")) {
+            expert_params += n;
+            expert_bytes += t->n_bytes;
+        }
+    }
+    int hd = c.head_dim > 0 ? c.head_dim : c.hidden_size / c.n_heads;
+    printf("model         %s\narchitecture  %s (%s)\n", dir, c.arch, c.model_type);
+    printf("layers        %d, hidden %d, heads %d (kv %d, head_dim %d), vocab %d\n", c.n_layers,
+           c.hidden_size, c.n_heads, c.n_kv_heads, hd, c.vocab_size);
+    printf("rope          %s, theta %g, factor %g; context %d\n", rope_name(c.rope.type),
+           c.rope.theta, c.rope.factor, c.max_position_embeddings);
+    printf("parameters    %.3f B total, %.2f GiB on disk\n", params / 1e9, gib((double)bytes));
+    int E = c.n_experts, moe_layers = 0;
+    if ((a->flags & FT_ARCH_MOE) && E > 0) {
+        int I = a->expert_width_is_intermediate ? c.intermediate_size : c.moe_intermediate_size;
+        int step = c.decoder_sparse_step > 0 ? c.decoder_sparse_step : 1;
+        for (int l = 0; l < c.n_layers; l++)
+            moe_layers += !(c.mlp_only && c.mlp_only[l]) && (l + 1) % step == 0;
+        double per_expert = moe_layers ? (double)expert_bytes / ((double)moe_layers * E) : 0;
+        double active = (double)(params - expert_params) +
+                        (double)moe_layers * c.n_experts_per_tok * 3.0 * I * c.hidden_size;
+        printf("experts       %d per layer in %d MoE layers, top-%d, width %d%s\n", E,
+               moe_layers, c.n_experts_per_tok, I,
+               c.shared_expert_intermediate_size > 0 ? ", shared expert" : "");
+        printf("active        %.3f B parameters per token\n", active / 1e9);
+        printf("expert bytes  %.2f MiB per expert (gate+up+down), banks %.2f GiB in all\n",
+               per_expert / (1 << 20), gib((double)expert_bytes));
+    } else {
+        printf("experts       none (dense model)\n");
+    }
+    uint64_t ram = ft_sys_ram_bytes();
+    printf("this machine  %d physical cores, %.1f GiB RAM, CPU ISA %s%s\n",
+           ft_sys_physical_cores(), gib((double)ram), ft_cpu_isa_name(ft_cpu_isa()),
+           ft_sys_is_wsl() ? ", WSL" : "");
+#ifdef FT_HAVE_CUDA
+    const char *gpu = "CUDA build; GPU backends arrive with the CUDA issue: CPU backend for now";
+#else
+    const char *gpu = "no CUDA in this build";
+#endif
+    printf("plan          backend cpu (%s); all %s in host RAM (%.2f of %.1f GiB)%s\n", gpu,
+           moe_layers ? "weights and expert banks" : "weights", gib((double)bytes),
+           gib((double)ram), bytes > ram ? ": DOES NOT FIT, loading will fail" : "");
+    ft_st_set_close(set);
+    ft_config_free(&c);
+    return 0;
+}

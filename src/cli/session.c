@@ -1,0 +1,36 @@
+/* session.c — opens pool, model and engine for a subcommand; logs the load time. */
+#include "cli/session.h"
+
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "core/log.h"
+#include "core/timer.h"
+
+enum ft_status ft_session_open(struct ft_session *s, const char *model_dir, const char *synthetic,
+                               int threads, const struct ft_engine_opts *eo) {
+    memset(s, 0, sizeof *s);
+    int64_t t0 = ft_time_us();
+    enum ft_status st = ft_pool_init(&s->pool, threads);
+    if (st != FT_OK) return st;
+    ft_log_info("cpu: %d threads, ISA %s", ft_pool_size(s->pool), ft_cpu_isa_name(ft_cpu_isa()));
+    if (synthetic)
+        st = ft_model_synthetic(synthetic, s->pool, eo->seed ? eo->seed : 1, &s->model);
+    else
+        st = ft_model_load(model_dir, &s->model);
+    if (st == FT_OK) st = ft_engine_init(&s->engine, s->model, s->pool, eo);
+    if (st != FT_OK) {
+        ft_session_close(s);
+        return st;
+    }
+    s->load_s = (double)(ft_time_us() - t0) / 1e6;
+    ft_log_info("loaded %s (%s) in %.2f s", s->model->label, s->model->cfg.arch, s->load_s);
+    return FT_OK;
+}
+
+void ft_session_close(struct ft_session *s) {
+    ft_engine_free(s->engine);
+    ft_model_free(s->model);
+    ft_pool_free(s->pool);
+    memset(s, 0, sizeof *s);
+}

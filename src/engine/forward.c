@@ -1,0 +1,325 @@
+/* forward.c — one sequence's forward pass on the CPU backend. Activations are fp32; weights
+ * are read in their checkpoint dtype. The KV cache is fp32, [L][max_ctx][n_kv*hd] for k and v.
+ * Engine thread only. */
+#include "engine/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "core/status.h"
+#include "moe/cpu_exec.h"
+
+struct ft_engine {
+    const struct ft_model *m;
+    struct ft_pool *pool;
+    struct ft_engine_opts opts;
+    int n_past, kv_dim, q_dim, max_i;
+    float *k_cache, *v_cache;   /* [L, max_ctx, kv_dim] */
+    float *x, *xn, *y;          /* [chunk, H] */
+    float *q, *k, *v, *att;     /* [chunk, q_dim] / [chunk, kv_dim] */
+    float *gu, *act;            /* [chunk, 2*max_i], [chunk, max_i] */
+    float *router;              /* [chunk, E] */
+    int *top_ids;               /* [chunk, k] */
+    float *top_w;               /* [chunk, k] */
+    int32_t *pos;               /* [chunk] */
+    struct ft_moe_exec *moe;
+    uint64_t rng;
+    int *sticky;                /* [L, k] last synthetic ids per layer (sticky routing) */
+    double distinct_sum;
+    long distinct_n;
+};
+
+/* --- matmul with an output row stride, rows split over the pool --- */
+struct mm_job {
+    float *y;
+    int ldy;
+    const float *x;
+    const struct ft_weight *w;
+    int T;
+};
+
+static void mm_task(void *ctx, int i, int n) {
+    struct mm_job *j = ctx;
+    long lo, hi, blocks = (j->w->rows + 7) / 8;
+    ft_split(blocks, i, n, &lo, &hi);
+    int n0 = (int)(lo * 8), n1 = (int)FT_MIN(hi * 8, j->w->rows);
+    if (n0 < n1)
+        ft_cpu_matmul_rows(j->y, j->ldy, j->x, j->w->cols, j->w->data, j->w->dtype, j->T, n0, n1,
+                           j->w->cols);
+}
+
+static void mm(struct ft_engine *e, float *y, int ldy, const float *x, const struct ft_weight *w,
+               const float *bias, int T) {
+    struct mm_job j = {y, ldy, x, w, T};
+    ft_pool_run(e->pool, mm_task, &j);
+    if (bias)
+        for (int t = 0; t < T; t++)
+            for (int n = 0; n < w->rows; n++) y[(size_t)t * ldy + n] += bias[n];
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static double rng_unit(uint64_t *s) { return (double)(rng_next(s) >> 11) / 9007199254740992.0; }
+
+/* One synthetic expert id: uniform, zipf(S) over a per-layer permutation, or sticky. */
+static int synth_id(struct ft_engine *e, int l, int j, int E) {
+    if (e->opts.routing == FT_ROUTING_ZIPF) {
+        double s = e->opts.routing_param > 0 ? e->opts.routing_param : 1.0, z = 0, u;
+        for (int r = 1; r <= E; r++) z += pow(r, -s);
+        u = rng_unit(&e->rng) * z;
+        int r = 1;
+        for (double acc = 0; r <= E; r++)
+            if ((acc += pow(r, -s)) >= u) break;
+        return (int)(((uint64_t)(r - 1) * 2654435761u + (uint64_t)l * 40503u) % (uint64_t)E);
+    }
+    if (e->opts.routing == FT_ROUTING_STICKY) {
+        int *prev = &e->sticky[l * e->m->top_k + j];
+        double keep = e->opts.routing_param > 0 ? e->opts.routing_param : 0.7;
+        if (*prev >= 0 && rng_unit(&e->rng) < keep) return *prev;
+        return *prev = (int)(rng_next(&e->rng) % (uint64_t)E);
+    }
+    return (int)(rng_next(&e->rng) % (uint64_t)E);
+}
+
+/* Router: softmax over all experts, top-k, optional renormalisation (fp32, as transformers). */
+static void route(struct ft_engine *e, int l, int T) {
+    const struct ft_model *m = e->m;
+    int E = m->n_experts, k = m->top_k;
+    for (int t = 0; t < T; t++) {
+        float *p = e->router + (size_t)t * E;
+        int *ids = e->top_ids + (size_t)t * k;
+        float *w = e->top_w + (size_t)t * k;
+        ft_cpu_softmax(p, E);
+        if (e->opts.routing == FT_ROUTING_MODEL) {
+            ft_cpu_topk(p, E, k, ids, w);
+        } else { /* distinct synthetic ids, weights from the router's probabilities */
+            for (int j = 0; j < k; j++) {
+                int id, dup;
+                do {
+                    id = synth_id(e, l, j, E);
+                    dup = 0;
+                    for (int i = 0; i < j; i++) dup |= ids[i] == id;
+                    if (dup && e->opts.routing == FT_ROUTING_STICKY)
+                        e->sticky[l * k + j] = -1;
+                } while (dup);
+                ids[j] = id;
+                w[j] = p[id];
+            }
+        }
+        if (m->norm_topk) {
+            float s = 0;
+            for (int j = 0; j < k; j++) s += w[j];
+            for (int j = 0; j < k; j++) w[j] /= s;
+        }
+    }
+}
+
+static void moe_block(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
+    const struct ft_model *m = e->m;
+    int H = m->hidden;
+    mm(e, e->router, m->n_experts, e->xn, &L->router, NULL, T);
+    route(e, l, T);
+    memset(e->y, 0, (size_t)T * H * sizeof(float));
+    int d = ft_moe_exec_run(e->moe, e->pool, &L->bank[FT_BANK_GATE_UP], &L->bank[FT_BANK_DOWN],
+                            e->xn, e->top_ids, e->top_w, T, m->top_k, e->y);
+    e->distinct_sum += d;
+    e->distinct_n++;
+    if (L->has_shared) {
+        int Is = m->shared_inter;
+        mm(e, e->gu, 2 * Is, e->xn, &L->sh_gate, NULL, T);
+        mm(e, e->gu + Is, 2 * Is, e->xn, &L->sh_up, NULL, T);
+        ft_cpu_silu_mul(e->act, e->gu, T, Is);
+        float score[T > 0 ? T : 1];
+        mm(e, score, 1, e->xn, &L->sh_score, NULL, T);
+        float *sh = e->att; /* free at this point; [T, H] fits in [T, q_dim >= ...] checked at init */
+        mm(e, sh, H, e->act, &L->sh_down, NULL, T);
+        for (int t = 0; t < T; t++) {
+            float g = ft_sigmoid(score[t]);
+            for (int h = 0; h < H; h++) e->y[(size_t)t * H + h] += g * sh[(size_t)t * H + h];
+        }
+    }
+}
+
+static void dense_mlp(struct ft_engine *e, const struct ft_layer *L, int T) {
+    int I = L->w_gate.rows;
+    mm(e, e->gu, 2 * I, e->xn, &L->w_gate, NULL, T);
+    mm(e, e->gu + I, 2 * I, e->xn, &L->w_up, NULL, T);
+    ft_cpu_silu_mul(e->act, e->gu, T, I);
+    mm(e, e->y, e->m->hidden, e->act, &L->w_down, NULL, T);
+}
+
+static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
+    const struct ft_model *m = e->m;
+    int hd = m->head_dim, qd = e->q_dim, kd = e->kv_dim;
+    mm(e, e->q, qd, e->xn, &L->wq, L->bq, T);
+    mm(e, e->k, kd, e->xn, &L->wk, L->bk, T);
+    mm(e, e->v, kd, e->xn, &L->wv, L->bv, T);
+    if (L->q_norm) {
+        ft_cpu_rmsnorm(e->q, e->q, L->q_norm, T * m->n_heads, hd, m->rms_eps);
+        ft_cpu_rmsnorm(e->k, e->k, L->k_norm, T * m->n_kv_heads, hd, m->rms_eps);
+    }
+    ft_cpu_rope(e->q, e->pos, m->inv_freq, m->rope_mscale, T, m->n_heads, hd, m->rot_dim);
+    ft_cpu_rope(e->k, e->pos, m->inv_freq, m->rope_mscale, T, m->n_kv_heads, hd, m->rot_dim);
+    size_t layer_off = (size_t)l * e->opts.max_ctx * kd;
+    float *kc = e->k_cache + layer_off, *vc = e->v_cache + layer_off;
+    memcpy(kc + (size_t)e->n_past * kd, e->k, (size_t)T * kd * sizeof(float));
+    memcpy(vc + (size_t)e->n_past * kd, e->v, (size_t)T * kd * sizeof(float));
+    ft_cpu_attention(e->pool, e->att, e->q, kc, vc, e->pos, T, m->n_heads, m->n_kv_heads, hd,
+                     1.0f / sqrtf((float)hd), L->window);
+    mm(e, e->y, m->hidden, e->att, &L->wo, L->bo, T);
+}
+
+enum ft_status ft_engine_forward(struct ft_engine *e, const int32_t *ids, int T, float *logits,
+                                 int all_logits) {
+    const struct ft_model *m = e->m;
+    int H = m->hidden;
+    if (T <= 0 || T > e->opts.max_chunk)
+        return ft_fail(FT_ERR_INVALID_ARG, "forward: %d tokens in one call (1..%d)", T,
+                       e->opts.max_chunk);
+    if (e->n_past + T > e->opts.max_ctx)
+        return ft_fail(FT_ERR_INVALID_ARG, "context full: %d + %d tokens > --ctx-size %d (raise "
+                       "--ctx-size or shorten the prompt)", e->n_past, T, e->opts.max_ctx);
+    for (int t = 0; t < T; t++) {
+        if (ids[t] < 0 || ids[t] >= m->vocab)
+            return ft_fail(FT_ERR_INVALID_ARG, "token id %d out of range [0, %d)", ids[t],
+                           m->vocab);
+        e->pos[t] = e->n_past + t;
+    }
+    ft_cpu_embed(e->x, m->embed.data, m->embed.dtype, ids, T, H);
+    for (int l = 0; l < m->n_layers; l++) {
+        const struct ft_layer *L = &m->layers[l];
+        ft_cpu_rmsnorm(e->xn, e->x, L->attn_norm, T, H, m->rms_eps);
+        attention(e, L, l, T);
+        ft_cpu_add(e->x, e->y, (size_t)T * H);
+        ft_cpu_rmsnorm(e->xn, e->x, L->ffn_norm, T, H, m->rms_eps);
+        if (L->is_moe)
+            moe_block(e, L, l, T);
+        else
+            dense_mlp(e, L, T);
+        ft_cpu_add(e->x, e->y, (size_t)T * H);
+    }
+    e->n_past += T;
+    if (!logits) return FT_OK;
+    int first = all_logits ? 0 : T - 1, n = T - first;
+    ft_cpu_rmsnorm(e->xn, e->x + (size_t)first * H, m->final_norm, n, H, m->rms_eps);
+    mm(e, logits, m->vocab, e->xn, &m->lm_head, NULL, n);
+    return FT_OK;
+}
+
+enum ft_status ft_engine_prefill(struct ft_engine *e, const int32_t *ids, int T, float *logits,
+                                 int all_logits) {
+    for (int done = 0; done < T;) {
+        int n = FT_MIN(T - done, e->opts.max_chunk), last = done + n == T;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)done * e->m->vocab;
+        else if (logits && last) out = logits;
+        enum ft_status st = ft_engine_forward(e, ids + done, n, out, all_logits);
+        if (st != FT_OK) return st;
+        done += n;
+    }
+    return FT_OK;
+}
+
+enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
+                              struct ft_pool *pool, const struct ft_engine_opts *opts) {
+    *out = NULL;
+    struct ft_engine *e = calloc(1, sizeof *e);
+    if (!e) return ft_fail(FT_ERR_OOM, "engine: out of memory");
+    e->m = m;
+    e->pool = pool;
+    e->opts = *opts;
+    if (e->opts.max_ctx <= 0)
+        e->opts.max_ctx = m->cfg.max_position_embeddings > 0
+                              ? FT_MIN(m->cfg.max_position_embeddings, 4096) : 4096;
+    if (e->opts.max_chunk <= 0) e->opts.max_chunk = 512;
+    e->opts.max_chunk = FT_MIN(e->opts.max_chunk, e->opts.max_ctx);
+    e->rng = opts->seed ? opts->seed : 0x9e3779b97f4a7c15ull;
+    int C = e->opts.max_chunk, H = m->hidden, k = m->top_k > 0 ? m->top_k : 1;
+    e->q_dim = m->n_heads * m->head_dim;
+    e->kv_dim = m->n_kv_heads * m->head_dim;
+    e->max_i = FT_MAX(m->cfg.intermediate_size, m->shared_inter);
+    size_t kv = (size_t)m->n_layers * e->opts.max_ctx * e->kv_dim;
+    int att_w = FT_MAX(e->q_dim, H); /* att doubles as the shared expert's [T, H] output */
+    e->k_cache = malloc(kv * sizeof(float));
+    e->v_cache = malloc(kv * sizeof(float));
+    e->x = malloc((size_t)C * H * sizeof(float));
+    e->xn = malloc((size_t)C * H * sizeof(float));
+    e->y = malloc((size_t)C * H * sizeof(float));
+    e->q = malloc((size_t)C * e->q_dim * sizeof(float));
+    e->att = malloc((size_t)C * att_w * sizeof(float));
+    e->k = malloc((size_t)C * e->kv_dim * sizeof(float));
+    e->v = malloc((size_t)C * e->kv_dim * sizeof(float));
+    e->gu = malloc((size_t)C * 2 * FT_MAX(e->max_i, 1) * sizeof(float));
+    e->act = malloc((size_t)C * FT_MAX(e->max_i, 1) * sizeof(float));
+    e->router = malloc((size_t)C * FT_MAX(m->n_experts, 1) * sizeof(float));
+    e->top_ids = malloc((size_t)C * k * sizeof(int));
+    e->top_w = malloc((size_t)C * k * sizeof(float));
+    e->pos = malloc((size_t)C * sizeof(int32_t));
+    e->sticky = malloc((size_t)m->n_layers * k * sizeof(int));
+    enum ft_status st = FT_OK;
+    if (!e->k_cache || !e->v_cache || !e->x || !e->xn || !e->y || !e->q || !e->att || !e->k ||
+        !e->v || !e->gu || !e->act || !e->router || !e->top_ids || !e->top_w || !e->pos ||
+        !e->sticky) {
+        st = ft_fail(FT_ERR_OOM, "engine: out of memory for a %d-token KV cache (%.1f GiB); "
+                     "lower --ctx-size", e->opts.max_ctx, 2.0 * kv * 4 / (1 << 30));
+    }
+    for (int i = 0; e->sticky && i < m->n_layers * k; i++) e->sticky[i] = -1;
+    if (st == FT_OK && m->n_experts > 0)
+        st = ft_moe_exec_init(&e->moe, C, m->top_k, m->n_experts, H, m->expert_inter);
+    if (st != FT_OK) {
+        ft_engine_free(e);
+        return st;
+    }
+    *out = e;
+    return FT_OK;
+}
+
+void ft_engine_free(struct ft_engine *e) {
+    if (!e) return;
+    free(e->k_cache);
+    free(e->v_cache);
+    free(e->x);
+    free(e->xn);
+    free(e->y);
+    free(e->q);
+    free(e->att);
+    free(e->k);
+    free(e->v);
+    free(e->gu);
+    free(e->act);
+    free(e->router);
+    free(e->top_ids);
+    free(e->top_w);
+    free(e->pos);
+    free(e->sticky);
+    ft_moe_exec_free(e->moe);
+    free(e);
+}
+
+void ft_engine_reset(struct ft_engine *e) { e->n_past = 0; }
+int ft_engine_n_past(const struct ft_engine *e) { return e->n_past; }
+int ft_engine_max_ctx(const struct ft_engine *e) { return e->opts.max_ctx; }
+
+double ft_engine_mean_distinct_experts(const struct ft_engine *e) {
+    return e->distinct_n ? e->distinct_sum / (double)e->distinct_n : 0.0;
+}
+
+void ft_engine_reset_stats(struct ft_engine *e) {
+    e->distinct_sum = 0;
+    e->distinct_n = 0;
+}
+
+int ft_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}

@@ -1,0 +1,49 @@
+/* forward.h — the layer loop on the CPU backend (DESIGN.md section 3): embed, attention with a
+ * KV cache, dense MLP or MoE block, final norm and lm_head, for a chunk of tokens of one
+ * sequence. Owns its KV cache, scratch and (borrowed) thread pool.
+ * Engine thread only. */
+#ifndef FT_ENGINE_FORWARD_H
+#define FT_ENGINE_FORWARD_H
+
+#include <stdint.h>
+
+#include "core/threadpool.h"
+#include "model/model.h"
+
+/* Where routed expert ids come from. Benchmarks on random weights use a seeded distribution
+ * instead of the router, because random weights collapse routing (llama-baseline.md). */
+enum ft_routing { FT_ROUTING_MODEL, FT_ROUTING_UNIFORM, FT_ROUTING_ZIPF, FT_ROUTING_STICKY };
+
+struct ft_engine_opts {
+    int max_ctx;      /* KV cache positions (default: min(max_position_embeddings, 4096)) */
+    int max_chunk;    /* tokens per forward call (prefill chunk; default 512) */
+    enum ft_routing routing;
+    double routing_param; /* zipf exponent S, or sticky probability of keeping an expert */
+    uint64_t seed;
+};
+
+struct ft_engine;
+
+enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
+                              struct ft_pool *pool, const struct ft_engine_opts *opts);
+void ft_engine_free(struct ft_engine *e);
+
+/* Runs T tokens at positions n_past .. n_past+T-1 (T <= max_chunk), appending to the KV cache.
+ * logits: [T, vocab] when all_logits, else [1, vocab] for the last token; may be NULL. */
+enum ft_status ft_engine_forward(struct ft_engine *e, const int32_t *ids, int T, float *logits,
+                                 int all_logits);
+/* Processes any number of tokens in max_chunk pieces (same logits contract). */
+enum ft_status ft_engine_prefill(struct ft_engine *e, const int32_t *ids, int T, float *logits,
+                                 int all_logits);
+void ft_engine_reset(struct ft_engine *e);   /* forget the sequence (n_past = 0) */
+int ft_engine_n_past(const struct ft_engine *e);
+int ft_engine_max_ctx(const struct ft_engine *e);
+
+/* Mean distinct experts per MoE layer per forward call since the last reset of the stats. */
+double ft_engine_mean_distinct_experts(const struct ft_engine *e);
+void ft_engine_reset_stats(struct ft_engine *e);
+
+/* Index of the largest value (first on ties). */
+int ft_argmax(const float *x, int n);
+
+#endif

@@ -1,0 +1,34 @@
+/* arch.h — what differs between architectures: tensor names, optional parts, router rule.
+ * One const struct ft_arch per file under src/model/, listed in registry.c. The loader
+ * (model.c) reads these descriptions; nothing else in the engine branches on the arch name.
+ * Read-only; any thread. */
+#ifndef FT_MODEL_ARCH_H
+#define FT_MODEL_ARCH_H
+
+#include "format/hfconfig.h"
+
+enum ft_arch_flag {
+    FT_ARCH_QK_NORM = 1 << 0,       /* RMSNorm on q and k per head (Qwen3) */
+    FT_ARCH_QKV_BIAS = 1 << 1,      /* q/k/v projections always have biases (Qwen2) */
+    FT_ARCH_SHARED_EXPERT = 1 << 2, /* shared expert with a sigmoid gate (Qwen2-MoE) */
+    FT_ARCH_MOE = 1 << 3,           /* has routed experts */
+    FT_ARCH_SLIDING_ALL = 1 << 4,   /* config sliding_window applies to every layer (Mistral) */
+    FT_ARCH_SLIDING_QWEN = 1 << 5,  /* use_sliding_window + max_window_layers rule (Qwen2) */
+    FT_ARCH_NORM_TOPK_ALWAYS = 1 << 6, /* top-k weights always renormalised (Mixtral) */
+};
+
+struct ft_arch {
+    const char *name;        /* architectures[0] in config.json */
+    unsigned flags;          /* enum ft_arch_flag */
+    const char *moe_block;   /* "mlp" or "block_sparse_moe" */
+    const char *expert_w[3]; /* per-expert tensor names: gate, up, down */
+    /* expert FFN width: moe_intermediate_size, or intermediate_size (Mixtral) */
+    int expert_width_is_intermediate;
+};
+
+/* The arch for config.json's architectures[0], or NULL. */
+const struct ft_arch *ft_arch_find(const char *name);
+/* Comma-separated list of supported names (for error messages). */
+const char *ft_arch_list(void);
+
+#endif

@@ -1,0 +1,5 @@
+/* llama.c — dense Llama and Mistral: the plain decoder (Mistral adds a sliding window). */
+#include "model/arch.h"
+
+const struct ft_arch ft_arch_llama = {.name = "LlamaForCausalLM"};
+const struct ft_arch ft_arch_mistral = {.name = "MistralForCausalLM", .flags = FT_ARCH_SLIDING_ALL};

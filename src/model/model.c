@@ -1,0 +1,392 @@
+/* model.c — loads a Hugging Face checkpoint into struct ft_model: validates every tensor's
+ * presence, dtype and shape against config.json (errors name the tensor and the file), and
+ * repacks routed experts into host banks. Engine thread, once. */
+#include "model/model.h"
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/status.h"
+
+void *ft_model_alloc(struct ft_model *m, size_t bytes) {
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        void **o = realloc(m->owned, (size_t)cap * sizeof *o);
+        if (!o) return NULL;
+        m->owned = o;
+        m->cap_owned = cap;
+    }
+    void *p = malloc(bytes ? bytes : 1);
+    if (p) m->owned[m->n_owned++] = p;
+    return p;
+}
+
+static const struct ft_st_tensor *find(const struct ft_model *m, const char *name) {
+    return ft_st_set_find(m->st, name);
+}
+
+static int readable_dtype(enum ft_dtype t) {
+    return t == FT_DTYPE_BF16 || t == FT_DTYPE_F16 || t == FT_DTYPE_F32;
+}
+
+/* Checks presence, dtype and shape; `n_dims` 1 or 2, cols ignored when n_dims == 1. */
+static enum ft_status get_tensor(const struct ft_model *m, const char *name, int n_dims,
+                                 int64_t rows, int64_t cols, const struct ft_st_tensor **out) {
+    const struct ft_st_tensor *t = find(m, name);
+    *out = t;
+    if (!t)
+        return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' is missing (incomplete download, or "
+                       "config.json does not match the weights?)", m->label, name);
+    if (!readable_dtype(t->dtype))
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; this engine reads "
+                       "BF16, F16 and F32 weights", t->file, name, ft_dtype_name(t->dtype));
+    int ok = t->n_dims == n_dims && t->shape[0] == rows && (n_dims == 1 || t->shape[1] == cols);
+    if (!ok) {
+        char got[96] = "";
+        for (int i = 0; i < t->n_dims && i < 4; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "",
+                     (long long)t->shape[i]);
+        if (n_dims == 1)
+            return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' has shape [%s], expected [%lld] "
+                           "from config.json", t->file, name, got, (long long)rows);
+        return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' has shape [%s], expected [%lld, %lld] "
+                       "from config.json", t->file, name, got, (long long)rows, (long long)cols);
+    }
+    return FT_OK;
+}
+
+static enum ft_status load_weight(struct ft_model *m, const char *name, int rows, int cols,
+                                  struct ft_weight *w) {
+    const struct ft_st_tensor *t;
+    enum ft_status st = get_tensor(m, name, 2, rows, cols, &t);
+    if (st != FT_OK) return st;
+    w->dtype = t->dtype;
+    w->rows = rows;
+    w->cols = cols;
+    w->data = t->data;
+    if ((uintptr_t)t->data % ft_dtype_size(t->dtype)) { /* unaligned in the file: copy */
+        void *p = ft_model_alloc(m, t->n_bytes);
+        if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory copying '%s'", m->label, name);
+        memcpy(p, t->data, t->n_bytes);
+        w->data = p;
+    }
+    m->n_params += (uint64_t)rows * (uint64_t)cols;
+    return FT_OK;
+}
+
+static enum ft_status load_vec(struct ft_model *m, const char *name, int n, float **out) {
+    const struct ft_st_tensor *t;
+    enum ft_status st = get_tensor(m, name, 1, n, 0, &t);
+    if (st != FT_OK) return st;
+    float *p = ft_model_alloc(m, (size_t)n * sizeof *p);
+    if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
+    ft_to_f32(p, t->data, t->dtype, (size_t)n);
+    *out = p;
+    m->n_params += (uint64_t)n;
+    return FT_OK;
+}
+
+#define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
+
+/* Copies one expert matrix into its bank row, converting nothing (the schema is the file's). */
+static enum ft_status fill_expert(struct ft_model *m, struct ft_bank *b, int e, size_t offset,
+                                  const char *name, int rows, int cols) {
+    const struct ft_st_tensor *t;
+    enum ft_status st = get_tensor(m, name, 2, rows, cols, &t);
+    if (st != FT_OK) return st;
+    if (t->dtype != b->schema->dtype)
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: tensor '%s' is %s but other experts of the layer "
+                       "are %s; mixed expert dtypes are not supported", t->file, name,
+                       ft_dtype_name(t->dtype), ft_dtype_name(b->schema->dtype));
+    memcpy(ft_bank_expert(b, e) + offset, t->data, t->n_bytes);
+    return FT_OK;
+}
+
+static enum ft_status load_experts(struct ft_model *m, int l, struct ft_layer *L) {
+    const struct ft_arch *a = m->arch;
+    int E = m->n_experts, I = m->expert_inter, H = m->hidden;
+    char n0[256], n1[256];
+    /* Fused layout (transformers 5.x in-memory names): experts.gate_up_proj [E, 2I, H] and
+     * experts.down_proj [E, H, I]; otherwise one tensor per expert and projection. */
+    const struct ft_st_tensor *fgu = find(m, NAME(n0, "model.layers.%d.%s.experts.gate_up_proj", l, a->moe_block));
+    const struct ft_st_tensor *first = fgu ? fgu : find(m, NAME(n1, "model.layers.%d.%s.experts.0.%s.weight", l, a->moe_block, a->expert_w[0]));
+    if (!first)
+        return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' is missing (incomplete download, or "
+                       "config.json does not match the weights?)", m->label, n1);
+    const struct ft_row_schema *schema = ft_row_schema_for(first->dtype);
+    if (!schema)
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: expert tensor '%s' has dtype %s; supported "
+                       "expert dtypes: BF16, F16, F32", first->file, first->name,
+                       ft_dtype_name(first->dtype));
+    enum ft_status st = ft_bank_init(&L->bank[FT_BANK_GATE_UP], schema, FT_BANK_GATE_UP, E, 2 * I, H);
+    if (st == FT_OK) st = ft_bank_init(&L->bank[FT_BANK_DOWN], schema, FT_BANK_DOWN, E, H, I);
+    if (st != FT_OK) return st;
+    size_t esz = ft_dtype_size(schema->dtype), half = (size_t)I * H * esz;
+    if (fgu) {
+        const struct ft_st_tensor *fd;
+        if ((st = get_tensor(m, n0, 3, E, 2 * I, &first)) != FT_OK) return st;
+        if (fgu->shape[2] != H)
+            return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' has last dimension %lld, expected "
+                           "hidden_size %d", fgu->file, n0, (long long)fgu->shape[2], H);
+        NAME(n1, "model.layers.%d.%s.experts.down_proj", l, a->moe_block);
+        if ((st = get_tensor(m, n1, 3, E, H, &fd)) != FT_OK) return st;
+        if (fd->shape[2] != I || fd->dtype != fgu->dtype)
+            return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' must be [%d, %d, %d] %s", fd->file,
+                           n1, E, H, I, ft_dtype_name(fgu->dtype));
+        for (int e = 0; e < E; e++) {
+            memcpy(ft_bank_expert(&L->bank[0], e), (const uint8_t *)fgu->data + 2 * half * e, 2 * half);
+            memcpy(ft_bank_expert(&L->bank[1], e), (const uint8_t *)fd->data + half * e, half);
+        }
+    } else {
+        for (int e = 0; e < E; e++) {
+            const char *pre = a->moe_block;
+            NAME(n0, "model.layers.%d.%s.experts.%d.%s.weight", l, pre, e, a->expert_w[0]);
+            if ((st = fill_expert(m, &L->bank[0], e, 0, n0, I, H)) != FT_OK) return st;
+            NAME(n0, "model.layers.%d.%s.experts.%d.%s.weight", l, pre, e, a->expert_w[1]);
+            if ((st = fill_expert(m, &L->bank[0], e, half, n0, I, H)) != FT_OK) return st;
+            NAME(n0, "model.layers.%d.%s.experts.%d.%s.weight", l, pre, e, a->expert_w[2]);
+            if ((st = fill_expert(m, &L->bank[1], e, 0, n0, H, I)) != FT_OK) return st;
+        }
+    }
+    m->n_params += (uint64_t)E * 3 * I * H;
+    m->bank_bytes += L->bank[0].bytes + L->bank[1].bytes;
+    return FT_OK;
+}
+
+static int layer_window(const struct ft_model *m, int l) {
+    const struct ft_config *c = &m->cfg;
+    if (c->sliding_window <= 0) return 0;
+    if (m->arch->flags & FT_ARCH_SLIDING_ALL) return c->sliding_window;
+    if ((m->arch->flags & FT_ARCH_SLIDING_QWEN) && c->use_sliding_window == 1 &&
+        l >= c->max_window_layers)
+        return c->sliding_window;
+    return 0;
+}
+
+int ft_model_layer_is_moe(const struct ft_model *m, int l) {
+    const struct ft_config *c = &m->cfg;
+    if (!(m->arch->flags & FT_ARCH_MOE) || m->n_experts <= 0) return 0;
+    if (c->mlp_only && c->mlp_only[l]) return 0;
+    int step = c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1;
+    return (l + 1) % step == 0;
+}
+
+static enum ft_status load_layer(struct ft_model *m, int l) {
+    struct ft_layer *L = &m->layers[l];
+    const struct ft_arch *a = m->arch;
+    int H = m->hidden, q = m->n_heads * m->head_dim, kv = m->n_kv_heads * m->head_dim;
+    char n[256];
+    enum ft_status st;
+#define P(...) NAME(n, "model.layers.%d." __VA_ARGS__)
+    FT_TRY(load_vec(m, P("input_layernorm.weight", l), H, &L->attn_norm));
+    FT_TRY(load_vec(m, P("post_attention_layernorm.weight", l), H, &L->ffn_norm));
+    FT_TRY(load_weight(m, P("self_attn.q_proj.weight", l), q, H, &L->wq));
+    FT_TRY(load_weight(m, P("self_attn.k_proj.weight", l), kv, H, &L->wk));
+    FT_TRY(load_weight(m, P("self_attn.v_proj.weight", l), kv, H, &L->wv));
+    FT_TRY(load_weight(m, P("self_attn.o_proj.weight", l), H, q, &L->wo));
+    if ((a->flags & FT_ARCH_QKV_BIAS) || m->cfg.attention_bias == 1) {
+        FT_TRY(load_vec(m, P("self_attn.q_proj.bias", l), q, &L->bq));
+        FT_TRY(load_vec(m, P("self_attn.k_proj.bias", l), kv, &L->bk));
+        FT_TRY(load_vec(m, P("self_attn.v_proj.bias", l), kv, &L->bv));
+        if (m->cfg.attention_bias == 1 && find(m, P("self_attn.o_proj.bias", l)))
+            FT_TRY(load_vec(m, n, H, &L->bo));
+    }
+    if (a->flags & FT_ARCH_QK_NORM) {
+        FT_TRY(load_vec(m, P("self_attn.q_norm.weight", l), m->head_dim, &L->q_norm));
+        FT_TRY(load_vec(m, P("self_attn.k_norm.weight", l), m->head_dim, &L->k_norm));
+    }
+    L->window = layer_window(m, l);
+    L->is_moe = ft_model_layer_is_moe(m, l);
+    if (!L->is_moe) {
+        int I = m->cfg.intermediate_size;
+        if (I <= 0)
+            return ft_fail(FT_ERR_FORMAT, "%s/config.json: intermediate_size is missing but "
+                           "layer %d is dense", m->label, l);
+        FT_TRY(load_weight(m, P("mlp.gate_proj.weight", l), I, H, &L->w_gate));
+        FT_TRY(load_weight(m, P("mlp.up_proj.weight", l), I, H, &L->w_up));
+        FT_TRY(load_weight(m, P("mlp.down_proj.weight", l), H, I, &L->w_down));
+        return FT_OK;
+    }
+    FT_TRY(load_weight(m, NAME(n, "model.layers.%d.%s.gate.weight", l, a->moe_block),
+                       m->n_experts, H, &L->router));
+    FT_TRY(load_experts(m, l, L));
+    if ((a->flags & FT_ARCH_SHARED_EXPERT) && m->shared_inter > 0) {
+        int Is = m->shared_inter;
+        L->has_shared = 1;
+        FT_TRY(load_weight(m, P("mlp.shared_expert.gate_proj.weight", l), Is, H, &L->sh_gate));
+        FT_TRY(load_weight(m, P("mlp.shared_expert.up_proj.weight", l), Is, H, &L->sh_up));
+        FT_TRY(load_weight(m, P("mlp.shared_expert.down_proj.weight", l), H, Is, &L->sh_down));
+        FT_TRY(load_weight(m, P("mlp.shared_expert_gate.weight", l), 1, H, &L->sh_score));
+    }
+#undef P
+    return FT_OK;
+fail:
+    return st;
+}
+
+enum ft_status ft_rope_init(const struct ft_config *cfg, int head_dim, float **inv_freq,
+                            int *rot_dim, float *mscale) {
+    const struct ft_rope *r = &cfg->rope;
+    double prf = r->partial_rotary_factor > 0 ? r->partial_rotary_factor : 1.0;
+    int dim = (int)(head_dim * prf);
+    dim &= ~1;
+    if (dim <= 0) return ft_fail(FT_ERR_FORMAT, "config.json: rotary dimension is 0");
+    float *f = malloc((size_t)(dim / 2) * sizeof *f);
+    if (!f) return ft_fail(FT_ERR_OOM, "rope: out of memory");
+    double base = r->theta > 0 ? r->theta : 10000.0, factor = r->factor > 0 ? r->factor : 1.0;
+    *mscale = 1.0f;
+    /* fp32 like transformers: base ** (2i/dim) then 1/x */
+    for (int i = 0; i < dim / 2; i++) f[i] = 1.0f / powf((float)base, (float)(2 * i) / (float)dim);
+    if (r->type == FT_ROPE_LINEAR) {
+        for (int i = 0; i < dim / 2; i++) f[i] = (float)(f[i] / factor);
+    } else if (r->type == FT_ROPE_LLAMA3) {
+        double old = r->original_max_pos > 0 ? r->original_max_pos : 8192;
+        double lo = r->low_freq_factor > 0 ? r->low_freq_factor : 1.0;
+        double hi = r->high_freq_factor > 0 ? r->high_freq_factor : 4.0;
+        double lo_wl = old / lo, hi_wl = old / hi;
+        for (int i = 0; i < dim / 2; i++) {
+            double wl = 2 * M_PI / f[i], v = f[i];
+            if (wl > lo_wl) {
+                v = f[i] / factor;
+            } else if (wl >= hi_wl) {
+                double s = (old / wl - lo) / (hi - lo);
+                v = (1 - s) * f[i] / factor + s * f[i];
+            }
+            f[i] = (float)v;
+        }
+    } else if (r->type == FT_ROPE_YARN) {
+        double omax = r->original_max_pos > 0 ? r->original_max_pos : cfg->max_position_embeddings;
+        double bf = r->beta_fast > 0 ? r->beta_fast : 32, bs = r->beta_slow > 0 ? r->beta_slow : 1;
+        double lo = dim * log(omax / (bf * 2 * M_PI)) / (2 * log(base));
+        double hi = dim * log(omax / (bs * 2 * M_PI)) / (2 * log(base));
+        if (r->truncate) {
+            lo = floor(lo);
+            hi = ceil(hi);
+        }
+        lo = lo < 0 ? 0 : lo;
+        hi = hi > dim - 1 ? dim - 1 : hi;
+        if (lo == hi) hi += 0.001;
+        for (int i = 0; i < dim / 2; i++) {
+            float ramp = (float)((i - lo) / (hi - lo));
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            float extra = 1.0f - ramp; /* extrapolation weight */
+            float pos_freq = 1.0f / f[i];
+            float inv_ex = f[i], inv_in = (float)(1.0 / (factor * pos_freq));
+            f[i] = inv_in * (1 - extra) + inv_ex * extra;
+        }
+        *mscale = r->attention_factor > 0 ? (float)r->attention_factor
+                                          : (factor <= 1 ? 1.0f : (float)(0.1 * log(factor) + 1.0));
+    }
+    *inv_freq = f;
+    *rot_dim = dim;
+    return FT_OK;
+}
+
+/* Shapes and derived sizes shared by loaded and synthetic models. */
+enum ft_status ft_model_shapes(struct ft_model *m) {
+    const struct ft_config *c = &m->cfg;
+    m->n_layers = c->n_layers;
+    m->hidden = c->hidden_size;
+    m->n_heads = c->n_heads;
+    m->n_kv_heads = c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads;
+    m->head_dim = c->head_dim > 0 ? c->head_dim : c->hidden_size / c->n_heads;
+    m->vocab = c->vocab_size;
+    m->rms_eps = (float)(c->rms_norm_eps > 0 ? c->rms_norm_eps : 1e-6);
+    if (m->arch->flags & FT_ARCH_MOE) {
+        m->n_experts = c->n_experts;
+        m->top_k = c->n_experts_per_tok;
+        m->expert_inter = m->arch->expert_width_is_intermediate ? c->intermediate_size
+                                                                : c->moe_intermediate_size;
+        m->shared_inter = c->shared_expert_intermediate_size;
+        m->norm_topk = (m->arch->flags & FT_ARCH_NORM_TOPK_ALWAYS) ? 1 : c->norm_topk_prob == 1;
+        if (m->n_experts <= 0 || m->top_k <= 0 || m->top_k > m->n_experts || m->top_k > 64 ||
+            m->expert_inter <= 0)
+            return ft_fail(FT_ERR_FORMAT, "%s/config.json: MoE fields are inconsistent "
+                           "(num_experts %d, num_experts_per_tok %d, expert width %d)",
+                           m->label, m->n_experts, m->top_k, m->expert_inter);
+    }
+    if (m->n_heads % m->n_kv_heads)
+        return ft_fail(FT_ERR_FORMAT, "%s/config.json: num_attention_heads %d is not a multiple "
+                       "of num_key_value_heads %d", m->label, m->n_heads, m->n_kv_heads);
+    m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
+    if (!m->layers) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
+    return ft_rope_init(c, m->head_dim, &m->inv_freq, &m->rot_dim, &m->rope_mscale);
+}
+
+void ft_model_sizes(struct ft_model *m) {
+    uint64_t per_expert = 0;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].is_moe)
+            per_expert = m->layers[l].bank[0].row_bytes + m->layers[l].bank[1].row_bytes;
+    m->expert_bytes = per_expert;
+    uint64_t expert_params = 0;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].is_moe) expert_params += (uint64_t)m->n_experts * 3 * m->expert_inter * m->hidden;
+    uint64_t active_expert = 0;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].is_moe) active_expert += (uint64_t)m->top_k * 3 * m->expert_inter * m->hidden;
+    m->n_params_active = m->n_params - expert_params + active_expert;
+    m->dense_bytes = (m->n_params - expert_params) * ft_dtype_size(m->embed.dtype);
+}
+
+uint64_t ft_model_bytes_per_token(const struct ft_model *m) {
+    /* embedding row is negligible; every other dense weight is read once per step */
+    uint64_t b = m->dense_bytes - (uint64_t)m->vocab * m->hidden * ft_dtype_size(m->embed.dtype);
+    if (m->lm_head.data == m->embed.data) b += (uint64_t)m->vocab * m->hidden * ft_dtype_size(m->embed.dtype);
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].is_moe) b += (uint64_t)m->top_k * m->expert_bytes;
+    return b;
+}
+
+enum ft_status ft_model_load(const char *dir, struct ft_model **out) {
+    *out = NULL;
+    enum ft_status st;
+    struct ft_model *m = calloc(1, sizeof *m);
+    if (!m) return ft_fail(FT_ERR_OOM, "out of memory");
+    snprintf(m->label, sizeof m->label, "%s", dir);
+    FT_TRY(ft_config_load(dir, &m->cfg));
+    m->arch = ft_arch_find(m->cfg.arch);
+    if (!m->arch) {
+        st = ft_fail(FT_ERR_UNSUPPORTED, "%s/config.json: architecture '%s' is not supported "
+                     "(supported: %s)", dir, m->cfg.arch, ft_arch_list());
+        goto fail;
+    }
+    FT_TRY(ft_model_shapes(m));
+    FT_TRY(ft_st_set_open(dir, &m->st));
+    char n[128];
+    FT_TRY(load_weight(m, "model.embed_tokens.weight", m->vocab, m->hidden, &m->embed));
+    FT_TRY(load_vec(m, "model.norm.weight", m->hidden, &m->final_norm));
+    int tie = m->cfg.tie_word_embeddings;
+    if (tie == 1 || (tie == -1 && !find(m, "lm_head.weight"))) {
+        m->lm_head = m->embed;
+    } else {
+        FT_TRY(load_weight(m, NAME(n, "lm_head.weight"), m->vocab, m->hidden, &m->lm_head));
+    }
+    for (int l = 0; l < m->n_layers; l++) FT_TRY(load_layer(m, l));
+    ft_model_sizes(m);
+    *out = m;
+    return FT_OK;
+fail:
+    ft_model_free(m);
+    return st;
+}
+
+void ft_model_free(struct ft_model *m) {
+    if (!m) return;
+    for (int l = 0; m->layers && l < m->n_layers; l++)
+        for (int f = 0; f < FT_BANK_N_FAMILIES; f++) ft_bank_free(&m->layers[l].bank[f]);
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    free(m->inv_freq);
+    ft_st_set_close(m->st);
+    ft_config_free(&m->cfg);
+    free(m);
+}

@@ -1,0 +1,96 @@
+/* model.h — a loaded model: config, arch, every weight the forward pass reads.
+ * Dense weights are used in place from the read-only checkpoint mapping when their dtype and
+ * alignment allow (else copied); 1-D parameters (norms, biases) are converted to f32; routed
+ * experts are repacked into per-layer host banks (mem/bank.h).
+ * Built once on the engine thread; read-only afterwards (any thread may read). */
+#ifndef FT_MODEL_MODEL_H
+#define FT_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format/hfconfig.h"
+#include "format/quant.h"
+#include "format/safetensors.h"
+#include "mem/bank.h"
+#include "model/arch.h"
+
+struct ft_pool;
+
+/* A matmul weight [rows, cols] (y = x · W^T), rows contiguous. */
+struct ft_weight {
+    const void *data;
+    enum ft_dtype dtype;
+    int rows, cols;
+};
+
+struct ft_layer {
+    float *attn_norm;           /* [H] f32 */
+    float *ffn_norm;            /* [H] f32 */
+    struct ft_weight wq;        /* [n_heads*hd, H] */
+    struct ft_weight wk, wv;    /* [n_kv*hd, H] */
+    struct ft_weight wo;        /* [H, n_heads*hd] */
+    float *bq, *bk, *bv, *bo;   /* biases or NULL */
+    float *q_norm, *k_norm;     /* [hd] f32 or NULL (Qwen3) */
+    int window;                 /* sliding window (0 = full attention) */
+    int is_moe;
+    /* dense MLP (is_moe == 0) */
+    struct ft_weight w_gate, w_up; /* [I, H] */
+    struct ft_weight w_down;       /* [H, I] */
+    /* MoE (is_moe == 1) */
+    struct ft_weight router;       /* [E, H] */
+    struct ft_bank bank[FT_BANK_N_FAMILIES]; /* gate_up [E][2I, H], down [E][H, I] */
+    int has_shared;
+    struct ft_weight sh_gate, sh_up; /* [Is, H] */
+    struct ft_weight sh_down;        /* [H, Is] */
+    struct ft_weight sh_score;       /* [1, H]: sigmoid gate of the shared expert */
+};
+
+struct ft_model {
+    struct ft_config cfg;
+    const struct ft_arch *arch;
+    struct ft_st_set *st;       /* checkpoint (NULL for synthetic models) */
+    char label[256];            /* directory or synthetic preset name */
+    int n_layers, hidden, n_heads, n_kv_heads, head_dim, vocab;
+    int n_experts, top_k, expert_inter, norm_topk, shared_inter;
+    float rms_eps;
+    struct ft_weight embed;     /* [V, H] */
+    struct ft_weight lm_head;   /* [V, H] (may alias embed) */
+    float *final_norm;          /* [H] f32 */
+    struct ft_layer *layers;    /* [n_layers] */
+    float *inv_freq;            /* [rot_dim/2] */
+    float rope_mscale;
+    int rot_dim;
+    /* sizes, for inspect/bench */
+    uint64_t n_params, n_params_active, expert_bytes, bank_bytes, dense_bytes;
+    /* owned buffers */
+    void **owned;
+    int n_owned, cap_owned;
+};
+
+/* Loads a Hugging Face checkpoint directory. */
+enum ft_status ft_model_load(const char *dir, struct ft_model **out);
+void ft_model_free(struct ft_model *m);
+
+/* Computes RoPE inverse frequencies and the attention factor from cfg (rot_dim/2 values). */
+enum ft_status ft_rope_init(const struct ft_config *cfg, int head_dim, float **inv_freq,
+                            int *rot_dim, float *mscale);
+
+/* For model builders (model.c, synthetic.c): an allocation freed with the model; derives
+ * shapes, layers[] and RoPE tables from cfg/arch; computes the size fields after loading. */
+void *ft_model_alloc(struct ft_model *m, size_t bytes);
+enum ft_status ft_model_shapes(struct ft_model *m);
+void ft_model_sizes(struct ft_model *m);
+
+/* Synthetic models: real shapes, random bf16 weights generated in memory (benchmarks). */
+const char *ft_synthetic_presets(void);
+enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint64_t seed,
+                                  struct ft_model **out);
+
+/* 1 if layer l has routed experts (mlp_only_layers, decoder_sparse_step). */
+int ft_model_layer_is_moe(const struct ft_model *m, int l);
+
+/* Bytes of weights read per decoded token (dense + k active experts per MoE layer + head). */
+uint64_t ft_model_bytes_per_token(const struct ft_model *m);
+
+#endif

@@ -1,0 +1,30 @@
+/* registry.c — the list of supported architectures. Adding one: a new file under src/model/
+ * defining a const struct ft_arch, plus one line here. */
+#include <string.h>
+
+#include "model/arch.h"
+
+extern const struct ft_arch ft_arch_llama, ft_arch_mistral, ft_arch_qwen2, ft_arch_qwen3,
+    ft_arch_qwen2_moe, ft_arch_qwen3_moe, ft_arch_mixtral;
+
+static const struct ft_arch *const k_archs[] = {
+    &ft_arch_llama,     &ft_arch_mistral,   &ft_arch_qwen2,   &ft_arch_qwen3,
+    &ft_arch_qwen2_moe, &ft_arch_qwen3_moe, &ft_arch_mixtral,
+};
+
+const struct ft_arch *ft_arch_find(const char *name) {
+    for (size_t i = 0; i < sizeof k_archs / sizeof k_archs[0]; i++)
+        if (strcmp(k_archs[i]->name, name) == 0) return k_archs[i];
+    return NULL;
+}
+
+const char *ft_arch_list(void) {
+    static char buf[512];
+    if (!buf[0]) {
+        for (size_t i = 0; i < sizeof k_archs / sizeof k_archs[0]; i++) {
+            if (i) strcat(buf, ", ");
+            strcat(buf, k_archs[i]->name);
+        }
+    }
+    return buf;
+}

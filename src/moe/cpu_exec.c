@@ -1,0 +1,134 @@
+/* cpu_exec.c — CPU expert executor: groups the step's tokens by expert, then runs two pool
+ * passes (gate_up tiles, down tiles) whose tasks are (expert, row range) pairs claimed through
+ * an atomic counter so uneven experts balance across workers. Engine thread only. */
+#include "moe/cpu_exec.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "core/status.h"
+
+enum { TILE_ROWS = 32 };
+
+struct ft_moe_exec {
+    int max_rows, n_experts, H, I;
+    int *count;      /* [E] tokens per expert this step */
+    int *offset;     /* [E+1] first row of each expert in the gathered buffers */
+    int *active;     /* [E] ids of active experts, in order */
+    int *row_token;  /* [max_rows] source token of each gathered row */
+    float *row_w;    /* [max_rows] router weight of each gathered row */
+    float *xg;       /* [max_rows, H] gathered inputs */
+    float *gu;       /* [max_rows, 2I] gate/up outputs */
+    float *act;      /* [max_rows, I] silu(gate) * up */
+    float *y;        /* [max_rows, H] expert outputs */
+};
+
+struct pass {
+    struct ft_moe_exec *x;
+    const struct ft_bank *bank;
+    const float *in;  /* [rows, K] */
+    float *out;       /* [rows, N] */
+    int K, N, n_active, tiles_per_expert;
+    atomic_int next;
+};
+
+static void pass_task(void *ctx, int i, int n) {
+    struct pass *p = ctx;
+    struct ft_moe_exec *x = p->x;
+    int total = p->n_active * p->tiles_per_expert;
+    for (int t; (t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < total;) {
+        int a = t / p->tiles_per_expert, tile = t % p->tiles_per_expert;
+        int e = x->active[a], r0 = x->offset[e], nr = x->count[e];
+        int n0 = tile * TILE_ROWS, n1 = FT_MIN(n0 + TILE_ROWS, p->N);
+        ft_cpu_matmul_rows(p->out + (size_t)r0 * p->N, p->N, p->in + (size_t)r0 * p->K, p->K,
+                           ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr, n0, n1, p->K);
+    }
+}
+
+static void run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *bank,
+                     const float *in, float *out, int n_active) {
+    struct pass p = {.x = x, .bank = bank, .in = in, .out = out, .K = bank->cols,
+                     .N = bank->rows, .n_active = n_active};
+    p.tiles_per_expert = (p.N + TILE_ROWS - 1) / TILE_ROWS;
+    atomic_init(&p.next, 0);
+    ft_pool_run(pool, pass_task, &p);
+}
+
+enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int top_k,
+                                int n_experts, int H, int I) {
+    struct ft_moe_exec *x = calloc(1, sizeof *x);
+    *out = NULL;
+    if (!x) return ft_fail(FT_ERR_OOM, "moe executor: out of memory");
+    x->max_rows = max_tokens * top_k;
+    x->n_experts = n_experts;
+    x->H = H;
+    x->I = I;
+    size_t R = (size_t)x->max_rows;
+    x->count = calloc((size_t)n_experts, sizeof *x->count);
+    x->offset = calloc((size_t)n_experts + 1, sizeof *x->offset);
+    x->active = calloc((size_t)n_experts, sizeof *x->active);
+    x->row_token = calloc(R, sizeof *x->row_token);
+    x->row_w = calloc(R, sizeof *x->row_w);
+    x->xg = malloc(R * H * sizeof(float));
+    x->gu = malloc(R * 2 * I * sizeof(float));
+    x->act = malloc(R * I * sizeof(float));
+    x->y = malloc(R * H * sizeof(float));
+    if (!x->count || !x->offset || !x->active || !x->row_token || !x->row_w || !x->xg ||
+        !x->gu || !x->act || !x->y) {
+        ft_moe_exec_free(x);
+        return ft_fail(FT_ERR_OOM, "moe executor: out of memory for %d tokens", max_tokens);
+    }
+    *out = x;
+    return FT_OK;
+}
+
+void ft_moe_exec_free(struct ft_moe_exec *x) {
+    if (!x) return;
+    free(x->count);
+    free(x->offset);
+    free(x->active);
+    free(x->row_token);
+    free(x->row_w);
+    free(x->xg);
+    free(x->gu);
+    free(x->act);
+    free(x->y);
+    free(x);
+}
+
+int ft_moe_exec_run(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *gate_up,
+                    const struct ft_bank *down, const float *in, const int *ids, const float *w,
+                    int T, int k, float *out) {
+    int E = x->n_experts, H = x->H, I = x->I;
+    FT_ASSERT(T * k <= x->max_rows && gate_up->rows == 2 * I && down->cols == I);
+    memset(x->count, 0, (size_t)E * sizeof *x->count);
+    for (int i = 0; i < T * k; i++) x->count[ids[i]]++;
+    int n_active = 0;
+    x->offset[0] = 0;
+    for (int e = 0; e < E; e++) {
+        x->offset[e + 1] = x->offset[e] + x->count[e];
+        if (x->count[e]) x->active[n_active++] = e;
+    }
+    /* gather rows expert by expert (count reused as a fill cursor, then restored) */
+    for (int e = 0; e < E; e++) x->count[e] = 0;
+    for (int t = 0; t < T; t++) {
+        for (int j = 0; j < k; j++) {
+            int e = ids[t * k + j], r = x->offset[e] + x->count[e]++;
+            x->row_token[r] = t;
+            x->row_w[r] = w[t * k + j];
+            memcpy(x->xg + (size_t)r * H, in + (size_t)t * H, (size_t)H * sizeof(float));
+        }
+    }
+    run_pass(x, pool, gate_up, x->xg, x->gu, n_active);
+    ft_cpu_silu_mul(x->act, x->gu, T * k, I);
+    run_pass(x, pool, down, x->act, x->y, n_active);
+    for (int r = 0; r < T * k; r++) {
+        float *o = out + (size_t)x->row_token[r] * H;
+        const float *y = x->y + (size_t)r * H;
+        float wr = x->row_w[r];
+        for (int h = 0; h < H; h++) o[h] += wr * y[h];
+    }
+    return n_active;
+}

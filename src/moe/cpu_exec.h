@@ -1,0 +1,24 @@
+/* cpu_exec.h — the CPU expert executor (DESIGN.md section 6): computes routed experts for a
+ * batch of tokens straight from the host banks. Two passes over the pool: gate/up for every
+ * (expert, row tile) handed out by an atomic counter, then down; each weight byte is read once
+ * per call. Engine thread only (it drives the pool). */
+#ifndef FT_MOE_CPU_EXEC_H
+#define FT_MOE_CPU_EXEC_H
+
+#include "core/threadpool.h"
+#include "mem/bank.h"
+
+struct ft_moe_exec;
+
+/* Scratch for up to max_tokens tokens x top_k experts, hidden H, expert width I. */
+enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int top_k, int n_experts,
+                                int H, int I);
+void ft_moe_exec_free(struct ft_moe_exec *x);
+
+/* out[T, H] += sum_j w[t, j] * expert_{ids[t, j]}(x[t]) with expert(x) = down(silu(gate x) * up x).
+ * ids, w: [T, k]. Returns the number of distinct experts used. */
+int ft_moe_exec_run(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *gate_up,
+                    const struct ft_bank *down, const float *in, const int *ids, const float *w,
+                    int T, int k, float *out);
+
+#endif
