@@ -48,7 +48,9 @@ int ft_st_set_count(const struct ft_st_set *s);
 const struct ft_st_tensor *ft_st_set_at(const struct ft_st_set *s, int i);
 const struct ft_st_tensor *ft_st_set_find(const struct ft_st_set *s, const char *name);
 
-/* Writes a safetensors file (8-byte aligned header, tensors in the given order). */
+/* Writes a safetensors file (header padded with spaces to a multiple of 8; the header lists
+ * tensors in the given order; the data region holds them largest element size first, stable,
+ * with no gaps, so each tensor is aligned to its element size). Writes path.tmp, then renames. */
 struct ft_st_out {
     const char *name;
     enum ft_dtype dtype;

@@ -1,0 +1,248 @@
+/* ops.c — the CPU backend's non-matmul ops on fp32 activations: embedding lookup, RMSNorm,
+ * rotate-half RoPE, causal GQA attention over a KV cache, SiLU-gate, add, softmax, top-k.
+ * Numerics follow Hugging Face's fp32 paths (RMSNorm sum of squares in fp32, RoPE angles as
+ * (float)pos * inv_freq). Attention uses an online softmax over blocks of positions, with the
+ * dot products and the V accumulation vectorised for the current ISA tier.
+ * Threading: ft_cpu_attention runs on the pool (one caller at a time); the others are
+ * single-threaded and reentrant. */
+#include "backend/cpu/ops.h"
+
+#include <math.h>
+
+#include "core/status.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define FT_X86 1
+#endif
+
+void ft_cpu_embed(float *out, const void *table, enum ft_dtype wt, const int32_t *ids, int T,
+                  int H) {
+    size_t row_bytes = (size_t)H * ft_dtype_size(wt);
+    for (int t = 0; t < T; t++)
+        ft_to_f32(out + (size_t)t * H, (const char *)table + (size_t)ids[t] * row_bytes, wt,
+                  (size_t)H);
+}
+
+void ft_cpu_rmsnorm(float *y, const float *x, const float *w, int T, int H, float eps) {
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * H;
+        float *yt = y + (size_t)t * H;
+        float lane[8] = {0};
+        for (int i = 0; i < H; i++) lane[i & 7] += xt[i] * xt[i];
+        float ss = ((lane[0] + lane[4]) + (lane[1] + lane[5])) +
+                   ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+        float r = 1.0f / sqrtf(ss / (float)H + eps);
+        for (int i = 0; i < H; i++) yt[i] = w[i] * (xt[i] * r);
+    }
+}
+
+void ft_cpu_rope(float *x, const int32_t *pos, const float *inv_freq, float mscale, int T,
+                 int n_heads, int head_dim, int rot_dim) {
+    int half = rot_dim / 2;
+    for (int t = 0; t < T; t++) {
+        float *xt = x + (size_t)t * n_heads * head_dim;
+        for (int i = 0; i < half; i++) {
+            float a = (float)pos[t] * inv_freq[i];
+            float c = cosf(a) * mscale, s = sinf(a) * mscale;
+            for (int h = 0; h < n_heads; h++) {
+                float *xh = xt + (size_t)h * head_dim;
+                float x0 = xh[i], x1 = xh[i + half];
+                xh[i] = x0 * c - x1 * s;
+                xh[i + half] = x1 * c + x0 * s;
+            }
+        }
+    }
+}
+
+void ft_cpu_silu_mul(float *out, const float *gate_up, int T, int I) {
+    for (int t = 0; t < T; t++) {
+        const float *g = gate_up + (size_t)t * 2 * I, *u = g + I;
+        float *o = out + (size_t)t * I;
+        for (int i = 0; i < I; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+void ft_cpu_add(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void ft_cpu_softmax(float *x, int n) {
+    if (n <= 0) return;
+    float m = x[0];
+    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        s += x[i];
+    }
+    float inv = 1.0f / s;
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* Insertion into a sorted list of the best so far; a later index enters only when strictly
+ * greater, so ties keep the lower index first. NaN compares as the lowest value. */
+void ft_cpu_topk(const float *x, int n, int k, int *idx, float *val) {
+    if (k > n) k = n;
+    int have = 0;
+    for (int i = 0; i < n; i++) {
+        float v = isnan(x[i]) ? -INFINITY : x[i];
+        if (have == k && !(v > val[k - 1])) continue;
+        int j = have < k ? have++ : k - 1;
+        while (j > 0 && v > val[j - 1]) {
+            val[j] = val[j - 1];
+            idx[j] = idx[j - 1];
+            j--;
+        }
+        val[j] = v;
+        idx[j] = i;
+    }
+}
+
+/* ---------------------------------------------------------------- attention -- */
+
+/* Vector helpers: dot(a, b, n), y += a * x, y *= a. One set per tier. */
+struct vec_ops {
+    float (*dot)(const float *a, const float *b, int n);
+    void (*axpy)(float *y, float a, const float *x, int n);
+    void (*scale)(float *y, float a, int n);
+};
+
+static float dot_c(const float *a, const float *b, int n) {
+    float lane[8] = {0};
+    for (int i = 0; i < n; i++) lane[i & 7] += a[i] * b[i];
+    return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+}
+static void axpy_c(float *y, float a, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+static void scale_c(float *y, float a, int n) {
+    for (int i = 0; i < n; i++) y[i] *= a;
+}
+
+#ifdef FT_X86
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define T256 __attribute__((target("avx2,fma,f16c")))
+
+T512 static float dot_512(const float *a, const float *b, int n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+T512 static void axpy_512(float *y, float a, const float *x, int n) {
+    __m512 av = _mm512_set1_ps(a);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 r = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+        _mm512_mask_storeu_ps(y + i, m, r);
+    }
+}
+T512 static void scale_512(float *y, float a, int n) {
+    __m512 av = _mm512_set1_ps(a);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(av, _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+T256 static float dot_256(const float *a, const float *b, int n) {
+    __m256 s = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    float r = _mm_cvtss_f32(h);
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+T256 static void axpy_256(float *y, float a, const float *x, int n) {
+    __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+T256 static void scale_256(float *y, float a, int n) {
+    __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] *= a;
+}
+#endif
+
+static struct vec_ops pick_vec_ops(void) {
+#ifdef FT_X86
+    enum ft_cpu_isa isa = ft_cpu_isa();
+    if (isa >= FT_ISA_AVX512) return (struct vec_ops){dot_512, axpy_512, scale_512};
+    if (isa == FT_ISA_AVX2) return (struct vec_ops){dot_256, axpy_256, scale_256};
+#endif
+    return (struct vec_ops){dot_c, axpy_c, scale_c};
+}
+
+#define ATT_BLOCK 64  /* positions scored per online-softmax step */
+
+struct attn_ctx {
+    float *out;                /* [T, n_heads, head_dim] */
+    const float *q, *k, *v;    /* q: [T, n_heads, hd]; k, v: [S, n_kv_heads, hd] */
+    const int32_t *pos;        /* [T] */
+    int T, n_heads, n_kv_heads, head_dim, window;
+    float scale;
+    struct vec_ops ops;
+};
+
+/* One (token, head): online softmax over blocks of positions; acc is the output row. */
+static void attn_one(const struct attn_ctx *c, int t, int h) {
+    int hd = c->head_dim, kvh = h / (c->n_heads / c->n_kv_heads);
+    size_t kv_stride = (size_t)c->n_kv_heads * hd;
+    const float *qh = c->q + ((size_t)t * c->n_heads + h) * hd;
+    const float *kb = c->k + (size_t)kvh * hd, *vb = c->v + (size_t)kvh * hd;
+    float *acc = c->out + ((size_t)t * c->n_heads + h) * hd;
+    int p1 = c->pos[t] + 1, p0 = c->window > 0 ? FT_MAX(0, p1 - c->window) : 0;
+    float m = -INFINITY, l = 0.0f, s[ATT_BLOCK];
+    for (int i = 0; i < hd; i++) acc[i] = 0.0f;
+    for (int b = p0; b < p1; b += ATT_BLOCK) {
+        int nb = FT_MIN(ATT_BLOCK, p1 - b);
+        float bm = -INFINITY;
+        for (int j = 0; j < nb; j++) {
+            s[j] = c->ops.dot(qh, kb + (size_t)(b + j) * kv_stride, hd) * c->scale;
+            bm = s[j] > bm ? s[j] : bm;
+        }
+        if (bm > m) { /* rescale what was accumulated under the old max */
+            float corr = expf(m - bm);
+            l *= corr;
+            c->ops.scale(acc, corr, hd);
+            m = bm;
+        }
+        for (int j = 0; j < nb; j++) {
+            float e = expf(s[j] - m);
+            l += e;
+            c->ops.axpy(acc, e, vb + (size_t)(b + j) * kv_stride, hd);
+        }
+    }
+    if (l > 0.0f) c->ops.scale(acc, 1.0f / l, hd);
+}
+
+/* (t, h) pairs dealt round-robin so causal prefill (later tokens cost more) stays balanced. */
+static void attn_worker(void *arg, int i, int n) {
+    const struct attn_ctx *c = arg;
+    long pairs = (long)c->T * c->n_heads;
+    for (long p = i; p < pairs; p += n) attn_one(c, (int)(p / c->n_heads), (int)(p % c->n_heads));
+}
+
+void ft_cpu_attention(struct ft_pool *pool, float *out, const float *q, const float *k,
+                      const float *v, const int32_t *pos, int T, int n_heads, int n_kv_heads,
+                      int head_dim, float scale, int window) {
+    FT_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0);
+    struct attn_ctx c = {out, q, k, v, pos, T, n_heads, n_kv_heads, head_dim, window, scale,
+                         pick_vec_ops()};
+    ft_pool_run(pool, attn_worker, &c);
+}

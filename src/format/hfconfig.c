@@ -1,0 +1,481 @@
+/* hfconfig.c — config.json / generation_config.json of a Hugging Face checkpoint into struct
+ * ft_config, accepting the transformers 4.x spellings (rope_theta + rope_scaling at top level,
+ * torch_dtype, num_experts) and the 5.x ones (rope_parameters, dtype, num_local_experts).
+ * Called by the model loaders at load time, by `ft inspect`, the tests and fuzz/fuzz_config.c.
+ * Threading: pure functions over their arguments; any thread, one cfg per caller.
+ * Every value is checked for type and range; errors name the file and the field. */
+#include "format/hfconfig.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/file.h"
+#include "core/status.h"
+
+#define SUPPORTED_ROPE "default, linear, llama3, yarn"
+
+static const char *jtype(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+/* Present and not null. */
+static json_t *get(json_t *o, const char *key) {
+    json_t *v = o ? json_object_get(o, key) : NULL;
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+/* Integer field in [lo, INT_MAX]; absent/null -> *out = dflt (or an error when required).
+ * `where` prefixes the key in messages (e.g. "rope_scaling."). */
+static enum ft_status get_int(json_t *o, const char *where, const char *key, const char *label,
+                              int required, int dflt, int lo, int *out) {
+    json_t *v = get(o, key);
+    if (!v) {
+        if (required)
+            return ft_fail(FT_ERR_FORMAT, "%s: required field '%s%s' is missing", label, where,
+                           key);
+        *out = dflt;
+        return FT_OK;
+    }
+    if (!json_is_integer(v))
+        return ft_fail(FT_ERR_FORMAT, "%s: '%s%s' must be an integer, got %s", label, where, key,
+                       jtype(v));
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > INT_MAX)
+        return ft_fail(FT_ERR_FORMAT, "%s: '%s%s' = %lld is out of range (must be >= %d)", label,
+                       where, key, (long long)x, lo);
+    *out = (int)x;
+    return FT_OK;
+}
+
+/* Number field (integer or real), finite and > lo (or >= lo when `incl`). */
+static enum ft_status get_num(json_t *o, const char *where, const char *key, const char *label,
+                              double dflt, double lo, int incl, double *out) {
+    json_t *v = get(o, key);
+    if (!v) {
+        *out = dflt;
+        return FT_OK;
+    }
+    if (!json_is_number(v))
+        return ft_fail(FT_ERR_FORMAT, "%s: '%s%s' must be a number, got %s", label, where, key,
+                       jtype(v));
+    double x = json_number_value(v);
+    if (!isfinite(x) || (incl ? x < lo : x <= lo))
+        return ft_fail(FT_ERR_FORMAT, "%s: '%s%s' = %g is out of range (must be %s %g)", label,
+                       where, key, x, incl ? ">=" : ">", lo);
+    *out = x;
+    return FT_OK;
+}
+
+/* Boolean field: 1/0, absent/null -> dflt. */
+static enum ft_status get_bool(json_t *o, const char *where, const char *key, const char *label,
+                               int dflt, int *out) {
+    json_t *v = get(o, key);
+    if (!v) {
+        *out = dflt;
+        return FT_OK;
+    }
+    if (!json_is_boolean(v))
+        return ft_fail(FT_ERR_FORMAT, "%s: '%s%s' must be true or false, got %s", label, where,
+                       key, jtype(v));
+    *out = json_is_true(v);
+    return FT_OK;
+}
+
+static enum ft_status get_str(json_t *o, const char *key, const char *label, char *dst,
+                              size_t cap) {
+    json_t *v = get(o, key);
+    if (!v) return FT_OK;
+    if (!json_is_string(v))
+        return ft_fail(FT_ERR_FORMAT, "%s: '%s' must be a string, got %s", label, key, jtype(v));
+    const char *s = json_string_value(v);
+    if (strlen(s) >= cap)
+        return ft_fail(FT_ERR_FORMAT, "%s: '%s' is too long (%zu bytes, at most %zu)", label, key,
+                       strlen(s), cap - 1);
+    memcpy(dst, s, strlen(s) + 1);
+    return FT_OK;
+}
+
+/* bos_token_id (int or null) and eos_token_id (int, list of ints or null). Absent keys leave
+ * cfg untouched so generation_config.json can override only what it names. */
+static enum ft_status get_special_tokens(json_t *root, const char *label, struct ft_config *cfg) {
+    enum ft_status st;
+    json_t *b = json_object_get(root, "bos_token_id");
+    if (b) {
+        if (json_is_null(b)) cfg->bos_token_id = -1;
+        else if ((st = get_int(root, "", "bos_token_id", label, 0, -1, 0, &cfg->bos_token_id)))
+            return st;
+    }
+    json_t *e = json_object_get(root, "eos_token_id");
+    if (!e) return FT_OK;
+    if (json_is_null(e)) {
+        cfg->n_eos = 0;
+        return FT_OK;
+    }
+    if (json_is_integer(e)) {
+        json_int_t x = json_integer_value(e);
+        if (x < 0 || x > INT_MAX)
+            return ft_fail(FT_ERR_FORMAT, "%s: 'eos_token_id' = %lld is out of range", label,
+                           (long long)x);
+        cfg->eos_token_ids[0] = (int)x;
+        cfg->n_eos = 1;
+        return FT_OK;
+    }
+    if (!json_is_array(e))
+        return ft_fail(FT_ERR_FORMAT, "%s: 'eos_token_id' must be an integer or a list of integers, got %s",
+                       label, jtype(e));
+    size_t n = json_array_size(e);
+    if (n > FT_MAX_EOS)
+        return ft_fail(FT_ERR_FORMAT, "%s: 'eos_token_id' lists %zu ids (at most %d supported)",
+                       label, n, FT_MAX_EOS);
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(e, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT_MAX)
+            return ft_fail(FT_ERR_FORMAT, "%s: 'eos_token_id[%zu]' must be a non-negative integer",
+                           label, i);
+        cfg->eos_token_ids[i] = (int)json_integer_value(x);
+    }
+    cfg->n_eos = (int)n;
+    return FT_OK;
+}
+
+/* RoPE: theta from rope_parameters (5.x) or the top level (4.x); scaling from
+ * rope_parameters (5.x) or rope_scaling (4.x), typed by "rope_type" or legacy "type". */
+static enum ft_status parse_rope(json_t *root, const char *label, struct ft_config *cfg) {
+    enum ft_status st = FT_OK;
+    struct ft_rope *r = &cfg->rope;
+    json_t *rp = get(root, "rope_parameters"), *rs = get(root, "rope_scaling");
+    if (rp && !json_is_object(rp))
+        return ft_fail(FT_ERR_FORMAT, "%s: 'rope_parameters' must be an object, got %s", label,
+                       jtype(rp));
+    if (rs && !json_is_object(rs))
+        return ft_fail(FT_ERR_FORMAT, "%s: 'rope_scaling' must be an object or null, got %s",
+                       label, jtype(rs));
+    json_t *sc = rp ? rp : rs;
+    const char *where = rp ? "rope_parameters." : "rope_scaling.";
+    if (sc) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(sc, k, v) {
+            if (json_is_object(v))
+                return ft_fail(FT_ERR_UNSUPPORTED,
+                               "%s: '%s%s': per-layer-type RoPE parameters are not supported",
+                               label, where, k);
+        }
+    }
+    double top_theta;
+    FT_TRY(get_num(root, "", "rope_theta", label, 10000.0, 0, 0, &top_theta));
+    FT_TRY(get_num(sc, where, "rope_theta", label, top_theta, 0, 0, &r->theta));
+    double top_prf;
+    FT_TRY(get_num(root, "", "partial_rotary_factor", label, 1.0, 0, 0, &top_prf));
+    FT_TRY(get_num(sc, where, "partial_rotary_factor", label, top_prf, 0, 0,
+                   &r->partial_rotary_factor));
+    if (r->partial_rotary_factor > 1)
+        return ft_fail(FT_ERR_FORMAT, "%s: 'partial_rotary_factor' = %g must be in (0, 1]", label,
+                       r->partial_rotary_factor);
+
+    r->type = FT_ROPE_DEFAULT;
+    r->factor = 1;
+    r->low_freq_factor = 1;
+    r->high_freq_factor = 4;
+    r->original_max_pos = cfg->max_position_embeddings;
+    r->beta_fast = 32;
+    r->beta_slow = 1;
+    r->attention_factor = 0;
+    r->truncate = 1;
+
+    const char *type = "default";
+    json_t *jt = get(sc, "rope_type");
+    const char *tkey = "rope_type";
+    if (!jt) { /* legacy 4.x spelling */
+        jt = get(sc, "type");
+        tkey = "type";
+    }
+    if (jt) {
+        if (!json_is_string(jt))
+            return ft_fail(FT_ERR_FORMAT, "%s: '%s%s' must be a string, got %s", label, where,
+                           tkey, jtype(jt));
+        type = json_string_value(jt);
+    }
+    if (strcmp(type, "default") == 0) return FT_OK;
+    if (strcmp(type, "linear") == 0) r->type = FT_ROPE_LINEAR;
+    else if (strcmp(type, "llama3") == 0) r->type = FT_ROPE_LLAMA3;
+    else if (strcmp(type, "yarn") == 0) r->type = FT_ROPE_YARN;
+    else
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: '%s%s' = '%.40s' is not supported (supported: %s)",
+                       label, where, tkey, type, SUPPORTED_ROPE);
+
+    /* original_max_position_embeddings: top level wins (Phi-3 style), then the rope dict,
+     * then max_position_embeddings (as transformers' standardize_rope_params does). */
+    int omp;
+    FT_TRY(get_int(sc, where, "original_max_position_embeddings", label, 0,
+                   cfg->max_position_embeddings, 1, &omp));
+    FT_TRY(get_int(root, "", "original_max_position_embeddings", label, 0, omp, 1, &omp));
+    r->original_max_pos = omp;
+
+    if (r->type == FT_ROPE_YARN && !get(sc, "factor")) {
+        /* DeepSeek-style: factor from the context ratio */
+        if (omp <= 0)
+            return ft_fail(FT_ERR_FORMAT, "%s: yarn RoPE needs '%sfactor' or "
+                           "'original_max_position_embeddings'", label, where);
+        r->factor = (double)cfg->max_position_embeddings / omp;
+    } else {
+        if (!get(sc, "factor"))
+            return ft_fail(FT_ERR_FORMAT, "%s: '%sfactor' is missing (needed by rope_type '%s')",
+                           label, where, type);
+        FT_TRY(get_num(sc, where, "factor", label, 1, 0, 0, &r->factor));
+    }
+    if (r->type == FT_ROPE_LLAMA3) {
+        FT_TRY(get_num(sc, where, "low_freq_factor", label, 1, 0, 0, &r->low_freq_factor));
+        FT_TRY(get_num(sc, where, "high_freq_factor", label, 4, 0, 0, &r->high_freq_factor));
+        if (r->high_freq_factor <= r->low_freq_factor)
+            return ft_fail(FT_ERR_FORMAT, "%s: '%shigh_freq_factor' (%g) must exceed "
+                           "low_freq_factor (%g)", label, where, r->high_freq_factor,
+                           r->low_freq_factor);
+        if (omp <= 0)
+            return ft_fail(FT_ERR_FORMAT, "%s: llama3 RoPE needs '%soriginal_max_position_embeddings'",
+                           label, where);
+    }
+    if (r->type == FT_ROPE_YARN) {
+        FT_TRY(get_num(sc, where, "beta_fast", label, 32, 0, 0, &r->beta_fast));
+        FT_TRY(get_num(sc, where, "beta_slow", label, 1, 0, 0, &r->beta_slow));
+        FT_TRY(get_num(sc, where, "attention_factor", label, 0, 0, 0, &r->attention_factor));
+        FT_TRY(get_bool(sc, where, "truncate", label, 1, &r->truncate));
+        if (r->attention_factor == 0) {
+            /* transformers: with mscale and mscale_all_dim both set, the ratio of the two
+             * get_mscale values; otherwise 0 (= derive 0.1*ln(factor)+1 at use). */
+            double ms, msa;
+            FT_TRY(get_num(sc, where, "mscale", label, 0, 0, 1, &ms));
+            FT_TRY(get_num(sc, where, "mscale_all_dim", label, 0, 0, 1, &msa));
+            if (ms != 0 && msa != 0 && r->factor > 1)
+                r->attention_factor =
+                    (0.1 * ms * log(r->factor) + 1) / (0.1 * msa * log(r->factor) + 1);
+            else if (ms != 0 && msa != 0)
+                r->attention_factor = 1;
+        }
+    }
+fail:
+    return st;
+}
+
+static enum ft_status parse_moe(json_t *root, const char *label, struct ft_config *cfg) {
+    enum ft_status st = FT_OK;
+    int ne = 0, nle = 0;
+    FT_TRY(get_int(root, "", "num_experts", label, 0, 0, 0, &ne));
+    FT_TRY(get_int(root, "", "num_local_experts", label, 0, 0, 0, &nle));
+    if (ne && nle && ne != nle)
+        return ft_fail(FT_ERR_FORMAT, "%s: 'num_experts' (%d) and 'num_local_experts' (%d) disagree",
+                       label, ne, nle);
+    cfg->n_experts = ne ? ne : nle;
+    FT_TRY(get_int(root, "", "num_experts_per_tok", label, 0, 0, 0, &cfg->n_experts_per_tok));
+    if (cfg->n_experts && cfg->n_experts_per_tok > cfg->n_experts)
+        return ft_fail(FT_ERR_FORMAT, "%s: 'num_experts_per_tok' (%d) exceeds the %d experts",
+                       label, cfg->n_experts_per_tok, cfg->n_experts);
+    if (cfg->n_experts && cfg->n_experts_per_tok < 1)
+        return ft_fail(FT_ERR_FORMAT, "%s: 'num_experts_per_tok' must be >= 1 for a MoE model "
+                       "(%d experts)", label, cfg->n_experts);
+    FT_TRY(get_int(root, "", "moe_intermediate_size", label, 0, 0, 0, &cfg->moe_intermediate_size));
+    FT_TRY(get_int(root, "", "shared_expert_intermediate_size", label, 0, 0, 0,
+                   &cfg->shared_expert_intermediate_size));
+    FT_TRY(get_bool(root, "", "norm_topk_prob", label, -1, &cfg->norm_topk_prob));
+    FT_TRY(get_int(root, "", "decoder_sparse_step", label, 0, 1, 1, &cfg->decoder_sparse_step));
+    json_t *ml = get(root, "mlp_only_layers");
+    if (ml) {
+        if (!json_is_array(ml))
+            return ft_fail(FT_ERR_FORMAT, "%s: 'mlp_only_layers' must be a list of layer ids, got %s",
+                           label, jtype(ml));
+        if (json_array_size(ml) > 0) {
+            cfg->mlp_only = calloc((size_t)cfg->n_layers, 1);
+            if (!cfg->mlp_only) return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
+        }
+        for (size_t i = 0; i < json_array_size(ml); i++) {
+            json_t *x = json_array_get(ml, i);
+            if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+                json_integer_value(x) >= cfg->n_layers)
+                return ft_fail(FT_ERR_FORMAT, "%s: 'mlp_only_layers[%zu]' must be a layer id in "
+                               "[0, %d)", label, i, cfg->n_layers);
+            cfg->mlp_only[json_integer_value(x)] = 1;
+        }
+    }
+fail:
+    return st;
+}
+
+static void init_defaults(struct ft_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->rms_norm_eps = 1e-6;
+    cfg->tie_word_embeddings = -1;
+    cfg->attention_bias = -1;
+    cfg->use_sliding_window = -1;
+    cfg->norm_topk_prob = -1;
+    cfg->decoder_sparse_step = 1;
+    cfg->bos_token_id = -1;
+    cfg->gen.do_sample = -1;
+    cfg->rope.theta = 10000;
+    cfg->rope.factor = 1;
+    cfg->rope.partial_rotary_factor = 1;
+}
+
+enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
+                               struct ft_config *cfg) {
+    enum ft_status st = FT_OK;
+    json_t *root = NULL;
+    if (!label) label = "config.json";
+    init_defaults(cfg);
+    json_error_t jerr;
+    root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return ft_fail(FT_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", label,
+                       jerr.text, jerr.line, jerr.column);
+    if (!json_is_object(root)) {
+        st = ft_fail(FT_ERR_FORMAT, "%s: top level is not a JSON object", label);
+        goto fail;
+    }
+    json_t *ar = json_object_get(root, "architectures");
+    if (!ar || json_is_null(ar)) {
+        st = ft_fail(FT_ERR_FORMAT, "%s: required field 'architectures' is missing (e.g. "
+                     "[\"Qwen3MoeForCausalLM\"])", label);
+        goto fail;
+    }
+    if (!json_is_array(ar) || json_array_size(ar) == 0 || !json_is_string(json_array_get(ar, 0))) {
+        st = ft_fail(FT_ERR_FORMAT, "%s: 'architectures' must be a non-empty list of strings",
+                     label);
+        goto fail;
+    }
+    const char *a0 = json_string_value(json_array_get(ar, 0));
+    if (strlen(a0) >= sizeof cfg->arch) {
+        st = ft_fail(FT_ERR_FORMAT, "%s: 'architectures[0]' is too long", label);
+        goto fail;
+    }
+    strcpy(cfg->arch, a0);
+    FT_TRY(get_str(root, "model_type", label, cfg->model_type, sizeof cfg->model_type));
+    if (get(root, "dtype")) /* 5.x spelling wins when both are present */
+        FT_TRY(get_str(root, "dtype", label, cfg->torch_dtype, sizeof cfg->torch_dtype));
+    else
+        FT_TRY(get_str(root, "torch_dtype", label, cfg->torch_dtype, sizeof cfg->torch_dtype));
+
+    FT_TRY(get_int(root, "", "vocab_size", label, 1, 0, 1, &cfg->vocab_size));
+    FT_TRY(get_int(root, "", "hidden_size", label, 1, 0, 1, &cfg->hidden_size));
+    FT_TRY(get_int(root, "", "num_hidden_layers", label, 1, 0, 1, &cfg->n_layers));
+    FT_TRY(get_int(root, "", "num_attention_heads", label, 1, 0, 1, &cfg->n_heads));
+    FT_TRY(get_int(root, "", "num_key_value_heads", label, 0, cfg->n_heads, 1, &cfg->n_kv_heads));
+    if (cfg->n_heads % cfg->n_kv_heads != 0) {
+        st = ft_fail(FT_ERR_FORMAT, "%s: 'num_key_value_heads' (%d) does not divide "
+                     "'num_attention_heads' (%d)", label, cfg->n_kv_heads, cfg->n_heads);
+        goto fail;
+    }
+    if (!get(root, "head_dim") && cfg->hidden_size % cfg->n_heads != 0) {
+        st = ft_fail(FT_ERR_FORMAT, "%s: 'num_attention_heads' (%d) does not divide 'hidden_size' "
+                     "(%d) and 'head_dim' is not given", label, cfg->n_heads, cfg->hidden_size);
+        goto fail;
+    }
+    FT_TRY(get_int(root, "", "head_dim", label, 0, cfg->hidden_size / cfg->n_heads, 1,
+                   &cfg->head_dim));
+    FT_TRY(get_int(root, "", "intermediate_size", label, 0, 0, 0, &cfg->intermediate_size));
+    FT_TRY(get_int(root, "", "max_position_embeddings", label, 0, 0, 0,
+                   &cfg->max_position_embeddings));
+    FT_TRY(get_num(root, "", "rms_norm_eps", label, 1e-6, 0, 0, &cfg->rms_norm_eps));
+    FT_TRY(get_bool(root, "", "tie_word_embeddings", label, -1, &cfg->tie_word_embeddings));
+    FT_TRY(get_bool(root, "", "attention_bias", label, -1, &cfg->attention_bias));
+    FT_TRY(get_int(root, "", "sliding_window", label, 0, 0, 0, &cfg->sliding_window));
+    FT_TRY(get_bool(root, "", "use_sliding_window", label, -1, &cfg->use_sliding_window));
+    FT_TRY(get_int(root, "", "max_window_layers", label, 0, 0, 0, &cfg->max_window_layers));
+    FT_TRY(parse_rope(root, label, cfg));
+    FT_TRY(parse_moe(root, label, cfg));
+    FT_TRY(get_special_tokens(root, label, cfg));
+    json_decref(root);
+    return FT_OK;
+fail:
+    json_decref(root);
+    ft_config_free(cfg);
+    return st;
+}
+
+enum ft_status ft_config_parse_generation(const char *json, size_t len, const char *label,
+                                          struct ft_config *cfg) {
+    enum ft_status st = FT_OK;
+    json_t *root = NULL;
+    struct ft_gen_defaults *g = &cfg->gen;
+    double x;
+    if (!label) label = "generation_config.json";
+    json_error_t jerr;
+    root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return ft_fail(FT_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", label,
+                       jerr.text, jerr.line, jerr.column);
+    if (!json_is_object(root)) {
+        st = ft_fail(FT_ERR_FORMAT, "%s: top level is not a JSON object", label);
+        goto fail;
+    }
+    if (get(root, "temperature")) {
+        FT_TRY(get_num(root, "", "temperature", label, 1, 0, 1, &x));
+        g->temperature = (float)x;
+        g->has_temperature = 1;
+    }
+    if (get(root, "top_p")) {
+        FT_TRY(get_num(root, "", "top_p", label, 1, 0, 1, &x));
+        if (x > 1) {
+            st = ft_fail(FT_ERR_FORMAT, "%s: 'top_p' = %g must be in [0, 1]", label, x);
+            goto fail;
+        }
+        g->top_p = (float)x;
+        g->has_top_p = 1;
+    }
+    if (get(root, "top_k")) {
+        FT_TRY(get_int(root, "", "top_k", label, 0, 0, 0, &g->top_k));
+        g->has_top_k = 1;
+    }
+    if (get(root, "repetition_penalty")) {
+        FT_TRY(get_num(root, "", "repetition_penalty", label, 1, 0, 0, &x));
+        g->repetition_penalty = (float)x;
+        g->has_repetition_penalty = 1;
+    }
+    FT_TRY(get_bool(root, "", "do_sample", label, g->do_sample, &g->do_sample));
+    FT_TRY(get_special_tokens(root, label, cfg));
+fail:
+    json_decref(root);
+    return st;
+}
+
+enum ft_status ft_config_load(const char *dir, struct ft_config *cfg) {
+    enum ft_status st = FT_OK;
+    char path[4096];
+    char *text = NULL;
+    size_t len = 0;
+    init_defaults(cfg);
+    ft_path_join(path, sizeof path, dir, "config.json");
+    if (!ft_file_exists(path))
+        return ft_fail(FT_ERR_IO, "%s: not found (is %s a Hugging Face checkpoint directory?)",
+                       path, dir);
+    FT_TRY(ft_file_read(path, &text, &len));
+    FT_TRY(ft_config_parse(text, len, path, cfg));
+    free(text);
+    text = NULL;
+    ft_path_join(path, sizeof path, dir, "generation_config.json");
+    if (ft_file_exists(path)) {
+        FT_TRY(ft_file_read(path, &text, &len));
+        FT_TRY(ft_config_parse_generation(text, len, path, cfg));
+    }
+fail:
+    free(text);
+    if (st != FT_OK) ft_config_free(cfg);
+    return st;
+}
+
+void ft_config_free(struct ft_config *cfg) {
+    if (!cfg) return;
+    free(cfg->mlp_only);
+    cfg->mlp_only = NULL;
+}

@@ -1,0 +1,400 @@
+/* test_cpu_ops.c — every CPU op against a plain scalar reference written here (double
+ * accumulation), on every ISA tier this machine has (forced with ft_cpu_set_isa), for F32/F16/BF16
+ * weights and awkward sizes. Matmul tolerance: 1e-5 relative to sum |x w| (the condition of the
+ * sum), so cancellation cannot make a correct fp32 result look wrong. */
+#include "backend/cpu/ops.h"
+
+#include <math.h>
+
+#include "core/threadpool.h"
+#include "test.h"
+
+/* ---------------------------------------------------------------- helpers -- */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((double)(g_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static float *frand_buf(size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = frand();
+    return p;
+}
+
+/* Weights of type wt in a buffer offset by one element (so rows are unaligned); wf gets the
+ * exact values the kernel sees. Returns the allocation; *w points into it. */
+static void *make_weights(enum ft_dtype wt, size_t n, const void **w, float *wf) {
+    size_t esz = ft_dtype_size(wt);
+    char *mem = malloc((n + 1) * esz);
+    char *p = mem + esz;
+    for (size_t i = 0; i < n; i++) {
+        float f = frand();
+        if (wt == FT_DTYPE_F32) {
+            memcpy(p + i * 4, &f, 4);
+            wf[i] = f;
+        } else {
+            uint16_t h = wt == FT_DTYPE_F16 ? ft_f32_to_f16(f) : ft_f32_to_bf16(f);
+            memcpy(p + i * 2, &h, 2);
+            wf[i] = wt == FT_DTYPE_F16 ? ft_f16_to_f32(h) : ft_bf16_to_f32(h);
+        }
+    }
+    *w = p;
+    return mem;
+}
+
+/* The distinct tiers this machine can run, best first. */
+static int tiers(enum ft_cpu_isa *out) {
+    int n = 0;
+    for (int t = FT_ISA_AVX512_BF16; t >= FT_ISA_SCALAR; t--)
+        if (ft_cpu_set_isa((enum ft_cpu_isa)t) == (enum ft_cpu_isa)t) out[n++] = (enum ft_cpu_isa)t;
+    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+    return n;
+}
+
+static const enum ft_dtype k_dtypes[3] = {FT_DTYPE_F32, FT_DTYPE_F16, FT_DTYPE_BF16};
+
+/* Largest |y - ref| / (1e-5 * sum|x w| + 1e-30) over y[t, n] for n in [n0, n1): <= 1 passes. */
+static double matmul_err(const float *y, int ldy, const float *x, int ldx, const float *wf,
+                         int T, int n0, int n1, int K) {
+    double worst = 0.0;
+    for (int t = 0; t < T; t++)
+        for (int n = n0; n < n1; n++) {
+            double ref = 0.0, mag = 0.0;
+            for (int k = 0; k < K; k++) {
+                double p = (double)x[(size_t)t * ldx + k] * wf[(size_t)n * K + k];
+                ref += p;
+                mag += fabs(p);
+            }
+            double e = fabs(y[(size_t)t * ldy + n] - ref) / (1e-5 * mag + 1e-30);
+            worst = e > worst ? e : worst;
+        }
+    return worst;
+}
+
+/* ---------------------------------------------------------------- isa ------ */
+
+TEST(isa_detect_and_force) {
+    enum ft_cpu_isa best = ft_cpu_isa();
+    EXPECT(best >= FT_ISA_SCALAR && best <= FT_ISA_AVX512_BF16);
+    EXPECT_STREQ(ft_cpu_isa_name(FT_ISA_AVX512), "avx512");
+    EXPECT_STREQ(ft_cpu_isa_name(FT_ISA_SCALAR), "scalar");
+    EXPECT_EQ(ft_cpu_set_isa(FT_ISA_SCALAR), FT_ISA_SCALAR);
+    EXPECT_EQ(ft_cpu_isa(), FT_ISA_SCALAR);
+    EXPECT(ft_cpu_set_isa(FT_ISA_AVX512_BF16) <= FT_ISA_AVX512_BF16);
+    EXPECT_EQ(ft_cpu_isa(), ft_cpu_set_isa(FT_ISA_AVX512_BF16));
+    enum ft_cpu_isa ts[4];
+    int n = tiers(ts);
+    EXPECT(n >= 1 && ts[n - 1] == FT_ISA_SCALAR);
+    fprintf(stderr, "  tiers:");
+    for (int i = 0; i < n; i++) fprintf(stderr, " %s", ft_cpu_isa_name(ts[i]));
+    fprintf(stderr, "\n");
+}
+
+/* ---------------------------------------------------------------- matmul --- */
+
+/* One configuration: rows [n0, n1) of N, strides wider than the data, sentinels outside. */
+static void check_rows(enum ft_cpu_isa isa, enum ft_dtype wt, int T, int N, int K, int n0, int n1) {
+    int ldx = K + 3, ldy = N + 2;
+    float *x = frand_buf((size_t)T * ldx), *wf = malloc((size_t)N * K * sizeof *wf + 4);
+    float *y = malloc((size_t)T * ldy * sizeof *y);
+    const void *w;
+    void *mem = make_weights(wt, (size_t)N * K, &w, wf);
+    for (int i = 0; i < T * ldy; i++) y[i] = 12345.0f;
+    ft_cpu_matmul_rows(y, ldy, x, ldx, w, wt, T, n0, n1, K);
+    double e = matmul_err(y, ldy, x, ldx, wf, T, n0, n1, K);
+    int untouched = 1;
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < ldy; c++)
+            if ((c < n0 || c >= n1) && y[(size_t)t * ldy + c] != 12345.0f) untouched = 0;
+    CHECK_(e <= 1.0 && untouched, "%s %s T=%d N=%d K=%d rows [%d,%d): err %.3g x tol, untouched %d",
+           ft_cpu_isa_name(isa), ft_dtype_name(wt), T, N, K, n0, n1, e, untouched);
+    free(x), free(wf), free(y), free(mem);
+}
+
+TEST(matmul_rows_all_tiers_dtypes_sizes) {
+    static const int Ks[] = {1, 7, 24, 33, 100, 257};
+    static const int Ts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17};
+    enum ft_cpu_isa ts[4];
+    int nt = tiers(ts);
+    for (int a = 0; a < nt; a++) {
+        ft_cpu_set_isa(ts[a]);
+        for (int d = 0; d < 3; d++)
+            for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+                for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+                    check_rows(ts[a], k_dtypes[d], Ts[ti], 13, Ks[ki], 0, 13);
+                    check_rows(ts[a], k_dtypes[d], Ts[ti], 11, Ks[ki], 2, 9);
+                }
+    }
+    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+}
+
+TEST(matmul_rows_long_k_and_many_rows) {
+    enum ft_cpu_isa ts[4];
+    int nt = tiers(ts);
+    for (int a = 0; a < nt; a++) {
+        ft_cpu_set_isa(ts[a]);
+        for (int d = 0; d < 3; d++) {
+            check_rows(ts[a], k_dtypes[d], 1, 67, 2049, 0, 67);
+            check_rows(ts[a], k_dtypes[d], 21, 37, 1031, 3, 37);
+        }
+    }
+    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+}
+
+/* ft_cpu_matmul on pools of 1, 2, 3 threads, with and without bias. */
+TEST(matmul_pool_split_and_bias) {
+    static const int Ns[] = {1, 7, 37, 130};
+    for (int p = 1; p <= 3; p++) {
+        struct ft_pool *pool;
+        EXPECT_OK(ft_pool_init(&pool, p));
+        for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
+            for (int d = 0; d < 3; d++)
+                for (int T = 1; T <= 5; T += 4) {
+                    int N = Ns[ni], K = 33;
+                    float *x = frand_buf((size_t)T * K), *bias = frand_buf((size_t)N);
+                    float *wf = malloc((size_t)N * K * sizeof *wf), *y = malloc((size_t)T * N * 4);
+                    const void *w;
+                    void *mem = make_weights(k_dtypes[d], (size_t)N * K, &w, wf);
+                    ft_cpu_matmul(pool, y, x, w, k_dtypes[d], NULL, T, N, K);
+                    double e = matmul_err(y, N, x, K, wf, T, 0, N, K);
+                    ft_cpu_matmul(pool, y, x, w, k_dtypes[d], bias, T, N, K);
+                    double eb = 0.0;
+                    for (int t = 0; t < T; t++)
+                        for (int n = 0; n < N; n++) {
+                            double ref = bias[n];
+                            for (int k = 0; k < K; k++) ref += (double)x[t * K + k] * wf[n * K + k];
+                            eb = fmax(eb, fabs(y[t * N + n] - ref));
+                        }
+                    CHECK_(e <= 1.0 && eb < 1e-5, "pool %d N=%d T=%d %s: err %.3g, bias err %.3g", p,
+                           N, T, ft_dtype_name(k_dtypes[d]), e, eb);
+                    free(x), free(bias), free(wf), free(y), free(mem);
+                }
+        ft_pool_free(pool);
+    }
+}
+
+/* ---------------------------------------------------------------- small ops */
+
+TEST(embed_converts_rows) {
+    int V = 9, H = 33, T = 4;
+    int32_t ids[4] = {8, 0, 3, 3};
+    for (int d = 0; d < 3; d++) {
+        float *wf = malloc((size_t)V * H * 4), *out = malloc((size_t)T * H * 4);
+        const void *w;
+        void *mem = make_weights(k_dtypes[d], (size_t)V * H, &w, wf);
+        ft_cpu_embed(out, w, k_dtypes[d], ids, T, H);
+        int same = 1;
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < H; i++) same &= out[t * H + i] == wf[ids[t] * H + i];
+        CHECK_(same, "embed %s", ft_dtype_name(k_dtypes[d]));
+        free(wf), free(out), free(mem);
+    }
+}
+
+TEST(rmsnorm_matches_reference_and_aliases) {
+    int T = 3, H = 100;
+    float eps = 1e-6f;
+    float *x = frand_buf((size_t)T * H), *w = frand_buf((size_t)H), *y = malloc((size_t)T * H * 4);
+    x[5] = 40.0f;
+    ft_cpu_rmsnorm(y, x, w, T, H, eps);
+    double worst = 0.0;
+    for (int t = 0; t < T; t++) {
+        double ss = 0.0;
+        for (int i = 0; i < H; i++) ss += (double)x[t * H + i] * x[t * H + i];
+        double r = 1.0 / sqrt(ss / H + eps);
+        for (int i = 0; i < H; i++) {
+            double ref = x[t * H + i] * r * w[i];
+            worst = fmax(worst, fabs(y[t * H + i] - ref) / (fabs(ref) + 1e-6));
+        }
+    }
+    CHECK_(worst < 2e-6, "rmsnorm rel err %.3g", worst);
+    ft_cpu_rmsnorm(x, x, w, T, H, eps); /* in place */
+    int same = 1;
+    for (int i = 0; i < T * H; i++) same &= x[i] == y[i];
+    EXPECT(same);
+    free(x), free(w), free(y);
+}
+
+TEST(rope_rotate_half_partial_and_mscale) {
+    int T = 3, nh = 2, hd = 24, rot = 16;
+    int32_t pos[3] = {0, 7, 4093};
+    float inv[8], mscale = 1.25f;
+    for (int i = 0; i < rot / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / rot);
+    float *x = frand_buf((size_t)T * nh * hd), *x0 = malloc((size_t)T * nh * hd * 4);
+    memcpy(x0, x, (size_t)T * nh * hd * 4);
+    ft_cpu_rope(x, pos, inv, mscale, T, nh, hd, rot);
+    double worst = 0.0;
+    int tail_same = 1;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++) {
+            const float *a = x0 + (t * nh + h) * hd, *b = x + (t * nh + h) * hd;
+            for (int i = 0; i < rot / 2; i++) {
+                double ang = (double)((float)pos[t] * inv[i]); /* fp32 angle, like HF */
+                double c = cos(ang) * mscale, s = sin(ang) * mscale;
+                worst = fmax(worst, fabs(b[i] - (a[i] * c - a[i + rot / 2] * s)));
+                worst = fmax(worst, fabs(b[i + rot / 2] - (a[i + rot / 2] * c + a[i] * s)));
+            }
+            for (int i = rot; i < hd; i++) tail_same &= a[i] == b[i];
+        }
+    CHECK_(worst < 1e-5, "rope err %.3g", worst);
+    EXPECT(tail_same);
+    free(x), free(x0);
+}
+
+TEST(silu_mul_and_add) {
+    int T = 2, I = 7;
+    float *gu = frand_buf((size_t)T * 2 * I), out[14], y[5] = {1, 2, 3, 4, 5}, d[5] = {1, 1, 1, 1, -5};
+    gu[0] = 30.0f, gu[1] = -30.0f;
+    ft_cpu_silu_mul(out, gu, T, I);
+    double worst = 0.0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < I; i++) {
+            double g = gu[t * 2 * I + i], u = gu[t * 2 * I + I + i];
+            worst = fmax(worst, fabs(out[t * I + i] - g / (1.0 + exp(-g)) * u));
+        }
+    CHECK_(worst < 1e-6, "silu_mul err %.3g", worst);
+    ft_cpu_add(y, d, 5);
+    EXPECT(y[0] == 2 && y[3] == 5 && y[4] == 0);
+    free(gu);
+}
+
+TEST(softmax_stable_with_large_values) {
+    float a[4] = {1000.0f, 1001.0f, -1e30f, 1000.0f};
+    ft_cpu_softmax(a, 4);
+    double e = exp(-1.0), z = 2 * e + 1;
+    EXPECT_NEAR(a[0], e / z, 1e-6);
+    EXPECT_NEAR(a[1], 1 / z, 1e-6);
+    EXPECT(a[2] == 0.0f);
+    EXPECT_NEAR(a[0] + a[1] + a[2] + a[3], 1.0, 1e-6);
+    float b[3] = {3e38f, 3e38f, 3e38f};
+    ft_cpu_softmax(b, 3);
+    EXPECT_NEAR(b[1], 1.0 / 3, 1e-7);
+    float c[1] = {-50.0f};
+    ft_cpu_softmax(c, 1);
+    EXPECT(c[0] == 1.0f);
+}
+
+TEST(topk_order_and_ties) {
+    float x[7] = {1, 3, 3, 2, 3, -1, 5};
+    int idx[4];
+    float val[4];
+    ft_cpu_topk(x, 7, 4, idx, val);
+    EXPECT(idx[0] == 6 && idx[1] == 1 && idx[2] == 2 && idx[3] == 4);
+    EXPECT(val[0] == 5 && val[3] == 3);
+    float eq[5] = {0, 0, 0, 0, 0};
+    ft_cpu_topk(eq, 5, 3, idx, val);
+    EXPECT(idx[0] == 0 && idx[1] == 1 && idx[2] == 2);
+    /* random n = 512, k = 32 against a full selection sort with the same tie rule */
+    float r[512];
+    for (int i = 0; i < 512; i++) r[i] = (float)(int)(frand() * 50); /* many ties */
+    int ki[32], ok = 1;
+    float kv[32];
+    ft_cpu_topk(r, 512, 32, ki, kv);
+    char used[512] = {0};
+    for (int j = 0; j < 32; j++) {
+        int b = -1;
+        for (int i = 0; i < 512; i++)
+            if (!used[i] && (b < 0 || r[i] > r[b])) b = i;
+        used[b] = 1;
+        ok &= ki[j] == b && kv[j] == r[b];
+    }
+    EXPECT(ok);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+/* Double reference of one configuration; returns the largest abs error. */
+static double attn_err(const float *out, const float *q, const float *k, const float *v,
+                       const int32_t *pos, int T, int nh, int nkv, int hd, float scale, int window) {
+    int pmax = 0;
+    for (int t = 0; t < T; t++) pmax = pos[t] > pmax ? pos[t] : pmax;
+    double worst = 0.0, *s = malloc((size_t)(pmax + 1) * sizeof *s);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++) {
+            int kvh = h / (nh / nkv), p0 = window > 0 ? pos[t] - window + 1 : 0;
+            p0 = p0 < 0 ? 0 : p0;
+            double m = -INFINITY, l = 0.0;
+            for (int p = p0; p <= pos[t]; p++) {
+                double d = 0.0;
+                for (int i = 0; i < hd; i++)
+                    d += (double)q[(t * nh + h) * hd + i] * k[(p * nkv + kvh) * hd + i];
+                s[p] = d * scale;
+                m = fmax(m, s[p]);
+            }
+            for (int p = p0; p <= pos[t]; p++) l += exp(s[p] - m);
+            for (int i = 0; i < hd; i++) {
+                double o = 0.0;
+                for (int p = p0; p <= pos[t]; p++) o += exp(s[p] - m) / l * v[(p * nkv + kvh) * hd + i];
+                worst = fmax(worst, fabs(out[(t * nh + h) * hd + i] - o));
+            }
+        }
+    free(s);
+    return worst;
+}
+
+TEST(attention_gqa_window_tiers_pools) {
+    static const int Ts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17};
+    int nh = 6, nkv = 2, S = 64;
+    enum ft_cpu_isa ts[4];
+    int nt = tiers(ts);
+    for (int hdi = 0; hdi < 2; hdi++) {
+        int hd = hdi ? 128 : 24;
+        float *k = frand_buf((size_t)S * nkv * hd), *v = frand_buf((size_t)S * nkv * hd);
+        float *q = frand_buf((size_t)17 * nh * hd), *out = malloc((size_t)17 * nh * hd * 4);
+        for (int i = 0; i < 17 * nh * hd; i++) q[i] *= 4.0f; /* peaky softmax */
+        for (int p = 1; p <= 3; p++) {
+            struct ft_pool *pool;
+            EXPECT_OK(ft_pool_init(&pool, p));
+            for (int a = 0; a < nt; a++) {
+                ft_cpu_set_isa(ts[a]);
+                for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+                    for (int window = 0; window <= 5; window += 5) {
+                        int T = Ts[ti];
+                        int32_t pos[17];
+                        for (int t = 0; t < T; t++) pos[t] = (T == 1 ? 40 : 30) + t; /* cache + new */
+                        float scale = 1.0f / sqrtf((float)hd);
+                        ft_cpu_attention(pool, out, q, k, v, pos, T, nh, nkv, hd, scale, window);
+                        double e = attn_err(out, q, k, v, pos, T, nh, nkv, hd, scale, window);
+                        CHECK_(e < 2e-5, "attention %s pool %d hd %d T %d window %d: err %.3g",
+                               ft_cpu_isa_name(ts[a]), p, hd, T, window, e);
+                    }
+            }
+            ft_pool_free(pool);
+        }
+        free(k), free(v), free(q), free(out);
+    }
+    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+}
+
+TEST(attention_long_context_blocks) {
+    /* positions beyond one online-softmax block, MHA (ratio 1), NULL pool */
+    int S = 300, nh = 2, nkv = 2, hd = 40, T = 2;
+    float *k = frand_buf((size_t)S * nkv * hd), *v = frand_buf((size_t)S * nkv * hd);
+    float *q = frand_buf((size_t)T * nh * hd), *out = malloc((size_t)T * nh * hd * 4);
+    int32_t pos[2] = {200, 299};
+    for (int i = 0; i < T * nh * hd; i++) q[i] *= 3.0f;
+    ft_cpu_attention(NULL, out, q, k, v, pos, T, nh, nkv, hd, 0.2f, 0);
+    double e = attn_err(out, q, k, v, pos, T, nh, nkv, hd, 0.2f, 0);
+    CHECK_(e < 2e-5, "long attention err %.3g", e);
+    ft_cpu_attention(NULL, out, q, k, v, pos, T, nh, nkv, hd, 0.2f, 100); /* window > block */
+    e = attn_err(out, q, k, v, pos, T, nh, nkv, hd, 0.2f, 100);
+    CHECK_(e < 2e-5, "long windowed attention err %.3g", e);
+    free(k), free(v), free(q), free(out);
+}
+
+/* ---------------------------------------------------------------- dram ----- */
+
+TEST(dram_probe_returns_a_rate) {
+    struct ft_pool *pool;
+    EXPECT_OK(ft_pool_init(&pool, 2));
+    double g = ft_cpu_dram_read_gbps(pool, 16u << 20, 2);
+    CHECK_(g > 0.1 && g < 10000.0, "dram probe %.2f GB/s", g);
+    ft_pool_free(pool);
+}
+
+TEST_MAIN("cpu_ops")
