@@ -20,6 +20,22 @@ static const char k_usage[] =
 
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 
+/* 30.5 B / 151 M / 41 K: parameter counts of any size in three digits. */
+static const char *count(double n, char *buf, size_t cap) {
+    if (n >= 1e9) snprintf(buf, cap, "%.2f B", n / 1e9);
+    else if (n >= 1e6) snprintf(buf, cap, "%.2f M", n / 1e6);
+    else snprintf(buf, cap, "%.1f K", n / 1e3);
+    return buf;
+}
+
+/* 9.00 MiB / 30.1 KiB */
+static const char *size(double b, char *buf, size_t cap) {
+    if (b >= (1 << 30)) snprintf(buf, cap, "%.2f GiB", gib(b));
+    else if (b >= (1 << 20)) snprintf(buf, cap, "%.2f MiB", b / (1 << 20));
+    else snprintf(buf, cap, "%.1f KiB", b / 1024);
+    return buf;
+}
+
 static const char *rope_name(enum ft_rope_type t) {
     switch (t) {
     case FT_ROPE_LINEAR: return "linear";
@@ -74,7 +90,9 @@ int ft_cmd_inspect(int argc, char **argv) {
            c.hidden_size, c.n_heads, c.n_kv_heads, hd, c.vocab_size);
     printf("rope          %s, theta %g, factor %g; context %d\n", rope_name(c.rope.type),
            c.rope.theta, c.rope.factor, c.max_position_embeddings);
-    printf("parameters    %.3f B total, %.2f GiB on disk\n", params / 1e9, gib((double)bytes));
+    char b1[32], b2[32];
+    printf("parameters    %s total, %s on disk\n", count((double)params, b1, sizeof b1),
+           size((double)bytes, b2, sizeof b2));
     int E = c.n_experts, moe_layers = 0;
     if ((a->flags & FT_ARCH_MOE) && E > 0) {
         int I = a->expert_width_is_intermediate ? c.intermediate_size : c.moe_intermediate_size;
@@ -87,9 +105,9 @@ int ft_cmd_inspect(int argc, char **argv) {
         printf("experts       %d per layer in %d MoE layers, top-%d, width %d%s\n", E,
                moe_layers, c.n_experts_per_tok, I,
                c.shared_expert_intermediate_size > 0 ? ", shared expert" : "");
-        printf("active        %.3f B parameters per token\n", active / 1e9);
-        printf("expert bytes  %.2f MiB per expert (gate+up+down), banks %.2f GiB in all\n",
-               per_expert / (1 << 20), gib((double)expert_bytes));
+        printf("active        %s parameters per token\n", count(active, b1, sizeof b1));
+        printf("expert bytes  %s per expert (gate+up+down), banks %s in all\n",
+               size(per_expert, b1, sizeof b1), size((double)expert_bytes, b2, sizeof b2));
     } else {
         printf("experts       none (dense model)\n");
     }
@@ -102,8 +120,8 @@ int ft_cmd_inspect(int argc, char **argv) {
 #else
     const char *gpu = "no CUDA in this build";
 #endif
-    printf("plan          backend cpu (%s); all %s in host RAM (%.2f of %.1f GiB)%s\n", gpu,
-           moe_layers ? "weights and expert banks" : "weights", gib((double)bytes),
+    printf("plan          backend cpu (%s); all %s in host RAM (%s of %.1f GiB)%s\n", gpu,
+           moe_layers ? "weights and expert banks" : "weights", size((double)bytes, b1, sizeof b1),
            gib((double)ram), bytes > ram ? ": DOES NOT FIT, loading will fail" : "");
     ft_st_set_close(set);
     ft_config_free(&c);

@@ -79,7 +79,7 @@ int ft_cmd_run(int argc, char **argv) {
         if (g + 1 < n_gen) st = ft_engine_forward(s.engine, &next, 1, logits, 0);
         t2 = ft_time_us();
     }
-    if (n_gen) printf("\n");
+    if (n_gen && st == FT_OK) printf("\n");
     int rc = 0;
     if (st != FT_OK) {
         rc = ft_cli_fail(st);

@@ -13,7 +13,6 @@ enum ft_status ft_session_open(struct ft_session *s, const char *model_dir, cons
     int64_t t0 = ft_time_us();
     enum ft_status st = ft_pool_init(&s->pool, threads);
     if (st != FT_OK) return st;
-    ft_log_info("cpu: %d threads, ISA %s", ft_pool_size(s->pool), ft_cpu_isa_name(ft_cpu_isa()));
     if (synthetic)
         st = ft_model_synthetic(synthetic, s->pool, eo->seed ? eo->seed : 1, &s->model);
     else
@@ -24,7 +23,8 @@ enum ft_status ft_session_open(struct ft_session *s, const char *model_dir, cons
         return st;
     }
     s->load_s = (double)(ft_time_us() - t0) / 1e6;
-    ft_log_info("loaded %s (%s) in %.2f s", s->model->label, s->model->cfg.arch, s->load_s);
+    ft_log_info("loaded %s (%s) in %.2f s; %d threads, CPU ISA %s", s->model->label,
+                s->model->cfg.arch, s->load_s, ft_pool_size(s->pool), ft_cpu_isa_name(ft_cpu_isa()));
     return FT_OK;
 }
 

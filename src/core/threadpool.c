@@ -43,6 +43,7 @@ static void *worker_main(void *arg) {
 #if defined(__x86_64__)
                 __builtin_ia32_pause();
 #endif
+                if (spins % 1024 == 0) sched_yield();
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -115,9 +116,15 @@ void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     fn(ctx, 0, p->n);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+    /* spin briefly, then yield: on an oversubscribed host a spinning caller would otherwise
+     * hold the core a descheduled worker needs for a whole time slice */
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < 4000) {
 #if defined(__x86_64__)
-        __builtin_ia32_pause();
+            __builtin_ia32_pause();
 #endif
+        } else {
+            sched_yield();
+        }
     }
 }

@@ -1,0 +1,219 @@
+/* test_model_badinput.c — broken checkpoints: each must give one clear line naming the file and
+ * the tensor or field, exit code 2 from the CLI, and no crash. The broken directories are made
+ * at run time from a good fixture (copy, then mutate config.json or rewrite the safetensors). */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/file.h"
+#include "format/safetensors.h"
+#include "model/model.h"
+#include "test.h"
+
+#define GOOD FT_TEST_DATA "/models/qwen3_moe"
+
+static char g_root[256];
+
+static void write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+/* Makes a fresh directory holding the good fixture's config (with `from` replaced by `to` if
+ * given) and, unless skip_weights, its model.safetensors. */
+static const char *make_dir(const char *name, const char *from, const char *to, int skip_weights) {
+    static char dir[512];
+    char path[1024];
+    snprintf(dir, sizeof dir, "%s/%s", g_root, name);
+    mkdir(dir, 0755);
+    char *cfg = NULL;
+    size_t n = 0;
+    if (ft_file_read(GOOD "/config.json", &cfg, &n) != FT_OK) return dir;
+    if (from) {
+        char *at = strstr(cfg, from);
+        if (at) {
+            size_t pre = (size_t)(at - cfg), fl = strlen(from), tl = strlen(to);
+            char *out = malloc(n - fl + tl + 1);
+            memcpy(out, cfg, pre);
+            memcpy(out + pre, to, tl);
+            memcpy(out + pre + tl, at + fl, n - pre - fl + 1);
+            free(cfg);
+            cfg = out;
+            n = strlen(cfg);
+        }
+    }
+    write_file(ft_path_join(path, sizeof path, dir, "config.json"), cfg, n);
+    free(cfg);
+    if (!skip_weights) {
+        struct ft_map m;
+        if (ft_file_map(GOOD "/model.safetensors", &m) == FT_OK) {
+            write_file(ft_path_join(path, sizeof path, dir, "model.safetensors"), m.data, m.size);
+            ft_file_unmap(&m);
+        }
+    }
+    return dir;
+}
+
+/* Rewrites dir/model.safetensors from the good one, dropping `drop`, or giving `reshape` one
+ * row fewer, or retyping `retype` as I16 (same bytes). */
+static void rewrite(const char *dir, const char *drop, const char *reshape, const char *retype) {
+    struct ft_st_file *f;
+    if (ft_st_open(GOOD "/model.safetensors", &f) != FT_OK) return;
+    int n = ft_st_count(f), k = 0;
+    struct ft_st_out *out = calloc((size_t)n, sizeof *out);
+    for (int i = 0; i < n; i++) {
+        const struct ft_st_tensor *t = ft_st_at(f, i);
+        if (drop && !strcmp(t->name, drop)) continue;
+        struct ft_st_out *o = &out[k++];
+        o->name = t->name;
+        o->dtype = t->dtype;
+        o->n_dims = t->n_dims;
+        memcpy(o->shape, t->shape, sizeof o->shape);
+        o->data = t->data;
+        if (reshape && !strcmp(t->name, reshape)) o->shape[0]--;
+        if (retype && !strcmp(t->name, retype)) o->dtype = FT_DTYPE_I16;
+    }
+    char path[1024];
+    ft_st_write(ft_path_join(path, sizeof path, dir, "model.safetensors"), out, k);
+    free(out);
+    ft_st_close(f);
+}
+
+/* Runs `ft logits` on dir: expects exit 2 and a single stderr line containing each needle. */
+static void expect_cli_error(const char *dir, const char *needle1, const char *needle2) {
+    char cmd[2048], errpath[600];
+    snprintf(errpath, sizeof errpath, "%s/stderr.txt", g_root);
+    snprintf(cmd, sizeof cmd, "'%s' logits --model '%s' --ids 5,6,7 --out '%s/out.st' -t 1 2>'%s'",
+             FT_BIN, dir, g_root, errpath);
+    int rc = system(cmd);
+    EXPECT(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+    char *err = NULL;
+    size_t n = 0;
+    ft_file_read(errpath, &err, &n);
+    int lines = 0;
+    for (size_t i = 0; err && i < n; i++) lines += err[i] == '\n';
+    EXPECT_EQ(lines, 1);
+    EXPECT(err && strncmp(err, "ft: ", 4) == 0);
+    EXPECT_CONTAINS(err, needle1);
+    if (needle2) EXPECT_CONTAINS(err, needle2);
+    free(err);
+}
+
+static void expect_load_error(const char *dir, enum ft_status want, const char *needle) {
+    struct ft_model *m = NULL;
+    enum ft_status st = ft_model_load(dir, &m);
+    EXPECT_EQ(st, want);
+    EXPECT(m == NULL);
+    EXPECT_CONTAINS(ft_error(), needle);
+    ft_model_free(m);
+}
+
+TEST(missing_config) {
+    const char *d = make_dir("noconfig", NULL, NULL, 0);
+    char path[1024];
+    unlink(ft_path_join(path, sizeof path, d, "config.json"));
+    expect_load_error(d, FT_ERR_IO, "config.json");
+    expect_cli_error(d, "config.json", NULL);
+}
+
+TEST(unknown_architecture) {
+    const char *d = make_dir("arch", "Qwen3MoeForCausalLM", "FooBarForCausalLM", 0);
+    expect_load_error(d, FT_ERR_UNSUPPORTED, "FooBarForCausalLM");
+    EXPECT_CONTAINS(ft_error(), "MixtralForCausalLM"); /* lists what is supported */
+    expect_cli_error(d, "FooBarForCausalLM", "supported");
+}
+
+TEST(invalid_json) {
+    const char *d = make_dir("json", "\"hidden_size\": 42,", "\"hidden_size\": 42,,", 0);
+    expect_load_error(d, FT_ERR_FORMAT, "config.json");
+    expect_cli_error(d, "config.json", NULL);
+}
+
+TEST(config_disagrees_with_weights) {
+    const char *d = make_dir("hidden", "\"hidden_size\": 42,", "\"hidden_size\": 48,", 0);
+    expect_load_error(d, FT_ERR_FORMAT, "model.embed_tokens.weight");
+    expect_cli_error(d, "model.embed_tokens.weight", "config.json");
+}
+
+TEST(missing_tensor) {
+    const char *d = make_dir("missing", NULL, NULL, 0);
+    rewrite(d, "model.layers.1.self_attn.k_proj.weight", NULL, NULL);
+    expect_load_error(d, FT_ERR_FORMAT, "model.layers.1.self_attn.k_proj.weight");
+    expect_cli_error(d, "model.layers.1.self_attn.k_proj.weight", "missing");
+    d = make_dir("missing_expert", NULL, NULL, 0);
+    rewrite(d, "model.layers.2.mlp.experts.6.down_proj.weight", NULL, NULL);
+    expect_load_error(d, FT_ERR_FORMAT, "model.layers.2.mlp.experts.6.down_proj.weight");
+}
+
+TEST(misshaped_tensor) {
+    const char *d = make_dir("shape", NULL, NULL, 0);
+    rewrite(d, NULL, "model.layers.0.self_attn.q_proj.weight", NULL);
+    expect_load_error(d, FT_ERR_FORMAT, "model.layers.0.self_attn.q_proj.weight");
+    EXPECT_CONTAINS(ft_error(), "[143, 42]");
+    expect_cli_error(d, "q_proj.weight", "expected [144, 42]");
+}
+
+TEST(unsupported_dtype) {
+    const char *d = make_dir("dtype", NULL, NULL, 0);
+    rewrite(d, NULL, NULL, "model.layers.0.mlp.experts.3.up_proj.weight");
+    expect_load_error(d, FT_ERR_UNSUPPORTED, "I16");
+    EXPECT_CONTAINS(ft_error(), "model.layers.0.mlp.experts.3.up_proj.weight");
+    d = make_dir("dtype2", NULL, NULL, 0);
+    rewrite(d, NULL, NULL, "model.layers.1.self_attn.o_proj.weight");
+    expect_cli_error(d, "o_proj.weight", "I16");
+}
+
+TEST(truncated_weights) {
+    const char *d = make_dir("trunc", NULL, NULL, 1);
+    struct ft_map m;
+    char path[1024];
+    EXPECT_OK(ft_file_map(GOOD "/model.safetensors", &m));
+    write_file(ft_path_join(path, sizeof path, d, "model.safetensors"), m.data, m.size / 2);
+    expect_load_error(d, FT_ERR_FORMAT, "model.safetensors");
+    expect_cli_error(d, "model.safetensors", NULL);
+    /* header length pointing past the end of the file */
+    uint8_t hdr[16] = {0xff, 0xff, 0xff, 0x00, 0, 0, 0, 0, '{', '}'};
+    write_file(path, hdr, 10);
+    expect_cli_error(d, "model.safetensors", "header");
+    ft_file_unmap(&m);
+}
+
+TEST(no_weights_file) {
+    const char *d = make_dir("noweights", NULL, NULL, 1);
+    expect_load_error(d, FT_ERR_IO, "model.safetensors");
+}
+
+TEST(bad_flags) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' logits --model '%s' --ids 1,x,3 --out /dev/null 2>/dev/null",
+             FT_BIN, GOOD);
+    int rc = system(cmd);
+    EXPECT(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --ids 999999 -n 2 2>/dev/null", FT_BIN, GOOD);
+    rc = system(cmd);
+    EXPECT(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+    snprintf(cmd, sizeof cmd, "'%s' bench --model '%s' --synthetic tiny 2>/dev/null", FT_BIN, GOOD);
+    rc = system(cmd);
+    EXPECT(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+    snprintf(cmd, sizeof cmd, "'%s' frobnicate 2>/dev/null", FT_BIN);
+    rc = system(cmd);
+    EXPECT(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+}
+
+int main(int argc, char **argv) {
+    snprintf(g_root, sizeof g_root, "/tmp/ft_badinput_XXXXXX");
+    if (!mkdtemp(g_root)) return 1;
+    extern int test_main(int, char **);
+    int rc = test_main(argc, argv);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
+    if (system(cmd) != 0) rc = 1;
+    return rc;
+}
+
+#define main test_main
+TEST_MAIN("model_badinput")
