@@ -5,6 +5,9 @@
 #include <string.h>
 
 #include "backend/cpu/ops.h"
+#ifdef FT_HAVE_CUDA
+#include "backend/cuda/device.h"
+#endif
 #include "cli/cli.h"
 #include "cli/opts.h"
 #include "core/status.h"
@@ -115,10 +118,15 @@ int ft_cmd_inspect(int argc, char **argv) {
     printf("this machine  %d physical cores, %.1f GiB RAM, CPU ISA %s%s\n",
            ft_sys_physical_cores(), gib((double)ram), ft_cpu_isa_name(ft_cpu_isa()),
            ft_sys_is_wsl() ? ", WSL" : "");
+    char gpu[400] = "no CUDA in this build";
 #ifdef FT_HAVE_CUDA
-    const char *gpu = "CUDA build; GPU backends arrive with the CUDA issue: CPU backend for now";
-#else
-    const char *gpu = "no CUDA in this build";
+    int n_dev = ft_cuda_device_count();
+    struct ft_cuda_device d;
+    snprintf(gpu, sizeof gpu, "no CUDA device found");
+    if (n_dev > 0 && ft_cuda_device_query(0, &d) == FT_OK)
+        snprintf(gpu, sizeof gpu, "GPU %s, sm_%d%d, %.1f of %.1f GiB free, unused until the CUDA "
+                 "backend lands", d.name, d.cc_major, d.cc_minor, gib((double)d.free_bytes),
+                 gib((double)d.total_bytes));
 #endif
     printf("plan          backend cpu (%s); all %s in host RAM (%s of %.1f GiB)%s\n", gpu,
            moe_layers ? "weights and expert banks" : "weights", size((double)bytes, b1, sizeof b1),

@@ -10,6 +10,10 @@
 
 #include "ft.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #if defined(__GNUC__)
 #define FT_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
@@ -18,6 +22,10 @@
 
 enum ft_status ft_fail(enum ft_status st, const char *fmt, ...) FT_PRINTF(2, 3);
 void ft_error_clear(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 /* Requires `enum ft_status st` and a `fail:` label in the calling function. */
 #define FT_TRY(expr)                   \
