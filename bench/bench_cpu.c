@@ -17,7 +17,7 @@
 #include "core/timer.h"
 
 struct fill_ctx {
-    uint16_t *w;  /* [N, K] bf16 */
+    uint16_t *w; /* [N, K] bf16 */
     size_t n;
 };
 
@@ -32,8 +32,8 @@ static void fill_worker(void *arg, int i, int n) {
 }
 
 /* Best seconds of `reps` calls of ft_cpu_matmul with T tokens. */
-static double time_matmul(struct ft_pool *pool, float *y, const float *x, const uint16_t *w,
-                          int T, int N, int K, int reps) {
+static double time_matmul(struct ft_pool *pool, float *y, const float *x, const uint16_t *w, int T,
+                          int N, int K, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         int64_t t0 = ft_time_us();
@@ -48,15 +48,27 @@ int main(int argc, char **argv) {
     long mib = 1024, K = 4096;
     int threads = 0, reps = 5;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--mib")) mib = atol(argv[i + 1]);
-        else if (!strcmp(argv[i], "--k")) K = atol(argv[i + 1]);
-        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--isa")) ft_cpu_set_isa((enum ft_cpu_isa)atoi(argv[i + 1]));
-        else { fprintf(stderr, "usage: bench_cpu [--mib M] [--k K] [--threads N] [--reps R] [--isa 0-3]\n"); return 2; }
+        if (!strcmp(argv[i], "--mib"))
+            mib = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--k"))
+            K = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--threads"))
+            threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--isa"))
+            ft_cpu_set_isa((enum ft_cpu_isa)atoi(argv[i + 1]));
+        else {
+            fprintf(stderr,
+                    "usage: bench_cpu [--mib M] [--k K] [--threads N] [--reps R] [--isa 0-3]\n");
+            return 2;
+        }
     }
     struct ft_pool *pool;
-    if (ft_pool_init(&pool, threads) != FT_OK) { fprintf(stderr, "bench_cpu: %s\n", ft_error()); return 1; }
+    if (ft_pool_init(&pool, threads) != FT_OK) {
+        fprintf(stderr, "bench_cpu: %s\n", ft_error());
+        return 1;
+    }
     size_t bytes = (size_t)mib << 20;
     int N = (int)(bytes / 2 / (size_t)K), Tp = 64;
     bytes = (size_t)N * (size_t)K * 2;
@@ -68,10 +80,14 @@ int main(int argc, char **argv) {
 
     uint16_t *w = ft_sys_alloc_pages(bytes);
     float *x = malloc((size_t)Tp * K * sizeof *x), *y = malloc((size_t)Tp * N * sizeof *y);
-    if (!w || !x || !y) { fprintf(stderr, "bench_cpu: out of memory (try --mib smaller)\n"); return 1; }
+    if (!w || !x || !y) {
+        fprintf(stderr, "bench_cpu: out of memory (try --mib smaller)\n");
+        return 1;
+    }
     struct fill_ctx fc = {w, (size_t)N * (size_t)K};
     ft_pool_run(pool, fill_worker, &fc);
-    for (long i = 0; i < Tp * K; i++) x[i] = (float)(i % 97) * 0.01f - 0.48f;
+    for (long i = 0; i < Tp * K; i++)
+        x[i] = (float)(i % 97) * 0.01f - 0.48f;
 
     double s1 = time_matmul(pool, y, x, w, 1, N, K, reps);
     double gemv = (double)bytes / s1 * 1e-9;

@@ -20,16 +20,17 @@
 #define MAX_WORKERS 1024
 
 struct dram_ctx {
-    float *buf;       /* [n_floats] */
-    size_t n_floats;  /* a multiple of 64 */
-    int fill;         /* 1: write the share, 0: read it */
+    float *buf;              /* [n_floats] */
+    size_t n_floats;         /* a multiple of 64 */
+    int fill;                /* 1: write the share, 0: read it */
     float sink[MAX_WORKERS]; /* per-worker sums, so the reads are not optimised away */
 };
 
 static float read_scalar(const float *p, size_t n) {
     float s[8] = {0};
     for (size_t i = 0; i < n; i += 8)
-        for (int j = 0; j < 8; j++) s[j] += p[i + j];
+        for (int j = 0; j < 8; j++)
+            s[j] += p[i + j];
     return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
 
@@ -40,7 +41,8 @@ __attribute__((target("avx512f"))) static float read_512(const float *p, size_t 
     size_t part = n / 8 / 16 * 16;
     const float *q[8];
     __m512 a[8];
-    for (int s = 0; s < 8; s++) q[s] = p + (size_t)s * part, a[s] = _mm512_setzero_ps();
+    for (int s = 0; s < 8; s++)
+        q[s] = p + (size_t)s * part, a[s] = _mm512_setzero_ps();
     for (size_t i = 0; i < part; i += 16) {
         a[0] = _mm512_add_ps(a[0], _mm512_load_ps(q[0] + i));
         a[1] = _mm512_add_ps(a[1], _mm512_load_ps(q[1] + i));
@@ -51,8 +53,10 @@ __attribute__((target("avx512f"))) static float read_512(const float *p, size_t 
         a[6] = _mm512_add_ps(a[6], _mm512_load_ps(q[6] + i));
         a[7] = _mm512_add_ps(a[7], _mm512_load_ps(q[7] + i));
     }
-    for (size_t i = 8 * part; i < n; i += 16) a[0] = _mm512_add_ps(a[0], _mm512_load_ps(p + i));
-    for (int s = 1; s < 8; s++) a[0] = _mm512_add_ps(a[0], a[s]);
+    for (size_t i = 8 * part; i < n; i += 16)
+        a[0] = _mm512_add_ps(a[0], _mm512_load_ps(p + i));
+    for (int s = 1; s < 8; s++)
+        a[0] = _mm512_add_ps(a[0], a[s]);
     return _mm512_reduce_add_ps(a[0]);
 }
 
@@ -60,11 +64,15 @@ __attribute__((target("avx2"))) static float read_256(const float *p, size_t n) 
     size_t part = n / 8 / 8 * 8;
     const float *q[8];
     __m256 a[8];
-    for (int s = 0; s < 8; s++) q[s] = p + (size_t)s * part, a[s] = _mm256_setzero_ps();
+    for (int s = 0; s < 8; s++)
+        q[s] = p + (size_t)s * part, a[s] = _mm256_setzero_ps();
     for (size_t i = 0; i < part; i += 8)
-        for (int s = 0; s < 8; s++) a[s] = _mm256_add_ps(a[s], _mm256_load_ps(q[s] + i));
-    for (size_t i = 8 * part; i < n; i += 8) a[0] = _mm256_add_ps(a[0], _mm256_load_ps(p + i));
-    for (int s = 1; s < 8; s++) a[0] = _mm256_add_ps(a[0], a[s]);
+        for (int s = 0; s < 8; s++)
+            a[s] = _mm256_add_ps(a[s], _mm256_load_ps(q[s] + i));
+    for (size_t i = 8 * part; i < n; i += 8)
+        a[0] = _mm256_add_ps(a[0], _mm256_load_ps(p + i));
+    for (int s = 1; s < 8; s++)
+        a[0] = _mm256_add_ps(a[0], a[s]);
     float lane[8];
     _mm256_storeu_ps(lane, a[0]);
     return lane[0] + lane[1] + lane[2] + lane[3] + lane[4] + lane[5] + lane[6] + lane[7];
@@ -78,15 +86,19 @@ static void dram_worker(void *arg, int i, int n) {
     float *p = c->buf + (size_t)lo * 64;
     size_t len = (size_t)(hi - lo) * 64;
     if (c->fill) {
-        for (size_t j = 0; j < len; j++) p[j] = 1.0f;
+        for (size_t j = 0; j < len; j++)
+            p[j] = 1.0f;
         return;
     }
     float s;
 #ifdef FT_X86
     enum ft_cpu_isa isa = ft_cpu_isa();
-    if (isa >= FT_ISA_AVX512) s = read_512(p, len);
-    else if (isa == FT_ISA_AVX2) s = read_256(p, len);
-    else s = read_scalar(p, len);
+    if (isa >= FT_ISA_AVX512)
+        s = read_512(p, len);
+    else if (isa == FT_ISA_AVX2)
+        s = read_256(p, len);
+    else
+        s = read_scalar(p, len);
 #else
     s = read_scalar(p, len);
 #endif
