@@ -22,7 +22,8 @@ static float frand(void) { /* uniform in [-1, 1) */
 
 static float *frand_buf(size_t n) {
     float *p = malloc((n ? n : 1) * sizeof *p);
-    for (size_t i = 0; i < n; i++) p[i] = frand();
+    for (size_t i = 0; i < n; i++)
+        p[i] = frand();
     return p;
 }
 
@@ -59,8 +60,8 @@ static int tiers(enum ft_cpu_isa *out) {
 static const enum ft_dtype k_dtypes[3] = {FT_DTYPE_F32, FT_DTYPE_F16, FT_DTYPE_BF16};
 
 /* Largest |y - ref| / (1e-5 * sum|x w| + 1e-30) over y[t, n] for n in [n0, n1): <= 1 passes. */
-static double matmul_err(const float *y, int ldy, const float *x, int ldx, const float *wf,
-                         int T, int n0, int n1, int K) {
+static double matmul_err(const float *y, int ldy, const float *x, int ldx, const float *wf, int T,
+                         int n0, int n1, int K) {
     double worst = 0.0;
     for (int t = 0; t < T; t++)
         for (int n = n0; n < n1; n++) {
@@ -91,7 +92,8 @@ TEST(isa_detect_and_force) {
     int n = tiers(ts);
     EXPECT(n >= 1 && ts[n - 1] == FT_ISA_SCALAR);
     fprintf(stderr, "  tiers:");
-    for (int i = 0; i < n; i++) fprintf(stderr, " %s", ft_cpu_isa_name(ts[i]));
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, " %s", ft_cpu_isa_name(ts[i]));
     fprintf(stderr, "\n");
 }
 
@@ -104,7 +106,8 @@ static void check_rows(enum ft_cpu_isa isa, enum ft_dtype wt, int T, int N, int 
     float *y = malloc((size_t)T * ldy * sizeof *y);
     const void *w;
     void *mem = make_weights(wt, (size_t)N * K, &w, wf);
-    for (int i = 0; i < T * ldy; i++) y[i] = 12345.0f;
+    for (int i = 0; i < T * ldy; i++)
+        y[i] = 12345.0f;
     ft_cpu_matmul_rows(y, ldy, x, ldx, w, wt, T, n0, n1, K);
     double e = matmul_err(y, ldy, x, ldx, wf, T, n0, n1, K);
     int untouched = 1;
@@ -167,11 +170,12 @@ TEST(matmul_pool_split_and_bias) {
                     for (int t = 0; t < T; t++)
                         for (int n = 0; n < N; n++) {
                             double ref = bias[n];
-                            for (int k = 0; k < K; k++) ref += (double)x[t * K + k] * wf[n * K + k];
+                            for (int k = 0; k < K; k++)
+                                ref += (double)x[t * K + k] * wf[n * K + k];
                             eb = fmax(eb, fabs(y[t * N + n] - ref));
                         }
-                    CHECK_(e <= 1.0 && eb < 1e-5, "pool %d N=%d T=%d %s: err %.3g, bias err %.3g", p,
-                           N, T, ft_dtype_name(k_dtypes[d]), e, eb);
+                    CHECK_(e <= 1.0 && eb < 1e-5, "pool %d N=%d T=%d %s: err %.3g, bias err %.3g",
+                           p, N, T, ft_dtype_name(k_dtypes[d]), e, eb);
                     free(x), free(bias), free(wf), free(y), free(mem);
                 }
         ft_pool_free(pool);
@@ -190,7 +194,8 @@ TEST(embed_converts_rows) {
         ft_cpu_embed(out, w, k_dtypes[d], ids, T, H);
         int same = 1;
         for (int t = 0; t < T; t++)
-            for (int i = 0; i < H; i++) same &= out[t * H + i] == wf[ids[t] * H + i];
+            for (int i = 0; i < H; i++)
+                same &= out[t * H + i] == wf[ids[t] * H + i];
         CHECK_(same, "embed %s", ft_dtype_name(k_dtypes[d]));
         free(wf), free(out), free(mem);
     }
@@ -205,7 +210,8 @@ TEST(rmsnorm_matches_reference_and_aliases) {
     double worst = 0.0;
     for (int t = 0; t < T; t++) {
         double ss = 0.0;
-        for (int i = 0; i < H; i++) ss += (double)x[t * H + i] * x[t * H + i];
+        for (int i = 0; i < H; i++)
+            ss += (double)x[t * H + i] * x[t * H + i];
         double r = 1.0 / sqrt(ss / H + eps);
         for (int i = 0; i < H; i++) {
             double ref = x[t * H + i] * r * w[i];
@@ -215,7 +221,8 @@ TEST(rmsnorm_matches_reference_and_aliases) {
     CHECK_(worst < 2e-6, "rmsnorm rel err %.3g", worst);
     ft_cpu_rmsnorm(x, x, w, T, H, eps); /* in place */
     int same = 1;
-    for (int i = 0; i < T * H; i++) same &= x[i] == y[i];
+    for (int i = 0; i < T * H; i++)
+        same &= x[i] == y[i];
     EXPECT(same);
     free(x), free(w), free(y);
 }
@@ -224,7 +231,8 @@ TEST(rope_rotate_half_partial_and_mscale) {
     int T = 3, nh = 2, hd = 24, rot = 16;
     int32_t pos[3] = {0, 7, 4093};
     float inv[8], mscale = 1.25f;
-    for (int i = 0; i < rot / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / rot);
+    for (int i = 0; i < rot / 2; i++)
+        inv[i] = powf(10000.0f, -2.0f * i / rot);
     float *x = frand_buf((size_t)T * nh * hd), *x0 = malloc((size_t)T * nh * hd * 4);
     memcpy(x0, x, (size_t)T * nh * hd * 4);
     ft_cpu_rope(x, pos, inv, mscale, T, nh, hd, rot);
@@ -239,7 +247,8 @@ TEST(rope_rotate_half_partial_and_mscale) {
                 worst = fmax(worst, fabs(b[i] - (a[i] * c - a[i + rot / 2] * s)));
                 worst = fmax(worst, fabs(b[i + rot / 2] - (a[i + rot / 2] * c + a[i] * s)));
             }
-            for (int i = rot; i < hd; i++) tail_same &= a[i] == b[i];
+            for (int i = rot; i < hd; i++)
+                tail_same &= a[i] == b[i];
         }
     CHECK_(worst < 1e-5, "rope err %.3g", worst);
     EXPECT(tail_same);
@@ -248,7 +257,8 @@ TEST(rope_rotate_half_partial_and_mscale) {
 
 TEST(silu_mul_and_add) {
     int T = 2, I = 7;
-    float *gu = frand_buf((size_t)T * 2 * I), out[14], y[5] = {1, 2, 3, 4, 5}, d[5] = {1, 1, 1, 1, -5};
+    float *gu = frand_buf((size_t)T * 2 * I), out[14], y[5] = {1, 2, 3, 4, 5},
+          d[5] = {1, 1, 1, 1, -5};
     gu[0] = 30.0f, gu[1] = -30.0f;
     ft_cpu_silu_mul(out, gu, T, I);
     double worst = 0.0;
@@ -291,7 +301,8 @@ TEST(topk_order_and_ties) {
     EXPECT(idx[0] == 0 && idx[1] == 1 && idx[2] == 2);
     /* random n = 512, k = 32 against a full selection sort with the same tie rule */
     float r[512];
-    for (int i = 0; i < 512; i++) r[i] = (float)(int)(frand() * 50); /* many ties */
+    for (int i = 0; i < 512; i++)
+        r[i] = (float)(int)(frand() * 50); /* many ties */
     int ki[32], ok = 1;
     float kv[32];
     ft_cpu_topk(r, 512, 32, ki, kv);
@@ -310,9 +321,11 @@ TEST(topk_order_and_ties) {
 
 /* Double reference of one configuration; returns the largest abs error. */
 static double attn_err(const float *out, const float *q, const float *k, const float *v,
-                       const int32_t *pos, int T, int nh, int nkv, int hd, float scale, int window) {
+                       const int32_t *pos, int T, int nh, int nkv, int hd, float scale,
+                       int window) {
     int pmax = 0;
-    for (int t = 0; t < T; t++) pmax = pos[t] > pmax ? pos[t] : pmax;
+    for (int t = 0; t < T; t++)
+        pmax = pos[t] > pmax ? pos[t] : pmax;
     double worst = 0.0, *s = malloc((size_t)(pmax + 1) * sizeof *s);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < nh; h++) {
@@ -326,10 +339,12 @@ static double attn_err(const float *out, const float *q, const float *k, const f
                 s[p] = d * scale;
                 m = fmax(m, s[p]);
             }
-            for (int p = p0; p <= pos[t]; p++) l += exp(s[p] - m);
+            for (int p = p0; p <= pos[t]; p++)
+                l += exp(s[p] - m);
             for (int i = 0; i < hd; i++) {
                 double o = 0.0;
-                for (int p = p0; p <= pos[t]; p++) o += exp(s[p] - m) / l * v[(p * nkv + kvh) * hd + i];
+                for (int p = p0; p <= pos[t]; p++)
+                    o += exp(s[p] - m) / l * v[(p * nkv + kvh) * hd + i];
                 worst = fmax(worst, fabs(out[(t * nh + h) * hd + i] - o));
             }
         }
@@ -346,7 +361,8 @@ TEST(attention_gqa_window_tiers_pools) {
         int hd = hdi ? 128 : 24;
         float *k = frand_buf((size_t)S * nkv * hd), *v = frand_buf((size_t)S * nkv * hd);
         float *q = frand_buf((size_t)17 * nh * hd), *out = malloc((size_t)17 * nh * hd * 4);
-        for (int i = 0; i < 17 * nh * hd; i++) q[i] *= 4.0f; /* peaky softmax */
+        for (int i = 0; i < 17 * nh * hd; i++)
+            q[i] *= 4.0f; /* peaky softmax */
         for (int p = 1; p <= 3; p++) {
             struct ft_pool *pool;
             EXPECT_OK(ft_pool_init(&pool, p));
@@ -356,7 +372,8 @@ TEST(attention_gqa_window_tiers_pools) {
                     for (int window = 0; window <= 5; window += 5) {
                         int T = Ts[ti];
                         int32_t pos[17];
-                        for (int t = 0; t < T; t++) pos[t] = (T == 1 ? 40 : 30) + t; /* cache + new */
+                        for (int t = 0; t < T; t++)
+                            pos[t] = (T == 1 ? 40 : 30) + t; /* cache + new */
                         float scale = 1.0f / sqrtf((float)hd);
                         ft_cpu_attention(pool, out, q, k, v, pos, T, nh, nkv, hd, scale, window);
                         double e = attn_err(out, q, k, v, pos, T, nh, nkv, hd, scale, window);
@@ -377,7 +394,8 @@ TEST(attention_long_context_blocks) {
     float *k = frand_buf((size_t)S * nkv * hd), *v = frand_buf((size_t)S * nkv * hd);
     float *q = frand_buf((size_t)T * nh * hd), *out = malloc((size_t)T * nh * hd * 4);
     int32_t pos[2] = {200, 299};
-    for (int i = 0; i < T * nh * hd; i++) q[i] *= 3.0f;
+    for (int i = 0; i < T * nh * hd; i++)
+        q[i] *= 3.0f;
     ft_cpu_attention(NULL, out, q, k, v, pos, T, nh, nkv, hd, 0.2f, 0);
     double e = attn_err(out, q, k, v, pos, T, nh, nkv, hd, 0.2f, 0);
     CHECK_(e < 2e-5, "long attention err %.3g", e);

@@ -14,8 +14,8 @@
 #define FT_X86 1
 #endif
 
-static atomic_int g_isa = -1;      /* the tier kernels use now */
-static atomic_int g_isa_hw = -1;   /* the best tier this machine has */
+static atomic_int g_isa = -1;    /* the tier kernels use now */
+static atomic_int g_isa_hw = -1; /* the best tier this machine has */
 
 const char *ft_cpu_isa_name(enum ft_cpu_isa isa) {
     switch (isa) {
@@ -41,19 +41,20 @@ static enum ft_cpu_isa detect(void) {
     int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
     if (!osxsave || !avx || !fma || !f16c) return FT_ISA_SCALAR;
     uint64_t xcr0 = read_xcr0();
-    if ((xcr0 & 0x6) != 0x6) return FT_ISA_SCALAR;  /* XMM + YMM state */
+    if ((xcr0 & 0x6) != 0x6) return FT_ISA_SCALAR; /* XMM + YMM state */
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return FT_ISA_SCALAR;
     int avx2 = (b >> 5) & 1, f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
     if (!avx2) return FT_ISA_SCALAR;
     /* opmask + ZMM0-15 upper halves + ZMM16-31 */
     if (!(f && bw && vl) || (xcr0 & 0xe0) != 0xe0) return FT_ISA_AVX2;
     unsigned a1 = 0, b1, c1, d1;
-    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && ((a1 >> 5) & 1))
-        return FT_ISA_AVX512_BF16;
+    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && ((a1 >> 5) & 1)) return FT_ISA_AVX512_BF16;
     return FT_ISA_AVX512;
 }
 #else
-static enum ft_cpu_isa detect(void) { return FT_ISA_SCALAR; }
+static enum ft_cpu_isa detect(void) {
+    return FT_ISA_SCALAR;
+}
 #endif
 
 static enum ft_cpu_isa hw_isa(void) {

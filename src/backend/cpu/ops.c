@@ -29,11 +29,13 @@ void ft_cpu_rmsnorm(float *y, const float *x, const float *w, int T, int H, floa
         const float *xt = x + (size_t)t * H;
         float *yt = y + (size_t)t * H;
         float lane[8] = {0};
-        for (int i = 0; i < H; i++) lane[i & 7] += xt[i] * xt[i];
+        for (int i = 0; i < H; i++)
+            lane[i & 7] += xt[i] * xt[i];
         float ss = ((lane[0] + lane[4]) + (lane[1] + lane[5])) +
                    ((lane[2] + lane[6]) + (lane[3] + lane[7]));
         float r = 1.0f / sqrtf(ss / (float)H + eps);
-        for (int i = 0; i < H; i++) yt[i] = w[i] * (xt[i] * r);
+        for (int i = 0; i < H; i++)
+            yt[i] = w[i] * (xt[i] * r);
     }
 }
 
@@ -59,25 +61,29 @@ void ft_cpu_silu_mul(float *out, const float *gate_up, int T, int I) {
     for (int t = 0; t < T; t++) {
         const float *g = gate_up + (size_t)t * 2 * I, *u = g + I;
         float *o = out + (size_t)t * I;
-        for (int i = 0; i < I; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        for (int i = 0; i < I; i++)
+            o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
 }
 
 void ft_cpu_add(float *y, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
+    for (size_t i = 0; i < n; i++)
+        y[i] += x[i];
 }
 
 void ft_cpu_softmax(float *x, int n) {
     if (n <= 0) return;
     float m = x[0];
-    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    for (int i = 1; i < n; i++)
+        m = x[i] > m ? x[i] : m;
     float s = 0.0f;
     for (int i = 0; i < n; i++) {
         x[i] = expf(x[i] - m);
         s += x[i];
     }
     float inv = 1.0f / s;
-    for (int i = 0; i < n; i++) x[i] *= inv;
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
 }
 
 /* Insertion into a sorted list of the best so far; a later index enters only when strictly
@@ -110,14 +116,18 @@ struct vec_ops {
 
 static float dot_c(const float *a, const float *b, int n) {
     float lane[8] = {0};
-    for (int i = 0; i < n; i++) lane[i & 7] += a[i] * b[i];
-    return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+    for (int i = 0; i < n; i++)
+        lane[i & 7] += a[i] * b[i];
+    return ((lane[0] + lane[4]) + (lane[1] + lane[5])) +
+           ((lane[2] + lane[6]) + (lane[3] + lane[7]));
 }
 static void axpy_c(float *y, float a, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
+    for (int i = 0; i < n; i++)
+        y[i] += a * x[i];
 }
 static void scale_c(float *y, float a, int n) {
-    for (int i = 0; i < n; i++) y[i] *= a;
+    for (int i = 0; i < n; i++)
+        y[i] *= a;
 }
 
 #ifdef FT_X86
@@ -141,7 +151,8 @@ T512 static void axpy_512(float *y, float a, const float *x, int n) {
     __m512 av = _mm512_set1_ps(a);
     for (int i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 r = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+        __m512 r =
+            _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
         _mm512_mask_storeu_ps(y + i, m, r);
     }
 }
@@ -156,26 +167,32 @@ T512 static void scale_512(float *y, float a, int n) {
 T256 static float dot_256(const float *a, const float *b, int n) {
     __m256 s = _mm256_setzero_ps();
     int i = 0;
-    for (; i + 8 <= n; i += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s);
+    for (; i + 8 <= n; i += 8)
+        s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s);
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     h = _mm_add_ss(h, _mm_movehdup_ps(h));
     float r = _mm_cvtss_f32(h);
-    for (; i < n; i++) r += a[i] * b[i];
+    for (; i < n; i++)
+        r += a[i] * b[i];
     return r;
 }
 T256 static void axpy_256(float *y, float a, const float *x, int n) {
     __m256 av = _mm256_set1_ps(a);
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
 }
 T256 static void scale_256(float *y, float a, int n) {
     __m256 av = _mm256_set1_ps(a);
     int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] *= a;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] *= a;
 }
 #endif
 
@@ -188,12 +205,12 @@ static struct vec_ops pick_vec_ops(void) {
     return (struct vec_ops){dot_c, axpy_c, scale_c};
 }
 
-#define ATT_BLOCK 64  /* positions scored per online-softmax step */
+#define ATT_BLOCK 64 /* positions scored per online-softmax step */
 
 struct attn_ctx {
-    float *out;                /* [T, n_heads, head_dim] */
-    const float *q, *k, *v;    /* q: [T, n_heads, hd]; k, v: [S, n_kv_heads, hd] */
-    const int32_t *pos;        /* [T] */
+    float *out;             /* [T, n_heads, head_dim] */
+    const float *q, *k, *v; /* q: [T, n_heads, hd]; k, v: [S, n_kv_heads, hd] */
+    const int32_t *pos;     /* [T] */
     int T, n_heads, n_kv_heads, head_dim, window;
     float scale;
     struct vec_ops ops;
@@ -208,7 +225,8 @@ static void attn_one(const struct attn_ctx *c, int t, int h) {
     float *acc = c->out + ((size_t)t * c->n_heads + h) * hd;
     int p1 = c->pos[t] + 1, p0 = c->window > 0 ? FT_MAX(0, p1 - c->window) : 0;
     float m = -INFINITY, l = 0.0f, s[ATT_BLOCK];
-    for (int i = 0; i < hd; i++) acc[i] = 0.0f;
+    for (int i = 0; i < hd; i++)
+        acc[i] = 0.0f;
     for (int b = p0; b < p1; b += ATT_BLOCK) {
         int nb = FT_MIN(ATT_BLOCK, p1 - b);
         float bm = -INFINITY;
@@ -235,14 +253,15 @@ static void attn_one(const struct attn_ctx *c, int t, int h) {
 static void attn_worker(void *arg, int i, int n) {
     const struct attn_ctx *c = arg;
     long pairs = (long)c->T * c->n_heads;
-    for (long p = i; p < pairs; p += n) attn_one(c, (int)(p / c->n_heads), (int)(p % c->n_heads));
+    for (long p = i; p < pairs; p += n)
+        attn_one(c, (int)(p / c->n_heads), (int)(p % c->n_heads));
 }
 
 void ft_cpu_attention(struct ft_pool *pool, float *out, const float *q, const float *k,
                       const float *v, const int32_t *pos, int T, int n_heads, int n_kv_heads,
                       int head_dim, float scale, int window) {
     FT_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0);
-    struct attn_ctx c = {out, q, k, v, pos, T, n_heads, n_kv_heads, head_dim, window, scale,
-                         pick_vec_ops()};
+    struct attn_ctx c = {out,     q,          k,        v,      pos,   T,
+                         n_heads, n_kv_heads, head_dim, window, scale, pick_vec_ops()};
     ft_pool_run(pool, attn_worker, &c);
 }
