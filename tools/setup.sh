@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# setup.sh — everything a fresh Debian/Ubuntu machine needs, in one command.
+#   tools/setup.sh        install missing packages, build, run ft on the bundled tiny model
+#   tools/setup.sh test   install missing packages, build, run every CPU test (make test)
+# Uses sudo for apt-get when not root. CUDA is optional: with nvcc on PATH the CUDA files are
+# compiled too (FT_CUDA=AUTO).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PKGS="build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libxxhash-dev
+      libmicrohttpd-dev xz-utils clang libclang-rt-14-dev"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing$missing"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+fi
+make -s build
+case "${1:-demo}" in
+  test) make -s test ;;
+  demo)
+    M=tests/data/models/qwen3_moe
+    echo "setup: built build/ft; running it on the bundled tiny Qwen3-MoE ($M):"
+    build/ft inspect --model "$M"
+    build/ft run --model "$M" --ids 5,6,7,8 -n 8
+    ;;
+  *) echo "usage: tools/setup.sh [demo|test]" >&2; exit 2 ;;
+esac
