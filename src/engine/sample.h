@@ -1,0 +1,42 @@
+/* sample.h — token sampling: repetition/presence/frequency penalties, temperature, top-k,
+ * top-p, min-p, seeded draws. Processing order and semantics follow transformers' logits
+ * processors (RepetitionPenalty -> Temperature -> TopK -> TopP -> MinP), with OpenAI-style
+ * presence/frequency penalties on generated tokens (as vLLM applies them).
+ * One sampler per request; not shared between threads. */
+#ifndef FT_ENGINE_SAMPLE_H
+#define FT_ENGINE_SAMPLE_H
+
+#include <stdint.h>
+
+#include "ft.h"
+
+struct ft_sampling {
+    float temperature;        /* <= 0: greedy (argmax) */
+    int top_k;                /* <= 0: off */
+    float top_p;              /* >= 1: off */
+    float min_p;              /* <= 0: off */
+    float repetition_penalty; /* 1: off; HF rule on prompt + generated tokens */
+    float presence_penalty;   /* 0: off; on generated tokens */
+    float frequency_penalty;  /* 0: off; on generated tokens */
+    uint64_t seed;            /* same seed, same output */
+};
+
+/* Defaults: temperature 1, everything else off, seed 0 (meaning: pick one from the clock). */
+struct ft_sampling ft_sampling_default(void);
+/* Checks ranges; errors name the field (temperature, top_p, ...). */
+enum ft_status ft_sampling_validate(const struct ft_sampling *p);
+
+struct ft_sampler;
+
+enum ft_status ft_sampler_init(struct ft_sampler **out, const struct ft_sampling *p, int vocab);
+void ft_sampler_free(struct ft_sampler *s);
+/* Records a prompt token (repetition penalty only) or a generated token (all penalties). */
+void ft_sampler_add_prompt(struct ft_sampler *s, int32_t id);
+void ft_sampler_accept(struct ft_sampler *s, int32_t id);
+/* Applies penalties, temperature and the filters to logits in place (removed tokens become
+ * -INFINITY). Exposed for tests against transformers' logits processors. */
+void ft_sampler_process(struct ft_sampler *s, float *logits);
+/* Processes logits (in place) and draws a token. */
+int32_t ft_sampler_sample(struct ft_sampler *s, float *logits);
+
+#endif
