@@ -129,4 +129,217 @@ TEST(parity_llama3) { parity("llama3"); }
 TEST(parity_deepseek_v3) { parity("deepseek_v3"); }
 TEST(parity_llama2) { parity("llama2"); }
 
+TEST(detok_holds_split_multibyte) {
+    struct ft_tok *t = load("llama2");
+    EXPECT(t != NULL);
+    if (!t) return;
+    /* "🫠" is not in Llama-2's vocabulary: "▁" then <0xF0><0x9F><0xAB><0xA0> */
+    int32_t *ids = NULL;
+    int n = 0;
+    EXPECT_OK(ft_tok_encode(t, "\xF0\x9F\xAB\xA0", 4, 0, &ids, &n));
+    EXPECT_EQ(n, 5);
+    if (n == 5) {
+        EXPECT_EQ(ids[1], 243);
+        struct ft_detok d;
+        char out[FT_DETOK_CAP];
+        ft_detok_init(&d, t, 1);
+        EXPECT_EQ(ft_detok_push(&d, ids[0], out, sizeof out), 0); /* leading space stripped */
+        EXPECT_EQ(ft_detok_push(&d, ids[1], out, sizeof out), 0); /* held */
+        EXPECT_EQ(ft_detok_push(&d, ids[2], out, sizeof out), 0);
+        EXPECT_EQ(ft_detok_push(&d, ids[3], out, sizeof out), 0);
+        size_t k = ft_detok_push(&d, ids[4], out, sizeof out);
+        EXPECT_EQ(k, 4);
+        EXPECT(k == 4 && !memcmp(out, "\xF0\x9F\xAB\xA0", 4));
+        EXPECT_EQ(ft_detok_flush(&d, out, sizeof out), 0);
+        /* an incomplete sequence at the end comes out as U+FFFD on flush */
+        ft_detok_init(&d, t, 1);
+        EXPECT_EQ(ft_detok_push(&d, ids[1], out, sizeof out), 0);
+        EXPECT_EQ(ft_detok_push(&d, ids[2], out, sizeof out), 0);
+        k = ft_detok_flush(&d, out, sizeof out);
+        EXPECT(k == 3 && !memcmp(out, "\xEF\xBF\xBD", 3));
+    }
+    free(ids);
+    ft_tok_free(t);
+}
+
+TEST(detok_stream_equals_text) {
+    struct ft_tok *t = load("qwen3");
+    EXPECT(t != NULL);
+    if (!t) return;
+    const char *s = "\xF0\x9F\xAB\xA0 \xE4\xB8\xAD<|im_end|>caf\xC3\xA9 \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9";
+    int32_t *ids = NULL;
+    int n = 0;
+    EXPECT_OK(ft_tok_encode(t, s, strlen(s), 0, &ids, &n));
+    EXPECT(n > 6);
+    EXPECT_EQ(ids[0], 9284); /* "ðŁ" = F0 9F: half of the emoji */
+    struct ft_detok d;
+    char out[FT_DETOK_CAP], all[256] = "";
+    size_t total = 0;
+    int held = 0;
+    ft_detok_init(&d, t, 1);
+    for (int i = 0; i < n; i++) {
+        size_t k = ft_detok_push(&d, ids[i], out, sizeof out);
+        held += k == 0;
+        memcpy(all + total, out, k);
+        total += k;
+        all[total] = 0;
+    }
+    total += ft_detok_flush(&d, all + total, sizeof all - total);
+    all[total] = 0;
+    EXPECT(held >= 2);
+    EXPECT_STREQ(all, "\xF0\x9F\xAB\xA0 \xE4\xB8\xAD" "caf\xC3\xA9 \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9");
+    char *text = NULL;
+    EXPECT_OK(ft_tok_decode(t, ids, n, 0, &text, NULL));
+    EXPECT_STREQ(text, s);
+    free(text);
+    free(ids);
+    ft_tok_free(t);
+}
+
+TEST(invalid_utf8_is_an_error) {
+    struct ft_tok *t = load("qwen3");
+    EXPECT(t != NULL);
+    if (!t) return;
+    int32_t *ids = (int32_t *)1;
+    int n = 7;
+    EXPECT_EQ(ft_tok_encode(t, "abc\xff", 4, 0, &ids, &n), FT_ERR_INVALID_ARG);
+    EXPECT_CONTAINS(ft_error(), "prompt: invalid UTF-8 at byte 3");
+    EXPECT(ids == NULL && n == 0);
+    EXPECT_EQ(ft_tok_encode(t, "ok \xE4\xB8", 5, 0, &ids, &n), FT_ERR_INVALID_ARG); /* truncated */
+    EXPECT_CONTAINS(ft_error(), "at byte 3");
+    EXPECT_EQ(ft_tok_encode(t, "\xED\xA0\x80", 3, 0, &ids, &n), FT_ERR_INVALID_ARG); /* surrogate */
+    EXPECT_EQ(ft_tok_encode(t, "\xC0\xAF", 2, 0, &ids, &n), FT_ERR_INVALID_ARG);     /* overlong */
+    ft_tok_free(t);
+}
+
+TEST(empty_input) {
+    for (int k = 0; k < 4; k++) {
+        struct ft_tok *t = load(k_names[k]);
+        EXPECT(t != NULL);
+        if (!t) continue;
+        int32_t *ids = NULL;
+        int n = -1;
+        EXPECT_OK(ft_tok_encode(t, "", 0, 0, &ids, &n));
+        EXPECT(n == 0 && ids == NULL);
+        EXPECT_OK(ft_tok_encode(t, NULL, 0, 0, &ids, &n));
+        EXPECT_EQ(n, 0);
+        char *text = NULL;
+        EXPECT_OK(ft_tok_decode(t, NULL, 0, 1, &text, NULL));
+        EXPECT_STREQ(text, "");
+        free(text);
+        ft_tok_free(t);
+    }
+}
+
+TEST(special_tokens_and_bos) {
+    struct ft_tok *q = load("qwen3"), *l2 = load("llama2"), *ds = load("deepseek_v3"), *l3 = load("llama3");
+    EXPECT(q && l2 && ds && l3);
+    if (!q || !l2 || !ds || !l3) goto done;
+    int32_t *ids = NULL;
+    int n = 0;
+    /* Qwen3: no BOS; eos from tokenizer_config.json; ChatML template kept */
+    EXPECT_EQ(ft_tok_find(q, "<|im_end|>"), 151645);
+    EXPECT_EQ(ft_tok_eos(q), 151645);
+    EXPECT_EQ(ft_tok_bos(q), -1);
+    EXPECT(ft_tok_is_special(q, 151644) && !ft_tok_is_special(q, 151667) && !ft_tok_is_special(q, 100));
+    EXPECT_CONTAINS(ft_tok_chat_template(q), "<|im_start|>");
+    EXPECT_EQ(ft_tok_n_vocab(q), 151669);
+    size_t len = 0;
+    EXPECT_STREQ(ft_tok_piece(q, 151644, &len), "<|im_start|>");
+    EXPECT_EQ(len, 12);
+    EXPECT(ft_tok_piece(q, -1, NULL) == NULL && ft_tok_piece(q, 1 << 20, NULL) == NULL);
+    EXPECT_OK(ft_tok_encode(q, "<|im_start|>user", 16, 1, &ids, &n));
+    EXPECT(n == 2 && ids[0] == 151644 && ids[1] == 872);
+    free(ids);
+    /* Llama-2: TemplateProcessing puts <s> first */
+    EXPECT_OK(ft_tok_encode(l2, "Hello world", 11, 1, &ids, &n));
+    EXPECT(n == 3 && ids[0] == 1 && ids[1] == 22557 && ids[2] == 1526);
+    free(ids);
+    EXPECT_EQ(ft_tok_bos(l2), 1);
+    EXPECT_EQ(ft_tok_eos(l2), 2);
+    EXPECT(ft_tok_add_bos(l2) && !ft_tok_add_bos(q));
+    /* DeepSeek-V3: add_bos_token in tokenizer_config.json */
+    EXPECT_OK(ft_tok_encode(ds, "Hello world", 11, 1, &ids, &n));
+    EXPECT(n == 3 && ids[0] == 0 && ids[1] == 19923 && ids[2] == 2058);
+    free(ids);
+    /* Llama-3 (this file's post_processor is plain ByteLevel, and the config has no add_bos_token,
+     * so like transformers nothing is added; the chat template writes <|begin_of_text|>) */
+    EXPECT_EQ(ft_tok_bos(l3), 128000);
+    EXPECT(!ft_tok_add_bos(l3));
+    /* skip_special drops special tokens on decode, keeps them otherwise */
+    int32_t seq[] = {151644, 872, 151645};
+    char *text = NULL;
+    EXPECT_OK(ft_tok_decode(q, seq, 3, 1, &text, NULL));
+    EXPECT_STREQ(text, "user");
+    free(text);
+    EXPECT_OK(ft_tok_decode(q, seq, 3, 0, &text, NULL));
+    EXPECT_STREQ(text, "<|im_start|>user<|im_end|>");
+    free(text);
+    EXPECT_OK(ft_tok_decode(q, seq, 1, 1, &text, NULL)); /* only a skipped token */
+    EXPECT_STREQ(text, "");
+    free(text);
+    int32_t bad = 1 << 24;
+    EXPECT_EQ(ft_tok_decode(q, &bad, 1, 0, &text, NULL), FT_ERR_INVALID_ARG);
+done:
+    ft_tok_free(q);
+    ft_tok_free(l2);
+    ft_tok_free(ds);
+    ft_tok_free(l3);
+}
+
+/* Writes text to ./tok/bad/tokenizer.json and tries to load it; returns the status. */
+static enum ft_status load_text(const char *text) {
+    EXPECT(system("mkdir -p tok/bad") == 0);
+    FILE *f = fopen("tok/bad/tokenizer.json", "w");
+    EXPECT(f != NULL);
+    if (!f) return FT_ERR_IO;
+    fputs(text, f);
+    fclose(f);
+    struct ft_tok *t = NULL;
+    enum ft_status st = ft_tok_load("tok/bad", &t);
+    if (st == FT_OK) ft_tok_free(t);
+    return st;
+}
+
+TEST(bad_files_are_clear_errors) {
+    struct ft_tok *t = (struct ft_tok *)1;
+    EXPECT_EQ(ft_tok_load("tok/no-such-dir", &t), FT_ERR_IO);
+    EXPECT(t == NULL);
+    EXPECT_CONTAINS(ft_error(), "no tokenizer.json");
+    EXPECT_EQ(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}}}"),
+              FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "tok/bad/tokenizer.json");
+    EXPECT_CONTAINS(ft_error(), "model.merges");
+    EXPECT_EQ(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, "
+                        "\"merges\": [\"a b\"]}}"), FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "model.merges[0] \"a b\": the merged token is not in model.vocab");
+    EXPECT_EQ(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, "
+                        "\"merges\": [[\"a\", \"b\"]]}, \"pre_tokenizer\": {\"type\": \"Split\", "
+                        "\"pattern\": {\"Regex\": \"(\\\\p{L}+\"}, \"behavior\": \"Isolated\"}}"),
+              FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "(\\p{L}+");
+    EXPECT_CONTAINS(ft_error(), "missing closing parenthesis");
+    EXPECT_EQ(load_text("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}"), FT_ERR_UNSUPPORTED);
+    EXPECT_CONTAINS(ft_error(), "Unigram");
+    EXPECT_EQ(load_text("{\"model\": "), FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "not valid JSON");
+    /* a minimal valid file works: merges in pair form, Split with Removed */
+    EXPECT_OK(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, "
+                        "\"merges\": [[\"a\", \"b\"]]}, \"pre_tokenizer\": {\"type\": \"Split\", "
+                        "\"pattern\": {\"String\": \" \"}, \"behavior\": \"Removed\"}}"));
+    struct ft_tok *ok = NULL;
+    EXPECT_OK(ft_tok_load("tok/bad", &ok));
+    if (ok) {
+        int32_t *ids = NULL;
+        int n = 0;
+        EXPECT_OK(ft_tok_encode(ok, "ab a  ba", 8, 1, &ids, &n));
+        EXPECT(n == 4 && ids[0] == 2 && ids[1] == 0 && ids[2] == 1 && ids[3] == 0);
+        free(ids);
+        EXPECT_EQ(ft_tok_bos(ok), -1);
+        EXPECT(ft_tok_chat_template(ok) == NULL);
+    }
+    ft_tok_free(ok);
+    ft_tok_free(NULL);
+}
+
 TEST_MAIN("tokenizer")

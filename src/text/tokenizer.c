@@ -37,7 +37,7 @@ static enum ft_status load_vocab(struct ft_tok *t, const json_t *vocab, const js
             return ft_fail(FT_ERR_FORMAT, "%s: model.vocab[\"%s\"]: id must be an integer in "
                            "[0, 2^24]", t->path, key);
         max_id = FT_MAX(max_id, (int)json_integer_value(v));
-        total += strlen(key);
+        total += strlen(key) + 1;
     }
     json_array_foreach(added, i, e) {
         const json_t *id = json_object_get(e, "id");
@@ -47,7 +47,7 @@ static enum ft_status load_vocab(struct ft_tok *t, const json_t *vocab, const js
             return ft_fail(FT_ERR_FORMAT, "%s: added_tokens[%zu]: needs \"id\" (integer) and "
                            "\"content\" (string)", t->path, i);
         max_id = FT_MAX(max_id, (int)json_integer_value(id));
-        total += strlen(c);
+        total += strlen(c) + 1;
     }
     if (max_id < 0) return ft_fail(FT_ERR_FORMAT, "%s: model.vocab: empty vocabulary", t->path);
     t->n_vocab = max_id + 1;
@@ -68,19 +68,19 @@ static enum ft_status load_vocab(struct ft_tok *t, const json_t *vocab, const js
     json_object_foreach((json_t *)vocab, key, v) {
         int id = (int)json_integer_value(v);
         size_t n = strlen(key);
-        memcpy(t->piece_arena + off, key, n);
+        memcpy(t->piece_arena + off, key, n + 1);
         t->piece_off[id] = (uint32_t)off;
         t->piece_len[id] = (uint32_t)n;
-        off += n;
+        off += n + 1;
     }
     json_array_foreach(added, i, e) {
         int id = (int)json_integer_value(json_object_get(e, "id"));
         const char *c = jstr(e, "content");
         size_t n = strlen(c);
-        memcpy(t->piece_arena + off, c, n);
+        memcpy(t->piece_arena + off, c, n + 1);
         t->piece_off[id] = (uint32_t)off;
         t->piece_len[id] = (uint32_t)n;
-        off += n;
+        off += n + 1;
     }
     for (int id = 0; id < t->n_vocab; id++) {
         if (t->piece_len[id] == UINT32_MAX) continue;

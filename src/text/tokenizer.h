@@ -31,7 +31,7 @@ enum ft_status ft_tok_encode(const struct ft_tok *t, const char *text, size_t le
                              int32_t **ids, int *n_ids);
 
 int ft_tok_n_vocab(const struct ft_tok *t); /* 1 + the largest id (model vocab + added tokens) */
-/* The vocabulary string of id as stored in tokenizer.json (e.g. "Ġworld", "▁Hello", "<|im_end|>");
+/* The NUL-terminated vocabulary string of id as stored in tokenizer.json (e.g. "Ġworld", "▁Hello", "<|im_end|>");
  * NULL for an id out of range or unassigned. */
 const char *ft_tok_piece(const struct ft_tok *t, int32_t id, size_t *len);
 /* The id of a vocabulary or added-token string (NUL-terminated), -1 if none. */
