@@ -253,7 +253,21 @@ static enum ft_status encode_segment(struct enc *e, const char *s, size_t n) {
     if (n == 0) return FT_OK;
     e->norm.n = 0;
     FT_TRY(ft_tok_normalize(e->t, s, n, &e->norm));
-    FT_TRY(ft_tok_pretokenize(e->t, &e->norm, &e->words, &e->tmp, &e->tmpbuf, e->md));
+    if (e->t->word_split_len) { /* split before each metaspace run (see struct ft_tok) */
+        const char *x = e->t->word_split, *b = e->norm.p;
+        size_t lx = (size_t)e->t->word_split_len, start = 0;
+        e->words.n = 0;
+        for (size_t i = 1; i + lx <= e->norm.n; i++) {
+            if (b[i] == x[0] && !memcmp(b + i, x, lx) && (i < lx || memcmp(b + i - lx, x, lx))) {
+                FT_TRY(ft_spans_add(&e->words, (uint32_t)start, (uint32_t)(i - start)));
+                start = i;
+            }
+        }
+        if (start < e->norm.n)
+            FT_TRY(ft_spans_add(&e->words, (uint32_t)start, (uint32_t)(e->norm.n - start)));
+    } else {
+        FT_TRY(ft_tok_pretokenize(e->t, &e->norm, &e->words, &e->tmp, &e->tmpbuf, e->md));
+    }
     for (size_t w = 0; w < e->words.n; w++)
         FT_TRY(bpe_word(e, e->norm.p + e->words.p[w].off, e->words.p[w].len));
 fail:

@@ -90,6 +90,12 @@ struct ft_tok {
     int32_t fallback_id[256]; /* id of <0xNN>, -1 if none */
     int byte_fallback, fuse_unk, ignore_merges;
     int32_t unk_id;
+    /* SentencePiece-style files without a pre-tokenizer: when no vocabulary entry has the
+     * metaspace (e.g. "▁") after another character, no merge can cross the boundary before a
+     * metaspace that follows another character, so words split there (enabling the word cache)
+     * give the same ids as BPE over the whole text. */
+    char word_split[8];
+    int word_split_len;
     /* added tokens: a byte trie, (node << 8 | byte) -> child node */
     struct ft_added *added;
     int n_added;

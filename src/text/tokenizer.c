@@ -335,6 +335,25 @@ static enum ft_status load_model(struct ft_tok *t, const json_t *root) {
     return FT_OK;
 }
 
+/* See struct ft_tok.word_split. */
+static void detect_word_split(struct ft_tok *t, const json_t *vocab) {
+    const char *x = NULL;
+    for (int i = 0; i < t->n_norms; i++)
+        if (t->norms[i].kind == NORM_REPLACE && !strcmp(t->norms[i].a, " ")) x = t->norms[i].b;
+    if (t->byte_level || t->n_pres || !x || !*x || strlen(x) >= sizeof t->word_split) return;
+    size_t lx = strlen(x);
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)vocab, key, v) {
+        for (const char *p = strstr(key, x); p; p = strstr(p + lx, x)) {
+            if (p == key) continue;
+            if ((size_t)(p - key) < lx || memcmp(p - lx, x, lx)) return; /* "a▁" inside a token */
+        }
+    }
+    memcpy(t->word_split, x, lx + 1);
+    t->word_split_len = (int)lx;
+}
+
 enum ft_status ft_tok_load_files(const char *json_path, const char *config_path,
                                  struct ft_tok **out) {
     enum ft_status st = FT_OK;
@@ -360,6 +379,7 @@ enum ft_status ft_tok_load_files(const char *json_path, const char *config_path,
     FT_TRY(load_model(t, root));
     FT_TRY(ft_tok_parse_normalizer(t, json_object_get(root, "normalizer")));
     FT_TRY(ft_tok_parse_pretok(t, json_object_get(root, "pre_tokenizer")));
+    detect_word_split(t, json_object_get(json_object_get(root, "model"), "vocab"));
     FT_TRY(ft_tok_parse_decoder(t, json_object_get(root, "decoder")));
     FT_TRY(ft_tok_build_decoded(t));
     int have_template = 0;
