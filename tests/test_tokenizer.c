@@ -9,8 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "test.h"
 #include "text/tokenizer.h"
+/* `ft tokenize` is tested in-process (its file is compiled into this test) */
+#include "cli/cmd_tokenize.c"
 
 static const char *k_names[] = {"qwen3", "llama3", "deepseek_v3", "llama2"};
 
@@ -340,6 +345,99 @@ TEST(bad_files_are_clear_errors) {
     }
     ft_tok_free(ok);
     ft_tok_free(NULL);
+}
+
+/* Runs ft_cmd_tokenize with stdout/stderr sent to tok/cli.out and tok/cli.err; returns its exit
+ * code and the two outputs (malloc'd). */
+static int run_cli(int argc, char **argv, char **out, char **err) {
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2);
+    int fo = open("tok/cli.out", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fe = open("tok/cli.err", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    int rc = ft_cmd_tokenize(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1);
+    dup2(se, 2);
+    close(so), close(se), close(fo), close(fe);
+    const char *names[2] = {"tok/cli.out", "tok/cli.err"};
+    char **dst[2] = {out, err};
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(names[k], "rb");
+        size_t cap = 1 << 20, n = 0, r;
+        char *b = malloc(cap);
+        while (f && (r = fread(b + n, 1, cap - 1 - n, f)) > 0) {
+            n += r;
+            if (n == cap - 1) b = realloc(b, cap *= 2);
+        }
+        b[n] = 0;
+        if (f) fclose(f);
+        *dst[k] = b;
+    }
+    return rc;
+}
+
+TEST(cli_tokenize) {
+    const char *dir = tok_dir("llama2");
+    EXPECT(dir != NULL);
+    if (!dir) return;
+    char corpus[1024], refs[1024], *out = NULL, *err = NULL;
+    snprintf(corpus, sizeof corpus, "%s/tok/corpus.jsonl", FT_TEST_DATA);
+    snprintf(refs, sizeof refs, "%s/tok/llama2/ids.jsonl", FT_TEST_DATA);
+    /* --jsonl over the whole corpus gives the reference ids, line for line */
+    char *a1[] = {"tokenize", "--model", (char *)dir, "--jsonl", corpus};
+    EXPECT_EQ(run_cli(5, a1, &out, &err), 0);
+    int n_refs = 0, bad = 0, lines = 0;
+    json_t **ref = read_jsonl(refs, &n_refs);
+    for (char *p = out, *e; p && *p; p = e + 1, lines++) {
+        e = strchr(p, '\n');
+        if (!e) break;
+        json_t *ids = json_loadb(p, (size_t)(e - p), 0, NULL);
+        if (lines >= n_refs || !json_equal(ids, json_object_get(ref[lines], "ids"))) bad++;
+        json_decref(ids);
+    }
+    EXPECT_EQ(lines, n_refs);
+    EXPECT_EQ(bad, 0);
+    free_jsonl(ref, n_refs);
+    free(out), free(err);
+    /* text mode: ids then pieces */
+    char *a2[] = {"tokenize", "--model", (char *)tok_dir("qwen3"), "<|im_start|>Hello world"};
+    EXPECT_EQ(run_cli(4, a2, &out, &err), 0);
+    EXPECT_CONTAINS(out, "[151644,9707,1879]\n");
+    EXPECT_CONTAINS(out, "1879\t\"\xC4\xA0world\"\n");
+    EXPECT_CONTAINS(out, "151644\t\"<|im_start|>\"\tspecial\n");
+    free(out), free(err);
+    char *a3[] = {"tokenize", "--model", (char *)dir, "--special", "Hello world"};
+    EXPECT_EQ(run_cli(5, a3, &out, &err), 0);
+    EXPECT_CONTAINS(out, "[1,22557,1526]\n");
+    free(out), free(err);
+    /* bad input: exit code 2 and one "ft: ..." line */
+    char *a4[] = {"tokenize", "--model", (char *)dir, "bad \xff text"};
+    EXPECT_EQ(run_cli(4, a4, &out, &err), 2);
+    EXPECT_CONTAINS(err, "ft: prompt: invalid UTF-8 at byte 4");
+    free(out), free(err);
+    FILE *f = fopen("tok/bad.jsonl", "w");
+    if (f) fputs("\"ok\"\n42\n", f), fclose(f);
+    char *a5[] = {"tokenize", "--model", (char *)dir, "--jsonl", "tok/bad.jsonl"};
+    EXPECT_EQ(run_cli(5, a5, &out, &err), 2);
+    EXPECT_CONTAINS(err, "ft: tok/bad.jsonl:2: expected one JSON string per line");
+    EXPECT_STREQ(out, "[3614]\n"); /* "▁ok" */
+    free(out), free(err);
+    char *a6[] = {"tokenize", "hello"};
+    EXPECT_EQ(run_cli(2, a6, &out, &err), 2);
+    EXPECT_CONTAINS(err, "--model DIR is required");
+    free(out), free(err);
+    char *a7[] = {"tokenize", "--model", "tok/no-such-dir", "x"};
+    EXPECT_EQ(run_cli(4, a7, &out, &err), 2);
+    EXPECT_CONTAINS(err, "no tokenizer.json");
+    free(out), free(err);
+    char *a8[] = {"tokenize", "--help"};
+    EXPECT_EQ(run_cli(2, a8, &out, &err), 0);
+    EXPECT_CONTAINS(out, "--jsonl FILE");
+    free(out), free(err);
 }
 
 TEST_MAIN("tokenizer")
