@@ -10,6 +10,7 @@ static const struct ft_cmd k_cmds[] = {
     {"logits", "teacher-forced logits of a prompt into a safetensors file", ft_cmd_logits},
     {"inspect", "show a checkpoint's architecture, sizes and plan", ft_cmd_inspect},
     {"bench", "prefill/decode throughput, llama-bench style", ft_cmd_bench},
+    {"tokenize", "print the token ids and pieces of a text", ft_cmd_tokenize},
     {NULL, NULL, NULL},
 };
 
