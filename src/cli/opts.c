@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "engine/generate.h"
+#include "format/hfconfig.h"
 
 int ft_cli_exit_code(enum ft_status st) {
     switch (st) {
@@ -84,4 +86,71 @@ enum ft_status ft_cli_ids(const char *s, int32_t **ids, int *n) {
     *ids = a;
     *n = k;
     return FT_OK;
+}
+
+const char ft_cli_sampling_usage[] =
+    "  --temp T            temperature (0 = greedy; default from generation_config.json)\n"
+    "  --top-k K  --top-p P  --min-p P   filters (defaults from generation_config.json)\n"
+    "  --repeat-penalty R  --presence-penalty P  --frequency-penalty F\n"
+    "  --seed N            sampling seed (same seed, same output)\n"
+    "  --stop STR          stop string (repeatable, up to 8)\n"
+    "  --ignore-eos        do not stop at the end-of-sequence token\n";
+
+void ft_cli_sampling_defaults(const struct ft_config *c, struct ft_gen_params *p) {
+    p->sampling = ft_sampling_default();
+    const struct ft_gen_defaults *g = &c->gen;
+    int sample = g->do_sample == 1 || (g->do_sample == -1 && g->has_temperature);
+    p->sampling.temperature = sample ? (g->has_temperature ? g->temperature : 1.0f) : 0.0f;
+    if (g->has_top_p) p->sampling.top_p = g->top_p;
+    if (g->has_top_k) p->sampling.top_k = g->top_k;
+    if (g->has_repetition_penalty) p->sampling.repetition_penalty = g->repetition_penalty;
+}
+
+static int float_flag(const char *cmd, const char *flag, const char *v, float *out) {
+    char *end;
+    double d = v ? strtod(v, &end) : 0;
+    if (!v || end == v || *end) {
+        fprintf(stderr, "ft %s: %s: '%s' is not a number\n", cmd, flag, v ? v : "");
+        return -1;
+    }
+    *out = (float)d;
+    return 1;
+}
+
+int ft_cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, struct ft_gen_params *p) {
+    const char *a = argv[*i];
+    struct ft_sampling *s = &p->sampling;
+    if (!strcmp(a, "--ignore-eos")) {
+        p->ignore_eos = 1;
+        return 1;
+    }
+    float *f = !strcmp(a, "--temp") || !strcmp(a, "--temperature") ? &s->temperature
+               : !strcmp(a, "--top-p")                              ? &s->top_p
+               : !strcmp(a, "--min-p")                              ? &s->min_p
+               : !strcmp(a, "--repeat-penalty")                     ? &s->repetition_penalty
+               : !strcmp(a, "--presence-penalty")                   ? &s->presence_penalty
+               : !strcmp(a, "--frequency-penalty")                  ? &s->frequency_penalty
+                                                                    : NULL;
+    if (f) return float_flag(cmd, a, ft_cli_value(argc, argv, i), f);
+    if (!strcmp(a, "--top-k") || !strcmp(a, "--seed")) {
+        const char *v = ft_cli_value(argc, argv, i);
+        long n;
+        if (!v || ft_cli_int(v, 0, !strcmp(a, "--seed") ? 0x7fffffffL : 1 << 24, &n)) {
+            fprintf(stderr, "ft %s: %s: '%s' is not a non-negative integer\n", cmd, a, v ? v : "");
+            return -1;
+        }
+        if (!strcmp(a, "--seed")) s->seed = (uint64_t)n;
+        else s->top_k = (int)n;
+        return 1;
+    }
+    if (!strcmp(a, "--stop")) {
+        const char *v = ft_cli_value(argc, argv, i);
+        if (!v || !*v || p->n_stop == FT_MAX_STOP) {
+            fprintf(stderr, "ft %s: --stop needs a non-empty string (at most %d)\n", cmd, FT_MAX_STOP);
+            return -1;
+        }
+        p->stop[p->n_stop++] = v;
+        return 1;
+    }
+    return 0;
 }

@@ -20,4 +20,16 @@ int ft_cli_int(const char *s, long lo, long hi, long *out);
 /* Parses "1,2,3" into a malloc'd array. */
 enum ft_status ft_cli_ids(const char *s, int32_t **ids, int *n);
 
+
+struct ft_gen_params;
+struct ft_config;
+/* Sampling defaults from generation_config.json (temperature, top_p, top_k, repetition
+ * penalty); greedy when the model gives none and do_sample is not set. */
+void ft_cli_sampling_defaults(const struct ft_config *c, struct ft_gen_params *p);
+/* If argv[*i] is a sampling/stop flag, consumes it (and its value) into p and returns 1;
+ * returns 0 if it is not one, -1 (after printing) on a bad value. */
+int ft_cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, struct ft_gen_params *p);
+/* The usage lines of those flags. */
+extern const char ft_cli_sampling_usage[];
+
 #endif

@@ -305,6 +305,9 @@ void ft_engine_free(struct ft_engine *e) {
 }
 
 void ft_engine_reset(struct ft_engine *e) { e->n_past = 0; }
+void ft_engine_truncate(struct ft_engine *e, int n) {
+    if (n >= 0 && n < e->n_past) e->n_past = n;
+}
 int ft_engine_n_past(const struct ft_engine *e) { return e->n_past; }
 int ft_engine_max_ctx(const struct ft_engine *e) { return e->opts.max_ctx; }
 
