@@ -20,7 +20,7 @@ test-gpu: build
 	cd $(BUILD) && ctest --output-on-failure -L gpu
 
 fuzz:
-	CC=clang cmake -S . -B build-fuzz -DFT_FUZZ=ON -DFT_CUDA=OFF -DFT_SANITIZE=ON
+	CC=clang cmake -S . -B build-fuzz -DFT_FUZZ=ON -DFT_CUDA=OFF -DFT_SANITIZE=ON -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link
 	cmake --build build-fuzz -j $(JOBS)
 	tools/run_fuzz.sh build-fuzz $(FUZZ_SECONDS)
 

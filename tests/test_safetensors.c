@@ -231,7 +231,7 @@ TEST(rejects_overlap_and_duplicates) {
                4, "overlap", NULL);
     expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
                "\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}",
-               8, "duplicate tensor name 'a'", NULL);
+               8, "duplicate key 'a'", "tensor name must appear once");
     /* zero-size tensors may sit anywhere; out-of-order non-overlapping ranges are fine */
     struct ft_st_file *f;
     size_t n = mk("{\"z\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[2,2]},"

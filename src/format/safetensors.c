@@ -222,7 +222,7 @@ enum ft_status ft_st_parse(const void *buf, size_t size, const char *label,
         if (q) {
             const char *a = strstr(q, "'\""), *b = a ? strstr(a + 2, "\"'") : NULL;
             int len = a && b ? (int)(b - a - 2) : 0;
-            return ft_fail(FT_ERR_FORMAT, "%s: duplicate tensor name '%.*s' in the header", label,
+            return ft_fail(FT_ERR_FORMAT, "%s: duplicate key '%.*s' in the header (each tensor name must appear once)", label,
                            len, a && b ? a + 2 : "");
         }
         return ft_fail(FT_ERR_FORMAT, "%s: header is not valid JSON: %s (at byte %d)", label,

@@ -25,9 +25,12 @@ struct ft_st_tensor {
 struct ft_st_file;
 
 /* Parses a whole safetensors image held in memory (no copy; tensors point into buf).
- * `label` names the source in errors. Rejects: size < 8, header length past the end,
- * invalid JSON, unknown dtype, shape/byte-size mismatch, offsets past the end, overlapping
- * or out-of-order ranges, duplicate names. __metadata__ is allowed and ignored.
+ * `label` names the source in errors. Rejects: size < 8, header length past the end or
+ * > 100 MB, invalid JSON, wrongly typed or missing fields, unknown dtype, negative dims,
+ * more than FT_MAX_DIMS dims, element-count overflow, end < begin, shape/byte-size mismatch,
+ * offsets past the end, overlapping ranges (header order is free; gaps are tolerated),
+ * duplicate names. __metadata__ is allowed and ignored. ft_st_at order is data-offset order;
+ * ft_st_find is a binary search over a name index.
  * This is the fuzz entry point. */
 enum ft_status ft_st_parse(const void *buf, size_t size, const char *label,
                            struct ft_st_file **out);
