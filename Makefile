@@ -21,7 +21,7 @@ test-gpu: build
 
 fuzz:
 	CC=clang cmake -S . -B build-fuzz -DFT_FUZZ=ON -DFT_CUDA=OFF -DFT_SANITIZE=ON -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link
-	cmake --build build-fuzz -j $(JOBS)
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
 	tools/run_fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
 format:

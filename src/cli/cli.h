@@ -15,5 +15,6 @@ int ft_cmd_logits(int argc, char **argv);
 int ft_cmd_inspect(int argc, char **argv);
 int ft_cmd_bench(int argc, char **argv);
 int ft_cmd_tokenize(int argc, char **argv);
+int ft_cmd_chat(int argc, char **argv);
 
 #endif

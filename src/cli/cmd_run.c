@@ -1,5 +1,6 @@
-/* cmd_run.c — `ft run`: greedy generation from a token prompt; prints the generated ids and
- * the prefill and decode throughput. */
+/* cmd_run.c — `ft run`: generation from a text prompt (streamed to stdout, optionally wrapped
+ * in the model's chat template) or from token ids (ids printed), then prefill and decode
+ * throughput on stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,88 +10,194 @@
 #include "cli/session.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "engine/generate.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
 
 static const char k_usage[] =
-    "usage: ft run --model DIR --ids 1,2,3 [-n N] [options]\n"
-    "  Greedy generation of N tokens (default 16) after the prompt ids; prints the ids,\n"
-    "  then prefill and decode tok/s on stderr.\n"
-    "options:\n"
-    "  -n, --n-predict N   tokens to generate (default 16)\n"
+    "usage: ft run --model DIR (-p TEXT [--chat] | --ids 1,2,3) [options]\n"
+    "  -p, --prompt TEXT   text prompt; the completion streams to stdout\n"
+    "  --chat              wrap the prompt as a user message in the model's chat template\n"
+    "  --system TEXT       system message (with --chat)\n"
+    "  --chat-template NAME  override the detected template family\n"
+    "  --no-think          disable thinking (Qwen3 enable_thinking=false)\n"
+    "  --ids 1,2,3         token ids instead of text; generated ids are printed\n"
+    "  -n, --n-predict N   tokens to generate at most (default 128)\n"
     "  -t, --threads N     CPU threads (default: physical cores)\n"
-    "  -c, --ctx-size N    KV cache positions (default: prompt + N)\n";
+    "  -c, --ctx-size N    KV cache positions (default: prompt + n, at most the model's)\n";
 
-int ft_cmd_run(int argc, char **argv) {
-    const char *model = NULL, *ids_s = NULL, *v;
-    long threads = 0, n_gen = 16, ctx = 0;
+struct run_opts {
+    const char *model, *prompt, *ids, *system, *tmpl;
+    int chat, no_think;
+    long threads, n_gen, ctx;
+    struct ft_gen_params gen;
+};
+
+/* Second pass over argv once the model's defaults are known: sampling flags override them. */
+static void apply_sampling_flags(int argc, char **argv, struct ft_gen_params *p) {
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(k_usage, stdout);
-            return 0;
-        } else if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
-            if (!(model = ft_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--ids")) {
-            if (!(ids_s = ft_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (!(v = ft_cli_value(argc, argv, &i))) return 2;
-            if (ft_cli_int(v, 0, 1 << 20, &n_gen))
-                return ft_cli_usage_error("run", "%s: '%s' is not a token count", a, v);
-        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            if (!(v = ft_cli_value(argc, argv, &i))) return 2;
-            if (ft_cli_int(v, 1, 4096, &threads))
-                return ft_cli_usage_error("run", "--threads: '%s' is not a count", v);
-        } else if (!strcmp(a, "--ctx-size") || !strcmp(a, "-c")) {
-            if (!(v = ft_cli_value(argc, argv, &i))) return 2;
-            if (ft_cli_int(v, 1, 1 << 24, &ctx))
-                return ft_cli_usage_error("run", "--ctx-size: '%s' is not a count", v);
-        } else {
-            return ft_cli_usage_error("run", "unknown option '%s'", a);
-        }
+        int before = i;
+        if (ft_cli_sampling_flag("run", argc, argv, &i, p) == 0) i = before;
     }
-    if (!model || !ids_s) return ft_cli_usage_error("run", "--model and --ids are required");
-    int32_t *ids = NULL;
+}
+
+static int write_out(void *ctx, const char *text, size_t len) {
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+/* Tokens of the prompt: raw text, or rendered with the chat template. */
+static enum ft_status prompt_ids(const struct run_opts *o, const struct ft_tok *tok,
+                                 int32_t **ids, int *n) {
+    if (!o->chat) return ft_tok_encode(tok, o->prompt, strlen(o->prompt), 1, ids, n);
+    struct ft_chat_template *t = NULL;
+    enum ft_status st = ft_chat_template_detect(ft_tok_chat_template(tok), o->tmpl, &t);
+    if (st != FT_OK) return st;
+    struct ft_chat_msg msgs[2];
+    int k = 0;
+    if (o->system) msgs[k++] = (struct ft_chat_msg){.role = FT_ROLE_SYSTEM, .content = o->system};
+    msgs[k++] = (struct ft_chat_msg){.role = FT_ROLE_USER, .content = o->prompt};
+    struct ft_chat_opts co = {.add_generation_prompt = 1, .enable_thinking = o->no_think ? 0 : -1};
+    char *text = NULL;
+    st = ft_chat_render(t, msgs, k, &co, &text);
+    if (st == FT_OK) st = ft_tok_encode(tok, text, strlen(text), 0, ids, n);
+    free(text);
+    ft_chat_template_free(t);
+    return st;
+}
+
+static int run_text(struct run_opts *o, struct ft_session *s) {
+    struct ft_tok *tok = NULL;
+    int32_t *ids = NULL, *ctx_ids = NULL, eos[FT_MAX_EOS + 1];
     int n = 0;
-    enum ft_status st = ft_cli_ids(ids_s, &ids, &n);
-    if (st != FT_OK) return ft_cli_fail(st);
-    if (ctx == 0) ctx = n + n_gen;
-    if (n + n_gen > ctx) {
-        free(ids);
-        return ft_cli_usage_error("run", "prompt (%d) + -n (%ld) exceeds --ctx-size %ld", n,
-                                  n_gen, ctx);
-    }
-    struct ft_engine_opts eo = {.max_ctx = (int)ctx};
-    struct ft_session s;
-    st = ft_session_open(&s, model, NULL, (int)threads, &eo);
-    float *logits = NULL;
-    int64_t t0 = 0, t1 = 0, t2 = 0;
+    enum ft_status st = ft_tok_load(o->model, &tok);
+    if (st == FT_OK) st = prompt_ids(o, tok, &ids, &n);
+    if (st == FT_OK && !(ctx_ids = malloc((size_t)ft_engine_max_ctx(s->engine) * sizeof *ctx_ids)))
+        st = ft_fail(FT_ERR_OOM, "out of memory");
+    struct ft_gen_result r;
     if (st == FT_OK) {
-        logits = malloc((size_t)s.model->vocab * sizeof *logits);
-        if (!logits) st = ft_fail(FT_ERR_OOM, "out of memory");
+        const struct ft_config *c = &s->model->cfg;
+        int n_eos = 0;
+        for (int i = 0; i < c->n_eos; i++) eos[n_eos++] = c->eos_token_ids[i];
+        if (ft_tok_eos(tok) >= 0) eos[n_eos++] = ft_tok_eos(tok);
+        o->gen.eos = eos;
+        o->gen.n_eos = n_eos;
+        o->gen.max_tokens = (int)o->n_gen;
+        st = ft_generate(s->engine, tok, ids, n, &o->gen, write_out, NULL, ctx_ids, &r);
     }
-    if (st == FT_OK) {
-        t0 = ft_time_us();
-        st = ft_engine_prefill(s.engine, ids, n, logits, 0);
-        t1 = t2 = ft_time_us();
-    }
-    for (long g = 0; st == FT_OK && g < n_gen; g++) {
-        int32_t next = ft_argmax(logits, s.model->vocab);
-        printf("%s%d", g ? "," : "", next);
-        fflush(stdout);
-        if (g + 1 < n_gen) st = ft_engine_forward(s.engine, &next, 1, logits, 0);
-        t2 = ft_time_us();
-    }
-    if (n_gen && st == FT_OK) printf("\n");
     int rc = 0;
     if (st != FT_OK) {
         rc = ft_cli_fail(st);
     } else {
+        static const char *const fin[] = {"stop", "length", "cancelled"};
+        fprintf(stderr, "\nft: prompt %d tokens in %.3f s (%.1f tok/s); generated %d tokens in "
+                "%.3f s (%.2f tok/s); finish: %s\n", r.n_prompt, r.prefill_s,
+                r.n_prompt / (r.prefill_s > 0 ? r.prefill_s : 1e-9), r.n_gen, r.decode_s,
+                r.n_gen > 1 ? (r.n_gen - 1) / (r.decode_s > 0 ? r.decode_s : 1e-9) : 0.0,
+                fin[r.finish]);
+    }
+    free(ctx_ids);
+    free(ids);
+    ft_tok_free(tok);
+    return rc;
+}
+
+static int run_ids(struct run_opts *o, struct ft_session *s, const int32_t *ids, int n) {
+    const struct ft_model *m = s->model;
+    float *logits = malloc((size_t)m->vocab * sizeof *logits);
+    struct ft_sampler *smp = NULL;
+    enum ft_status st = logits ? FT_OK : ft_fail(FT_ERR_OOM, "out of memory");
+    if (st == FT_OK) st = ft_sampler_init(&smp, &o->gen.sampling, m->vocab);
+    int64_t t0 = ft_time_us(), t1 = t0, t2 = t0;
+    if (st == FT_OK) st = ft_engine_prefill(s->engine, ids, n, logits, 0);
+    t1 = t2 = ft_time_us();
+    for (long g = 0; st == FT_OK && g < o->n_gen; g++) {
+        int32_t next = ft_sampler_sample(smp, logits);
+        ft_sampler_accept(smp, next);
+        printf("%s%d", g ? "," : "", next);
+        fflush(stdout);
+        if (g + 1 < o->n_gen) st = ft_engine_forward(s->engine, &next, 1, logits, 0);
+        t2 = ft_time_us();
+    }
+    int rc = 0;
+    if (st != FT_OK) {
+        rc = ft_cli_fail(st);
+    } else {
+        if (o->n_gen) printf("\n");
         double pp = (t1 - t0) / 1e6, tg = (t2 - t1) / 1e6;
         fprintf(stderr, "ft: prefill %d tokens in %.3f s (%.1f tok/s); decode %ld tokens in "
-                "%.3f s (%.2f tok/s)\n", n, pp, n / (pp > 0 ? pp : 1e-9), n_gen > 1 ? n_gen - 1 : 0,
-                tg, n_gen > 1 ? (n_gen - 1) / (tg > 0 ? tg : 1e-9) : 0.0);
+                "%.3f s (%.2f tok/s)\n", n, pp, n / (pp > 0 ? pp : 1e-9),
+                o->n_gen > 1 ? o->n_gen - 1 : 0, tg,
+                o->n_gen > 1 ? (o->n_gen - 1) / (tg > 0 ? tg : 1e-9) : 0.0);
     }
+    ft_sampler_free(smp);
     free(logits);
+    return rc;
+}
+
+int ft_cmd_run(int argc, char **argv) {
+    struct run_opts o = {.n_gen = 128};
+    o.gen.sampling = ft_sampling_default();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long *num = NULL, lo = 1, hi = 1 << 24;
+        struct ft_gen_params check = {0}; /* validated now, applied after the model loads */
+        int r = ft_cli_sampling_flag("run", argc, argv, &i, &check);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("%s%s", k_usage, ft_cli_sampling_usage);
+            return 0;
+        } else if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
+            if (!(o.model = ft_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) {
+            if (!(o.prompt = ft_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--ids")) {
+            if (!(o.ids = ft_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--system")) {
+            if (!(o.system = ft_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--chat-template")) {
+            if (!(o.tmpl = ft_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--chat")) {
+            o.chat = 1;
+        } else if (!strcmp(a, "--no-think")) {
+            o.no_think = 1;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            num = &o.n_gen, lo = 0;
+        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            num = &o.threads, hi = 4096;
+        } else if (!strcmp(a, "--ctx-size") || !strcmp(a, "-c")) {
+            num = &o.ctx;
+        } else {
+            return ft_cli_usage_error("run", "unknown option '%s'", a);
+        }
+        if (num) {
+            if (!(v = ft_cli_value(argc, argv, &i))) return 2;
+            if (ft_cli_int(v, lo, hi, num))
+                return ft_cli_usage_error("run", "%s: '%s' is not a number in [%ld, %ld]", a, v, lo, hi);
+        }
+    }
+    if (!o.model) return ft_cli_usage_error("run", "--model is required");
+    if (!!o.prompt == !!o.ids) return ft_cli_usage_error("run", "give exactly one of -p TEXT or --ids LIST");
+    if (o.chat && !o.prompt) return ft_cli_usage_error("run", "--chat needs -p TEXT");
+    int32_t *ids = NULL;
+    int n = 0;
+    enum ft_status st;
+    if (o.ids && (st = ft_cli_ids(o.ids, &ids, &n)) != FT_OK) return ft_cli_fail(st);
+    struct ft_engine_opts eo = {.max_ctx = (int)o.ctx};
+    if (!o.ctx && o.ids) eo.max_ctx = n + (int)o.n_gen;
+    struct ft_session s;
+    st = ft_session_open(&s, o.model, NULL, (int)o.threads, &eo);
+    if (st != FT_OK) {
+        free(ids);
+        return ft_cli_fail(st);
+    }
+    ft_cli_sampling_defaults(&s.model->cfg, &o.gen);
+    if (o.ids) o.gen.sampling.temperature = 0; /* ids mode: greedy unless --temp says otherwise */
+    apply_sampling_flags(argc, argv, &o.gen);
+    int rc = o.ids ? run_ids(&o, &s, ids, n) : run_text(&o, &s);
     free(ids);
-    if (s.model) ft_session_close(&s);
+    ft_session_close(&s);
     return rc;
 }
