@@ -1,0 +1,49 @@
+/* chat_impl.h — private to chat.c and chat_render.c: the template object, a growing output
+ * string, and the Python-compatible string helpers (str.strip() etc.) the renderers need to match
+ * jinja2 byte for byte. Not thread-shared: each render owns its struct chat_out. */
+#ifndef FT_TEXT_CHAT_IMPL_H
+#define FT_TEXT_CHAT_IMPL_H
+
+#include <stddef.h>
+
+#include "text/chat.h"
+
+enum chat_family {
+    CHAT_CHATML,
+    CHAT_QWEN3,
+    CHAT_LLAMA3,
+    CHAT_LLAMA2,
+    CHAT_MISTRAL,
+    CHAT_DEEPSEEK3,
+    CHAT_HARMONY,
+    CHAT_N_FAMILIES,
+};
+
+struct ft_chat_template {
+    enum chat_family family;
+    int llama3_gen_always; /* Llama-3 template that writes the assistant header unconditionally */
+    int harmony_v1;        /* first gpt-oss release: tools line always present, no "\n\n" after
+                              the developer instructions */
+};
+
+struct chat_out {
+    char *p;
+    size_t n, cap;
+    int oom;
+};
+
+void co_putn(struct chat_out *o, const char *s, size_t n);
+void co_put(struct chat_out *o, const char *s); /* NULL puts nothing */
+
+/* Python str.strip()/lstrip()/rstrip() with no argument (Unicode whitespace, as jinja's |trim):
+ * narrow [*s, *s+*n) in place. */
+void py_strip(const char **s, size_t *n, int left, int right);
+/* Python strip(ch) for one ASCII character. */
+void py_strip_char(const char **s, size_t *n, char ch, int left, int right);
+/* Python len() of a UTF-8 string (code points). */
+size_t utf8_len(const char *s);
+
+enum ft_status chat_render_family(const struct ft_chat_template *t, const struct ft_chat_msg *m,
+                                  int n, const struct ft_chat_opts *o, struct chat_out *out);
+
+#endif

@@ -1,0 +1,199 @@
+/* test_chat.c — chat templates: every reference rendering in tests/data/chat/<family>.json
+ * (transformers' apply_chat_template on the real template, see tools/gen_chat_refs.py) must be
+ * reproduced byte for byte, template errors must be errors, and family detection / unknown names
+ * must behave (one-line messages listing the known names). */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/file.h"
+#include "core/status.h"
+#include "test.h"
+#include "text/chat.h"
+
+static enum ft_chat_role role_of(const char *s) {
+    if (strcmp(s, "system") == 0) return FT_ROLE_SYSTEM;
+    if (strcmp(s, "assistant") == 0) return FT_ROLE_ASSISTANT;
+    if (strcmp(s, "tool") == 0) return FT_ROLE_TOOL;
+    return FT_ROLE_USER;
+}
+
+static const char *str_or_null(json_t *o, const char *k) {
+    json_t *v = json_object_get(o, k);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static void show_diff(const char *name, const char *got, const char *want) {
+    size_t i = 0;
+    while (got[i] && got[i] == want[i]) i++;
+    size_t from = i > 40 ? i - 40 : 0;
+    fprintf(stderr, "  %s: differs at byte %zu\n    got:  \"%.80s\"\n    want: \"%.80s\"\n", name, i,
+            got + from, want + from);
+}
+
+/* Runs every case of tests/data/chat/<family>.json; returns the number of cases checked. */
+static int run_family(const char *family) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/chat/%s.json", FT_TEST_DATA, family);
+    json_error_t e;
+    json_t *doc = json_load_file(path, 0, &e);
+    EXPECT(doc != NULL);
+    if (!doc) {
+        fprintf(stderr, "  %s: %s\n", path, e.text);
+        return 0;
+    }
+    struct ft_chat_template *t = NULL;
+    EXPECT_OK(ft_chat_template_detect(str_or_null(doc, "template"), NULL, &t));
+    EXPECT_STREQ(ft_chat_template_name(t), family);
+    int n_cases = 0;
+    json_t *cases = json_object_get(doc, "cases"), *c;
+    size_t ci;
+    json_array_foreach(cases, ci, c) {
+        const char *name = str_or_null(c, "name");
+        json_t *jm = json_object_get(c, "messages"), *jo = json_object_get(c, "options"), *m;
+        struct ft_chat_msg msgs[32];
+        size_t mi;
+        int n = 0;
+        json_array_foreach(jm, mi, m) {
+            msgs[n].role = role_of(str_or_null(m, "role"));
+            msgs[n].content = str_or_null(m, "content");
+            msgs[n].reasoning = str_or_null(m, "reasoning");
+            msgs[n].name = str_or_null(m, "name");
+            n++;
+        }
+        struct ft_chat_opts o = {
+            .add_generation_prompt = (int)json_integer_value(json_object_get(jo, "add_generation_prompt")),
+            .enable_thinking = (int)json_integer_value(json_object_get(jo, "enable_thinking")),
+            .bos_token = str_or_null(jo, "bos_token"),
+            .eos_token = str_or_null(jo, "eos_token"),
+            .date = str_or_null(jo, "date"),
+        };
+        const char *want = str_or_null(c, "expected");
+        char *got = NULL;
+        enum ft_status st = ft_chat_render(t, msgs, n, &o, &got);
+        if (want) {
+            CHECK_(st == FT_OK, "%s/%s: render failed: %s", family, name, ft_error());
+            if (st == FT_OK) {
+                int same = strcmp(got, want) == 0;
+                CHECK_(same, "%s/%s: rendering differs from transformers", family, name);
+                if (!same) show_diff(name, got, want);
+            }
+        } else {
+            CHECK_(st == FT_ERR_INVALID_ARG, "%s/%s: expected an error like the template (%s), got %d",
+                   family, name, str_or_null(c, "error"), (int)st);
+            CHECK_(strstr(ft_error(), family) != NULL, "%s/%s: error names the template: %s", family,
+                   name, ft_error());
+        }
+        free(got);
+        n_cases++;
+    }
+    ft_chat_template_free(t);
+    json_decref(doc);
+    return n_cases;
+}
+
+TEST(qwen3_matches_transformers) { EXPECT(run_family("qwen3") >= 90); }
+TEST(llama3_matches_transformers) { EXPECT(run_family("llama3") >= 30); }
+TEST(llama2_matches_transformers) { EXPECT(run_family("llama2") >= 30); }
+TEST(mistral_matches_transformers) { EXPECT(run_family("mistral") >= 30); }
+TEST(deepseek3_matches_transformers) { EXPECT(run_family("deepseek3") >= 30); }
+TEST(harmony_matches_transformers) { EXPECT(run_family("harmony") >= 30); }
+TEST(chatml_matches_transformers) { EXPECT(run_family("chatml") >= 30); }
+
+/* The template files stored under tests/data/chat are recognised as their family. */
+static void detect_file(const char *rel, const char *want) {
+    char path[512], *text = NULL;
+    size_t size = 0;
+    snprintf(path, sizeof path, "%s/chat/%s", FT_TEST_DATA, rel);
+    EXPECT_OK(ft_file_read(path, &text, &size));
+    if (!text) return;
+    const char *src = text;
+    json_t *cfg = NULL;
+    if (strstr(rel, ".json")) {
+        json_error_t e;
+        cfg = json_loads(text, 0, &e);
+        src = str_or_null(cfg, "chat_template");
+    }
+    struct ft_chat_template *t = NULL;
+    EXPECT_OK(ft_chat_template_detect(src, NULL, &t));
+    EXPECT_STREQ(ft_chat_template_name(t), want);
+    ft_chat_template_free(t);
+    json_decref(cfg);
+    free(text);
+}
+
+TEST(detects_stored_template_files) {
+    detect_file("gpt_oss/chat_template.jinja", "harmony");
+    detect_file("llama2/tokenizer_config.json", "llama2");
+    detect_file("mistral/tokenizer_config.json", "mistral");
+    detect_file("chatml/tokenizer_config.json", "chatml");
+}
+
+TEST(unrecognised_template_lists_names) {
+    struct ft_chat_template *t = (struct ft_chat_template *)1;
+    EXPECT_EQ(ft_chat_template_detect("{{ messages[0]['content'] }}", NULL, &t), FT_ERR_UNSUPPORTED);
+    EXPECT(t == NULL);
+    EXPECT_CONTAINS(ft_error(), "chatml, qwen3, llama3, llama2, mistral, deepseek3, harmony");
+    EXPECT_CONTAINS(ft_error(), "--chat-template NAME");
+    EXPECT(strchr(ft_error(), '\n') == NULL);
+    EXPECT_EQ(ft_chat_template_detect(NULL, NULL, &t), FT_ERR_UNSUPPORTED);
+    EXPECT_CONTAINS(ft_error(), "--chat-template");
+    /* a Llama-3.1 template is a near miss: named, not silently rendered as Llama-3 */
+    EXPECT_EQ(ft_chat_template_detect("<|start_header_id|> Cutting Knowledge Date", NULL, &t),
+              FT_ERR_UNSUPPORTED);
+    EXPECT_CONTAINS(ft_error(), "Llama-3.1");
+}
+
+TEST(override_names) {
+    struct ft_chat_template *t = NULL;
+    EXPECT_EQ(ft_chat_template_detect("whatever", "vicuna", &t), FT_ERR_UNSUPPORTED);
+    EXPECT_CONTAINS(ft_error(), "'vicuna'");
+    EXPECT_CONTAINS(ft_error(), ft_chat_template_names());
+    const char *names[] = {"chatml", "qwen3", "llama3", "llama2", "mistral", "deepseek3", "harmony"};
+    for (int i = 0; i < 7; i++) {
+        EXPECT_OK(ft_chat_template_detect(NULL, names[i], &t));
+        EXPECT_STREQ(ft_chat_template_name(t), names[i]);
+        struct ft_chat_msg m = {FT_ROLE_USER, "hi", NULL, NULL};
+        struct ft_chat_opts o = {1, -1, "<s>", "</s>", "2025-01-01", NULL};
+        char *out = NULL;
+        EXPECT_OK(ft_chat_render(t, &m, 1, &o, &out));
+        EXPECT_CONTAINS(out, "hi");
+        free(out);
+        ft_chat_template_free(t);
+    }
+    /* an override wins over what the template looks like */
+    EXPECT_OK(ft_chat_template_detect("<|im_start|>", "llama3", &t));
+    EXPECT_STREQ(ft_chat_template_name(t), "llama3");
+    ft_chat_template_free(t);
+}
+
+TEST(bad_render_arguments) {
+    struct ft_chat_template *t = NULL;
+    char *out = (char *)1;
+    EXPECT_OK(ft_chat_template_detect(NULL, "qwen3", &t));
+    EXPECT_EQ(ft_chat_render(t, NULL, 0, NULL, &out), FT_ERR_INVALID_ARG);
+    EXPECT(out == NULL);
+    /* NULL options and NULL content are allowed */
+    struct ft_chat_msg m = {FT_ROLE_USER, NULL, NULL, NULL};
+    EXPECT_OK(ft_chat_render(t, &m, 1, NULL, &out));
+    EXPECT_STREQ(out, "<|im_start|>user\n<|im_end|>\n");
+    free(out);
+    ft_chat_template_free(t);
+    ft_chat_template_free(NULL);
+}
+
+TEST(harmony_options) {
+    struct ft_chat_template *t = NULL;
+    EXPECT_OK(ft_chat_template_detect(NULL, "harmony", &t));
+    struct ft_chat_msg m = {FT_ROLE_USER, "hi", NULL, NULL};
+    struct ft_chat_opts o = {.add_generation_prompt = 1, .enable_thinking = -1,
+                             .reasoning_effort = "high"};
+    char *out = NULL;
+    EXPECT_OK(ft_chat_render(t, &m, 1, &o, &out));
+    EXPECT_CONTAINS(out, "Reasoning: high\n\n");
+    EXPECT_CONTAINS(out, "Current date: 20"); /* today's date when none is given */
+    free(out);
+    ft_chat_template_free(t);
+}
+
+TEST_MAIN("chat")
