@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS="build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libxxhash-dev
-      libmicrohttpd-dev xz-utils clang libclang-rt-14-dev"
+      libmicrohttpd-dev xz-utils clang libclang-rt-14-dev tmux"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
