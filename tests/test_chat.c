@@ -25,16 +25,18 @@ static const char *str_or_null(json_t *o, const char *k) {
 
 static void show_diff(const char *name, const char *got, const char *want) {
     size_t i = 0;
-    while (got[i] && got[i] == want[i]) i++;
+    while (got[i] && got[i] == want[i])
+        i++;
     size_t from = i > 40 ? i - 40 : 0;
-    fprintf(stderr, "  %s: differs at byte %zu\n    got:  \"%.80s\"\n    want: \"%.80s\"\n", name, i,
-            got + from, want + from);
+    fprintf(stderr, "  %s: differs at byte %zu\n    got:  \"%.80s\"\n    want: \"%.80s\"\n", name,
+            i, got + from, want + from);
 }
 
-/* Runs every case of tests/data/chat/<family>.json; returns the number of cases checked. */
-static int run_family(const char *family) {
+/* Runs every case of tests/data/chat/<file>.json, whose template must be recognised as
+ * `family`; returns the number of cases checked. */
+static int run_file(const char *file, const char *family) {
     char path[512];
-    snprintf(path, sizeof path, "%s/chat/%s.json", FT_TEST_DATA, family);
+    snprintf(path, sizeof path, "%s/chat/%s.json", FT_TEST_DATA, file);
     json_error_t e;
     json_t *doc = json_load_file(path, 0, &e);
     EXPECT(doc != NULL);
@@ -62,7 +64,8 @@ static int run_family(const char *family) {
             n++;
         }
         struct ft_chat_opts o = {
-            .add_generation_prompt = (int)json_integer_value(json_object_get(jo, "add_generation_prompt")),
+            .add_generation_prompt =
+                (int)json_integer_value(json_object_get(jo, "add_generation_prompt")),
             .enable_thinking = (int)json_integer_value(json_object_get(jo, "enable_thinking")),
             .bos_token = str_or_null(jo, "bos_token"),
             .eos_token = str_or_null(jo, "eos_token"),
@@ -79,10 +82,11 @@ static int run_family(const char *family) {
                 if (!same) show_diff(name, got, want);
             }
         } else {
-            CHECK_(st == FT_ERR_INVALID_ARG, "%s/%s: expected an error like the template (%s), got %d",
-                   family, name, str_or_null(c, "error"), (int)st);
-            CHECK_(strstr(ft_error(), family) != NULL, "%s/%s: error names the template: %s", family,
-                   name, ft_error());
+            CHECK_(st == FT_ERR_INVALID_ARG,
+                   "%s/%s: expected an error like the template (%s), got %d", family, name,
+                   str_or_null(c, "error"), (int)st);
+            CHECK_(strstr(ft_error(), family) != NULL, "%s/%s: error names the template: %s",
+                   family, name, ft_error());
         }
         free(got);
         n_cases++;
@@ -92,13 +96,34 @@ static int run_family(const char *family) {
     return n_cases;
 }
 
-TEST(qwen3_matches_transformers) { EXPECT(run_family("qwen3") >= 90); }
-TEST(llama3_matches_transformers) { EXPECT(run_family("llama3") >= 30); }
-TEST(llama2_matches_transformers) { EXPECT(run_family("llama2") >= 30); }
-TEST(mistral_matches_transformers) { EXPECT(run_family("mistral") >= 30); }
-TEST(deepseek3_matches_transformers) { EXPECT(run_family("deepseek3") >= 30); }
-TEST(harmony_matches_transformers) { EXPECT(run_family("harmony") >= 30); }
-TEST(chatml_matches_transformers) { EXPECT(run_family("chatml") >= 30); }
+static int run_family(const char *family) {
+    return run_file(family, family);
+}
+
+TEST(qwen3_matches_transformers) {
+    EXPECT(run_family("qwen3") >= 90);
+}
+TEST(llama3_matches_transformers) {
+    EXPECT(run_family("llama3") >= 30);
+}
+TEST(llama2_matches_transformers) {
+    EXPECT(run_family("llama2") >= 30);
+}
+TEST(mistral_matches_transformers) {
+    EXPECT(run_family("mistral") >= 30);
+}
+TEST(mistral_v01_matches_transformers) {
+    EXPECT(run_file("mistral_v01", "mistral") >= 30);
+}
+TEST(deepseek3_matches_transformers) {
+    EXPECT(run_family("deepseek3") >= 30);
+}
+TEST(harmony_matches_transformers) {
+    EXPECT(run_family("harmony") >= 30);
+}
+TEST(chatml_matches_transformers) {
+    EXPECT(run_family("chatml") >= 30);
+}
 
 /* The template files stored under tests/data/chat are recognised as their family. */
 static void detect_file(const char *rel, const char *want) {
@@ -126,12 +151,14 @@ TEST(detects_stored_template_files) {
     detect_file("gpt_oss/chat_template.jinja", "harmony");
     detect_file("llama2/tokenizer_config.json", "llama2");
     detect_file("mistral/tokenizer_config.json", "mistral");
+    detect_file("mistral_v01/tokenizer_config.json", "mistral");
     detect_file("chatml/tokenizer_config.json", "chatml");
 }
 
 TEST(unrecognised_template_lists_names) {
     struct ft_chat_template *t = (struct ft_chat_template *)1;
-    EXPECT_EQ(ft_chat_template_detect("{{ messages[0]['content'] }}", NULL, &t), FT_ERR_UNSUPPORTED);
+    EXPECT_EQ(ft_chat_template_detect("{{ messages[0]['content'] }}", NULL, &t),
+              FT_ERR_UNSUPPORTED);
     EXPECT(t == NULL);
     EXPECT_CONTAINS(ft_error(), "chatml, qwen3, llama3, llama2, mistral, deepseek3, harmony");
     EXPECT_CONTAINS(ft_error(), "--chat-template NAME");
@@ -149,7 +176,8 @@ TEST(override_names) {
     EXPECT_EQ(ft_chat_template_detect("whatever", "vicuna", &t), FT_ERR_UNSUPPORTED);
     EXPECT_CONTAINS(ft_error(), "'vicuna'");
     EXPECT_CONTAINS(ft_error(), ft_chat_template_names());
-    const char *names[] = {"chatml", "qwen3", "llama3", "llama2", "mistral", "deepseek3", "harmony"};
+    const char *names[] = {"chatml",  "qwen3",     "llama3", "llama2",
+                           "mistral", "deepseek3", "harmony"};
     for (int i = 0; i < 7; i++) {
         EXPECT_OK(ft_chat_template_detect(NULL, names[i], &t));
         EXPECT_STREQ(ft_chat_template_name(t), names[i]);
@@ -186,8 +214,8 @@ TEST(harmony_options) {
     struct ft_chat_template *t = NULL;
     EXPECT_OK(ft_chat_template_detect(NULL, "harmony", &t));
     struct ft_chat_msg m = {FT_ROLE_USER, "hi", NULL, NULL};
-    struct ft_chat_opts o = {.add_generation_prompt = 1, .enable_thinking = -1,
-                             .reasoning_effort = "high"};
+    struct ft_chat_opts o = {
+        .add_generation_prompt = 1, .enable_thinking = -1, .reasoning_effort = "high"};
     char *out = NULL;
     EXPECT_OK(ft_chat_render(t, &m, 1, &o, &out));
     EXPECT_CONTAINS(out, "Reasoning: high\n\n");

@@ -7,7 +7,7 @@ tokenizer.apply_chat_template(..., tokenize=False) runs: message normalisation, 
 environment with trim_blocks/lstrip_blocks, tojson, raise_exception, strftime_now) and writes one
 JSON file per family to tests/data/chat/<family>.json:
 
-  {"family": NAME, "source": where the template came from, "template": the template string,
+  {"family": NAME (the file's name up to "_"), "source": where the template came from, "template": the template string,
    "cases": [{"name", "messages": [{"role", "content", "reasoning"?, "name"?}],
               "options": {"add_generation_prompt", "enable_thinking" (-1 = not passed),
                           "bos_token", "eos_token", "date"},
@@ -17,7 +17,9 @@ A message's "reasoning" is passed to the template as reasoning_content (transfor
 "thinking" for gpt-oss); a tool message's "name" is passed as name and tool_call_id. strftime_now is
 pinned to options.date so the gpt-oss "Current date:" line is reproducible.
 
-Usage: python3 tools/gen_chat_refs.py   (from the repository root; needs transformers + jinja2)
+Usage: python3 tools/gen_chat_refs.py [--check]   (needs transformers + jinja2)
+  --check  also renders every case of the families with a real tokenizer.json in ../shared/tokenizers
+           through PreTrainedTokenizerFast.apply_chat_template(tokenize=False) and asserts the same text.
 """
 import datetime as _dt
 import json
@@ -51,7 +53,7 @@ def tok_str(v):
 def load_config(path):
     with open(path, encoding="utf-8") as f:
         cfg = json.load(f)
-    return cfg["chat_template"], tok_str(cfg.get("bos_token")), tok_str(cfg.get("eos_token"))
+    return cfg.get("chat_template"), tok_str(cfg.get("bos_token")), tok_str(cfg.get("eos_token"))
 
 
 def U(c):
@@ -111,6 +113,8 @@ FAMILIES = [
      "meta-llama/Llama-2-7b-chat-hf chat_template (tests/data/chat/llama2, see tests/data/README.md)"),
     ("mistral", os.path.join(OUT, "mistral", "tokenizer_config.json"),
      "mistralai/Mistral-7B-Instruct-v0.3 chat_template (tests/data/chat/mistral, see tests/data/README.md)"),
+    ("mistral_v01", os.path.join(OUT, "mistral_v01", "tokenizer_config.json"),
+     "mistralai/Mixtral-8x7B-Instruct-v0.1 chat_template (tests/data/chat/mistral_v01, see tests/data/README.md)"),
     ("chatml", os.path.join(OUT, "chatml", "tokenizer_config.json"),
      "the generic ChatML template of the transformers chat-templating docs (tests/data/chat/chatml)"),
     ("harmony", os.path.join(OUT, "gpt_oss", "chat_template.jinja"),
@@ -146,6 +150,39 @@ def render(template, msgs, opts):
     return rendered[0]
 
 
+def check_with_tokenizers():
+    import lzma
+    import tempfile
+    from transformers import PreTrainedTokenizerFast
+    for family, folder in [("qwen3", "qwen3"), ("llama3", "llama3"), ("deepseek3", "deepseek_v3"),
+                           ("llama2", "llama2")]:
+        base = os.path.join(SHARED, folder)
+        tmp = tempfile.mkdtemp()
+        with lzma.open(os.path.join(base, "tokenizer.json.xz")) as src, \
+                open(os.path.join(tmp, "tokenizer.json"), "wb") as dst:
+            dst.write(src.read())
+        _, bos, eos = load_config(os.path.join(base, "tokenizer_config.json"))
+        with open(os.path.join(OUT, family + ".json"), encoding="utf-8") as f:
+            ref = json.load(f)
+        tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(tmp, "tokenizer.json"),
+                                      bos_token=bos, eos_token=eos)
+        tok.chat_template = ref["template"]
+        bad = 0
+        for c in ref["cases"]:
+            if c["expected"] is None:
+                continue
+            kw = {}
+            if c["options"]["enable_thinking"] != -1:
+                kw["enable_thinking"] = bool(c["options"]["enable_thinking"])
+            out = tok.apply_chat_template(to_template_messages(c["messages"]), tokenize=False,
+                                          add_generation_prompt=bool(c["options"]["add_generation_prompt"]),
+                                          **kw)
+            bad += out != c["expected"]
+        print(f"{family}: apply_chat_template differs on {bad} cases", file=sys.stderr)
+        if bad:
+            sys.exit(1)
+
+
 def main():
     for family, path, source in FAMILIES:
         if path.endswith(".jinja"):
@@ -169,7 +206,7 @@ def main():
                         case["expected"] = None
                         case["error"] = f"{type(e).__name__}: {e}"
                     cases.append(case)
-        doc = {"family": family, "source": source, "template": template, "cases": cases}
+        doc = {"family": family.split("_")[0], "source": source, "template": template, "cases": cases}
         out = os.path.join(OUT, family + ".json")
         with open(out, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1, ensure_ascii=False)
@@ -180,3 +217,5 @@ def main():
 
 if __name__ == "__main__":
     main()
+    if "--check" in sys.argv[1:]:
+        check_with_tokenizers()

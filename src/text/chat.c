@@ -33,7 +33,9 @@ const char *ft_chat_role_name(enum ft_chat_role r) {
     return "?";
 }
 
-static int has(const char *src, const char *needle) { return src && strstr(src, needle) != NULL; }
+static int has(const char *src, const char *needle) {
+    return src && strstr(src, needle) != NULL;
+}
 
 /* Family from distinctive text of the template; -1 when none fits. *why names a near miss. */
 static int detect_family(const char *src, const char **why) {
@@ -52,7 +54,8 @@ static int detect_family(const char *src, const char **why) {
         }
         return CHAT_LLAMA3;
     }
-    if (has(src, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>")) { /* <｜Assistant｜> */
+    if (has(src, "<\xef\xbd\x9c"
+                 "Assistant\xef\xbd\x9c>")) { /* <｜Assistant｜> */
         if (has(src, "</think>")) {
             *why = "a DeepSeek-R1/V3.1 template (thinking)";
             return -1;
@@ -62,7 +65,8 @@ static int detect_family(const char *src, const char **why) {
     if (has(src, "[INST]")) {
         if (has(src, "<<SYS>>")) return CHAT_LLAMA2;
         if (has(src, "system_message") && has(src, "[/INST]") && !has(src, " [/INST]"))
-            return CHAT_MISTRAL;
+            return CHAT_MISTRAL;                                                /* v0.3 */
+        if (has(src, "' [/INST]'") && !has(src, "system")) return CHAT_MISTRAL; /* v0.1 */
         *why = "an [INST] template of another Mistral version";
         return -1;
     }
@@ -71,6 +75,7 @@ static int detect_family(const char *src, const char **why) {
 
 static void detect_variant(struct ft_chat_template *t, const char *src) {
     if (!src) return;
+    if (t->family == CHAT_MISTRAL) t->mistral_v01 = has(src, "' [/INST]'");
     if (t->family == CHAT_LLAMA3) t->llama3_gen_always = !has(src, "add_generation_prompt");
     if (t->family == CHAT_HARMONY) {
         const char *k = "Channel must be included for every message.";
@@ -102,7 +107,8 @@ enum ft_status ft_chat_template_detect(const char *template_src, const char *ove
             return ft_fail(FT_ERR_UNSUPPORTED,
                            "chat template: unrecognised chat_template%s%s%s; known: %s; pass "
                            "--chat-template NAME to use one of them",
-                           why ? " (looks like " : "", why ? why : "", why ? ")" : "", ft_chat_template_names());
+                           why ? " (looks like " : "", why ? why : "", why ? ")" : "",
+                           ft_chat_template_names());
     }
     struct ft_chat_template *t = calloc(1, sizeof *t);
     if (!t) return ft_fail(FT_ERR_OOM, "chat template: out of memory");
@@ -112,7 +118,9 @@ enum ft_status ft_chat_template_detect(const char *template_src, const char *ove
     return FT_OK;
 }
 
-void ft_chat_template_free(struct ft_chat_template *t) { free(t); }
+void ft_chat_template_free(struct ft_chat_template *t) {
+    free(t);
+}
 
 enum ft_status ft_chat_render(const struct ft_chat_template *t, const struct ft_chat_msg *msgs,
                               int n, const struct ft_chat_opts *o, char **out) {
@@ -141,7 +149,8 @@ void co_putn(struct chat_out *o, const char *s, size_t n) {
     if (o->oom) return;
     if (o->n + n + 1 > o->cap) {
         size_t cap = o->cap ? o->cap : 256;
-        while (cap < o->n + n + 1) cap *= 2;
+        while (cap < o->n + n + 1)
+            cap *= 2;
         char *p = realloc(o->p, cap);
         if (!p) {
             o->oom = 1;
@@ -179,7 +188,8 @@ void py_strip(const char **s, size_t *n, int left, int right) {
     const unsigned char *p = (const unsigned char *)*s;
     size_t len = *n, k;
     if (left)
-        while (len && (k = ws_at(p, len)) != 0) p += k, len -= k;
+        while (len && (k = ws_at(p, len)) != 0)
+            p += k, len -= k;
     if (right) {
         for (;;) {
             size_t cut = 0;
@@ -197,9 +207,11 @@ void py_strip_char(const char **s, size_t *n, char ch, int left, int right) {
     const char *p = *s;
     size_t len = *n;
     if (left)
-        while (len && *p == ch) p++, len--;
+        while (len && *p == ch)
+            p++, len--;
     if (right)
-        while (len && p[len - 1] == ch) len--;
+        while (len && p[len - 1] == ch)
+            len--;
     *s = p;
     *n = len;
 }

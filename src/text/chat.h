@@ -15,17 +15,18 @@ enum ft_chat_role { FT_ROLE_SYSTEM, FT_ROLE_USER, FT_ROLE_ASSISTANT, FT_ROLE_TOO
 struct ft_chat_msg {
     enum ft_chat_role role;
     const char *content;   /* UTF-8; NULL renders as "" */
-    const char *reasoning; /* assistant thinking (Qwen3 reasoning_content, gpt-oss "thinking"); may be NULL */
-    const char *name;      /* tool name / tool call id (Mistral needs a 9-character id); may be NULL */
+    const char *reasoning; /* assistant thinking (Qwen3 reasoning_content, gpt-oss "thinking"); may
+                              be NULL */
+    const char *name; /* tool name / tool call id (Mistral needs a 9-character id); may be NULL */
 };
 
 struct ft_chat_opts {
     int add_generation_prompt;
-    int enable_thinking;          /* -1 = template default; 0/1 (Qwen3's switch) */
-    const char *bos_token;        /* from tokenizer_config.json; NULL renders as "" */
-    const char *eos_token;        /* NULL renders as "" */
+    int enable_thinking;   /* -1 = template default; 0/1 (Qwen3's switch) */
+    const char *bos_token; /* from tokenizer_config.json; NULL renders as "" */
+    const char *eos_token; /* NULL renders as "" */
     /* extras (zero-initialised = template default) */
-    const char *date;             /* gpt-oss "Current date: YYYY-MM-DD"; NULL = today (local time) */
+    const char *date; /* gpt-oss "Current date: YYYY-MM-DD"; NULL = today (local time) */
     const char *reasoning_effort; /* gpt-oss "Reasoning: X"; NULL = "medium" */
 };
 

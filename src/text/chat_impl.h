@@ -22,6 +22,7 @@ enum chat_family {
 struct ft_chat_template {
     enum chat_family family;
     int llama3_gen_always; /* Llama-3 template that writes the assistant header unconditionally */
+    int mistral_v01;       /* Mistral/Mixtral v0.1 template: ' [/INST]', no system, no strip */
     int harmony_v1;        /* first gpt-oss release: tools line always present, no "\n\n" after
                               the developer instructions */
 };

@@ -12,7 +12,9 @@
 
 #define S(x) ((x) ? (x) : "")
 
-static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+static int starts_with(const char *s, const char *p) {
+    return strncmp(s, p, strlen(p)) == 0;
+}
 
 static int ends_with(const char *s, const char *p) {
     size_t n = strlen(s), k = strlen(p);
@@ -28,7 +30,6 @@ static const char *rfind(const char *s, size_t n, const char *needle) {
     return NULL;
 }
 
-
 static void put_stripped(struct chat_out *o, const char *s) {
     size_t n = strlen(S(s));
     s = S(s);
@@ -37,8 +38,8 @@ static void put_stripped(struct chat_out *o, const char *s) {
 }
 
 /* ---- generic ChatML (transformers docs template) ---- */
-static enum ft_status render_chatml(const struct ft_chat_msg *m, int n, const struct ft_chat_opts *o,
-                                    struct chat_out *out) {
+static enum ft_status render_chatml(const struct ft_chat_msg *m, int n,
+                                    const struct ft_chat_opts *o, struct chat_out *out) {
     for (int i = 0; i < n; i++) {
         co_put(out, "<|im_start|>");
         co_put(out, ft_chat_role_name(m[i].role));
@@ -151,8 +152,8 @@ static enum ft_status render_llama3(const struct ft_chat_template *t, const stru
 }
 
 /* ---- Llama-2 chat (meta-llama/Llama-2-7b-chat-hf) ---- */
-static enum ft_status render_llama2(const struct ft_chat_msg *m, int n, const struct ft_chat_opts *o,
-                                    struct chat_out *out) {
+static enum ft_status render_llama2(const struct ft_chat_msg *m, int n,
+                                    const struct ft_chat_opts *o, struct chat_out *out) {
     const char *sys = NULL;
     if (m[0].role == FT_ROLE_SYSTEM) {
         sys = S(m[0].content);
@@ -190,6 +191,31 @@ static enum ft_status render_llama2(const struct ft_chat_msg *m, int n, const st
             co_put(out, o->eos_token);
         }
         free(c.p);
+    }
+    return FT_OK;
+}
+
+/* ---- Mistral v0.1 (mistralai/Mixtral-8x7B-Instruct-v0.1): user/assistant only ---- */
+static enum ft_status render_mistral_v01(const struct ft_chat_msg *m, int n,
+                                         const struct ft_chat_opts *o, struct chat_out *out) {
+    co_put(out, o->bos_token);
+    for (int i = 0; i < n; i++) {
+        if ((m[i].role == FT_ROLE_USER) != (i % 2 == 0))
+            return ft_fail(FT_ERR_INVALID_ARG,
+                           "chat template mistral: conversation roles must alternate "
+                           "user/assistant/user/assistant/... (message %d is %s)",
+                           i, ft_chat_role_name(m[i].role));
+        if (m[i].role == FT_ROLE_USER) {
+            co_put(out, "[INST] ");
+            co_put(out, m[i].content);
+            co_put(out, " [/INST]");
+        } else if (m[i].role == FT_ROLE_ASSISTANT) {
+            co_put(out, m[i].content);
+            co_put(out, o->eos_token);
+        } else {
+            return ft_fail(FT_ERR_INVALID_ARG,
+                           "chat template mistral: only user and assistant roles are supported");
+        }
     }
     return FT_OK;
 }
@@ -323,7 +349,8 @@ static enum ft_status render_harmony(const struct ft_chat_template *t, const str
     co_put(out, o->reasoning_effort ? o->reasoning_effort : "medium");
     co_put(out, "\n\n# Valid channels: analysis, commentary, final. Channel must be included for "
                 "every message.");
-    if (t->harmony_v1) co_put(out, "\nCalls to these tools must go to the commentary channel: 'functions'.");
+    if (t->harmony_v1)
+        co_put(out, "\nCalls to these tools must go to the commentary channel: 'functions'.");
     co_put(out, "<|end|>");
     if (m[0].role == FT_ROLE_SYSTEM) {
         if (*S(m[0].content)) {
@@ -383,7 +410,8 @@ enum ft_status chat_render_family(const struct ft_chat_template *t, const struct
     case CHAT_QWEN3: return render_qwen3(m, n, o, out);
     case CHAT_LLAMA3: return render_llama3(t, m, n, o, out);
     case CHAT_LLAMA2: return render_llama2(m, n, o, out);
-    case CHAT_MISTRAL: return render_mistral(m, n, o, out);
+    case CHAT_MISTRAL:
+        return t->mistral_v01 ? render_mistral_v01(m, n, o, out) : render_mistral(m, n, o, out);
     case CHAT_DEEPSEEK3: return render_deepseek3(m, n, o, out);
     case CHAT_HARMONY: return render_harmony(t, m, n, o, out);
     case CHAT_N_FAMILIES: break;
