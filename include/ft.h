@@ -16,6 +16,7 @@ enum ft_status {
     FT_ERR_UNSUPPORTED,  /* well-formed, but something the engine does not read */
     FT_ERR_OOM,          /* an allocation failed */
     FT_ERR_CUDA,         /* a CUDA call failed */
+    FT_ERR_BUSY,         /* a queue is full or the engine is not ready: retry later */
     FT_ERR_INTERNAL,     /* a bug */
 };
 

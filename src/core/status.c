@@ -26,6 +26,7 @@ const char *ft_status_str(enum ft_status s) {
     case FT_ERR_UNSUPPORTED: return "unsupported";
     case FT_ERR_OOM: return "out of memory";
     case FT_ERR_CUDA: return "CUDA error";
+    case FT_ERR_BUSY: return "busy";
     case FT_ERR_INTERNAL: return "internal error";
     }
     return "unknown";
