@@ -415,4 +415,45 @@ TEST(dram_probe_returns_a_rate) {
     ft_pool_free(pool);
 }
 
+/* Paged attention == contiguous attention when the pool rows are the contiguous cache
+ * scattered through a shuffled block table (two sequences of different lengths in one call). */
+TEST(attention_paged_matches_contiguous) {
+    enum { NH = 6, NKV = 2, HD = 24, BS = 16, S0 = 70, S1 = 37, NB = 16 };
+    int kvd = NKV * HD;
+    float *k0 = malloc((size_t)S0 * kvd * 4), *v0 = malloc((size_t)S0 * kvd * 4);
+    float *k1 = malloc((size_t)S1 * kvd * 4), *v1 = malloc((size_t)S1 * kvd * 4);
+    float *kp = calloc((size_t)NB * BS * kvd, 4), *vp = calloc((size_t)NB * BS * kvd, 4);
+    float q[3 * NH * HD], ref[3 * NH * HD], got[3 * NH * HD];
+    for (int i = 0; i < S0 * kvd; i++) k0[i] = frand(), v0[i] = frand();
+    for (int i = 0; i < S1 * kvd; i++) k1[i] = frand(), v1[i] = frand();
+    for (int i = 0; i < 3 * NH * HD; i++) q[i] = frand();
+    int32_t bt0[5] = {7, 2, 11, 0, 5}, bt1[3] = {9, 14, 3};
+    for (int p = 0; p < S0; p++) {
+        size_t row = (size_t)bt0[p / BS] * BS + p % BS;
+        memcpy(kp + row * kvd, k0 + (size_t)p * kvd, (size_t)kvd * 4);
+        memcpy(vp + row * kvd, v0 + (size_t)p * kvd, (size_t)kvd * 4);
+    }
+    for (int p = 0; p < S1; p++) {
+        size_t row = (size_t)bt1[p / BS] * BS + p % BS;
+        memcpy(kp + row * kvd, k1 + (size_t)p * kvd, (size_t)kvd * 4);
+        memcpy(vp + row * kvd, v1 + (size_t)p * kvd, (size_t)kvd * 4);
+    }
+    /* tokens: seq0 at positions 68, 69; seq1 at position 36 */
+    int32_t pos[3] = {68, 69, 36};
+    const int32_t *blocks[3] = {bt0, bt0, bt1};
+    struct ft_pool *pool;
+    EXPECT_OK(ft_pool_init(&pool, 3));
+    for (int window = 0; window <= 20; window += 20) {
+        ft_cpu_attention(pool, ref, q, k0, v0, pos, 2, NH, NKV, HD, 0.2f, window);
+        ft_cpu_attention(pool, ref + 2 * NH * HD, q + 2 * NH * HD, k1, v1, pos + 2, 1, NH, NKV,
+                         HD, 0.2f, window);
+        ft_cpu_attention_paged(pool, got, q, kp, vp, pos, blocks, BS, 3, NH, NKV, HD, 0.2f, window);
+        double e = 0;
+        for (int i = 0; i < 3 * NH * HD; i++) e = fmax(e, fabs(ref[i] - got[i]));
+        EXPECT(e < 1e-6);
+    }
+    ft_pool_free(pool);
+    free(k0), free(v0), free(k1), free(v1), free(kp), free(vp);
+}
+
 TEST_MAIN("cpu_ops")

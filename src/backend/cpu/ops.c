@@ -214,7 +214,15 @@ struct attn_ctx {
     int T, n_heads, n_kv_heads, head_dim, window;
     float scale;
     struct vec_ops ops;
+    const int32_t *const *blocks; /* paged: [T] block table of each token's sequence, or NULL */
+    int block_size;
 };
+
+/* Cache row of position p for token t: contiguous, or through the token's block table. */
+static inline size_t kv_row(const struct attn_ctx *c, int t, int p) {
+    if (!c->blocks) return (size_t)p;
+    return (size_t)c->blocks[t][p / c->block_size] * c->block_size + (size_t)(p % c->block_size);
+}
 
 /* One (token, head): online softmax over blocks of positions; acc is the output row. */
 static void attn_one(const struct attn_ctx *c, int t, int h) {
@@ -231,7 +239,7 @@ static void attn_one(const struct attn_ctx *c, int t, int h) {
         int nb = FT_MIN(ATT_BLOCK, p1 - b);
         float bm = -INFINITY;
         for (int j = 0; j < nb; j++) {
-            s[j] = c->ops.dot(qh, kb + (size_t)(b + j) * kv_stride, hd) * c->scale;
+            s[j] = c->ops.dot(qh, kb + kv_row(c, t, b + j) * kv_stride, hd) * c->scale;
             bm = s[j] > bm ? s[j] : bm;
         }
         if (bm > m) { /* rescale what was accumulated under the old max */
@@ -243,7 +251,7 @@ static void attn_one(const struct attn_ctx *c, int t, int h) {
         for (int j = 0; j < nb; j++) {
             float e = expf(s[j] - m);
             l += e;
-            c->ops.axpy(acc, e, vb + (size_t)(b + j) * kv_stride, hd);
+            c->ops.axpy(acc, e, vb + kv_row(c, t, b + j) * kv_stride, hd);
         }
     }
     if (l > 0.0f) c->ops.scale(acc, 1.0f / l, hd);
@@ -262,6 +270,17 @@ void ft_cpu_attention(struct ft_pool *pool, float *out, const float *q, const fl
                       int head_dim, float scale, int window) {
     FT_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0);
     struct attn_ctx c = {out,     q,          k,        v,      pos,   T,
-                         n_heads, n_kv_heads, head_dim, window, scale, pick_vec_ops()};
+                         n_heads, n_kv_heads, head_dim, window, scale, pick_vec_ops(), NULL, 0};
+    ft_pool_run(pool, attn_worker, &c);
+}
+
+void ft_cpu_attention_paged(struct ft_pool *pool, float *out, const float *q, const float *k,
+                            const float *v, const int32_t *pos, const int32_t *const *blocks,
+                            int block_size, int T, int n_heads, int n_kv_heads, int head_dim,
+                            float scale, int window) {
+    FT_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && block_size > 0);
+    struct attn_ctx c = {out,     q,          k,        v,      pos,   T,
+                         n_heads, n_kv_heads, head_dim, window, scale, pick_vec_ops(),
+                         blocks,  block_size};
     ft_pool_run(pool, attn_worker, &c);
 }
