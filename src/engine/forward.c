@@ -16,7 +16,15 @@ struct ft_engine {
     struct ft_pool *pool;
     struct ft_engine_opts opts;
     int n_past, kv_dim, q_dim, max_i;
-    float *k_cache, *v_cache;   /* [L, max_ctx, kv_dim] */
+    int n_blocks;               /* KV pool blocks of FT_KV_BLOCK positions */
+    float *k_cache, *v_cache;   /* [L, n_blocks * FT_KV_BLOCK, kv_dim] */
+    int32_t *free_blocks;       /* [n_blocks] stack of free block ids */
+    int n_free;
+    int32_t *seq0_blocks;       /* blocks of the built-in sequence (ft_engine_forward) */
+    int seq0_n_blocks, seq0_ready;
+    const int32_t **tok_blocks; /* [chunk] block table of each token's sequence */
+    int32_t *ids;               /* [chunk] token ids of the step */
+    float *xl;                  /* [chunk, H] final-norm rows that want logits */
     float *x, *xn, *y;          /* [chunk, H] */
     float *q, *k, *v, *att;     /* [chunk, q_dim] / [chunk, kv_dim] */
     float *gu, *act;            /* [chunk, 2*max_i], [chunk, max_i] */
@@ -168,32 +176,42 @@ static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int 
     }
     ft_cpu_rope(e->q, e->pos, m->inv_freq, m->rope_mscale, T, m->n_heads, hd, m->rot_dim);
     ft_cpu_rope(e->k, e->pos, m->inv_freq, m->rope_mscale, T, m->n_kv_heads, hd, m->rot_dim);
-    size_t layer_off = (size_t)l * e->opts.max_ctx * kd;
+    size_t layer_off = (size_t)l * e->n_blocks * FT_KV_BLOCK * kd;
     float *kc = e->k_cache + layer_off, *vc = e->v_cache + layer_off;
-    memcpy(kc + (size_t)e->n_past * kd, e->k, (size_t)T * kd * sizeof(float));
-    memcpy(vc + (size_t)e->n_past * kd, e->v, (size_t)T * kd * sizeof(float));
-    ft_cpu_attention(e->pool, e->att, e->q, kc, vc, e->pos, T, m->n_heads, m->n_kv_heads, hd,
-                     1.0f / sqrtf((float)hd), L->window);
+    for (int t = 0; t < T; t++) {
+        int p = e->pos[t];
+        size_t row = (size_t)e->tok_blocks[t][p / FT_KV_BLOCK] * FT_KV_BLOCK + p % FT_KV_BLOCK;
+        memcpy(kc + row * kd, e->k + (size_t)t * kd, (size_t)kd * sizeof(float));
+        memcpy(vc + row * kd, e->v + (size_t)t * kd, (size_t)kd * sizeof(float));
+    }
+    ft_cpu_attention_paged(e->pool, e->att, e->q, kc, vc, e->pos, e->tok_blocks, FT_KV_BLOCK, T,
+                           m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window);
     mm(e, e->y, m->hidden, e->att, &L->wo, L->bo, T);
 }
 
-enum ft_status ft_engine_forward(struct ft_engine *e, const int32_t *ids, int T, float *logits,
-                                 int all_logits) {
+enum ft_status ft_engine_forward_batch(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
+                                       float *logits) {
     const struct ft_model *m = e->m;
-    int H = m->hidden;
-    if (T <= 0 || T > e->opts.max_chunk)
-        return ft_fail(FT_ERR_INVALID_ARG, "forward: %d tokens in one call (1..%d)", T,
-                       e->opts.max_chunk);
-    if (e->n_past + T > e->opts.max_ctx)
-        return ft_fail(FT_ERR_INVALID_ARG, "context full: %d + %d tokens > --ctx-size %d (raise "
-                       "--ctx-size or shorten the prompt)", e->n_past, T, e->opts.max_ctx);
-    for (int t = 0; t < T; t++) {
-        if (ids[t] < 0 || ids[t] >= m->vocab)
-            return ft_fail(FT_ERR_INVALID_ARG, "token id %d out of range [0, %d)", ids[t],
-                           m->vocab);
-        e->pos[t] = e->n_past + t;
+    int H = m->hidden, T = 0, n_rows = 0;
+    for (int i = 0; i < n_segs; i++) {
+        const struct ft_seg *g = &segs[i];
+        if (g->n <= 0 || T + g->n > e->opts.max_chunk)
+            return ft_fail(FT_ERR_INVALID_ARG, "forward: %d tokens in one call (1..%d)",
+                           T + g->n, e->opts.max_chunk);
+        if (g->pos0 < 0 || g->pos0 + g->n > e->opts.max_ctx)
+            return ft_fail(FT_ERR_INVALID_ARG, "context full: %d + %d tokens > --ctx-size %d "
+                           "(raise --ctx-size or shorten the prompt)", g->pos0, g->n,
+                           e->opts.max_ctx);
+        for (int t = 0; t < g->n; t++, T++) {
+            if (g->ids[t] < 0 || g->ids[t] >= m->vocab)
+                return ft_fail(FT_ERR_INVALID_ARG, "token id %d out of range [0, %d)", g->ids[t],
+                               m->vocab);
+            e->ids[T] = g->ids[t];
+            e->pos[T] = g->pos0 + t;
+            e->tok_blocks[T] = g->blocks;
+        }
     }
-    ft_cpu_embed(e->x, m->embed.data, m->embed.dtype, ids, T, H);
+    ft_cpu_embed(e->x, m->embed.data, m->embed.dtype, e->ids, T, H);
     for (int l = 0; l < m->n_layers; l++) {
         const struct ft_layer *L = &m->layers[l];
         ft_cpu_rmsnorm(e->xn, e->x, L->attn_norm, T, H, m->rms_eps);
@@ -206,13 +224,46 @@ enum ft_status ft_engine_forward(struct ft_engine *e, const int32_t *ids, int T,
             dense_mlp(e, L, T);
         ft_cpu_add(e->x, e->y, (size_t)T * H);
     }
-    e->n_past += T;
     if (!logits) return FT_OK;
-    int first = all_logits ? 0 : T - 1, n = T - first;
-    ft_cpu_rmsnorm(e->xn, e->x + (size_t)first * H, m->final_norm, n, H, m->rms_eps);
-    mm(e, logits, m->vocab, e->xn, &m->lm_head, NULL, n);
+    for (int i = 0, t0 = 0; i < n_segs; t0 += segs[i++].n) { /* gather the rows wanted */
+        int first = segs[i].want == FT_LOGITS_ALL ? t0 : t0 + segs[i].n - 1;
+        int n = segs[i].want == FT_LOGITS_ALL ? segs[i].n : segs[i].want == FT_LOGITS_LAST;
+        memcpy(e->xl + (size_t)n_rows * H, e->x + (size_t)first * H, (size_t)n * H * sizeof(float));
+        n_rows += n;
+    }
+    if (n_rows == 0) return FT_OK;
+    ft_cpu_rmsnorm(e->xl, e->xl, m->final_norm, n_rows, H, m->rms_eps);
+    mm(e, logits, m->vocab, e->xl, &m->lm_head, NULL, n_rows);
     return FT_OK;
 }
+
+enum ft_status ft_engine_forward(struct ft_engine *e, const int32_t *ids, int T, float *logits,
+                                 int all_logits) {
+    if (!e->seq0_ready) {
+        enum ft_status st = ft_engine_kv_alloc(e, e->seq0_n_blocks, e->seq0_blocks);
+        if (st != FT_OK) return st;
+        e->seq0_ready = 1;
+    }
+    struct ft_seg g = {ids, T, e->n_past, e->seq0_blocks,
+                       !logits ? FT_LOGITS_NONE : all_logits ? FT_LOGITS_ALL : FT_LOGITS_LAST};
+    enum ft_status st = ft_engine_forward_batch(e, &g, 1, logits);
+    if (st == FT_OK) e->n_past += T;
+    return st;
+}
+
+enum ft_status ft_engine_kv_alloc(struct ft_engine *e, int n, int32_t *blocks) {
+    if (n > e->n_free)
+        return ft_fail(FT_ERR_BUSY, "KV cache: %d blocks wanted, %d free", n, e->n_free);
+    for (int i = 0; i < n; i++) blocks[i] = e->free_blocks[--e->n_free];
+    return FT_OK;
+}
+
+void ft_engine_kv_free(struct ft_engine *e, const int32_t *blocks, int n) {
+    for (int i = 0; i < n; i++) e->free_blocks[e->n_free++] = blocks[i];
+}
+
+int ft_engine_kv_free_blocks(const struct ft_engine *e) { return e->n_free; }
+int ft_engine_kv_total_blocks(const struct ft_engine *e) { return e->n_blocks; }
 
 enum ft_status ft_engine_prefill(struct ft_engine *e, const int32_t *ids, int T, float *logits,
                                  int all_logits) {
@@ -246,7 +297,10 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->q_dim = m->n_heads * m->head_dim;
     e->kv_dim = m->n_kv_heads * m->head_dim;
     e->max_i = FT_MAX(m->cfg.intermediate_size, m->shared_inter);
-    size_t kv = (size_t)m->n_layers * e->opts.max_ctx * e->kv_dim;
+    int seq_blocks = (e->opts.max_ctx + FT_KV_BLOCK - 1) / FT_KV_BLOCK;
+    if (e->opts.kv_tokens <= 0) e->opts.kv_tokens = e->opts.max_ctx;
+    e->n_blocks = FT_MAX((e->opts.kv_tokens + FT_KV_BLOCK - 1) / FT_KV_BLOCK, seq_blocks);
+    size_t kv = (size_t)m->n_layers * e->n_blocks * FT_KV_BLOCK * e->kv_dim;
     int att_w = FT_MAX(e->q_dim, H); /* att doubles as the shared expert's [T, H] output */
     e->k_cache = malloc(kv * sizeof(float));
     e->v_cache = malloc(kv * sizeof(float));
@@ -264,14 +318,22 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->top_w = malloc((size_t)C * k * sizeof(float));
     e->pos = malloc((size_t)C * sizeof(int32_t));
     e->sticky = malloc((size_t)m->n_layers * k * sizeof(int));
+    e->free_blocks = malloc((size_t)e->n_blocks * sizeof(int32_t));
+    e->seq0_blocks = malloc((size_t)seq_blocks * sizeof(int32_t));
+    e->tok_blocks = malloc((size_t)C * sizeof *e->tok_blocks);
+    e->ids = malloc((size_t)C * sizeof(int32_t));
+    e->xl = malloc((size_t)C * H * sizeof(float));
     enum ft_status st = FT_OK;
     if (!e->k_cache || !e->v_cache || !e->x || !e->xn || !e->y || !e->q || !e->att || !e->k ||
         !e->v || !e->gu || !e->act || !e->router || !e->top_ids || !e->top_w || !e->pos ||
-        !e->sticky) {
+        !e->sticky || !e->free_blocks || !e->seq0_blocks || !e->tok_blocks || !e->ids || !e->xl) {
         st = ft_fail(FT_ERR_OOM, "engine: out of memory for a %d-token KV cache (%.1f GiB); "
                      "lower --ctx-size", e->opts.max_ctx, 2.0 * kv * 4 / (1 << 30));
     }
     for (int i = 0; e->sticky && i < m->n_layers * k; i++) e->sticky[i] = -1;
+    for (int b = 0; e->free_blocks && b < e->n_blocks; b++) e->free_blocks[b] = e->n_blocks - 1 - b;
+    e->n_free = e->n_blocks;
+    e->seq0_n_blocks = seq_blocks; /* taken from the pool at the first ft_engine_forward */
     if (st == FT_OK && m->n_experts > 0)
         st = ft_moe_exec_init(&e->moe, C, m->top_k, m->n_experts, H, m->expert_inter);
     if (st != FT_OK) {
@@ -300,6 +362,11 @@ void ft_engine_free(struct ft_engine *e) {
     free(e->top_w);
     free(e->pos);
     free(e->sticky);
+    free(e->free_blocks);
+    free(e->seq0_blocks);
+    free(e->tok_blocks);
+    free(e->ids);
+    free(e->xl);
     ft_moe_exec_free(e->moe);
     free(e);
 }

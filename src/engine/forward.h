@@ -15,8 +15,9 @@
 enum ft_routing { FT_ROUTING_MODEL, FT_ROUTING_UNIFORM, FT_ROUTING_ZIPF, FT_ROUTING_STICKY };
 
 struct ft_engine_opts {
-    int max_ctx;      /* KV cache positions (default: min(max_position_embeddings, 4096)) */
-    int max_chunk;    /* tokens per forward call (prefill chunk; default 512) */
+    int max_ctx;      /* positions of one sequence (default: min(max_position_embeddings, 4096)) */
+    int max_chunk;    /* tokens per forward call, all sequences together (default 512) */
+    int kv_tokens;    /* positions in the paged KV pool (default max_ctx: one sequence) */
     enum ft_routing routing;
     double routing_param; /* zipf exponent S, or sticky probability of keeping an expert */
     uint64_t seed;
@@ -24,9 +25,33 @@ struct ft_engine_opts {
 
 struct ft_engine;
 
+#define FT_KV_BLOCK 16 /* positions per KV block */
+
+/* One sequence's share of a batched forward: n tokens at positions pos0.., its KV block table
+ * (block b holds positions b*FT_KV_BLOCK ..), and which logits it wants. */
+enum ft_want_logits { FT_LOGITS_NONE, FT_LOGITS_LAST, FT_LOGITS_ALL };
+struct ft_seg {
+    const int32_t *ids;
+    int n, pos0;
+    const int32_t *blocks;
+    enum ft_want_logits want;
+};
+
 enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                               struct ft_pool *pool, const struct ft_engine_opts *opts);
 void ft_engine_free(struct ft_engine *e);
+
+/* One forward over several sequences (continuous batching): sum of n <= max_chunk. logits
+ * receives, segment by segment, the rows each asked for ([rows, vocab]). Does not touch the
+ * built-in sequence's n_past. */
+enum ft_status ft_engine_forward_batch(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
+                                       float *logits);
+/* Paged KV pool blocks: take n (FT_ERR_BUSY if fewer are free) / give back. The built-in
+ * sequence of ft_engine_forward holds its own blocks from init. */
+enum ft_status ft_engine_kv_alloc(struct ft_engine *e, int n, int32_t *blocks);
+void ft_engine_kv_free(struct ft_engine *e, const int32_t *blocks, int n);
+int ft_engine_kv_free_blocks(const struct ft_engine *e);
+int ft_engine_kv_total_blocks(const struct ft_engine *e);
 
 /* Runs T tokens at positions n_past .. n_past+T-1 (T <= max_chunk), appending to the KV cache.
  * logits: [T, vocab] when all_logits, else [1, vocab] for the last token; may be NULL. */
