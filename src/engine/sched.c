@@ -1,0 +1,548 @@
+/* sched.c — the serving engine thread: admission from a bounded queue (a request is admitted
+ * when its whole KV budget, prompt + max_tokens, fits in the free blocks: no preemption is ever
+ * needed), continuous batching (one ft_engine_forward_batch per step over every running
+ * sequence: one decode token each, plus prompt chunks up to max_prefill), per-request
+ * sampling, detokenisation and stop strings, and events to the HTTP threads.
+ * Threading: the engine thread owns the engine, running[] and every request's engine-side
+ * fields; s->mu guards the queue, `stopping` and the stats; r->mu guards r's event list. */
+#include "engine/sched.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "core/status.h"
+#include "core/timer.h"
+
+#define N_WINDOW 256 /* requests kept for latency percentiles */
+#define N_BUCKETS 10 /* seconds of generated-token history for tok/s */
+
+struct ev_node {
+    struct ft_event ev;
+    struct ev_node *next;
+};
+
+struct ft_req {
+    struct ft_sched *s;
+    atomic_int refs;       /* engine + HTTP side */
+    atomic_int cancelled;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ev_node *head, *tail;
+    struct ft_req *next;   /* queue link (s->mu) */
+    /* engine thread only */
+    int32_t *prompt;
+    int n_prompt, max_tokens;
+    struct ft_req_params p;
+    char *stop[FT_MAX_STOP];
+    int32_t *blocks;
+    int n_blocks, n_past, n_gen, prefilled;
+    int stop_hit;          /* a stop string matched: text after it is dropped */
+    int32_t last;
+    struct ft_sampler *smp;
+    struct ft_detok dt;
+    struct ft_stop stopper;
+    int64_t t_submit_us, t_first_us;
+};
+
+struct ft_sched {
+    const struct ft_model *m;
+    const struct ft_tok *tok;
+    struct ft_pool *pool;
+    struct ft_sched_opts o;
+    struct ft_engine *e;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ft_req *q_head, *q_tail;
+    int n_queued, stopping;
+    /* engine thread */
+    struct ft_req **running;
+    int n_running;
+    struct ft_seg *segs;
+    struct ft_req **seg_req;
+    float *logits;          /* [max_running, vocab] */
+    int32_t eos[FT_MAX_EOS + 1];
+    int n_eos;
+    /* stats (s->mu) */
+    long completed, cancelled, failed, prompt_tokens, gen_tokens;
+    double ttft[N_WINDOW], latency[N_WINDOW];
+    int n_window, i_window;
+    long bucket_tokens[N_BUCKETS];
+    long bucket_sec[N_BUCKETS];
+    int run_snapshot, kv_used_snapshot;
+};
+
+/* --- events --- */
+
+static void push_event(struct ft_req *r, const struct ft_event *ev) {
+    struct ev_node *n = malloc(sizeof *n);
+    if (!n) return; /* out of memory: the client sees a shortened stream, never a crash */
+    n->ev = *ev;
+    n->next = NULL;
+    pthread_mutex_lock(&r->mu);
+    if (r->tail) r->tail->next = n;
+    else r->head = n;
+    r->tail = n;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void emit_text(struct ft_req *r, const char *text, size_t len) {
+    if (!len) return;
+    struct ft_event ev = {.type = FT_EV_TEXT, .len = len, .n_prompt = r->n_prompt, .n_gen = r->n_gen};
+    ev.text = malloc(len + 1);
+    if (!ev.text) return;
+    memcpy(ev.text, text, len);
+    ev.text[len] = 0;
+    push_event(r, &ev);
+}
+
+int ft_req_next_event(struct ft_req *r, struct ft_event *ev, int timeout_ms) {
+    pthread_mutex_lock(&r->mu);
+    if (!r->head && timeout_ms != 0) {
+        if (timeout_ms < 0) {
+            while (!r->head) pthread_cond_wait(&r->cv, &r->mu);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += timeout_ms / 1000;
+            ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            while (!r->head && pthread_cond_timedwait(&r->cv, &r->mu, &ts) == 0) {
+            }
+        }
+    }
+    struct ev_node *n = r->head;
+    if (n) {
+        r->head = n->next;
+        if (!r->head) r->tail = NULL;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!n) return 0;
+    *ev = n->ev;
+    free(n);
+    return 1;
+}
+
+static void req_free(struct ft_req *r) {
+    for (struct ev_node *n = r->head, *next; n; n = next) {
+        next = n->next;
+        free(n->ev.text);
+        free(n);
+    }
+    for (int i = 0; i < FT_MAX_STOP; i++) free(r->stop[i]);
+    free(r->prompt);
+    free(r->blocks);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+void ft_req_release(struct ft_req *r) {
+    if (r && atomic_fetch_sub(&r->refs, 1) == 1) req_free(r);
+}
+
+void ft_req_cancel(struct ft_req *r) {
+    if (!r) return;
+    atomic_store(&r->cancelled, 1);
+    pthread_mutex_lock(&r->s->mu);
+    pthread_cond_broadcast(&r->s->cv); /* wake an idle engine so it drops the request */
+    pthread_mutex_unlock(&r->s->mu);
+}
+
+/* --- engine side --- */
+
+static void record_done(struct ft_sched *s, struct ft_req *r, int outcome /* 0 ok 1 cancel 2 fail */) {
+    int64_t now = ft_time_us();
+    pthread_mutex_lock(&s->mu);
+    if (outcome == 0) s->completed++;
+    else if (outcome == 1) s->cancelled++;
+    else s->failed++;
+    s->prompt_tokens += r->n_prompt;
+    if (outcome == 0 && r->t_first_us) {
+        s->ttft[s->i_window] = (r->t_first_us - r->t_submit_us) / 1e6;
+        s->latency[s->i_window] = (now - r->t_submit_us) / 1e6;
+        s->i_window = (s->i_window + 1) % N_WINDOW;
+        if (s->n_window < N_WINDOW) s->n_window++;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Ends a request: terminal event, engine-side resources back, engine's reference dropped. */
+static void finish(struct ft_sched *s, struct ft_req *r, enum ft_finish why, enum ft_status err,
+                   const char *msg) {
+    struct ft_event ev = {.n_prompt = r->n_prompt, .n_gen = r->n_gen, .finish = why};
+    if (err != FT_OK) {
+        ev.type = FT_EV_ERROR;
+        ev.status = err;
+        snprintf(ev.message, sizeof ev.message, "%s", msg ? msg : ft_status_str(err));
+    } else {
+        ev.type = FT_EV_DONE;
+        if (why != FT_FINISH_CANCELLED && !r->stop_hit) { /* release held-back text */
+            char piece[FT_DETOK_CAP];
+            const char *out;
+            size_t n = ft_detok_flush(&r->dt, piece, sizeof piece), out_len;
+            if (!ft_stop_push(&r->stopper, piece, n, &out, &out_len)) {
+                emit_text(r, out, out_len);
+                ft_stop_flush(&r->stopper, &out, &out_len);
+            }
+            emit_text(r, out, out_len);
+        }
+        ev.ttft_s = r->t_first_us ? (r->t_first_us - r->t_submit_us) / 1e6 : 0;
+    }
+    if (r->n_blocks) ft_engine_kv_free(s->e, r->blocks, r->n_blocks);
+    r->n_blocks = 0;
+    ft_sampler_free(r->smp);
+    r->smp = NULL;
+    ft_stop_free(&r->stopper);
+    record_done(s, r, err != FT_OK ? 2 : why == FT_FINISH_CANCELLED ? 1 : 0);
+    push_event(r, &ev);
+    ft_req_release(r);
+}
+
+static int blocks_for(int tokens) { return (tokens + FT_KV_BLOCK - 1) / FT_KV_BLOCK; }
+
+/* Moves queued requests to running while their whole KV budget fits (FIFO). Drops cancelled
+ * queued requests. Called with s->mu held. */
+static void admit(struct ft_sched *s) {
+    for (struct ft_req **pp = &s->q_head; *pp;) {
+        struct ft_req *r = *pp;
+        if (atomic_load(&r->cancelled)) {
+            *pp = r->next;
+            s->n_queued--;
+            pthread_mutex_unlock(&s->mu);
+            finish(s, r, FT_FINISH_CANCELLED, FT_OK, NULL);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        pp = &r->next;
+    }
+    s->q_tail = NULL;
+    for (struct ft_req *r = s->q_head; r; r = r->next) s->q_tail = r;
+    while (s->q_head && s->n_running < s->o.max_running) {
+        struct ft_req *r = s->q_head;
+        int need = blocks_for(r->n_prompt + r->max_tokens);
+        if (need > ft_engine_kv_free_blocks(s->e)) break;
+        s->q_head = r->next;
+        if (!s->q_head) s->q_tail = NULL;
+        s->n_queued--;
+        r->blocks = malloc((size_t)need * sizeof *r->blocks);
+        enum ft_status st = r->blocks ? ft_engine_kv_alloc(s->e, need, r->blocks) : FT_ERR_OOM;
+        if (st == FT_OK) st = ft_sampler_init(&r->smp, &r->p.sampling, s->m->vocab);
+        if (st != FT_OK) {
+            pthread_mutex_unlock(&s->mu);
+            finish(s, r, FT_FINISH_STOP, st, ft_error());
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        r->n_blocks = need;
+        for (int i = 0; i < r->n_prompt; i++) ft_sampler_add_prompt(r->smp, r->prompt[i]);
+        ft_detok_init(&r->dt, s->tok, r->p.skip_special);
+        ft_stop_init(&r->stopper, (const char *const *)r->stop, r->p.n_stop);
+        s->running[s->n_running++] = r;
+    }
+}
+
+static int is_eos(const struct ft_sched *s, int32_t id) {
+    for (int i = 0; i < s->n_eos; i++)
+        if (s->eos[i] == id) return 1;
+    return 0;
+}
+
+/* A new token for r from its logits row; returns 1 when r is finished. */
+static int take_token(struct ft_sched *s, struct ft_req *r, float *logits) {
+    int32_t id = ft_sampler_sample(r->smp, logits);
+    ft_sampler_accept(r->smp, id);
+    if (!r->t_first_us) r->t_first_us = ft_time_us();
+    if (!r->p.ignore_eos && is_eos(s, id)) {
+        finish(s, r, FT_FINISH_STOP, FT_OK, NULL);
+        return 1;
+    }
+    r->n_gen++;
+    pthread_mutex_lock(&s->mu);
+    s->gen_tokens++;
+    long sec = (long)(ft_time_us() / 1000000);
+    int b = (int)(sec % N_BUCKETS);
+    if (s->bucket_sec[b] != sec) s->bucket_sec[b] = sec, s->bucket_tokens[b] = 0;
+    s->bucket_tokens[b]++;
+    pthread_mutex_unlock(&s->mu);
+    char piece[FT_DETOK_CAP];
+    const char *out;
+    size_t n = ft_detok_push(&r->dt, id, piece, sizeof piece), out_len;
+    int hit = ft_stop_push(&r->stopper, piece, n, &out, &out_len);
+    emit_text(r, out, out_len);
+    if (hit) {
+        r->stop_hit = 1;
+        finish(s, r, FT_FINISH_STOP, FT_OK, NULL);
+        return 1;
+    }
+    if (r->n_gen >= r->max_tokens) {
+        finish(s, r, FT_FINISH_LENGTH, FT_OK, NULL);
+        return 1;
+    }
+    r->last = id;
+    return 0;
+}
+
+/* One engine step over every running request. */
+static void step(struct ft_sched *s) {
+    int64_t now = ft_time_us();
+    int k = 0, n_segs = 0, budget = s->o.max_prefill;
+    for (int i = 0; i < s->n_running; i++) { /* drop cancelled and timed-out requests */
+        struct ft_req *r = s->running[i];
+        if (atomic_load(&r->cancelled)) {
+            finish(s, r, FT_FINISH_CANCELLED, FT_OK, NULL);
+        } else if (s->o.request_timeout_s > 0 && now - r->t_submit_us > s->o.request_timeout_s * 1e6) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "request timed out after %.0f s (--request-timeout)",
+                     s->o.request_timeout_s);
+            finish(s, r, FT_FINISH_CANCELLED, FT_ERR_BUSY, msg);
+        } else {
+            s->running[k++] = r;
+        }
+    }
+    s->n_running = k;
+    for (int i = 0; i < s->n_running; i++) {
+        struct ft_req *r = s->running[i];
+        struct ft_seg *g = &s->segs[n_segs];
+        if (r->prefilled < r->n_prompt) {
+            if (budget <= 0) continue;
+            int n = FT_MIN(r->n_prompt - r->prefilled, budget);
+            budget -= n;
+            *g = (struct ft_seg){r->prompt + r->prefilled, n, r->n_past, r->blocks,
+                                 r->prefilled + n == r->n_prompt ? FT_LOGITS_LAST : FT_LOGITS_NONE};
+        } else {
+            *g = (struct ft_seg){&r->last, 1, r->n_past, r->blocks, FT_LOGITS_LAST};
+        }
+        s->seg_req[n_segs++] = r;
+    }
+    if (n_segs == 0) return;
+    enum ft_status st = ft_engine_forward_batch(s->e, s->segs, n_segs, s->logits);
+    struct ft_req *keep[s->o.max_running];
+    k = 0;
+    int row = 0;
+    for (int i = 0; i < n_segs; i++) {
+        struct ft_req *r = s->seg_req[i];
+        const struct ft_seg *g = &s->segs[i];
+        if (st != FT_OK) {
+            finish(s, r, FT_FINISH_STOP, FT_ERR_INTERNAL, ft_error());
+            continue;
+        }
+        r->n_past += g->n;
+        if (g->ids != &r->last) r->prefilled += g->n;
+        if (g->want == FT_LOGITS_LAST &&
+            take_token(s, r, s->logits + (size_t)row++ * s->m->vocab))
+            continue;
+        keep[k++] = r;
+    }
+    /* requests that got no segment this step (prefill budget spent) stay running */
+    for (int i = 0; i < s->n_running; i++) {
+        int seen = 0;
+        for (int j = 0; j < n_segs; j++) seen |= s->seg_req[j] == s->running[i];
+        if (!seen) keep[k++] = s->running[i];
+    }
+    memcpy(s->running, keep, (size_t)k * sizeof *keep);
+    s->n_running = k;
+}
+
+static void *engine_main(void *arg) {
+    struct ft_sched *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        admit(s);
+        s->run_snapshot = s->n_running;
+        s->kv_used_snapshot = (ft_engine_kv_total_blocks(s->e) - ft_engine_kv_free_blocks(s->e)) * FT_KV_BLOCK;
+        if (s->stopping) break;
+        if (s->n_running == 0) {
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        step(s);
+        pthread_mutex_lock(&s->mu);
+    }
+    /* shutdown: everything still queued or running ends as cancelled */
+    struct ft_req *q = s->q_head;
+    s->q_head = s->q_tail = NULL;
+    s->n_queued = 0;
+    pthread_mutex_unlock(&s->mu);
+    for (struct ft_req *next; q; q = next) {
+        next = q->next;
+        finish(s, q, FT_FINISH_CANCELLED, FT_OK, NULL);
+    }
+    for (int i = 0; i < s->n_running; i++) finish(s, s->running[i], FT_FINISH_CANCELLED, FT_OK, NULL);
+    s->n_running = 0;
+    return NULL;
+}
+
+enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
+                             const struct ft_tok *tok, struct ft_pool *pool,
+                             const struct ft_sched_opts *o) {
+    *out = NULL;
+    struct ft_sched *s = calloc(1, sizeof *s);
+    if (!s) return ft_fail(FT_ERR_OOM, "scheduler: out of memory");
+    s->m = m;
+    s->tok = tok;
+    s->pool = pool;
+    s->o = *o;
+    if (s->o.max_running <= 0) s->o.max_running = 4;
+    if (s->o.max_prefill <= 0) s->o.max_prefill = 2048;
+    int model_ctx = m->cfg.max_position_embeddings > 0 ? m->cfg.max_position_embeddings : 4096;
+    if (s->o.ctx_size <= 0) s->o.ctx_size = FT_MIN(model_ctx, 32768);
+    if (s->o.kv_tokens <= 0) s->o.kv_tokens = s->o.ctx_size * s->o.max_running;
+    if (s->o.queue_cap <= 0) s->o.queue_cap = 64;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    for (int i = 0; i < m->cfg.n_eos; i++) s->eos[s->n_eos++] = m->cfg.eos_token_ids[i];
+    if (ft_tok_eos(tok) >= 0) s->eos[s->n_eos++] = ft_tok_eos(tok);
+    struct ft_engine_opts eo = {.max_ctx = s->o.ctx_size,
+                                .max_chunk = s->o.max_prefill + s->o.max_running,
+                                .kv_tokens = s->o.kv_tokens};
+    enum ft_status st = ft_engine_init(&s->e, m, pool, &eo);
+    s->running = calloc((size_t)s->o.max_running, sizeof *s->running);
+    s->segs = calloc((size_t)s->o.max_running, sizeof *s->segs);
+    s->seg_req = calloc((size_t)s->o.max_running, sizeof *s->seg_req);
+    s->logits = malloc((size_t)s->o.max_running * m->vocab * sizeof(float));
+    if (st == FT_OK && (!s->running || !s->segs || !s->seg_req || !s->logits))
+        st = ft_fail(FT_ERR_OOM, "scheduler: out of memory");
+    if (st == FT_OK && pthread_create(&s->thread, NULL, engine_main, s) != 0)
+        st = ft_fail(FT_ERR_INTERNAL, "scheduler: cannot start the engine thread");
+    if (st != FT_OK) {
+        ft_sched_free(s);
+        return st;
+    }
+    s->thread_started = 1;
+    ft_log_info("scheduler: %d running requests at most, context %d, KV pool %d tokens "
+                "(%.2f GiB), prefill chunks of %d", s->o.max_running, s->o.ctx_size,
+                s->o.kv_tokens, 2.0 * m->n_layers * s->o.kv_tokens * m->n_kv_heads * m->head_dim * 4 / 1073741824.0,
+                s->o.max_prefill);
+    *out = s;
+    return FT_OK;
+}
+
+void ft_sched_shutdown(struct ft_sched *s) {
+    if (!s || !s->thread_started) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    s->thread_started = 0;
+}
+
+void ft_sched_free(struct ft_sched *s) {
+    if (!s) return;
+    ft_sched_shutdown(s);
+    ft_engine_free(s->e);
+    free(s->running);
+    free(s->segs);
+    free(s->seg_req);
+    free(s->logits);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+enum ft_status ft_sched_submit(struct ft_sched *s, const struct ft_req_params *p,
+                               struct ft_req **out) {
+    *out = NULL;
+    if (p->n_prompt <= 0) return ft_fail(FT_ERR_INVALID_ARG, "prompt is empty");
+    if (p->n_prompt >= s->o.ctx_size)
+        return ft_fail(FT_ERR_INVALID_ARG, "prompt is %d tokens but the context is %d "
+                       "(shorten the prompt or start the server with a larger --ctx-size)",
+                       p->n_prompt, s->o.ctx_size);
+    for (int i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= s->m->vocab)
+            return ft_fail(FT_ERR_INVALID_ARG, "token id %d out of range [0, %d)", p->prompt[i],
+                           s->m->vocab);
+    if (p->n_stop < 0 || p->n_stop > FT_MAX_STOP)
+        return ft_fail(FT_ERR_INVALID_ARG, "stop: at most %d strings", FT_MAX_STOP);
+    enum ft_status st = ft_sampling_validate(&p->sampling);
+    if (st != FT_OK) return st;
+    int room = s->o.ctx_size - p->n_prompt;
+    int max_tokens = p->max_tokens > 0 ? FT_MIN(p->max_tokens, room) : room;
+    if (blocks_for(p->n_prompt + max_tokens) > ft_engine_kv_total_blocks(s->e))
+        return ft_fail(FT_ERR_INVALID_ARG, "prompt %d + max_tokens %d tokens can never fit the "
+                       "KV cache of %d tokens (lower max_tokens or raise --kv-tokens)",
+                       p->n_prompt, max_tokens, ft_engine_kv_total_blocks(s->e) * FT_KV_BLOCK);
+    struct ft_req *r = calloc(1, sizeof *r);
+    if (!r) return ft_fail(FT_ERR_OOM, "out of memory");
+    r->s = s;
+    atomic_init(&r->refs, 2);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->p = *p;
+    r->p.prompt = NULL;
+    r->n_prompt = p->n_prompt;
+    r->max_tokens = max_tokens;
+    r->prompt = malloc((size_t)p->n_prompt * sizeof *r->prompt);
+    int oom = !r->prompt;
+    for (int i = 0; i < p->n_stop; i++) oom |= !(r->stop[i] = strdup(p->stop[i]));
+    if (oom) {
+        req_free(r);
+        return ft_fail(FT_ERR_OOM, "out of memory");
+    }
+    memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof *r->prompt);
+    r->t_submit_us = ft_time_us();
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping || s->n_queued >= s->o.queue_cap) {
+        int stopping = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        req_free(r);
+        return ft_fail(FT_ERR_BUSY, stopping ? "server is shutting down"
+                                             : "too many requests queued (%d); retry later",
+                       s->o.queue_cap);
+    }
+    if (s->q_tail) s->q_tail->next = r;
+    else s->q_head = r;
+    s->q_tail = r;
+    s->n_queued++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    *out = r;
+    return FT_OK;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(const double *v, int n, double q) {
+    if (n == 0) return 0;
+    double tmp[N_WINDOW];
+    memcpy(tmp, v, (size_t)n * sizeof *v);
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
+    return tmp[FT_MIN(n - 1, (int)(q * n))];
+}
+
+void ft_sched_stats(struct ft_sched *s, struct ft_sched_stats *out) {
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&s->mu);
+    out->running = s->run_snapshot;
+    out->queued = s->n_queued;
+    out->completed = s->completed;
+    out->cancelled = s->cancelled;
+    out->failed = s->failed;
+    out->prompt_tokens = s->prompt_tokens;
+    out->generated_tokens = s->gen_tokens;
+    long now = (long)(ft_time_us() / 1000000), toks = 0;
+    for (int b = 0; b < N_BUCKETS; b++)
+        if (s->bucket_sec[b] > now - N_BUCKETS && s->bucket_sec[b] <= now) toks += s->bucket_tokens[b];
+    out->gen_tok_per_s = (double)toks / N_BUCKETS;
+    out->ttft_p50_s = pct(s->ttft, s->n_window, 0.5);
+    out->ttft_p95_s = pct(s->ttft, s->n_window, 0.95);
+    out->latency_p50_s = pct(s->latency, s->n_window, 0.5);
+    out->latency_p95_s = pct(s->latency, s->n_window, 0.95);
+    out->kv_used_tokens = s->kv_used_snapshot;
+    out->kv_total_tokens = ft_engine_kv_total_blocks(s->e) * FT_KV_BLOCK;
+    out->max_running = s->o.max_running;
+    out->ctx_size = s->o.ctx_size;
+    pthread_mutex_unlock(&s->mu);
+}
