@@ -14,6 +14,7 @@
 #include "cli/session.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "engine/gpu.h"
 
 static const char k_usage[] =
     "usage: ft bench (--model DIR | --synthetic PRESET) [options]\n"
@@ -53,6 +54,7 @@ struct bench {
     const char *routing;
     int threads;
     double dram_gbps;
+    double ceiling_gbps; /* DRAM read (cpu) or HBM (cuda), measured in this run */
 };
 
 static void row(const struct bench *b, const char *test, const double *tps, int reps,
@@ -60,9 +62,9 @@ static void row(const struct bench *b, const char *test, const double *tps, int 
     double m, sd;
     stats(tps, reps, &m, &sd);
     double gbps = bytes_per_tok * m / 1e9;
-    printf("| %s | cpu | %d | %s | %s | %.2f ± %.2f | %.3f GB | %.1f | %.0f%% | %.1f |\n",
-           b->s.model->label, b->threads, b->routing, test, m, sd, bytes_per_tok / 1e9, gbps,
-           100.0 * gbps / b->dram_gbps, distinct);
+    printf("| %s | %s | %d | %s | %s | %.2f ± %.2f | %.3f GB | %.1f | %.0f%% | %.1f |\n",
+           b->s.model->label, ft_engine_backend(b->s.engine), b->threads, b->routing, test, m, sd,
+           bytes_per_tok / 1e9, gbps, 100.0 * gbps / b->ceiling_gbps, distinct);
     fflush(stdout);
 }
 
@@ -133,13 +135,19 @@ done:
 }
 
 int ft_cmd_bench(int argc, char **argv) {
+    struct ft_engine_opts be = {0};
+    int be_auto = 1;
     const char *model = NULL, *synthetic = NULL, *routing = NULL, *v;
     long p = 512, n = 128, reps = 3, threads = 0, seed = 1;
     for (int i = 1; i < argc; i++) {
+        int rb = ft_cli_backend_flag("bench", argc, argv, &i, &be, &be_auto);
+        if (rb < 0) return 2;
+        if (rb > 0) continue;
         const char *a = argv[i];
         long *target = NULL, lo = 0, hi = 1 << 20;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(k_usage, stdout);
+            fputs(ft_cli_backend_usage, stdout);
             return 0;
         } else if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
             if (!(model = ft_cli_value(argc, argv, &i))) return 2;
@@ -174,17 +182,29 @@ int ft_cmd_bench(int argc, char **argv) {
         return ft_cli_usage_error("bench", "--synthetic-routing: '%s' is not uniform, model, "
                                   "zipf:S (S > 0) or sticky:P (0 <= P < 1)", routing);
     struct bench b = {.routing = routing};
+    eo.backend = be.backend;
+    eo.device = be.device;
+    eo.vram_limit = be.vram_limit;
+    eo.no_graphs = be.no_graphs;
+    ft_cli_backend_resolve(&eo, be_auto);
     enum ft_status st = ft_session_open(&b.s, model, synthetic, (int)threads, &eo);
     if (st != FT_OK) return ft_cli_fail(st);
     b.threads = ft_pool_size(b.s.pool);
     b.dram_gbps = ft_cpu_dram_read_gbps(b.s.pool, (size_t)1 << 30, 3);
+    int gpu = !strcmp(ft_engine_backend(b.s.engine), "cuda");
+    b.ceiling_gbps = gpu ? ft_gpu_hbm_gbps() : b.dram_gbps;
     const struct ft_model *m = b.s.model;
     printf("model: %s, %.2f B params (%.2f B active per token), %.2f MiB per expert; "
            "%d threads, ISA %s\n", m->label, m->n_params / 1e9, m->n_params_active / 1e9,
            m->expert_bytes / 1048576.0, b.threads, ft_cpu_isa_name(ft_cpu_isa()));
-    printf("ceiling: host DRAM read %.1f GB/s (measured now, %d threads, 1 GiB buffer)\n\n",
-           b.dram_gbps, b.threads);
-    printf("| model | backend | threads | routing | test | t/s | weights/token | GB/s | of DRAM | "
+    if (gpu)
+        printf("ceiling: GPU HBM %.0f GB/s (device-to-device copy, read + write, measured now); "
+               "engine holds %.2f GiB of device memory\n\n", b.ceiling_gbps,
+               ft_engine_vram_used(b.s.engine) / 1073741824.0);
+    else
+        printf("ceiling: host DRAM read %.1f GB/s (measured now, %d threads, 1 GiB buffer)\n\n",
+               b.dram_gbps, b.threads);
+    printf("| model | backend | threads | routing | test | t/s | weights/token | GB/s | of ceiling | "
            "experts/layer/step |\n|---|---|---:|---|---|---:|---:|---:|---:|---:|\n");
     st = run(&b, (int)p, (int)n, (int)reps, (uint64_t)seed);
     ft_session_close(&b.s);

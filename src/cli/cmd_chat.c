@@ -83,10 +83,15 @@ static void clear_history(struct history *h, int keep) {
 }
 
 int ft_cmd_chat(int argc, char **argv) {
+    struct ft_engine_opts be = {0};
+    int be_auto = 1;
     const char *model = NULL, *system = NULL, *tmpl_name = NULL;
     long threads = 0, n_gen = 1024, ctx = 0;
     int no_think = 0;
     for (int i = 1; i < argc; i++) {
+        int rb = ft_cli_backend_flag("chat", argc, argv, &i, &be, &be_auto);
+        if (rb < 0) return 2;
+        if (rb > 0) continue;
         const char *a = argv[i], *v;
         long *num = NULL, lo = 1, hi = 1 << 24;
         struct ft_gen_params check = {0};
@@ -94,7 +99,7 @@ int ft_cmd_chat(int argc, char **argv) {
         if (r < 0) return 2;
         if (r > 0) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("%s%s", k_usage, ft_cli_sampling_usage);
+            printf("%s%s%s", k_usage, ft_cli_sampling_usage, ft_cli_backend_usage);
             return 0;
         } else if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
             if (!(model = ft_cli_value(argc, argv, &i))) return 2;
@@ -130,6 +135,11 @@ int ft_cmd_chat(int argc, char **argv) {
     }
     struct ft_engine_opts eo = {.max_ctx = (int)ctx};
     struct ft_session s;
+    eo.backend = be.backend;
+    eo.device = be.device;
+    eo.vram_limit = be.vram_limit;
+    eo.no_graphs = be.no_graphs;
+    ft_cli_backend_resolve(&eo, be_auto);
     if ((st = ft_session_open(&s, model, NULL, (int)threads, &eo)) != FT_OK) {
         ft_chat_template_free(tmpl);
         ft_tok_free(tok);

@@ -16,12 +16,18 @@ static const char k_usage[] =
     "  'logits' of shape [T, vocab]).\n";
 
 int ft_cmd_logits(int argc, char **argv) {
+    struct ft_engine_opts be = {0};
+    int be_auto = 1;
     const char *model = NULL, *ids_s = NULL, *out = NULL;
     long threads = 0;
     for (int i = 1; i < argc; i++) {
+        int rb = ft_cli_backend_flag("logits", argc, argv, &i, &be, &be_auto);
+        if (rb < 0) return 2;
+        if (rb > 0) continue;
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(k_usage, stdout);
+            fputs(ft_cli_backend_usage, stdout);
             return 0;
         } else if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
             if (!(model = ft_cli_value(argc, argv, &i))) return 2;
@@ -45,6 +51,11 @@ int ft_cmd_logits(int argc, char **argv) {
     if (st != FT_OK) return ft_cli_fail(st);
     struct ft_engine_opts eo = {.max_ctx = n, .max_chunk = n};
     struct ft_session s;
+    eo.backend = be.backend;
+    eo.device = be.device;
+    eo.vram_limit = be.vram_limit;
+    eo.no_graphs = be.no_graphs;
+    ft_cli_backend_resolve(&eo, be_auto);
     st = ft_session_open(&s, model, NULL, (int)threads, &eo);
     float *logits = NULL;
     if (st == FT_OK) {

@@ -137,9 +137,14 @@ static int run_ids(struct run_opts *o, struct ft_session *s, const int32_t *ids,
 }
 
 int ft_cmd_run(int argc, char **argv) {
+    struct ft_engine_opts be = {0};
+    int be_auto = 1;
     struct run_opts o = {.n_gen = 128};
     o.gen.sampling = ft_sampling_default();
     for (int i = 1; i < argc; i++) {
+        int rb = ft_cli_backend_flag("run", argc, argv, &i, &be, &be_auto);
+        if (rb < 0) return 2;
+        if (rb > 0) continue;
         const char *a = argv[i], *v;
         long *num = NULL, lo = 1, hi = 1 << 24;
         struct ft_gen_params check = {0}; /* validated now, applied after the model loads */
@@ -147,7 +152,7 @@ int ft_cmd_run(int argc, char **argv) {
         if (r < 0) return 2;
         if (r > 0) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("%s%s", k_usage, ft_cli_sampling_usage);
+            printf("%s%s%s", k_usage, ft_cli_sampling_usage, ft_cli_backend_usage);
             return 0;
         } else if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
             if (!(o.model = ft_cli_value(argc, argv, &i))) return 2;
@@ -188,6 +193,11 @@ int ft_cmd_run(int argc, char **argv) {
     struct ft_engine_opts eo = {.max_ctx = (int)o.ctx};
     if (!o.ctx && o.ids) eo.max_ctx = n + (int)o.n_gen;
     struct ft_session s;
+    eo.backend = be.backend;
+    eo.device = be.device;
+    eo.vram_limit = be.vram_limit;
+    eo.no_graphs = be.no_graphs;
+    ft_cli_backend_resolve(&eo, be_auto);
     st = ft_session_open(&s, o.model, NULL, (int)o.threads, &eo);
     if (st != FT_OK) {
         free(ids);

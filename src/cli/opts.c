@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "engine/generate.h"
+#include "engine/gpu.h"
 #include "format/hfconfig.h"
 
 int ft_cli_exit_code(enum ft_status st) {
@@ -153,4 +154,64 @@ int ft_cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, struct 
         return 1;
     }
     return 0;
+}
+
+const char ft_cli_backend_usage[] =
+    "  --backend B         cpu, cuda, or auto (default: cuda when a GPU is present)\n"
+    "  --device N          CUDA device (default 0)\n"
+    "  --vram-limit SIZE   device memory the engine may use, e.g. 24G (emulate a smaller card)\n"
+    "  --no-graphs         run GPU decode steps eagerly instead of replaying CUDA graphs\n";
+
+int ft_cli_size(const char *s, size_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v >= 0)) return -1;
+    double mul = 1024.0 * 1024.0 * 1024.0;
+    if (*end) {
+        switch (*end) {
+        case 'K': case 'k': mul = 1024.0; break;
+        case 'M': case 'm': mul = 1024.0 * 1024.0; break;
+        case 'G': case 'g': mul = 1024.0 * 1024.0 * 1024.0; break;
+        case 'T': case 't': mul = 1024.0 * 1024.0 * 1024.0 * 1024.0; break;
+        default: return -1;
+        }
+        if (end[1] && strcmp(end + 1, "B") && strcmp(end + 1, "iB") && strcmp(end + 1, "b")) return -1;
+    }
+    *out = (size_t)(v * mul);
+    return 0;
+}
+
+int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct ft_engine_opts *eo,
+                        int *backend_auto) {
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--no-graphs")) {
+        eo->no_graphs = 1;
+        return 1;
+    }
+    if (strcmp(a, "--backend") && strcmp(a, "--device") && strcmp(a, "--vram-limit")) return 0;
+    if (!(v = ft_cli_value(argc, argv, i))) return -1;
+    if (!strcmp(a, "--backend")) {
+        *backend_auto = !strcmp(v, "auto");
+        if (!strcmp(v, "cpu")) eo->backend = FT_BACKEND_CPU;
+        else if (!strcmp(v, "cuda") || !strcmp(v, "gpu")) eo->backend = FT_BACKEND_CUDA;
+        else if (!*backend_auto) {
+            fprintf(stderr, "ft %s: --backend: '%s' is not cpu, cuda or auto\n", cmd, v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--device")) {
+        long d;
+        if (ft_cli_int(v, 0, 64, &d)) {
+            fprintf(stderr, "ft %s: --device: '%s' is not a device number\n", cmd, v);
+            return -1;
+        }
+        eo->device = (int)d;
+    } else if (ft_cli_size(v, &eo->vram_limit) || eo->vram_limit < ((size_t)1 << 28)) {
+        fprintf(stderr, "ft %s: --vram-limit: '%s' is not a size of at least 256M (e.g. 24G)\n", cmd, v);
+        return -1;
+    }
+    return 1;
+}
+
+void ft_cli_backend_resolve(struct ft_engine_opts *eo, int backend_auto) {
+    if (backend_auto) eo->backend = ft_gpu_available() ? FT_BACKEND_CUDA : FT_BACKEND_CPU;
 }

@@ -2,6 +2,7 @@
 #ifndef FT_CLI_OPTS_H
 #define FT_CLI_OPTS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ft.h"
@@ -31,5 +32,16 @@ void ft_cli_sampling_defaults(const struct ft_config *c, struct ft_gen_params *p
 int ft_cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, struct ft_gen_params *p);
 /* The usage lines of those flags. */
 extern const char ft_cli_sampling_usage[];
+
+struct ft_engine_opts;
+/* --backend cpu|cuda|auto, --device N, --vram-limit SIZE, --no-graphs: like the sampling flags
+ * (1 consumed, 0 not one, -1 bad value). Call ft_cli_backend_resolve after parsing. */
+int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct ft_engine_opts *eo,
+                        int *backend_auto);
+/* auto -> cuda when this build has CUDA and a device is present, else cpu. */
+void ft_cli_backend_resolve(struct ft_engine_opts *eo, int backend_auto);
+/* Parses "24G", "512M", "0.5T", "2048K" or a plain number of GiB into bytes; 0 on success. */
+int ft_cli_size(const char *s, size_t *out);
+extern const char ft_cli_backend_usage[];
 
 #endif

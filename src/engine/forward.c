@@ -9,6 +9,7 @@
 
 #include "backend/cpu/ops.h"
 #include "core/status.h"
+#include "engine/gpu.h"
 #include "moe/cpu_exec.h"
 
 struct ft_engine {
@@ -37,6 +38,8 @@ struct ft_engine {
     int *sticky;                /* [L, k] last synthetic ids per layer (sticky routing) */
     double distinct_sum;
     long distinct_n;
+    struct ft_gpu *gpu;         /* CUDA backend, or NULL */
+    int step_tokens;            /* tokens of the batch being run */
 };
 
 /* --- matmul with an output row stride, rows split over the pool --- */
@@ -189,10 +192,10 @@ static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int 
     mm(e, e->y, m->hidden, e->att, &L->wo, L->bo, T);
 }
 
-enum ft_status ft_engine_forward_batch(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
-                                       float *logits) {
+/* Validates a batch and lays its tokens out in e->ids / pos / tok_blocks. */
+static enum ft_status check_batch(struct ft_engine *e, const struct ft_seg *segs, int n_segs) {
     const struct ft_model *m = e->m;
-    int H = m->hidden, T = 0, n_rows = 0;
+    int T = 0;
     for (int i = 0; i < n_segs; i++) {
         const struct ft_seg *g = &segs[i];
         if (g->n <= 0 || T + g->n > e->opts.max_chunk)
@@ -211,6 +214,17 @@ enum ft_status ft_engine_forward_batch(struct ft_engine *e, const struct ft_seg 
             e->tok_blocks[T] = g->blocks;
         }
     }
+    e->step_tokens = T;
+    return FT_OK;
+}
+
+static enum ft_status cpu_head(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
+                               float *logits);
+
+static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
+                                  float *logits) {
+    const struct ft_model *m = e->m;
+    int H = m->hidden, T = e->step_tokens;
     ft_cpu_embed(e->x, m->embed.data, m->embed.dtype, e->ids, T, H);
     for (int l = 0; l < m->n_layers; l++) {
         const struct ft_layer *L = &m->layers[l];
@@ -225,6 +239,26 @@ enum ft_status ft_engine_forward_batch(struct ft_engine *e, const struct ft_seg 
         ft_cpu_add(e->x, e->y, (size_t)T * H);
     }
     if (!logits) return FT_OK;
+    return cpu_head(e, segs, n_segs, logits);
+}
+
+enum ft_status ft_engine_forward_batch(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
+                                       float *logits) {
+    enum ft_status st = check_batch(e, segs, n_segs);
+    if (st != FT_OK || !e->gpu) return st != FT_OK ? st : cpu_forward(e, segs, n_segs, logits);
+    double distinct = 0;
+    st = ft_gpu_forward(e->gpu, segs, n_segs, logits, &distinct);
+    if (st == FT_OK && e->m->n_experts) {
+        e->distinct_sum += distinct;
+        e->distinct_n++;
+    }
+    return st;
+}
+
+static enum ft_status cpu_head(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
+                               float *logits) {
+    const struct ft_model *m = e->m;
+    int H = m->hidden, n_rows = 0;
     for (int i = 0, t0 = 0; i < n_segs; t0 += segs[i++].n) { /* gather the rows wanted */
         int first = segs[i].want == FT_LOGITS_ALL ? t0 : t0 + segs[i].n - 1;
         int n = segs[i].want == FT_LOGITS_ALL ? segs[i].n : segs[i].want == FT_LOGITS_LAST;
@@ -302,8 +336,9 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->n_blocks = FT_MAX((e->opts.kv_tokens + FT_KV_BLOCK - 1) / FT_KV_BLOCK, seq_blocks);
     size_t kv = (size_t)m->n_layers * e->n_blocks * FT_KV_BLOCK * e->kv_dim;
     int att_w = FT_MAX(e->q_dim, H); /* att doubles as the shared expert's [T, H] output */
-    e->k_cache = malloc(kv * sizeof(float));
-    e->v_cache = malloc(kv * sizeof(float));
+    int gpu = e->opts.backend == FT_BACKEND_CUDA;
+    e->k_cache = malloc((gpu ? 1 : kv) * sizeof(float)); /* the GPU keeps its own cache */
+    e->v_cache = malloc((gpu ? 1 : kv) * sizeof(float));
     e->x = malloc((size_t)C * H * sizeof(float));
     e->xn = malloc((size_t)C * H * sizeof(float));
     e->y = malloc((size_t)C * H * sizeof(float));
@@ -336,6 +371,14 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->seq0_n_blocks = seq_blocks; /* taken from the pool at the first ft_engine_forward */
     if (st == FT_OK && m->n_experts > 0)
         st = ft_moe_exec_init(&e->moe, C, m->top_k, m->n_experts, H, m->expert_inter);
+    if (st == FT_OK && gpu) {
+        struct ft_gpu_opts go = {.device = e->opts.device, .vram_limit = e->opts.vram_limit,
+                                 .max_ctx = e->opts.max_ctx, .max_chunk = C,
+                                 .n_blocks = e->n_blocks, .max_seqs = FT_MIN(C, 64),
+                                 .graphs = !e->opts.no_graphs, .routing = e->opts.routing,
+                                 .seed = e->rng};
+        st = ft_gpu_init(&e->gpu, m, &go);
+    }
     if (st != FT_OK) {
         ft_engine_free(e);
         return st;
@@ -368,8 +411,12 @@ void ft_engine_free(struct ft_engine *e) {
     free(e->ids);
     free(e->xl);
     ft_moe_exec_free(e->moe);
+    ft_gpu_free(e->gpu);
     free(e);
 }
+
+const char *ft_engine_backend(const struct ft_engine *e) { return e->gpu ? "cuda" : "cpu"; }
+size_t ft_engine_vram_used(const struct ft_engine *e) { return ft_gpu_vram_used(e->gpu); }
 
 void ft_engine_reset(struct ft_engine *e) { e->n_past = 0; }
 void ft_engine_truncate(struct ft_engine *e, int n) {

@@ -21,6 +21,10 @@ struct ft_engine_opts {
     enum ft_routing routing;
     double routing_param; /* zipf exponent S, or sticky probability of keeping an expert */
     uint64_t seed;
+    enum ft_backend { FT_BACKEND_CPU, FT_BACKEND_CUDA } backend;
+    int device;           /* CUDA device */
+    size_t vram_limit;    /* bytes the GPU backend may allocate (0 = free memory - 1 GiB) */
+    int no_graphs;        /* GPU: run decode eagerly (tests compare with graph replay) */
 };
 
 struct ft_engine;
@@ -69,6 +73,11 @@ int ft_engine_max_ctx(const struct ft_engine *e);
 /* Mean distinct experts per MoE layer per forward call since the last reset of the stats. */
 double ft_engine_mean_distinct_experts(const struct ft_engine *e);
 void ft_engine_reset_stats(struct ft_engine *e);
+
+/* Name of the backend the engine runs ("cpu", "cuda"). */
+const char *ft_engine_backend(const struct ft_engine *e);
+/* GPU backend: bytes of device memory allocated (0 on CPU). */
+size_t ft_engine_vram_used(const struct ft_engine *e);
 
 /* Index of the largest value (first on ties). */
 int ft_argmax(const float *x, int n);

@@ -1,0 +1,93 @@
+/* cuda_ops.h — C launchers of the CUDA kernels (ops.cu) and the cuBLAS wrapper (blas.cu).
+ * Each ft_cuda_<op> has a CPU twin ft_cpu_<op> in backend/cpu/ops.h with the same semantics and
+ * argument order where both exist; test_gpu_ops compares them. All pointers are device
+ * pointers; activations are fp32 unless a name says bf16; weights are bf16 (uint16_t).
+ * Launchers only enqueue on `stream` (graph-capturable); errors surface at the next sync
+ * through ft_cuda_check. Engine thread only. */
+#ifndef FT_BACKEND_CUDA_OPS_H
+#define FT_BACKEND_CUDA_OPS_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ft.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Turns the last CUDA error (sticky or not) into FT_ERR_CUDA naming `what`. */
+enum ft_status ft_cuda_check(const char *what);
+
+void ft_cuda_embed(float *out, const uint16_t *table, const int32_t *ids, int T, int H,
+                   cudaStream_t s);
+/* y = x * rsqrt(mean(x^2) + eps) * w per row; y16 (bf16 copy) may be NULL; y may be NULL. */
+void ft_cuda_rmsnorm(float *y, uint16_t *y16, const float *x, const float *w, int rows, int H,
+                     float eps, cudaStream_t s);
+void ft_cuda_to_bf16(uint16_t *y, const float *x, size_t n, cudaStream_t s);
+void ft_cuda_rope(float *x, const int32_t *pos, const float *inv_freq, float mscale, int T,
+                  int n_heads, int head_dim, int rot_dim, cudaStream_t s);
+/* Writes k, v rows [T, kv_dim] into the paged caches at each token's position. tables:
+ * [n_seqs, max_blocks] block ids; tok_seq: [T] sequence index of each token. */
+void ft_cuda_kv_write(float *k_cache, float *v_cache, const float *k, const float *v,
+                      const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
+                      int max_blocks, int block_size, int T, int kv_dim, cudaStream_t s);
+/* Causal GQA attention over the paged caches (same masking as ft_cpu_attention_paged). */
+void ft_cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
+                       const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
+                       int max_blocks, int block_size, int T, int n_heads, int n_kv_heads,
+                       int head_dim, float scale, int window, cudaStream_t s);
+void ft_cuda_silu_mul(float *out, const float *gate_up, int T, int I, cudaStream_t s);
+void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s);
+/* y[t, n] (row stride ldy) = x[t, :] · w[n, :] (+ bias[n]) for T <= 8 tokens: GEMV kernel. */
+void ft_cuda_gemv(float *y, int ldy, const float *x, const uint16_t *w, const float *bias, int T,
+                  int N, int K, cudaStream_t s);
+/* Routed experts for P = T*k (token, expert) pairs, decode-sized:
+ * y[p, :] = W_{ids[p]} · x[p / x_div, :] with W_e = w + e * expert_stride (elements). */
+void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w, size_t expert_stride,
+                      const int32_t *ids, int P, int N, int K, cudaStream_t s);
+/* out[t, :] = sum_j wts[t*k + j] * y[t*k + j, :] */
+void ft_cuda_moe_combine(float *out, const float *y, const float *wts, int T, int k, int H,
+                         cudaStream_t s);
+/* softmax over E, top-k (ties: lower id), optional renormalisation; E <= 1024, k <= 32. */
+void ft_cuda_router_topk(const float *logits, int T, int E, int k, int norm, int32_t *ids,
+                         float *w, cudaStream_t s);
+/* Synthetic routing for benchmarks: k distinct uniform ids per token from a hash of (seed,
+ * *step, layer, token); router weights kept from w's softmax rows (probs [T, E]). */
+void ft_cuda_synthetic_route(int32_t *ids, float *w, const float *probs, int T, int E, int k,
+                             uint64_t seed, const uint32_t *step, int layer, int norm,
+                             cudaStream_t s);
+void ft_cuda_step_incr(uint32_t *step, cudaStream_t s);
+/* y[t, :] += sigmoid(score[t]) * x[t, :] (Qwen2-MoE shared expert) */
+void ft_cuda_sigmoid_scale_add(float *y, const float *x, const float *score, int T, int H,
+                               cudaStream_t s);
+void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *out, cudaStream_t s);
+/* Gathers bf16 rows: y[r, :] = x[src[r], :] */
+void ft_cuda_gather_bf16(uint16_t *y, const uint16_t *x, const int32_t *src, int rows, int H,
+                         cudaStream_t s);
+void ft_cuda_gather_f32(float *y, const float *x, const int32_t *src, int rows, int H,
+                        cudaStream_t s);
+/* out[tok[r], :] += wts[r] * y[r, :] for r < rows (atomic: rows may share a token) */
+void ft_cuda_scatter_add(float *out, const float *y, const int32_t *tok, const float *wts,
+                         int rows, int H, cudaStream_t s);
+/* Sequential-read bandwidth probe: copies `bytes` device-to-device `reps` times; GB/s counting
+ * bytes read + written. */
+double ft_cuda_d2d_gbps(size_t bytes, int reps);
+
+/* --- cuBLAS (blas.cu) --- */
+struct ft_blas;
+enum ft_status ft_blas_init(struct ft_blas **out, cudaStream_t s);
+void ft_blas_free(struct ft_blas *b);
+/* y[T, N] fp32 (row stride ldy) = x[T, K] bf16 · w[N, K]^T bf16 */
+enum ft_status ft_blas_gemm(struct ft_blas *b, float *y, int ldy, const uint16_t *x,
+                            const uint16_t *w, int T, int N, int K);
+/* Grouped: for g < n_groups, y_g[m_g, N] = x_g[m_g, K] · w_g[N, K]^T; pointer arrays on host. */
+enum ft_status ft_blas_gemm_grouped(struct ft_blas *b, float *const *y, const uint16_t *const *x,
+                                    const uint16_t *const *w, const int *m, int n_groups, int N,
+                                    int K);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,516 @@
+/* ops.cu — the CUDA kernels of the forward pass and their C launchers (cuda_ops.h).
+ * Design: fp32 activations, bf16 weights read with 16-byte loads where rows allow, one warp per
+ * output row in the GEMVs (decode is bound by weight bytes), block-level reductions for norms,
+ * a warp-per-position-stripe online softmax for attention over the paged cache.
+ * Every launcher only enqueues on its stream, so a decode step can be captured in a graph. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend/cuda/cuda_ops.h"
+#include "core/status.h"
+
+#define WARP 32
+
+extern "C" enum ft_status ft_cuda_check(const char *what) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess)
+        return ft_fail(FT_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    return FT_OK;
+}
+
+__device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+__device__ __forceinline__ uint16_t f2bf(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024). */
+__device__ float block_sum(float v) {
+    __shared__ float part[32];
+    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) part[w] = v;
+    __syncthreads();
+    v = lane < nw ? part[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+static unsigned cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+/* --- elementwise / norms --- */
+
+__global__ void embed_kernel(float *out, const uint16_t *table, const int32_t *ids, int H) {
+    const uint16_t *row = table + (size_t)ids[blockIdx.x] * H;
+    for (int h = threadIdx.x; h < H; h += blockDim.x) out[(size_t)blockIdx.x * H + h] = bf2f(row[h]);
+}
+
+extern "C" void ft_cuda_embed(float *out, const uint16_t *table, const int32_t *ids, int T, int H,
+                              cudaStream_t s) {
+    embed_kernel<<<T, 256, 0, s>>>(out, table, ids, H);
+}
+
+__global__ void rmsnorm_kernel(float *y, uint16_t *y16, const float *x, const float *w, int H,
+                               float eps) {
+    const float *xr = x + (size_t)blockIdx.x * H;
+    float ss = 0.0f;
+    for (int h = threadIdx.x; h < H; h += blockDim.x) ss += xr[h] * xr[h];
+    float r = rsqrtf(block_sum(ss) / (float)H + eps);
+    for (int h = threadIdx.x; h < H; h += blockDim.x) {
+        float v = xr[h] * r * w[h];
+        if (y) y[(size_t)blockIdx.x * H + h] = v;
+        if (y16) y16[(size_t)blockIdx.x * H + h] = f2bf(v);
+    }
+}
+
+extern "C" void ft_cuda_rmsnorm(float *y, uint16_t *y16, const float *x, const float *w, int rows,
+                                int H, float eps, cudaStream_t s) {
+    int threads = H >= 1024 ? 1024 : H >= 256 ? 256 : 64;
+    rmsnorm_kernel<<<rows, threads, 0, s>>>(y, y16, x, w, H, eps);
+}
+
+__global__ void to_bf16_kernel(uint16_t *y, const float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = f2bf(x[i]);
+}
+
+extern "C" void ft_cuda_to_bf16(uint16_t *y, const float *x, size_t n, cudaStream_t s) {
+    to_bf16_kernel<<<cdiv(n, 256), 256, 0, s>>>(y, x, n);
+}
+
+/* grid (T, n_heads), rot_dim/2 threads: HF rotate_half with fp32 angles like transformers */
+__global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq, float mscale,
+                            int n_heads, int head_dim, int rot_dim) {
+    int i = threadIdx.x, half = rot_dim / 2;
+    if (i >= half) return;
+    float *v = x + ((size_t)blockIdx.x * n_heads + blockIdx.y) * head_dim;
+    float ang = (float)pos[blockIdx.x] * inv_freq[i];
+    float c = cosf(ang) * mscale, sn = sinf(ang) * mscale;
+    float a = v[i], b = v[i + half];
+    v[i] = a * c - b * sn;
+    v[i + half] = b * c + a * sn;
+}
+
+extern "C" void ft_cuda_rope(float *x, const int32_t *pos, const float *inv_freq, float mscale,
+                             int T, int n_heads, int head_dim, int rot_dim, cudaStream_t s) {
+    rope_kernel<<<dim3(T, n_heads), (rot_dim / 2 + 31) / 32 * 32, 0, s>>>(x, pos, inv_freq, mscale,
+                                                                           n_heads, head_dim, rot_dim);
+}
+
+__device__ __forceinline__ size_t cache_row(const int32_t *tables, int max_blocks, int seq, int p,
+                                            int bs) {
+    return (size_t)tables[(size_t)seq * max_blocks + p / bs] * bs + (size_t)(p % bs);
+}
+
+__global__ void kv_write_kernel(float *kc, float *vc, const float *k, const float *v,
+                                const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
+                                int max_blocks, int bs, int kv_dim) {
+    int t = blockIdx.x;
+    size_t row = cache_row(tables, max_blocks, tok_seq[t], pos[t], bs) * kv_dim;
+    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+        kc[row + i] = k[(size_t)t * kv_dim + i];
+        vc[row + i] = v[(size_t)t * kv_dim + i];
+    }
+}
+
+extern "C" void ft_cuda_kv_write(float *k_cache, float *v_cache, const float *k, const float *v,
+                                 const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
+                                 int max_blocks, int block_size, int T, int kv_dim, cudaStream_t s) {
+    kv_write_kernel<<<T, 256, 0, s>>>(k_cache, v_cache, k, v, pos, tok_seq, tables, max_blocks,
+                                      block_size, kv_dim);
+}
+
+/* --- attention: block per (token, head); each warp an online softmax over a stripe of
+ * positions; warps merged at the end. head_dim <= 256. --- */
+#define ATT_WARPS 4
+#define ATT_MAXD 8 /* head_dim / 32 rounded up */
+
+__global__ void attention_kernel(float *out, const float *q, const float *kc, const float *vc,
+                                 const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
+                                 int max_blocks, int bs, int n_heads, int n_kv_heads, int hd,
+                                 float scale, int window) {
+    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    int kvh = h / (n_heads / n_kv_heads), seq = tok_seq[t];
+    size_t kv_stride = (size_t)n_kv_heads * hd;
+    const float *qh = q + ((size_t)t * n_heads + h) * hd;
+    float qr[ATT_MAXD], acc[ATT_MAXD];
+    for (int j = 0; j < ATT_MAXD; j++) {
+        int d = lane + j * WARP;
+        qr[j] = d < hd ? qh[d] * scale : 0.0f;
+        acc[j] = 0.0f;
+    }
+    int p1 = pos[t] + 1, p0 = window > 0 ? max(0, p1 - window) : 0;
+    float m = -INFINITY, l = 0.0f;
+    for (int p = p0 + w; p < p1; p += ATT_WARPS) {
+        size_t row = cache_row(tables, max_blocks, seq, p, bs) * kv_stride + (size_t)kvh * hd;
+        float sc = 0.0f;
+        for (int j = 0; j < ATT_MAXD; j++) {
+            int d = lane + j * WARP;
+            if (d < hd) sc += qr[j] * kc[row + d];
+        }
+        sc = warp_sum(sc);
+        float mn = fmaxf(m, sc), corr = __expf(m - mn), e = __expf(sc - mn);
+        l = l * corr + e;
+        for (int j = 0; j < ATT_MAXD; j++) {
+            int d = lane + j * WARP;
+            acc[j] = acc[j] * corr + (d < hd ? e * vc[row + d] : 0.0f);
+        }
+        m = mn;
+    }
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][ATT_MAXD * WARP];
+    if (lane == 0) sm[w] = m, sl[w] = l;
+    for (int j = 0; j < ATT_MAXD; j++) sacc[w][lane + j * WARP] = acc[j];
+    __syncthreads();
+    if (w != 0) return;
+    float M = -INFINITY;
+    for (int i = 0; i < ATT_WARPS; i++) M = fmaxf(M, sm[i]);
+    float L = 0.0f, o[ATT_MAXD] = {0};
+    for (int i = 0; i < ATT_WARPS; i++) {
+        if (sl[i] == 0.0f) continue;
+        float c = __expf(sm[i] - M);
+        L += sl[i] * c;
+        for (int j = 0; j < ATT_MAXD; j++) o[j] += sacc[i][lane + j * WARP] * c;
+    }
+    float *oh = out + ((size_t)t * n_heads + h) * hd;
+    for (int j = 0; j < ATT_MAXD; j++) {
+        int d = lane + j * WARP;
+        if (d < hd) oh[d] = L > 0.0f ? o[j] / L : 0.0f;
+    }
+}
+
+extern "C" void ft_cuda_attention(float *out, const float *q, const float *k_cache,
+                                  const float *v_cache, const int32_t *pos, const int32_t *tok_seq,
+                                  const int32_t *tables, int max_blocks, int block_size, int T,
+                                  int n_heads, int n_kv_heads, int head_dim, float scale, int window,
+                                  cudaStream_t s) {
+    attention_kernel<<<dim3(T, n_heads), ATT_WARPS * WARP, 0, s>>>(
+        out, q, k_cache, v_cache, pos, tok_seq, tables, max_blocks, block_size, n_heads, n_kv_heads,
+        head_dim, scale, window);
+}
+
+__global__ void silu_mul_kernel(float *out, const float *gu, int I, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    size_t t = i / I, j = i % I;
+    float g = gu[t * 2 * I + j], u = gu[t * 2 * I + I + j];
+    out[i] = g / (1.0f + __expf(-g)) * u;
+}
+
+extern "C" void ft_cuda_silu_mul(float *out, const float *gate_up, int T, int I, cudaStream_t s) {
+    size_t n = (size_t)T * I;
+    silu_mul_kernel<<<cdiv(n, 256), 256, 0, s>>>(out, gate_up, I, n);
+}
+
+__global__ void add_kernel(float *y, const float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+
+extern "C" void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s) {
+    add_kernel<<<cdiv(n, 256), 256, 0, s>>>(y, x, n);
+}
+
+/* --- GEMV: one warp per output row, TT tokens at once; 16-byte weight loads when K % 8 == 0 --- */
+#define GEMV_WARPS 8
+
+template <int TT>
+__device__ __forceinline__ void row_dot(float acc[TT], const uint16_t *wr, const float *x, int ldx,
+                                        int K, int lane, int T) {
+    if ((K & 7) == 0) {
+        const uint4 *w4 = (const uint4 *)wr;
+        for (int c = lane; c < K / 8; c += WARP) {
+            uint4 u = __ldg(w4 + c);
+            float wf[8] = {__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                           __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u),
+                           __uint_as_float(u.z << 16), __uint_as_float(u.z & 0xffff0000u),
+                           __uint_as_float(u.w << 16), __uint_as_float(u.w & 0xffff0000u)};
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                if (t >= T) break;
+                const float4 *xv = (const float4 *)(x + (size_t)t * ldx + c * 8);
+                float4 a = xv[0], b = xv[1];
+                acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x +
+                          wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+            }
+        }
+    } else {
+        for (int k = lane; k < K; k += WARP) {
+            float wf = bf2f(wr[k]);
+#pragma unroll
+            for (int t = 0; t < TT; t++)
+                if (t < T) acc[t] += wf * x[(size_t)t * ldx + k];
+        }
+    }
+}
+
+template <int TT>
+__global__ void gemv_kernel(float *y, int ldy, const float *x, const uint16_t *w, const float *bias,
+                            int T, int N, int K) {
+    int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP;
+    if (n >= N) return;
+    float acc[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) acc[t] = 0.0f;
+    row_dot<TT>(acc, w + (size_t)n * K, x, K, K, lane, T);
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        float v = warp_sum(acc[t]);
+        if (lane == 0 && t < T) y[(size_t)t * ldy + n] = v + (bias ? bias[n] : 0.0f);
+    }
+}
+
+extern "C" void ft_cuda_gemv(float *y, int ldy, const float *x, const uint16_t *w,
+                             const float *bias, int T, int N, int K, cudaStream_t s) {
+    dim3 grid(cdiv(N, GEMV_WARPS));
+    int th = GEMV_WARPS * WARP;
+    for (int t0 = 0; t0 < T; t0 += 8) {
+        int n = T - t0 < 8 ? T - t0 : 8;
+        float *yy = y + (size_t)t0 * ldy;
+        const float *xx = x + (size_t)t0 * K;
+        if (n == 1) gemv_kernel<1><<<grid, th, 0, s>>>(yy, ldy, xx, w, bias, n, N, K);
+        else if (n == 2) gemv_kernel<2><<<grid, th, 0, s>>>(yy, ldy, xx, w, bias, n, N, K);
+        else if (n <= 4) gemv_kernel<4><<<grid, th, 0, s>>>(yy, ldy, xx, w, bias, n, N, K);
+        else gemv_kernel<8><<<grid, th, 0, s>>>(yy, ldy, xx, w, bias, n, N, K);
+    }
+}
+
+__global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint16_t *w,
+                                size_t expert_stride, const int32_t *ids, int N, int K) {
+    int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP, p = blockIdx.y;
+    if (n >= N) return;
+    float acc[1] = {0.0f};
+    row_dot<1>(acc, w + (size_t)ids[p] * expert_stride + (size_t)n * K, x + (size_t)(p / x_div) * K,
+               K, K, lane, 1);
+    float v = warp_sum(acc[0]);
+    if (lane == 0) y[(size_t)p * N + n] = v;
+}
+
+extern "C" void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w,
+                                 size_t expert_stride, const int32_t *ids, int P, int N, int K,
+                                 cudaStream_t s) {
+    moe_gemv_kernel<<<dim3(cdiv(N, GEMV_WARPS), P), GEMV_WARPS * WARP, 0, s>>>(y, x, x_div, w,
+                                                                              expert_stride, ids, N, K);
+}
+
+__global__ void moe_combine_kernel(float *out, const float *y, const float *wts, int k, int H) {
+    int t = blockIdx.x;
+    for (int h = threadIdx.x; h < H; h += blockDim.x) {
+        float a = 0.0f;
+        for (int j = 0; j < k; j++) a += wts[t * k + j] * y[((size_t)t * k + j) * H + h];
+        out[(size_t)t * H + h] = a;
+    }
+}
+
+extern "C" void ft_cuda_moe_combine(float *out, const float *y, const float *wts, int T, int k,
+                                    int H, cudaStream_t s) {
+    moe_combine_kernel<<<T, 256, 0, s>>>(out, y, wts, k, H);
+}
+
+/* --- router: one warp per token; values kept in registers (E <= 1024) --- */
+#define RT_MAX (1024 / WARP)
+
+__global__ void router_topk_kernel(const float *logits, int T, int E, int k, int norm, int32_t *ids,
+                                   float *w) {
+    int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (t >= T) return;
+    const float *l = logits + (size_t)t * E;
+    float v[RT_MAX];
+    float mx = -INFINITY;
+    for (int j = 0; j < RT_MAX; j++) {
+        int e = lane + j * WARP;
+        v[j] = e < E ? l[e] : -INFINITY;
+        mx = fmaxf(mx, v[j]);
+    }
+    mx = warp_max(mx);
+    float z = 0.0f;
+    for (int j = 0; j < RT_MAX; j++) {
+        int e = lane + j * WARP;
+        v[j] = e < E ? __expf(v[j] - mx) : -1.0f;
+        z += e < E ? v[j] : 0.0f;
+    }
+    z = warp_sum(z);
+    float sum = 0.0f;
+    for (int r = 0; r < k; r++) {
+        float best = -1.0f;
+        int bi = 1 << 30;
+        for (int j = 0; j < RT_MAX; j++) {
+            int e = lane + j * WARP;
+            if (v[j] > best || (v[j] == best && e < bi)) best = v[j], bi = e;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ob > best || (ob == best && oi < bi)) best = ob, bi = oi;
+        }
+        if (bi % WARP == lane) v[bi / WARP] = -1.0f;
+        if (lane == 0) {
+            ids[t * k + r] = bi;
+            w[t * k + r] = best / z;
+        }
+        sum += best / z;
+    }
+    if (norm && lane == 0)
+        for (int r = 0; r < k; r++) w[t * k + r] /= sum;
+}
+
+extern "C" void ft_cuda_router_topk(const float *logits, int T, int E, int k, int norm,
+                                    int32_t *ids, float *w, cudaStream_t s) {
+    router_topk_kernel<<<cdiv(T, 4), 4 * WARP, 0, s>>>(logits, T, E, k, norm, ids, w);
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* One thread per token: k distinct ids by rejection; weights = router softmax at those ids. */
+__global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, int T, int E,
+                                   int k, uint64_t seed, const uint32_t *step, int layer, int norm) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    uint64_t st = mix64(seed ^ mix64(((uint64_t)*step << 40) ^ ((uint64_t)layer << 20) ^ (uint64_t)t));
+    const float *l = logits + (size_t)t * E;
+    float mx = -INFINITY, z = 0.0f, sum = 0.0f;
+    for (int e = 0; e < E; e++) mx = fmaxf(mx, l[e]);
+    for (int e = 0; e < E; e++) z += __expf(l[e] - mx);
+    for (int j = 0; j < k; j++) {
+        int id, dup;
+        do {
+            st = mix64(st + 0x9e3779b97f4a7c15ull);
+            id = (int)(st % (uint64_t)E);
+            dup = 0;
+            for (int i = 0; i < j; i++) dup |= ids[t * k + i] == id;
+        } while (dup);
+        ids[t * k + j] = id;
+        w[t * k + j] = __expf(l[id] - mx) / z;
+        sum += w[t * k + j];
+    }
+    if (norm)
+        for (int j = 0; j < k; j++) w[t * k + j] /= sum;
+}
+
+extern "C" void ft_cuda_synthetic_route(int32_t *ids, float *w, const float *logits, int T, int E,
+                                        int k, uint64_t seed, const uint32_t *step, int layer,
+                                        int norm, cudaStream_t s) {
+    synth_route_kernel<<<cdiv(T, 128), 128, 0, s>>>(ids, w, logits, T, E, k, seed, step, layer, norm);
+}
+
+__global__ void step_incr_kernel(uint32_t *step) { (*step)++; }
+
+extern "C" void ft_cuda_step_incr(uint32_t *step, cudaStream_t s) { step_incr_kernel<<<1, 1, 0, s>>>(step); }
+
+__global__ void sigmoid_scale_add_kernel(float *y, const float *x, const float *score, int H) {
+    int t = blockIdx.x;
+    float g = 1.0f / (1.0f + __expf(-score[t]));
+    for (int h = threadIdx.x; h < H; h += blockDim.x) y[(size_t)t * H + h] += g * x[(size_t)t * H + h];
+}
+
+extern "C" void ft_cuda_sigmoid_scale_add(float *y, const float *x, const float *score, int T,
+                                          int H, cudaStream_t s) {
+    sigmoid_scale_add_kernel<<<T, 256, 0, s>>>(y, x, score, H);
+}
+
+__global__ void argmax_kernel(const float *logits, int V, int32_t *out) {
+    const float *l = logits + (size_t)blockIdx.x * V;
+    float best = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        if (l[i] > best) best = l[i], bi = i;
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ob > best || (ob == best && oi < bi)) best = ob, bi = oi;
+    }
+    __shared__ float sb[32];
+    __shared__ int si[32];
+    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    if (lane == 0) sb[w] = best, si[w] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < (int)(blockDim.x / WARP); i++)
+            if (sb[i] > best || (sb[i] == best && si[i] < bi)) best = sb[i], bi = si[i];
+        out[blockIdx.x] = bi;
+    }
+}
+
+extern "C" void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *out, cudaStream_t s) {
+    argmax_kernel<<<rows, 1024, 0, s>>>(logits, V, out);
+}
+
+__global__ void gather_bf16_kernel(uint16_t *y, const uint16_t *x, const int32_t *src, int H) {
+    int r = blockIdx.x;
+    for (int h = threadIdx.x; h < H; h += blockDim.x) y[(size_t)r * H + h] = x[(size_t)src[r] * H + h];
+}
+
+extern "C" void ft_cuda_gather_bf16(uint16_t *y, const uint16_t *x, const int32_t *src, int rows,
+                                    int H, cudaStream_t s) {
+    if (rows > 0) gather_bf16_kernel<<<rows, 256, 0, s>>>(y, x, src, H);
+}
+
+__global__ void gather_f32_kernel(float *y, const float *x, const int32_t *src, int H) {
+    int r = blockIdx.x;
+    for (int h = threadIdx.x; h < H; h += blockDim.x) y[(size_t)r * H + h] = x[(size_t)src[r] * H + h];
+}
+
+extern "C" void ft_cuda_gather_f32(float *y, const float *x, const int32_t *src, int rows, int H,
+                                   cudaStream_t s) {
+    if (rows > 0) gather_f32_kernel<<<rows, 256, 0, s>>>(y, x, src, H);
+}
+
+__global__ void scatter_add_kernel(float *out, const float *y, const int32_t *tok, const float *wts,
+                                   int H) {
+    int r = blockIdx.x;
+    float wr = wts[r];
+    for (int h = threadIdx.x; h < H; h += blockDim.x)
+        atomicAdd(out + (size_t)tok[r] * H + h, wr * y[(size_t)r * H + h]);
+}
+
+extern "C" void ft_cuda_scatter_add(float *out, const float *y, const int32_t *tok,
+                                    const float *wts, int rows, int H, cudaStream_t s) {
+    if (rows > 0) scatter_add_kernel<<<rows, 256, 0, s>>>(out, y, tok, wts, H);
+}
+
+extern "C" double ft_cuda_d2d_gbps(size_t bytes, int reps) {
+    void *a = NULL, *b = NULL;
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
+        cudaFree(a);
+        cudaGetLastError();
+        return 0.0;
+    }
+    cudaMemset(a, 1, bytes);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float best = 1e30f;
+    for (int r = 0; r < reps + 1; r++) {
+        cudaEventRecord(e0);
+        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (r > 0 && ms < best) best = ms;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * (double)bytes / (best * 1e-3) / 1e9;
+}

@@ -1,0 +1,587 @@
+/* gpu.c — the CUDA forward pass (see gpu.h). Weights are uploaded once at init into device
+ * allocations counted against the VRAM limit; activations are fp32 (bf16 copies feed the
+ * cuBLAS GEMMs of prefill); decode (every segment one token, at most 8) runs custom GEMV
+ * kernels only, so the whole step is captured once per batch size and replayed.
+ * Engine thread only. */
+#include "engine/gpu.h"
+
+#ifdef FT_HAVE_CUDA
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device.h"
+#include "core/log.h"
+#include "core/status.h"
+
+#define MAX_GRAPH_T 8
+
+struct gpu_layer {
+    float *attn_norm, *ffn_norm, *q_norm, *k_norm, *bq, *bk, *bv, *bo;
+    uint16_t *wq, *wk, *wv, *wo;
+    uint16_t *w_gate, *w_up, *w_down; /* dense */
+    int I;
+    uint16_t *router, *gu, *down;     /* MoE: [E, H], [E][2I, H], [E][H, I] */
+    uint16_t *sh_gate, *sh_up, *sh_down, *sh_score;
+    int is_moe, has_shared, window;
+};
+
+struct ft_gpu {
+    const struct ft_model *m;
+    struct ft_gpu_opts o;
+    cudaStream_t s;
+    struct ft_blas *blas;
+    size_t used, limit;
+    struct gpu_layer *L;
+    uint16_t *embed, *lm_head;
+    float *final_norm, *inv_freq;
+    float *k_cache, *v_cache;          /* [L, n_blocks*16, kv_dim] */
+    int max_blocks, kv_dim, q_dim, max_i, C;
+    /* step inputs */
+    int32_t *d_ids, *d_pos, *d_tok_seq, *d_tables, *d_rows, *d_topk_all;
+    int32_t *h_ids, *h_pos, *h_tok_seq, *h_tables, *h_rows, *h_topk_all; /* pinned */
+    uint32_t *d_step;
+    /* activations */
+    float *x, *xn, *q, *k, *v, *att, *y, *gu, *act, *router, *topw, *xl, *logits, *sh, *score;
+    uint16_t *xn16, *att16, *act16, *xl16;
+    int32_t *topk;
+    /* MoE prefill scratch */
+    float *mgu, *mact, *my, *rw;
+    uint16_t *xg16, *mact16;
+    int32_t *rtok;
+    float *h_rw;
+    int32_t *h_rtok;
+    float *h_logits;                   /* pinned [C, vocab] */
+    /* graphs per decode batch size */
+    cudaGraphExec_t graph[MAX_GRAPH_T + 1];
+    int graph_seen[MAX_GRAPH_T + 1];
+};
+
+int ft_gpu_available(void) { return ft_cuda_device_count() > 0; }
+
+static void *dalloc(struct ft_gpu *g, size_t bytes, enum ft_status *st) {
+    if (*st != FT_OK) return NULL;
+    void *p = NULL;
+    bytes = (bytes + 255) & ~(size_t)255;
+    if (g->used + bytes > g->limit) {
+        *st = ft_fail(FT_ERR_OOM, "GPU: the model needs more than the VRAM limit of %.1f GiB "
+                      "(%.1f GiB allocated so far; raise --vram-limit or use a smaller model)",
+                      g->limit / 1073741824.0, g->used / 1073741824.0);
+        return NULL;
+    }
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        *st = ft_fail(FT_ERR_OOM, "GPU: cudaMalloc of %.1f MiB failed after %.1f GiB (lower "
+                      "--vram-limit, --ctx-size or the model size)", bytes / 1048576.0,
+                      g->used / 1073741824.0);
+        return NULL;
+    }
+    g->used += bytes;
+    return p;
+}
+
+static void *halloc(size_t bytes, enum ft_status *st) {
+    void *p = NULL;
+    if (*st != FT_OK) return NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        *st = ft_fail(FT_ERR_OOM, "GPU: cannot pin %.1f MiB of host staging memory", bytes / 1048576.0);
+    }
+    return p;
+}
+
+/* Uploads a host weight as bf16 (converting F32/F16 checkpoints). */
+static uint16_t *up_w(struct ft_gpu *g, const struct ft_weight *w, enum ft_status *st) {
+    if (!w->data || *st != FT_OK) return NULL;
+    size_t n = (size_t)w->rows * w->cols;
+    uint16_t *d = dalloc(g, n * 2, st);
+    if (!d) return NULL;
+    if (w->dtype == FT_DTYPE_BF16) {
+        cudaMemcpy(d, w->data, n * 2, cudaMemcpyHostToDevice);
+    } else {
+        uint16_t *tmp = malloc(n * 2);
+        float *f = malloc(n * 4);
+        if (!tmp || !f) {
+            free(tmp), free(f);
+            *st = ft_fail(FT_ERR_OOM, "GPU upload: out of host memory");
+            return NULL;
+        }
+        ft_to_f32(f, w->data, w->dtype, n);
+        for (size_t i = 0; i < n; i++) tmp[i] = ft_f32_to_bf16(f[i]);
+        cudaMemcpy(d, tmp, n * 2, cudaMemcpyHostToDevice);
+        free(tmp), free(f);
+    }
+    return d;
+}
+
+static float *up_f(struct ft_gpu *g, const float *h, size_t n, enum ft_status *st) {
+    if (!h || *st != FT_OK) return NULL;
+    float *d = dalloc(g, n * 4, st);
+    if (d) cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice);
+    return d;
+}
+
+/* A whole bank (E expert matrices, host stride >= row bytes) as a dense device array. */
+static uint16_t *up_bank(struct ft_gpu *g, const struct ft_bank *b, enum ft_status *st) {
+    if (*st != FT_OK) return NULL;
+    if (b->schema->dtype != FT_DTYPE_BF16) {
+        *st = ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s experts are not supported yet (bf16 "
+                      "only); use --backend cpu", b->schema->name);
+        return NULL;
+    }
+    uint16_t *d = dalloc(g, b->row_bytes * b->n_experts, st);
+    if (d) cudaMemcpy2D(d, b->row_bytes, b->base, b->stride, b->row_bytes, b->n_experts,
+                        cudaMemcpyHostToDevice);
+    return d;
+}
+
+static enum ft_status upload(struct ft_gpu *g) {
+    const struct ft_model *m = g->m;
+    enum ft_status st = FT_OK;
+    int H = m->hidden;
+    g->embed = up_w(g, &m->embed, &st);
+    g->lm_head = m->lm_head.data == m->embed.data ? g->embed : up_w(g, &m->lm_head, &st);
+    g->final_norm = up_f(g, m->final_norm, H, &st);
+    g->inv_freq = up_f(g, m->inv_freq, m->rot_dim / 2, &st);
+    for (int l = 0; l < m->n_layers && st == FT_OK; l++) {
+        const struct ft_layer *hl = &m->layers[l];
+        struct gpu_layer *L = &g->L[l];
+        int qd = g->q_dim, kd = g->kv_dim;
+        L->attn_norm = up_f(g, hl->attn_norm, H, &st);
+        L->ffn_norm = up_f(g, hl->ffn_norm, H, &st);
+        L->q_norm = up_f(g, hl->q_norm, m->head_dim, &st);
+        L->k_norm = up_f(g, hl->k_norm, m->head_dim, &st);
+        L->bq = up_f(g, hl->bq, qd, &st);
+        L->bk = up_f(g, hl->bk, kd, &st);
+        L->bv = up_f(g, hl->bv, kd, &st);
+        L->bo = up_f(g, hl->bo, H, &st);
+        L->wq = up_w(g, &hl->wq, &st);
+        L->wk = up_w(g, &hl->wk, &st);
+        L->wv = up_w(g, &hl->wv, &st);
+        L->wo = up_w(g, &hl->wo, &st);
+        L->window = hl->window;
+        L->is_moe = hl->is_moe;
+        if (!hl->is_moe) {
+            L->I = hl->w_gate.rows;
+            L->w_gate = up_w(g, &hl->w_gate, &st);
+            L->w_up = up_w(g, &hl->w_up, &st);
+            L->w_down = up_w(g, &hl->w_down, &st);
+            continue;
+        }
+        L->router = up_w(g, &hl->router, &st);
+        L->gu = up_bank(g, &hl->bank[FT_BANK_GATE_UP], &st);
+        L->down = up_bank(g, &hl->bank[FT_BANK_DOWN], &st);
+        L->has_shared = hl->has_shared;
+        if (hl->has_shared) {
+            L->sh_gate = up_w(g, &hl->sh_gate, &st);
+            L->sh_up = up_w(g, &hl->sh_up, &st);
+            L->sh_down = up_w(g, &hl->sh_down, &st);
+            L->sh_score = up_w(g, &hl->sh_score, &st);
+        }
+    }
+    if (st == FT_OK) st = ft_cuda_check("GPU weight upload");
+    return st;
+}
+
+static enum ft_status alloc_scratch(struct ft_gpu *g) {
+    const struct ft_model *m = g->m;
+    enum ft_status st = FT_OK;
+    size_t C = (size_t)g->C, H = m->hidden, k = m->top_k > 0 ? m->top_k : 1, E = m->n_experts;
+    size_t I = m->expert_inter, R = C * k, V = m->vocab, mi = (size_t)g->max_i;
+    size_t kv = (size_t)m->n_layers * g->o.n_blocks * FT_KV_BLOCK * g->kv_dim;
+    size_t aw = (size_t)(g->q_dim > (int)H ? g->q_dim : (int)H);
+    g->k_cache = dalloc(g, kv * 4, &st);
+    g->v_cache = dalloc(g, kv * 4, &st);
+    g->d_ids = dalloc(g, C * 4, &st);
+    g->d_pos = dalloc(g, C * 4, &st);
+    g->d_tok_seq = dalloc(g, C * 4, &st);
+    g->d_rows = dalloc(g, C * 4, &st);
+    g->d_tables = dalloc(g, (size_t)g->o.max_seqs * g->max_blocks * 4, &st);
+    g->d_topk_all = dalloc(g, (size_t)m->n_layers * R * 4, &st);
+    g->d_step = dalloc(g, 4, &st);
+    g->h_ids = halloc(C * 4, &st);
+    g->h_pos = halloc(C * 4, &st);
+    g->h_tok_seq = halloc(C * 4, &st);
+    g->h_rows = halloc(C * 4, &st);
+    g->h_tables = halloc((size_t)g->o.max_seqs * g->max_blocks * 4, &st);
+    g->h_topk_all = halloc((size_t)m->n_layers * R * 4, &st);
+    g->x = dalloc(g, C * H * 4, &st);
+    g->xn = dalloc(g, C * H * 4, &st);
+    g->xn16 = dalloc(g, C * H * 2, &st);
+    g->q = dalloc(g, C * g->q_dim * 4, &st);
+    g->k = dalloc(g, C * g->kv_dim * 4, &st);
+    g->v = dalloc(g, C * g->kv_dim * 4, &st);
+    g->att = dalloc(g, C * aw * 4, &st);
+    g->att16 = dalloc(g, C * aw * 2, &st);
+    g->y = dalloc(g, C * H * 4, &st);
+    g->sh = dalloc(g, C * H * 4, &st);
+    g->score = dalloc(g, C * 4, &st);
+    g->gu = dalloc(g, C * 2 * (mi ? mi : 1) * 4, &st);
+    g->act = dalloc(g, C * (mi ? mi : 1) * 4, &st);
+    g->act16 = dalloc(g, C * (mi ? mi : 1) * 2, &st);
+    g->xl = dalloc(g, C * H * 4, &st);
+    g->xl16 = dalloc(g, C * H * 2, &st);
+    g->logits = dalloc(g, C * V * 4, &st);
+    g->h_logits = halloc(C * V * 4, &st);
+    if (E) {
+        g->router = dalloc(g, C * E * 4, &st);
+        g->topk = dalloc(g, R * 4, &st);
+        g->topw = dalloc(g, R * 4, &st);
+        g->mgu = dalloc(g, R * 2 * I * 4, &st);
+        g->mact = dalloc(g, R * I * 4, &st);
+        g->mact16 = dalloc(g, R * I * 2, &st);
+        g->my = dalloc(g, R * H * 4, &st);
+        g->xg16 = dalloc(g, R * H * 2, &st);
+        g->rtok = dalloc(g, R * 4, &st);
+        g->rw = dalloc(g, R * 4, &st);
+        g->h_rtok = halloc(R * 4, &st);
+        g->h_rw = halloc(R * 4, &st);
+    }
+    if (st == FT_OK) cudaMemset(g->d_step, 0, 4);
+    return st;
+}
+
+/* y[T, N] = x · W^T: GEMV kernel for decode-sized T, cuBLAS on the bf16 copy otherwise. */
+static enum ft_status mm(struct ft_gpu *g, float *y, int ldy, const float *x, const uint16_t *x16,
+                         const uint16_t *w, const float *bias, int T, int N, int K) {
+    if (T <= MAX_GRAPH_T || !x16) {
+        ft_cuda_gemv(y, ldy, x, w, bias, T, N, K, g->s);
+        return FT_OK;
+    }
+    enum ft_status st = ft_blas_gemm(g->blas, y, ldy, x16, w, T, N, K);
+    if (st == FT_OK && bias) { /* rare (Qwen2 q/k/v): add per row with the GEMV-free path */
+        for (int t = 0; t < T; t++) ft_cuda_add(y + (size_t)t * ldy, bias, (size_t)N, g->s);
+    }
+    return st;
+}
+
+/* MoE prefill: tokens sorted by expert on the host, one grouped GEMM per projection. */
+static enum ft_status moe_grouped(struct ft_gpu *g, const struct gpu_layer *L, int l, int T,
+                                  double *distinct) {
+    const struct ft_model *m = g->m;
+    int E = m->n_experts, k = m->top_k, H = m->hidden, I = m->expert_inter, R = T * k;
+    int32_t *ids = g->h_topk_all + (size_t)l * g->C * k;
+    float wts[R];
+    cudaMemcpyAsync(ids, g->topk, (size_t)R * 4, cudaMemcpyDeviceToHost, g->s);
+    cudaMemcpyAsync(wts, g->topw, (size_t)R * 4, cudaMemcpyDeviceToHost, g->s);
+    if (cudaStreamSynchronize(g->s) != cudaSuccess) return ft_cuda_check("MoE routing copy");
+    int count[E], off[E + 1], fill[E];
+    memset(count, 0, sizeof count);
+    for (int r = 0; r < R; r++) count[ids[r]]++;
+    off[0] = 0;
+    for (int e = 0; e < E; e++) off[e + 1] = off[e] + count[e], fill[e] = off[e];
+    for (int r = 0; r < R; r++) {
+        int d = fill[ids[r]]++;
+        g->h_rtok[d] = r / k;
+        g->h_rw[d] = wts[r];
+    }
+    cudaMemcpyAsync(g->rtok, g->h_rtok, (size_t)R * 4, cudaMemcpyHostToDevice, g->s);
+    cudaMemcpyAsync(g->rw, g->h_rw, (size_t)R * 4, cudaMemcpyHostToDevice, g->s);
+    ft_cuda_gather_bf16(g->xg16, g->xn16, g->rtok, R, H, g->s);
+    float *y[E];
+    const uint16_t *x[E], *w[E];
+    int mm_[E], n = 0;
+    for (int e = 0; e < E; e++) {
+        if (!count[e]) continue;
+        y[n] = g->mgu + (size_t)off[e] * 2 * I;
+        x[n] = g->xg16 + (size_t)off[e] * H;
+        w[n] = L->gu + (size_t)e * 2 * I * H;
+        mm_[n++] = count[e];
+    }
+    *distinct += n;
+    enum ft_status st = ft_blas_gemm_grouped(g->blas, y, x, w, mm_, n, 2 * I, H);
+    if (st != FT_OK) return st;
+    ft_cuda_silu_mul(g->mact, g->mgu, R, I, g->s);
+    ft_cuda_to_bf16(g->mact16, g->mact, (size_t)R * I, g->s);
+    n = 0;
+    for (int e = 0; e < E; e++) {
+        if (!count[e]) continue;
+        y[n] = g->my + (size_t)off[e] * H;
+        x[n] = g->mact16 + (size_t)off[e] * I;
+        w[n++] = L->down + (size_t)e * H * I;
+    }
+    st = ft_blas_gemm_grouped(g->blas, y, x, w, mm_, n, H, I);
+    if (st != FT_OK) return st;
+    cudaMemsetAsync(g->y, 0, (size_t)T * H * 4, g->s);
+    ft_cuda_scatter_add(g->y, g->my, g->rtok, g->rw, R, H, g->s);
+    return FT_OK;
+}
+
+/* The layer loop for T tokens whose inputs are already on the device. Graph-capturable when
+ * T <= MAX_GRAPH_T (no host synchronisation on that path). */
+static enum ft_status layers(struct ft_gpu *g, int T, int n_seqs, double *distinct) {
+    const struct ft_model *m = g->m;
+    int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim;
+    int E = m->n_experts, k = m->top_k, small = T <= MAX_GRAPH_T;
+    cudaStream_t s = g->s;
+    enum ft_status st = FT_OK;
+    (void)n_seqs;
+    if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, s);
+    ft_cuda_embed(g->x, g->embed, g->d_ids, T, H, s);
+    for (int l = 0; l < m->n_layers && st == FT_OK; l++) {
+        const struct gpu_layer *L = &g->L[l];
+        ft_cuda_rmsnorm(g->xn, g->xn16, g->x, L->attn_norm, T, H, m->rms_eps, s);
+        st = mm(g, g->q, qd, g->xn, g->xn16, L->wq, L->bq, T, qd, H);
+        if (st == FT_OK) st = mm(g, g->k, kd, g->xn, g->xn16, L->wk, L->bk, T, kd, H);
+        if (st == FT_OK) st = mm(g, g->v, kd, g->xn, g->xn16, L->wv, L->bv, T, kd, H);
+        if (st != FT_OK) break;
+        if (L->q_norm) {
+            ft_cuda_rmsnorm(g->q, NULL, g->q, L->q_norm, T * m->n_heads, hd, m->rms_eps, s);
+            ft_cuda_rmsnorm(g->k, NULL, g->k, L->k_norm, T * m->n_kv_heads, hd, m->rms_eps, s);
+        }
+        ft_cuda_rope(g->q, g->d_pos, g->inv_freq, m->rope_mscale, T, m->n_heads, hd, m->rot_dim, s);
+        ft_cuda_rope(g->k, g->d_pos, g->inv_freq, m->rope_mscale, T, m->n_kv_heads, hd, m->rot_dim, s);
+        size_t layer_off = (size_t)l * g->o.n_blocks * FT_KV_BLOCK * kd;
+        ft_cuda_kv_write(g->k_cache + layer_off, g->v_cache + layer_off, g->k, g->v, g->d_pos,
+                         g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, kd, s);
+        ft_cuda_attention(g->att, g->q, g->k_cache + layer_off, g->v_cache + layer_off, g->d_pos,
+                          g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, m->n_heads,
+                          m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window, s);
+        if (!small) ft_cuda_to_bf16(g->att16, g->att, (size_t)T * qd, s);
+        st = mm(g, g->y, H, g->att, small ? NULL : g->att16, L->wo, L->bo, T, H, qd);
+        if (st != FT_OK) break;
+        ft_cuda_add(g->x, g->y, (size_t)T * H, s);
+        ft_cuda_rmsnorm(g->xn, g->xn16, g->x, L->ffn_norm, T, H, m->rms_eps, s);
+        if (!L->is_moe) {
+            int I = L->I;
+            st = mm(g, g->gu, 2 * I, g->xn, g->xn16, L->w_gate, NULL, T, I, H);
+            if (st == FT_OK) st = mm(g, g->gu + I, 2 * I, g->xn, g->xn16, L->w_up, NULL, T, I, H);
+            ft_cuda_silu_mul(g->act, g->gu, T, I, s);
+            if (!small) ft_cuda_to_bf16(g->act16, g->act, (size_t)T * I, s);
+            if (st == FT_OK) st = mm(g, g->y, H, g->act, small ? NULL : g->act16, L->w_down, NULL, T, H, I);
+        } else {
+            int I = m->expert_inter;
+            st = mm(g, g->router, E, g->xn, g->xn16, L->router, NULL, T, E, H);
+            if (st != FT_OK) break;
+            if (g->o.routing == FT_ROUTING_MODEL)
+                ft_cuda_router_topk(g->router, T, E, k, m->norm_topk, g->topk, g->topw, s);
+            else
+                ft_cuda_synthetic_route(g->topk, g->topw, g->router, T, E, k, g->o.seed, g->d_step,
+                                        l, m->norm_topk, s);
+            if (small) {
+                cudaMemcpyAsync(g->d_topk_all + (size_t)l * g->C * k, g->topk, (size_t)T * k * 4,
+                                cudaMemcpyDeviceToDevice, s);
+                ft_cuda_moe_gemv(g->mgu, g->xn, k, L->gu, (size_t)2 * I * H, g->topk, T * k, 2 * I, H, s);
+                ft_cuda_silu_mul(g->mact, g->mgu, T * k, I, s);
+                ft_cuda_moe_gemv(g->my, g->mact, 1, L->down, (size_t)H * I, g->topk, T * k, H, I, s);
+                ft_cuda_moe_combine(g->y, g->my, g->topw, T, k, H, s);
+            } else {
+                st = moe_grouped(g, L, l, T, distinct);
+                if (st != FT_OK) break;
+            }
+            if (L->has_shared) {
+                int Is = m->shared_inter;
+                st = mm(g, g->gu, 2 * Is, g->xn, g->xn16, L->sh_gate, NULL, T, Is, H);
+                if (st == FT_OK) st = mm(g, g->gu + Is, 2 * Is, g->xn, g->xn16, L->sh_up, NULL, T, Is, H);
+                ft_cuda_silu_mul(g->act, g->gu, T, Is, s);
+                if (!small) ft_cuda_to_bf16(g->act16, g->act, (size_t)T * Is, s);
+                if (st == FT_OK) st = mm(g, g->sh, H, g->act, small ? NULL : g->act16, L->sh_down, NULL, T, H, Is);
+                ft_cuda_gemv(g->score, 1, g->xn, L->sh_score, NULL, T, 1, H, s);
+                ft_cuda_sigmoid_scale_add(g->y, g->sh, g->score, T, H, s);
+            }
+        }
+        ft_cuda_add(g->x, g->y, (size_t)T * H, s);
+    }
+    return st;
+}
+
+/* Final norm + lm_head for the gathered rows (d_rows), into g->logits [rows, V]. */
+static enum ft_status head(struct ft_gpu *g, int rows) {
+    const struct ft_model *m = g->m;
+    int H = m->hidden;
+    ft_cuda_gather_f32(g->xl, g->x, g->d_rows, rows, H, g->s);
+    ft_cuda_rmsnorm(g->xl, g->xl16, g->xl, g->final_norm, rows, H, m->rms_eps, g->s);
+    return mm(g, g->logits, m->vocab, g->xl, g->xl16, g->lm_head, NULL, rows, m->vocab, H);
+}
+
+enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
+                              float *logits, double *distinct_out) {
+    const struct ft_model *m = g->m;
+    int T = 0, rows = 0, decode = n_segs <= g->o.max_seqs;
+    if (n_segs > g->o.max_seqs)
+        return ft_fail(FT_ERR_INVALID_ARG, "GPU forward: %d sequences in one step (max %d)", n_segs,
+                       g->o.max_seqs);
+    for (int i = 0; i < n_segs; i++) {
+        const struct ft_seg *sg = &segs[i];
+        decode &= sg->n == 1 && sg->want == FT_LOGITS_LAST;
+        memcpy(g->h_tables + (size_t)i * g->max_blocks, sg->blocks,
+               (size_t)((sg->pos0 + sg->n + FT_KV_BLOCK - 1) / FT_KV_BLOCK) * 4);
+        for (int t = 0; t < sg->n; t++, T++) {
+            g->h_ids[T] = sg->ids[t];
+            g->h_pos[T] = sg->pos0 + t;
+            g->h_tok_seq[T] = i;
+            if (sg->want == FT_LOGITS_ALL || (sg->want == FT_LOGITS_LAST && t == sg->n - 1))
+                g->h_rows[rows++] = T;
+        }
+    }
+    cudaStream_t s = g->s;
+    cudaMemcpyAsync(g->d_ids, g->h_ids, (size_t)T * 4, cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(g->d_pos, g->h_pos, (size_t)T * 4, cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(g->d_tok_seq, g->h_tok_seq, (size_t)T * 4, cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(g->d_rows, g->h_rows, (size_t)(rows ? rows : 1) * 4, cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(g->d_tables, g->h_tables, (size_t)n_segs * g->max_blocks * 4,
+                    cudaMemcpyHostToDevice, s);
+    double distinct = 0;
+    enum ft_status st = FT_OK;
+    int use_graph = decode && g->o.graphs && T <= MAX_GRAPH_T;
+    if (use_graph && g->graph[T]) {
+        if (cudaGraphLaunch(g->graph[T], s) != cudaSuccess) st = ft_cuda_check("cudaGraphLaunch");
+    } else if (use_graph && g->graph_seen[T]) { /* second time at this size: capture, then replay */
+        cudaGraph_t graph;
+        if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+            return ft_cuda_check("cudaStreamBeginCapture");
+        st = layers(g, T, n_segs, &distinct);
+        if (st == FT_OK) st = head(g, rows);
+        cudaError_t e = cudaStreamEndCapture(s, &graph);
+        if (st == FT_OK && e == cudaSuccess &&
+            cudaGraphInstantiate(&g->graph[T], graph, 0) == cudaSuccess) {
+            cudaGraphDestroy(graph);
+            if (cudaGraphLaunch(g->graph[T], s) != cudaSuccess) st = ft_cuda_check("cudaGraphLaunch");
+        } else if (st == FT_OK) {
+            st = ft_cuda_check("CUDA graph capture");
+        }
+    } else {
+        if (use_graph) g->graph_seen[T] = 1;
+        st = layers(g, T, n_segs, &distinct);
+        if (st == FT_OK) st = head(g, rows);
+    }
+    if (st != FT_OK) return st;
+    if (logits) cudaMemcpyAsync(g->h_logits, g->logits, (size_t)rows * m->vocab * 4, cudaMemcpyDeviceToHost, s);
+    if (decode && m->n_experts)
+        cudaMemcpyAsync(g->h_topk_all, g->d_topk_all, (size_t)m->n_layers * g->C * m->top_k * 4,
+                        cudaMemcpyDeviceToHost, s);
+    if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("GPU forward");
+    if (logits) memcpy(logits, g->h_logits, (size_t)rows * m->vocab * 4);
+    if (distinct_out && m->n_experts) {
+        if (decode) { /* count distinct ids per MoE layer from the copied top-k */
+            int moe = 0;
+            for (int l = 0; l < m->n_layers; l++) {
+                if (!g->L[l].is_moe) continue;
+                moe++;
+                const int32_t *ids = g->h_topk_all + (size_t)l * g->C * m->top_k;
+                for (int i = 0; i < T * m->top_k; i++) {
+                    int dup = 0;
+                    for (int j = 0; j < i; j++) dup |= ids[j] == ids[i];
+                    distinct += !dup;
+                }
+            }
+            *distinct_out = moe ? distinct / moe : 0;
+        } else {
+            int moe = 0;
+            for (int l = 0; l < m->n_layers; l++) moe += g->L[l].is_moe;
+            *distinct_out = moe ? distinct / moe : 0;
+        }
+    }
+    return FT_OK;
+}
+
+enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
+                           const struct ft_gpu_opts *o) {
+    *out = NULL;
+    struct ft_cuda_device d;
+    if (ft_cuda_device_count() <= o->device)
+        return ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: no CUDA device %d (use --backend cpu)", o->device);
+    if (cudaSetDevice(o->device) != cudaSuccess) return ft_cuda_check("cudaSetDevice");
+    enum ft_status st = ft_cuda_device_query(o->device, &d);
+    if (st != FT_OK) return st;
+    struct ft_gpu *g = calloc(1, sizeof *g);
+    if (!g) return ft_fail(FT_ERR_OOM, "GPU: out of memory");
+    g->m = m;
+    g->o = *o;
+    size_t headroom = (size_t)1 << 30;
+    g->limit = o->vram_limit ? o->vram_limit
+                             : (d.free_bytes > headroom ? d.free_bytes - headroom : d.free_bytes / 2);
+    if (g->limit > d.free_bytes) g->limit = d.free_bytes;
+    g->q_dim = m->n_heads * m->head_dim;
+    g->kv_dim = m->n_kv_heads * m->head_dim;
+    g->max_i = m->cfg.intermediate_size > m->shared_inter ? m->cfg.intermediate_size : m->shared_inter;
+    g->max_blocks = (o->max_ctx + FT_KV_BLOCK - 1) / FT_KV_BLOCK;
+    g->C = o->max_chunk > MAX_GRAPH_T ? o->max_chunk : MAX_GRAPH_T;
+    if (m->head_dim > 256 || (m->n_experts && m->n_experts > 1024) || m->top_k > 32) {
+        free(g);
+        return ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: head_dim %d / %d experts / top-%d exceed "
+                       "its limits (256 / 1024 / 32); use --backend cpu", m->head_dim, m->n_experts, m->top_k);
+    }
+    g->L = calloc((size_t)m->n_layers, sizeof *g->L);
+    if (!g->L || cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking) != cudaSuccess) {
+        free(g->L);
+        free(g);
+        return ft_fail(FT_ERR_CUDA, "GPU: cannot create a stream");
+    }
+    st = ft_blas_init(&g->blas, g->s);
+    if (st == FT_OK) st = upload(g);
+    if (st == FT_OK) st = alloc_scratch(g);
+    if (st != FT_OK) {
+        ft_gpu_free(g);
+        return st;
+    }
+    ft_log_info("GPU %s (sm_%d%d, %d SMs): %.1f of %.1f GiB free; engine allocated %.2f GiB "
+                "(limit %.1f GiB), decode graphs %s", d.name, d.cc_major, d.cc_minor, d.n_sms,
+                d.free_bytes / 1073741824.0, d.total_bytes / 1073741824.0, g->used / 1073741824.0,
+                g->limit / 1073741824.0, o->graphs ? "on" : "off");
+    *out = g;
+    return FT_OK;
+}
+
+static void dfree(void *p) {
+    if (p) cudaFree(p);
+}
+
+void ft_gpu_free(struct ft_gpu *g) {
+    if (!g) return;
+    cudaDeviceSynchronize();
+    for (int t = 0; t <= MAX_GRAPH_T; t++)
+        if (g->graph[t]) cudaGraphExecDestroy(g->graph[t]);
+    for (int l = 0; g->L && l < g->m->n_layers; l++) {
+        struct gpu_layer *L = &g->L[l];
+        void *ps[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->bq, L->bk, L->bv, L->bo,
+                      L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down, L->router, L->gu,
+                      L->down, L->sh_gate, L->sh_up, L->sh_down, L->sh_score};
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) dfree(ps[i]);
+    }
+    if (g->lm_head != g->embed) dfree(g->lm_head);
+    void *ds[] = {g->embed, g->final_norm, g->inv_freq, g->k_cache, g->v_cache, g->d_ids, g->d_pos,
+                  g->d_tok_seq, g->d_tables, g->d_rows, g->d_topk_all, g->d_step, g->x, g->xn,
+                  g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
+                  g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,
+                  g->mgu, g->mact, g->my, g->rw, g->xg16, g->mact16, g->rtok};
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
+    void *hs[] = {g->h_ids, g->h_pos, g->h_tok_seq, g->h_tables, g->h_rows, g->h_topk_all,
+                  g->h_rw, g->h_rtok, g->h_logits};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
+        if (hs[i]) cudaFreeHost(hs[i]);
+    ft_blas_free(g->blas);
+    if (g->s) cudaStreamDestroy(g->s);
+    free(g->L);
+    free(g);
+}
+
+double ft_gpu_hbm_gbps(void) { return ft_cuda_d2d_gbps((size_t)2 << 30, 5); }
+
+size_t ft_gpu_vram_used(const struct ft_gpu *g) { return g ? g->used : 0; }
+
+#else /* no CUDA in this build */
+
+#include "core/status.h"
+
+int ft_gpu_available(void) { return 0; }
+enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
+                           const struct ft_gpu_opts *o) {
+    (void)m, (void)o;
+    *out = NULL;
+    return ft_fail(FT_ERR_UNSUPPORTED, "this build has no CUDA backend (rebuild with nvcc on PATH, "
+                   "or use --backend cpu)");
+}
+void ft_gpu_free(struct ft_gpu *g) { (void)g; }
+enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
+                              float *logits, double *distinct_out) {
+    (void)g, (void)segs, (void)n_segs, (void)logits, (void)distinct_out;
+    return ft_fail(FT_ERR_UNSUPPORTED, "no CUDA backend in this build");
+}
+double ft_gpu_hbm_gbps(void) { return 0.0; }
+size_t ft_gpu_vram_used(const struct ft_gpu *g) { (void)g; return 0; }
+
+#endif

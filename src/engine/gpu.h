@@ -1,0 +1,36 @@
+/* gpu.h — the CUDA forward pass with every weight resident on the GPU (the `fused` backend):
+ * same contract as ft_engine_forward_batch, paged KV cache on the device (block ids shared with
+ * the engine's allocator), decode steps of up to 8 tokens captured in CUDA graphs per batch
+ * size and replayed, prefill through cuBLAS (grouped GEMMs for the experts).
+ * Engine thread only. Built only with FT_HAVE_CUDA. */
+#ifndef FT_ENGINE_GPU_H
+#define FT_ENGINE_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/forward.h"
+
+struct ft_gpu;
+
+struct ft_gpu_opts {
+    int device;
+    size_t vram_limit;   /* bytes the engine may allocate (0 = free memory minus headroom) */
+    int max_ctx, max_chunk, n_blocks, max_seqs;
+    int graphs;          /* capture decode steps in CUDA graphs */
+    enum ft_routing routing;
+    uint64_t seed;
+};
+
+/* 1 if this build has CUDA and a device is present. */
+int ft_gpu_available(void);
+enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
+                           const struct ft_gpu_opts *o);
+void ft_gpu_free(struct ft_gpu *g);
+enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
+                              float *logits, double *distinct_out);
+/* HBM bandwidth probe (device-to-device copy, read + write) in GB/s. */
+double ft_gpu_hbm_gbps(void);
+size_t ft_gpu_vram_used(const struct ft_gpu *g);
+
+#endif

@@ -1,0 +1,283 @@
+/* test_gpu_ops.c — every CUDA op against its CPU twin on random inputs of awkward shapes
+ * (label gpu: runs on the GPU machine with `make test-gpu`). The measure is the normalised
+ * mean squared error NMSE = sum (gpu - cpu)^2 / sum cpu^2, with a threshold per op: 1e-10 for
+ * fp32 arithmetic (only summation order differs), 1e-8 for bf16-input GEMMs compared against
+ * the CPU on the same bf16-rounded inputs. */
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/cuda_ops.h"
+#include "core/threadpool.h"
+#include "test.h"
+
+static uint64_t g_rng = 12345;
+static float frand(void) {
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+static float *rnd(size_t n) {
+    float *p = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) p[i] = frand();
+    return p;
+}
+static uint16_t *rnd_bf16(size_t n, float scale) {
+    uint16_t *p = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) p[i] = ft_f32_to_bf16(frand() * scale);
+    return p;
+}
+static void *up(const void *h, size_t bytes) {
+    void *d = NULL;
+    cudaMalloc(&d, bytes ? bytes : 4);
+    if (h) cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    else cudaMemset(d, 0, bytes ? bytes : 4);
+    return d;
+}
+static float *down(const float *d, size_t n) {
+    float *h = malloc(n * 4);
+    cudaDeviceSynchronize();
+    cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost);
+    return h;
+}
+static double nmse(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? num / den : num;
+}
+#define EXPECT_NMSE(gpu, cpu, n, thr, what)                                                  \
+    do {                                                                                     \
+        double e_ = nmse(gpu, cpu, n);                                                       \
+        fprintf(stderr, "  %-34s NMSE %.2e (threshold %.0e)\n", what, e_, (double)(thr));   \
+        CHECK_(e_ <= (thr), "%s: NMSE %g > %g", what, e_, (double)(thr));                   \
+    } while (0)
+
+static struct ft_pool *g_pool;
+
+TEST(gemv_matches_cpu) {
+    int Ks[] = {42, 24, 2048, 768, 4104}, Ns[] = {7, 130, 1536}, Ts[] = {1, 3, 8};
+    for (size_t a = 0; a < 5; a++)
+        for (size_t b = 0; b < 3; b++)
+            for (size_t c = 0; c < 3; c++) {
+                int K = Ks[a], N = Ns[b], T = Ts[c];
+                uint16_t *w = rnd_bf16((size_t)N * K, 0.1f);
+                float *x = rnd((size_t)T * K), *bias = rnd(N), *ref = malloc((size_t)T * N * 4);
+                ft_cpu_matmul(g_pool, ref, x, w, FT_DTYPE_BF16, bias, T, N, K);
+                float *dx = up(x, (size_t)T * K * 4), *dy = up(NULL, (size_t)T * N * 4);
+                float *db = up(bias, (size_t)N * 4);
+                uint16_t *dw = up(w, (size_t)N * K * 2);
+                ft_cuda_gemv(dy, N, dx, dw, db, T, N, K, 0);
+                float *got = down(dy, (size_t)T * N);
+                char what[64];
+                snprintf(what, sizeof what, "gemv T=%d N=%d K=%d", T, N, K);
+                EXPECT_NMSE(got, ref, (size_t)T * N, 1e-10, what);
+                free(w), free(x), free(bias), free(ref), free(got);
+                cudaFree(dx), cudaFree(dy), cudaFree(db), cudaFree(dw);
+            }
+    EXPECT_OK(ft_cuda_check("gemv"));
+}
+
+TEST(gemm_bf16_matches_cpu) {
+    struct ft_blas *b;
+    EXPECT_OK(ft_blas_init(&b, 0));
+    int T = 37, N = 300, K = 264;
+    uint16_t *w = rnd_bf16((size_t)N * K, 0.1f), *x16 = rnd_bf16((size_t)T * K, 1.0f);
+    float *x = malloc((size_t)T * K * 4), *ref = malloc((size_t)T * N * 4);
+    ft_to_f32(x, x16, FT_DTYPE_BF16, (size_t)T * K);
+    ft_cpu_matmul(g_pool, ref, x, w, FT_DTYPE_BF16, NULL, T, N, K);
+    uint16_t *dw = up(w, (size_t)N * K * 2), *dx = up(x16, (size_t)T * K * 2);
+    float *dy = up(NULL, (size_t)T * N * 4);
+    EXPECT_OK(ft_blas_gemm(b, dy, N, dx, dw, T, N, K));
+    float *got = down(dy, (size_t)T * N);
+    EXPECT_NMSE(got, ref, (size_t)T * N, 1e-8, "cublas gemm bf16 T=37 N=300 K=264");
+    /* grouped: three groups of different m over slices of x, different weights */
+    int m[3] = {5, 1, 31};
+    uint16_t *w3 = rnd_bf16((size_t)3 * N * K, 0.1f), *dw3 = up(w3, (size_t)3 * N * K * 2);
+    float *dy3 = up(NULL, (size_t)37 * N * 4);
+    float *ys[3] = {dy3, dy3 + (size_t)5 * N, dy3 + (size_t)6 * N};
+    const uint16_t *xs[3] = {dx, dx + (size_t)5 * K, dx + (size_t)6 * K};
+    const uint16_t *ws[3] = {dw3, dw3 + (size_t)N * K, dw3 + (size_t)2 * N * K};
+    EXPECT_OK(ft_blas_gemm_grouped(b, ys, xs, ws, m, 3, N, K));
+    float *got3 = down(dy3, (size_t)37 * N), *ref3 = malloc((size_t)37 * N * 4);
+    int off = 0;
+    for (int g = 0; g < 3; off += m[g++])
+        ft_cpu_matmul(g_pool, ref3 + (size_t)off * N, x + (size_t)off * K, w3 + (size_t)g * N * K,
+                      FT_DTYPE_BF16, NULL, m[g], N, K);
+    EXPECT_NMSE(got3, ref3, (size_t)37 * N, 1e-8, "cublas grouped gemm (3 experts)");
+    ft_blas_free(b);
+    free(w), free(x16), free(x), free(ref), free(got), free(w3), free(got3), free(ref3);
+    cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dw3), cudaFree(dy3);
+}
+
+TEST(norm_rope_embed_elementwise) {
+    int T = 5, H = 42, nh = 6, hd = 24, V = 50;
+    float *x = rnd((size_t)T * H), *w = rnd(H), *ref = malloc((size_t)T * H * 4);
+    float *dx = up(x, (size_t)T * H * 4), *dw = up(w, H * 4), *dy = up(NULL, (size_t)T * H * 4);
+    uint16_t *dy16 = up(NULL, (size_t)T * H * 2);
+    ft_cpu_rmsnorm(ref, x, w, T, H, 1e-6f);
+    ft_cuda_rmsnorm(dy, dy16, dx, dw, T, H, 1e-6f, 0);
+    float *got = down(dy, (size_t)T * H);
+    EXPECT_NMSE(got, ref, (size_t)T * H, 1e-10, "rmsnorm H=42");
+    free(got);
+    /* rope on [T, nh, hd] with positions and partial rotary (rot 16 of 24) */
+    float *q = rnd((size_t)T * nh * hd), *inv = rnd(8);
+    for (int i = 0; i < 8; i++) inv[i] = fabsf(inv[i]) * 0.5f;
+    int32_t pos[5] = {0, 3, 17, 100, 2047};
+    float *dq = up(q, (size_t)T * nh * hd * 4), *dinv = up(inv, 32);
+    int32_t *dpos = up(pos, 20);
+    ft_cpu_rope(q, pos, inv, 1.2f, T, nh, hd, 16);
+    ft_cuda_rope(dq, dpos, dinv, 1.2f, T, nh, hd, 16, 0);
+    got = down(dq, (size_t)T * nh * hd);
+    EXPECT_NMSE(got, q, (size_t)T * nh * hd, 1e-10, "rope partial rot 16/24");
+    free(got);
+    /* embed */
+    uint16_t *tab = rnd_bf16((size_t)V * H, 1.0f), *dtab = up(tab, (size_t)V * H * 2);
+    int32_t ids[5] = {0, 49, 7, 7, 23}, *dids = up(ids, 20);
+    ft_cpu_embed(ref, tab, FT_DTYPE_BF16, ids, T, H);
+    ft_cuda_embed(dy, dtab, dids, T, H, 0);
+    got = down(dy, (size_t)T * H);
+    EXPECT_NMSE(got, ref, (size_t)T * H, 0, "embed");
+    free(got);
+    /* silu_mul and add */
+    float *gu = rnd((size_t)T * 2 * 20), *dgu = up(gu, (size_t)T * 40 * 4);
+    ft_cpu_silu_mul(ref, gu, T, 20);
+    ft_cuda_silu_mul(dy, dgu, T, 20, 0);
+    got = down(dy, (size_t)T * 20);
+    EXPECT_NMSE(got, ref, (size_t)T * 20, 1e-10, "silu_mul");
+    free(got);
+    EXPECT_OK(ft_cuda_check("elementwise"));
+    free(x), free(w), free(ref), free(q), free(inv), free(tab), free(gu);
+    cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dy16), cudaFree(dq), cudaFree(dinv);
+    cudaFree(dpos), cudaFree(dtab), cudaFree(dids), cudaFree(dgu);
+}
+
+TEST(paged_attention_matches_cpu) {
+    enum { NH = 6, NKV = 2, BS = 16, NB = 12, T = 4 };
+    int hds[] = {24, 128};
+    for (int hi = 0; hi < 2; hi++) {
+        int hd = hds[hi], kvd = NKV * hd;
+        float *kp = rnd((size_t)NB * BS * kvd), *vp = rnd((size_t)NB * BS * kvd);
+        float *q = rnd((size_t)T * NH * hd), *ref = malloc((size_t)T * NH * hd * 4);
+        int32_t t0[4] = {7, 2, 11, 0}, t1[3] = {9, 4, 3};
+        int32_t tables[2 * 4] = {7, 2, 11, 0, 9, 4, 3, 0};
+        int32_t pos[T] = {60, 61, 20, 0}, seq[T] = {0, 0, 1, 1};
+        const int32_t *blocks[T] = {t0, t0, t1, t1};
+        for (int window = 0; window <= 9; window += 9) {
+            ft_cpu_attention_paged(g_pool, ref, q, kp, vp, pos, blocks, BS, T, NH, NKV, hd, 0.3f, window);
+            float *dk = up(kp, (size_t)NB * BS * kvd * 4), *dv = up(vp, (size_t)NB * BS * kvd * 4);
+            float *dq = up(q, (size_t)T * NH * hd * 4), *dout = up(NULL, (size_t)T * NH * hd * 4);
+            int32_t *dpos = up(pos, sizeof pos), *dseq = up(seq, sizeof seq), *dtab = up(tables, sizeof tables);
+            ft_cuda_attention(dout, dq, dk, dv, dpos, dseq, dtab, 4, BS, T, NH, NKV, hd, 0.3f, window, 0);
+            float *got = down(dout, (size_t)T * NH * hd);
+            char what[64];
+            snprintf(what, sizeof what, "paged attention hd=%d window=%d", hd, window);
+            EXPECT_NMSE(got, ref, (size_t)T * NH * hd, 1e-10, what);
+            free(got);
+            cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dout), cudaFree(dpos), cudaFree(dseq), cudaFree(dtab);
+        }
+        free(kp), free(vp), free(q), free(ref);
+    }
+    /* kv_write puts rows where the block table says */
+    float krow[2 * 48], *dkc = up(NULL, (size_t)4 * BS * 48 * 4), *dvc = up(NULL, (size_t)4 * BS * 48 * 4);
+    for (int i = 0; i < 96; i++) krow[i] = (float)i;
+    float *dk = up(krow, sizeof krow);
+    int32_t pos[2] = {17, 3}, seq[2] = {0, 1}, tab[4] = {2, 3, 1, 0};
+    int32_t *dpos = up(pos, 8), *dseq = up(seq, 8), *dtab = up(tab, 16);
+    ft_cuda_kv_write(dkc, dvc, dk, dk, dpos, dseq, dtab, 2, BS, 2, 48, 0);
+    float *kc = down(dkc, (size_t)4 * BS * 48);
+    EXPECT(kc[(3 * BS + 1) * 48 + 5] == 5.0f);      /* seq 0, pos 17 -> block tab[1]=3, slot 1 */
+    EXPECT(kc[(1 * BS + 3) * 48 + 7] == 48.0f + 7); /* seq 1, pos 3 -> block tab[2]=1, slot 3 */
+    free(kc);
+    cudaFree(dkc), cudaFree(dvc), cudaFree(dk), cudaFree(dpos), cudaFree(dseq), cudaFree(dtab);
+}
+
+TEST(moe_router_and_experts) {
+    int T = 3, E = 7, k = 3, H = 42, I = 20;
+    float *logits = rnd((size_t)T * E);
+    float *dl = up(logits, (size_t)T * E * 4), *dw = up(NULL, (size_t)T * k * 4);
+    int32_t *dids = up(NULL, (size_t)T * k * 4);
+    for (int norm = 0; norm <= 1; norm++) {
+        ft_cuda_router_topk(dl, T, E, k, norm, dids, dw, 0);
+        int32_t ids[9];
+        float w[9];
+        cudaDeviceSynchronize();
+        cudaMemcpy(ids, dids, sizeof ids, cudaMemcpyDeviceToHost);
+        cudaMemcpy(w, dw, sizeof w, cudaMemcpyDeviceToHost);
+        for (int t = 0; t < T; t++) {
+            float p[7], rv[3];
+            int ri[3];
+            memcpy(p, logits + t * E, sizeof p);
+            ft_cpu_softmax(p, E);
+            ft_cpu_topk(p, E, k, ri, rv);
+            float s = norm ? rv[0] + rv[1] + rv[2] : 1.0f;
+            for (int j = 0; j < k; j++) {
+                EXPECT_EQ(ids[t * k + j], ri[j]);
+                EXPECT_NEAR(w[t * k + j], rv[j] / s, 1e-6);
+            }
+        }
+    }
+    /* expert GEMVs over (token, expert) pairs + weighted combine vs the CPU executor's kernel */
+    uint16_t *gu = rnd_bf16((size_t)E * 2 * I * H, 0.2f), *dn = rnd_bf16((size_t)E * H * I, 0.2f);
+    float *x = rnd((size_t)T * H), *ref = calloc((size_t)T * H, 4);
+    int32_t ids[9];
+    float w[9];
+    cudaMemcpy(ids, dids, sizeof ids, cudaMemcpyDeviceToHost);
+    cudaMemcpy(w, dw, sizeof w, cudaMemcpyDeviceToHost);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < k; j++) {
+            float g[40], a[20], y[42];
+            int e = ids[t * k + j];
+            ft_cpu_matmul_rows(g, 40, x + t * H, H, gu + (size_t)e * 2 * I * H, FT_DTYPE_BF16, 1, 0, 40, H);
+            ft_cpu_silu_mul(a, g, 1, I);
+            ft_cpu_matmul_rows(y, H, a, I, dn + (size_t)e * H * I, FT_DTYPE_BF16, 1, 0, H, I);
+            for (int h = 0; h < H; h++) ref[t * H + h] += w[t * k + j] * y[h];
+        }
+    uint16_t *dgu = up(gu, (size_t)E * 2 * I * H * 2), *ddn = up(dn, (size_t)E * H * I * 2);
+    float *dx = up(x, (size_t)T * H * 4), *dmgu = up(NULL, (size_t)T * k * 2 * I * 4);
+    float *dmact = up(NULL, (size_t)T * k * I * 4), *dmy = up(NULL, (size_t)T * k * H * 4);
+    float *dout = up(NULL, (size_t)T * H * 4);
+    ft_cuda_moe_gemv(dmgu, dx, k, dgu, (size_t)2 * I * H, dids, T * k, 2 * I, H, 0);
+    ft_cuda_silu_mul(dmact, dmgu, T * k, I, 0);
+    ft_cuda_moe_gemv(dmy, dmact, 1, ddn, (size_t)H * I, dids, T * k, H, I, 0);
+    ft_cuda_moe_combine(dout, dmy, dw, T, k, H, 0);
+    float *got = down(dout, (size_t)T * H);
+    EXPECT_NMSE(got, ref, (size_t)T * H, 1e-10, "moe gemv + combine (7 experts, top-3)");
+    /* the same through gather + scatter_add (prefill path's data movement) */
+    int32_t tok[9];
+    for (int r = 0; r < 9; r++) tok[r] = r / k;
+    int32_t *dtok = up(tok, sizeof tok);
+    cudaMemset(dout, 0, (size_t)T * H * 4);
+    ft_cuda_scatter_add(dout, dmy, dtok, dw, T * k, H, 0);
+    free(got);
+    got = down(dout, (size_t)T * H);
+    EXPECT_NMSE(got, ref, (size_t)T * H, 1e-10, "scatter_add combine");
+    /* argmax */
+    float lg[2 * 300];
+    for (int i = 0; i < 600; i++) lg[i] = frand();
+    lg[137] = 5.0f, lg[300 + 299] = 6.0f;
+    float *dlg = up(lg, sizeof lg);
+    int32_t *dam = up(NULL, 8), am[2];
+    ft_cuda_argmax(dlg, 2, 300, dam, 0);
+    cudaDeviceSynchronize();
+    cudaMemcpy(am, dam, 8, cudaMemcpyDeviceToHost);
+    EXPECT_EQ(am[0], 137);
+    EXPECT_EQ(am[1], 299);
+    EXPECT_OK(ft_cuda_check("moe ops"));
+    free(logits), free(gu), free(dn), free(x), free(ref), free(got);
+    cudaFree(dl), cudaFree(dw), cudaFree(dids), cudaFree(dgu), cudaFree(ddn), cudaFree(dx);
+    cudaFree(dmgu), cudaFree(dmact), cudaFree(dmy), cudaFree(dout), cudaFree(dtok), cudaFree(dlg), cudaFree(dam);
+}
+
+int main(int argc, char **argv) {
+    if (ft_pool_init(&g_pool, 0) != FT_OK) return 1;
+    extern int test_main(int, char **);
+    int rc = test_main(argc, argv);
+    ft_pool_free(g_pool);
+    return rc;
+}
+#define main test_main
+TEST_MAIN("gpu_ops")
