@@ -325,7 +325,6 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
         e->opts.max_ctx = m->cfg.max_position_embeddings > 0
                               ? FT_MIN(m->cfg.max_position_embeddings, 4096) : 4096;
     if (e->opts.max_chunk <= 0) e->opts.max_chunk = 512;
-    e->opts.max_chunk = FT_MIN(e->opts.max_chunk, e->opts.max_ctx);
     e->rng = opts->seed ? opts->seed : 0x9e3779b97f4a7c15ull;
     int C = e->opts.max_chunk, H = m->hidden, k = m->top_k > 0 ? m->top_k : 1;
     e->q_dim = m->n_heads * m->head_dim;
@@ -424,6 +423,7 @@ void ft_engine_truncate(struct ft_engine *e, int n) {
 }
 int ft_engine_n_past(const struct ft_engine *e) { return e->n_past; }
 int ft_engine_max_ctx(const struct ft_engine *e) { return e->opts.max_ctx; }
+int ft_engine_max_chunk(const struct ft_engine *e) { return e->opts.max_chunk; }
 
 double ft_engine_mean_distinct_experts(const struct ft_engine *e) {
     return e->distinct_n ? e->distinct_sum / (double)e->distinct_n : 0.0;

@@ -69,6 +69,7 @@ void ft_engine_reset(struct ft_engine *e);   /* forget the sequence (n_past = 0)
 void ft_engine_truncate(struct ft_engine *e, int n);
 int ft_engine_n_past(const struct ft_engine *e);
 int ft_engine_max_ctx(const struct ft_engine *e);
+int ft_engine_max_chunk(const struct ft_engine *e); /* tokens per forward call */
 
 /* Mean distinct experts per MoE layer per forward call since the last reset of the stats. */
 double ft_engine_mean_distinct_experts(const struct ft_engine *e);

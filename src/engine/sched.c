@@ -308,6 +308,10 @@ static void step(struct ft_sched *s) {
         }
     }
     s->n_running = k;
+    /* the prefill budget shares the step with one token per decoding request */
+    int n_decode = 0;
+    for (int i = 0; i < s->n_running; i++) n_decode += s->running[i]->prefilled == s->running[i]->n_prompt;
+    budget = FT_MIN(budget, ft_engine_max_chunk(s->e) - n_decode);
     for (int i = 0; i < s->n_running; i++) {
         struct ft_req *r = s->running[i];
         struct ft_seg *g = &s->segs[n_segs];
