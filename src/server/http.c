@@ -54,7 +54,7 @@ struct ft_http_conn {
 /* A streamed response's state, owned by MHD's response object. */
 struct stream_wrap {
     struct ft_http *h;
-    int fd, gone;
+    int fd, gone, ended;
     ft_http_stream_fn fn;
     void *ctx;
     void (*free_fn)(void *ctx);
@@ -158,7 +158,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     for (;;) {
         ssize_t n = w->fn(w->ctx, buf, max);
         if (n > 0) return n;
-        if (n < 0) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (n < 0) {
+            w->ended = 1;
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
         if (fd_gone(w->fd)) {
             w->gone = 1;
             return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -169,7 +172,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) {
     struct stream_wrap *w = cls;
     int tokens = w->tokens_fn ? w->tokens_fn(w->ctx) : 0;
-    log_request(w->method, w->path, 200, tokens, w->t0_us, w->gone ? " (client went away)" : "");
+    log_request(w->method, w->path, 200, tokens, w->t0_us, w->gone || !w->ended ? " (client went away)" : "");
     if (w->free_fn) w->free_fn(w->ctx);
     free(w);
 }
