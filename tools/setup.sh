@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS="build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libxxhash-dev
-      libmicrohttpd-dev xz-utils clang libclang-rt-14-dev tmux"
+      libmicrohttpd-dev xz-utils clang libclang-rt-14-dev tmux python3 python3-venv"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -18,9 +18,16 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
 fi
+# the server tests drive ft serve with the official openai client, from a venv under build/
+# (Debian 12's system pip refuses to install packages outside one)
+if [ "${1:-demo}" = test ] && ! build/venv/bin/python -c 'import openai' 2>/dev/null; then
+  echo "setup: installing the openai Python package into build/venv"
+  python3 -m venv build/venv
+  build/venv/bin/pip install -q openai
+fi
 make -s build
 case "${1:-demo}" in
-  test) make -s test ;;
+  test) cmake -S . -B build >/dev/null; make -s test ;;
   demo)
     M=tests/data/models/qwen3_moe
     echo "setup: built build/ft; running it on the bundled tiny Qwen3-MoE ($M):"

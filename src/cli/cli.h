@@ -16,5 +16,7 @@ int ft_cmd_inspect(int argc, char **argv);
 int ft_cmd_bench(int argc, char **argv);
 int ft_cmd_tokenize(int argc, char **argv);
 int ft_cmd_chat(int argc, char **argv);
+int ft_cmd_serve(int argc, char **argv);
+int ft_cmd_ctl(int argc, char **argv);
 
 #endif

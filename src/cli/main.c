@@ -8,6 +8,8 @@
 static const struct ft_cmd k_cmds[] = {
     {"run", "generate from a prompt (text or ids), streamed, with tok/s", ft_cmd_run},
     {"chat", "interactive chat in the terminal", ft_cmd_chat},
+    {"serve", "OpenAI-compatible HTTP server (continuous batching)", ft_cmd_serve},
+    {"ctl", "query a running server: health, stats, models, generate", ft_cmd_ctl},
     {"logits", "teacher-forced logits of a prompt into a safetensors file", ft_cmd_logits},
     {"inspect", "show a checkpoint's architecture, sizes and plan", ft_cmd_inspect},
     {"bench", "prefill/decode throughput, llama-bench style", ft_cmd_bench},

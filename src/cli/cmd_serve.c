@@ -1,0 +1,184 @@
+/* cmd_serve.c — `ft serve`: the OpenAI-compatible HTTP server. Starts listening first (so
+ * /health answers "loading"), then loads tokenizer, chat template and model, starts the
+ * scheduler, and serves until SIGINT/SIGTERM, then shuts down gracefully: stop accepting, cancel
+ * or finish the running requests (ft_sched_shutdown), close the connections.
+ * Threading: the main thread parses flags, loads and then waits for a signal; HTTP connections
+ * have their own threads (server/http.c), the engine its own (engine/sched.c). */
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/opts.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "core/threadpool.h"
+#include "engine/generate.h"
+#include "engine/sched.h"
+#include "model/model.h"
+#include "server/http.h"
+#include "server/openai.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+
+static const char k_usage[] =
+    "usage: ft serve --model DIR [options]   (OpenAI-compatible API; README: Serving)\n"
+    "  --host ADDR                 listen address (default 127.0.0.1; 0.0.0.0 for all)\n"
+    "  --port N                    port (default 1919; 0 = any free port)\n"
+    "  --api-key KEY               require 'Authorization: Bearer KEY' (not on /health)\n"
+    "  --cors-origins LIST         allow browser origins: '*' or 'https://a,https://b'\n"
+    "  --served-model-name NAME    model id in the API (default: the directory's name)\n"
+    "  --max-running-requests N    sequences decoded together (default 4)\n"
+    "  --max-prefill-length N      prompt tokens per step, chunked prefill (default 2048)\n"
+    "  -c, --ctx-size N            positions one request may use (default: the model's)\n"
+    "  --kv-tokens N               KV cache positions shared by all requests\n"
+    "  --queue-size N              waiting requests before 429 (default 64)\n"
+    "  -t, --threads N             CPU threads (default: physical cores)\n"
+    "  --chat-template NAME        override the detected chat template family\n"
+    "  --request-timeout S         cancel a request running longer (default 0 = none)\n"
+    "  --http-timeout S            close idle or stalled connections after S s (default 30)\n"
+    "  --max-body-mb N             largest request body (default 8; larger: 413)\n";
+
+struct serve_opts {
+    const char *model, *host, *api_key, *cors, *name, *tmpl;
+    long port, max_running, max_prefill, ctx, kv, queue, threads, req_timeout, http_timeout, body_mb;
+};
+
+static volatile sig_atomic_t g_stop; /* set by the signal handler only */
+static void on_signal(int sig) { g_stop = sig; }
+
+static int parse(int argc, char **argv, struct serve_opts *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v, **str = NULL;
+        long *num = NULL, lo = 1, hi = 1 << 24;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("%s", k_usage);
+            return 1;
+        }
+        if (!strcmp(a, "--model") || !strcmp(a, "-m")) str = &o->model;
+        else if (!strcmp(a, "--host")) str = &o->host;
+        else if (!strcmp(a, "--api-key")) str = &o->api_key;
+        else if (!strcmp(a, "--cors-origins")) str = &o->cors;
+        else if (!strcmp(a, "--served-model-name")) str = &o->name;
+        else if (!strcmp(a, "--chat-template")) str = &o->tmpl;
+        else if (!strcmp(a, "--port")) num = &o->port, lo = 0, hi = 65535;
+        else if (!strcmp(a, "--max-running-requests")) num = &o->max_running, hi = 1024;
+        else if (!strcmp(a, "--max-prefill-length")) num = &o->max_prefill;
+        else if (!strcmp(a, "--ctx-size") || !strcmp(a, "-c")) num = &o->ctx;
+        else if (!strcmp(a, "--kv-tokens")) num = &o->kv;
+        else if (!strcmp(a, "--queue-size")) num = &o->queue;
+        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) num = &o->threads, hi = 4096;
+        else if (!strcmp(a, "--request-timeout")) num = &o->req_timeout, lo = 0;
+        else if (!strcmp(a, "--http-timeout")) num = &o->http_timeout;
+        else if (!strcmp(a, "--max-body-mb")) num = &o->body_mb, hi = 4096;
+        else return ft_cli_usage_error("serve", "unknown option '%s'", a);
+        if (!(v = ft_cli_value(argc, argv, &i))) return 2;
+        if (str) *str = v;
+        else if (ft_cli_int(v, lo, hi, num))
+            return ft_cli_usage_error("serve", "%s: '%s' is not a number in [%ld, %ld]", a, v, lo, hi);
+    }
+    if (!o->model) return ft_cli_usage_error("serve", "--model DIR is required");
+    return 0;
+}
+
+/* The model id clients use: --served-model-name, else the directory's base name. */
+static void model_id(const struct serve_opts *o, char *out, size_t cap) {
+    if (o->name) {
+        snprintf(out, cap, "%s", o->name);
+        return;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", o->model);
+    size_t n = strlen(tmp);
+    while (n > 1 && tmp[n - 1] == '/') tmp[--n] = 0;
+    snprintf(out, cap, "%s", basename(tmp));
+}
+
+struct loaded {
+    struct ft_tok *tok;
+    struct ft_chat_template *tmpl;
+    struct ft_pool *pool;
+    struct ft_model *model;
+    struct ft_sched *sched;
+};
+
+static enum ft_status load(const struct serve_opts *o, struct ft_server *srv, struct loaded *l) {
+    enum ft_status st;
+    FT_TRY(ft_tok_load(o->model, &l->tok));
+    FT_TRY(ft_chat_template_detect(ft_tok_chat_template(l->tok), o->tmpl, &l->tmpl));
+    FT_TRY(ft_pool_init(&l->pool, (int)o->threads));
+    FT_TRY(ft_model_load(o->model, &l->model));
+    struct ft_sched_opts so = {.max_running = (int)o->max_running, .max_prefill = (int)o->max_prefill,
+                               .ctx_size = (int)o->ctx, .kv_tokens = (int)o->kv,
+                               .queue_cap = (int)o->queue, .request_timeout_s = (double)o->req_timeout};
+    FT_TRY(ft_sched_init(&l->sched, l->model, l->tok, l->pool, &so));
+    struct ft_gen_params gp = {0};
+    ft_cli_sampling_defaults(&l->model->cfg, &gp);
+    struct ft_sched_stats stats;
+    ft_sched_stats(l->sched, &stats);
+    srv->sched = l->sched, srv->tok = l->tok, srv->tmpl = l->tmpl;
+    srv->defaults = gp.sampling;
+    srv->ctx_size = stats.ctx_size;
+    ft_log_info("chat template %s; context %d tokens; up to %d requests at once",
+                ft_chat_template_name(l->tmpl), stats.ctx_size, stats.max_running);
+    return FT_OK;
+fail:
+    return st;
+}
+
+static void unload(struct loaded *l) {
+    if (l->sched) ft_sched_free(l->sched);
+    ft_model_free(l->model);
+    ft_pool_free(l->pool);
+    ft_chat_template_free(l->tmpl);
+    ft_tok_free(l->tok);
+}
+
+static void install_signals(void) {
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int ft_cmd_serve(int argc, char **argv) {
+    struct serve_opts o = {.host = "127.0.0.1", .port = 1919, .max_running = 4,
+                           .max_prefill = 2048, .queue = 64, .http_timeout = 30, .body_mb = 8};
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+    char id[256];
+    model_id(&o, id, sizeof id);
+    struct ft_server srv;
+    ft_server_init(&srv, id);
+    install_signals();
+    struct ft_http_opts ho = {.host = o.host, .port = (int)o.port, .api_key = o.api_key,
+                              .cors_origins = o.cors, .max_body_bytes = (size_t)o.body_mb << 20,
+                              .conn_timeout_s = (int)o.http_timeout};
+    struct ft_http *http = NULL;
+    enum ft_status st = ft_http_start(&http, &ho, ft_server_handle, &srv);
+    if (st != FT_OK) return ft_cli_fail(st);
+    struct loaded l = {0};
+    st = load(&o, &srv, &l);
+    if (st != FT_OK) {
+        rc = ft_cli_fail(st);
+        ft_http_stop(http);
+        unload(&l);
+        return rc;
+    }
+    ft_server_set_ready(&srv);
+    printf("FreeToken-C ready: serving %s on http://%s:%d\n", id, o.host, ft_http_port(http));
+    fflush(stdout);
+    while (!g_stop) usleep(50 * 1000);
+    ft_log_info("%s: shutting down (finishing or cancelling running requests)",
+                g_stop == SIGINT ? "SIGINT" : "SIGTERM");
+    ft_http_quiesce(http);
+    ft_sched_shutdown(l.sched);
+    ft_http_stop(http);
+    unload(&l);
+    ft_log_info("stopped");
+    return 0;
+}

@@ -1,0 +1,47 @@
+/* openai.h — the OpenAI-compatible API on top of the serving engine (engine/sched.h):
+ * /v1/chat/completions, /v1/completions, /v1/models, /health, /v1/stats, /tokenize, /detokenize.
+ * Validates request bodies (400 naming the field), renders chat templates, tokenises, submits to
+ * the scheduler and turns its events into JSON or SSE chunks, splitting <think>...</think> into
+ * reasoning_content.
+ * Called by server/http.c (ft_server_handle as the request handler) and set up by cmd_serve.
+ * Threading: ft_server_handle runs on many connection threads at once; the struct is read-only
+ * for them once ft_server_set_ready has published the loaded model. */
+#ifndef FT_SERVER_OPENAI_H
+#define FT_SERVER_OPENAI_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "engine/sample.h"
+#include "server/http.h"
+
+enum ft_server_state { FT_SERVER_LOADING, FT_SERVER_READY, FT_SERVER_ERROR };
+
+struct ft_sched;
+struct ft_tok;
+struct ft_chat_template;
+
+struct ft_server {
+    /* set before the HTTP server starts */
+    const char *model_id;       /* the name clients pass as "model" */
+    int64_t start_us;
+    /* set before ft_server_set_ready, read-only afterwards */
+    struct ft_sched *sched;
+    const struct ft_tok *tok;
+    const struct ft_chat_template *tmpl;
+    struct ft_sampling defaults; /* generation_config.json's sampling */
+    int ctx_size;
+    /* shared */
+    _Atomic int state;          /* enum ft_server_state */
+    _Atomic unsigned long next_id;
+    char error[256];            /* FT_SERVER_ERROR: why */
+};
+
+void ft_server_init(struct ft_server *s, const char *model_id);
+void ft_server_set_ready(struct ft_server *s);
+void ft_server_set_error(struct ft_server *s, const char *msg);
+
+/* The HTTP handler (ft_http_handler_fn); ctx is the struct ft_server. */
+void ft_server_handle(void *ctx, const struct ft_http_req *req, struct ft_http_resp *resp);
+
+#endif

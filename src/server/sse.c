@@ -1,0 +1,108 @@
+/* sse.c — byte buffer, SSE framing and the <think> splitter (see sse.h). Called by openai.c;
+ * every object is owned by one request's thread. */
+#define _GNU_SOURCE /* memmem */
+#include "server/sse.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char k_open[] = "<think>", k_close[] = "</think>";
+
+int ft_sbuf_add(struct ft_sbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p, b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+void ft_sbuf_free(struct ft_sbuf *b) {
+    free(b->p);
+    *b = (struct ft_sbuf){0};
+}
+
+int ft_sse_json(struct ft_sbuf *b, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s) return -1;
+    int rc = ft_sbuf_add(b, "data: ", 6) | ft_sbuf_add(b, s, strlen(s)) | ft_sbuf_add(b, "\n\n", 2);
+    free(s);
+    return rc;
+}
+
+void ft_think_init(struct ft_think *t, int in_think) {
+    *t = (struct ft_think){.state = in_think ? FT_THINK_IN : FT_THINK_START};
+}
+
+void ft_think_free(struct ft_think *t) { ft_sbuf_free(&t->hold); }
+
+/* Longest k < strlen(tag) with s[n-k..n) == tag[0..k). */
+static size_t partial_tag(const char *s, size_t n, const char *tag) {
+    size_t m = strlen(tag) - 1;
+    for (size_t k = n < m ? n : m; k > 0; k--)
+        if (!memcmp(s + n - k, tag, k)) return k;
+    return 0;
+}
+
+/* Processes w[0..n) from the current state; returns how many trailing bytes must be held. */
+static size_t split(struct ft_think *t, const char *w, size_t n, struct ft_sbuf *r,
+                    struct ft_sbuf *c) {
+    size_t i = 0;
+    while (i < n) {
+        if (t->state == FT_THINK_START) {
+            size_t j = i;
+            while (j < n && (w[j] == ' ' || w[j] == '\n' || w[j] == '\r' || w[j] == '\t')) j++;
+            size_t rest = n - j, m = sizeof k_open - 1;
+            if (rest >= m && !memcmp(w + j, k_open, m)) {
+                t->state = FT_THINK_IN, i = j + m;
+            } else if (rest < m && !memcmp(w + j, k_open, rest) && j - i < 64) {
+                return n - i; /* maybe "<think>" still to come */
+            } else {
+                t->state = FT_THINK_CONTENT;
+            }
+        } else if (t->state == FT_THINK_IN) {
+            const char *e = memmem(w + i, n - i, k_close, sizeof k_close - 1);
+            if (e) {
+                ft_sbuf_add(r, w + i, (size_t)(e - (w + i)));
+                i = (size_t)(e - w) + sizeof k_close - 1;
+                t->state = FT_THINK_AFTER;
+            } else {
+                size_t k = partial_tag(w + i, n - i, k_close);
+                ft_sbuf_add(r, w + i, n - i - k);
+                return k;
+            }
+        } else if (t->state == FT_THINK_AFTER) {
+            while (i < n && (w[i] == '\n' || w[i] == '\r')) i++;
+            if (i < n) t->state = FT_THINK_CONTENT;
+        } else {
+            ft_sbuf_add(c, w + i, n - i);
+            i = n;
+        }
+    }
+    return 0;
+}
+
+void ft_think_push(struct ft_think *t, const char *s, size_t n, struct ft_sbuf *r,
+                   struct ft_sbuf *c) {
+    if (t->state == FT_THINK_CONTENT && !t->hold.n) {
+        ft_sbuf_add(c, s, n);
+        return;
+    }
+    struct ft_sbuf w = t->hold;
+    t->hold = (struct ft_sbuf){0};
+    if (ft_sbuf_add(&w, s, n)) return;
+    size_t k = split(t, w.p, w.n, r, c);
+    if (k) ft_sbuf_add(&t->hold, w.p + w.n - k, k);
+    ft_sbuf_free(&w);
+}
+
+void ft_think_flush(struct ft_think *t, struct ft_sbuf *r, struct ft_sbuf *c) {
+    if (t->hold.n) ft_sbuf_add(t->state == FT_THINK_IN ? r : c, t->hold.p, t->hold.n);
+    t->hold.n = 0;
+}

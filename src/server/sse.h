@@ -1,0 +1,39 @@
+/* sse.h — small helpers for streamed responses: a growable byte buffer, Server-Sent-Events
+ * framing ("data: {json}\n\n"), and the incremental <think>...</think> splitter that routes a
+ * reasoning model's thinking to reasoning_content and the rest to content.
+ * Used by server/openai.c. Threading: each object belongs to one request (one thread). */
+#ifndef FT_SERVER_SSE_H
+#define FT_SERVER_SSE_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+struct ft_sbuf {
+    char *p;     /* NUL-terminated when non-NULL */
+    size_t n, cap;
+};
+/* Appends n bytes; returns 0, or -1 when out of memory (the buffer is unchanged). */
+int ft_sbuf_add(struct ft_sbuf *b, const char *s, size_t n);
+void ft_sbuf_free(struct ft_sbuf *b);
+
+/* Appends "data: <compact json>\n\n" (and takes the reference to j). */
+int ft_sse_json(struct ft_sbuf *b, json_t *j);
+
+enum ft_think_state { FT_THINK_START, FT_THINK_IN, FT_THINK_AFTER, FT_THINK_CONTENT };
+
+struct ft_think {
+    enum ft_think_state state;
+    struct ft_sbuf hold; /* bytes that may still be part of a tag */
+};
+/* in_think: the prompt already opened the thinking block (it ends with "<think>"). */
+void ft_think_init(struct ft_think *t, int in_think);
+/* Splits streamed text: reasoning bytes go to r, answer bytes to c (both appended). A leading
+ * "<think>" (after whitespace) opens the reasoning, "</think>" closes it; the newlines right after
+ * it are dropped. */
+void ft_think_push(struct ft_think *t, const char *s, size_t n, struct ft_sbuf *r, struct ft_sbuf *c);
+/* End of stream: releases what is held. */
+void ft_think_flush(struct ft_think *t, struct ft_sbuf *r, struct ft_sbuf *c);
+void ft_think_free(struct ft_think *t);
+
+#endif

@@ -1,0 +1,50 @@
+/* test_server_sse.c — the <think> splitter of server/sse.c fed whole and byte by byte (tags split
+ * across stream chunks), and SSE framing. */
+#include <string.h>
+
+#include "server/sse.h"
+#include "test.h"
+
+/* Feeds text in pieces of `step` bytes (0 = whole) and returns reasoning|content. */
+static void split(const char *text, int in_think, size_t step, char *out, size_t cap) {
+    struct ft_think t;
+    struct ft_sbuf r = {0}, c = {0};
+    ft_think_init(&t, in_think);
+    size_t n = strlen(text);
+    for (size_t i = 0; i < n; i += step ? step : n)
+        ft_think_push(&t, text + i, step && n - i > step ? step : n - i, &r, &c);
+    ft_think_flush(&t, &r, &c);
+    snprintf(out, cap, "%s|%s", r.p ? r.p : "", c.p ? c.p : "");
+    ft_sbuf_free(&r);
+    ft_sbuf_free(&c);
+    ft_think_free(&t);
+}
+
+static void expect_split(const char *text, int in_think, const char *want) {
+    char got[512];
+    for (size_t step = 0; step <= 3; step++) {
+        split(text, in_think, step, got, sizeof got);
+        CHECK_(!strcmp(got, want), "split(%s, step %zu) = '%s', want '%s'", text, step, got, want);
+    }
+}
+
+TEST(think_split_cases) {
+    expect_split("<think>\nplan it\n</think>\n\nThe answer.", 0, "\nplan it\n|The answer.");
+    expect_split("  <think>a</think>b", 0, "a|b");
+    expect_split("No thinking here <think>x</think>", 0, "|No thinking here <think>x</think>");
+    expect_split("<thin", 0, "|<thin");              /* an unfinished tag at the end is text */
+    expect_split("still thinking", 1, "still thinking|"); /* prompt opened <think> */
+    expect_split("r1 style</think>\n\nok", 1, "r1 style|ok");
+    expect_split("<think>unclosed </thi", 0, "unclosed </thi|");
+    expect_split("<", 0, "|<");
+    expect_split("", 0, "|");
+}
+
+TEST(sse_framing) {
+    struct ft_sbuf b = {0};
+    EXPECT_EQ(ft_sse_json(&b, json_pack("{s:s}", "a", "x\ny")), 0);
+    EXPECT_STREQ(b.p, "data: {\"a\":\"x\\ny\"}\n\n");
+    ft_sbuf_free(&b);
+}
+
+TEST_MAIN("server_sse")
