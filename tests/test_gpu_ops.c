@@ -171,12 +171,18 @@ TEST(paged_attention_matches_cpu) {
             float *dk = up(kp, (size_t)NB * BS * kvd * 4), *dv = up(vp, (size_t)NB * BS * kvd * 4);
             float *dq = up(q, (size_t)T * NH * hd * 4), *dout = up(NULL, (size_t)T * NH * hd * 4);
             int32_t *dpos = up(pos, sizeof pos), *dseq = up(seq, sizeof seq), *dtab = up(tables, sizeof tables);
-            ft_cuda_attention(dout, dq, dk, dv, dpos, dseq, dtab, 4, BS, T, NH, NKV, hd, 0.3f, window, 0);
-            float *got = down(dout, (size_t)T * NH * hd);
-            char what[64];
-            snprintf(what, sizeof what, "paged attention hd=%d window=%d", hd, window);
-            EXPECT_NMSE(got, ref, (size_t)T * NH * hd, 1e-10, what);
-            free(got);
+            for (int split = 1; split <= 7; split += 3) { /* one chunk, and flash-decoding chunks */
+                float *dpart = up(NULL, ft_cuda_attention_scratch(T, NH, hd, split));
+                cudaMemset(dout, 0, (size_t)T * NH * hd * 4);
+                ft_cuda_attention(dout, dpart, dq, dk, dv, dpos, dseq, dtab, 4, BS, T, NH, NKV, hd,
+                                  0.3f, window, 64, split, 0);
+                float *got = down(dout, (size_t)T * NH * hd);
+                char what[80];
+                snprintf(what, sizeof what, "paged attention hd=%d window=%d split=%d", hd, window, split);
+                EXPECT_NMSE(got, ref, (size_t)T * NH * hd, 1e-10, what);
+                free(got);
+                cudaFree(dpart);
+            }
             cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dout), cudaFree(dpos), cudaFree(dseq), cudaFree(dtab);
         }
         free(kp), free(vp), free(q), free(ref);
@@ -270,6 +276,78 @@ TEST(moe_router_and_experts) {
     free(logits), free(gu), free(dn), free(x), free(ref), free(got);
     cudaFree(dl), cudaFree(dw), cudaFree(dids), cudaFree(dgu), cudaFree(ddn), cudaFree(dx);
     cudaFree(dmgu), cudaFree(dmact), cudaFree(dmy), cudaFree(dout), cudaFree(dtok), cudaFree(dlg), cudaFree(dam);
+}
+
+/* Fused q/k/v GEMV (three outputs) and the device-side MoE prefill (sort, tensor-core grouped
+ * GEMM, un-sort) against the CPU on the same bf16-rounded activations. */
+TEST(fused_qkv_and_moe_prefill) {
+    int T = 5, K = 264, n0 = 72, n1 = 24, n2 = 24, N = n0 + n1 + n2;
+    uint16_t *w = rnd_bf16((size_t)N * K, 0.1f);
+    float *x = rnd((size_t)T * K), *b1 = rnd(n1), *ref = malloc((size_t)T * N * 4);
+    ft_cpu_matmul(g_pool, ref, x, w, FT_DTYPE_BF16, NULL, T, N, K);
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < n1; n++) ref[t * N + n0 + n] += b1[n];
+    uint16_t *dw = up(w, (size_t)N * K * 2);
+    float *dx = up(x, (size_t)T * K * 4), *db1 = up(b1, n1 * 4);
+    float *dy0 = up(NULL, (size_t)T * n0 * 4), *dy1 = up(NULL, (size_t)T * n1 * 4), *dy2 = up(NULL, (size_t)T * n2 * 4);
+    ft_cuda_gemv3(dy0, dy1, dy2, n0, n1, NULL, db1, NULL, dx, dw, T, N, K, 0);
+    float *y0 = down(dy0, (size_t)T * n0), *y1 = down(dy1, (size_t)T * n1), *y2 = down(dy2, (size_t)T * n2);
+    float *got = malloc((size_t)T * N * 4);
+    for (int t = 0; t < T; t++) {
+        memcpy(got + t * N, y0 + t * n0, (size_t)n0 * 4);
+        memcpy(got + t * N + n0, y1 + t * n1, (size_t)n1 * 4);
+        memcpy(got + t * N + n0 + n1, y2 + t * n2, (size_t)n2 * 4);
+    }
+    EXPECT_NMSE(got, ref, (size_t)T * N, 1e-10, "gemv3 fused q/k/v with bias");
+    free(w), free(x), free(b1), free(ref), free(y0), free(y1), free(y2), free(got);
+    cudaFree(dw), cudaFree(dx), cudaFree(db1), cudaFree(dy0), cudaFree(dy1), cudaFree(dy2);
+    /* MoE prefill: 70 tokens, 9 experts, top-3, H = 136 (K % 8 == 0 path) and H = 42 (tails) */
+    int Hs[2] = {136, 42};
+    for (int hi = 0; hi < 2; hi++) {
+        int TT = 70, E = 9, k = 3, H = Hs[hi], I = 40, R = TT * k;
+        int32_t *ids = malloc((size_t)R * 4);
+        float *wts = rnd(R);
+        for (int t = 0; t < TT; t++)
+            for (int j = 0; j < k; j++) ids[t * k + j] = (t * 7 + j * 2 + (t % 3 == 0 ? 0 : 1)) % E;
+        uint16_t *gu = rnd_bf16((size_t)E * 2 * I * H, 0.2f), *dn = rnd_bf16((size_t)E * H * I, 0.2f);
+        uint16_t *x16 = rnd_bf16((size_t)TT * H, 1.0f);
+        float *xf = malloc((size_t)TT * H * 4), *ref2 = calloc((size_t)TT * H, 4);
+        ft_to_f32(xf, x16, FT_DTYPE_BF16, (size_t)TT * H);
+        for (int t = 0; t < TT; t++)
+            for (int j = 0; j < k; j++) {
+                float g[80], a[40], y[136];
+                uint16_t a16[40];
+                int e = ids[t * k + j];
+                ft_cpu_matmul_rows(g, 2 * I, xf + t * H, H, gu + (size_t)e * 2 * I * H, FT_DTYPE_BF16, 1, 0, 2 * I, H);
+                ft_cpu_silu_mul(a, g, 1, I);
+                for (int i = 0; i < I; i++) a16[i] = ft_f32_to_bf16(a[i]), a[i] = ft_bf16_to_f32(a16[i]);
+                ft_cpu_matmul_rows(y, H, a, I, dn + (size_t)e * H * I, FT_DTYPE_BF16, 1, 0, H, I);
+                for (int h = 0; h < H; h++) ref2[t * H + h] += wts[t * k + j] * y[h];
+            }
+        int32_t *dids = up(ids, (size_t)R * 4), *dcnt = up(NULL, E * 4), *doff = up(NULL, (E + 1) * 4);
+        int32_t *dcur = up(NULL, E * 4), *drtok = up(NULL, (size_t)R * 4), *dpd = up(NULL, (size_t)R * 4);
+        uint16_t *dgu = up(gu, (size_t)E * 2 * I * H * 2), *ddn = up(dn, (size_t)E * H * I * 2);
+        uint16_t *dx16 = up(x16, (size_t)TT * H * 2), *dxg = up(NULL, (size_t)R * H * 2);
+        uint16_t *dact16 = up(NULL, (size_t)R * I * 2);
+        float *dmgu = up(NULL, (size_t)R * 2 * I * 4), *dact = up(NULL, (size_t)R * I * 4);
+        float *dmy = up(NULL, (size_t)R * H * 4), *dout = up(NULL, (size_t)TT * H * 4), *dw2 = up(wts, (size_t)R * 4);
+        ft_cuda_moe_sort(dcnt, doff, dcur, drtok, dpd, dids, TT, k, E, 0);
+        ft_cuda_gather_bf16(dxg, dx16, drtok, R, H, 0);
+        ft_cuda_moe_gemm(dmgu, dxg, dgu, doff, E, 2 * I, H, TT, 0);
+        ft_cuda_silu_mul(dact, dmgu, R, I, 0);
+        ft_cuda_to_bf16(dact16, dact, (size_t)R * I, 0);
+        ft_cuda_moe_gemm(dmy, dact16, ddn, doff, E, H, I, TT, 0);
+        ft_cuda_moe_unsort(dout, dmy, dpd, dw2, TT, k, H, 0);
+        float *got2 = down(dout, (size_t)TT * H);
+        char what[64];
+        snprintf(what, sizeof what, "moe prefill sort+wmma gemm H=%d", H);
+        EXPECT_NMSE(got2, ref2, (size_t)TT * H, 1e-5, what);
+        EXPECT_OK(ft_cuda_check("moe prefill"));
+        free(ids), free(wts), free(gu), free(dn), free(x16), free(xf), free(ref2), free(got2);
+        cudaFree(dids), cudaFree(dcnt), cudaFree(doff), cudaFree(dcur), cudaFree(drtok), cudaFree(dpd);
+        cudaFree(dgu), cudaFree(ddn), cudaFree(dx16), cudaFree(dxg), cudaFree(dact16), cudaFree(dmgu);
+        cudaFree(dact), cudaFree(dmy), cudaFree(dout), cudaFree(dw2);
+    }
 }
 
 int main(int argc, char **argv) {

@@ -21,11 +21,11 @@
 
 struct gpu_layer {
     float *attn_norm, *ffn_norm, *q_norm, *k_norm, *bq, *bk, *bv, *bo;
-    uint16_t *wq, *wk, *wv, *wo;
-    uint16_t *w_gate, *w_up, *w_down; /* dense */
+    uint16_t *wqkv, *wo;              /* wqkv: [q_dim + 2 kv_dim, H] (q, k, v rows) */
+    uint16_t *w_gu, *w_down;          /* dense: w_gu [2I, H] (gate rows, then up rows) */
     int I;
     uint16_t *router, *gu, *down;     /* MoE: [E, H], [E][2I, H], [E][H, I] */
-    uint16_t *sh_gate, *sh_up, *sh_down, *sh_score;
+    uint16_t *sh_gu, *sh_down, *sh_score; /* sh_gu [2Is, H] */
     int is_moe, has_shared, window;
 };
 
@@ -49,12 +49,18 @@ struct ft_gpu {
     uint16_t *xn16, *att16, *act16, *xl16;
     int32_t *topk;
     /* MoE prefill scratch */
-    float *mgu, *mact, *my, *rw;
+    float *mgu, *mact, *my;
     uint16_t *xg16, *mact16;
-    int32_t *rtok;
-    float *h_rw;
-    int32_t *h_rtok;
+    int32_t *rtok, *pair_dst, *offsets, *cursor, *d_counts_all, *h_counts_all;
+    float *att_part;                   /* flash-decoding partials */
+    int att_split_small, att_split_big;
     float *h_logits;                   /* pinned [C, vocab] */
+    /* FT_GPU_PROFILE=1: decode steps run eagerly with an event between op groups */
+    int prof;
+    cudaEvent_t ev[1024];
+    int n_ev, ev_cat[1024];
+    double prof_ms[16];
+    long prof_steps;
     /* graphs per decode batch size */
     cudaGraphExec_t graph[MAX_GRAPH_T + 1];
     int graph_seen[MAX_GRAPH_T + 1];
@@ -124,6 +130,23 @@ static float *up_f(struct ft_gpu *g, const float *h, size_t n, enum ft_status *s
     return d;
 }
 
+/* Several host weights of the same width stacked into one device matrix (fused projections). */
+static uint16_t *up_cat(struct ft_gpu *g, const struct ft_weight *const *ws, int n, enum ft_status *st) {
+    if (*st != FT_OK) return NULL;
+    size_t rows = 0, K = (size_t)ws[0]->cols, off = 0;
+    for (int i = 0; i < n; i++) rows += (size_t)ws[i]->rows;
+    uint16_t *d = dalloc(g, rows * K * 2, st);
+    for (int i = 0; d && i < n; i++) {
+        uint16_t *part = up_w(g, ws[i], st);
+        if (!part) return NULL;
+        cudaMemcpy(d + off, part, (size_t)ws[i]->rows * K * 2, cudaMemcpyDeviceToDevice);
+        cudaFree(part);
+        g->used -= ((size_t)ws[i]->rows * K * 2 + 255) & ~(size_t)255;
+        off += (size_t)ws[i]->rows * K;
+    }
+    return d;
+}
+
 /* A whole bank (E expert matrices, host stride >= row bytes) as a dense device array. */
 static uint16_t *up_bank(struct ft_gpu *g, const struct ft_bank *b, enum ft_status *st) {
     if (*st != FT_OK) return NULL;
@@ -158,16 +181,15 @@ static enum ft_status upload(struct ft_gpu *g) {
         L->bk = up_f(g, hl->bk, kd, &st);
         L->bv = up_f(g, hl->bv, kd, &st);
         L->bo = up_f(g, hl->bo, H, &st);
-        L->wq = up_w(g, &hl->wq, &st);
-        L->wk = up_w(g, &hl->wk, &st);
-        L->wv = up_w(g, &hl->wv, &st);
+        const struct ft_weight *qkv[3] = {&hl->wq, &hl->wk, &hl->wv};
+        L->wqkv = up_cat(g, qkv, 3, &st);
         L->wo = up_w(g, &hl->wo, &st);
         L->window = hl->window;
         L->is_moe = hl->is_moe;
         if (!hl->is_moe) {
             L->I = hl->w_gate.rows;
-            L->w_gate = up_w(g, &hl->w_gate, &st);
-            L->w_up = up_w(g, &hl->w_up, &st);
+            const struct ft_weight *gu[2] = {&hl->w_gate, &hl->w_up};
+            L->w_gu = up_cat(g, gu, 2, &st);
             L->w_down = up_w(g, &hl->w_down, &st);
             continue;
         }
@@ -176,8 +198,8 @@ static enum ft_status upload(struct ft_gpu *g) {
         L->down = up_bank(g, &hl->bank[FT_BANK_DOWN], &st);
         L->has_shared = hl->has_shared;
         if (hl->has_shared) {
-            L->sh_gate = up_w(g, &hl->sh_gate, &st);
-            L->sh_up = up_w(g, &hl->sh_up, &st);
+            const struct ft_weight *sgu[2] = {&hl->sh_gate, &hl->sh_up};
+            L->sh_gu = up_cat(g, sgu, 2, &st);
             L->sh_down = up_w(g, &hl->sh_down, &st);
             L->sh_score = up_w(g, &hl->sh_score, &st);
         }
@@ -236,10 +258,20 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
         g->my = dalloc(g, R * H * 4, &st);
         g->xg16 = dalloc(g, R * H * 2, &st);
         g->rtok = dalloc(g, R * 4, &st);
-        g->rw = dalloc(g, R * 4, &st);
-        g->h_rtok = halloc(R * 4, &st);
-        g->h_rw = halloc(R * 4, &st);
+        g->pair_dst = dalloc(g, R * 4, &st);
+        g->offsets = dalloc(g, (E + 1) * 4, &st);
+        g->cursor = dalloc(g, E * 4, &st);
+        g->d_counts_all = dalloc(g, (size_t)m->n_layers * E * 4, &st);
+        g->h_counts_all = halloc((size_t)m->n_layers * E * 4, &st);
     }
+    /* flash-decoding partials: decode graphs split the whole context (up to 256 chunks),
+     * prefill chunks split up to 16 ways */
+    g->att_split_small = (g->o.max_ctx + 63) / 64;
+    if (g->att_split_small > 256) g->att_split_small = 256;
+    g->att_split_big = 16;
+    size_t a1 = ft_cuda_attention_scratch(MAX_GRAPH_T, m->n_heads, m->head_dim, g->att_split_small);
+    size_t a2 = ft_cuda_attention_scratch(g->C, m->n_heads, m->head_dim, g->att_split_big);
+    g->att_part = dalloc(g, a1 > a2 ? a1 : a2, &st);
     if (st == FT_OK) cudaMemset(g->d_step, 0, 4);
     return st;
 }
@@ -252,82 +284,73 @@ static enum ft_status mm(struct ft_gpu *g, float *y, int ldy, const float *x, co
         return FT_OK;
     }
     enum ft_status st = ft_blas_gemm(g->blas, y, ldy, x16, w, T, N, K);
-    if (st == FT_OK && bias) { /* rare (Qwen2 q/k/v): add per row with the GEMV-free path */
-        for (int t = 0; t < T; t++) ft_cuda_add(y + (size_t)t * ldy, bias, (size_t)N, g->s);
-    }
+    if (st == FT_OK && bias) ft_cuda_add_bias(y, ldy, bias, T, N, g->s);
     return st;
 }
 
-/* MoE prefill: tokens sorted by expert on the host, one grouped GEMM per projection. */
-static enum ft_status moe_grouped(struct ft_gpu *g, const struct gpu_layer *L, int l, int T,
-                                  double *distinct) {
+/* MoE prefill: routing sort on the device, one tensor-core GEMM launch per projection. */
+static void moe_prefill(struct ft_gpu *g, const struct gpu_layer *L, int l, int T) {
     const struct ft_model *m = g->m;
     int E = m->n_experts, k = m->top_k, H = m->hidden, I = m->expert_inter, R = T * k;
-    int32_t *ids = g->h_topk_all + (size_t)l * g->C * k;
-    float wts[R];
-    cudaMemcpyAsync(ids, g->topk, (size_t)R * 4, cudaMemcpyDeviceToHost, g->s);
-    cudaMemcpyAsync(wts, g->topw, (size_t)R * 4, cudaMemcpyDeviceToHost, g->s);
-    if (cudaStreamSynchronize(g->s) != cudaSuccess) return ft_cuda_check("MoE routing copy");
-    int count[E], off[E + 1], fill[E];
-    memset(count, 0, sizeof count);
-    for (int r = 0; r < R; r++) count[ids[r]]++;
-    off[0] = 0;
-    for (int e = 0; e < E; e++) off[e + 1] = off[e] + count[e], fill[e] = off[e];
-    for (int r = 0; r < R; r++) {
-        int d = fill[ids[r]]++;
-        g->h_rtok[d] = r / k;
-        g->h_rw[d] = wts[r];
+    cudaStream_t s = g->s;
+    int32_t *counts = g->d_counts_all + (size_t)l * E;
+    ft_cuda_moe_sort(counts, g->offsets, g->cursor, g->rtok, g->pair_dst, g->topk, T, k, E, s);
+    ft_cuda_gather_bf16(g->xg16, g->xn16, g->rtok, R, H, s);
+    ft_cuda_moe_gemm(g->mgu, g->xg16, L->gu, g->offsets, E, 2 * I, H, T, s);
+    ft_cuda_silu_mul(g->mact, g->mgu, R, I, s);
+    ft_cuda_to_bf16(g->mact16, g->mact, (size_t)R * I, s);
+    ft_cuda_moe_gemm(g->my, g->mact16, L->down, g->offsets, E, H, I, T, s);
+    ft_cuda_moe_unsort(g->y, g->my, g->pair_dst, g->topw, T, k, H, s);
+}
+
+enum { P_NORM, P_QKV, P_ROPE_KV, P_ATTN, P_OPROJ, P_ROUTER, P_EXPERTS, P_SHARED, P_DENSE, P_HEAD,
+       P_N };
+static const char *const k_prof_names[P_N] = {"norms+residual", "qkv proj", "qk-norm+rope+kv write",
+                                              "attention", "o proj", "router+top-k", "routed experts",
+                                              "shared expert", "dense mlp", "final norm+lm_head"};
+
+/* Marks the end of an op group (profiling only). */
+static void prof_mark(struct ft_gpu *g, int cat) {
+    if (g->prof <= 0 || g->n_ev >= 1024) return;
+    cudaEventRecord(g->ev[g->n_ev], g->s);
+    g->ev_cat[g->n_ev++] = cat;
+}
+
+static void prof_collect(struct ft_gpu *g) {
+    cudaEventSynchronize(g->ev[g->n_ev - 1]);
+    for (int i = 1; i < g->n_ev; i++) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, g->ev[i - 1], g->ev[i]);
+        g->prof_ms[g->ev_cat[i]] += ms;
     }
-    cudaMemcpyAsync(g->rtok, g->h_rtok, (size_t)R * 4, cudaMemcpyHostToDevice, g->s);
-    cudaMemcpyAsync(g->rw, g->h_rw, (size_t)R * 4, cudaMemcpyHostToDevice, g->s);
-    ft_cuda_gather_bf16(g->xg16, g->xn16, g->rtok, R, H, g->s);
-    float *y[E];
-    const uint16_t *x[E], *w[E];
-    int mm_[E], n = 0;
-    for (int e = 0; e < E; e++) {
-        if (!count[e]) continue;
-        y[n] = g->mgu + (size_t)off[e] * 2 * I;
-        x[n] = g->xg16 + (size_t)off[e] * H;
-        w[n] = L->gu + (size_t)e * 2 * I * H;
-        mm_[n++] = count[e];
-    }
-    *distinct += n;
-    enum ft_status st = ft_blas_gemm_grouped(g->blas, y, x, w, mm_, n, 2 * I, H);
-    if (st != FT_OK) return st;
-    ft_cuda_silu_mul(g->mact, g->mgu, R, I, g->s);
-    ft_cuda_to_bf16(g->mact16, g->mact, (size_t)R * I, g->s);
-    n = 0;
-    for (int e = 0; e < E; e++) {
-        if (!count[e]) continue;
-        y[n] = g->my + (size_t)off[e] * H;
-        x[n] = g->mact16 + (size_t)off[e] * I;
-        w[n++] = L->down + (size_t)e * H * I;
-    }
-    st = ft_blas_gemm_grouped(g->blas, y, x, w, mm_, n, H, I);
-    if (st != FT_OK) return st;
-    cudaMemsetAsync(g->y, 0, (size_t)T * H * 4, g->s);
-    ft_cuda_scatter_add(g->y, g->my, g->rtok, g->rw, R, H, g->s);
-    return FT_OK;
+    g->prof_steps++;
 }
 
 /* The layer loop for T tokens whose inputs are already on the device. Graph-capturable when
  * T <= MAX_GRAPH_T (no host synchronisation on that path). */
-static enum ft_status layers(struct ft_gpu *g, int T, int n_seqs, double *distinct) {
+static enum ft_status layers(struct ft_gpu *g, int T, int max_pos) {
     const struct ft_model *m = g->m;
     int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim;
     int E = m->n_experts, k = m->top_k, small = T <= MAX_GRAPH_T;
     cudaStream_t s = g->s;
     enum ft_status st = FT_OK;
-    (void)n_seqs;
     if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, s);
     ft_cuda_embed(g->x, g->embed, g->d_ids, T, H, s);
+    prof_mark(g, P_NORM);
     for (int l = 0; l < m->n_layers && st == FT_OK; l++) {
         const struct gpu_layer *L = &g->L[l];
         ft_cuda_rmsnorm(g->xn, g->xn16, g->x, L->attn_norm, T, H, m->rms_eps, s);
-        st = mm(g, g->q, qd, g->xn, g->xn16, L->wq, L->bq, T, qd, H);
-        if (st == FT_OK) st = mm(g, g->k, kd, g->xn, g->xn16, L->wk, L->bk, T, kd, H);
-        if (st == FT_OK) st = mm(g, g->v, kd, g->xn, g->xn16, L->wv, L->bv, T, kd, H);
-        if (st != FT_OK) break;
+        prof_mark(g, P_NORM);
+        if (small) {
+            ft_cuda_gemv3(g->q, g->k, g->v, qd, kd, L->bq, L->bk, L->bv, g->xn, L->wqkv, T,
+                          qd + 2 * kd, H, s);
+        } else {
+            st = mm(g, g->q, qd, g->xn, g->xn16, L->wqkv, L->bq, T, qd, H);
+            if (st == FT_OK) st = mm(g, g->k, kd, g->xn, g->xn16, L->wqkv + (size_t)qd * H, L->bk, T, kd, H);
+            if (st == FT_OK) st = mm(g, g->v, kd, g->xn, g->xn16, L->wqkv + (size_t)(qd + kd) * H, L->bv, T, kd, H);
+            if (st != FT_OK) break;
+        }
+        prof_mark(g, P_QKV);
         if (L->q_norm) {
             ft_cuda_rmsnorm(g->q, NULL, g->q, L->q_norm, T * m->n_heads, hd, m->rms_eps, s);
             ft_cuda_rmsnorm(g->k, NULL, g->k, L->k_norm, T * m->n_kv_heads, hd, m->rms_eps, s);
@@ -337,21 +360,28 @@ static enum ft_status layers(struct ft_gpu *g, int T, int n_seqs, double *distin
         size_t layer_off = (size_t)l * g->o.n_blocks * FT_KV_BLOCK * kd;
         ft_cuda_kv_write(g->k_cache + layer_off, g->v_cache + layer_off, g->k, g->v, g->d_pos,
                          g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, kd, s);
-        ft_cuda_attention(g->att, g->q, g->k_cache + layer_off, g->v_cache + layer_off, g->d_pos,
-                          g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, m->n_heads,
-                          m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window, s);
+        prof_mark(g, P_ROPE_KV);
+        int split = small ? g->att_split_small : (max_pos + 63) / 64;
+        if (split > (small ? g->att_split_small : g->att_split_big)) split = small ? g->att_split_small : g->att_split_big;
+        ft_cuda_attention(g->att, g->att_part, g->q, g->k_cache + layer_off, g->v_cache + layer_off,
+                          g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T,
+                          m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window,
+                          small ? g->o.max_ctx : max_pos, split, s);
+        prof_mark(g, P_ATTN);
         if (!small) ft_cuda_to_bf16(g->att16, g->att, (size_t)T * qd, s);
         st = mm(g, g->y, H, g->att, small ? NULL : g->att16, L->wo, L->bo, T, H, qd);
         if (st != FT_OK) break;
+        prof_mark(g, P_OPROJ);
         ft_cuda_add(g->x, g->y, (size_t)T * H, s);
         ft_cuda_rmsnorm(g->xn, g->xn16, g->x, L->ffn_norm, T, H, m->rms_eps, s);
+        prof_mark(g, P_NORM);
         if (!L->is_moe) {
             int I = L->I;
-            st = mm(g, g->gu, 2 * I, g->xn, g->xn16, L->w_gate, NULL, T, I, H);
-            if (st == FT_OK) st = mm(g, g->gu + I, 2 * I, g->xn, g->xn16, L->w_up, NULL, T, I, H);
+            st = mm(g, g->gu, 2 * I, g->xn, g->xn16, L->w_gu, NULL, T, 2 * I, H);
             ft_cuda_silu_mul(g->act, g->gu, T, I, s);
             if (!small) ft_cuda_to_bf16(g->act16, g->act, (size_t)T * I, s);
             if (st == FT_OK) st = mm(g, g->y, H, g->act, small ? NULL : g->act16, L->w_down, NULL, T, H, I);
+            prof_mark(g, P_DENSE);
         } else {
             int I = m->expert_inter;
             st = mm(g, g->router, E, g->xn, g->xn16, L->router, NULL, T, E, H);
@@ -361,6 +391,7 @@ static enum ft_status layers(struct ft_gpu *g, int T, int n_seqs, double *distin
             else
                 ft_cuda_synthetic_route(g->topk, g->topw, g->router, T, E, k, g->o.seed, g->d_step,
                                         l, m->norm_topk, s);
+            prof_mark(g, P_ROUTER);
             if (small) {
                 cudaMemcpyAsync(g->d_topk_all + (size_t)l * g->C * k, g->topk, (size_t)T * k * 4,
                                 cudaMemcpyDeviceToDevice, s);
@@ -369,21 +400,22 @@ static enum ft_status layers(struct ft_gpu *g, int T, int n_seqs, double *distin
                 ft_cuda_moe_gemv(g->my, g->mact, 1, L->down, (size_t)H * I, g->topk, T * k, H, I, s);
                 ft_cuda_moe_combine(g->y, g->my, g->topw, T, k, H, s);
             } else {
-                st = moe_grouped(g, L, l, T, distinct);
-                if (st != FT_OK) break;
+                moe_prefill(g, L, l, T);
             }
+            prof_mark(g, P_EXPERTS);
             if (L->has_shared) {
                 int Is = m->shared_inter;
-                st = mm(g, g->gu, 2 * Is, g->xn, g->xn16, L->sh_gate, NULL, T, Is, H);
-                if (st == FT_OK) st = mm(g, g->gu + Is, 2 * Is, g->xn, g->xn16, L->sh_up, NULL, T, Is, H);
+                st = mm(g, g->gu, 2 * Is, g->xn, g->xn16, L->sh_gu, NULL, T, 2 * Is, H);
                 ft_cuda_silu_mul(g->act, g->gu, T, Is, s);
                 if (!small) ft_cuda_to_bf16(g->act16, g->act, (size_t)T * Is, s);
                 if (st == FT_OK) st = mm(g, g->sh, H, g->act, small ? NULL : g->act16, L->sh_down, NULL, T, H, Is);
                 ft_cuda_gemv(g->score, 1, g->xn, L->sh_score, NULL, T, 1, H, s);
                 ft_cuda_sigmoid_scale_add(g->y, g->sh, g->score, T, H, s);
+                prof_mark(g, P_SHARED);
             }
         }
         ft_cuda_add(g->x, g->y, (size_t)T * H, s);
+        prof_mark(g, P_NORM);
     }
     return st;
 }
@@ -394,13 +426,15 @@ static enum ft_status head(struct ft_gpu *g, int rows) {
     int H = m->hidden;
     ft_cuda_gather_f32(g->xl, g->x, g->d_rows, rows, H, g->s);
     ft_cuda_rmsnorm(g->xl, g->xl16, g->xl, g->final_norm, rows, H, m->rms_eps, g->s);
-    return mm(g, g->logits, m->vocab, g->xl, g->xl16, g->lm_head, NULL, rows, m->vocab, H);
+    enum ft_status st = mm(g, g->logits, m->vocab, g->xl, g->xl16, g->lm_head, NULL, rows, m->vocab, H);
+    prof_mark(g, P_HEAD);
+    return st;
 }
 
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
                               float *logits, double *distinct_out) {
     const struct ft_model *m = g->m;
-    int T = 0, rows = 0, decode = n_segs <= g->o.max_seqs;
+    int T = 0, rows = 0, decode = n_segs <= g->o.max_seqs, max_pos = 1;
     if (n_segs > g->o.max_seqs)
         return ft_fail(FT_ERR_INVALID_ARG, "GPU forward: %d sequences in one step (max %d)", n_segs,
                        g->o.max_seqs);
@@ -412,6 +446,7 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         for (int t = 0; t < sg->n; t++, T++) {
             g->h_ids[T] = sg->ids[t];
             g->h_pos[T] = sg->pos0 + t;
+            if (sg->pos0 + t + 1 > max_pos) max_pos = sg->pos0 + t + 1;
             g->h_tok_seq[T] = i;
             if (sg->want == FT_LOGITS_ALL || (sg->want == FT_LOGITS_LAST && t == sg->n - 1))
                 g->h_rows[rows++] = T;
@@ -426,14 +461,18 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
                     cudaMemcpyHostToDevice, s);
     double distinct = 0;
     enum ft_status st = FT_OK;
-    int use_graph = decode && g->o.graphs && T <= MAX_GRAPH_T;
+    int use_graph = decode && g->o.graphs && T <= MAX_GRAPH_T && !g->prof;
+    g->n_ev = 0;
+    if (g->prof && decode) prof_mark(g, P_NORM); /* step start */
+    int prof_step = g->prof && decode;
+    if (!prof_step) g->prof = -g->prof; /* marks only for decode steps */
     if (use_graph && g->graph[T]) {
         if (cudaGraphLaunch(g->graph[T], s) != cudaSuccess) st = ft_cuda_check("cudaGraphLaunch");
     } else if (use_graph && g->graph_seen[T]) { /* second time at this size: capture, then replay */
         cudaGraph_t graph;
         if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
             return ft_cuda_check("cudaStreamBeginCapture");
-        st = layers(g, T, n_segs, &distinct);
+        st = layers(g, T, max_pos);
         if (st == FT_OK) st = head(g, rows);
         cudaError_t e = cudaStreamEndCapture(s, &graph);
         if (st == FT_OK && e == cudaSuccess &&
@@ -445,18 +484,24 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         }
     } else {
         if (use_graph) g->graph_seen[T] = 1;
-        st = layers(g, T, n_segs, &distinct);
+        st = layers(g, T, max_pos);
         if (st == FT_OK) st = head(g, rows);
     }
+    if (!prof_step) g->prof = -g->prof;
     if (st != FT_OK) return st;
+    if (prof_step && g->n_ev > 1) prof_collect(g);
     if (logits) cudaMemcpyAsync(g->h_logits, g->logits, (size_t)rows * m->vocab * 4, cudaMemcpyDeviceToHost, s);
-    if (decode && m->n_experts)
+    int small = T <= MAX_GRAPH_T;
+    if (small && m->n_experts)
         cudaMemcpyAsync(g->h_topk_all, g->d_topk_all, (size_t)m->n_layers * g->C * m->top_k * 4,
+                        cudaMemcpyDeviceToHost, s);
+    if (!small && m->n_experts)
+        cudaMemcpyAsync(g->h_counts_all, g->d_counts_all, (size_t)m->n_layers * m->n_experts * 4,
                         cudaMemcpyDeviceToHost, s);
     if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("GPU forward");
     if (logits) memcpy(logits, g->h_logits, (size_t)rows * m->vocab * 4);
     if (distinct_out && m->n_experts) {
-        if (decode) { /* count distinct ids per MoE layer from the copied top-k */
+        if (small) { /* count distinct ids per MoE layer from the copied top-k */
             int moe = 0;
             for (int l = 0; l < m->n_layers; l++) {
                 if (!g->L[l].is_moe) continue;
@@ -469,9 +514,13 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
                 }
             }
             *distinct_out = moe ? distinct / moe : 0;
-        } else {
+        } else { /* experts with at least one row, from the routing counts */
             int moe = 0;
-            for (int l = 0; l < m->n_layers; l++) moe += g->L[l].is_moe;
+            for (int l = 0; l < m->n_layers; l++) {
+                if (!g->L[l].is_moe) continue;
+                moe++;
+                for (int e = 0; e < m->n_experts; e++) distinct += g->h_counts_all[(size_t)l * m->n_experts + e] > 0;
+            }
             *distinct_out = moe ? distinct / moe : 0;
         }
     }
@@ -511,6 +560,8 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
         free(g);
         return ft_fail(FT_ERR_CUDA, "GPU: cannot create a stream");
     }
+    g->prof = getenv("FT_GPU_PROFILE") && atoi(getenv("FT_GPU_PROFILE")) > 0;
+    for (int i = 0; g->prof && i < 1024; i++) cudaEventCreate(&g->ev[i]);
     st = ft_blas_init(&g->blas, g->s);
     if (st == FT_OK) st = upload(g);
     if (st == FT_OK) st = alloc_scratch(g);
@@ -533,13 +584,24 @@ static void dfree(void *p) {
 void ft_gpu_free(struct ft_gpu *g) {
     if (!g) return;
     cudaDeviceSynchronize();
+    if (g->prof && g->prof_steps) {
+        double tot = 0;
+        for (int c = 0; c < P_N; c++) tot += g->prof_ms[c];
+        ft_log_info("GPU decode profile over %ld eager steps: %.3f ms per step", g->prof_steps,
+                    tot / g->prof_steps);
+        for (int c = 0; c < P_N; c++)
+            if (g->prof_ms[c] > 0)
+                ft_log_info("  %-24s %8.3f ms  %5.1f%%", k_prof_names[c], g->prof_ms[c] / g->prof_steps,
+                            100.0 * g->prof_ms[c] / tot);
+    }
+    for (int i = 0; g->prof && i < 1024; i++) cudaEventDestroy(g->ev[i]);
     for (int t = 0; t <= MAX_GRAPH_T; t++)
         if (g->graph[t]) cudaGraphExecDestroy(g->graph[t]);
     for (int l = 0; g->L && l < g->m->n_layers; l++) {
         struct gpu_layer *L = &g->L[l];
         void *ps[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->bq, L->bk, L->bv, L->bo,
-                      L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down, L->router, L->gu,
-                      L->down, L->sh_gate, L->sh_up, L->sh_down, L->sh_score};
+                      L->wqkv, L->wo, L->w_gu, L->w_down, L->router, L->gu, L->down, L->sh_gu,
+                      L->sh_down, L->sh_score};
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) dfree(ps[i]);
     }
     if (g->lm_head != g->embed) dfree(g->lm_head);
@@ -547,10 +609,11 @@ void ft_gpu_free(struct ft_gpu *g) {
                   g->d_tok_seq, g->d_tables, g->d_rows, g->d_topk_all, g->d_step, g->x, g->xn,
                   g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
                   g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,
-                  g->mgu, g->mact, g->my, g->rw, g->xg16, g->mact16, g->rtok};
+                  g->mgu, g->mact, g->my, g->xg16, g->mact16, g->rtok, g->pair_dst, g->offsets,
+                  g->cursor, g->d_counts_all, g->att_part};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
     void *hs[] = {g->h_ids, g->h_pos, g->h_tok_seq, g->h_tables, g->h_rows, g->h_topk_all,
-                  g->h_rw, g->h_rtok, g->h_logits};
+                  g->h_counts_all, g->h_logits};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
         if (hs[i]) cudaFreeHost(hs[i]);
     ft_blas_free(g->blas);

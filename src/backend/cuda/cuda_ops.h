@@ -33,16 +33,28 @@ void ft_cuda_rope(float *x, const int32_t *pos, const float *inv_freq, float msc
 void ft_cuda_kv_write(float *k_cache, float *v_cache, const float *k, const float *v,
                       const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
                       int max_blocks, int block_size, int T, int kv_dim, cudaStream_t s);
-/* Causal GQA attention over the paged caches (same masking as ft_cpu_attention_paged). */
-void ft_cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
-                       const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
-                       int max_blocks, int block_size, int T, int n_heads, int n_kv_heads,
-                       int head_dim, float scale, int window, cudaStream_t s);
+/* Causal GQA attention over the paged caches (same masking as ft_cpu_attention_paged), split
+ * over positions (flash-decoding): positions [0, max_pos) are cut into n_split chunks, each a
+ * block per (token, head); `scratch` holds ft_cuda_attention_scratch() bytes of partials.
+ * max_pos bounds pos[t] + 1 of every token (a graph passes the context size). */
+size_t ft_cuda_attention_scratch(int T, int n_heads, int head_dim, int n_split);
+void ft_cuda_attention(float *out, float *scratch, const float *q, const float *k_cache,
+                       const float *v_cache, const int32_t *pos, const int32_t *tok_seq,
+                       const int32_t *tables, int max_blocks, int block_size, int T, int n_heads,
+                       int n_kv_heads, int head_dim, float scale, int window, int max_pos,
+                       int n_split, cudaStream_t s);
 void ft_cuda_silu_mul(float *out, const float *gate_up, int T, int I, cudaStream_t s);
 void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s);
+/* y[t, n] += bias[n] for t < T (row stride ldy) */
+void ft_cuda_add_bias(float *y, int ldy, const float *bias, int T, int N, cudaStream_t s);
 /* y[t, n] (row stride ldy) = x[t, :] · w[n, :] (+ bias[n]) for T <= 8 tokens: GEMV kernel. */
 void ft_cuda_gemv(float *y, int ldy, const float *x, const uint16_t *w, const float *bias, int T,
                   int N, int K, cudaStream_t s);
+/* One GEMV over concatenated weights [n0 + n1 + n2, K] whose rows go to three outputs
+ * (y0 [T, n0], y1 [T, n1], y2 [T, n2]) with optional biases: fused q/k/v. */
+void ft_cuda_gemv3(float *y0, float *y1, float *y2, int n0, int n1, const float *b0,
+                   const float *b1, const float *b2, const float *x, const uint16_t *w, int T,
+                   int N, int K, cudaStream_t s);
 /* Routed experts for P = T*k (token, expert) pairs, decode-sized:
  * y[p, :] = W_{ids[p]} · x[p / x_div, :] with W_e = w + e * expert_stride (elements). */
 void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w, size_t expert_stride,
@@ -74,6 +86,20 @@ void ft_cuda_scatter_add(float *out, const float *y, const int32_t *tok, const f
 /* Sequential-read bandwidth probe: copies `bytes` device-to-device `reps` times; GB/s counting
  * bytes read + written. */
 double ft_cuda_d2d_gbps(size_t bytes, int reps);
+
+/* --- MoE prefill on the device (moe.cu): routing sort without a host round trip, then one
+ * tensor-core GEMM launch per projection over all experts' token groups. --- */
+/* counts [E] (zeroed here), offsets [E+1], rtok [R] (token of each sorted row), pair_dst [R]
+ * (sorted row of each (token, slot) pair) from ids [R = T*k]. */
+void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *cursor, int32_t *rtok,
+                      int32_t *pair_dst, const int32_t *ids, int T, int k, int E, cudaStream_t s);
+/* Y[offsets[e] + i, :] = X[offsets[e] + i, :] · W_e^T for every expert e and i < counts[e];
+ * X bf16 [R, K], W bf16 [E][N, K], Y fp32 [R, N]; max_rows bounds any expert's count. */
+void ft_cuda_moe_gemm(float *y, const uint16_t *x, const uint16_t *w, const int32_t *offsets,
+                      int E, int N, int K, int max_rows, cudaStream_t s);
+/* out[t, :] = sum_j wts[t*k + j] * y[pair_dst[t*k + j], :] (deterministic order) */
+void ft_cuda_moe_unsort(float *out, const float *y, const int32_t *pair_dst, const float *wts,
+                        int T, int k, int H, cudaStream_t s);
 
 /* --- cuBLAS (blas.cu) --- */
 struct ft_blas;

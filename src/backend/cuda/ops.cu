@@ -136,45 +136,58 @@ extern "C" void ft_cuda_kv_write(float *k_cache, float *v_cache, const float *k,
                                       block_size, kv_dim);
 }
 
-/* --- attention: block per (token, head); each warp an online softmax over a stripe of
- * positions; warps merged at the end. head_dim <= 256. --- */
+/* --- attention: flash-decoding. Positions are split into chunks of `ch`; a block per
+ * (token, head, chunk) runs an online softmax with each warp on a stripe of positions, merges
+ * its warps, and writes a partial (max, sum, acc); a second kernel merges the chunks. This keeps
+ * the GPU busy even for one token at a long context. head_dim <= 256. --- */
 #define ATT_WARPS 4
 #define ATT_MAXD 8 /* head_dim / 32 rounded up */
 
-__global__ void attention_kernel(float *out, const float *q, const float *kc, const float *vc,
-                                 const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
-                                 int max_blocks, int bs, int n_heads, int n_kv_heads, int hd,
-                                 float scale, int window) {
-    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+__global__ void attention_split_kernel(float *part, const float *q, const float *kc, const float *vc,
+                                       const int32_t *pos, const int32_t *tok_seq,
+                                       const int32_t *tables, int max_blocks, int bs, int n_heads,
+                                       int n_kv_heads, int hd, float scale, int window, int ch,
+                                       int n_split) {
+    int t = blockIdx.x, h = blockIdx.y, sp = blockIdx.z, lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
     int kvh = h / (n_heads / n_kv_heads), seq = tok_seq[t];
     size_t kv_stride = (size_t)n_kv_heads * hd;
+    float *pp = part + (((size_t)t * n_heads + h) * n_split + sp) * (hd + 2);
+    int p1 = pos[t] + 1, p0 = window > 0 ? max(0, p1 - window) : 0;
+    int a = p0 + sp * ch, b = min(p1, a + ch);
+    if (a >= b) {
+        if (threadIdx.x == 0) pp[0] = -INFINITY, pp[1] = 0.0f;
+        return;
+    }
     const float *qh = q + ((size_t)t * n_heads + h) * hd;
     float qr[ATT_MAXD], acc[ATT_MAXD];
+#pragma unroll
     for (int j = 0; j < ATT_MAXD; j++) {
         int d = lane + j * WARP;
         qr[j] = d < hd ? qh[d] * scale : 0.0f;
         acc[j] = 0.0f;
     }
-    int p1 = pos[t] + 1, p0 = window > 0 ? max(0, p1 - window) : 0;
     float m = -INFINITY, l = 0.0f;
-    for (int p = p0 + w; p < p1; p += ATT_WARPS) {
+    for (int p = a + w; p < b; p += ATT_WARPS) {
         size_t row = cache_row(tables, max_blocks, seq, p, bs) * kv_stride + (size_t)kvh * hd;
-        float sc = 0.0f;
-        for (int j = 0; j < ATT_MAXD; j++) {
+        float kr[ATT_MAXD], vr[ATT_MAXD], sc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < ATT_MAXD; j++) { /* K and V loads issued together */
             int d = lane + j * WARP;
-            if (d < hd) sc += qr[j] * kc[row + d];
+            kr[j] = d < hd ? kc[row + d] : 0.0f;
+            vr[j] = d < hd ? vc[row + d] : 0.0f;
         }
+#pragma unroll
+        for (int j = 0; j < ATT_MAXD; j++) sc += qr[j] * kr[j];
         sc = warp_sum(sc);
         float mn = fmaxf(m, sc), corr = __expf(m - mn), e = __expf(sc - mn);
         l = l * corr + e;
-        for (int j = 0; j < ATT_MAXD; j++) {
-            int d = lane + j * WARP;
-            acc[j] = acc[j] * corr + (d < hd ? e * vc[row + d] : 0.0f);
-        }
+#pragma unroll
+        for (int j = 0; j < ATT_MAXD; j++) acc[j] = acc[j] * corr + e * vr[j];
         m = mn;
     }
     __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][ATT_MAXD * WARP];
     if (lane == 0) sm[w] = m, sl[w] = l;
+#pragma unroll
     for (int j = 0; j < ATT_MAXD; j++) sacc[w][lane + j * WARP] = acc[j];
     __syncthreads();
     if (w != 0) return;
@@ -185,23 +198,60 @@ __global__ void attention_kernel(float *out, const float *q, const float *kc, co
         if (sl[i] == 0.0f) continue;
         float c = __expf(sm[i] - M);
         L += sl[i] * c;
+#pragma unroll
         for (int j = 0; j < ATT_MAXD; j++) o[j] += sacc[i][lane + j * WARP] * c;
     }
-    float *oh = out + ((size_t)t * n_heads + h) * hd;
+    if (lane == 0) pp[0] = M, pp[1] = L;
+#pragma unroll
     for (int j = 0; j < ATT_MAXD; j++) {
         int d = lane + j * WARP;
-        if (d < hd) oh[d] = L > 0.0f ? o[j] / L : 0.0f;
+        if (d < hd) pp[2 + d] = o[j];
     }
 }
 
-extern "C" void ft_cuda_attention(float *out, const float *q, const float *k_cache,
+__global__ void attention_merge_kernel(float *out, const float *part, int n_heads, int hd, int n_split) {
+    int t = blockIdx.x, h = blockIdx.y;
+    const float *pp = part + ((size_t)t * n_heads + h) * n_split * (hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_split; s++) M = fmaxf(M, pp[(size_t)s * (hd + 2)]);
+    float *oh = out + ((size_t)t * n_heads + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float L = 0.0f, o = 0.0f;
+        for (int s = 0; s < n_split; s++) {
+            const float *q = pp + (size_t)s * (hd + 2);
+            if (q[1] == 0.0f) continue;
+            float c = __expf(q[0] - M);
+            L += q[1] * c;
+            o += q[2 + d] * c;
+        }
+        oh[d] = L > 0.0f ? o / L : 0.0f;
+    }
+}
+
+extern "C" size_t ft_cuda_attention_scratch(int T, int n_heads, int head_dim, int n_split) {
+    return (size_t)T * n_heads * n_split * (head_dim + 2) * sizeof(float);
+}
+
+extern "C" void ft_cuda_attention(float *out, float *scratch, const float *q, const float *k_cache,
                                   const float *v_cache, const int32_t *pos, const int32_t *tok_seq,
                                   const int32_t *tables, int max_blocks, int block_size, int T,
                                   int n_heads, int n_kv_heads, int head_dim, float scale, int window,
-                                  cudaStream_t s) {
-    attention_kernel<<<dim3(T, n_heads), ATT_WARPS * WARP, 0, s>>>(
-        out, q, k_cache, v_cache, pos, tok_seq, tables, max_blocks, block_size, n_heads, n_kv_heads,
-        head_dim, scale, window);
+                                  int max_pos, int n_split, cudaStream_t s) {
+    int ch = (max_pos + n_split - 1) / n_split;
+    if (ch < 1) ch = 1;
+    attention_split_kernel<<<dim3(T, n_heads, n_split), ATT_WARPS * WARP, 0, s>>>(
+        scratch, q, k_cache, v_cache, pos, tok_seq, tables, max_blocks, block_size, n_heads,
+        n_kv_heads, head_dim, scale, window, ch, n_split);
+    attention_merge_kernel<<<dim3(T, n_heads), head_dim <= 128 ? 128 : 256, 0, s>>>(
+        out, scratch, n_heads, head_dim, n_split);
+}
+
+__global__ void add_bias_kernel(float *y, int ldy, const float *bias, int N) {
+    for (int n = threadIdx.x; n < N; n += blockDim.x) y[(size_t)blockIdx.x * ldy + n] += bias[n];
+}
+
+extern "C" void ft_cuda_add_bias(float *y, int ldy, const float *bias, int T, int N, cudaStream_t s) {
+    add_bias_kernel<<<T, 256, 0, s>>>(y, ldy, bias, N);
 }
 
 __global__ void silu_mul_kernel(float *out, const float *gu, int I, size_t n) {
@@ -230,25 +280,35 @@ extern "C" void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s) 
 #define GEMV_WARPS 8
 
 template <int TT>
+__device__ __forceinline__ void dot8(float acc[TT], uint4 u, const float *x, int ldx, int k, int T) {
+    float wf[8] = {__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                   __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u),
+                   __uint_as_float(u.z << 16), __uint_as_float(u.z & 0xffff0000u),
+                   __uint_as_float(u.w << 16), __uint_as_float(u.w & 0xffff0000u)};
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        if (t >= T) break;
+        const float4 *xv = (const float4 *)(x + (size_t)t * ldx + k);
+        float4 a = xv[0], b = xv[1];
+        acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x +
+                  wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+    }
+}
+
+template <int TT>
 __device__ __forceinline__ void row_dot(float acc[TT], const uint16_t *wr, const float *x, int ldx,
                                         int K, int lane, int T) {
     if ((K & 7) == 0) {
         const uint4 *w4 = (const uint4 *)wr;
-        for (int c = lane; c < K / 8; c += WARP) {
-            uint4 u = __ldg(w4 + c);
-            float wf[8] = {__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
-                           __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u),
-                           __uint_as_float(u.z << 16), __uint_as_float(u.z & 0xffff0000u),
-                           __uint_as_float(u.w << 16), __uint_as_float(u.w & 0xffff0000u)};
+        int n8 = K / 8, c = lane;
+        /* four 16-byte loads in flight per lane before any arithmetic */
+        for (; c + 3 * WARP < n8; c += 4 * WARP) {
+            uint4 u[4] = {__ldg(w4 + c), __ldg(w4 + c + WARP), __ldg(w4 + c + 2 * WARP),
+                          __ldg(w4 + c + 3 * WARP)};
 #pragma unroll
-            for (int t = 0; t < TT; t++) {
-                if (t >= T) break;
-                const float4 *xv = (const float4 *)(x + (size_t)t * ldx + c * 8);
-                float4 a = xv[0], b = xv[1];
-                acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x +
-                          wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
-            }
+            for (int j = 0; j < 4; j++) dot8<TT>(acc, u[j], x, ldx, (c + j * WARP) * 8, T);
         }
+        for (; c < n8; c += WARP) dot8<TT>(acc, __ldg(w4 + c), x, ldx, c * 8, T);
     } else {
         for (int k = lane; k < K; k += WARP) {
             float wf = bf2f(wr[k]);
@@ -272,6 +332,45 @@ __global__ void gemv_kernel(float *y, int ldy, const float *x, const uint16_t *w
     for (int t = 0; t < TT; t++) {
         float v = warp_sum(acc[t]);
         if (lane == 0 && t < T) y[(size_t)t * ldy + n] = v + (bias ? bias[n] : 0.0f);
+    }
+}
+
+/* Rows [0, n0) go to y0 (row stride n0), [n0, n0+n1) to y1, the rest to y2 (fused q/k/v). */
+template <int TT>
+__global__ void gemv3_kernel(float *y0, float *y1, float *y2, int n0, int n1, const float *b0,
+                             const float *b1, const float *b2, const float *x, const uint16_t *w,
+                             int T, int N, int K) {
+    int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP;
+    if (n >= N) return;
+    float acc[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) acc[t] = 0.0f;
+    row_dot<TT>(acc, w + (size_t)n * K, x, K, K, lane, T);
+    float *y = y0;
+    const float *b = b0;
+    int col = n, ld = n0;
+    if (n >= n0 + n1) y = y2, b = b2, col = n - n0 - n1, ld = N - n0 - n1;
+    else if (n >= n0) y = y1, b = b1, col = n - n0, ld = n1;
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        float v = warp_sum(acc[t]);
+        if (lane == 0 && t < T) y[(size_t)t * ld + col] = v + (b ? b[col] : 0.0f);
+    }
+}
+
+extern "C" void ft_cuda_gemv3(float *y0, float *y1, float *y2, int n0, int n1, const float *b0,
+                              const float *b1, const float *b2, const float *x, const uint16_t *w,
+                              int T, int N, int K, cudaStream_t s) {
+    dim3 grid(cdiv(N, GEMV_WARPS));
+    int th = GEMV_WARPS * WARP;
+    for (int t0 = 0; t0 < T; t0 += 8) {
+        int n = T - t0 < 8 ? T - t0 : 8;
+        float *a = y0 + (size_t)t0 * n0, *b = y1 + (size_t)t0 * n1, *c = y2 + (size_t)t0 * (N - n0 - n1);
+        const float *xx = x + (size_t)t0 * K;
+        if (n == 1) gemv3_kernel<1><<<grid, th, 0, s>>>(a, b, c, n0, n1, b0, b1, b2, xx, w, n, N, K);
+        else if (n == 2) gemv3_kernel<2><<<grid, th, 0, s>>>(a, b, c, n0, n1, b0, b1, b2, xx, w, n, N, K);
+        else if (n <= 4) gemv3_kernel<4><<<grid, th, 0, s>>>(a, b, c, n0, n1, b0, b1, b2, xx, w, n, N, K);
+        else gemv3_kernel<8><<<grid, th, 0, s>>>(a, b, c, n0, n1, b0, b1, b2, xx, w, n, N, K);
     }
 }
 
