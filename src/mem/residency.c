@@ -215,7 +215,7 @@ static int fake_refuses(struct ft_pin_fake *f, uint64_t bytes) {
 }
 static enum ft_status fake_pin(void *ctx, void *ptr, size_t bytes) {
     struct ft_pin_fake *f = ctx;
-    (void)ptr;
+    if (*(const unsigned char *)ptr == 0) f->n_pin_saw_zero++;
     if (fake_refuses(f, bytes))
         return ft_fail(FT_ERR_CUDA, "cudaHostRegister(%.2f GiB): out of memory (fake, call %d)",
                        gib(bytes), f->n_pin_calls);

@@ -94,6 +94,7 @@ struct ft_pin_fake {
     /* counters */
     _Atomic uint64_t pinned_bytes, peak_pinned_bytes, probe_bytes;
     _Atomic int n_pin_calls, n_refused, n_clears, sticky;
+    _Atomic int n_pin_saw_zero;  /* pins of a bank whose first byte was 0 (not filled yet) */
     struct ft_pin_backend be;
 };
 /* Initialises f (zeroing counters) and returns &f->be. */
