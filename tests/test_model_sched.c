@@ -105,14 +105,15 @@ TEST(batched_requests_match_transformers) {
 TEST(cancel_admission_queue_and_shutdown) {
     struct fixture f;
     EXPECT(open_fixture(&f) == 0);
-    struct ft_sched_opts o = {.max_running = 1, .ctx_size = 64, .queue_cap = 1};
+    /* a long context keeps the running request busy for seconds: no race with the submits below */
+    struct ft_sched_opts o = {.max_running = 1, .ctx_size = 2048, .queue_cap = 1};
     struct ft_sched *s = NULL;
     EXPECT_OK(ft_sched_init(&s, f.m, f.tok, f.pool, &o));
     int32_t ids[128];
     int n = case_prompt(&f, 0, ids);
     /* a prompt over the context, and bad sampling: rejected at once */
-    int32_t big[100] = {0};
-    struct ft_req_params p = greedy(big, 100, 4);
+    static int32_t big[2100];
+    struct ft_req_params p = greedy(big, 2100, 4);
     struct ft_req *r = NULL;
     EXPECT_EQ(ft_sched_submit(s, &p, &r), FT_ERR_INVALID_ARG);
     EXPECT_CONTAINS(ft_error(), "context");

@@ -7,6 +7,13 @@
 enum ft_log_level { FT_LOG_DEBUG, FT_LOG_INFO, FT_LOG_WARN, FT_LOG_ERROR, FT_LOG_QUIET };
 
 void ft_log_set_level(enum ft_log_level lvl);
+
+/* An extra destination for log lines, for tests that check exact messages (and later the
+ * server's /v1/logs): fn receives each line that passes the level filter, without the "ft: "
+ * prefix or the level tag, after it has been written to stderr. fn must be thread-safe (lines
+ * come from any thread). Pass NULL to remove. Set it before starting threads that log. */
+typedef void (*ft_log_sink_fn)(void *ctx, enum ft_log_level lvl, const char *line);
+void ft_log_set_sink(ft_log_sink_fn fn, void *ctx);
 void ft_log(enum ft_log_level lvl, const char *fmt, ...) FT_PRINTF(2, 3);
 
 #define ft_log_debug(...) ft_log(FT_LOG_DEBUG, __VA_ARGS__)

@@ -1,0 +1,33 @@
+/* pin.h — thin C wrappers over CUDA page-locking for the residency manager (mem/residency.c):
+ * register/unregister existing host memory (mapped, portable), allocate/free pinned memory for
+ * the one-time pin probe, and clear the sticky error a refused pin leaves behind.
+ * Built only with FT_HAVE_CUDA. Any thread (the CUDA runtime is thread-safe; each call uses the
+ * primary context of the current device). */
+#ifndef FT_BACKEND_CUDA_PIN_H
+#define FT_BACKEND_CUDA_PIN_H
+
+#include <stddef.h>
+
+#include "ft.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when a CUDA device exists, so pinning means something (0: no driver or no GPU). */
+int ft_cuda_pin_available(void);
+/* cudaHostRegister(ptr, bytes, Mapped|Portable). A refusal returns FT_ERR_CUDA with the CUDA
+ * message and leaves no sticky error behind. */
+enum ft_status ft_cuda_host_register(void *ptr, size_t bytes);
+void ft_cuda_host_unregister(void *ptr);
+/* cudaHostAlloc(bytes, Portable|Mapped) for the pin probe; NULL when refused (the error is
+ * left for ft_cuda_clear_error, which the probe calls once after its loop). */
+void *ft_cuda_host_alloc_pinned(size_t bytes);
+void ft_cuda_free_host(void *ptr);
+/* cudaGetLastError(): clears the sticky error of a refused pin or allocation. */
+void ft_cuda_clear_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
