@@ -278,6 +278,51 @@ TEST(moe_router_and_experts) {
     cudaFree(dmgu), cudaFree(dmact), cudaFree(dmy), cudaFree(dout), cudaFree(dtok), cudaFree(dlg), cudaFree(dam);
 }
 
+/* Fused q/k norm + RoPE + cache write, and the fused residual add + norm, against the CPU ops. */
+TEST(fused_norm_rope_kv_and_add_norm) {
+    enum { T = 3, NH = 6, NKV = 2, HD = 24, ROT = 16, BS = 16 };
+    float *q = rnd(T * NH * HD), *k = rnd(T * NKV * HD), *v = rnd(T * NKV * HD);
+    float *qn = rnd(HD), *kn = rnd(HD), inv[ROT / 2];
+    for (int i = 0; i < ROT / 2; i++) inv[i] = 1.0f / powf(100.0f, 2.0f * i / ROT);
+    int32_t pos[T] = {0, 21, 5}, seq[T] = {0, 0, 1}, tab[2 * 2] = {3, 1, 0, 2};
+    float *dq = up(q, sizeof(float) * T * NH * HD), *dk = up(k, sizeof(float) * T * NKV * HD);
+    float *dv = up(v, sizeof(float) * T * NKV * HD), *dqn = up(qn, HD * 4), *dkn = up(kn, HD * 4);
+    float *dinv = up(inv, sizeof inv), *dkc = up(NULL, 4 * BS * NKV * HD * 4), *dvc = up(NULL, 4 * BS * NKV * HD * 4);
+    int32_t *dpos = up(pos, sizeof pos), *dseq = up(seq, sizeof seq), *dtab = up(tab, sizeof tab);
+    ft_cuda_qk_rope_kv(dq, dk, dv, dkc, dvc, dqn, dkn, 1e-6f, dpos, dinv, 1.1f, dseq, dtab, 2, BS, T,
+                       NH, NKV, HD, ROT, 0);
+    ft_cpu_rmsnorm(q, q, qn, T * NH, HD, 1e-6f);
+    ft_cpu_rmsnorm(k, k, kn, T * NKV, HD, 1e-6f);
+    ft_cpu_rope(q, pos, inv, 1.1f, T, NH, HD, ROT);
+    ft_cpu_rope(k, pos, inv, 1.1f, T, NKV, HD, ROT);
+    float *gq = down(dq, T * NH * HD), *kc = down(dkc, 4 * BS * NKV * HD), *vc = down(dvc, 4 * BS * NKV * HD);
+    EXPECT_NMSE(gq, q, T * NH * HD, 1e-10, "fused q norm + rope");
+    float gk[T * NKV * HD], gv[T * NKV * HD];
+    for (int t = 0; t < T; t++) {
+        size_t row = (size_t)tab[seq[t] * 2 + pos[t] / BS] * BS + pos[t] % BS;
+        memcpy(gk + t * NKV * HD, kc + row * NKV * HD, NKV * HD * 4);
+        memcpy(gv + t * NKV * HD, vc + row * NKV * HD, NKV * HD * 4);
+    }
+    EXPECT_NMSE(gk, k, T * NKV * HD, 1e-10, "fused k norm + rope -> paged cache");
+    EXPECT_NMSE(gv, v, T * NKV * HD, 0, "v -> paged cache");
+    /* add + norm */
+    int H = 300;
+    float *x = rnd(2 * H), *y = rnd(2 * H), *w = rnd(H), *ref = malloc(2 * H * 4);
+    float *dx = up(x, 2 * H * 4), *dy = up(y, 2 * H * 4), *dw = up(w, H * 4), *dxn = up(NULL, 2 * H * 4);
+    ft_cuda_add_rmsnorm(dx, dy, dxn, NULL, dw, 2, H, 1e-6f, 0);
+    ft_cpu_add(x, y, 2 * H);
+    ft_cpu_rmsnorm(ref, x, w, 2, H, 1e-6f);
+    float *gx = down(dx, 2 * H), *gn = down(dxn, 2 * H);
+    EXPECT_NMSE(gx, x, 2 * H, 0, "residual add");
+    EXPECT_NMSE(gn, ref, 2 * H, 1e-10, "fused add + rmsnorm");
+    EXPECT_OK(ft_cuda_check("fused ops"));
+    free(q), free(k), free(v), free(qn), free(kn), free(gq), free(kc), free(vc);
+    free(x), free(y), free(w), free(ref), free(gx), free(gn);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dqn), cudaFree(dkn), cudaFree(dinv);
+    cudaFree(dkc), cudaFree(dvc), cudaFree(dpos), cudaFree(dseq), cudaFree(dtab);
+    cudaFree(dx), cudaFree(dy), cudaFree(dw), cudaFree(dxn);
+}
+
 /* Fused q/k/v GEMV (three outputs) and the device-side MoE prefill (sort, tensor-core grouped
  * GEMM, un-sort) against the CPU on the same bf16-rounded activations. */
 TEST(fused_qkv_and_moe_prefill) {

@@ -339,7 +339,8 @@ static enum ft_status layers(struct ft_gpu *g, int T, int max_pos) {
     prof_mark(g, P_NORM);
     for (int l = 0; l < m->n_layers && st == FT_OK; l++) {
         const struct gpu_layer *L = &g->L[l];
-        ft_cuda_rmsnorm(g->xn, g->xn16, g->x, L->attn_norm, T, H, m->rms_eps, s);
+        /* the previous block's output (in y) joins the residual here, fused with the norm */
+        ft_cuda_add_rmsnorm(g->x, l ? g->y : NULL, g->xn, g->xn16, L->attn_norm, T, H, m->rms_eps, s);
         prof_mark(g, P_NORM);
         if (small) {
             ft_cuda_gemv3(g->q, g->k, g->v, qd, kd, L->bq, L->bk, L->bv, g->xn, L->wqkv, T,
@@ -351,15 +352,11 @@ static enum ft_status layers(struct ft_gpu *g, int T, int max_pos) {
             if (st != FT_OK) break;
         }
         prof_mark(g, P_QKV);
-        if (L->q_norm) {
-            ft_cuda_rmsnorm(g->q, NULL, g->q, L->q_norm, T * m->n_heads, hd, m->rms_eps, s);
-            ft_cuda_rmsnorm(g->k, NULL, g->k, L->k_norm, T * m->n_kv_heads, hd, m->rms_eps, s);
-        }
-        ft_cuda_rope(g->q, g->d_pos, g->inv_freq, m->rope_mscale, T, m->n_heads, hd, m->rot_dim, s);
-        ft_cuda_rope(g->k, g->d_pos, g->inv_freq, m->rope_mscale, T, m->n_kv_heads, hd, m->rot_dim, s);
         size_t layer_off = (size_t)l * g->o.n_blocks * FT_KV_BLOCK * kd;
-        ft_cuda_kv_write(g->k_cache + layer_off, g->v_cache + layer_off, g->k, g->v, g->d_pos,
-                         g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, kd, s);
+        ft_cuda_qk_rope_kv(g->q, g->k, g->v, g->k_cache + layer_off, g->v_cache + layer_off,
+                           L->q_norm, L->k_norm, m->rms_eps, g->d_pos, g->inv_freq, m->rope_mscale,
+                           g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, m->n_heads,
+                           m->n_kv_heads, hd, m->rot_dim, s);
         prof_mark(g, P_ROPE_KV);
         int split = small ? g->att_split_small : (max_pos + 63) / 64;
         if (split > (small ? g->att_split_small : g->att_split_big)) split = small ? g->att_split_small : g->att_split_big;
@@ -372,8 +369,7 @@ static enum ft_status layers(struct ft_gpu *g, int T, int max_pos) {
         st = mm(g, g->y, H, g->att, small ? NULL : g->att16, L->wo, L->bo, T, H, qd);
         if (st != FT_OK) break;
         prof_mark(g, P_OPROJ);
-        ft_cuda_add(g->x, g->y, (size_t)T * H, s);
-        ft_cuda_rmsnorm(g->xn, g->xn16, g->x, L->ffn_norm, T, H, m->rms_eps, s);
+        ft_cuda_add_rmsnorm(g->x, g->y, g->xn, g->xn16, L->ffn_norm, T, H, m->rms_eps, s);
         prof_mark(g, P_NORM);
         if (!L->is_moe) {
             int I = L->I;
@@ -386,18 +382,18 @@ static enum ft_status layers(struct ft_gpu *g, int T, int max_pos) {
             int I = m->expert_inter;
             st = mm(g, g->router, E, g->xn, g->xn16, L->router, NULL, T, E, H);
             if (st != FT_OK) break;
+            /* decode keeps each layer's ids (for the distinct-expert count) */
+            int32_t *ids = small ? g->d_topk_all + (size_t)l * g->C * k : g->topk;
             if (g->o.routing == FT_ROUTING_MODEL)
-                ft_cuda_router_topk(g->router, T, E, k, m->norm_topk, g->topk, g->topw, s);
+                ft_cuda_router_topk(g->router, T, E, k, m->norm_topk, ids, g->topw, s);
             else
-                ft_cuda_synthetic_route(g->topk, g->topw, g->router, T, E, k, g->o.seed, g->d_step,
+                ft_cuda_synthetic_route(ids, g->topw, g->router, T, E, k, g->o.seed, g->d_step,
                                         l, m->norm_topk, s);
             prof_mark(g, P_ROUTER);
             if (small) {
-                cudaMemcpyAsync(g->d_topk_all + (size_t)l * g->C * k, g->topk, (size_t)T * k * 4,
-                                cudaMemcpyDeviceToDevice, s);
-                ft_cuda_moe_gemv(g->mgu, g->xn, k, L->gu, (size_t)2 * I * H, g->topk, T * k, 2 * I, H, s);
+                ft_cuda_moe_gemv(g->mgu, g->xn, k, L->gu, (size_t)2 * I * H, ids, T * k, 2 * I, H, s);
                 ft_cuda_silu_mul(g->mact, g->mgu, T * k, I, s);
-                ft_cuda_moe_gemv(g->my, g->mact, 1, L->down, (size_t)H * I, g->topk, T * k, H, I, s);
+                ft_cuda_moe_gemv(g->my, g->mact, 1, L->down, (size_t)H * I, ids, T * k, H, I, s);
                 ft_cuda_moe_combine(g->y, g->my, g->topw, T, k, H, s);
             } else {
                 moe_prefill(g, L, l, T);
@@ -414,8 +410,6 @@ static enum ft_status layers(struct ft_gpu *g, int T, int max_pos) {
                 prof_mark(g, P_SHARED);
             }
         }
-        ft_cuda_add(g->x, g->y, (size_t)T * H, s);
-        prof_mark(g, P_NORM);
     }
     return st;
 }
@@ -424,7 +418,7 @@ static enum ft_status layers(struct ft_gpu *g, int T, int max_pos) {
 static enum ft_status head(struct ft_gpu *g, int rows) {
     const struct ft_model *m = g->m;
     int H = m->hidden;
-    ft_cuda_gather_f32(g->xl, g->x, g->d_rows, rows, H, g->s);
+    ft_cuda_gather_f32(g->xl, g->x, g->y, g->d_rows, rows, H, g->s); /* + the last block's output */
     ft_cuda_rmsnorm(g->xl, g->xl16, g->xl, g->final_norm, rows, H, m->rms_eps, g->s);
     enum ft_status st = mm(g, g->logits, m->vocab, g->xl, g->xl16, g->lm_head, NULL, rows, m->vocab, H);
     prof_mark(g, P_HEAD);

@@ -26,6 +26,16 @@ void ft_cuda_embed(float *out, const uint16_t *table, const int32_t *ids, int T,
 void ft_cuda_rmsnorm(float *y, uint16_t *y16, const float *x, const float *w, int rows, int H,
                      float eps, cudaStream_t s);
 void ft_cuda_to_bf16(uint16_t *y, const float *x, size_t n, cudaStream_t s);
+/* Residual add fused with the next norm: x += y (y may be NULL); xn (and xn16) = rmsnorm(x). */
+void ft_cuda_add_rmsnorm(float *x, const float *y, float *xn, uint16_t *xn16, const float *w,
+                         int rows, int H, float eps, cudaStream_t s);
+/* Fused per-head q/k RMSNorm (norm weights may be NULL), RoPE, and the k/v cache write:
+ * q is updated in place; k (after norm + RoPE) and v go to the paged caches. */
+void ft_cuda_qk_rope_kv(float *q, const float *k, const float *v, float *k_cache, float *v_cache,
+                        const float *q_norm, const float *k_norm, float eps, const int32_t *pos,
+                        const float *inv_freq, float mscale, const int32_t *tok_seq,
+                        const int32_t *tables, int max_blocks, int block_size, int T, int n_heads,
+                        int n_kv_heads, int head_dim, int rot_dim, cudaStream_t s);
 void ft_cuda_rope(float *x, const int32_t *pos, const float *inv_freq, float mscale, int T,
                   int n_heads, int head_dim, int rot_dim, cudaStream_t s);
 /* Writes k, v rows [T, kv_dim] into the paged caches at each token's position. tables:
@@ -78,8 +88,9 @@ void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *out, cudaStre
 /* Gathers bf16 rows: y[r, :] = x[src[r], :] */
 void ft_cuda_gather_bf16(uint16_t *y, const uint16_t *x, const int32_t *src, int rows, int H,
                          cudaStream_t s);
-void ft_cuda_gather_f32(float *y, const float *x, const int32_t *src, int rows, int H,
-                        cudaStream_t s);
+/* y[r, :] = x[src[r], :] (+ x2[src[r], :] when x2 is not NULL) */
+void ft_cuda_gather_f32(float *y, const float *x, const float *x2, const int32_t *src, int rows,
+                        int H, cudaStream_t s);
 /* out[tok[r], :] += wts[r] * y[r, :] for r < rows (atomic: rows may share a token) */
 void ft_cuda_scatter_add(float *out, const float *y, const int32_t *tok, const float *wts,
                          int rows, int H, cudaStream_t s);

@@ -60,12 +60,27 @@ extern "C" void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *cur
     moe_place_kernel<<<(E + 127) / 128, 128, 0, s>>>(rtok, pair_dst, cursor, ids, R, k, E);
 }
 
-#define MG_TM 64
+#define MG_TM 32 /* rows (tokens) per tile: an expert sees ~T*k/E rows, often fewer than 64 */
 #define MG_TN 64
 #define MG_TK 32
 #define MG_LD (MG_TK + 8) /* bf16 elements per smem row (multiple of 8, breaks bank conflicts) */
 
-/* Block: 4 warps, a 64x64 output tile of one expert; each warp a 32x32 quarter (2x2 fragments). */
+/* 8 bf16 of row `r` (< rows) from column kk of a [rows, K] matrix; zeros outside. */
+__device__ __forceinline__ uint4 load8(const __nv_bfloat16 *m, int r, int rows, int kk, int K, int vec) {
+    if (r >= rows) return make_uint4(0, 0, 0, 0);
+    const __nv_bfloat16 *p = m + (size_t)r * K + kk;
+    if (vec && kk + 8 <= K) return __ldg((const uint4 *)p);
+    union {
+        uint4 u;
+        __nv_bfloat16 h[8];
+    } v;
+#pragma unroll
+    for (int q = 0; q < 8; q++) v.h[q] = kk + q < K ? p[q] : __float2bfloat16(0.0f);
+    return v.u;
+}
+
+/* Block: 4 warps, a 32x64 output tile of one expert (each warp 16x32: two fragments); the next
+ * K slice is fetched into registers while tensor cores work on the current one. */
 __global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                                const int32_t *offsets, int N, int K) {
     int e = blockIdx.x, n0 = blockIdx.y * MG_TN;
@@ -75,59 +90,44 @@ __global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const __nv_bfl
     __shared__ __align__(32) __nv_bfloat16 As[MG_TM * MG_LD];
     __shared__ __align__(32) __nv_bfloat16 Bs[MG_TN * MG_LD];
     __shared__ __align__(32) float Cs[MG_TM * (MG_TN + 4)];
-    int warp = threadIdx.x / 32, wy = warp / 2, wx = warp % 2;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c[2][2];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(c[i][j], 0.0f);
-    int vec = (K % 8) == 0;
+    int tid = threadIdx.x, warp = tid / 32, wy = warp / 2, wx = warp % 2, vec = (K % 8) == 0;
+    /* thread's chunks: A row tid/4, col (tid%4)*8; B rows tid/4 and 32 + tid/4 */
+    int ar = tid / 4, ac = (tid % 4) * 8;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c[2];
+    wmma::fill_fragment(c[0], 0.0f);
+    wmma::fill_fragment(c[1], 0.0f);
+    uint4 ra = load8(x, r0 + ar, r1, ac, K, vec);
+    uint4 rb0 = load8(we, n0 + ar, N, ac, K, vec), rb1 = load8(we, n0 + 32 + ar, N, ac, K, vec);
     for (int k0 = 0; k0 < K; k0 += MG_TK) {
-        /* 64 rows x 32 cols of A and of B: 256 chunks of 8 each, 2 per thread */
-        for (int ci = threadIdx.x; ci < MG_TM * MG_TK / 8; ci += blockDim.x) {
-            int row = ci / (MG_TK / 8), col = (ci % (MG_TK / 8)) * 8, kk = k0 + col;
-            __nv_bfloat16 *da = As + row * MG_LD + col, *db = Bs + row * MG_LD + col;
-            int ra = r0 + row, nb = n0 + row;
-            if (vec && kk + 8 <= K) {
-                uint4 za = {0, 0, 0, 0}, zb = {0, 0, 0, 0};
-                if (ra < r1) za = *(const uint4 *)(x + (size_t)ra * K + kk);
-                if (nb < N) zb = *(const uint4 *)(we + (size_t)nb * K + kk);
-                *(uint4 *)da = za;
-                *(uint4 *)db = zb;
-            } else {
-                for (int q = 0; q < 8; q++) {
-                    int kq = kk + q;
-                    da[q] = (ra < r1 && kq < K) ? x[(size_t)ra * K + kq] : __float2bfloat16(0.0f);
-                    db[q] = (nb < N && kq < K) ? we[(size_t)nb * K + kq] : __float2bfloat16(0.0f);
-                }
-            }
-        }
+        *(uint4 *)(As + ar * MG_LD + ac) = ra;
+        *(uint4 *)(Bs + ar * MG_LD + ac) = rb0;
+        *(uint4 *)(Bs + (32 + ar) * MG_LD + ac) = rb1;
         __syncthreads();
+        if (k0 + MG_TK < K) { /* prefetch the next slice while the tensor cores run */
+            int kk = k0 + MG_TK + ac;
+            ra = load8(x, r0 + ar, r1, kk, K, vec);
+            rb0 = load8(we, n0 + ar, N, kk, K, vec);
+            rb1 = load8(we, n0 + 32 + ar, N, kk, K, vec);
+        }
 #pragma unroll
         for (int ks = 0; ks < MG_TK; ks += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[2];
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
             wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[2];
+            wmma::load_matrix_sync(a, As + (wy * 16) * MG_LD + ks, MG_LD);
 #pragma unroll
-            for (int i = 0; i < 2; i++)
-                wmma::load_matrix_sync(a[i], As + (wy * 32 + i * 16) * MG_LD + ks, MG_LD);
-#pragma unroll
-            for (int j = 0; j < 2; j++)
+            for (int j = 0; j < 2; j++) {
                 wmma::load_matrix_sync(b[j], Bs + (wx * 32 + j * 16) * MG_LD + ks, MG_LD);
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int j = 0; j < 2; j++) wmma::mma_sync(c[i][j], a[i], b[j], c[i][j]);
+                wmma::mma_sync(c[j], a, b[j], c[j]);
+            }
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(Cs + (wy * 32 + i * 16) * (MG_TN + 4) + wx * 32 + j * 16, c[i][j],
-                                    MG_TN + 4, wmma::mem_row_major);
+    for (int j = 0; j < 2; j++)
+        wmma::store_matrix_sync(Cs + (wy * 16) * (MG_TN + 4) + wx * 32 + j * 16, c[j], MG_TN + 4,
+                                wmma::mem_row_major);
     __syncthreads();
-    for (int ci = threadIdx.x; ci < MG_TM * MG_TN; ci += blockDim.x) {
+    for (int ci = tid; ci < MG_TM * MG_TN; ci += blockDim.x) {
         int row = ci / MG_TN, col = ci % MG_TN;
         if (r0 + row < r1 && n0 + col < N) y[(size_t)(r0 + row) * N + n0 + col] = Cs[row * (MG_TN + 4) + col];
     }

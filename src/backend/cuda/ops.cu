@@ -85,6 +85,86 @@ extern "C" void ft_cuda_rmsnorm(float *y, uint16_t *y16, const float *x, const f
     rmsnorm_kernel<<<rows, threads, 0, s>>>(y, y16, x, w, H, eps);
 }
 
+__device__ __forceinline__ size_t cache_row_(const int32_t *tables, int max_blocks, int seq, int p,
+                                             int bs) {
+    return (size_t)tables[(size_t)seq * max_blocks + p / bs] * bs + (size_t)(p % bs);
+}
+
+/* x += y (y may be NULL); xn = rmsnorm(x) * w, optional bf16 copy: the residual add fused
+ * with the next norm. */
+__global__ void add_rmsnorm_kernel(float *x, const float *y, float *xn, uint16_t *xn16,
+                                   const float *w, int H, float eps) {
+    float *xr = x + (size_t)blockIdx.x * H;
+    const float *yr = y ? y + (size_t)blockIdx.x * H : NULL;
+    float ss = 0.0f;
+    for (int h = threadIdx.x; h < H; h += blockDim.x) {
+        float v = xr[h] + (yr ? yr[h] : 0.0f);
+        if (yr) xr[h] = v;
+        ss += v * v;
+    }
+    float r = rsqrtf(block_sum(ss) / (float)H + eps);
+    for (int h = threadIdx.x; h < H; h += blockDim.x) {
+        float v = xr[h] * r * w[h];
+        if (xn) xn[(size_t)blockIdx.x * H + h] = v;
+        if (xn16) xn16[(size_t)blockIdx.x * H + h] = f2bf(v);
+    }
+}
+
+extern "C" void ft_cuda_add_rmsnorm(float *x, const float *y, float *xn, uint16_t *xn16,
+                                    const float *w, int rows, int H, float eps, cudaStream_t s) {
+    int threads = H >= 1024 ? 1024 : H >= 256 ? 256 : 64;
+    add_rmsnorm_kernel<<<rows, threads, 0, s>>>(x, y, xn, xn16, w, H, eps);
+}
+
+/* Block per (token, head) over q heads then k heads: optional per-head RMSNorm, RoPE, and for
+ * k/v heads the write into the paged caches. head_dim <= 256 (one thread per element). */
+__global__ void qk_rope_kv_kernel(float *q, const float *k, const float *v, float *kc, float *vc,
+                                  const float *q_norm, const float *k_norm, float eps,
+                                  const int32_t *pos, const float *inv_freq, float mscale,
+                                  const int32_t *tok_seq, const int32_t *tables, int max_blocks,
+                                  int bs, int n_heads, int n_kv_heads, int hd, int rot_dim) {
+    int t = blockIdx.x, hh = blockIdx.y, i = threadIdx.x, is_k = hh >= n_heads;
+    int head = is_k ? hh - n_heads : hh;
+    __shared__ float buf[256];
+    const float *src = is_k ? k + ((size_t)t * n_kv_heads + head) * hd
+                            : q + ((size_t)t * n_heads + head) * hd;
+    const float *nw = is_k ? k_norm : q_norm;
+    float val = i < hd ? src[i] : 0.0f;
+    if (nw) { /* every thread takes part in the reduction */
+        float r = rsqrtf(block_sum(val * val) / (float)hd + eps);
+        val = i < hd ? val * r * nw[i] : 0.0f;
+    }
+    if (i < hd) buf[i] = val;
+    __syncthreads();
+    int half = rot_dim / 2;
+    if (i < rot_dim) {
+        int j = i < half ? i : i - half;
+        float ang = (float)pos[t] * inv_freq[j];
+        float c = cosf(ang) * mscale, sn = sinf(ang) * mscale;
+        val = i < half ? buf[i] * c - buf[i + half] * sn : buf[i] * c + buf[i - half] * sn;
+    }
+    if (i >= hd) return;
+    if (!is_k) {
+        q[((size_t)t * n_heads + head) * hd + i] = val;
+        return;
+    }
+    size_t row = (cache_row_(tables, max_blocks, tok_seq[t], pos[t], bs) * n_kv_heads + head) * hd;
+    kc[row + i] = val;
+    vc[row + i] = v[((size_t)t * n_kv_heads + head) * hd + i];
+}
+
+extern "C" void ft_cuda_qk_rope_kv(float *q, const float *k, const float *v, float *k_cache,
+                                   float *v_cache, const float *q_norm, const float *k_norm,
+                                   float eps, const int32_t *pos, const float *inv_freq,
+                                   float mscale, const int32_t *tok_seq, const int32_t *tables,
+                                   int max_blocks, int block_size, int T, int n_heads,
+                                   int n_kv_heads, int head_dim, int rot_dim, cudaStream_t s) {
+    int threads = (head_dim + 31) / 32 * 32;
+    qk_rope_kv_kernel<<<dim3(T, n_heads + n_kv_heads), threads, 0, s>>>(
+        q, k, v, k_cache, v_cache, q_norm, k_norm, eps, pos, inv_freq, mscale, tok_seq, tables,
+        max_blocks, block_size, n_heads, n_kv_heads, head_dim, rot_dim);
+}
+
 __global__ void to_bf16_kernel(uint16_t *y, const float *x, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = f2bf(x[i]);
@@ -300,15 +380,17 @@ __device__ __forceinline__ void row_dot(float acc[TT], const uint16_t *wr, const
                                         int K, int lane, int T) {
     if ((K & 7) == 0) {
         const uint4 *w4 = (const uint4 *)wr;
-        int n8 = K / 8, c = lane;
-        /* four 16-byte loads in flight per lane before any arithmetic */
-        for (; c + 3 * WARP < n8; c += 4 * WARP) {
-            uint4 u[4] = {__ldg(w4 + c), __ldg(w4 + c + WARP), __ldg(w4 + c + 2 * WARP),
-                          __ldg(w4 + c + 3 * WARP)};
+        int n8 = K / 8;
+        /* up to four 16-byte loads in flight per lane before any arithmetic */
+        for (int c = lane; c < n8; c += 4 * WARP) {
+            uint4 u[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) dot8<TT>(acc, u[j], x, ldx, (c + j * WARP) * 8, T);
+            for (int j = 0; j < 4; j++)
+                u[j] = c + j * WARP < n8 ? __ldg(w4 + c + j * WARP) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (c + j * WARP < n8) dot8<TT>(acc, u[j], x, ldx, (c + j * WARP) * 8, T);
         }
-        for (; c < n8; c += WARP) dot8<TT>(acc, __ldg(w4 + c), x, ldx, c * 8, T);
     } else {
         for (int k = lane; k < K; k += WARP) {
             float wf = bf2f(wr[k]);
@@ -563,14 +645,15 @@ extern "C" void ft_cuda_gather_bf16(uint16_t *y, const uint16_t *x, const int32_
     if (rows > 0) gather_bf16_kernel<<<rows, 256, 0, s>>>(y, x, src, H);
 }
 
-__global__ void gather_f32_kernel(float *y, const float *x, const int32_t *src, int H) {
+__global__ void gather_f32_kernel(float *y, const float *x, const float *x2, const int32_t *src, int H) {
     int r = blockIdx.x;
-    for (int h = threadIdx.x; h < H; h += blockDim.x) y[(size_t)r * H + h] = x[(size_t)src[r] * H + h];
+    for (int h = threadIdx.x; h < H; h += blockDim.x)
+        y[(size_t)r * H + h] = x[(size_t)src[r] * H + h] + (x2 ? x2[(size_t)src[r] * H + h] : 0.0f);
 }
 
-extern "C" void ft_cuda_gather_f32(float *y, const float *x, const int32_t *src, int rows, int H,
-                                   cudaStream_t s) {
-    if (rows > 0) gather_f32_kernel<<<rows, 256, 0, s>>>(y, x, src, H);
+extern "C" void ft_cuda_gather_f32(float *y, const float *x, const float *x2, const int32_t *src,
+                                   int rows, int H, cudaStream_t s) {
+    if (rows > 0) gather_f32_kernel<<<rows, 256, 0, s>>>(y, x, x2, src, H);
 }
 
 __global__ void scatter_add_kernel(float *out, const float *y, const int32_t *tok, const float *wts,
