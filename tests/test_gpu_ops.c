@@ -249,7 +249,7 @@ TEST(moe_router_and_experts) {
     ft_cuda_moe_gemv(dmgu, dx, k, dgu, (size_t)2 * I * H, dids, T * k, 2 * I, H, 0);
     ft_cuda_silu_mul(dmact, dmgu, T * k, I, 0);
     ft_cuda_moe_gemv(dmy, dmact, 1, ddn, (size_t)H * I, dids, T * k, H, I, 0);
-    ft_cuda_moe_combine(dout, dmy, dw, T, k, H, 0);
+    ft_cuda_moe_combine(dout, dmy, dw, T, k, H, 0, 0);
     float *got = down(dout, (size_t)T * H);
     EXPECT_NMSE(got, ref, (size_t)T * H, 1e-10, "moe gemv + combine (7 experts, top-3)");
     /* the same through gather + scatter_add (prefill path's data movement) */

@@ -326,103 +326,166 @@ static void prof_collect(struct ft_gpu *g) {
     g->prof_steps++;
 }
 
-/* The layer loop for T tokens whose inputs are already on the device. Graph-capturable when
- * T <= MAX_GRAPH_T (no host synchronisation on that path). */
-static enum ft_status layers(struct ft_gpu *g, int T, int max_pos) {
+static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
+    const struct ft_model *m = g->m;
+    if (g->o.routing == FT_ROUTING_MODEL)
+        ft_cuda_router_topk(g->router, T, m->n_experts, m->top_k, m->norm_topk, ids, g->topw, g->s);
+    else
+        ft_cuda_synthetic_route(ids, g->topw, g->router, T, m->n_experts, m->top_k, g->o.seed,
+                                g->d_step, l, m->norm_topk, g->s);
+}
+
+/* Decode-sized steps (T <= 8): GEMV kernels only, each input norm fused into the GEMV that
+ * reads it, each residual add fused into the GEMV/combine that produces it; no host sync, so
+ * the whole step is graph-capturable. x holds the complete residual after every layer. */
+static void decode_layers(struct ft_gpu *g, int T) {
     const struct ft_model *m = g->m;
     int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim;
-    int E = m->n_experts, k = m->top_k, small = T <= MAX_GRAPH_T;
+    int E = m->n_experts, k = m->top_k;
+    float eps = m->rms_eps;
+    cudaStream_t s = g->s;
+    if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, s);
+    ft_cuda_embed(g->x, g->embed, g->d_ids, T, H, s);
+    prof_mark(g, P_NORM);
+    for (int l = 0; l < m->n_layers; l++) {
+        const struct gpu_layer *L = &g->L[l];
+        struct ft_cuda_gemv_args qkv = {{g->q, g->k, g->v}, qd, kd, qd, {L->bq, L->bk, L->bv},
+                                        g->x, L->wqkv, L->attn_norm, eps, NULL, 0, T, qd + 2 * kd, H};
+        ft_cuda_gemv_ex(&qkv, s);
+        prof_mark(g, P_QKV);
+        size_t layer_off = (size_t)l * g->o.n_blocks * FT_KV_BLOCK * kd;
+        ft_cuda_qk_rope_kv(g->q, g->k, g->v, g->k_cache + layer_off, g->v_cache + layer_off,
+                           L->q_norm, L->k_norm, eps, g->d_pos, g->inv_freq, m->rope_mscale,
+                           g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, m->n_heads,
+                           m->n_kv_heads, hd, m->rot_dim, s);
+        prof_mark(g, P_ROPE_KV);
+        ft_cuda_attention(g->att, g->att_part, g->q, g->k_cache + layer_off, g->v_cache + layer_off,
+                          g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T,
+                          m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window,
+                          g->o.max_ctx, g->att_split_small, s);
+        prof_mark(g, P_ATTN);
+        struct ft_cuda_gemv_args o = {{g->x, NULL, NULL}, H, 0, H, {L->bo, NULL, NULL}, g->att,
+                                      L->wo, NULL, 0.0f, NULL, 1, T, H, qd};
+        ft_cuda_gemv_ex(&o, s); /* x += o_proj(att) */
+        prof_mark(g, P_OPROJ);
+        if (!L->is_moe) {
+            int I = L->I;
+            struct ft_cuda_gemv_args gu = {{g->gu, NULL, NULL}, 2 * I, 0, 2 * I, {NULL, NULL, NULL},
+                                           g->x, L->w_gu, L->ffn_norm, eps, NULL, 0, T, 2 * I, H};
+            ft_cuda_gemv_ex(&gu, s);
+            ft_cuda_silu_mul(g->act, g->gu, T, I, s);
+            struct ft_cuda_gemv_args dn = {{g->x, NULL, NULL}, H, 0, H, {NULL, NULL, NULL}, g->act,
+                                           L->w_down, NULL, 0.0f, NULL, 1, T, H, I};
+            ft_cuda_gemv_ex(&dn, s);
+            prof_mark(g, P_DENSE);
+            continue;
+        }
+        int I = m->expert_inter;
+        /* router logits with the fused ffn norm; the normalised rows land in xn for the experts */
+        struct ft_cuda_gemv_args rt = {{g->router, NULL, NULL}, E, 0, E, {NULL, NULL, NULL}, g->x,
+                                       L->router, L->ffn_norm, eps, g->xn, 0, T, E, H};
+        ft_cuda_gemv_ex(&rt, s);
+        int32_t *ids = g->d_topk_all + (size_t)l * g->C * k; /* kept for the distinct count */
+        route(g, l, T, ids);
+        prof_mark(g, P_ROUTER);
+        ft_cuda_moe_gemv(g->mgu, g->xn, k, L->gu, (size_t)2 * I * H, ids, T * k, 2 * I, H, s);
+        ft_cuda_silu_mul(g->mact, g->mgu, T * k, I, s);
+        ft_cuda_moe_gemv(g->my, g->mact, 1, L->down, (size_t)H * I, ids, T * k, H, I, s);
+        ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += routed experts */
+        prof_mark(g, P_EXPERTS);
+        if (L->has_shared) {
+            int Is = m->shared_inter;
+            ft_cuda_gemv(g->gu, 2 * Is, g->xn, L->sh_gu, NULL, T, 2 * Is, H, s);
+            ft_cuda_silu_mul(g->act, g->gu, T, Is, s);
+            ft_cuda_gemv(g->sh, H, g->act, L->sh_down, NULL, T, H, Is, s);
+            ft_cuda_gemv(g->score, 1, g->xn, L->sh_score, NULL, T, 1, H, s);
+            ft_cuda_sigmoid_scale_add(g->x, g->sh, g->score, T, H, s); /* x += shared expert */
+            prof_mark(g, P_SHARED);
+        }
+    }
+}
+
+/* Prefill-sized steps (T > 8): cuBLAS GEMMs on bf16 copies of the activations, the MoE through
+ * the device-side sort and grouped tensor-core GEMM. Each block's output waits in y and joins
+ * the residual in the next add+norm. */
+static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
+    const struct ft_model *m = g->m;
+    int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim, E = m->n_experts;
     cudaStream_t s = g->s;
     enum ft_status st = FT_OK;
     if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, s);
     ft_cuda_embed(g->x, g->embed, g->d_ids, T, H, s);
-    prof_mark(g, P_NORM);
     for (int l = 0; l < m->n_layers && st == FT_OK; l++) {
         const struct gpu_layer *L = &g->L[l];
-        /* the previous block's output (in y) joins the residual here, fused with the norm */
         ft_cuda_add_rmsnorm(g->x, l ? g->y : NULL, g->xn, g->xn16, L->attn_norm, T, H, m->rms_eps, s);
-        prof_mark(g, P_NORM);
-        if (small) {
-            ft_cuda_gemv3(g->q, g->k, g->v, qd, kd, L->bq, L->bk, L->bv, g->xn, L->wqkv, T,
-                          qd + 2 * kd, H, s);
-        } else {
-            st = mm(g, g->q, qd, g->xn, g->xn16, L->wqkv, L->bq, T, qd, H);
-            if (st == FT_OK) st = mm(g, g->k, kd, g->xn, g->xn16, L->wqkv + (size_t)qd * H, L->bk, T, kd, H);
-            if (st == FT_OK) st = mm(g, g->v, kd, g->xn, g->xn16, L->wqkv + (size_t)(qd + kd) * H, L->bv, T, kd, H);
-            if (st != FT_OK) break;
-        }
-        prof_mark(g, P_QKV);
+        st = mm(g, g->q, qd, g->xn, g->xn16, L->wqkv, L->bq, T, qd, H);
+        if (st == FT_OK) st = mm(g, g->k, kd, g->xn, g->xn16, L->wqkv + (size_t)qd * H, L->bk, T, kd, H);
+        if (st == FT_OK) st = mm(g, g->v, kd, g->xn, g->xn16, L->wqkv + (size_t)(qd + kd) * H, L->bv, T, kd, H);
+        if (st != FT_OK) break;
         size_t layer_off = (size_t)l * g->o.n_blocks * FT_KV_BLOCK * kd;
         ft_cuda_qk_rope_kv(g->q, g->k, g->v, g->k_cache + layer_off, g->v_cache + layer_off,
                            L->q_norm, L->k_norm, m->rms_eps, g->d_pos, g->inv_freq, m->rope_mscale,
                            g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, m->n_heads,
                            m->n_kv_heads, hd, m->rot_dim, s);
-        prof_mark(g, P_ROPE_KV);
-        int split = small ? g->att_split_small : (max_pos + 63) / 64;
-        if (split > (small ? g->att_split_small : g->att_split_big)) split = small ? g->att_split_small : g->att_split_big;
+        int split = (max_pos + 63) / 64;
+        if (split > g->att_split_big) split = g->att_split_big;
         ft_cuda_attention(g->att, g->att_part, g->q, g->k_cache + layer_off, g->v_cache + layer_off,
                           g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T,
                           m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window,
-                          small ? g->o.max_ctx : max_pos, split, s);
-        prof_mark(g, P_ATTN);
-        if (!small) ft_cuda_to_bf16(g->att16, g->att, (size_t)T * qd, s);
-        st = mm(g, g->y, H, g->att, small ? NULL : g->att16, L->wo, L->bo, T, H, qd);
-        if (st != FT_OK) break;
-        prof_mark(g, P_OPROJ);
+                          max_pos, split, s);
+        ft_cuda_to_bf16(g->att16, g->att, (size_t)T * qd, s);
+        if ((st = mm(g, g->y, H, g->att, g->att16, L->wo, L->bo, T, H, qd)) != FT_OK) break;
         ft_cuda_add_rmsnorm(g->x, g->y, g->xn, g->xn16, L->ffn_norm, T, H, m->rms_eps, s);
-        prof_mark(g, P_NORM);
         if (!L->is_moe) {
             int I = L->I;
             st = mm(g, g->gu, 2 * I, g->xn, g->xn16, L->w_gu, NULL, T, 2 * I, H);
             ft_cuda_silu_mul(g->act, g->gu, T, I, s);
-            if (!small) ft_cuda_to_bf16(g->act16, g->act, (size_t)T * I, s);
-            if (st == FT_OK) st = mm(g, g->y, H, g->act, small ? NULL : g->act16, L->w_down, NULL, T, H, I);
-            prof_mark(g, P_DENSE);
-        } else {
-            int I = m->expert_inter;
-            st = mm(g, g->router, E, g->xn, g->xn16, L->router, NULL, T, E, H);
-            if (st != FT_OK) break;
-            /* decode keeps each layer's ids (for the distinct-expert count) */
-            int32_t *ids = small ? g->d_topk_all + (size_t)l * g->C * k : g->topk;
-            if (g->o.routing == FT_ROUTING_MODEL)
-                ft_cuda_router_topk(g->router, T, E, k, m->norm_topk, ids, g->topw, s);
-            else
-                ft_cuda_synthetic_route(ids, g->topw, g->router, T, E, k, g->o.seed, g->d_step,
-                                        l, m->norm_topk, s);
-            prof_mark(g, P_ROUTER);
-            if (small) {
-                ft_cuda_moe_gemv(g->mgu, g->xn, k, L->gu, (size_t)2 * I * H, ids, T * k, 2 * I, H, s);
-                ft_cuda_silu_mul(g->mact, g->mgu, T * k, I, s);
-                ft_cuda_moe_gemv(g->my, g->mact, 1, L->down, (size_t)H * I, ids, T * k, H, I, s);
-                ft_cuda_moe_combine(g->y, g->my, g->topw, T, k, H, s);
-            } else {
-                moe_prefill(g, L, l, T);
-            }
-            prof_mark(g, P_EXPERTS);
-            if (L->has_shared) {
-                int Is = m->shared_inter;
-                st = mm(g, g->gu, 2 * Is, g->xn, g->xn16, L->sh_gu, NULL, T, 2 * Is, H);
-                ft_cuda_silu_mul(g->act, g->gu, T, Is, s);
-                if (!small) ft_cuda_to_bf16(g->act16, g->act, (size_t)T * Is, s);
-                if (st == FT_OK) st = mm(g, g->sh, H, g->act, small ? NULL : g->act16, L->sh_down, NULL, T, H, Is);
-                ft_cuda_gemv(g->score, 1, g->xn, L->sh_score, NULL, T, 1, H, s);
-                ft_cuda_sigmoid_scale_add(g->y, g->sh, g->score, T, H, s);
-                prof_mark(g, P_SHARED);
-            }
+            ft_cuda_to_bf16(g->act16, g->act, (size_t)T * I, s);
+            if (st == FT_OK) st = mm(g, g->y, H, g->act, g->act16, L->w_down, NULL, T, H, I);
+            continue;
+        }
+        if ((st = mm(g, g->router, E, g->xn, g->xn16, L->router, NULL, T, E, H)) != FT_OK) break;
+        route(g, l, T, g->topk);
+        moe_prefill(g, L, l, T);
+        if (L->has_shared) {
+            int Is = m->shared_inter;
+            st = mm(g, g->gu, 2 * Is, g->xn, g->xn16, L->sh_gu, NULL, T, 2 * Is, H);
+            ft_cuda_silu_mul(g->act, g->gu, T, Is, s);
+            ft_cuda_to_bf16(g->act16, g->act, (size_t)T * Is, s);
+            if (st == FT_OK) st = mm(g, g->sh, H, g->act, g->act16, L->sh_down, NULL, T, H, Is);
+            ft_cuda_gemv(g->score, 1, g->xn, L->sh_score, NULL, T, 1, H, s);
+            ft_cuda_sigmoid_scale_add(g->y, g->sh, g->score, T, H, s);
         }
     }
     return st;
 }
 
 /* Final norm + lm_head for the gathered rows (d_rows), into g->logits [rows, V]. */
-static enum ft_status head(struct ft_gpu *g, int rows) {
+static enum ft_status head(struct ft_gpu *g, int rows, int pending_y) {
     const struct ft_model *m = g->m;
-    int H = m->hidden;
-    ft_cuda_gather_f32(g->xl, g->x, g->y, g->d_rows, rows, H, g->s); /* + the last block's output */
-    ft_cuda_rmsnorm(g->xl, g->xl16, g->xl, g->final_norm, rows, H, m->rms_eps, g->s);
-    enum ft_status st = mm(g, g->logits, m->vocab, g->xl, g->xl16, g->lm_head, NULL, rows, m->vocab, H);
+    int H = m->hidden, V = m->vocab;
+    enum ft_status st = FT_OK;
+    ft_cuda_gather_f32(g->xl, g->x, pending_y ? g->y : NULL, g->d_rows, rows, H, g->s);
+    if (rows <= MAX_GRAPH_T) { /* final norm fused into the lm_head GEMV */
+        struct ft_cuda_gemv_args a = {{g->logits, NULL, NULL}, V, 0, V, {NULL, NULL, NULL}, g->xl,
+                                      g->lm_head, g->final_norm, m->rms_eps, NULL, 0, rows, V, H};
+        ft_cuda_gemv_ex(&a, g->s);
+    } else {
+        ft_cuda_rmsnorm(g->xl, g->xl16, g->xl, g->final_norm, rows, H, m->rms_eps, g->s);
+        st = mm(g, g->logits, V, g->xl, g->xl16, g->lm_head, NULL, rows, V, H);
+    }
     prof_mark(g, P_HEAD);
     return st;
+}
+
+/* One step for T tokens whose inputs are on the device. */
+static enum ft_status layers(struct ft_gpu *g, int T, int max_pos, int rows) {
+    enum ft_status st = FT_OK;
+    if (T <= MAX_GRAPH_T)
+        decode_layers(g, T);
+    else
+        st = prefill_layers(g, T, max_pos);
+    return st == FT_OK ? head(g, rows, T > MAX_GRAPH_T) : st;
 }
 
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
@@ -466,8 +529,7 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         cudaGraph_t graph;
         if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
             return ft_cuda_check("cudaStreamBeginCapture");
-        st = layers(g, T, max_pos);
-        if (st == FT_OK) st = head(g, rows);
+        st = layers(g, T, max_pos, rows);
         cudaError_t e = cudaStreamEndCapture(s, &graph);
         if (st == FT_OK && e == cudaSuccess &&
             cudaGraphInstantiate(&g->graph[T], graph, 0) == cudaSuccess) {
@@ -478,8 +540,7 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         }
     } else {
         if (use_graph) g->graph_seen[T] = 1;
-        st = layers(g, T, max_pos);
-        if (st == FT_OK) st = head(g, rows);
+        st = layers(g, T, max_pos, rows);
     }
     if (!prof_step) g->prof = -g->prof;
     if (st != FT_OK) return st;

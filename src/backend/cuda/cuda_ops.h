@@ -60,6 +60,23 @@ void ft_cuda_add_bias(float *y, int ldy, const float *bias, int T, int N, cudaSt
 /* y[t, n] (row stride ldy) = x[t, :] · w[n, :] (+ bias[n]) for T <= 8 tokens: GEMV kernel. */
 void ft_cuda_gemv(float *y, int ldy, const float *x, const uint16_t *w, const float *bias, int T,
                   int N, int K, cudaStream_t s);
+/* The general decode GEMV (T <= 8 per launch; more are split): rows [0, n0) -> y[0] (row stride
+ * ldy0), [n0, n0+n1) -> y[1] (stride n1), the rest -> y[2]; biases b[i] may be NULL. With nw,
+ * the input is RMS-normalised on the fly (x * rsqrt(mean(x^2) + eps) * nw) and, if xn_out is
+ * set, stored there. accumulate: y[0] += result (residual adds). */
+struct ft_cuda_gemv_args {
+    float *y[3];
+    int n0, n1, ldy0;
+    const float *b[3];
+    const float *x;
+    const uint16_t *w;
+    const float *nw;
+    float eps;
+    float *xn_out;
+    int accumulate;
+    int T, N, K;
+};
+void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *a, cudaStream_t s);
 /* One GEMV over concatenated weights [n0 + n1 + n2, K] whose rows go to three outputs
  * (y0 [T, n0], y1 [T, n1], y2 [T, n2]) with optional biases: fused q/k/v. */
 void ft_cuda_gemv3(float *y0, float *y1, float *y2, int n0, int n1, const float *b0,
@@ -69,9 +86,9 @@ void ft_cuda_gemv3(float *y0, float *y1, float *y2, int n0, int n1, const float 
  * y[p, :] = W_{ids[p]} · x[p / x_div, :] with W_e = w + e * expert_stride (elements). */
 void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w, size_t expert_stride,
                       const int32_t *ids, int P, int N, int K, cudaStream_t s);
-/* out[t, :] = sum_j wts[t*k + j] * y[t*k + j, :] */
+/* out[t, :] (+)= sum_j wts[t*k + j] * y[t*k + j, :]  (accumulate: residual add) */
 void ft_cuda_moe_combine(float *out, const float *y, const float *wts, int T, int k, int H,
-                         cudaStream_t s);
+                         int accumulate, cudaStream_t s);
 /* softmax over E, top-k (ties: lower id), optional renormalisation; E <= 1024, k <= 32. */
 void ft_cuda_router_topk(const float *logits, int T, int E, int k, int norm, int32_t *ids,
                          float *w, cudaStream_t s);

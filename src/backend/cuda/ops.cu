@@ -360,11 +360,17 @@ extern "C" void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s) 
 #define GEMV_WARPS 8
 
 template <int TT>
-__device__ __forceinline__ void dot8(float acc[TT], uint4 u, const float *x, int ldx, int k, int T) {
+__device__ __forceinline__ void dot8(float acc[TT], uint4 u, const float *x, int ldx, int k, int T,
+                                     const float *nw) {
     float wf[8] = {__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
                    __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u),
                    __uint_as_float(u.z << 16), __uint_as_float(u.z & 0xffff0000u),
                    __uint_as_float(u.w << 16), __uint_as_float(u.w & 0xffff0000u)};
+    if (nw) { /* fused input norm: the per-channel weight folds into w; 1/rms comes at the end */
+        float4 na = *(const float4 *)(nw + k), nb = *(const float4 *)(nw + k + 4);
+        wf[0] *= na.x, wf[1] *= na.y, wf[2] *= na.z, wf[3] *= na.w;
+        wf[4] *= nb.x, wf[5] *= nb.y, wf[6] *= nb.z, wf[7] *= nb.w;
+    }
 #pragma unroll
     for (int t = 0; t < TT; t++) {
         if (t >= T) break;
@@ -377,7 +383,7 @@ __device__ __forceinline__ void dot8(float acc[TT], uint4 u, const float *x, int
 
 template <int TT>
 __device__ __forceinline__ void row_dot(float acc[TT], const uint16_t *wr, const float *x, int ldx,
-                                        int K, int lane, int T) {
+                                        int K, int lane, int T, const float *nw) {
     if ((K & 7) == 0) {
         const uint4 *w4 = (const uint4 *)wr;
         int n8 = K / 8;
@@ -389,11 +395,11 @@ __device__ __forceinline__ void row_dot(float acc[TT], const uint16_t *wr, const
                 u[j] = c + j * WARP < n8 ? __ldg(w4 + c + j * WARP) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                if (c + j * WARP < n8) dot8<TT>(acc, u[j], x, ldx, (c + j * WARP) * 8, T);
+                if (c + j * WARP < n8) dot8<TT>(acc, u[j], x, ldx, (c + j * WARP) * 8, T, nw);
         }
     } else {
         for (int k = lane; k < K; k += WARP) {
-            float wf = bf2f(wr[k]);
+            float wf = bf2f(wr[k]) * (nw ? nw[k] : 1.0f);
 #pragma unroll
             for (int t = 0; t < TT; t++)
                 if (t < T) acc[t] += wf * x[(size_t)t * ldx + k];
@@ -401,74 +407,80 @@ __device__ __forceinline__ void row_dot(float acc[TT], const uint16_t *wr, const
     }
 }
 
+/* One warp per output row over concatenated weights whose rows go to up to three outputs
+ * (fused q/k/v), with an optional fused input RMSNorm (norm weight folded into the weights,
+ * 1/rms per token applied at the end; block 0 also stores the normalised input) and an
+ * optional accumulate epilogue (y += result: the residual add of o_proj / down_proj). */
 template <int TT>
-__global__ void gemv_kernel(float *y, int ldy, const float *x, const uint16_t *w, const float *bias,
-                            int T, int N, int K) {
+__global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a) {
     int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP;
-    if (n >= N) return;
+    __shared__ float r_s[8];
+    if (a.nw) { /* per-token 1/rms, computed by every block (x rows are small, L2 resident) */
+        for (int t = 0; t < a.T; t++) {
+            float ss = 0.0f;
+            for (int k = threadIdx.x; k < a.K; k += blockDim.x) {
+                float v = a.x[(size_t)t * a.K + k];
+                ss += v * v;
+            }
+            ss = block_sum(ss);
+            if (threadIdx.x == 0) r_s[t] = rsqrtf(ss / (float)a.K + a.eps);
+        }
+        __syncthreads();
+        if (blockIdx.x == 0 && a.xn_out)
+            for (int t = 0; t < a.T; t++)
+                for (int k = threadIdx.x; k < a.K; k += blockDim.x)
+                    a.xn_out[(size_t)t * a.K + k] = a.x[(size_t)t * a.K + k] * r_s[t] * a.nw[k];
+    }
+    if (n >= a.N) return;
     float acc[TT];
 #pragma unroll
     for (int t = 0; t < TT; t++) acc[t] = 0.0f;
-    row_dot<TT>(acc, w + (size_t)n * K, x, K, K, lane, T);
+    row_dot<TT>(acc, a.w + (size_t)n * a.K, a.x, a.K, a.K, lane, a.T, a.nw);
+    float *y = a.y[0];
+    const float *b = a.b[0];
+    int col = n, ld = a.ldy0;
+    if (n >= a.n0 + a.n1) y = a.y[2], b = a.b[2], col = n - a.n0 - a.n1, ld = a.N - a.n0 - a.n1;
+    else if (n >= a.n0) y = a.y[1], b = a.b[1], col = n - a.n0, ld = a.n1;
 #pragma unroll
     for (int t = 0; t < TT; t++) {
         float v = warp_sum(acc[t]);
-        if (lane == 0 && t < T) y[(size_t)t * ldy + n] = v + (bias ? bias[n] : 0.0f);
+        if (lane == 0 && t < a.T) {
+            v = v * (a.nw ? r_s[t] : 1.0f) + (b ? b[col] : 0.0f);
+            float *o = y + (size_t)t * ld + col;
+            *o = a.accumulate ? *o + v : v;
+        }
     }
 }
 
-/* Rows [0, n0) go to y0 (row stride n0), [n0, n0+n1) to y1, the rest to y2 (fused q/k/v). */
-template <int TT>
-__global__ void gemv3_kernel(float *y0, float *y1, float *y2, int n0, int n1, const float *b0,
-                             const float *b1, const float *b2, const float *x, const uint16_t *w,
-                             int T, int N, int K) {
-    int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP;
-    if (n >= N) return;
-    float acc[TT];
-#pragma unroll
-    for (int t = 0; t < TT; t++) acc[t] = 0.0f;
-    row_dot<TT>(acc, w + (size_t)n * K, x, K, K, lane, T);
-    float *y = y0;
-    const float *b = b0;
-    int col = n, ld = n0;
-    if (n >= n0 + n1) y = y2, b = b2, col = n - n0 - n1, ld = N - n0 - n1;
-    else if (n >= n0) y = y1, b = b1, col = n - n0, ld = n1;
-#pragma unroll
-    for (int t = 0; t < TT; t++) {
-        float v = warp_sum(acc[t]);
-        if (lane == 0 && t < T) y[(size_t)t * ld + col] = v + (b ? b[col] : 0.0f);
+extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream_t s) {
+    dim3 grid(cdiv(args->N, GEMV_WARPS));
+    int th = GEMV_WARPS * WARP;
+    for (int t0 = 0; t0 < args->T; t0 += 8) { /* 8 tokens per launch */
+        struct ft_cuda_gemv_args a = *args;
+        a.T = args->T - t0 < 8 ? args->T - t0 : 8;
+        a.x += (size_t)t0 * a.K;
+        if (a.xn_out) a.xn_out += (size_t)t0 * a.K;
+        a.y[0] += (size_t)t0 * a.ldy0;
+        if (a.y[1]) a.y[1] += (size_t)t0 * a.n1;
+        if (a.y[2]) a.y[2] += (size_t)t0 * (a.N - a.n0 - a.n1);
+        if (a.T == 1) gemv_fused_kernel<1><<<grid, th, 0, s>>>(a);
+        else if (a.T == 2) gemv_fused_kernel<2><<<grid, th, 0, s>>>(a);
+        else if (a.T <= 4) gemv_fused_kernel<4><<<grid, th, 0, s>>>(a);
+        else gemv_fused_kernel<8><<<grid, th, 0, s>>>(a);
     }
 }
 
 extern "C" void ft_cuda_gemv3(float *y0, float *y1, float *y2, int n0, int n1, const float *b0,
                               const float *b1, const float *b2, const float *x, const uint16_t *w,
                               int T, int N, int K, cudaStream_t s) {
-    dim3 grid(cdiv(N, GEMV_WARPS));
-    int th = GEMV_WARPS * WARP;
-    for (int t0 = 0; t0 < T; t0 += 8) {
-        int n = T - t0 < 8 ? T - t0 : 8;
-        float *a = y0 + (size_t)t0 * n0, *b = y1 + (size_t)t0 * n1, *c = y2 + (size_t)t0 * (N - n0 - n1);
-        const float *xx = x + (size_t)t0 * K;
-        if (n == 1) gemv3_kernel<1><<<grid, th, 0, s>>>(a, b, c, n0, n1, b0, b1, b2, xx, w, n, N, K);
-        else if (n == 2) gemv3_kernel<2><<<grid, th, 0, s>>>(a, b, c, n0, n1, b0, b1, b2, xx, w, n, N, K);
-        else if (n <= 4) gemv3_kernel<4><<<grid, th, 0, s>>>(a, b, c, n0, n1, b0, b1, b2, xx, w, n, N, K);
-        else gemv3_kernel<8><<<grid, th, 0, s>>>(a, b, c, n0, n1, b0, b1, b2, xx, w, n, N, K);
-    }
+    struct ft_cuda_gemv_args a = {{y0, y1, y2}, n0, n1, n0, {b0, b1, b2}, x, w, NULL, 0.0f, NULL, 0, T, N, K};
+    ft_cuda_gemv_ex(&a, s);
 }
 
 extern "C" void ft_cuda_gemv(float *y, int ldy, const float *x, const uint16_t *w,
                              const float *bias, int T, int N, int K, cudaStream_t s) {
-    dim3 grid(cdiv(N, GEMV_WARPS));
-    int th = GEMV_WARPS * WARP;
-    for (int t0 = 0; t0 < T; t0 += 8) {
-        int n = T - t0 < 8 ? T - t0 : 8;
-        float *yy = y + (size_t)t0 * ldy;
-        const float *xx = x + (size_t)t0 * K;
-        if (n == 1) gemv_kernel<1><<<grid, th, 0, s>>>(yy, ldy, xx, w, bias, n, N, K);
-        else if (n == 2) gemv_kernel<2><<<grid, th, 0, s>>>(yy, ldy, xx, w, bias, n, N, K);
-        else if (n <= 4) gemv_kernel<4><<<grid, th, 0, s>>>(yy, ldy, xx, w, bias, n, N, K);
-        else gemv_kernel<8><<<grid, th, 0, s>>>(yy, ldy, xx, w, bias, n, N, K);
-    }
+    struct ft_cuda_gemv_args a = {{y, NULL, NULL}, N, 0, ldy, {bias, NULL, NULL}, x, w, NULL, 0.0f, NULL, 0, T, N, K};
+    ft_cuda_gemv_ex(&a, s);
 }
 
 __global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint16_t *w,
@@ -477,7 +489,7 @@ __global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint1
     if (n >= N) return;
     float acc[1] = {0.0f};
     row_dot<1>(acc, w + (size_t)ids[p] * expert_stride + (size_t)n * K, x + (size_t)(p / x_div) * K,
-               K, K, lane, 1);
+               K, K, lane, 1, NULL);
     float v = warp_sum(acc[0]);
     if (lane == 0) y[(size_t)p * N + n] = v;
 }
@@ -489,18 +501,19 @@ extern "C" void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint
                                                                               expert_stride, ids, N, K);
 }
 
-__global__ void moe_combine_kernel(float *out, const float *y, const float *wts, int k, int H) {
+__global__ void moe_combine_kernel(float *out, const float *y, const float *wts, int k, int H,
+                                   int accumulate) {
     int t = blockIdx.x;
     for (int h = threadIdx.x; h < H; h += blockDim.x) {
         float a = 0.0f;
         for (int j = 0; j < k; j++) a += wts[t * k + j] * y[((size_t)t * k + j) * H + h];
-        out[(size_t)t * H + h] = a;
+        out[(size_t)t * H + h] = accumulate ? out[(size_t)t * H + h] + a : a;
     }
 }
 
 extern "C" void ft_cuda_moe_combine(float *out, const float *y, const float *wts, int T, int k,
-                                    int H, cudaStream_t s) {
-    moe_combine_kernel<<<T, 256, 0, s>>>(out, y, wts, k, H);
+                                    int H, int accumulate, cudaStream_t s) {
+    moe_combine_kernel<<<T, 256, 0, s>>>(out, y, wts, k, H, accumulate);
 }
 
 /* --- router: one warp per token; values kept in registers (E <= 1024) --- */
@@ -561,16 +574,21 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-/* One thread per token: k distinct ids by rejection; weights = router softmax at those ids. */
+/* One warp per token: softmax statistics over E by the warp, then lane 0 draws k distinct ids
+ * by rejection; weights = the router's softmax at those ids. */
 __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, int T, int E,
                                    int k, uint64_t seed, const uint32_t *step, int layer, int norm) {
-    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (t >= T) return;
-    uint64_t st = mix64(seed ^ mix64(((uint64_t)*step << 40) ^ ((uint64_t)layer << 20) ^ (uint64_t)t));
     const float *l = logits + (size_t)t * E;
-    float mx = -INFINITY, z = 0.0f, sum = 0.0f;
-    for (int e = 0; e < E; e++) mx = fmaxf(mx, l[e]);
-    for (int e = 0; e < E; e++) z += __expf(l[e] - mx);
+    float mx = -INFINITY, z = 0.0f;
+    for (int e = lane; e < E; e += WARP) mx = fmaxf(mx, l[e]);
+    mx = warp_max(mx);
+    for (int e = lane; e < E; e += WARP) z += __expf(l[e] - mx);
+    z = warp_sum(z);
+    if (lane) return;
+    uint64_t st = mix64(seed ^ mix64(((uint64_t)*step << 40) ^ ((uint64_t)layer << 20) ^ (uint64_t)t));
+    float sum = 0.0f;
     for (int j = 0; j < k; j++) {
         int id, dup;
         do {
@@ -590,7 +608,7 @@ __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, 
 extern "C" void ft_cuda_synthetic_route(int32_t *ids, float *w, const float *logits, int T, int E,
                                         int k, uint64_t seed, const uint32_t *step, int layer,
                                         int norm, cudaStream_t s) {
-    synth_route_kernel<<<cdiv(T, 128), 128, 0, s>>>(ids, w, logits, T, E, k, seed, step, layer, norm);
+    synth_route_kernel<<<cdiv(T, 4), 4 * WARP, 0, s>>>(ids, w, logits, T, E, k, seed, step, layer, norm);
 }
 
 __global__ void step_incr_kernel(uint32_t *step) { (*step)++; }
