@@ -389,8 +389,9 @@ static void decode_layers(struct ft_gpu *g, int T) {
         route(g, l, T, ids);
         prof_mark(g, P_ROUTER);
         ft_cuda_moe_gemv(g->mgu, g->xn, k, L->gu, (size_t)2 * I * H, ids, T * k, 2 * I, H, s);
-        /* x += sum_j w_j * down_j(silu(gate_j) * up_j) */
-        ft_cuda_moe_down(g->x, g->mgu, L->down, (size_t)H * I, ids, g->topw, T, k, H, I, 1, s);
+        ft_cuda_silu_mul(g->mact, g->mgu, T * k, I, s);
+        ft_cuda_moe_gemv(g->my, g->mact, 1, L->down, (size_t)H * I, ids, T * k, H, I, s);
+        ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += routed experts */
         prof_mark(g, P_EXPERTS);
         if (L->has_shared) {
             int Is = m->shared_inter;

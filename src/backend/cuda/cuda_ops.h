@@ -86,11 +86,6 @@ void ft_cuda_gemv3(float *y0, float *y1, float *y2, int n0, int n1, const float 
  * y[p, :] = W_{ids[p]} · x[p / x_div, :] with W_e = w + e * expert_stride (elements). */
 void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w, size_t expert_stride,
                       const int32_t *ids, int P, int N, int K, cudaStream_t s);
-/* Decode: out[t, :] (+)= sum_j wts[t*k+j] * W_{ids[t*k+j]} · (silu(gate) * up)[t*k+j], from the
- * gate_up rows [T*k, 2I] of ft_cuda_moe_gemv: SiLU, down projection and combine in one kernel. */
-void ft_cuda_moe_down(float *out, const float *gate_up, const uint16_t *w, size_t expert_stride,
-                      const int32_t *ids, const float *wts, int T, int k, int H, int I,
-                      int accumulate, cudaStream_t s);
 /* out[t, :] (+)= sum_j wts[t*k + j] * y[t*k + j, :]  (accumulate: residual add) */
 void ft_cuda_moe_combine(float *out, const float *y, const float *wts, int T, int k, int H,
                          int accumulate, cudaStream_t s);

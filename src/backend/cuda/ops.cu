@@ -501,64 +501,6 @@ extern "C" void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint
                                                                               expert_stride, ids, N, K);
 }
 
-/* Down projection of all k experts of a token fused with SiLU*up (prologue, into shared
- * memory, scaled by the router weights) and the weighted combine (one writer per output:
- * deterministic). A warp walks the k expert rows of its output as one virtual row, four 16-byte
- * loads in flight per lane. grid (ceil(H / 8), T); shared memory k * I floats. */
-__global__ void moe_down_kernel(float *out, const float *gu, const uint16_t *w, size_t stride,
-                                const int32_t *ids, const float *wts, int k, int H, int I,
-                                int accumulate) {
-    extern __shared__ float act[]; /* [k, I]: wts[j] * silu(gate) * up */
-    int t = blockIdx.y, lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP;
-    for (int i = threadIdx.x; i < k * I; i += blockDim.x) {
-        int j = i / I, c = i % I;
-        const float *row = gu + ((size_t)t * k + j) * 2 * I;
-        float g = row[c];
-        act[i] = wts[t * k + j] * (g / (1.0f + __expf(-g))) * row[I + c];
-    }
-    __syncthreads();
-    if (n >= H) return;
-    const int32_t *e = ids + (size_t)t * k;
-    float acc = 0.0f;
-    if ((I & 7) == 0) {
-        int per = I / 8, n8 = k * per;
-        for (int c = lane; c < n8; c += 4 * WARP) {
-            uint4 u[4];
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                int cc = c + q * WARP;
-                u[q] = cc < n8 ? __ldg((const uint4 *)(w + (size_t)e[cc / per] * stride + (size_t)n * I) + cc % per)
-                               : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                int cc = c + q * WARP;
-                if (cc >= n8) break;
-                float a1[1] = {0.0f};
-                dot8<1>(a1, u[q], act + (cc / per) * I, 0, (cc % per) * 8, 1, NULL);
-                acc += a1[0];
-            }
-        }
-    } else {
-        for (int i = lane; i < k * I; i += WARP)
-            acc += bf2f(w[(size_t)e[i / I] * stride + (size_t)n * I + i % I]) * act[i];
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) {
-        float *o = out + (size_t)t * H + n;
-        *o = accumulate ? *o + acc : acc;
-    }
-}
-
-extern "C" void ft_cuda_moe_down(float *out, const float *gate_up, const uint16_t *w,
-                                 size_t expert_stride, const int32_t *ids, const float *wts, int T,
-                                 int k, int H, int I, int accumulate, cudaStream_t s) {
-    size_t smem = (size_t)k * I * sizeof(float);
-    if (smem > 48 * 1024) cudaFuncSetAttribute(moe_down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    moe_down_kernel<<<dim3(cdiv(H, GEMV_WARPS), T), GEMV_WARPS * WARP, smem, s>>>(
-        out, gate_up, w, expert_stride, ids, wts, k, H, I, accumulate);
-}
-
 __global__ void moe_combine_kernel(float *out, const float *y, const float *wts, int k, int H,
                                    int accumulate) {
     int t = blockIdx.x;
