@@ -40,20 +40,27 @@ static const char k_usage[] =
     "  --chat-template NAME        override the detected chat template family\n"
     "  --request-timeout S         cancel a request running longer (default 0 = none)\n"
     "  --http-timeout S            close idle or stalled connections after S s (default 30)\n"
-    "  --max-body-mb N             largest request body (default 8; larger: 413)\n";
+    "  --max-body-mb N             largest request body (default 8; larger: 413)\n"
+    "  --backend B / --device N / --vram-limit SIZE / --no-graphs   as in ft run --help\n";
 
 struct serve_opts {
     const char *model, *host, *api_key, *cors, *name, *tmpl;
     long port, max_running, max_prefill, ctx, kv, queue, threads, req_timeout, http_timeout, body_mb;
+    struct ft_engine_opts be; /* backend flags */
+    int be_auto;
 };
 
 static volatile sig_atomic_t g_stop; /* set by the signal handler only */
 static void on_signal(int sig) { g_stop = sig; }
 
 static int parse(int argc, char **argv, struct serve_opts *o) {
+    o->be_auto = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v, **str = NULL;
         long *num = NULL, lo = 1, hi = 1 << 24;
+        int rb = ft_cli_backend_flag("serve", argc, argv, &i, &o->be, &o->be_auto);
+        if (rb < 0) return 2;
+        if (rb > 0) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("%s", k_usage);
             return 1;
@@ -114,6 +121,10 @@ static enum ft_status load(const struct serve_opts *o, struct ft_server *srv, st
     struct ft_sched_opts so = {.max_running = (int)o->max_running, .max_prefill = (int)o->max_prefill,
                                .ctx_size = (int)o->ctx, .kv_tokens = (int)o->kv,
                                .queue_cap = (int)o->queue, .request_timeout_s = (double)o->req_timeout};
+    struct ft_engine_opts be = o->be;
+    ft_cli_backend_resolve(&be, o->be_auto);
+    so.backend = be.backend, so.device = be.device, so.vram_limit = be.vram_limit;
+    so.no_graphs = be.no_graphs;
     FT_TRY(ft_sched_init(&l->sched, l->model, l->tok, l->pool, &so));
     struct ft_gen_params gp = {0};
     ft_cli_sampling_defaults(&l->model->cfg, &gp);

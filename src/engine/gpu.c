@@ -39,7 +39,7 @@ struct ft_gpu {
     uint16_t *embed, *lm_head;
     float *final_norm, *inv_freq;
     float *k_cache, *v_cache;          /* [L, n_blocks*16, kv_dim] */
-    int max_blocks, kv_dim, q_dim, max_i, C;
+    int max_blocks, kv_dim, q_dim, max_i, C, logit_rows;
     /* step inputs */
     int32_t *d_ids, *d_pos, *d_tok_seq, *d_tables, *d_rows, *d_topk_all;
     int32_t *h_ids, *h_pos, *h_tok_seq, *h_tables, *h_rows, *h_topk_all; /* pinned */
@@ -246,8 +246,11 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     g->act16 = dalloc(g, C * (mi ? mi : 1) * 2, &st);
     g->xl = dalloc(g, C * H * 4, &st);
     g->xl16 = dalloc(g, C * H * 2, &st);
-    g->logits = dalloc(g, C * V * 4, &st);
-    g->h_logits = halloc(C * V * 4, &st);
+    /* logits rows per lm_head pass: one per sequence in a step; all-position requests
+     * (ft logits) are done in passes of this many rows */
+    g->logit_rows = g->C < 64 ? g->C : 64;
+    g->logits = dalloc(g, (size_t)g->logit_rows * V * 4, &st);
+    g->h_logits = halloc((size_t)g->logit_rows * V * 4, &st);
     if (E) {
         g->router = dalloc(g, C * E * 4, &st);
         g->topk = dalloc(g, R * 4, &st);
@@ -461,11 +464,11 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
 }
 
 /* Final norm + lm_head for the gathered rows (d_rows), into g->logits [rows, V]. */
-static enum ft_status head(struct ft_gpu *g, int rows, int pending_y) {
+static enum ft_status head(struct ft_gpu *g, const int32_t *d_rows, int rows, int pending_y) {
     const struct ft_model *m = g->m;
     int H = m->hidden, V = m->vocab;
     enum ft_status st = FT_OK;
-    ft_cuda_gather_f32(g->xl, g->x, pending_y ? g->y : NULL, g->d_rows, rows, H, g->s);
+    ft_cuda_gather_f32(g->xl, g->x, pending_y ? g->y : NULL, d_rows, rows, H, g->s);
     if (rows <= MAX_GRAPH_T) { /* final norm fused into the lm_head GEMV */
         struct ft_cuda_gemv_args a = {{g->logits, NULL, NULL}, V, 0, V, {NULL, NULL, NULL}, g->xl,
                                       g->lm_head, g->final_norm, m->rms_eps, NULL, 0, rows, V, H};
@@ -485,7 +488,8 @@ static enum ft_status layers(struct ft_gpu *g, int T, int max_pos, int rows) {
         decode_layers(g, T);
     else
         st = prefill_layers(g, T, max_pos);
-    return st == FT_OK ? head(g, rows, T > MAX_GRAPH_T) : st;
+    if (st != FT_OK || rows > g->logit_rows) return st; /* many rows: ft_gpu_forward does passes */
+    return head(g, g->d_rows, rows, T > MAX_GRAPH_T);
 }
 
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
@@ -545,6 +549,17 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
     if (!prof_step) g->prof = -g->prof;
     if (st != FT_OK) return st;
     if (prof_step && g->n_ev > 1) prof_collect(g);
+    if (logits && rows > g->logit_rows) { /* all-position logits: lm_head in passes */
+        for (int r0 = 0; r0 < rows && st == FT_OK; r0 += g->logit_rows) {
+            int n = rows - r0 < g->logit_rows ? rows - r0 : g->logit_rows;
+            st = head(g, g->d_rows + r0, n, T > MAX_GRAPH_T);
+            cudaMemcpyAsync(g->h_logits, g->logits, (size_t)n * m->vocab * 4, cudaMemcpyDeviceToHost, s);
+            if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("GPU lm_head");
+            memcpy(logits + (size_t)r0 * m->vocab, g->h_logits, (size_t)n * m->vocab * 4);
+        }
+        if (st != FT_OK) return st;
+        logits = NULL; /* delivered */
+    }
     if (logits) cudaMemcpyAsync(g->h_logits, g->logits, (size_t)rows * m->vocab * 4, cudaMemcpyDeviceToHost, s);
     int small = T <= MAX_GRAPH_T;
     if (small && m->n_experts)

@@ -42,6 +42,7 @@ struct ft_req {
     int32_t *blocks;
     int n_blocks, n_past, n_gen, prefilled;
     int stop_hit;          /* a stop string matched: text after it is dropped */
+    int admitted;          /* moved from the queue to running */
     int32_t last;
     struct ft_sampler *smp;
     struct ft_detok dt;
@@ -158,9 +159,16 @@ void ft_req_cancel(struct ft_req *r) {
 
 /* --- engine side --- */
 
+static int kv_used_tokens(const struct ft_sched *s) {
+    return (ft_engine_kv_total_blocks(s->e) - ft_engine_kv_free_blocks(s->e)) * FT_KV_BLOCK;
+}
+
 static void record_done(struct ft_sched *s, struct ft_req *r, int outcome /* 0 ok 1 cancel 2 fail */) {
     int64_t now = ft_time_us();
     pthread_mutex_lock(&s->mu);
+    /* the published running count and KV use change before the client can see the last event */
+    if (r->admitted) s->run_snapshot--;
+    s->kv_used_snapshot = kv_used_tokens(s);
     if (outcome == 0) s->completed++;
     else if (outcome == 1) s->cancelled++;
     else s->failed++;
@@ -242,6 +250,9 @@ static void admit(struct ft_sched *s) {
             continue;
         }
         r->n_blocks = need;
+        r->admitted = 1;
+        s->run_snapshot++;
+        s->kv_used_snapshot = kv_used_tokens(s);
         for (int i = 0; i < r->n_prompt; i++) ft_sampler_add_prompt(r->smp, r->prompt[i]);
         ft_detok_init(&r->dt, s->tok, r->p.skip_special);
         ft_stop_init(&r->stopper, (const char *const *)r->stop, r->p.n_stop);
@@ -360,8 +371,6 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     for (;;) {
         admit(s);
-        s->run_snapshot = s->n_running;
-        s->kv_used_snapshot = (ft_engine_kv_total_blocks(s->e) - ft_engine_kv_free_blocks(s->e)) * FT_KV_BLOCK;
         if (s->stopping) break;
         if (s->n_running == 0) {
             pthread_cond_wait(&s->cv, &s->mu);
@@ -407,7 +416,9 @@ enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
     if (ft_tok_eos(tok) >= 0) s->eos[s->n_eos++] = ft_tok_eos(tok);
     struct ft_engine_opts eo = {.max_ctx = s->o.ctx_size,
                                 .max_chunk = s->o.max_prefill + s->o.max_running,
-                                .kv_tokens = s->o.kv_tokens};
+                                .kv_tokens = s->o.kv_tokens, .backend = s->o.backend,
+                                .device = s->o.device, .vram_limit = s->o.vram_limit,
+                                .no_graphs = s->o.no_graphs};
     enum ft_status st = ft_engine_init(&s->e, m, pool, &eo);
     s->running = calloc((size_t)s->o.max_running, sizeof *s->running);
     s->segs = calloc((size_t)s->o.max_running, sizeof *s->segs);
@@ -422,8 +433,8 @@ enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
         return st;
     }
     s->thread_started = 1;
-    ft_log_info("scheduler: %d running requests at most, context %d, KV pool %d tokens "
-                "(%.2f GiB), prefill chunks of %d", s->o.max_running, s->o.ctx_size,
+    ft_log_info("scheduler: backend %s, %d running requests at most, context %d, KV pool %d "
+                "tokens (%.2f GiB), prefill chunks of %d", ft_engine_backend(s->e), s->o.max_running, s->o.ctx_size,
                 s->o.kv_tokens, 2.0 * m->n_layers * s->o.kv_tokens * m->n_kv_heads * m->head_dim * 4 / 1073741824.0,
                 s->o.max_prefill);
     *out = s;
