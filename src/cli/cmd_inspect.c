@@ -14,12 +14,14 @@
 #include "core/sys.h"
 #include "format/hfconfig.h"
 #include "format/safetensors.h"
+#include "mem/residency.h"
 #include "model/arch.h"
 
 static const char k_usage[] =
-    "usage: ft inspect --model DIR\n"
+    "usage: ft inspect --model DIR [--pin-budget SIZE] [--moe-cpu-layers auto|IDS|N|F|0]\n"
     "  Architecture, hyper-parameters, parameter counts, bytes per expert, host bank size,\n"
-    "  and the residency/backend plan on this machine. Reads only headers.\n";
+    "  and the residency/backend plan on this machine (pin budget, which MoE layers would stay\n"
+    "  unpinned for CPU decode). Reads only headers.\n";
 
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 
@@ -48,14 +50,31 @@ static const char *rope_name(enum ft_rope_type t) {
     }
 }
 
+/* Bank bytes per layer from the expert tensors' sizes ("model.layers.N.*.experts.*"). */
+static uint64_t *layer_bank_bytes(const struct ft_st_set *set, int n_layers) {
+    uint64_t *b = calloc((size_t)n_layers, sizeof *b);
+    for (int i = 0; b && i < ft_st_set_count(set); i++) {
+        const struct ft_st_tensor *t = ft_st_set_at(set, i);
+        int l;
+        if (strstr(t->name, ".experts.") && sscanf(t->name, "model.layers.%d.", &l) == 1 && l >= 0 &&
+            l < n_layers)
+            b[l] += t->n_bytes;
+    }
+    return b;
+}
+
 int ft_cmd_inspect(int argc, char **argv) {
-    const char *dir = NULL;
+    const char *dir = NULL, *pin_budget = NULL, *cpu_layers = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(k_usage, stdout);
             return 0;
         } else if (!strcmp(argv[i], "--model") || !strcmp(argv[i], "-m")) {
             if (!(dir = ft_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--pin-budget")) {
+            if (!(pin_budget = ft_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--moe-cpu-layers")) {
+            if (!(cpu_layers = ft_cli_value(argc, argv, &i))) return 2;
         } else {
             return ft_cli_usage_error("inspect", "unknown option '%s'", argv[i]);
         }
@@ -131,7 +150,24 @@ int ft_cmd_inspect(int argc, char **argv) {
     printf("plan          backend cpu (%s); all %s in host RAM (%s of %.1f GiB)%s\n", gpu,
            moe_layers ? "weights and expert banks" : "weights", size((double)bytes, b1, sizeof b1),
            gib((double)ram), bytes > ram ? ": DOES NOT FIT, loading will fail" : "");
+    int rc = 0;
+    if (moe_layers) { /* what the residency manager would do with the banks here */
+        uint64_t *lb = layer_bank_bytes(set, c.n_layers);
+        struct ft_residency_opts ro = {.pin_budget = pin_budget, .cpu_layers = cpu_layers};
+        ro.budget.skip_probe = 1;
+        struct ft_residency_plan *plan = NULL;
+        st = lb ? ft_residency_plan_sizes(c.n_layers, lb, &ro, &plan) : FT_ERR_OOM;
+        if (st == FT_OK) {
+            char buf[4096];
+            ft_residency_format(plan, buf, sizeof buf);
+            printf("residency (plan; applied at load by the offload backend):\n%s", buf);
+        } else {
+            rc = ft_cli_fail(st);
+        }
+        ft_residency_plan_free(plan);
+        free(lb);
+    }
     ft_st_set_close(set);
     ft_config_free(&c);
-    return 0;
+    return rc;
 }
