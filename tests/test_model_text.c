@@ -102,15 +102,17 @@ TEST(bad_prompts_are_clear_errors) {
 
 static char g_sess[64];
 
+/* Each test talks to its own tmux server (-L socket): a server exiting after the previous test's
+ * last session was killed cannot race the next test's new-session. */
 static void tmux(const char *args) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "tmux %s >/dev/null 2>&1", args);
+    snprintf(cmd, sizeof cmd, "tmux -L %s %s >/dev/null 2>&1", g_sess, args);
     if (system(cmd) != 0) fprintf(stderr, "  (tmux %s failed)\n", args);
 }
 
 static char *pane(void) {
     char cmd[256];
-    snprintf(cmd, sizeof cmd, "tmux capture-pane -p -J -S -200 -t %s", g_sess);
+    snprintf(cmd, sizeof cmd, "tmux -L %s capture-pane -p -J -S -200 -t %s", g_sess, g_sess);
     return capture(cmd);
 }
 
