@@ -437,8 +437,8 @@ TEST(writer_round_trip) {
                  "['empty', 'layer.a', 'layer.b', 'scalar']\"",
                  p, p);
         EXPECT_EQ(system(cmd), 0);
-    } else {
-        EXPECT(1);
+    } else { /* the C round trip above is the check that always runs */
+        fprintf(stderr, "  note: python3 safetensors not installed: cross-check with it not run\n");
     }
 
     /* writer rejects bad input */
