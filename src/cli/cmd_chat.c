@@ -147,16 +147,10 @@ int ft_cmd_chat(int argc, char **argv) {
     }
     struct ft_gen_params gen = {0};
     ft_cli_sampling_defaults(&s.model->cfg, &gen);
-    for (int i = 1; i < argc; i++) {
-        int before = i;
-        if (ft_cli_sampling_flag("chat", argc, argv, &i, &gen) == 0) i = before;
-    }
+    ft_cli_apply_sampling_flags("chat", argc, argv, &gen);
     int32_t eos[FT_MAX_EOS + 1];
-    int n_eos = 0;
-    for (int i = 0; i < s.model->cfg.n_eos; i++) eos[n_eos++] = s.model->cfg.eos_token_ids[i];
-    if (ft_tok_eos(tok) >= 0) eos[n_eos++] = ft_tok_eos(tok);
     gen.eos = eos;
-    gen.n_eos = n_eos;
+    gen.n_eos = ft_eos_ids(&s.model->cfg, tok, eos);
     gen.max_tokens = (int)n_gen;
     int32_t *ctx_ids = malloc((size_t)ft_engine_max_ctx(s.engine) * sizeof *ctx_ids);
     struct history h = {0};

@@ -33,13 +33,6 @@ struct run_opts {
     struct ft_gen_params gen;
 };
 
-/* Second pass over argv once the model's defaults are known: sampling flags override them. */
-static void apply_sampling_flags(int argc, char **argv, struct ft_gen_params *p) {
-    for (int i = 1; i < argc; i++) {
-        int before = i;
-        if (ft_cli_sampling_flag("run", argc, argv, &i, p) == 0) i = before;
-    }
-}
 
 static int write_out(void *ctx, const char *text, size_t len) {
     fwrite(text, 1, len, stdout);
@@ -78,11 +71,8 @@ static int run_text(struct run_opts *o, struct ft_session *s) {
     struct ft_gen_result r;
     if (st == FT_OK) {
         const struct ft_config *c = &s->model->cfg;
-        int n_eos = 0;
-        for (int i = 0; i < c->n_eos; i++) eos[n_eos++] = c->eos_token_ids[i];
-        if (ft_tok_eos(tok) >= 0) eos[n_eos++] = ft_tok_eos(tok);
         o->gen.eos = eos;
-        o->gen.n_eos = n_eos;
+        o->gen.n_eos = ft_eos_ids(c, tok, eos);
         o->gen.max_tokens = (int)o->n_gen;
         st = ft_generate(s->engine, tok, ids, n, &o->gen, write_out, NULL, ctx_ids, &r);
     }
@@ -205,7 +195,7 @@ int ft_cmd_run(int argc, char **argv) {
     }
     ft_cli_sampling_defaults(&s.model->cfg, &o.gen);
     if (o.ids) o.gen.sampling.temperature = 0; /* ids mode: greedy unless --temp says otherwise */
-    apply_sampling_flags(argc, argv, &o.gen);
+    ft_cli_apply_sampling_flags("run", argc, argv, &o.gen);
     int rc = o.ids ? run_ids(&o, &s, ids, n) : run_text(&o, &s);
     free(ids);
     ft_session_close(&s);

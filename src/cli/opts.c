@@ -215,3 +215,10 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
 void ft_cli_backend_resolve(struct ft_engine_opts *eo, int backend_auto) {
     if (backend_auto) eo->backend = ft_gpu_available() ? FT_BACKEND_CUDA : FT_BACKEND_CPU;
 }
+
+void ft_cli_apply_sampling_flags(const char *cmd, int argc, char **argv, struct ft_gen_params *p) {
+    for (int i = 1; i < argc; i++) {
+        int before = i;
+        if (ft_cli_sampling_flag(cmd, argc, argv, &i, p) == 0) i = before;
+    }
+}

@@ -30,6 +30,9 @@ void ft_cli_sampling_defaults(const struct ft_config *c, struct ft_gen_params *p
 /* If argv[*i] is a sampling/stop flag, consumes it (and its value) into p and returns 1;
  * returns 0 if it is not one, -1 (after printing) on a bad value. */
 int ft_cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, struct ft_gen_params *p);
+/* Second pass over argv once the model's defaults are in p: the sampling flags override them
+ * (the first pass validated them). */
+void ft_cli_apply_sampling_flags(const char *cmd, int argc, char **argv, struct ft_gen_params *p);
 /* The usage lines of those flags. */
 extern const char ft_cli_sampling_usage[];
 

@@ -79,6 +79,13 @@ void ft_stop_flush(struct ft_stop *s, const char **out, size_t *out_len) {
     release(s, s->n_held, 0, out, out_len);
 }
 
+int ft_eos_ids(const struct ft_config *c, const struct ft_tok *tok, int32_t *out) {
+    int n = 0;
+    for (int i = 0; i < c->n_eos && i < FT_MAX_EOS; i++) out[n++] = c->eos_token_ids[i];
+    if (ft_tok_eos(tok) >= 0) out[n++] = ft_tok_eos(tok);
+    return n;
+}
+
 static int is_eos(const struct ft_gen_params *p, int32_t id) {
     for (int i = 0; i < p->n_eos; i++)
         if (p->eos[i] == id) return 1;

@@ -54,6 +54,10 @@ int ft_stop_push(struct ft_stop *s, const char *text, size_t len, const char **o
 /* Everything still held (end of generation without a match). */
 void ft_stop_flush(struct ft_stop *s, const char **out, size_t *out_len);
 
+/* The stop token ids of a model: config/generation_config EOS ids plus the tokenizer's EOS.
+ * out holds FT_MAX_EOS + 1 ids; returns the count. */
+int ft_eos_ids(const struct ft_config *c, const struct ft_tok *tok, int32_t *out);
+
 /* Runs prompt then generation. The KV cache keeps `ctx_ids` (the tokens it holds, updated
  * here): the longest common prefix with `prompt` is reused, the rest prefilled. */
 enum ft_status ft_generate(struct ft_engine *e, const struct ft_tok *tok, const int32_t *prompt,

@@ -412,8 +412,7 @@ enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
     if (s->o.queue_cap <= 0) s->o.queue_cap = 64;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    for (int i = 0; i < m->cfg.n_eos; i++) s->eos[s->n_eos++] = m->cfg.eos_token_ids[i];
-    if (ft_tok_eos(tok) >= 0) s->eos[s->n_eos++] = ft_tok_eos(tok);
+    s->n_eos = ft_eos_ids(&m->cfg, tok, s->eos);
     struct ft_engine_opts eo = {.max_ctx = s->o.ctx_size,
                                 .max_chunk = s->o.max_prefill + s->o.max_running,
                                 .kv_tokens = s->o.kv_tokens, .backend = s->o.backend,

@@ -313,6 +313,22 @@ fail:
     return st;
 }
 
+/* Parses a JSON document whose top level must be an object (duplicate keys rejected). */
+static enum ft_status load_object(const char *json, size_t len, const char *label, json_t **out) {
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    *out = NULL;
+    if (!root)
+        return ft_fail(FT_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", label,
+                       jerr.text, jerr.line, jerr.column);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return ft_fail(FT_ERR_FORMAT, "%s: top level is not a JSON object", label);
+    }
+    *out = root;
+    return FT_OK;
+}
+
 static void init_defaults(struct ft_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->rms_norm_eps = 1e-6;
@@ -334,15 +350,7 @@ enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
     json_t *root = NULL;
     if (!label) label = "config.json";
     init_defaults(cfg);
-    json_error_t jerr;
-    root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return ft_fail(FT_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", label,
-                       jerr.text, jerr.line, jerr.column);
-    if (!json_is_object(root)) {
-        st = ft_fail(FT_ERR_FORMAT, "%s: top level is not a JSON object", label);
-        goto fail;
-    }
+    FT_TRY(load_object(json, len, label, &root));
     json_t *ar = json_object_get(root, "architectures");
     if (!ar || json_is_null(ar)) {
         st = ft_fail(FT_ERR_FORMAT, "%s: required field 'architectures' is missing (e.g. "
@@ -410,15 +418,7 @@ enum ft_status ft_config_parse_generation(const char *json, size_t len, const ch
     struct ft_gen_defaults *g = &cfg->gen;
     double x;
     if (!label) label = "generation_config.json";
-    json_error_t jerr;
-    root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return ft_fail(FT_ERR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", label,
-                       jerr.text, jerr.line, jerr.column);
-    if (!json_is_object(root)) {
-        st = ft_fail(FT_ERR_FORMAT, "%s: top level is not a JSON object", label);
-        goto fail;
-    }
+    FT_TRY(load_object(json, len, label, &root));
     if (get(root, "temperature")) {
         FT_TRY(get_num(root, "", "temperature", label, 1, 0, 1, &x));
         g->temperature = (float)x;
