@@ -1,0 +1,57 @@
+/* cache.h — the GPU expert cache's bookkeeping (DESIGN.md section 5), pure C: one global pool
+ * of S slots shared by all MoE layers (key = layer * E + expert), least-recently-used eviction
+ * that never evicts an expert the current step uses, per-layer hit/miss counters. The copies
+ * themselves are the GPU backend's; this module only decides. Deterministic. Engine thread only.
+ * The victim choice is one function (struct ft_cache_policy) so a frequency-aware policy can be
+ * added and compared on the same traces. */
+#ifndef FT_MOE_CACHE_H
+#define FT_MOE_CACHE_H
+
+#include <stdint.h>
+
+#include "ft.h"
+
+struct ft_cache;
+
+/* Picks the slot to evict among those not used by the current step (step_of[s] != step);
+ * returns -1 when none is free. */
+struct ft_cache_policy {
+    const char *name;
+    int (*victim)(const struct ft_cache *c, uint64_t step);
+};
+extern const struct ft_cache_policy ft_cache_lru;
+
+struct ft_cache {
+    const struct ft_cache_policy *policy;
+    int n_slots, n_layers, n_experts;
+    int32_t *slot_of;       /* [n_layers * n_experts] slot or -1 */
+    int32_t *key_of;        /* [n_slots] key or -1 */
+    uint64_t *last_use;     /* [n_slots] access stamp of the last use (0 = never): recency */
+    uint64_t *step_of;      /* [n_slots] the step that last used the slot */
+    uint64_t tick;          /* access counter */
+    uint64_t step;          /* the current step (a layer's lookup) */
+    uint64_t *hits, *misses;/* [n_layers] */
+};
+
+/* A miss to fill: copy expert `expert` of `layer` into `slot`. */
+struct ft_cache_fill {
+    int layer, expert, slot;
+};
+
+enum ft_status ft_cache_init(struct ft_cache **out, int n_slots, int n_layers, int n_experts,
+                             const struct ft_cache_policy *policy);
+void ft_cache_free(struct ft_cache *c);
+
+/* One layer's step: resolves ids[0..n) (repeats allowed) to slots[0..n); the experts that were
+ * not resident are assigned slots and listed in fills (at most n entries; *n_fills set).
+ * Order of recency: the step's hits are refreshed first (in ids order), then its misses placed
+ * (in ids order), each evicting the least recently used slot the step does not use.
+ * Fails with FT_ERR_BUSY when the step needs more distinct experts than there are slots. */
+enum ft_status ft_cache_lookup(struct ft_cache *c, int layer, const int32_t *ids, int n,
+                               int32_t *slots, struct ft_cache_fill *fills, int *n_fills);
+/* Forgets a key (after a failed copy). */
+void ft_cache_drop(struct ft_cache *c, int layer, int expert);
+/* Hit rate over all lookups so far (0 when none). */
+double ft_cache_hit_rate(const struct ft_cache *c);
+
+#endif

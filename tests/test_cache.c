@@ -1,0 +1,119 @@
+/* test_cache.c — the expert cache's bookkeeping (pure C, no GPU): LRU order, never evicting an
+ * expert of the current step, repeats within a step, per-layer counters, determinism, and the
+ * error when a step needs more distinct experts than there are slots. The reference is a
+ * straightforward list-based LRU simulation written here. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/cache.h"
+#include "test.h"
+
+TEST(hits_misses_and_lru_order) {
+    struct ft_cache *c;
+    EXPECT_OK(ft_cache_init(&c, 3, 2, 8, NULL));
+    int32_t slots[4];
+    struct ft_cache_fill f[4];
+    int nf;
+    int32_t a[2] = {1, 2};
+    EXPECT_OK(ft_cache_lookup(c, 0, a, 2, slots, f, &nf));
+    EXPECT_EQ(nf, 2);
+    EXPECT(f[0].expert == 1 && f[1].expert == 2 && slots[0] != slots[1]);
+    int32_t b[1] = {5}; /* layer 1, expert 5: third slot */
+    EXPECT_OK(ft_cache_lookup(c, 1, b, 1, slots, f, &nf));
+    EXPECT_EQ(nf, 1);
+    int32_t h[1] = {1}; /* hit refreshes (0,1) */
+    EXPECT_OK(ft_cache_lookup(c, 0, h, 1, slots, f, &nf));
+    EXPECT_EQ(nf, 0);
+    int32_t d[1] = {7}; /* evicts the LRU: (0,2) */
+    EXPECT_OK(ft_cache_lookup(c, 0, d, 1, slots, f, &nf));
+    EXPECT_EQ(nf, 1);
+    EXPECT(c->slot_of[0 * 8 + 2] < 0 && c->slot_of[0 * 8 + 1] >= 0 && c->slot_of[1 * 8 + 5] >= 0);
+    EXPECT_EQ(c->hits[0], 1);
+    EXPECT_EQ(c->misses[0], 3);
+    EXPECT_EQ(c->misses[1], 1);
+    ft_cache_free(c);
+}
+
+TEST(never_evicts_the_current_step_and_handles_repeats) {
+    struct ft_cache *c;
+    EXPECT_OK(ft_cache_init(&c, 4, 1, 16, NULL));
+    int32_t warm[4] = {0, 1, 2, 3}, slots[8];
+    struct ft_cache_fill f[8];
+    int nf;
+    EXPECT_OK(ft_cache_lookup(c, 0, warm, 4, slots, f, &nf));
+    /* a step using 0 and 3 (hits) and 9, 9 (one miss, repeated): the victim must be 1 or 2 */
+    int32_t step[4] = {0, 9, 3, 9};
+    EXPECT_OK(ft_cache_lookup(c, 0, step, 4, slots, f, &nf));
+    EXPECT_EQ(nf, 1);
+    EXPECT(slots[1] == slots[3]);
+    EXPECT(c->slot_of[0] >= 0 && c->slot_of[3] >= 0 && c->slot_of[9] >= 0);
+    EXPECT((c->slot_of[1] < 0) != (c->slot_of[2] < 0));
+    /* five distinct experts cannot fit four slots */
+    int32_t big[5] = {10, 11, 12, 13, 14};
+    EXPECT_EQ(ft_cache_lookup(c, 0, big, 5, slots, f, &nf), FT_ERR_BUSY);
+    EXPECT_CONTAINS(ft_error(), "--moe-cache-size");
+    ft_cache_free(c);
+}
+
+/* Against a plain move-to-front list (the LRU spec, no slots or stamps) on a long random trace:
+ * same misses, and every id resolved to a slot that really holds it. The spec's order: a step's
+ * hits are refreshed first, then its misses placed, each evicting the oldest entry that the step
+ * does not use. */
+TEST(matches_reference_lru_on_random_trace) {
+    enum { S = 6, L = 3, E = 10, STEPS = 4000, K = 3 };
+    struct ft_cache *c;
+    EXPECT_OK(ft_cache_init(&c, S, L, E, NULL));
+    int list[S], n_list = 0; /* keys, least recent first */
+    long ref_miss = 0, miss = 0, bad = 0;
+    uint64_t r = 7;
+    for (int t = 0; t < STEPS; t++) {
+        int layer = t % L;
+        int32_t ids[K], slots[K];
+        struct ft_cache_fill f[K];
+        int nf, keys[K];
+        for (int j = 0; j < K; j++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            ids[j] = (int32_t)(r % (j ? 4 : E)); /* skewed: later slots favour low ids */
+            keys[j] = layer * E + ids[j];
+        }
+        if (ft_cache_lookup(c, layer, ids, K, slots, f, &nf) != FT_OK) bad++;
+        miss += nf;
+        for (int j = 0; j < K; j++) bad += c->key_of[slots[j]] != keys[j];
+        /* reference, pass 1: refresh hits in order */
+        int hit[K];
+        for (int j = 0; j < K; j++) {
+            int at = -1;
+            for (int i = 0; i < n_list; i++) at = list[i] == keys[j] ? i : at;
+            hit[j] = at >= 0;
+            if (at >= 0) {
+                memmove(list + at, list + at + 1, (size_t)(n_list - at - 1) * sizeof *list);
+                list[n_list - 1] = keys[j];
+            }
+        }
+        /* pass 2: place misses (a repeat of an earlier miss in the same step is a hit) */
+        for (int j = 0; j < K; j++) {
+            if (hit[j]) continue;
+            int present = 0;
+            for (int i = 0; i < n_list; i++) present |= list[i] == keys[j];
+            if (present) continue;
+            ref_miss++;
+            if (n_list == S) {
+                int v = 0, used = 1;
+                for (; v < n_list && used; v += used) {
+                    used = 0;
+                    for (int q = 0; q < K; q++) used |= list[v] == keys[q];
+                }
+                memmove(list + v, list + v + 1, (size_t)(n_list - v - 1) * sizeof *list);
+                n_list--;
+            }
+            list[n_list++] = keys[j];
+        }
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(miss, ref_miss);
+    fprintf(stderr, "  random trace: %ld misses of %d lookups, hit rate %.3f\n", miss, STEPS * K,
+            ft_cache_hit_rate(c));
+    ft_cache_free(c);
+}
+
+TEST_MAIN("cache")
