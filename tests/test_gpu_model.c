@@ -7,6 +7,7 @@
 
 #include "core/threadpool.h"
 #include "engine/forward.h"
+#include "engine/gpu.h"
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "test.h"
@@ -141,6 +142,67 @@ TEST(all_logits_in_several_passes) {
     ft_engine_free(ce);
     ft_engine_free(ge);
     ft_model_free(m);
+}
+
+/* The offload backend with a cache far smaller than the experts (nearly every expert misses):
+ * prefill (several batches per layer) and token-by-token decode logits bit-identical to the
+ * resident backend, through each copy path, and with injected copy faults (a copy that does
+ * nothing, a copy that zeroes) caught by the checksums and repaired. */
+static void offload_case(const char *name, int slots, int path, const char *fault) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/models/%s", FT_TEST_DATA, name);
+    struct ft_model *m = NULL;
+    EXPECT_OK(ft_model_load(dir, &m));
+    if (!m) return;
+    int T = 24, V = m->vocab;
+    int32_t ids[24];
+    for (int t = 0; t < T; t++) ids[t] = (t * 53 + 7) % V;
+    struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
+    struct ft_engine_opts oo = ro;
+    oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = slots, oo.copy_path = path, oo.verify_copies = 2;
+    if (fault) setenv("FT_TEST_COPY_FAULT", fault, 1);
+    struct ft_engine *re = NULL, *oe = NULL;
+    EXPECT_OK(ft_engine_init(&re, m, g_pool, &ro));
+    EXPECT_OK(ft_engine_init(&oe, m, g_pool, &oo));
+    unsetenv("FT_TEST_COPY_FAULT");
+    float *a = malloc((size_t)T * V * 4), *b = malloc((size_t)T * V * 4);
+    int same_prefill = 0, same_decode = 1;
+    if (re && oe) {
+        EXPECT_OK(ft_engine_prefill(re, ids, T, a, 1));
+        EXPECT_OK(ft_engine_prefill(oe, ids, T, b, 1));
+        same_prefill = !memcmp(a, b, (size_t)T * V * 4);
+        for (int g = 0; g < 12; g++) { /* decode continues from the prompt */
+            int32_t nx = (g * 31 + 5) % V;
+            EXPECT_OK(ft_engine_forward(re, &nx, 1, a, 0));
+            EXPECT_OK(ft_engine_forward(oe, &nx, 1, b, 0));
+            same_decode &= !memcmp(a, b, (size_t)V * 4);
+        }
+        struct ft_gpu_offload_stats os;
+        ft_engine_offload_stats(oe, &os);
+        fprintf(stderr, "  %-16s slots %d path %d fault %-7s: prefill %s, decode %s; hit rate %.2f, "
+                "%ld copies, %ld repaired\n", name, slots, path, fault ? fault : "none",
+                same_prefill ? "identical" : "DIFFERENT", same_decode ? "identical" : "DIFFERENT",
+                os.hit_rate, os.copies, os.repaired);
+        CHECK_(os.active && os.misses > 0 && os.copies == os.misses,
+               "%s: every miss must be exactly one expert copy (%ld misses, %ld copies)", name,
+               os.misses, os.copies);
+        if (fault) CHECK_(os.mismatches >= 1 && os.repaired == os.mismatches, "%s: fault %s not caught and repaired", name, fault);
+    }
+    CHECK_(same_prefill, "%s: offload prefill differs from resident", name);
+    CHECK_(same_decode, "%s: offload decode differs from resident", name);
+    free(a), free(b);
+    ft_engine_free(re);
+    ft_engine_free(oe);
+    ft_model_free(m);
+}
+
+TEST(offload_matches_resident) {
+    const char *moe[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2_moe", "mixtral"};
+    for (int i = 0; i < 4; i++) offload_case(moe[i], i == 1 ? 3 : 4, 1, NULL);
+    offload_case("qwen3_moe", 4, 2, NULL);   /* gather kernel path */
+    offload_case("mixtral", 5, 2, NULL);
+    offload_case("qwen3_moe", 4, 1, "noop:3"); /* the 3rd expert copy does nothing */
+    offload_case("qwen2_moe", 4, 2, "zero:5"); /* the 5th is zeroed */
 }
 
 int main(int argc, char **argv) {

@@ -378,10 +378,10 @@ TEST(fused_qkv_and_moe_prefill) {
         float *dmy = up(NULL, (size_t)R * H * 4), *dout = up(NULL, (size_t)TT * H * 4), *dw2 = up(wts, (size_t)R * 4);
         ft_cuda_moe_sort(dcnt, doff, dcur, drtok, dpd, dids, TT, k, E, 0);
         ft_cuda_gather_bf16(dxg, dx16, drtok, R, H, 0);
-        ft_cuda_moe_gemm(dmgu, dxg, dgu, doff, E, 2 * I, H, TT, 0);
+        ft_cuda_moe_gemm(dmgu, dxg, dgu, doff, NULL, 0, E, 2 * I, H, TT, 0);
         ft_cuda_silu_mul(dact, dmgu, R, I, 0);
         ft_cuda_to_bf16(dact16, dact, (size_t)R * I, 0);
-        ft_cuda_moe_gemm(dmy, dact16, ddn, doff, E, H, I, TT, 0);
+        ft_cuda_moe_gemm(dmy, dact16, ddn, doff, NULL, 0, E, H, I, TT, 0);
         ft_cuda_moe_unsort(dout, dmy, dpd, dw2, TT, k, H, 0);
         float *got2 = down(dout, (size_t)TT * H);
         char what[64];

@@ -83,8 +83,9 @@ static void clear_history(struct history *h, int keep) {
 }
 
 int ft_cmd_chat(int argc, char **argv) {
-    struct ft_engine_opts be = {0};
-    int be_auto = 1;
+    struct ft_engine_opts be;
+    int be_auto;
+    ft_cli_backend_init(&be, &be_auto);
     const char *model = NULL, *system = NULL, *tmpl_name = NULL;
     long threads = 0, n_gen = 1024, ctx = 0;
     int no_think = 0;
@@ -135,11 +136,7 @@ int ft_cmd_chat(int argc, char **argv) {
     }
     struct ft_engine_opts eo = {.max_ctx = (int)ctx};
     struct ft_session s;
-    eo.backend = be.backend;
-    eo.device = be.device;
-    eo.vram_limit = be.vram_limit;
-    eo.no_graphs = be.no_graphs;
-    ft_cli_backend_resolve(&eo, be_auto);
+    ft_cli_backend_apply(&eo, &be, be_auto);
     if ((st = ft_session_open(&s, model, NULL, (int)threads, &eo)) != FT_OK) {
         ft_chat_template_free(tmpl);
         ft_tok_free(tok);

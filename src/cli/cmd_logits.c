@@ -16,8 +16,9 @@ static const char k_usage[] =
     "  'logits' of shape [T, vocab]).\n";
 
 int ft_cmd_logits(int argc, char **argv) {
-    struct ft_engine_opts be = {0};
-    int be_auto = 1;
+    struct ft_engine_opts be;
+    int be_auto;
+    ft_cli_backend_init(&be, &be_auto);
     const char *model = NULL, *ids_s = NULL, *out = NULL;
     long threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -51,11 +52,7 @@ int ft_cmd_logits(int argc, char **argv) {
     if (st != FT_OK) return ft_cli_fail(st);
     struct ft_engine_opts eo = {.max_ctx = n, .max_chunk = n};
     struct ft_session s;
-    eo.backend = be.backend;
-    eo.device = be.device;
-    eo.vram_limit = be.vram_limit;
-    eo.no_graphs = be.no_graphs;
-    ft_cli_backend_resolve(&eo, be_auto);
+    ft_cli_backend_apply(&eo, &be, be_auto);
     st = ft_session_open(&s, model, NULL, (int)threads, &eo);
     float *logits = NULL;
     if (st == FT_OK) {

@@ -127,8 +127,9 @@ static int run_ids(struct run_opts *o, struct ft_session *s, const int32_t *ids,
 }
 
 int ft_cmd_run(int argc, char **argv) {
-    struct ft_engine_opts be = {0};
-    int be_auto = 1;
+    struct ft_engine_opts be;
+    int be_auto;
+    ft_cli_backend_init(&be, &be_auto);
     struct run_opts o = {.n_gen = 128};
     o.gen.sampling = ft_sampling_default();
     for (int i = 1; i < argc; i++) {
@@ -183,11 +184,7 @@ int ft_cmd_run(int argc, char **argv) {
     struct ft_engine_opts eo = {.max_ctx = (int)o.ctx};
     if (!o.ctx && o.ids) eo.max_ctx = n + (int)o.n_gen;
     struct ft_session s;
-    eo.backend = be.backend;
-    eo.device = be.device;
-    eo.vram_limit = be.vram_limit;
-    eo.no_graphs = be.no_graphs;
-    ft_cli_backend_resolve(&eo, be_auto);
+    ft_cli_backend_apply(&eo, &be, be_auto);
     st = ft_session_open(&s, o.model, NULL, (int)o.threads, &eo);
     if (st != FT_OK) {
         free(ids);

@@ -54,7 +54,7 @@ static volatile sig_atomic_t g_stop; /* set by the signal handler only */
 static void on_signal(int sig) { g_stop = sig; }
 
 static int parse(int argc, char **argv, struct serve_opts *o) {
-    o->be_auto = 1;
+    ft_cli_backend_init(&o->be, &o->be_auto);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v, **str = NULL;
         long *num = NULL, lo = 1, hi = 1 << 24;
@@ -121,10 +121,7 @@ static enum ft_status load(const struct serve_opts *o, struct ft_server *srv, st
     struct ft_sched_opts so = {.max_running = (int)o->max_running, .max_prefill = (int)o->max_prefill,
                                .ctx_size = (int)o->ctx, .kv_tokens = (int)o->kv,
                                .queue_cap = (int)o->queue, .request_timeout_s = (double)o->req_timeout};
-    struct ft_engine_opts be = o->be;
-    ft_cli_backend_resolve(&be, o->be_auto);
-    so.backend = be.backend, so.device = be.device, so.vram_limit = be.vram_limit;
-    so.no_graphs = be.no_graphs;
+    ft_cli_backend_apply(&so.engine, &o->be, o->be_auto);
     FT_TRY(ft_sched_init(&l->sched, l->model, l->tok, l->pool, &so));
     struct ft_gen_params gp = {0};
     ft_cli_sampling_defaults(&l->model->cfg, &gp);

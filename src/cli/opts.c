@@ -160,7 +160,11 @@ const char ft_cli_backend_usage[] =
     "  --backend B         cpu, cuda, or auto (default: cuda when a GPU is present)\n"
     "  --device N          CUDA device (default 0)\n"
     "  --vram-limit SIZE   device memory the engine may use, e.g. 24G (emulate a smaller card)\n"
-    "  --no-graphs         run GPU decode steps eagerly instead of replaying CUDA graphs\n";
+    "  --no-graphs         run GPU decode steps eagerly instead of replaying CUDA graphs\n"
+    "  --backend offload   experts stay in host RAM; a GPU cache of slots holds the hot ones:\n"
+    "  --moe-cache-size N / --moe-cache-rate F   slots (default: what fits --vram-limit)\n"
+    "  --verify-copies off|sample|all   checksum copied experts (default sample on WSL2)\n"
+    "  --copy-path auto|dma|gather      expert copy path (default: the faster at startup)\n";
 
 int ft_cli_size(const char *s, size_t *out) {
     char *end;
@@ -188,14 +192,45 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
         eo->no_graphs = 1;
         return 1;
     }
-    if (strcmp(a, "--backend") && strcmp(a, "--device") && strcmp(a, "--vram-limit")) return 0;
+    if (strcmp(a, "--backend") && strcmp(a, "--device") && strcmp(a, "--vram-limit") &&
+        strcmp(a, "--moe-cache-size") && strcmp(a, "--moe-cache-rate") &&
+        strcmp(a, "--verify-copies") && strcmp(a, "--copy-path"))
+        return 0;
     if (!(v = ft_cli_value(argc, argv, i))) return -1;
     if (!strcmp(a, "--backend")) {
         *backend_auto = !strcmp(v, "auto");
         if (!strcmp(v, "cpu")) eo->backend = FT_BACKEND_CPU;
         else if (!strcmp(v, "cuda") || !strcmp(v, "gpu")) eo->backend = FT_BACKEND_CUDA;
+        else if (!strcmp(v, "offload")) eo->backend = FT_BACKEND_OFFLOAD;
         else if (!*backend_auto) {
-            fprintf(stderr, "ft %s: --backend: '%s' is not cpu, cuda or auto\n", cmd, v);
+            fprintf(stderr, "ft %s: --backend: '%s' is not cpu, cuda, offload or auto\n", cmd, v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--moe-cache-size")) {
+        long n;
+        if (ft_cli_int(v, 1, 1L << 30, &n)) {
+            fprintf(stderr, "ft %s: --moe-cache-size: '%s' is not a number of slots\n", cmd, v);
+            return -1;
+        }
+        eo->moe_cache_slots = (int)n;
+    } else if (!strcmp(a, "--moe-cache-rate")) {
+        char *end;
+        double f = strtod(v, &end);
+        if (end == v || *end || !(f > 0 && f <= 1)) {
+            fprintf(stderr, "ft %s: --moe-cache-rate: '%s' is not a fraction in (0, 1]\n", cmd, v);
+            return -1;
+        }
+        eo->moe_cache_rate = f;
+    } else if (!strcmp(a, "--verify-copies")) {
+        eo->verify_copies = !strcmp(v, "off") ? 0 : !strcmp(v, "sample") ? 1 : !strcmp(v, "all") ? 2 : -2;
+        if (eo->verify_copies == -2) {
+            fprintf(stderr, "ft %s: --verify-copies: '%s' is not off, sample or all\n", cmd, v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--copy-path")) {
+        eo->copy_path = !strcmp(v, "auto") ? 0 : !strcmp(v, "dma") ? 1 : !strcmp(v, "gather") ? 2 : -1;
+        if (eo->copy_path < 0) {
+            fprintf(stderr, "ft %s: --copy-path: '%s' is not auto, dma or gather\n", cmd, v);
             return -1;
         }
     } else if (!strcmp(a, "--device")) {
@@ -221,4 +256,23 @@ void ft_cli_apply_sampling_flags(const char *cmd, int argc, char **argv, struct 
         int before = i;
         if (ft_cli_sampling_flag(cmd, argc, argv, &i, p) == 0) i = before;
     }
+}
+
+void ft_cli_backend_init(struct ft_engine_opts *be, int *backend_auto) {
+    memset(be, 0, sizeof *be);
+    be->verify_copies = -1;
+    *backend_auto = 1;
+}
+
+void ft_cli_backend_apply(struct ft_engine_opts *eo, const struct ft_engine_opts *be,
+                          int backend_auto) {
+    eo->backend = be->backend;
+    eo->device = be->device;
+    eo->vram_limit = be->vram_limit;
+    eo->no_graphs = be->no_graphs;
+    eo->moe_cache_slots = be->moe_cache_slots;
+    eo->moe_cache_rate = be->moe_cache_rate;
+    eo->verify_copies = be->verify_copies;
+    eo->copy_path = be->copy_path;
+    ft_cli_backend_resolve(eo, backend_auto);
 }

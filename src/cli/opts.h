@@ -43,6 +43,11 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
                         int *backend_auto);
 /* auto -> cuda when this build has CUDA and a device is present, else cpu. */
 void ft_cli_backend_resolve(struct ft_engine_opts *eo, int backend_auto);
+/* Initial state for ft_cli_backend_flag (auto backend, default copy verification). */
+void ft_cli_backend_init(struct ft_engine_opts *be, int *backend_auto);
+/* Copies the backend fields parsed into `be` to `eo` and resolves auto. */
+void ft_cli_backend_apply(struct ft_engine_opts *eo, const struct ft_engine_opts *be,
+                          int backend_auto);
 /* Parses "24G", "512M", "0.5T", "2048K" or a plain number of GiB into bytes; 0 on success. */
 int ft_cli_size(const char *s, size_t *out);
 extern const char ft_cli_backend_usage[];

@@ -335,7 +335,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->n_blocks = FT_MAX((e->opts.kv_tokens + FT_KV_BLOCK - 1) / FT_KV_BLOCK, seq_blocks);
     size_t kv = (size_t)m->n_layers * e->n_blocks * FT_KV_BLOCK * e->kv_dim;
     int att_w = FT_MAX(e->q_dim, H); /* att doubles as the shared expert's [T, H] output */
-    int gpu = e->opts.backend == FT_BACKEND_CUDA;
+    int gpu = e->opts.backend == FT_BACKEND_CUDA || e->opts.backend == FT_BACKEND_OFFLOAD;
     e->k_cache = malloc((gpu ? 1 : kv) * sizeof(float)); /* the GPU keeps its own cache */
     e->v_cache = malloc((gpu ? 1 : kv) * sizeof(float));
     e->x = malloc((size_t)C * H * sizeof(float));
@@ -375,7 +375,11 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                                  .max_ctx = e->opts.max_ctx, .max_chunk = C,
                                  .n_blocks = e->n_blocks, .max_seqs = FT_MIN(C, 64),
                                  .graphs = !e->opts.no_graphs, .routing = e->opts.routing,
-                                 .seed = e->rng};
+                                 .seed = e->rng,
+                                 .offload = e->opts.backend == FT_BACKEND_OFFLOAD,
+                                 .cache_slots = e->opts.moe_cache_slots,
+                                 .cache_rate = e->opts.moe_cache_rate,
+                                 .verify = e->opts.verify_copies, .copy_path = e->opts.copy_path};
         st = ft_gpu_init(&e->gpu, m, &go);
     }
     if (st != FT_OK) {
@@ -414,8 +418,13 @@ void ft_engine_free(struct ft_engine *e) {
     free(e);
 }
 
-const char *ft_engine_backend(const struct ft_engine *e) { return e->gpu ? "cuda" : "cpu"; }
+const char *ft_engine_backend(const struct ft_engine *e) {
+    return !e->gpu ? "cpu" : e->opts.backend == FT_BACKEND_OFFLOAD ? "offload" : "cuda";
+}
 size_t ft_engine_vram_used(const struct ft_engine *e) { return ft_gpu_vram_used(e->gpu); }
+void ft_engine_offload_stats(const struct ft_engine *e, struct ft_gpu_offload_stats *out) {
+    ft_gpu_offload_stats(e->gpu, out);
+}
 
 void ft_engine_reset(struct ft_engine *e) { e->n_past = 0; }
 void ft_engine_truncate(struct ft_engine *e, int n) {

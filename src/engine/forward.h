@@ -21,10 +21,15 @@ struct ft_engine_opts {
     enum ft_routing routing;
     double routing_param; /* zipf exponent S, or sticky probability of keeping an expert */
     uint64_t seed;
-    enum ft_backend { FT_BACKEND_CPU, FT_BACKEND_CUDA } backend;
+    enum ft_backend { FT_BACKEND_CPU, FT_BACKEND_CUDA, FT_BACKEND_OFFLOAD } backend;
     int device;           /* CUDA device */
     size_t vram_limit;    /* bytes the GPU backend may allocate (0 = free memory - 1 GiB) */
     int no_graphs;        /* GPU: run decode eagerly (tests compare with graph replay) */
+    /* offload backend (experts in host banks, a GPU cache of hot ones) */
+    int moe_cache_slots;  /* --moe-cache-size N (slots); 0 = from the rate or free VRAM */
+    double moe_cache_rate;/* --moe-cache-rate F (fraction of all experts) */
+    int verify_copies;    /* --verify-copies: -1 default, 0 off, 1 sample, 2 all */
+    int copy_path;        /* 0 auto, 1 DMA, 2 gather kernel */
 };
 
 struct ft_engine;
@@ -75,10 +80,13 @@ int ft_engine_max_chunk(const struct ft_engine *e); /* tokens per forward call *
 double ft_engine_mean_distinct_experts(const struct ft_engine *e);
 void ft_engine_reset_stats(struct ft_engine *e);
 
-/* Name of the backend the engine runs ("cpu", "cuda"). */
+/* Name of the backend the engine runs ("cpu", "cuda", "offload"). */
 const char *ft_engine_backend(const struct ft_engine *e);
 /* GPU backend: bytes of device memory allocated (0 on CPU). */
 size_t ft_engine_vram_used(const struct ft_engine *e);
+/* Offload backend: cache and copy statistics (all zero otherwise). */
+struct ft_gpu_offload_stats;
+void ft_engine_offload_stats(const struct ft_engine *e, struct ft_gpu_offload_stats *out);
 
 /* Index of the largest value (first on ties). */
 int ft_argmax(const float *x, int n);

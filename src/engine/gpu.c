@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device.h"
+#include "engine/gpu_offload.h"
 #include "core/log.h"
 #include "core/status.h"
 
@@ -55,6 +56,9 @@ struct ft_gpu {
     float *att_part;                   /* flash-decoding partials */
     int att_split_small, att_split_big;
     float *h_logits;                   /* pinned [C, vocab] */
+    /* offload backend: experts in host banks, a slot cache on the GPU (NULL = all resident) */
+    struct ft_offload *off;
+    int32_t *d_slots, *d_slot_of;
     /* FT_GPU_PROFILE=1: decode steps run eagerly with an event between op groups */
     int prof;
     cudaEvent_t ev[1024];
@@ -87,6 +91,12 @@ static void *dalloc(struct ft_gpu *g, size_t bytes, enum ft_status *st) {
     }
     g->used += bytes;
     return p;
+}
+
+/* The offload cache allocates its slots through the same counted allocator. */
+static void *dalloc_cb(void *ctx, size_t bytes) {
+    enum ft_status st = FT_OK;
+    return dalloc((struct ft_gpu *)ctx, bytes, &st);
 }
 
 static void *halloc(size_t bytes, enum ft_status *st) {
@@ -194,8 +204,10 @@ static enum ft_status upload(struct ft_gpu *g) {
             continue;
         }
         L->router = up_w(g, &hl->router, &st);
-        L->gu = up_bank(g, &hl->bank[FT_BANK_GATE_UP], &st);
-        L->down = up_bank(g, &hl->bank[FT_BANK_DOWN], &st);
+        if (!g->o.offload) { /* resident; the offload backend keeps them in the host banks */
+            L->gu = up_bank(g, &hl->bank[FT_BANK_GATE_UP], &st);
+            L->down = up_bank(g, &hl->bank[FT_BANK_DOWN], &st);
+        }
         L->has_shared = hl->has_shared;
         if (hl->has_shared) {
             const struct ft_weight *sgu[2] = {&hl->sh_gate, &hl->sh_up};
@@ -292,18 +304,51 @@ static enum ft_status mm(struct ft_gpu *g, float *y, int ldy, const float *x, co
 }
 
 /* MoE prefill: routing sort on the device, one tensor-core GEMM launch per projection. */
-static void moe_prefill(struct ft_gpu *g, const struct gpu_layer *L, int l, int T) {
+struct prefill_batch {
+    struct ft_gpu *g;
+    const struct gpu_layer *L;
+    int T;
+};
+
+/* One batch of experts (offload) or all of them (resident): gate_up, SiLU, down. */
+static enum ft_status moe_prefill_batch(void *ctx, int first, int last) {
+    struct prefill_batch *pb = ctx;
+    struct ft_gpu *g = pb->g;
     const struct ft_model *m = g->m;
-    int E = m->n_experts, k = m->top_k, H = m->hidden, I = m->expert_inter, R = T * k;
+    int E = m->n_experts, k = m->top_k, H = m->hidden, I = m->expert_inter, R = pb->T * k;
+    cudaStream_t s = g->s;
+    (void)first, (void)last;
+    const uint16_t *gu = g->off ? ft_offload_gu(g->off) : pb->L->gu;
+    const uint16_t *dn = g->off ? ft_offload_down(g->off) : pb->L->down;
+    const int32_t *slot_of = g->off ? g->d_slot_of : NULL;
+    ft_cuda_moe_gemm(g->mgu, g->xg16, gu, g->offsets, slot_of, (size_t)2 * I * H, E, 2 * I, H, pb->T, s);
+    ft_cuda_silu_mul(g->mact, g->mgu, R, I, s); /* rows of later batches are redone with them */
+    ft_cuda_to_bf16(g->mact16, g->mact, (size_t)R * I, s);
+    ft_cuda_moe_gemm(g->my, g->mact16, dn, g->offsets, slot_of, (size_t)H * I, E, H, I, pb->T, s);
+    return FT_OK;
+}
+
+static enum ft_status moe_prefill(struct ft_gpu *g, const struct gpu_layer *L, int l, int T) {
+    const struct ft_model *m = g->m;
+    int E = m->n_experts, k = m->top_k, H = m->hidden, R = T * k;
     cudaStream_t s = g->s;
     int32_t *counts = g->d_counts_all + (size_t)l * E;
     ft_cuda_moe_sort(counts, g->offsets, g->cursor, g->rtok, g->pair_dst, g->topk, T, k, E, s);
     ft_cuda_gather_bf16(g->xg16, g->xn16, g->rtok, R, H, s);
-    ft_cuda_moe_gemm(g->mgu, g->xg16, L->gu, g->offsets, E, 2 * I, H, T, s);
-    ft_cuda_silu_mul(g->mact, g->mgu, R, I, s);
-    ft_cuda_to_bf16(g->mact16, g->mact, (size_t)R * I, s);
-    ft_cuda_moe_gemm(g->my, g->mact16, L->down, g->offsets, E, H, I, T, s);
-    ft_cuda_moe_unsort(g->y, g->my, g->pair_dst, g->topw, T, k, H, s);
+    struct prefill_batch pb = {g, L, T};
+    enum ft_status st = FT_OK;
+    if (!g->off) {
+        st = moe_prefill_batch(&pb, 0, E);
+    } else { /* the layer's experts in batches that fit the slot pool */
+        int32_t *hc = g->h_counts_all + (size_t)l * E, experts[E], n = 0;
+        cudaMemcpyAsync(hc, counts, (size_t)E * 4, cudaMemcpyDeviceToHost, s);
+        if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("MoE routing counts");
+        for (int e = 0; e < E; e++)
+            if (hc[e]) experts[n++] = e;
+        st = ft_offload_prefill(g->off, l, experts, n, g->d_slot_of, s, moe_prefill_batch, &pb);
+    }
+    if (st == FT_OK) ft_cuda_moe_unsort(g->y, g->my, g->pair_dst, g->topw, T, k, H, s);
+    return st;
 }
 
 enum { P_NORM, P_QKV, P_ROPE_KV, P_ATTN, P_OPROJ, P_ROUTER, P_EXPERTS, P_SHARED, P_DENSE, P_HEAD,
@@ -341,7 +386,7 @@ static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
 /* Decode-sized steps (T <= 8): GEMV kernels only, each input norm fused into the GEMV that
  * reads it, each residual add fused into the GEMV/combine that produces it; no host sync, so
  * the whole step is graph-capturable. x holds the complete residual after every layer. */
-static void decode_layers(struct ft_gpu *g, int T) {
+static enum ft_status decode_layers(struct ft_gpu *g, int T) {
     const struct ft_model *m = g->m;
     int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim;
     int E = m->n_experts, k = m->top_k;
@@ -391,9 +436,18 @@ static void decode_layers(struct ft_gpu *g, int T) {
         int32_t *ids = g->d_topk_all + (size_t)l * g->C * k; /* kept for the distinct count */
         route(g, l, T, ids);
         prof_mark(g, P_ROUTER);
-        ft_cuda_moe_gemv(g->mgu, g->xn, k, L->gu, (size_t)2 * I * H, ids, T * k, 2 * I, H, s);
+        const uint16_t *gu = L->gu, *dn = L->down;
+        if (g->off) { /* the router's ids come back; misses are copied into cache slots */
+            int32_t *h_ids = g->h_topk_all + (size_t)l * g->C * k;
+            cudaMemcpyAsync(h_ids, ids, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
+            if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("router ids");
+            enum ft_status st = ft_offload_decode(g->off, l, h_ids, T * k, g->d_slots, s);
+            if (st != FT_OK) return st;
+            ids = g->d_slots, gu = ft_offload_gu(g->off), dn = ft_offload_down(g->off);
+        }
+        ft_cuda_moe_gemv(g->mgu, g->xn, k, gu, (size_t)2 * I * H, ids, T * k, 2 * I, H, s);
         ft_cuda_silu_mul(g->mact, g->mgu, T * k, I, s);
-        ft_cuda_moe_gemv(g->my, g->mact, 1, L->down, (size_t)H * I, ids, T * k, H, I, s);
+        ft_cuda_moe_gemv(g->my, g->mact, 1, dn, (size_t)H * I, ids, T * k, H, I, s);
         ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += routed experts */
         prof_mark(g, P_EXPERTS);
         if (L->has_shared) {
@@ -406,6 +460,7 @@ static void decode_layers(struct ft_gpu *g, int T) {
             prof_mark(g, P_SHARED);
         }
     }
+    return FT_OK;
 }
 
 /* Prefill-sized steps (T > 8): cuBLAS GEMMs on bf16 copies of the activations, the MoE through
@@ -485,7 +540,7 @@ static enum ft_status head(struct ft_gpu *g, const int32_t *d_rows, int rows, in
 static enum ft_status layers(struct ft_gpu *g, int T, int max_pos, int rows) {
     enum ft_status st = FT_OK;
     if (T <= MAX_GRAPH_T)
-        decode_layers(g, T);
+        st = decode_layers(g, T);
     else
         st = prefill_layers(g, T, max_pos);
     if (st != FT_OK || rows > g->logit_rows) return st; /* many rows: ft_gpu_forward does passes */
@@ -522,7 +577,7 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
                     cudaMemcpyHostToDevice, s);
     double distinct = 0;
     enum ft_status st = FT_OK;
-    int use_graph = decode && g->o.graphs && T <= MAX_GRAPH_T && !g->prof;
+    int use_graph = decode && g->o.graphs && T <= MAX_GRAPH_T && !g->prof && !g->off;
     g->n_ev = 0;
     if (g->prof && decode) prof_mark(g, P_NORM); /* step start */
     int prof_step = g->prof && decode;
@@ -635,6 +690,13 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     st = ft_blas_init(&g->blas, g->s);
     if (st == FT_OK) st = upload(g);
     if (st == FT_OK) st = alloc_scratch(g);
+    if (st == FT_OK && o->offload) {
+        size_t headroom = (size_t)256 << 20, left = g->limit > g->used + headroom ? g->limit - g->used - headroom : 0;
+        g->d_slots = dalloc(g, (size_t)g->C * (m->top_k > 0 ? m->top_k : 1) * 4, &st);
+        g->d_slot_of = dalloc(g, (size_t)(m->n_experts > 0 ? m->n_experts : 1) * 4, &st);
+        if (st == FT_OK)
+            st = ft_offload_init(&g->off, m, o, left, MAX_GRAPH_T * m->top_k, dalloc_cb, g);
+    }
     if (st != FT_OK) {
         ft_gpu_free(g);
         return st;
@@ -665,6 +727,15 @@ void ft_gpu_free(struct ft_gpu *g) {
                             100.0 * g->prof_ms[c] / tot);
     }
     for (int i = 0; g->prof && i < 1024; i++) cudaEventDestroy(g->ev[i]);
+    if (g->off) {
+        struct ft_gpu_offload_stats os;
+        ft_offload_get_stats(g->off, &os);
+        ft_log_info("offload: %ld expert copies, hit rate %.1f%%, copies at %.1f GB/s (PCIe probe "
+                    "%.1f GB/s), %ld verification mismatches repaired", os.copies,
+                    100 * os.hit_rate, os.copy_gbps, os.pcie_gbps, os.repaired);
+        ft_offload_free(g->off);
+        dfree(g->d_slots), dfree(g->d_slot_of);
+    }
     for (int t = 0; t <= MAX_GRAPH_T; t++)
         if (g->graph[t]) cudaGraphExecDestroy(g->graph[t]);
     for (int l = 0; g->L && l < g->m->n_layers; l++) {
@@ -694,6 +765,11 @@ void ft_gpu_free(struct ft_gpu *g) {
 
 double ft_gpu_hbm_gbps(void) { return ft_cuda_d2d_gbps((size_t)2 << 30, 5); }
 
+void ft_gpu_offload_stats(const struct ft_gpu *g, struct ft_gpu_offload_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (g && g->off) ft_offload_get_stats(g->off, out);
+}
+
 size_t ft_gpu_vram_used(const struct ft_gpu *g) { return g ? g->used : 0; }
 
 #else /* no CUDA in this build */
@@ -715,6 +791,10 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
     return ft_fail(FT_ERR_UNSUPPORTED, "no CUDA backend in this build");
 }
 double ft_gpu_hbm_gbps(void) { return 0.0; }
+void ft_gpu_offload_stats(const struct ft_gpu *g, struct ft_gpu_offload_stats *out) {
+    (void)g;
+    memset(out, 0, sizeof *out);
+}
 size_t ft_gpu_vram_used(const struct ft_gpu *g) { (void)g; return 0; }
 
 #endif

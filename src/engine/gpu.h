@@ -20,7 +20,24 @@ struct ft_gpu_opts {
     int graphs;          /* capture decode steps in CUDA graphs */
     enum ft_routing routing;
     uint64_t seed;
+    /* offload: experts stay in host banks; a GPU cache of slots holds the hot ones */
+    int offload;
+    int cache_slots;     /* > 0: exactly this many slots */
+    double cache_rate;   /* > 0: this fraction of all experts; else auto from free VRAM */
+    int verify;          /* -1 default (sample on WSL2, off on Linux), 0 off, 1 sample, 2 all */
+    int copy_path;       /* 0 pick the faster at startup, 1 DMA, 2 gather kernel */
 };
+
+struct ft_gpu_offload_stats {
+    int active, n_slots, path;      /* path: 1 DMA, 2 gather */
+    double hit_rate;
+    long hits, misses;              /* expert lookups so far */
+    long copies, mismatches, repaired;
+    double copy_bytes;
+    double copy_gbps;               /* expert bytes / copy time (host-observed) */
+    double pcie_gbps;               /* pinned H2D measured at startup */
+};
+void ft_gpu_offload_stats(const struct ft_gpu *g, struct ft_gpu_offload_stats *out);
 
 /* 1 if this build has CUDA and a device is present. */
 int ft_gpu_available(void);

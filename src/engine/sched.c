@@ -413,11 +413,10 @@ enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->n_eos = ft_eos_ids(&m->cfg, tok, s->eos);
-    struct ft_engine_opts eo = {.max_ctx = s->o.ctx_size,
-                                .max_chunk = s->o.max_prefill + s->o.max_running,
-                                .kv_tokens = s->o.kv_tokens, .backend = s->o.backend,
-                                .device = s->o.device, .vram_limit = s->o.vram_limit,
-                                .no_graphs = s->o.no_graphs};
+    struct ft_engine_opts eo = s->o.engine;
+    eo.max_ctx = s->o.ctx_size;
+    eo.max_chunk = s->o.max_prefill + s->o.max_running;
+    eo.kv_tokens = s->o.kv_tokens;
     enum ft_status st = ft_engine_init(&s->e, m, pool, &eo);
     s->running = calloc((size_t)s->o.max_running, sizeof *s->running);
     s->segs = calloc((size_t)s->o.max_running, sizeof *s->segs);

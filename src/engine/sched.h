@@ -24,10 +24,8 @@ struct ft_sched_opts {
                              max_running, capped by available memory) */
     int queue_cap;        /* waiting requests before submit answers FT_ERR_BUSY (default 64) */
     double request_timeout_s; /* 0 = none: a request running longer is cancelled */
-    enum ft_backend backend;  /* engine backend (cpu, cuda) and its device options */
-    int device;
-    size_t vram_limit;
-    int no_graphs;
+    struct ft_engine_opts engine; /* backend fields only (backend, device, vram_limit, ...);
+                                     the scheduler sets the sizes */
 };
 
 struct ft_req_params {

@@ -122,12 +122,29 @@ double ft_cuda_d2d_gbps(size_t bytes, int reps);
 void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *cursor, int32_t *rtok,
                       int32_t *pair_dst, const int32_t *ids, int T, int k, int E, cudaStream_t s);
 /* Y[offsets[e] + i, :] = X[offsets[e] + i, :] · W_e^T for every expert e and i < counts[e];
- * X bf16 [R, K], W bf16 [E][N, K], Y fp32 [R, N]; max_rows bounds any expert's count. */
+ * X bf16 [R, K], W bf16 [E][N, K], Y fp32 [R, N]; max_rows bounds any expert's count.
+ * slot_of (device [E], may be NULL): expert e's matrix is w + slot_of[e] * w_stride elements,
+ * and experts with slot_of[e] < 0 are skipped (the offload backend's batches); NULL means
+ * w + e * N * K. */
 void ft_cuda_moe_gemm(float *y, const uint16_t *x, const uint16_t *w, const int32_t *offsets,
-                      int E, int N, int K, int max_rows, cudaStream_t s);
+                      const int32_t *slot_of, size_t w_stride, int E, int N, int K, int max_rows,
+                      cudaStream_t s);
 /* out[t, :] = sum_j wts[t*k + j] * y[pair_dst[t*k + j], :] (deterministic order) */
 void ft_cuda_moe_unsort(float *out, const float *y, const int32_t *pair_dst, const float *wts,
                         int T, int k, int H, cudaStream_t s);
+
+/* --- expert copy engine (copy.cu) --- */
+/* n host-to-device copies by DMA: one cudaMemcpyBatchAsync (one cudaMemcpyAsync each if the
+ * batch API refuses). Host arrays of pointers and sizes. */
+enum ft_status ft_cuda_copy_dma(void *const *dst, const void *const *src, const size_t *bytes,
+                                int n, cudaStream_t s);
+/* The same through a kernel reading mapped pinned host memory (device pointers of registered
+ * memory); misaligned pairs go by DMA. */
+enum ft_status ft_cuda_copy_gather(void *const *dst, const void *const *src_mapped,
+                                   const size_t *bytes, int n, cudaStream_t s);
+/* out[i] = checksum of p[i][0..bytes[i]) as moe/checksum.h defines it (device memory out). */
+void ft_cuda_checksums(const void *const *p, const size_t *bytes, int n, uint64_t *out,
+                       cudaStream_t s);
 
 /* --- cuBLAS (blas.cu) --- */
 struct ft_blas;

@@ -82,11 +82,14 @@ __device__ __forceinline__ uint4 load8(const __nv_bfloat16 *m, int r, int rows, 
 /* Block: 4 warps, a 32x64 output tile of one expert (each warp 16x32: two fragments); the next
  * K slice is fetched into registers while tensor cores work on the current one. */
 __global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w,
-                               const int32_t *offsets, int N, int K) {
+                               const int32_t *offsets, const int32_t *slot_of, size_t w_stride,
+                               int N, int K) {
     int e = blockIdx.x, n0 = blockIdx.y * MG_TN;
     int r0 = offsets[e] + blockIdx.z * MG_TM, r1 = offsets[e + 1];
     if (r0 >= r1) return;
-    const __nv_bfloat16 *we = w + (size_t)e * N * K;
+    int slot = slot_of ? slot_of[e] : e;
+    if (slot < 0) return; /* not in this batch */
+    const __nv_bfloat16 *we = w + (size_t)slot * (slot_of ? w_stride : (size_t)N * K);
     __shared__ __align__(32) __nv_bfloat16 As[MG_TM * MG_LD];
     __shared__ __align__(32) __nv_bfloat16 Bs[MG_TN * MG_LD];
     __shared__ __align__(32) float Cs[MG_TM * (MG_TN + 4)];
@@ -134,11 +137,11 @@ __global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const __nv_bfl
 }
 
 extern "C" void ft_cuda_moe_gemm(float *y, const uint16_t *x, const uint16_t *w,
-                                 const int32_t *offsets, int E, int N, int K, int max_rows,
-                                 cudaStream_t s) {
+                                 const int32_t *offsets, const int32_t *slot_of, size_t w_stride,
+                                 int E, int N, int K, int max_rows, cudaStream_t s) {
     dim3 grid(E, (N + MG_TN - 1) / MG_TN, (max_rows + MG_TM - 1) / MG_TM);
     moe_gemm_kernel<<<grid, 128, 0, s>>>(y, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w,
-                                         offsets, N, K);
+                                         offsets, slot_of, w_stride, N, K);
 }
 
 __global__ void moe_unsort_kernel(float *out, const float *y, const int32_t *pair_dst,

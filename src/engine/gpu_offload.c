@@ -1,0 +1,394 @@
+/* gpu_offload.c — the offload backend's expert cache (DESIGN.md section 5): experts stay in the
+ * host banks (registered: pinned and mapped), the GPU keeps a pool of slots, misses are copied
+ * by batched DMA or by a gather kernel reading mapped memory (probed, timed, the faster chosen
+ * at startup), and an integrity guard checks copied slots against checksums taken when the
+ * banks were filled, re-copying through the other path on a mismatch.
+ * Engine thread only. Built only with FT_HAVE_CUDA. */
+#include "engine/gpu_offload.h"
+
+#ifdef FT_HAVE_CUDA
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_ops.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "core/sys.h"
+#include "core/timer.h"
+#include "moe/checksum.h"
+
+enum { PATH_DMA = 1, PATH_GATHER = 2 };
+
+struct ft_offload {
+    const struct ft_model *m;
+    int n_layers, E, max_pairs, n_slots, path, verify, warned;
+    size_t gu_bytes, dn_bytes;      /* one expert's matrices */
+    uint16_t *slot_gu, *slot_dn;    /* [S][2I*H], [S][H*I] bf16 */
+    struct ft_cache *cache;
+    cudaStream_t cs;                /* copy stream */
+    cudaEvent_t ev_copied, ev_compute, ev_t0, ev_t1;
+    int timing_pending;
+    uint64_t *sums;                 /* [L][E][2] host checksums (verify != off) */
+    const uint8_t **map_gu, **map_dn;/* [L] device pointers of mapped banks, NULL if unregistered */
+    void **reg;                     /* registered host ranges, to unregister */
+    int n_reg;
+    int32_t *h_slots, *h_slot_of;   /* pinned staging [max_pairs], [E] */
+    int32_t *slots_tmp;             /* [max(E, max_pairs)] */
+    struct ft_cache_fill *fills;
+    uint64_t *d_sums, *h_dsums;     /* [2 * max fills] */
+    void **cp_dst;
+    const void **cp_src;
+    size_t *cp_bytes;
+    int max_fills;
+    long copies, mismatches, repaired, verify_rr, fault_seen;
+    double bytes, copy_s, pcie_gbps;
+    int fault_kind, fault_at;       /* FT_TESTING: 1 no-op, 2 zero, the fault_at-th expert copy */
+};
+
+static const uint8_t *bank_src(const struct ft_offload *f, int l, int fam, int e, int mapped) {
+    const struct ft_bank *b = &f->m->layers[l].bank[fam];
+    if (!mapped) return ft_bank_expert(b, e);
+    const uint8_t *base = fam ? f->map_dn[l] : f->map_gu[l];
+    return base ? base + (size_t)e * b->stride : NULL;
+}
+
+/* Issues the copies of n fills through `path` on the copy stream (2 matrices each). */
+static enum ft_status issue(struct ft_offload *f, const struct ft_cache_fill *fl, int n, int path) {
+    int c = 0;
+    for (int i = 0; i < n; i++) {
+        int l = fl[i].layer, e = fl[i].expert, sl = fl[i].slot;
+        int fault = 0;
+#ifdef FT_TESTING
+        if (f->fault_kind && ++f->fault_seen == f->fault_at) fault = f->fault_kind;
+#endif
+        uint8_t *dst[2] = {(uint8_t *)(f->slot_gu + (size_t)sl * (f->gu_bytes / 2)),
+                           (uint8_t *)(f->slot_dn + (size_t)sl * (f->dn_bytes / 2))};
+        size_t bytes[2] = {f->gu_bytes, f->dn_bytes};
+        for (int fam = 0; fam < 2; fam++) {
+            if (fault == 1) continue; /* the copy silently does nothing (the WSL2 failure mode) */
+            if (fault == 2) {
+                cudaMemsetAsync(dst[fam], 0, bytes[fam], f->cs);
+                continue;
+            }
+            const uint8_t *src = bank_src(f, l, fam, e, path == PATH_GATHER);
+            int by_gather = path == PATH_GATHER && src;
+            if (!src) src = bank_src(f, l, fam, e, 0);
+            if (by_gather) {
+                void *d = dst[fam];
+                const void *s = src;
+                enum ft_status st = ft_cuda_copy_gather(&d, &s, &bytes[fam], 1, f->cs);
+                if (st != FT_OK) return st;
+            } else {
+                f->cp_dst[c] = dst[fam], f->cp_src[c] = src, f->cp_bytes[c++] = bytes[fam];
+            }
+        }
+        f->bytes += (double)(f->gu_bytes + f->dn_bytes);
+        f->copies++;
+    }
+    return ft_cuda_copy_dma(f->cp_dst, f->cp_src, f->cp_bytes, c, f->cs);
+}
+
+/* Device checksums of the fills' slots against the host's; returns the number of mismatching
+ * fills and compacts them to the front of fl. */
+static int verify(struct ft_offload *f, struct ft_cache_fill *fl, int n) {
+    if (n <= 0) return 0;
+    const void *p[2 * n > 0 ? 2 * n : 1];
+    size_t b[2 * n > 0 ? 2 * n : 1];
+    for (int i = 0; i < n; i++) {
+        p[2 * i] = f->slot_gu + (size_t)fl[i].slot * (f->gu_bytes / 2);
+        p[2 * i + 1] = f->slot_dn + (size_t)fl[i].slot * (f->dn_bytes / 2);
+        b[2 * i] = f->gu_bytes, b[2 * i + 1] = f->dn_bytes;
+    }
+    ft_cuda_checksums(p, b, 2 * n, f->d_sums, f->cs);
+    cudaMemcpyAsync(f->h_dsums, f->d_sums, (size_t)2 * n * 8, cudaMemcpyDeviceToHost, f->cs);
+    cudaStreamSynchronize(f->cs);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const uint64_t *want = f->sums + ((size_t)fl[i].layer * f->E + fl[i].expert) * 2;
+        if (f->h_dsums[2 * i] != want[0] || f->h_dsums[2 * i + 1] != want[1]) fl[bad++] = fl[i];
+    }
+    return bad;
+}
+
+/* Copies the fills, verifies (all or a rotating sample), repairs through the other path. */
+static enum ft_status copy_fills(struct ft_offload *f, const struct ft_cache_fill *fl, int n) {
+    if (n == 0) return FT_OK;
+    if (f->timing_pending) { /* the previous copy's time, now surely complete */
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, f->ev_t0, f->ev_t1) == cudaSuccess) f->copy_s += ms / 1e3;
+        f->timing_pending = 0;
+    }
+    cudaEventRecord(f->ev_t0, f->cs);
+    enum ft_status st = issue(f, fl, n, f->path);
+    if (st != FT_OK) return st;
+    cudaEventRecord(f->ev_t1, f->cs);
+    f->timing_pending = 1;
+    if (f->verify) {
+        struct ft_cache_fill chk[n];
+        int m = 0;
+        for (int i = 0; i < n; i++) /* sample: one copy in four, rotating */
+            if (f->verify == 2 || (f->verify_rr++ % 4) == 0) chk[m++] = fl[i];
+        int bad = verify(f, chk, m);
+        if (bad) {
+            f->mismatches += bad;
+            if (!f->warned++)
+                ft_log_warn("expert copy verification: %d of %d checked copies did not match their "
+                            "checksum (a dropped or zeroed DMA); re-copying through the %s path; "
+                            "counted in /v1/stats", bad, m, f->path == PATH_DMA ? "gather" : "DMA");
+            int other = f->path == PATH_DMA && f->map_gu ? PATH_GATHER : PATH_DMA;
+            if ((st = issue(f, chk, bad, other)) != FT_OK) return st;
+            if (verify(f, chk, bad))
+                return ft_fail(FT_ERR_CUDA, "expert copies fail verification on both paths "
+                               "(layer %d expert %d): the host-to-device copies are unreliable "
+                               "here; see docs/wsl.md", chk[0].layer, chk[0].expert);
+            f->repaired += bad;
+        }
+    }
+    cudaEventRecord(f->ev_copied, f->cs);
+    return FT_OK;
+}
+
+enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t *ids, int n,
+                                 int32_t *d_slots, cudaStream_t s) {
+    int nf = 0;
+    enum ft_status st = ft_cache_lookup(f->cache, layer, ids, n, f->slots_tmp, f->fills, &nf);
+    if (st == FT_OK) st = copy_fills(f, f->fills, nf);
+    if (st != FT_OK) return st;
+    /* s was synchronised by the caller, so the staging is free to overwrite */
+    memcpy(f->h_slots, f->slots_tmp, (size_t)n * sizeof *f->h_slots);
+    cudaMemcpyAsync(d_slots, f->h_slots, (size_t)n * sizeof *d_slots, cudaMemcpyHostToDevice, s);
+    if (nf) cudaStreamWaitEvent(s, f->ev_copied, 0);
+    return FT_OK;
+}
+
+enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t *experts, int n,
+                                  int32_t *d_slot_of, cudaStream_t s, ft_offload_batch_fn fn,
+                                  void *ctx) {
+    for (int first = 0; first < n;) {
+        int last = first + f->n_slots < n ? first + f->n_slots : n, nf = 0;
+        /* the previous batch's kernels may still read slots this batch evicts */
+        if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("offload prefill");
+        enum ft_status st = ft_cache_lookup(f->cache, layer, experts + first, last - first,
+                                            f->slots_tmp, f->fills, &nf);
+        if (st == FT_OK) st = copy_fills(f, f->fills, nf);
+        if (st != FT_OK) return st;
+        for (int e = 0; e < f->E; e++) f->h_slot_of[e] = -1;
+        for (int i = first; i < last; i++) f->h_slot_of[experts[i]] = f->slots_tmp[i - first];
+        cudaMemcpyAsync(d_slot_of, f->h_slot_of, (size_t)f->E * 4, cudaMemcpyHostToDevice, s);
+        if (nf) cudaStreamWaitEvent(s, f->ev_copied, 0);
+        if ((st = fn(ctx, first, last)) != FT_OK) return st;
+        first = last;
+    }
+    return FT_OK;
+}
+
+/* Times n experts of layer l through `path` (2 reps, the second timed); 0 when unusable. */
+static double probe(struct ft_offload *f, int l, int n, int path) {
+    struct ft_cache_fill fl[n];
+    for (int i = 0; i < n; i++) fl[i] = (struct ft_cache_fill){l, i, i};
+    int verify_was = f->verify;
+    float ms = 0;
+    for (int rep = 0; rep < 2; rep++) {
+        cudaEventRecord(f->ev_t0, f->cs);
+        if (issue(f, fl, n, path) != FT_OK) return 0;
+        cudaEventRecord(f->ev_t1, f->cs);
+        cudaEventSynchronize(f->ev_t1);
+        cudaEventElapsedTime(&ms, f->ev_t0, f->ev_t1);
+    }
+    /* the pattern must arrive intact (checked even when the guard is off) */
+    struct ft_cache_fill chk[n];
+    memcpy(chk, fl, sizeof chk);
+    f->verify = verify_was;
+    int bad = verify(f, chk, n);
+    f->copies -= 2 * n; /* probes are not serving copies */
+    f->bytes -= 2.0 * n * (double)(f->gu_bytes + f->dn_bytes);
+    if (bad) {
+        ft_log_warn("copy path %s failed its startup check (%d of %d experts wrong): disabled",
+                    path == PATH_DMA ? "DMA" : "gather", bad, n);
+        return 0;
+    }
+    return ms > 0 ? n * (double)(f->gu_bytes + f->dn_bytes) / (ms * 1e-3) / 1e9 : 0;
+}
+
+static void checksum_banks(struct ft_offload *f) {
+    for (int l = 0; l < f->n_layers; l++) {
+        if (!f->m->layers[l].is_moe) continue;
+        for (int e = 0; e < f->E; e++)
+            for (int fam = 0; fam < 2; fam++) {
+                const struct ft_bank *b = &f->m->layers[l].bank[fam];
+                f->sums[((size_t)l * f->E + e) * 2 + fam] = ft_checksum(ft_bank_expert(b, e), b->row_bytes);
+            }
+    }
+}
+
+static void register_banks(struct ft_offload *f) {
+    for (int l = 0; l < f->n_layers; l++) {
+        if (!f->m->layers[l].is_moe) continue;
+        for (int fam = 0; fam < 2; fam++) {
+            const struct ft_bank *b = &f->m->layers[l].bank[fam];
+            void *dptr = NULL;
+            if (cudaHostRegister(b->base, b->bytes, cudaHostRegisterMapped | cudaHostRegisterPortable) != cudaSuccess ||
+                cudaHostGetDevicePointer(&dptr, b->base, 0) != cudaSuccess) {
+                cudaGetLastError();
+                if (!f->warned++)
+                    ft_log_warn("could not pin the expert banks of layer %d (%.1f MiB): their copies "
+                                "go from pageable memory (slower); check the pin budget (docs/wsl.md)",
+                                l, b->bytes / 1048576.0);
+                continue;
+            }
+            f->reg[f->n_reg++] = b->base;
+            (fam ? f->map_dn : f->map_gu)[l] = dptr;
+        }
+    }
+    f->warned = 0;
+}
+
+enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m,
+                               const struct ft_gpu_opts *o, size_t avail_bytes, int max_pairs,
+                               ft_dalloc_fn dalloc, void *dctx) {
+    *out = NULL;
+    struct ft_offload *f = calloc(1, sizeof *f);
+    if (!f) return ft_fail(FT_ERR_OOM, "offload: out of memory");
+    f->m = m;
+    f->n_layers = m->n_layers;
+    f->E = m->n_experts;
+    f->max_pairs = max_pairs;
+    int l0 = -1, n_moe = 0;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].is_moe) n_moe++, l0 = l0 < 0 ? l : l0;
+    enum ft_status st = FT_OK;
+    if (l0 < 0) {
+        st = ft_fail(FT_ERR_INVALID_ARG, "--backend offload: this model has no experts");
+        goto fail;
+    }
+    f->gu_bytes = m->layers[l0].bank[0].row_bytes;
+    f->dn_bytes = m->layers[l0].bank[1].row_bytes;
+    size_t slot_bytes = f->gu_bytes + f->dn_bytes, total = (size_t)n_moe * f->E;
+    size_t want = o->cache_slots > 0 ? (size_t)o->cache_slots
+                : o->cache_rate > 0 ? (size_t)(o->cache_rate * (double)total + 0.999)
+                                    : avail_bytes / slot_bytes;
+    if (want > total) want = total;
+    /* one token's experts must fit; a batched decode step that needs more than the pool is
+     * refused with a message naming --moe-cache-size (ft_cache_lookup) */
+    size_t need = (size_t)m->top_k;
+    if (want < need) {
+        st = ft_fail(FT_ERR_OOM, "offload: %zu expert slots (%.1f MiB each) fit, but one token "
+                     "needs %zu; raise --vram-limit or --moe-cache-size", want,
+                     slot_bytes / 1048576.0, need);
+        goto fail;
+    }
+    f->n_slots = (int)want;
+    f->slot_gu = dalloc(dctx, f->n_slots * f->gu_bytes);
+    f->slot_dn = f->slot_gu ? dalloc(dctx, f->n_slots * f->dn_bytes) : NULL;
+    if (!f->slot_dn) {
+        st = FT_ERR_OOM; /* dalloc set the message */
+        goto fail;
+    }
+    f->max_fills = f->n_slots > max_pairs ? f->n_slots : max_pairs;
+    if (f->max_fills < f->E) f->max_fills = f->E;
+    int nf = f->max_fills;
+    f->fills = calloc((size_t)nf, sizeof *f->fills);
+    f->slots_tmp = calloc((size_t)nf, sizeof *f->slots_tmp);
+    f->cp_dst = calloc((size_t)2 * nf, sizeof *f->cp_dst);
+    f->cp_src = calloc((size_t)2 * nf, sizeof *f->cp_src);
+    f->cp_bytes = calloc((size_t)2 * nf, sizeof *f->cp_bytes);
+    f->map_gu = calloc((size_t)f->n_layers, sizeof *f->map_gu);
+    f->map_dn = calloc((size_t)f->n_layers, sizeof *f->map_dn);
+    f->reg = calloc((size_t)2 * f->n_layers, sizeof *f->reg);
+    f->sums = calloc(total ? (size_t)f->n_layers * f->E * 2 : 1, sizeof *f->sums);
+    if (!f->fills || !f->slots_tmp || !f->cp_dst || !f->cp_src || !f->cp_bytes || !f->map_gu ||
+        !f->map_dn || !f->reg || !f->sums ||
+        cudaMallocHost((void **)&f->h_slots, (size_t)nf * 4) != cudaSuccess ||
+        cudaMallocHost((void **)&f->h_slot_of, (size_t)f->E * 4) != cudaSuccess ||
+        cudaMallocHost((void **)&f->h_dsums, (size_t)2 * nf * 8) != cudaSuccess ||
+        !(f->d_sums = dalloc(dctx, (size_t)2 * nf * 8))) {
+        st = ft_fail(FT_ERR_OOM, "offload: out of memory for its staging buffers");
+        goto fail;
+    }
+    if (cudaStreamCreateWithFlags(&f->cs, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&f->ev_copied, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreate(&f->ev_compute) != cudaSuccess || cudaEventCreate(&f->ev_t0) != cudaSuccess ||
+        cudaEventCreate(&f->ev_t1) != cudaSuccess) {
+        st = ft_cuda_check("offload streams/events");
+        goto fail;
+    }
+    if ((st = ft_cache_init(&f->cache, f->n_slots, m->n_layers, f->E, NULL)) != FT_OK) goto fail;
+    f->verify = o->verify >= 0 ? o->verify : (ft_sys_is_wsl() ? 1 : 0);
+#ifdef FT_TESTING
+    const char *fault = getenv("FT_TEST_COPY_FAULT"); /* "noop:K" or "zero:K" */
+    if (fault && (!strncmp(fault, "noop:", 5) || !strncmp(fault, "zero:", 5))) {
+        f->fault_kind = fault[0] == 'n' ? 1 : 2;
+        f->fault_at = atoi(fault + 5);
+    }
+#endif
+    register_banks(f);
+    checksum_banks(f); /* also what the startup probe checks against */
+    int pn = f->n_slots < 8 ? f->n_slots : 8;
+    if (pn > f->E) pn = f->E;
+    int fk = f->fault_kind;
+    f->fault_kind = 0; /* probes are not the copies a fault test targets */
+    double dma = probe(f, l0, pn, PATH_DMA), gather = f->map_gu[l0] ? probe(f, l0, pn, PATH_GATHER) : 0;
+    f->fault_kind = fk;
+    f->pcie_gbps = dma > gather ? dma : gather;
+    f->path = o->copy_path ? o->copy_path : (gather > dma ? PATH_GATHER : PATH_DMA);
+    if ((f->path == PATH_DMA && dma == 0) || (f->path == PATH_GATHER && gather == 0))
+        f->path = dma > 0 ? PATH_DMA : gather > 0 ? PATH_GATHER : 0;
+    if (!f->path) {
+        st = ft_fail(FT_ERR_CUDA, "offload: neither copy path delivers experts intact on this "
+                     "machine (see docs/wsl.md)");
+        goto fail;
+    }
+    ft_log_info("offload: %d expert slots (%.2f GiB, %.0f%% of %zu experts); copy paths: DMA %.1f "
+                "GB/s, gather %.1f GB/s -> %s; copy verification %s", f->n_slots,
+                f->n_slots * (double)slot_bytes / 1073741824.0, 100.0 * f->n_slots / total, total,
+                dma, gather, f->path == PATH_DMA ? "DMA" : "gather",
+                f->verify == 2 ? "all" : f->verify ? "sample" : "off");
+    *out = f;
+    return FT_OK;
+fail:
+    ft_offload_free(f);
+    return st;
+}
+
+void ft_offload_free(struct ft_offload *f) {
+    if (!f) return;
+    if (f->cs) cudaStreamSynchronize(f->cs);
+    for (int i = 0; i < f->n_reg; i++) cudaHostUnregister(f->reg[i]);
+    if (f->cs) cudaStreamDestroy(f->cs);
+    if (f->ev_copied) cudaEventDestroy(f->ev_copied);
+    if (f->ev_compute) cudaEventDestroy(f->ev_compute);
+    if (f->ev_t0) cudaEventDestroy(f->ev_t0);
+    if (f->ev_t1) cudaEventDestroy(f->ev_t1);
+    if (f->h_slots) cudaFreeHost(f->h_slots);
+    if (f->h_slot_of) cudaFreeHost(f->h_slot_of);
+    if (f->h_dsums) cudaFreeHost(f->h_dsums);
+    ft_cache_free(f->cache);
+    free(f->fills), free(f->slots_tmp), free(f->cp_dst), free(f->cp_src), free(f->cp_bytes);
+    free(f->map_gu), free(f->map_dn), free(f->reg), free(f->sums);
+    if (f->slot_gu) cudaFree(f->slot_gu); /* allocated through the backend's counted allocator */
+    if (f->slot_dn) cudaFree(f->slot_dn);
+    if (f->d_sums) cudaFree(f->d_sums);
+    free(f);
+}
+
+const uint16_t *ft_offload_gu(const struct ft_offload *f) { return f->slot_gu; }
+const uint16_t *ft_offload_down(const struct ft_offload *f) { return f->slot_dn; }
+
+void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!f) return;
+    out->active = 1;
+    out->n_slots = f->n_slots;
+    out->path = f->path;
+    out->hit_rate = ft_cache_hit_rate(f->cache);
+    for (int l = 0; l < f->n_layers; l++) out->hits += (long)f->cache->hits[l], out->misses += (long)f->cache->misses[l];
+    out->copy_bytes = f->bytes;
+    out->copies = f->copies;
+    out->mismatches = f->mismatches;
+    out->repaired = f->repaired;
+    out->copy_gbps = f->copy_s > 0 ? f->bytes / f->copy_s / 1e9 : 0;
+    out->pcie_gbps = f->pcie_gbps;
+}
+
+#endif

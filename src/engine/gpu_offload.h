@@ -1,0 +1,40 @@
+/* gpu_offload.h — internal interface between gpu.c and gpu_offload.c (the offload backend's
+ * expert cache, copy engine and integrity guard). Not a public header. Engine thread only. */
+#ifndef FT_ENGINE_GPU_OFFLOAD_H
+#define FT_ENGINE_GPU_OFFLOAD_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/gpu.h"
+#include "moe/cache.h"
+
+struct ft_offload;
+
+/* Sizes the slot pool from opts and the VRAM left (avail_bytes), allocates it (alloc: the GPU
+ * backend's counted allocator), registers the banks, computes checksums when verifying,
+ * probes and times both copy paths. */
+typedef void *(*ft_dalloc_fn)(void *ctx, size_t bytes);
+enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m,
+                               const struct ft_gpu_opts *o, size_t avail_bytes, int max_pairs,
+                               ft_dalloc_fn dalloc, void *dctx);
+void ft_offload_free(struct ft_offload *f);
+
+/* Decode: makes every expert in ids[0..n) (host, this layer) resident, writes slot indices to
+ * the device array d_slots (via pinned staging), and makes `s` wait for the copies. The caller
+ * has synchronised `s` (nothing enqueued may still read a slot). Returns the slot bases. */
+enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t *ids, int n,
+                                 int32_t *d_slots, cudaStream_t s);
+/* Prefill: experts[0..n) (distinct, ascending) of this layer in batches that fit the pool;
+ * for each batch, d_slot_of [E] is uploaded (slot or -1) and fn(ctx, first, last) runs the
+ * batch's kernels on s (experts[first..last)). */
+typedef enum ft_status (*ft_offload_batch_fn)(void *ctx, int first, int last);
+enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t *experts, int n,
+                                  int32_t *d_slot_of, cudaStream_t s, ft_offload_batch_fn fn,
+                                  void *ctx);
+const uint16_t *ft_offload_gu(const struct ft_offload *f);   /* [S][2I, H] */
+const uint16_t *ft_offload_down(const struct ft_offload *f); /* [S][H, I] */
+void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stats *out);
+
+#endif
