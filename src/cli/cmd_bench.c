@@ -66,9 +66,10 @@ static void offload_line(struct bench *b, const char *test) {
     ft_engine_offload_stats(b->s.engine, &os);
     if (!os.active) return;
     long h = os.hits - b->last.hits, m = os.misses - b->last.misses;
+    double gb = (os.copy_bytes - b->last.copy_bytes) / 1e9, s = os.copy_s - b->last.copy_s;
     b->offload_notes += snprintf(b->notes + b->offload_notes, sizeof b->notes - (size_t)b->offload_notes,
-        "%s: expert cache hit rate %.1f%% (%ld of %ld lookups), %.2f GB of expert copies\n", test,
-        h + m ? 100.0 * h / (h + m) : 0.0, h, h + m, (os.copy_bytes - b->last.copy_bytes) / 1e9);
+        "%s: expert cache hit rate %.1f%% (%ld of %ld lookups), %.2f GB of expert copies at "
+        "%.1f GB/s\n", test, h + m ? 100.0 * h / (h + m) : 0.0, h, h + m, gb, s > 0 ? gb / s : 0.0);
     b->last = os;
 }
 
@@ -207,7 +208,7 @@ int ft_cmd_bench(int argc, char **argv) {
     if (st != FT_OK) return ft_cli_fail(st);
     b.threads = ft_pool_size(b.s.pool);
     b.dram_gbps = ft_cpu_dram_read_gbps(b.s.pool, (size_t)1 << 30, 3);
-    int gpu = !strcmp(ft_engine_backend(b.s.engine), "cuda");
+    int gpu = strcmp(ft_engine_backend(b.s.engine), "cpu") != 0;
     b.ceiling_gbps = gpu ? ft_gpu_hbm_gbps() : b.dram_gbps;
     const struct ft_model *m = b.s.model;
     printf("model: %s, %.2f B params (%.2f B active per token), %.2f MiB per expert; "

@@ -33,7 +33,7 @@ struct ft_gpu_offload_stats {
     double hit_rate;
     long hits, misses;              /* expert lookups so far */
     long copies, mismatches, repaired;
-    double copy_bytes;
+    double copy_bytes, copy_s;      /* expert bytes copied, copy-stream seconds spent on them */
     double copy_gbps;               /* expert bytes / copy time (host-observed) */
     double pcie_gbps;               /* pinned H2D measured at startup */
 };

@@ -330,6 +330,10 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     f->fault_kind = 0; /* probes are not the copies a fault test targets */
     double dma = probe(f, l0, pn, PATH_DMA), gather = f->map_gu[l0] ? probe(f, l0, pn, PATH_GATHER) : 0;
     f->fault_kind = fk;
+    /* the probes left experts in slots the cache does not know about: clear them, so that a
+     * copy that silently does nothing shows up as a mismatch, never as a lucky stale hit */
+    cudaMemset(f->slot_gu, 0, f->n_slots * f->gu_bytes);
+    cudaMemset(f->slot_dn, 0, f->n_slots * f->dn_bytes);
     f->pcie_gbps = dma > gather ? dma : gather;
     f->path = o->copy_path ? o->copy_path : (gather > dma ? PATH_GATHER : PATH_DMA);
     if ((f->path == PATH_DMA && dma == 0) || (f->path == PATH_GATHER && gather == 0))
@@ -384,6 +388,7 @@ void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stat
     out->hit_rate = ft_cache_hit_rate(f->cache);
     for (int l = 0; l < f->n_layers; l++) out->hits += (long)f->cache->hits[l], out->misses += (long)f->cache->misses[l];
     out->copy_bytes = f->bytes;
+    out->copy_s = f->copy_s;
     out->copies = f->copies;
     out->mismatches = f->mismatches;
     out->repaired = f->repaired;
