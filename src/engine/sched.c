@@ -77,6 +77,7 @@ struct ft_sched {
     long bucket_tokens[N_BUCKETS];
     long bucket_sec[N_BUCKETS];
     int run_snapshot, kv_used_snapshot;
+    struct ft_gpu_offload_stats cache_snapshot; /* refreshed after each step (offload) */
 };
 
 /* --- events --- */
@@ -378,7 +379,10 @@ static void *engine_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
         step(s);
+        struct ft_gpu_offload_stats cs;
+        ft_engine_offload_stats(s->e, &cs);
         pthread_mutex_lock(&s->mu);
+        s->cache_snapshot = cs;
     }
     /* shutdown: everything still queued or running ends as cancelled */
     struct ft_req *q = s->q_head;
@@ -557,5 +561,7 @@ void ft_sched_stats(struct ft_sched *s, struct ft_sched_stats *out) {
     out->kv_total_tokens = ft_engine_kv_total_blocks(s->e) * FT_KV_BLOCK;
     out->max_running = s->o.max_running;
     out->ctx_size = s->o.ctx_size;
+    out->backend = ft_engine_backend(s->e);
+    out->cache = s->cache_snapshot;
     pthread_mutex_unlock(&s->mu);
 }

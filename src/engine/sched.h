@@ -12,6 +12,7 @@
 
 #include "core/threadpool.h"
 #include "engine/generate.h"
+#include "engine/gpu.h"
 #include "engine/sample.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
@@ -85,6 +86,8 @@ struct ft_sched_stats {
     double ttft_p50_s, ttft_p95_s, latency_p50_s, latency_p95_s; /* last 256 requests */
     int kv_used_tokens, kv_total_tokens;
     int max_running, ctx_size;
+    const char *backend;        /* "cpu", "cuda", "offload" */
+    struct ft_gpu_offload_stats cache; /* offload: expert cache (cache.active == 0 otherwise) */
 };
 void ft_sched_stats(struct ft_sched *s, struct ft_sched_stats *out);
 

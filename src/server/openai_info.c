@@ -57,6 +57,14 @@ void ft_srv_stats(struct ft_server *s, const struct ft_http_req *req, struct ft_
         t.latency_p50_s, "total_p95", t.latency_p95_s,
         "kv", "used_tokens", t.kv_used_tokens, "total_tokens", t.kv_total_tokens,
         "max_running", t.max_running, "ctx_size", t.ctx_size);
+    json_object_set_new(j, "backend", json_string(t.backend));
+    if (t.cache.active) /* offload: the GPU expert cache and its copy engine */
+        json_object_set_new(j, "expert_cache", json_pack(
+            "{s:i, s:f, s:I, s:I, s:f, s:f, s:I, s:I}", "slots", t.cache.n_slots, "hit_rate",
+            t.cache.hit_rate, "lookups", (json_int_t)(t.cache.hits + t.cache.misses), "copies",
+            (json_int_t)t.cache.copies, "copy_gbps", t.cache.copy_gbps, "pcie_gbps",
+            t.cache.pcie_gbps, "verify_mismatches", (json_int_t)t.cache.mismatches, "repaired",
+            (json_int_t)t.cache.repaired));
     ft_srv_reply(resp, 200, j);
 }
 
