@@ -1,0 +1,63 @@
+/* policy.c — the hybrid fetch-vs-compute split. Engine thread only. */
+#include "moe/policy.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/status.h"
+
+const char *ft_moe_mode_name(enum ft_moe_mode m) {
+    return m == FT_MOE_CPU ? "cpu" : m == FT_MOE_HYBRID ? "hybrid" : "offload";
+}
+
+enum ft_status ft_split_init(struct ft_split *s, enum ft_moe_mode mode, int n_layers,
+                             double copy_s, double cpu_s, double cpu_fixed_s) {
+    s->mode = mode;
+    s->n_layers = n_layers;
+    s->alpha = 0.1;
+    s->layer = calloc((size_t)n_layers, sizeof *s->layer);
+    if (!s->layer) return ft_fail(FT_ERR_OOM, "split policy: out of memory");
+    for (int l = 0; l < n_layers; l++)
+        s->layer[l] = (struct ft_split_costs){copy_s, cpu_s, cpu_fixed_s, 0, 0};
+    return FT_OK;
+}
+
+void ft_split_free(struct ft_split *s) {
+    if (!s) return;
+    free(s->layer);
+    s->layer = NULL;
+}
+
+/* Both sides run at once: the step costs max(F * copy, (M - F) * cpu + fixed [if M > F]).
+ * The best F is the integer next to where the two lines cross; check both neighbours. */
+int ft_split_fetch_count(const struct ft_split *s, int layer, int m) {
+    if (m <= 0 || s->mode == FT_MOE_OFFLOAD) return m > 0 ? m : 0;
+    if (s->mode == FT_MOE_CPU) return 0;
+    const struct ft_split_costs *c = &s->layer[layer];
+    double x = (m * c->cpu_s + c->cpu_fixed_s) / (c->copy_s + c->cpu_s);
+    int best = 0, lo = (int)floor(x) - 1, hi = (int)ceil(x) + 1;
+    double best_t = INFINITY;
+    lo = lo < 0 ? 0 : lo > m ? m : lo; /* the crossing may lie outside [0, m] */
+    hi = hi < 0 ? 0 : hi > m ? m : hi;
+    for (int f = lo; f <= hi; f++) {
+        double t = fmax(f * c->copy_s, f < m ? (m - f) * c->cpu_s + c->cpu_fixed_s : 0.0);
+        if (t < best_t - 1e-12) best_t = t, best = f;
+    }
+    return best;
+}
+
+void ft_split_observe(struct ft_split *s, int layer, int n_copied, double copy_s, int n_cpu,
+                      double cpu_s) {
+    struct ft_split_costs *c = &s->layer[layer];
+    double a = s->alpha;
+    if (n_copied > 0 && copy_s > 0) {
+        c->copy_s += a * (copy_s / n_copied - c->copy_s);
+        c->samples_copy++;
+    }
+    if (n_cpu > 0 && cpu_s > 0) { /* the fixed part stays; the rest is per expert */
+        double per = (cpu_s - c->cpu_fixed_s) / n_cpu;
+        if (per < 0.1 * c->cpu_s) per = 0.1 * c->cpu_s; /* a noisy sample cannot flip the sign */
+        c->cpu_s += a * (per - c->cpu_s);
+        c->samples_cpu++;
+    }
+}
