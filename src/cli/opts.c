@@ -164,7 +164,9 @@ const char ft_cli_backend_usage[] =
     "  --backend offload   experts stay in host RAM; a GPU cache of slots holds the hot ones:\n"
     "  --moe-cache-size N / --moe-cache-rate F   slots (default: what fits --vram-limit)\n"
     "  --verify-copies off|sample|all   checksum copied experts (default sample on WSL2)\n"
-    "  --copy-path auto|dma|gather      expert copy path (default: the faster at startup)\n";
+    "  --copy-path auto|dma|gather      expert copy path (default: the faster at startup)\n"
+    "  --moe-backend hybrid|offload|cpu  misses: split between PCIe and the CPU by measured\n"
+    "                      cost (default), all fetched, or all computed on the CPU\n";
 
 int ft_cli_size(const char *s, size_t *out) {
     char *end;
@@ -194,7 +196,7 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
     }
     if (strcmp(a, "--backend") && strcmp(a, "--device") && strcmp(a, "--vram-limit") &&
         strcmp(a, "--moe-cache-size") && strcmp(a, "--moe-cache-rate") &&
-        strcmp(a, "--verify-copies") && strcmp(a, "--copy-path"))
+        strcmp(a, "--verify-copies") && strcmp(a, "--copy-path") && strcmp(a, "--moe-backend"))
         return 0;
     if (!(v = ft_cli_value(argc, argv, i))) return -1;
     if (!strcmp(a, "--backend")) {
@@ -225,6 +227,13 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
         eo->verify_copies = !strcmp(v, "off") ? 0 : !strcmp(v, "sample") ? 1 : !strcmp(v, "all") ? 2 : -2;
         if (eo->verify_copies == -2) {
             fprintf(stderr, "ft %s: --verify-copies: '%s' is not off, sample or all\n", cmd, v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--moe-backend")) {
+        eo->moe_mode = !strcmp(v, "offload") ? 0 : !strcmp(v, "cpu") ? 1
+                     : !strcmp(v, "hybrid") || !strcmp(v, "auto") ? 2 : -1;
+        if (eo->moe_mode < 0) {
+            fprintf(stderr, "ft %s: --moe-backend: '%s' is not hybrid, offload, cpu or auto\n", cmd, v);
             return -1;
         }
     } else if (!strcmp(a, "--copy-path")) {
@@ -261,6 +270,7 @@ void ft_cli_apply_sampling_flags(const char *cmd, int argc, char **argv, struct 
 void ft_cli_backend_init(struct ft_engine_opts *be, int *backend_auto) {
     memset(be, 0, sizeof *be);
     be->verify_copies = -1;
+    be->moe_mode = 2; /* hybrid */
     *backend_auto = 1;
 }
 
@@ -274,5 +284,6 @@ void ft_cli_backend_apply(struct ft_engine_opts *eo, const struct ft_engine_opts
     eo->moe_cache_rate = be->moe_cache_rate;
     eo->verify_copies = be->verify_copies;
     eo->copy_path = be->copy_path;
+    eo->moe_mode = be->moe_mode;
     ft_cli_backend_resolve(eo, backend_auto);
 }

@@ -379,7 +379,8 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                                  .offload = e->opts.backend == FT_BACKEND_OFFLOAD,
                                  .cache_slots = e->opts.moe_cache_slots,
                                  .cache_rate = e->opts.moe_cache_rate,
-                                 .verify = e->opts.verify_copies, .copy_path = e->opts.copy_path};
+                                 .verify = e->opts.verify_copies, .copy_path = e->opts.copy_path,
+                                 .moe_mode = e->opts.moe_mode, .pool = pool};
         st = ft_gpu_init(&e->gpu, m, &go);
     }
     if (st != FT_OK) {

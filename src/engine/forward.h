@@ -30,6 +30,7 @@ struct ft_engine_opts {
     double moe_cache_rate;/* --moe-cache-rate F (fraction of all experts) */
     int verify_copies;    /* --verify-copies: -1 default, 0 off, 1 sample, 2 all */
     int copy_path;        /* 0 auto, 1 DMA, 2 gather kernel */
+    int moe_mode;         /* enum ft_moe_mode (moe/policy.h): 0 offload, 1 cpu, 2 hybrid */
 };
 
 struct ft_engine;

@@ -15,6 +15,9 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device.h"
 #include "engine/gpu_offload.h"
+#include "moe/cpu_exec.h"
+#include "moe/policy.h"
+#include "core/timer.h"
 #include "core/log.h"
 #include "core/status.h"
 
@@ -59,6 +62,10 @@ struct ft_gpu {
     /* offload backend: experts in host banks, a slot cache on the GPU (NULL = all resident) */
     struct ft_offload *off;
     int32_t *d_slots, *d_slot_of;
+    struct ft_moe_exec *exec;          /* CPU executor for the misses the split keeps (cpu/hybrid) */
+    float *h_xn, *h_cpu_out, *d_cpu_out; /* pinned [8, H] x2, device [8, H] */
+    int *cpu_pairs, *cpu_tok, *cpu_ids;
+    float *cpu_w, *h_topw;
     /* FT_GPU_PROFILE=1: decode steps run eagerly with an event between op groups */
     int prof;
     cudaEvent_t ev[1024];
@@ -440,16 +447,45 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
         if (g->off) { /* the router's ids come back; misses are copied into cache slots */
             int32_t *h_ids = g->h_topk_all + (size_t)l * g->C * k;
             cudaMemcpyAsync(h_ids, ids, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
+            if (g->exec) { /* the CPU executor needs the normalised rows and the weights */
+                cudaMemcpyAsync(g->h_xn, g->xn, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToHost, s);
+                cudaMemcpyAsync(g->h_topw, g->topw, (size_t)T * k * sizeof(float), cudaMemcpyDeviceToHost, s);
+            }
             if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("router ids");
-            enum ft_status st = ft_offload_decode(g->off, l, h_ids, T * k, g->d_slots, s);
+            int n_cpu = 0;
+            enum ft_status st = ft_offload_decode(g->off, l, h_ids, T * k, g->d_slots, s,
+                                                  g->cpu_pairs, &n_cpu);
             if (st != FT_OK) return st;
             ids = g->d_slots, gu = ft_offload_gu(g->off), dn = ft_offload_down(g->off);
+            ft_cuda_moe_gemv(g->mgu, g->xn, k, gu, (size_t)2 * I * H, ids, T * k, 2 * I, H, s);
+            ft_cuda_silu_mul(g->mact, g->mgu, T * k, I, s);
+            ft_cuda_moe_gemv(g->my, g->mact, 1, dn, (size_t)H * I, ids, T * k, H, I, s);
+            ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += GPU experts */
+            if (n_cpu) { /* the rest on the CPU from the host banks, while the GPU works */
+                int64_t t0 = ft_time_us();
+                int nd = 0;
+                for (int i = 0; i < n_cpu; i++) {
+                    int p = g->cpu_pairs[i];
+                    g->cpu_tok[i] = p / k, g->cpu_ids[i] = h_ids[p], g->cpu_w[i] = g->h_topw[p];
+                }
+                memset(g->h_cpu_out, 0, (size_t)T * H * sizeof(float));
+                nd = ft_moe_exec_run_pairs(g->exec, g->o.pool, &m->layers[l].bank[FT_BANK_GATE_UP],
+                                           &m->layers[l].bank[FT_BANK_DOWN], g->h_xn, g->cpu_tok,
+                                           g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
+                ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6);
+                cudaMemcpyAsync(g->d_cpu_out, g->h_cpu_out, (size_t)T * H * sizeof(float),
+                                cudaMemcpyHostToDevice, s);
+                ft_cuda_add(g->x, g->d_cpu_out, (size_t)T * H, s); /* x += CPU experts */
+            }
+            prof_mark(g, P_EXPERTS);
+            goto shared;
         }
         ft_cuda_moe_gemv(g->mgu, g->xn, k, gu, (size_t)2 * I * H, ids, T * k, 2 * I, H, s);
         ft_cuda_silu_mul(g->mact, g->mgu, T * k, I, s);
         ft_cuda_moe_gemv(g->my, g->mact, 1, dn, (size_t)H * I, ids, T * k, H, I, s);
         ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += routed experts */
         prof_mark(g, P_EXPERTS);
+    shared:
         if (L->has_shared) {
             int Is = m->shared_inter;
             ft_cuda_gemv(g->gu, 2 * Is, g->xn, L->sh_gu, NULL, T, 2 * Is, H, s);
@@ -696,6 +732,21 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
         g->d_slot_of = dalloc(g, (size_t)(m->n_experts > 0 ? m->n_experts : 1) * 4, &st);
         if (st == FT_OK)
             st = ft_offload_init(&g->off, m, o, left, MAX_GRAPH_T * m->top_k, dalloc_cb, g);
+        if (st == FT_OK && o->moe_mode != FT_MOE_OFFLOAD) { /* the CPU executor's side */
+            int R = MAX_GRAPH_T * m->top_k, H = m->hidden;
+            if (!o->pool) st = ft_fail(FT_ERR_INTERNAL, "offload: cpu/hybrid mode without a thread pool");
+            if (st == FT_OK) st = ft_moe_exec_init(&g->exec, MAX_GRAPH_T, m->top_k, m->n_experts, H, m->expert_inter);
+            g->h_xn = halloc((size_t)MAX_GRAPH_T * H * 4, &st);
+            g->h_cpu_out = halloc((size_t)MAX_GRAPH_T * H * 4, &st);
+            g->h_topw = halloc((size_t)R * 4, &st);
+            g->d_cpu_out = dalloc(g, (size_t)MAX_GRAPH_T * H * 4, &st);
+            g->cpu_pairs = malloc((size_t)R * sizeof *g->cpu_pairs);
+            g->cpu_tok = malloc((size_t)R * sizeof *g->cpu_tok);
+            g->cpu_ids = malloc((size_t)R * sizeof *g->cpu_ids);
+            g->cpu_w = malloc((size_t)R * sizeof *g->cpu_w);
+            if (st == FT_OK && (!g->cpu_pairs || !g->cpu_tok || !g->cpu_ids || !g->cpu_w))
+                st = ft_fail(FT_ERR_OOM, "offload: out of memory");
+        }
     }
     if (st != FT_OK) {
         ft_gpu_free(g);
@@ -730,11 +781,17 @@ void ft_gpu_free(struct ft_gpu *g) {
     if (g->off) {
         struct ft_gpu_offload_stats os;
         ft_offload_get_stats(g->off, &os);
-        ft_log_info("offload: %ld expert copies, hit rate %.1f%%, copies at %.1f GB/s (PCIe probe "
-                    "%.1f GB/s), %ld verification mismatches repaired", os.copies,
-                    100 * os.hit_rate, os.copy_gbps, os.pcie_gbps, os.repaired);
+        ft_log_info("offload: %ld expert copies, %ld misses computed on the CPU, hit rate %.1f%%, "
+                    "copies at %.1f GB/s (PCIe probe %.1f GB/s), %ld verification mismatches "
+                    "repaired", os.copies, os.cpu_experts, 100 * os.hit_rate, os.copy_gbps,
+                    os.pcie_gbps, os.repaired);
         ft_offload_free(g->off);
-        dfree(g->d_slots), dfree(g->d_slot_of);
+        dfree(g->d_slots), dfree(g->d_slot_of), dfree(g->d_cpu_out);
+        ft_moe_exec_free(g->exec);
+        void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw};
+        for (size_t i = 0; i < 3; i++)
+            if (hp[i]) cudaFreeHost(hp[i]);
+        free(g->cpu_pairs), free(g->cpu_tok), free(g->cpu_ids), free(g->cpu_w);
     }
     for (int t = 0; t <= MAX_GRAPH_T; t++)
         if (g->graph[t]) cudaGraphExecDestroy(g->graph[t]);

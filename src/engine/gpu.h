@@ -26,6 +26,9 @@ struct ft_gpu_opts {
     double cache_rate;   /* > 0: this fraction of all experts; else auto from free VRAM */
     int verify;          /* -1 default (sample on WSL2, off on Linux), 0 off, 1 sample, 2 all */
     int copy_path;       /* 0 pick the faster at startup, 1 DMA, 2 gather kernel */
+    int moe_mode;        /* enum ft_moe_mode: misses fetched (offload), computed on the CPU
+                            (cpu), or split between the two (hybrid) */
+    struct ft_pool *pool;/* the CPU executor's workers (cpu / hybrid) */
 };
 
 struct ft_gpu_offload_stats {
@@ -33,6 +36,8 @@ struct ft_gpu_offload_stats {
     double hit_rate;
     long hits, misses;              /* expert lookups so far */
     long copies, mismatches, repaired;
+    long cpu_experts;               /* misses computed on the CPU (cpu / hybrid) */
+    double cpu_s;                   /* CPU executor seconds */
     double copy_bytes, copy_s;      /* expert bytes copied, copy-stream seconds spent on them */
     double copy_gbps;               /* expert bytes / copy time (host-observed) */
     double pcie_gbps;               /* pinned H2D measured at startup */

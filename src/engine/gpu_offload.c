@@ -17,6 +17,7 @@
 #include "core/sys.h"
 #include "core/timer.h"
 #include "moe/checksum.h"
+#include "moe/policy.h"
 
 enum { PATH_DMA = 1, PATH_GATHER = 2 };
 
@@ -44,6 +45,11 @@ struct ft_offload {
     long copies, mismatches, repaired, verify_rr, fault_seen;
     double bytes, copy_s, pcie_gbps;
     int fault_kind, fault_at;       /* FT_TESTING: 1 no-op, 2 zero, the fault_at-th expert copy */
+    struct ft_split split;          /* fetch-vs-compute split (offload / cpu / hybrid) */
+    int pending_layer, pending_n;   /* the last copy batch, for the split's feedback */
+    int32_t *miss;                  /* [max_fills] distinct misses of a step */
+    long cpu_experts, steps;
+    double cpu_s;
 };
 
 static const uint8_t *bank_src(const struct ft_offload *f, int l, int fam, int e, int mapped) {
@@ -111,19 +117,29 @@ static int verify(struct ft_offload *f, struct ft_cache_fill *fl, int n) {
     return bad;
 }
 
+/* The previous copy batch's time (surely complete once the caller has synchronised), fed to the
+ * split policy as seconds per expert of that layer. */
+static void collect_timing(struct ft_offload *f) {
+    if (!f->timing_pending) return;
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, f->ev_t0, f->ev_t1) == cudaSuccess) {
+        f->copy_s += ms / 1e3;
+        if (f->pending_n > 0)
+            ft_split_observe(&f->split, f->pending_layer, f->pending_n, ms / 1e3, 0, 0);
+    }
+    f->timing_pending = 0;
+}
+
 /* Copies the fills, verifies (all or a rotating sample), repairs through the other path. */
 static enum ft_status copy_fills(struct ft_offload *f, const struct ft_cache_fill *fl, int n) {
     if (n == 0) return FT_OK;
-    if (f->timing_pending) { /* the previous copy's time, now surely complete */
-        float ms = 0;
-        if (cudaEventElapsedTime(&ms, f->ev_t0, f->ev_t1) == cudaSuccess) f->copy_s += ms / 1e3;
-        f->timing_pending = 0;
-    }
+    collect_timing(f);
     cudaEventRecord(f->ev_t0, f->cs);
     enum ft_status st = issue(f, fl, n, f->path);
     if (st != FT_OK) return st;
     cudaEventRecord(f->ev_t1, f->cs);
     f->timing_pending = 1;
+    f->pending_layer = fl[0].layer, f->pending_n = n;
     if (f->verify) {
         struct ft_cache_fill chk[n];
         int m = 0;
@@ -150,16 +166,52 @@ static enum ft_status copy_fills(struct ft_offload *f, const struct ft_cache_fil
 }
 
 enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t *ids, int n,
-                                 int32_t *d_slots, cudaStream_t s) {
+                                 int32_t *d_slots, cudaStream_t s, int *cpu_pairs, int *n_cpu) {
+    collect_timing(f);
+    ft_cache_probe(f->cache, layer, ids, n, f->slots_tmp);
+    int m = 0; /* distinct misses */
+    for (int i = 0; i < n; i++) {
+        if (f->slots_tmp[i] >= 0) continue;
+        int dup = 0;
+        for (int j = 0; j < m; j++) dup |= f->miss[j] == ids[i];
+        if (!dup) f->miss[m++] = ids[i];
+    }
+    int fetch = ft_split_fetch_count(&f->split, layer, m);
+    if (fetch < m) { /* fetch the most used first: sort the misses by use count, descending */
+        const uint32_t *fq = f->cache->freq + (size_t)layer * f->E;
+        for (int i = 1; i < m; i++)
+            for (int j = i; j > 0 && fq[f->miss[j]] > fq[f->miss[j - 1]]; j--) {
+                int32_t t = f->miss[j];
+                f->miss[j] = f->miss[j - 1], f->miss[j - 1] = t;
+            }
+    }
     int nf = 0;
-    enum ft_status st = ft_cache_lookup(f->cache, layer, ids, n, f->slots_tmp, f->fills, &nf);
+    enum ft_status st = ft_cache_admit(f->cache, layer, f->miss, fetch, f->fills, &nf);
     if (st == FT_OK) st = copy_fills(f, f->fills, nf);
     if (st != FT_OK) return st;
+    *n_cpu = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t sl = f->cache->slot_of[(size_t)layer * f->E + ids[i]];
+        f->h_slots[i] = sl;
+        if (sl < 0) cpu_pairs[(*n_cpu)++] = i;
+    }
+    f->cpu_experts += m - fetch;
     /* s was synchronised by the caller, so the staging is free to overwrite */
-    memcpy(f->h_slots, f->slots_tmp, (size_t)n * sizeof *f->h_slots);
     cudaMemcpyAsync(d_slots, f->h_slots, (size_t)n * sizeof *d_slots, cudaMemcpyHostToDevice, s);
     if (nf) cudaStreamWaitEvent(s, f->ev_copied, 0);
+    if ((++f->steps & 1023) == 0 && f->split.mode == FT_MOE_HYBRID) {
+        const struct ft_split_costs *c = &f->split.layer[layer];
+        ft_log_info("hybrid split, layer %d: fetch %d of %d misses (copy %.3f ms/expert, CPU "
+                    "%.3f ms/expert + %.3f ms per step, learnt over %ld/%ld samples)", layer,
+                    fetch, m, 1e3 * c->copy_s, 1e3 * c->cpu_s, 1e3 * c->cpu_fixed_s,
+                    c->samples_copy, c->samples_cpu);
+    }
     return FT_OK;
+}
+
+void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds) {
+    f->cpu_s += seconds;
+    ft_split_observe(&f->split, layer, 0, 0, n_experts, seconds);
 }
 
 enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t *experts, int n,
@@ -289,6 +341,7 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     if (f->max_fills < f->E) f->max_fills = f->E;
     int nf = f->max_fills;
     f->fills = calloc((size_t)nf, sizeof *f->fills);
+    f->miss = calloc((size_t)nf, sizeof *f->miss);
     f->slots_tmp = calloc((size_t)nf, sizeof *f->slots_tmp);
     f->cp_dst = calloc((size_t)2 * nf, sizeof *f->cp_dst);
     f->cp_src = calloc((size_t)2 * nf, sizeof *f->cp_src);
@@ -297,7 +350,7 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     f->map_dn = calloc((size_t)f->n_layers, sizeof *f->map_dn);
     f->reg = calloc((size_t)2 * f->n_layers, sizeof *f->reg);
     f->sums = calloc(total ? (size_t)f->n_layers * f->E * 2 : 1, sizeof *f->sums);
-    if (!f->fills || !f->slots_tmp || !f->cp_dst || !f->cp_src || !f->cp_bytes || !f->map_gu ||
+    if (!f->fills || !f->miss || !f->slots_tmp || !f->cp_dst || !f->cp_src || !f->cp_bytes || !f->map_gu ||
         !f->map_dn || !f->reg || !f->sums ||
         cudaMallocHost((void **)&f->h_slots, (size_t)nf * 4) != cudaSuccess ||
         cudaMallocHost((void **)&f->h_slot_of, (size_t)f->E * 4) != cudaSuccess ||
@@ -343,8 +396,14 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
                      "machine (see docs/wsl.md)");
         goto fail;
     }
-    ft_log_info("offload: %d expert slots (%.2f GiB, %.0f%% of %zu experts); copy paths: DMA %.1f "
-                "GB/s, gather %.1f GB/s -> %s; copy verification %s", f->n_slots,
+    /* the split starts from what the probe measured and a DRAM guess, then learns */
+    double per_expert = (double)slot_bytes;
+    st = ft_split_init(&f->split, (enum ft_moe_mode)o->moe_mode, f->n_layers,
+                       per_expert / (f->pcie_gbps * 1e9), per_expert / 60e9, 50e-6);
+    if (st != FT_OK) goto fail;
+    ft_log_info("offload (%s): %d expert slots (%.2f GiB, %.0f%% of %zu experts); copy paths: DMA "
+                "%.1f GB/s, gather %.1f GB/s -> %s; copy verification %s",
+                ft_moe_mode_name((enum ft_moe_mode)o->moe_mode), f->n_slots,
                 f->n_slots * (double)slot_bytes / 1073741824.0, 100.0 * f->n_slots / total, total,
                 dma, gather, f->path == PATH_DMA ? "DMA" : "gather",
                 f->verify == 2 ? "all" : f->verify ? "sample" : "off");
@@ -368,7 +427,8 @@ void ft_offload_free(struct ft_offload *f) {
     if (f->h_slot_of) cudaFreeHost(f->h_slot_of);
     if (f->h_dsums) cudaFreeHost(f->h_dsums);
     ft_cache_free(f->cache);
-    free(f->fills), free(f->slots_tmp), free(f->cp_dst), free(f->cp_src), free(f->cp_bytes);
+    ft_split_free(&f->split);
+    free(f->fills), free(f->miss), free(f->slots_tmp), free(f->cp_dst), free(f->cp_src), free(f->cp_bytes);
     free(f->map_gu), free(f->map_dn), free(f->reg), free(f->sums);
     if (f->slot_gu) cudaFree(f->slot_gu); /* allocated through the backend's counted allocator */
     if (f->slot_dn) cudaFree(f->slot_dn);
@@ -385,9 +445,12 @@ void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stat
     out->active = 1;
     out->n_slots = f->n_slots;
     out->path = f->path;
-    out->hit_rate = ft_cache_hit_rate(f->cache);
     for (int l = 0; l < f->n_layers; l++) out->hits += (long)f->cache->hits[l], out->misses += (long)f->cache->misses[l];
+    out->misses += f->cpu_experts; /* a miss computed on the CPU is still a miss of the cache */
+    out->hit_rate = out->hits + out->misses ? (double)out->hits / (double)(out->hits + out->misses) : 0;
     out->copy_bytes = f->bytes;
+    out->cpu_experts = f->cpu_experts;
+    out->cpu_s = f->cpu_s;
     out->copy_s = f->copy_s;
     out->copies = f->copies;
     out->mismatches = f->mismatches;

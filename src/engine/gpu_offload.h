@@ -21,11 +21,15 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
                                ft_dalloc_fn dalloc, void *dctx);
 void ft_offload_free(struct ft_offload *f);
 
-/* Decode: makes every expert in ids[0..n) (host, this layer) resident, writes slot indices to
- * the device array d_slots (via pinned staging), and makes `s` wait for the copies. The caller
- * has synchronised `s` (nothing enqueued may still read a slot). Returns the slot bases. */
+/* Decode: resolves ids[0..n) (host, this layer) to slots: hits, plus the misses the split
+ * policy fetches (offload: all, cpu: none, hybrid: the most used F of M); writes slot indices to
+ * the device array d_slots (via pinned staging; -1 for a pair left to the CPU) and makes `s` wait
+ * for the copies. cpu_pairs receives the indices of the pairs left to the CPU (*n_cpu). The
+ * caller has synchronised `s` (nothing enqueued may still read a slot). */
 enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t *ids, int n,
-                                 int32_t *d_slots, cudaStream_t s);
+                                 int32_t *d_slots, cudaStream_t s, int *cpu_pairs, int *n_cpu);
+/* The CPU side of a layer step took `seconds` for n_experts distinct experts (hybrid feedback). */
+void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds);
 /* Prefill: experts[0..n) (distinct, ascending) of this layer in batches that fit the pool;
  * for each batch, d_slot_of [E] is uploaded (slot or -1) and fn(ctx, first, last) runs the
  * batch's kernels on s (experts[first..last)). */

@@ -37,8 +37,9 @@ enum ft_status ft_cache_init(struct ft_cache **out, int n_slots, int n_layers, i
     c->last_use = calloc((size_t)n_slots, sizeof *c->last_use);
     c->step_of = calloc((size_t)n_slots, sizeof *c->step_of);
     c->hits = calloc((size_t)n_layers, sizeof *c->hits);
+    c->freq = calloc(keys, sizeof *c->freq);
     c->misses = calloc((size_t)n_layers, sizeof *c->misses);
-    if (!c->slot_of || !c->key_of || !c->last_use || !c->step_of || !c->hits || !c->misses) {
+    if (!c->slot_of || !c->key_of || !c->last_use || !c->step_of || !c->freq || !c->hits || !c->misses) {
         ft_cache_free(c);
         return ft_fail(FT_ERR_OOM, "expert cache: out of memory");
     }
@@ -56,44 +57,64 @@ void ft_cache_free(struct ft_cache *c) {
     free(c->step_of);
     free(c->hits);
     free(c->misses);
+    free(c->freq);
     free(c);
+}
+
+void ft_cache_probe(struct ft_cache *c, int layer, const int32_t *ids, int n, int32_t *slots) {
+    uint64_t step = ++c->step;
+    for (int i = 0; i < n; i++) {
+        size_t key = (size_t)layer * c->n_experts + ids[i];
+        int32_t s = c->slot_of[key];
+        slots[i] = s;
+        c->freq[key]++;
+        if (s >= 0) {
+            c->last_use[s] = ++c->tick, c->step_of[s] = step;
+            c->hits[layer]++;
+        }
+    }
+}
+
+enum ft_status ft_cache_admit(struct ft_cache *c, int layer, const int32_t *experts, int n,
+                              struct ft_cache_fill *fills, int *n_fills) {
+    *n_fills = 0;
+    for (int i = 0; i < n; i++) {
+        size_t key = (size_t)layer * c->n_experts + experts[i];
+        if (c->slot_of[key] >= 0) continue;
+        int s = c->policy->victim(c, c->step);
+        if (s < 0)
+            return ft_fail(FT_ERR_BUSY, "expert cache: layer %d needs more than %d distinct "
+                           "experts at once (raise --moe-cache-size)", layer, c->n_slots);
+        if (c->key_of[s] >= 0) c->slot_of[c->key_of[s]] = -1;
+        c->key_of[s] = (int32_t)key;
+        c->slot_of[key] = s;
+        c->last_use[s] = ++c->tick;
+        c->step_of[s] = c->step;
+        fills[(*n_fills)++] = (struct ft_cache_fill){layer, experts[i], s};
+        c->misses[layer]++;
+    }
+    return FT_OK;
 }
 
 enum ft_status ft_cache_lookup(struct ft_cache *c, int layer, const int32_t *ids, int n,
                                int32_t *slots, struct ft_cache_fill *fills, int *n_fills) {
-    uint64_t step = ++c->step;
+    ft_cache_probe(c, layer, ids, n, slots);
     *n_fills = 0;
-    /* first mark every hit as used by this step, so no miss can evict it */
+    if (n <= 0) return FT_OK;
+    /* the misses in order of first appearance (a repeated id is one miss) */
+    int32_t miss[n];
+    int m = 0;
     for (int i = 0; i < n; i++) {
-        int32_t s = c->slot_of[(size_t)layer * c->n_experts + ids[i]];
-        slots[i] = s;
-        if (s >= 0) c->last_use[s] = ++c->tick, c->step_of[s] = step;
+        if (slots[i] >= 0) continue;
+        int dup = 0;
+        for (int j = 0; j < m; j++) dup |= miss[j] == ids[i];
+        if (!dup) miss[m++] = ids[i];
+        else c->hits[layer]++; /* served by the copy this step already makes */
     }
-    for (int i = 0; i < n; i++) {
-        size_t key = (size_t)layer * c->n_experts + ids[i];
-        if (slots[i] >= 0) {
-            c->hits[layer]++;
-            continue;
-        }
-        int32_t s = c->slot_of[key]; /* an earlier repeat of this id in the same step */
-        if (s < 0) {
-            s = c->policy->victim(c, step);
-            if (s < 0)
-                return ft_fail(FT_ERR_BUSY, "expert cache: layer %d needs more than %d distinct "
-                               "experts at once (raise --moe-cache-size)", layer, c->n_slots);
-            if (c->key_of[s] >= 0) c->slot_of[c->key_of[s]] = -1;
-            c->key_of[s] = (int32_t)key;
-            c->slot_of[key] = s;
-            c->last_use[s] = ++c->tick;
-            c->step_of[s] = step;
-            fills[(*n_fills)++] = (struct ft_cache_fill){layer, ids[i], s};
-            c->misses[layer]++;
-        } else {
-            c->hits[layer]++;
-        }
-        slots[i] = s;
-    }
-    return FT_OK;
+    enum ft_status st = ft_cache_admit(c, layer, miss, m, fills, n_fills);
+    for (int i = 0; st == FT_OK && i < n; i++)
+        if (slots[i] < 0) slots[i] = c->slot_of[(size_t)layer * c->n_experts + ids[i]];
+    return st;
 }
 
 void ft_cache_drop(struct ft_cache *c, int layer, int expert) {

@@ -31,6 +31,7 @@ struct ft_cache {
     uint64_t tick;          /* access counter */
     uint64_t step;          /* the current step (a layer's lookup) */
     uint64_t *hits, *misses;/* [n_layers] */
+    uint32_t *freq;         /* [n_layers * n_experts] uses so far (hybrid: fetch the most used) */
 };
 
 /* A miss to fill: copy expert `expert` of `layer` into `slot`. */
@@ -49,6 +50,13 @@ void ft_cache_free(struct ft_cache *c);
  * Fails with FT_ERR_BUSY when the step needs more distinct experts than there are slots. */
 enum ft_status ft_cache_lookup(struct ft_cache *c, int layer, const int32_t *ids, int n,
                                int32_t *slots, struct ft_cache_fill *fills, int *n_fills);
+/* The two halves of ft_cache_lookup, for a caller that decides which misses to admit (the
+ * hybrid backend computes the others on the CPU): probe starts a step, refreshes and resolves
+ * the hits (misses get -1) and counts uses; admit places the chosen missing experts (distinct,
+ * of the same layer and step) into slots, listing the fills. */
+void ft_cache_probe(struct ft_cache *c, int layer, const int32_t *ids, int n, int32_t *slots);
+enum ft_status ft_cache_admit(struct ft_cache *c, int layer, const int32_t *experts, int n,
+                              struct ft_cache_fill *fills, int *n_fills);
 /* Forgets a key (after a failed copy). */
 void ft_cache_drop(struct ft_cache *c, int layer, int expert);
 /* Hit rate over all lookups so far (0 when none). */

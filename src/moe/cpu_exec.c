@@ -98,37 +98,44 @@ void ft_moe_exec_free(struct ft_moe_exec *x) {
     free(x);
 }
 
-int ft_moe_exec_run(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *gate_up,
-                    const struct ft_bank *down, const float *in, const int *ids, const float *w,
-                    int T, int k, float *out) {
-    int E = x->n_experts, H = x->H, I = x->I;
-    FT_ASSERT(T * k <= x->max_rows && gate_up->rows == 2 * I && down->cols == I);
+int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
+                          const struct ft_bank *gate_up, const struct ft_bank *down,
+                          const float *in, const int *tok, const int *ids, const float *w,
+                          int n_pairs, float *out) {
+    int E = x->n_experts, H = x->H, I = x->I, R = n_pairs;
+    FT_ASSERT(R <= x->max_rows && gate_up->rows == 2 * I && down->cols == I);
     memset(x->count, 0, (size_t)E * sizeof *x->count);
-    for (int i = 0; i < T * k; i++) x->count[ids[i]]++;
+    for (int i = 0; i < R; i++) x->count[ids[i]]++;
     int n_active = 0;
     x->offset[0] = 0;
     for (int e = 0; e < E; e++) {
         x->offset[e + 1] = x->offset[e] + x->count[e];
         if (x->count[e]) x->active[n_active++] = e;
     }
-    /* gather rows expert by expert (count reused as a fill cursor, then restored) */
+    /* gather rows expert by expert (count reused as a fill cursor) */
     for (int e = 0; e < E; e++) x->count[e] = 0;
-    for (int t = 0; t < T; t++) {
-        for (int j = 0; j < k; j++) {
-            int e = ids[t * k + j], r = x->offset[e] + x->count[e]++;
-            x->row_token[r] = t;
-            x->row_w[r] = w[t * k + j];
-            memcpy(x->xg + (size_t)r * H, in + (size_t)t * H, (size_t)H * sizeof(float));
-        }
+    for (int p = 0; p < R; p++) {
+        int e = ids[p], r = x->offset[e] + x->count[e]++;
+        x->row_token[r] = tok[p];
+        x->row_w[r] = w[p];
+        memcpy(x->xg + (size_t)r * H, in + (size_t)tok[p] * H, (size_t)H * sizeof(float));
     }
     run_pass(x, pool, gate_up, x->xg, x->gu, n_active);
-    ft_cpu_silu_mul(x->act, x->gu, T * k, I);
+    ft_cpu_silu_mul(x->act, x->gu, R, I);
     run_pass(x, pool, down, x->act, x->y, n_active);
-    for (int r = 0; r < T * k; r++) {
+    for (int r = 0; r < R; r++) {
         float *o = out + (size_t)x->row_token[r] * H;
         const float *y = x->y + (size_t)r * H;
         float wr = x->row_w[r];
         for (int h = 0; h < H; h++) o[h] += wr * y[h];
     }
     return n_active;
+}
+
+int ft_moe_exec_run(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *gate_up,
+                    const struct ft_bank *down, const float *in, const int *ids, const float *w,
+                    int T, int k, float *out) {
+    int tok[T * k > 0 ? T * k : 1];
+    for (int p = 0; p < T * k; p++) tok[p] = p / k;
+    return ft_moe_exec_run_pairs(x, pool, gate_up, down, in, tok, ids, w, T * k, out);
 }

@@ -21,4 +21,11 @@ int ft_moe_exec_run(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft
                     const struct ft_bank *down, const float *in, const int *ids, const float *w,
                     int T, int k, float *out);
 
+/* The same for an arbitrary list of (token, expert, weight) pairs: out[tok[p], :] += w[p] *
+ * expert_{ids[p]}(in[tok[p]]). The hybrid backend runs the misses it keeps on the CPU. */
+int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
+                          const struct ft_bank *gate_up, const struct ft_bank *down,
+                          const float *in, const int *tok, const int *ids, const float *w,
+                          int n_pairs, float *out);
+
 #endif

@@ -83,7 +83,8 @@ void ft_cuda_gemv3(float *y0, float *y1, float *y2, int n0, int n1, const float 
                    const float *b1, const float *b2, const float *x, const uint16_t *w, int T,
                    int N, int K, cudaStream_t s);
 /* Routed experts for P = T*k (token, expert) pairs, decode-sized:
- * y[p, :] = W_{ids[p]} · x[p / x_div, :] with W_e = w + e * expert_stride (elements). */
+ * y[p, :] = W_{ids[p]} · x[p / x_div, :] with W_e = w + e * expert_stride (elements);
+ * ids[p] < 0 gives a zero row (a pair computed elsewhere). */
 void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w, size_t expert_stride,
                       const int32_t *ids, int P, int N, int K, cudaStream_t s);
 /* out[t, :] (+)= sum_j wts[t*k + j] * y[t*k + j, :]  (accumulate: residual add) */

@@ -487,6 +487,10 @@ __global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint1
                                 size_t expert_stride, const int32_t *ids, int N, int K) {
     int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP, p = blockIdx.y;
     if (n >= N) return;
+    if (ids[p] < 0) { /* a pair the CPU computes (hybrid): contributes nothing here */
+        if (lane == 0) y[(size_t)p * N + n] = 0.0f;
+        return;
+    }
     float acc[1] = {0.0f};
     row_dot<1>(acc, w + (size_t)ids[p] * expert_stride + (size_t)n * K, x + (size_t)(p / x_div) * K,
                K, K, lane, 1, NULL);
