@@ -6,6 +6,7 @@
  * have their own threads (server/http.c), the engine its own (engine/sched.c). */
 #include <libgen.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,12 +113,17 @@ struct loaded {
     struct ft_sched *sched;
 };
 
+/* /health reports the fraction of layers loaded. */
+static void load_progress(void *ctx, double frac) {
+    atomic_store(&((struct ft_server *)ctx)->load_permille, (int)(frac * 1000));
+}
+
 static enum ft_status load(const struct serve_opts *o, struct ft_server *srv, struct loaded *l) {
     enum ft_status st;
     FT_TRY(ft_tok_load(o->model, &l->tok));
     FT_TRY(ft_chat_template_detect(ft_tok_chat_template(l->tok), o->tmpl, &l->tmpl));
     FT_TRY(ft_pool_init(&l->pool, (int)o->threads));
-    FT_TRY(ft_model_load(o->model, &l->model));
+    FT_TRY(ft_model_load_ex(o->model, load_progress, srv, &l->model));
     struct ft_sched_opts so = {.max_running = (int)o->max_running, .max_prefill = (int)o->max_prefill,
                                .ctx_size = (int)o->ctx, .kv_tokens = (int)o->kv,
                                .queue_cap = (int)o->queue, .request_timeout_s = (double)o->req_timeout};

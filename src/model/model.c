@@ -346,6 +346,11 @@ uint64_t ft_model_bytes_per_token(const struct ft_model *m) {
 }
 
 enum ft_status ft_model_load(const char *dir, struct ft_model **out) {
+    return ft_model_load_ex(dir, NULL, NULL, out);
+}
+
+enum ft_status ft_model_load_ex(const char *dir, ft_progress_fn progress, void *ctx,
+                                struct ft_model **out) {
     *out = NULL;
     enum ft_status st;
     struct ft_model *m = calloc(1, sizeof *m);
@@ -369,7 +374,19 @@ enum ft_status ft_model_load(const char *dir, struct ft_model **out) {
     } else {
         FT_TRY(load_weight(m, NAME(n, "lm_head.weight"), m->vocab, m->hidden, &m->lm_head));
     }
-    for (int l = 0; l < m->n_layers; l++) FT_TRY(load_layer(m, l));
+    uint64_t file_bytes = 0;
+    for (int i = 0; i < ft_st_set_count(m->st); i++) file_bytes += ft_st_set_at(m->st, i)->n_bytes;
+    int talk = file_bytes > ((uint64_t)4 << 30), last_tenth = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        FT_TRY(load_layer(m, l));
+        double frac = (double)(l + 1) / m->n_layers;
+        if (progress) progress(ctx, frac);
+        if (talk && (int)(frac * 10) > last_tenth) { /* long loads say where they are */
+            last_tenth = (int)(frac * 10);
+            ft_log_info("loading %s: %d%% (%d of %d layers, %.1f GiB of weights)", dir,
+                        last_tenth * 10, l + 1, m->n_layers, file_bytes / 1073741824.0);
+        }
+    }
     ft_model_sizes(m);
     *out = m;
     return FT_OK;

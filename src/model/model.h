@@ -70,6 +70,11 @@ struct ft_model {
 
 /* Loads a Hugging Face checkpoint directory. */
 enum ft_status ft_model_load(const char *dir, struct ft_model **out);
+/* The same, calling progress(ctx, fraction of layers loaded) after each layer (may be NULL).
+ * Models of a few GB and more also log their progress every 10%. */
+typedef void (*ft_progress_fn)(void *ctx, double fraction);
+enum ft_status ft_model_load_ex(const char *dir, ft_progress_fn progress, void *ctx,
+                                struct ft_model **out);
 void ft_model_free(struct ft_model *m);
 
 /* Computes RoPE inverse frequencies and the attention factor from cfg (rot_dim/2 values). */

@@ -33,6 +33,7 @@ struct ft_server {
     int ctx_size;
     /* shared */
     _Atomic int state;          /* enum ft_server_state */
+    _Atomic int load_permille;  /* model layers loaded, for /health while loading */
     _Atomic unsigned long next_id;
     char error[256];            /* FT_SERVER_ERROR: why */
 };

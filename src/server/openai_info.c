@@ -35,8 +35,9 @@ void ft_srv_health(struct ft_server *s, const struct ft_http_req *req, struct ft
     if (st == FT_SERVER_READY)
         ft_srv_reply(resp, 200, json_pack("{s:s, s:s}", "status", "ok", "model", s->model_id));
     else if (st == FT_SERVER_LOADING)
-        ft_srv_reply(resp, 503, json_pack("{s:s, s:s, s:f}", "status", "loading", "model",
-                                          s->model_id, "elapsed_s",
+        ft_srv_reply(resp, 503, json_pack("{s:s, s:s, s:f, s:f}", "status", "loading", "model",
+                                          s->model_id, "progress",
+                                          atomic_load(&s->load_permille) / 1000.0, "elapsed_s",
                                           (double)(ft_time_us() - s->start_us) / 1e6));
     else
         ft_srv_reply(resp, 503, json_pack("{s:s, s:s}", "status", "error", "message", s->error));
