@@ -8,6 +8,7 @@
 #include "core/threadpool.h"
 #include "engine/forward.h"
 #include "engine/gpu.h"
+#include "mem/residency.h"
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "test.h"
@@ -238,6 +239,57 @@ static void split_case(const char *name, int mode) {
     CHECK_(same, "%s: greedy tokens differ from the resident backend", name);
     CHECK_(err <= 1e-3, "%s: max |dlogit| %g > 1e-3", name, err);
     free(a), free(b);
+    ft_engine_free(re);
+    ft_engine_free(oe);
+    ft_model_free(m);
+}
+
+/* The residency manager under a pin budget smaller than the banks (real cudaHostRegister): one
+ * layer stays unpinned and decodes on the CPU, pinned bytes stay under the budget, and the
+ * tokens are the resident backend's. */
+TEST(offload_with_capped_pin_budget) {
+    struct ft_model *m = NULL;
+    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/qwen3_moe", &m));
+    if (!m) return;
+    int V = m->vocab;
+    uint64_t banks = 0;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].is_moe) banks += m->layers[l].bank[0].bytes + m->layers[l].bank[1].bytes;
+    char budget[32];
+    snprintf(budget, sizeof budget, "%lluK", (unsigned long long)(banks * 6 / 10 / 1024));
+    struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
+    struct ft_engine_opts oo = ro;
+    oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = 4, oo.moe_mode = 0, oo.pin_budget = budget;
+    struct ft_engine *re = NULL, *oe = NULL;
+    EXPECT_OK(ft_engine_init(&re, m, g_pool, &ro));
+    EXPECT_OK(ft_engine_init(&oe, m, g_pool, &oo));
+    if (re && oe) {
+        struct ft_residency_stats rs;
+        EXPECT(ft_engine_residency_stats(oe, &rs));
+        fprintf(stderr, "  budget %s of %.1f KiB of banks: %d pinned, %d locked, %d pageable, "
+                "%.1f KiB charged, cpu layers '%s'\n", budget, banks / 1024.0, rs.n_layers[0],
+                rs.n_layers[1], rs.n_layers[2], rs.charged_bytes / 1024.0, rs.cpu_layers);
+        EXPECT(rs.charged_bytes <= rs.budget_bytes);
+        EXPECT_EQ(rs.n_layers[0], 1);
+        EXPECT_EQ(rs.n_layers[1] + rs.n_layers[2], 1);
+        int32_t ids[24];
+        for (int t = 0; t < 24; t++) ids[t] = (t * 53 + 7) % V;
+        float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
+        EXPECT_OK(ft_engine_prefill(re, ids, 24, a, 0));
+        EXPECT_OK(ft_engine_prefill(oe, ids, 24, b, 0));
+        int same = 1;
+        for (int g = 0; g < 12; g++) {
+            int32_t x = ft_argmax(a, V), y = ft_argmax(b, V);
+            same &= x == y;
+            EXPECT_OK(ft_engine_forward(re, &x, 1, a, 0));
+            EXPECT_OK(ft_engine_forward(oe, &y, 1, b, 0));
+        }
+        struct ft_gpu_offload_stats os;
+        ft_engine_offload_stats(oe, &os);
+        CHECK_(same, "capped budget: greedy tokens differ from the resident backend");
+        CHECK_(os.cpu_experts > 0, "the unpinned layer's misses were not computed on the CPU");
+        free(a), free(b);
+    }
     ft_engine_free(re);
     ft_engine_free(oe);
     ft_model_free(m);

@@ -166,7 +166,8 @@ const char ft_cli_backend_usage[] =
     "  --verify-copies off|sample|all   checksum copied experts (default sample on WSL2)\n"
     "  --copy-path auto|dma|gather      expert copy path (default: the faster at startup)\n"
     "  --moe-backend hybrid|offload|cpu  misses: split between PCIe and the CPU by measured\n"
-    "                      cost (default), all fetched, or all computed on the CPU\n";
+    "                      cost (default), all fetched, or all computed on the CPU\n"
+    "  --pin-budget SIZE / --moe-cpu-layers auto|IDS|N|F|0   host pinning (README: Host memory)\n";
 
 int ft_cli_size(const char *s, size_t *out) {
     char *end;
@@ -196,7 +197,8 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
     }
     if (strcmp(a, "--backend") && strcmp(a, "--device") && strcmp(a, "--vram-limit") &&
         strcmp(a, "--moe-cache-size") && strcmp(a, "--moe-cache-rate") &&
-        strcmp(a, "--verify-copies") && strcmp(a, "--copy-path") && strcmp(a, "--moe-backend"))
+        strcmp(a, "--verify-copies") && strcmp(a, "--copy-path") && strcmp(a, "--moe-backend") &&
+        strcmp(a, "--pin-budget") && strcmp(a, "--moe-cpu-layers"))
         return 0;
     if (!(v = ft_cli_value(argc, argv, i))) return -1;
     if (!strcmp(a, "--backend")) {
@@ -229,6 +231,15 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
             fprintf(stderr, "ft %s: --verify-copies: '%s' is not off, sample or all\n", cmd, v);
             return -1;
         }
+    } else if (!strcmp(a, "--pin-budget")) {
+        size_t b;
+        if (ft_cli_size(v, &b)) {
+            fprintf(stderr, "ft %s: --pin-budget: '%s' is not a size (e.g. 24G, 512M)\n", cmd, v);
+            return -1;
+        }
+        eo->pin_budget = v;
+    } else if (!strcmp(a, "--moe-cpu-layers")) {
+        eo->cpu_layers = v; /* checked against the model by the residency manager */
     } else if (!strcmp(a, "--moe-backend")) {
         eo->moe_mode = !strcmp(v, "offload") ? 0 : !strcmp(v, "cpu") ? 1
                      : !strcmp(v, "hybrid") || !strcmp(v, "auto") ? 2 : -1;
@@ -285,5 +296,7 @@ void ft_cli_backend_apply(struct ft_engine_opts *eo, const struct ft_engine_opts
     eo->verify_copies = be->verify_copies;
     eo->copy_path = be->copy_path;
     eo->moe_mode = be->moe_mode;
+    eo->pin_budget = be->pin_budget;
+    eo->cpu_layers = be->cpu_layers;
     ft_cli_backend_resolve(eo, backend_auto);
 }

@@ -380,7 +380,9 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                                  .cache_slots = e->opts.moe_cache_slots,
                                  .cache_rate = e->opts.moe_cache_rate,
                                  .verify = e->opts.verify_copies, .copy_path = e->opts.copy_path,
-                                 .moe_mode = e->opts.moe_mode, .pool = pool};
+                                 .moe_mode = e->opts.moe_mode, .pool = pool,
+                                 .pin_budget = e->opts.pin_budget,
+                                 .cpu_layers = e->opts.cpu_layers};
         st = ft_gpu_init(&e->gpu, m, &go);
     }
     if (st != FT_OK) {
@@ -425,6 +427,9 @@ const char *ft_engine_backend(const struct ft_engine *e) {
 size_t ft_engine_vram_used(const struct ft_engine *e) { return ft_gpu_vram_used(e->gpu); }
 void ft_engine_offload_stats(const struct ft_engine *e, struct ft_gpu_offload_stats *out) {
     ft_gpu_offload_stats(e->gpu, out);
+}
+int ft_engine_residency_stats(const struct ft_engine *e, struct ft_residency_stats *out) {
+    return ft_gpu_residency_stats(e->gpu, out);
 }
 
 void ft_engine_reset(struct ft_engine *e) { e->n_past = 0; }

@@ -31,6 +31,8 @@ struct ft_engine_opts {
     int verify_copies;    /* --verify-copies: -1 default, 0 off, 1 sample, 2 all */
     int copy_path;        /* 0 auto, 1 DMA, 2 gather kernel */
     int moe_mode;         /* enum ft_moe_mode (moe/policy.h): 0 offload, 1 cpu, 2 hybrid */
+    const char *pin_budget;  /* --pin-budget SIZE (offload: the residency manager's budget) */
+    const char *cpu_layers;  /* --moe-cpu-layers SPEC (offload: layers decoded on the CPU) */
 };
 
 struct ft_engine;
@@ -88,6 +90,9 @@ size_t ft_engine_vram_used(const struct ft_engine *e);
 /* Offload backend: cache and copy statistics (all zero otherwise). */
 struct ft_gpu_offload_stats;
 void ft_engine_offload_stats(const struct ft_engine *e, struct ft_gpu_offload_stats *out);
+/* Offload: residency of the expert banks; 0 when the engine has none. */
+struct ft_residency_stats;
+int ft_engine_residency_stats(const struct ft_engine *e, struct ft_residency_stats *out);
 
 /* Index of the largest value (first on ties). */
 int ft_argmax(const float *x, int n);

@@ -17,6 +17,7 @@
 #include "engine/gpu_offload.h"
 #include "moe/cpu_exec.h"
 #include "moe/policy.h"
+#include "mem/residency.h"
 #include "core/timer.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -732,7 +733,8 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
         g->d_slot_of = dalloc(g, (size_t)(m->n_experts > 0 ? m->n_experts : 1) * 4, &st);
         if (st == FT_OK)
             st = ft_offload_init(&g->off, m, o, left, MAX_GRAPH_T * m->top_k, dalloc_cb, g);
-        if (st == FT_OK && o->moe_mode != FT_MOE_OFFLOAD) { /* the CPU executor's side */
+        if (st == FT_OK && (o->moe_mode != FT_MOE_OFFLOAD || ft_offload_has_cpu_layers(g->off))) {
+            /* the CPU executor's side (cpu / hybrid, and the residency manager's CPU layers) */
             int R = MAX_GRAPH_T * m->top_k, H = m->hidden;
             if (!o->pool) st = ft_fail(FT_ERR_INTERNAL, "offload: cpu/hybrid mode without a thread pool");
             if (st == FT_OK) st = ft_moe_exec_init(&g->exec, MAX_GRAPH_T, m->top_k, m->n_experts, H, m->expert_inter);
@@ -827,6 +829,12 @@ void ft_gpu_offload_stats(const struct ft_gpu *g, struct ft_gpu_offload_stats *o
     if (g && g->off) ft_offload_get_stats(g->off, out);
 }
 
+int ft_gpu_residency_stats(const struct ft_gpu *g, struct ft_residency_stats *out) {
+    if (!g || !g->off || !ft_offload_residency(g->off)) return 0;
+    ft_residency_get_stats(ft_offload_residency(g->off), out);
+    return 1;
+}
+
 size_t ft_gpu_vram_used(const struct ft_gpu *g) { return g ? g->used : 0; }
 
 #else /* no CUDA in this build */
@@ -851,6 +859,10 @@ double ft_gpu_hbm_gbps(void) { return 0.0; }
 void ft_gpu_offload_stats(const struct ft_gpu *g, struct ft_gpu_offload_stats *out) {
     (void)g;
     memset(out, 0, sizeof *out);
+}
+int ft_gpu_residency_stats(const struct ft_gpu *g, struct ft_residency_stats *out) {
+    (void)g, (void)out;
+    return 0;
 }
 size_t ft_gpu_vram_used(const struct ft_gpu *g) { (void)g; return 0; }
 

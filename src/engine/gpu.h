@@ -29,6 +29,8 @@ struct ft_gpu_opts {
     int moe_mode;        /* enum ft_moe_mode: misses fetched (offload), computed on the CPU
                             (cpu), or split between the two (hybrid) */
     struct ft_pool *pool;/* the CPU executor's workers (cpu / hybrid) */
+    const char *pin_budget;  /* --pin-budget (NULL: env / platform default) */
+    const char *cpu_layers;  /* --moe-cpu-layers (NULL: auto) */
 };
 
 struct ft_gpu_offload_stats {
@@ -43,6 +45,9 @@ struct ft_gpu_offload_stats {
     double pcie_gbps;               /* pinned H2D measured at startup */
 };
 void ft_gpu_offload_stats(const struct ft_gpu *g, struct ft_gpu_offload_stats *out);
+/* Offload: the host residency of the expert banks (returns 0 when not offloading). */
+struct ft_residency_stats;
+int ft_gpu_residency_stats(const struct ft_gpu *g, struct ft_residency_stats *out);
 
 /* 1 if this build has CUDA and a device is present. */
 int ft_gpu_available(void);

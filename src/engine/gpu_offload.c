@@ -18,6 +18,7 @@
 #include "core/timer.h"
 #include "moe/checksum.h"
 #include "moe/policy.h"
+#include "mem/residency.h"
 
 enum { PATH_DMA = 1, PATH_GATHER = 2 };
 
@@ -32,8 +33,6 @@ struct ft_offload {
     int timing_pending;
     uint64_t *sums;                 /* [L][E][2] host checksums (verify != off) */
     const uint8_t **map_gu, **map_dn;/* [L] device pointers of mapped banks, NULL if unregistered */
-    void **reg;                     /* registered host ranges, to unregister */
-    int n_reg;
     int32_t *h_slots, *h_slot_of;   /* pinned staging [max_pairs], [E] */
     int32_t *slots_tmp;             /* [max(E, max_pairs)] */
     struct ft_cache_fill *fills;
@@ -46,6 +45,9 @@ struct ft_offload {
     double bytes, copy_s, pcie_gbps;
     int fault_kind, fault_at;       /* FT_TESTING: 1 no-op, 2 zero, the fault_at-th expert copy */
     struct ft_split split;          /* fetch-vs-compute split (offload / cpu / hybrid) */
+    struct ft_residency_plan *plan; /* which banks are pinned (GPU layers) or CPU layers */
+    uint8_t *cpu_layer;             /* [L] 1: decode this layer's misses on the CPU */
+    int n_cpu_layers;
     int pending_layer, pending_n;   /* the last copy batch, for the split's feedback */
     int32_t *miss;                  /* [max_fills] distinct misses of a step */
     long cpu_experts, steps;
@@ -176,7 +178,7 @@ enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t 
         for (int j = 0; j < m; j++) dup |= f->miss[j] == ids[i];
         if (!dup) f->miss[m++] = ids[i];
     }
-    int fetch = ft_split_fetch_count(&f->split, layer, m);
+    int fetch = f->cpu_layer[layer] ? 0 : ft_split_fetch_count(&f->split, layer, m);
     if (fetch < m) { /* fetch the most used first: sort the misses by use count, descending */
         const uint32_t *fq = f->cache->freq + (size_t)layer * f->E;
         for (int i = 1; i < m; i++)
@@ -274,26 +276,31 @@ static void checksum_banks(struct ft_offload *f) {
     }
 }
 
-static void register_banks(struct ft_offload *f) {
+/* Pins the banks through the residency manager (pin budget, WSL2 caps, the pinned -> mlock ->
+ * pageable chain) and records the mapped device pointers of the pinned ones for the gather
+ * path. Layers left unpinned are CPU layers: their misses are computed on the CPU. */
+static enum ft_status register_banks(struct ft_offload *f, const struct ft_gpu_opts *o) {
+    struct ft_residency_opts ro = {.pin_budget = o->pin_budget, .cpu_layers = o->cpu_layers};
+    enum ft_status st = ft_residency_plan(f->m, &ro, &f->plan);
+    if (st == FT_OK) st = ft_residency_apply(f->plan, (struct ft_model *)f->m);
+    if (st != FT_OK) return st;
     for (int l = 0; l < f->n_layers; l++) {
         if (!f->m->layers[l].is_moe) continue;
+        if (ft_residency_is_cpu_layer(f->plan, l)) {
+            f->cpu_layer[l] = 1;
+            f->n_cpu_layers++;
+            continue;
+        }
         for (int fam = 0; fam < 2; fam++) {
-            const struct ft_bank *b = &f->m->layers[l].bank[fam];
             void *dptr = NULL;
-            if (cudaHostRegister(b->base, b->bytes, cudaHostRegisterMapped | cudaHostRegisterPortable) != cudaSuccess ||
-                cudaHostGetDevicePointer(&dptr, b->base, 0) != cudaSuccess) {
-                cudaGetLastError();
-                if (!f->warned++)
-                    ft_log_warn("could not pin the expert banks of layer %d (%.1f MiB): their copies "
-                                "go from pageable memory (slower); check the pin budget (docs/wsl.md)",
-                                l, b->bytes / 1048576.0);
+            if (cudaHostGetDevicePointer(&dptr, f->m->layers[l].bank[fam].base, 0) != cudaSuccess) {
+                cudaGetLastError(); /* registered but not mapped: DMA only for this bank */
                 continue;
             }
-            f->reg[f->n_reg++] = b->base;
             (fam ? f->map_dn : f->map_gu)[l] = dptr;
         }
     }
-    f->warned = 0;
+    return FT_OK;
 }
 
 enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m,
@@ -348,10 +355,10 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     f->cp_bytes = calloc((size_t)2 * nf, sizeof *f->cp_bytes);
     f->map_gu = calloc((size_t)f->n_layers, sizeof *f->map_gu);
     f->map_dn = calloc((size_t)f->n_layers, sizeof *f->map_dn);
-    f->reg = calloc((size_t)2 * f->n_layers, sizeof *f->reg);
+    f->cpu_layer = calloc((size_t)f->n_layers, 1);
     f->sums = calloc(total ? (size_t)f->n_layers * f->E * 2 : 1, sizeof *f->sums);
     if (!f->fills || !f->miss || !f->slots_tmp || !f->cp_dst || !f->cp_src || !f->cp_bytes || !f->map_gu ||
-        !f->map_dn || !f->reg || !f->sums ||
+        !f->map_dn || !f->cpu_layer || !f->sums ||
         cudaMallocHost((void **)&f->h_slots, (size_t)nf * 4) != cudaSuccess ||
         cudaMallocHost((void **)&f->h_slot_of, (size_t)f->E * 4) != cudaSuccess ||
         cudaMallocHost((void **)&f->h_dsums, (size_t)2 * nf * 8) != cudaSuccess ||
@@ -375,7 +382,7 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
         f->fault_at = atoi(fault + 5);
     }
 #endif
-    register_banks(f);
+    if ((st = register_banks(f, o)) != FT_OK) goto fail;
     checksum_banks(f); /* also what the startup probe checks against */
     int pn = f->n_slots < 8 ? f->n_slots : 8;
     if (pn > f->E) pn = f->E;
@@ -417,7 +424,7 @@ fail:
 void ft_offload_free(struct ft_offload *f) {
     if (!f) return;
     if (f->cs) cudaStreamSynchronize(f->cs);
-    for (int i = 0; i < f->n_reg; i++) cudaHostUnregister(f->reg[i]);
+    ft_residency_plan_free(f->plan); /* unpins and unlocks the banks */
     if (f->cs) cudaStreamDestroy(f->cs);
     if (f->ev_copied) cudaEventDestroy(f->ev_copied);
     if (f->ev_compute) cudaEventDestroy(f->ev_compute);
@@ -429,7 +436,7 @@ void ft_offload_free(struct ft_offload *f) {
     ft_cache_free(f->cache);
     ft_split_free(&f->split);
     free(f->fills), free(f->miss), free(f->slots_tmp), free(f->cp_dst), free(f->cp_src), free(f->cp_bytes);
-    free(f->map_gu), free(f->map_dn), free(f->reg), free(f->sums);
+    free(f->map_gu), free(f->map_dn), free(f->cpu_layer), free(f->sums);
     if (f->slot_gu) cudaFree(f->slot_gu); /* allocated through the backend's counted allocator */
     if (f->slot_dn) cudaFree(f->slot_dn);
     if (f->d_sums) cudaFree(f->d_sums);
@@ -437,6 +444,8 @@ void ft_offload_free(struct ft_offload *f) {
 }
 
 const uint16_t *ft_offload_gu(const struct ft_offload *f) { return f->slot_gu; }
+int ft_offload_has_cpu_layers(const struct ft_offload *f) { return f->n_cpu_layers > 0; }
+const struct ft_residency_plan *ft_offload_residency(const struct ft_offload *f) { return f->plan; }
 const uint16_t *ft_offload_down(const struct ft_offload *f) { return f->slot_dn; }
 
 void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stats *out) {

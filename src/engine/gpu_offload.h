@@ -40,5 +40,8 @@ enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t
 const uint16_t *ft_offload_gu(const struct ft_offload *f);   /* [S][2I, H] */
 const uint16_t *ft_offload_down(const struct ft_offload *f); /* [S][H, I] */
 void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stats *out);
+/* 1 if the residency manager left some MoE layer unpinned: it decodes on the CPU executor. */
+int ft_offload_has_cpu_layers(const struct ft_offload *f);
+const struct ft_residency_plan *ft_offload_residency(const struct ft_offload *f);
 
 #endif

@@ -78,6 +78,8 @@ struct ft_sched {
     long bucket_sec[N_BUCKETS];
     int run_snapshot, kv_used_snapshot;
     struct ft_gpu_offload_stats cache_snapshot; /* refreshed after each step (offload) */
+    int has_residency;
+    struct ft_residency_stats residency;
 };
 
 /* --- events --- */
@@ -434,6 +436,7 @@ enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
         ft_sched_free(s);
         return st;
     }
+    s->has_residency = ft_engine_residency_stats(s->e, &s->residency);
     s->thread_started = 1;
     ft_log_info("scheduler: backend %s, %d running requests at most, context %d, KV pool %d "
                 "tokens (%.2f GiB), prefill chunks of %d", ft_engine_backend(s->e), s->o.max_running, s->o.ctx_size,
@@ -563,5 +566,7 @@ void ft_sched_stats(struct ft_sched *s, struct ft_sched_stats *out) {
     out->ctx_size = s->o.ctx_size;
     out->backend = ft_engine_backend(s->e);
     out->cache = s->cache_snapshot;
+    out->has_residency = s->has_residency; /* fixed after load */
+    out->residency = s->residency;
     pthread_mutex_unlock(&s->mu);
 }

@@ -13,6 +13,7 @@
 #include "core/threadpool.h"
 #include "engine/generate.h"
 #include "engine/gpu.h"
+#include "mem/residency.h"
 #include "engine/sample.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
@@ -88,6 +89,8 @@ struct ft_sched_stats {
     int max_running, ctx_size;
     const char *backend;        /* "cpu", "cuda", "offload" */
     struct ft_gpu_offload_stats cache; /* offload: expert cache (cache.active == 0 otherwise) */
+    int has_residency;          /* offload: banks pinned / locked / pageable */
+    struct ft_residency_stats residency;
 };
 void ft_sched_stats(struct ft_sched *s, struct ft_sched_stats *out);
 

@@ -66,6 +66,16 @@ void ft_srv_stats(struct ft_server *s, const struct ft_http_req *req, struct ft_
             (json_int_t)t.cache.copies, "copy_gbps", t.cache.copy_gbps, "pcie_gbps",
             t.cache.pcie_gbps, "verify_mismatches", (json_int_t)t.cache.mismatches, "repaired",
             (json_int_t)t.cache.repaired));
+    if (t.has_residency) { /* where the expert banks live (DESIGN.md section 4) */
+        const struct ft_residency_stats *r = &t.residency;
+        json_object_set_new(j, "residency", json_pack(
+            "{s:s, s:s, s:f, s:f, s:{s:i, s:i, s:i}, s:s, s:b}", "platform", r->platform,
+            "budget_source", r->budget_source, "budget_gib",
+            r->budget_bytes == UINT64_MAX ? -1.0 : r->budget_bytes / 1073741824.0, "pinned_gib",
+            r->charged_bytes / 1073741824.0, "layers", "pinned", r->n_layers[0], "locked",
+            r->n_layers[1], "pageable", r->n_layers[2], "cpu_layers", r->cpu_layers,
+            "mlock_failed", r->mlock_failed));
+    }
     ft_srv_reply(resp, 200, j);
 }
 
