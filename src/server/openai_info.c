@@ -32,8 +32,18 @@ void ft_srv_model(struct ft_server *s, const struct ft_http_req *req, struct ft_
 
 void ft_srv_health(struct ft_server *s, const struct ft_http_req *req, struct ft_http_resp *resp) {
     int st = atomic_load(&s->state);
-    if (st == FT_SERVER_READY)
-        ft_srv_reply(resp, 200, json_pack("{s:s, s:s}", "status", "ok", "model", s->model_id));
+    if (st == FT_SERVER_READY) {
+        json_t *j = json_pack("{s:s, s:s}", "status", "ok", "model", s->model_id);
+        struct ft_sched_stats t;
+        ft_sched_stats(s->sched, &t);
+        json_object_set_new(j, "backend", json_string(t.backend));
+        if (t.has_residency) /* offload: where the expert banks live */
+            json_object_set_new(j, "residency", json_pack("{s:s, s:i, s:i, s:i}", "platform",
+                                t.residency.platform, "pinned_layers", t.residency.n_layers[0],
+                                "locked_layers", t.residency.n_layers[1], "pageable_layers",
+                                t.residency.n_layers[2]));
+        ft_srv_reply(resp, 200, j);
+    }
     else if (st == FT_SERVER_LOADING)
         ft_srv_reply(resp, 503, json_pack("{s:s, s:s, s:f, s:f}", "status", "loading", "model",
                                           s->model_id, "progress",
