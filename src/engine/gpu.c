@@ -17,6 +17,7 @@
 #include "engine/gpu_offload.h"
 #include "moe/cpu_exec.h"
 #include "moe/policy.h"
+#include "mem/platform.h"
 #include "mem/residency.h"
 #include "core/timer.h"
 #include "core/log.h"
@@ -702,7 +703,14 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     if (!g) return ft_fail(FT_ERR_OOM, "GPU: out of memory");
     g->m = m;
     g->o = *o;
-    size_t headroom = (size_t)1 << 30;
+    /* VRAM left unallocated: larger on WSL2, where a failed allocation through the dxg bridge
+     * can stop the whole VM (mem/platform.c says why and logs it); every buffer is allocated
+     * here, at load, and never grown while serving */
+    struct ft_platform plat;
+    struct ft_vram_margin vm;
+    ft_platform_detect(&plat);
+    ft_vram_margin(&plat, d.total_bytes, &vm);
+    size_t headroom = (size_t)vm.bytes;
     g->limit = o->vram_limit ? o->vram_limit
                              : (d.free_bytes > headroom ? d.free_bytes - headroom : d.free_bytes / 2);
     if (g->limit > d.free_bytes) g->limit = d.free_bytes;
