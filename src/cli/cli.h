@@ -14,6 +14,7 @@ int ft_cmd_run(int argc, char **argv);
 int ft_cmd_logits(int argc, char **argv);
 int ft_cmd_inspect(int argc, char **argv);
 int ft_cmd_bench(int argc, char **argv);
+int ft_cmd_bench_bw(int argc, char **argv); /* `ft bench bw` */
 int ft_cmd_tokenize(int argc, char **argv);
 int ft_cmd_chat(int argc, char **argv);
 int ft_cmd_serve(int argc, char **argv);

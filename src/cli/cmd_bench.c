@@ -18,6 +18,7 @@
 
 static const char k_usage[] =
     "usage: ft bench (--model DIR | --synthetic PRESET) [options]\n"
+    "       ft bench bw [options]   (bandwidth profile for the hybrid split; ft bench bw --help)\n"
     "  -p N                 prompt tokens for the prefill test (default 512; 0 skips)\n"
     "  -n N                 generated tokens for the decode test (default 128; 0 skips)\n"
     "  -r N                 repetitions (default 3)\n"
@@ -155,6 +156,7 @@ done:
 }
 
 int ft_cmd_bench(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "bw")) return ft_cmd_bench_bw(argc - 1, argv + 1);
     struct ft_engine_opts be;
     int be_auto;
     ft_cli_backend_init(&be, &be_auto);

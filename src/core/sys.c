@@ -57,6 +57,23 @@ int ft_sys_is_wsl(void) {
            strstr(u.release, "WSL");
 }
 
+void ft_sys_cpu_model(char *buf, size_t cap) {
+    snprintf(buf, cap, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !c) continue;
+        c++;
+        while (*c == ' ' || *c == '\t') c++;
+        c[strcspn(c, "\n")] = 0;
+        snprintf(buf, cap, "%s", c);
+        break;
+    }
+    fclose(f);
+}
+
 void *ft_sys_alloc_pages(size_t bytes) {
     if (bytes == 0) bytes = 1;
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -19,6 +19,8 @@
 #include "moe/checksum.h"
 #include "moe/policy.h"
 #include "mem/residency.h"
+#include "moe/bw_profile.h"
+#include "backend/cuda/device.h"
 
 enum { PATH_DMA = 1, PATH_GATHER = 2 };
 
@@ -403,10 +405,28 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
                      "machine (see docs/wsl.md)");
         goto fail;
     }
-    /* the split starts from what the probe measured and a DRAM guess, then learns */
-    double per_expert = (double)slot_bytes;
-    st = ft_split_init(&f->split, (enum ft_moe_mode)o->moe_mode, f->n_layers,
-                       per_expert / (f->pcie_gbps * 1e9), per_expert / 60e9, 50e-6);
+    /* the split starts from the `ft bench bw` profile of this GPU, CPU and expert size when
+     * there is one (the rates measured with both sides busy), else from the probe and a DRAM
+     * guess; then it learns from the running engine */
+    double per_expert = (double)slot_bytes, c_copy = per_expert / (f->pcie_gbps * 1e9);
+    double c_cpu = per_expert / 60e9, c_fixed = 50e-6;
+    struct ft_bw_profile key = {.expert_bytes = slot_bytes}, prof;
+    struct ft_cuda_device dev;
+    char ppath[1024];
+    snprintf(key.format, sizeof key.format, "%s", m->layers[l0].bank[0].schema->name);
+    ft_sys_cpu_model(key.cpu, sizeof key.cpu);
+    if (ft_cuda_device_query(o->device, &dev) == FT_OK) snprintf(key.gpu, sizeof key.gpu, "%.127s", dev.name);
+    if (ft_bw_profile_load(&key, &prof, ppath, sizeof ppath) == FT_OK) {
+        double cg = prof.conc_copy_gbps > 0 ? prof.conc_copy_gbps : prof.copy_dma_gbps;
+        double xg = prof.conc_cpu_expert_gbps > 0 ? prof.conc_cpu_expert_gbps : prof.cpu_expert_gbps;
+        if (cg > 0) c_copy = per_expert / (cg * 1e9);
+        c_cpu = per_expert / (xg * 1e9);
+        c_fixed = prof.cpu_fixed_s;
+        ft_log_info("hybrid split starts from the profile %s (copy %.1f GB/s, CPU %.1f GB/s)",
+                    ppath, cg, xg);
+    }
+    ft_error_clear();
+    st = ft_split_init(&f->split, (enum ft_moe_mode)o->moe_mode, f->n_layers, c_copy, c_cpu, c_fixed);
     if (st != FT_OK) goto fail;
     ft_log_info("offload (%s): %d expert slots (%.2f GiB, %.0f%% of %zu experts); copy paths: DMA "
                 "%.1f GB/s, gather %.1f GB/s -> %s; copy verification %s",
