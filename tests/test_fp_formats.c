@@ -204,7 +204,6 @@ TEST(nvfp4_rows_bit_exact) {
                                  (const uint8_t *)ts->data + r * sb, f32_at(t2, r), n, row);
             char what[64];
             snprintf(what, sizeof what, "%s row %zu", cases[k].key, r);
-            /* compare_rows indexes from the row's start */
             for (size_t i = 0; i < n; i++) {
                 float want = f32_at(td, r * n + i);
                 if (!same_f32(row[i], want) && bad++ < 5)
@@ -371,6 +370,44 @@ TEST(fp8_dots_every_tier) {
     }
     EXPECT_EQ(bad, 0);
     EXPECT(runs >= 4 * (int)N_LENGTHS);
+}
+
+/* Equal as numbers (a sum of +0 and -0 is +0), any NaN equal to any NaN. */
+static int same_value(float a, float b) { return (isnan(a) && isnan(b)) || a == b; }
+
+/* One code at a time at every position of a 40-element row (SIMD lanes and scalar tails), the
+ * rest zero, x = 1: every tier's dot must equal the code's value times its scale exactly (a
+ * wrong subnormal or sign in a register lookup would hide under the 1e-6 tolerance above). */
+TEST(dots_decode_every_code_in_every_lane) {
+    enum { N = 40 };
+    float x[N];
+    for (int i = 0; i < N; i++) x[i] = 1.0f;
+    int bad = 0, runs = 0;
+    for (int t = 0; t <= max_tier(); t++) {
+        for (int pos = 0; pos < N; pos++) {
+            for (int c = 0; c < 256; c++) {
+                uint8_t w8[N] = {0};
+                float sinv[N / 8] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+                w8[pos] = (uint8_t)c;
+                float want = ft_e4m3_to_f32((uint8_t)c) * 0.5f;
+                float got = ft_fp8_block_dot_row(w8, sinv, x, N, 8, t);
+                float got2 = ft_fp8_dot(w8, 0.5f, x, N, t);
+                bad += !same_value(got, want) + !same_value(got2, want);
+                runs += 2;
+                if (c >= 16) continue;
+                uint8_t p4[N / 2] = {0}, e8[2] = {126, 128}, u8[3] = {0x38, 0x40, 0x30};
+                p4[pos / 2] = (uint8_t)(pos & 1 ? c << 4 : c);
+                float v = ft_e2m1_to_f32((uint8_t)c);
+                got = ft_mxfp4_dot(p4, e8, x, N, t);
+                bad += !same_value(got, v * ft_e8m0_to_f32(e8[pos / 32]));
+                got = ft_nvfp4_dot(p4, u8, 0.25f, x, N, t);
+                bad += !same_value(got, v * ft_e4m3_to_f32(u8[pos / 16]) * 0.25f);
+                runs += 2;
+            }
+        }
+    }
+    CHECK_(bad == 0, "%d of %d single-code dots differ", bad, runs);
+    EXPECT(runs > 0);
 }
 
 TEST_MAIN("fp_formats")
