@@ -563,6 +563,10 @@ TEST(hand_built_bad) {
     pad(&w, 32, 64);
     expect_bad(&w, FT_ERR_FORMAT, "w.same");
 
+    header(&w, 1, 0); /* fuzz find: an empty tensor, the file ending before the data section */
+    tinfo(&w, "w.empty", FT_GGML_F32, 0, 0);
+    expect_bad(&w, FT_ERR_FORMAT, "data section");
+
     struct ft_gguf_file *f = (struct ft_gguf_file *)&w;
     EXPECT_EQ(ft_gguf_parse(NULL, 0, "null.gguf", &f), FT_ERR_FORMAT);
     EXPECT(f == NULL);

@@ -447,6 +447,12 @@ enum ft_status ft_gguf_parse(const void *buf, size_t size, const char *label,
 
     /* data section: aligned end of the tensor infos (r.pos <= size, so no overflow) */
     f->data_offset = ((uint64_t)r.pos + f->alignment - 1) / f->alignment * f->alignment;
+    if (f->n_tensors && f->data_offset > r.size) {
+        st = ft_fail(FT_ERR_FORMAT,
+                     "%s: the tensor data section (offset %" PRIu64 ") starts past the end of "
+                     "the file (%zu bytes; truncated download?)", r.label, f->data_offset, r.size);
+        goto fail;
+    }
     const uint64_t data_size = f->data_offset <= r.size ? r.size - f->data_offset : 0;
     for (int64_t i = 0; i < f->n_tensors; i++) {
         struct ft_gguf_tensor *t = &f->t[i];
