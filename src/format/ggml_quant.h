@@ -1,0 +1,83 @@
+/* ggml_quant.h — GGML tensor types as they appear in GGUF files: block geometry for every
+ * type GGUF defines, and CPU reference dequantisation and dequantise-and-dot kernels for the
+ * types the engine computes with (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4), in
+ * GGML's block layouts (ggml-common.h). Called by format/gguf.c (sizes), the model loaders and
+ * the CPU backend. Pure functions: any thread. */
+#ifndef FT_FORMAT_GGML_QUANT_H
+#define FT_FORMAT_GGML_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ft.h"
+
+/* The numbering is GGUF's (ggml.h enum ggml_type); gaps are types GGML removed. */
+enum ft_ggml_type {
+    FT_GGML_F32 = 0,
+    FT_GGML_F16 = 1,
+    FT_GGML_Q4_0 = 2,
+    FT_GGML_Q4_1 = 3,
+    FT_GGML_Q5_0 = 6,
+    FT_GGML_Q5_1 = 7,
+    FT_GGML_Q8_0 = 8,
+    FT_GGML_Q8_1 = 9,
+    FT_GGML_Q2_K = 10,
+    FT_GGML_Q3_K = 11,
+    FT_GGML_Q4_K = 12,
+    FT_GGML_Q5_K = 13,
+    FT_GGML_Q6_K = 14,
+    FT_GGML_Q8_K = 15,
+    FT_GGML_IQ2_XXS = 16,
+    FT_GGML_IQ2_XS = 17,
+    FT_GGML_IQ3_XXS = 18,
+    FT_GGML_IQ1_S = 19,
+    FT_GGML_IQ4_NL = 20,
+    FT_GGML_IQ3_S = 21,
+    FT_GGML_IQ2_S = 22,
+    FT_GGML_IQ4_XS = 23,
+    FT_GGML_I8 = 24,
+    FT_GGML_I16 = 25,
+    FT_GGML_I32 = 26,
+    FT_GGML_I64 = 27,
+    FT_GGML_F64 = 28,
+    FT_GGML_IQ1_M = 29,
+    FT_GGML_BF16 = 30,
+    FT_GGML_TQ1_0 = 34,
+    FT_GGML_TQ2_0 = 35,
+    FT_GGML_MXFP4 = 39,
+    FT_GGML_TYPE_COUNT = 40
+};
+
+#define FT_QK_K 256 /* super-block size of the K-quants */
+
+/* Block sizes in bytes, GGML layout (all little-endian, packed, no padding):
+ *   Q8_0  { f16 d; int8 qs[32]; }                                        34 B / 32
+ *   Q4_0  { f16 d; u8 qs[16]; }  x[j] = (lo(qs[j]) - 8) d, x[j+16] = (hi - 8) d  18 B / 32
+ *   Q4_K  { f16 d, dmin; u8 scales[12]; u8 qs[128]; }                   144 B / 256
+ *   Q5_K  { f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }        176 B / 256
+ *   Q6_K  { u8 ql[128]; u8 qh[64]; int8 scales[16]; f16 d; }            210 B / 256
+ *   MXFP4 { u8 e (E8M0); u8 qs[16] (E2M1 nibbles, lo = x[j], hi = x[j+16]); } 17 B / 32 */
+
+/* Elements per block (1 for plain types); 0 for a number that is not a GGML type. */
+int ft_ggml_block_size(int type);
+/* Bytes per block; 0 for a number that is not a GGML type. */
+size_t ft_ggml_type_size(int type);
+/* "Q4_K"; "?" for a number that is not a GGML type. */
+const char *ft_ggml_type_name(int type);
+/* 1 when ft_ggml_dequant_row / ft_ggml_dot_row handle `type`. */
+int ft_ggml_can_compute(int type);
+/* Bytes of n elements (n a multiple of the block size; else 0). */
+size_t ft_ggml_row_bytes(int type, int64_t n);
+
+/* dst[0..n) = the values of the n elements at src (n a multiple of the block size).
+ * Bit-identical to GGML's dequantize_row_* and to the gguf Python package's dequantize.
+ * FT_ERR_UNSUPPORTED for a type ft_ggml_can_compute rejects, FT_ERR_INVALID_ARG for a bad n. */
+enum ft_status ft_ggml_dequant_row(int type, const void *src, float *dst, int64_t n);
+
+/* sum_i dequant(src)[i] * x[i] with fp32 accumulation (the value each element takes is the
+ * exact dequantised one; only the summation order differs from a sequential loop).
+ * The caller checks ft_ggml_can_compute and the block multiple once (at load): a bad type or
+ * n here is a bug (FT_ASSERT). */
+float ft_ggml_dot_row(int type, const void *src, const float *x, int64_t n);
+
+#endif
