@@ -133,15 +133,11 @@ int ft_cmd_run(int argc, char **argv) {
     struct run_opts o = {.n_gen = 128};
     o.gen.sampling = ft_sampling_default();
     for (int i = 1; i < argc; i++) {
-        int rb = ft_cli_backend_flag("run", argc, argv, &i, &be, &be_auto);
-        if (rb < 0) return 2;
-        if (rb > 0) continue;
-        const char *a = argv[i], *v;
-        long *num = NULL, lo = 1, hi = 1 << 24;
-        struct ft_gen_params check = {0}; /* validated now, applied after the model loads */
-        int r = ft_cli_sampling_flag("run", argc, argv, &i, &check);
+        int r = ft_cli_engine_flag("run", argc, argv, &i, &be, &be_auto, 1);
         if (r < 0) return 2;
         if (r > 0) continue;
+        const char *a = argv[i], *v;
+        long *num = NULL, lo = 1, hi = 1 << 24;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("%s%s%s", k_usage, ft_cli_sampling_usage, ft_cli_backend_usage);
             return 0;

@@ -300,3 +300,11 @@ void ft_cli_backend_apply(struct ft_engine_opts *eo, const struct ft_engine_opts
     eo->cpu_layers = be->cpu_layers;
     ft_cli_backend_resolve(eo, backend_auto);
 }
+
+int ft_cli_engine_flag(const char *cmd, int argc, char **argv, int *i, struct ft_engine_opts *be,
+                       int *backend_auto, int with_sampling) {
+    int r = ft_cli_backend_flag(cmd, argc, argv, i, be, backend_auto);
+    if (r != 0 || !with_sampling) return r;
+    struct ft_gen_params check = {0};
+    return ft_cli_sampling_flag(cmd, argc, argv, i, &check);
+}

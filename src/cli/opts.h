@@ -43,6 +43,11 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
                         int *backend_auto);
 /* auto -> cuda when this build has CUDA and a device is present, else cpu. */
 void ft_cli_backend_resolve(struct ft_engine_opts *eo, int backend_auto);
+/* The flags every model command shares, for its parse loop: backend flags into be, and (when
+ * with_sampling) sampling/stop flags, validated now and applied later with
+ * ft_cli_apply_sampling_flags. Returns 1 consumed, 0 not one of them, -1 bad value (printed). */
+int ft_cli_engine_flag(const char *cmd, int argc, char **argv, int *i, struct ft_engine_opts *be,
+                       int *backend_auto, int with_sampling);
 /* Initial state for ft_cli_backend_flag (auto backend, default copy verification). */
 void ft_cli_backend_init(struct ft_engine_opts *be, int *backend_auto);
 /* Copies the backend fields parsed into `be` to `eo` and resolves auto. */
