@@ -33,6 +33,8 @@ case "${1:-demo}" in
     echo "setup: built build/ft; running it on the bundled tiny Qwen3-MoE ($M):"
     build/ft inspect --model "$M"
     build/ft run --model "$M" --ids 5,6,7,8 -n 8
+    echo "setup: the same model through its chat template (random weights: the text is noise):"
+    build/ft run --model "$M" --chat -p "Hello" --temp 0 -n 16
     ;;
   *) echo "usage: tools/setup.sh [demo|test]" >&2; exit 2 ;;
 esac
