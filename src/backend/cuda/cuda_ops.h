@@ -36,13 +36,6 @@ void ft_cuda_qk_rope_kv(float *q, const float *k, const float *v, float *k_cache
                         const float *inv_freq, float mscale, const int32_t *tok_seq,
                         const int32_t *tables, int max_blocks, int block_size, int T, int n_heads,
                         int n_kv_heads, int head_dim, int rot_dim, cudaStream_t s);
-void ft_cuda_rope(float *x, const int32_t *pos, const float *inv_freq, float mscale, int T,
-                  int n_heads, int head_dim, int rot_dim, cudaStream_t s);
-/* Writes k, v rows [T, kv_dim] into the paged caches at each token's position. tables:
- * [n_seqs, max_blocks] block ids; tok_seq: [T] sequence index of each token. */
-void ft_cuda_kv_write(float *k_cache, float *v_cache, const float *k, const float *v,
-                      const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
-                      int max_blocks, int block_size, int T, int kv_dim, cudaStream_t s);
 /* Causal GQA attention over the paged caches (same masking as ft_cpu_attention_paged), split
  * over positions (flash-decoding): positions [0, max_pos) are cut into n_split chunks, each a
  * block per (token, head); `scratch` holds ft_cuda_attention_scratch() bytes of partials.
@@ -77,11 +70,6 @@ struct ft_cuda_gemv_args {
     int T, N, K;
 };
 void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *a, cudaStream_t s);
-/* One GEMV over concatenated weights [n0 + n1 + n2, K] whose rows go to three outputs
- * (y0 [T, n0], y1 [T, n1], y2 [T, n2]) with optional biases: fused q/k/v. */
-void ft_cuda_gemv3(float *y0, float *y1, float *y2, int n0, int n1, const float *b0,
-                   const float *b1, const float *b2, const float *x, const uint16_t *w, int T,
-                   int N, int K, cudaStream_t s);
 /* Routed experts for P = T*k (token, expert) pairs, decode-sized:
  * y[p, :] = W_{ids[p]} · x[p / x_div, :] with W_e = w + e * expert_stride (elements);
  * ids[p] < 0 gives a zero row (a pair computed elsewhere). */
@@ -109,9 +97,6 @@ void ft_cuda_gather_bf16(uint16_t *y, const uint16_t *x, const int32_t *src, int
 /* y[r, :] = x[src[r], :] (+ x2[src[r], :] when x2 is not NULL) */
 void ft_cuda_gather_f32(float *y, const float *x, const float *x2, const int32_t *src, int rows,
                         int H, cudaStream_t s);
-/* out[tok[r], :] += wts[r] * y[r, :] for r < rows (atomic: rows may share a token) */
-void ft_cuda_scatter_add(float *out, const float *y, const int32_t *tok, const float *wts,
-                         int rows, int H, cudaStream_t s);
 /* Sequential-read bandwidth probe: copies `bytes` device-to-device `reps` times; GB/s counting
  * bytes read + written. */
 double ft_cuda_d2d_gbps(size_t bytes, int reps);
@@ -154,11 +139,6 @@ void ft_blas_free(struct ft_blas *b);
 /* y[T, N] fp32 (row stride ldy) = x[T, K] bf16 · w[N, K]^T bf16 */
 enum ft_status ft_blas_gemm(struct ft_blas *b, float *y, int ldy, const uint16_t *x,
                             const uint16_t *w, int T, int N, int K);
-/* Grouped: for g < n_groups, y_g[m_g, N] = x_g[m_g, K] · w_g[N, K]^T; pointer arrays on host. */
-enum ft_status ft_blas_gemm_grouped(struct ft_blas *b, float *const *y, const uint16_t *const *x,
-                                    const uint16_t *const *w, const int *m, int n_groups, int N,
-                                    int K);
-
 #ifdef __cplusplus
 }
 #endif

@@ -174,46 +174,9 @@ extern "C" void ft_cuda_to_bf16(uint16_t *y, const float *x, size_t n, cudaStrea
     to_bf16_kernel<<<cdiv(n, 256), 256, 0, s>>>(y, x, n);
 }
 
-/* grid (T, n_heads), rot_dim/2 threads: HF rotate_half with fp32 angles like transformers */
-__global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq, float mscale,
-                            int n_heads, int head_dim, int rot_dim) {
-    int i = threadIdx.x, half = rot_dim / 2;
-    if (i >= half) return;
-    float *v = x + ((size_t)blockIdx.x * n_heads + blockIdx.y) * head_dim;
-    float ang = (float)pos[blockIdx.x] * inv_freq[i];
-    float c = cosf(ang) * mscale, sn = sinf(ang) * mscale;
-    float a = v[i], b = v[i + half];
-    v[i] = a * c - b * sn;
-    v[i + half] = b * c + a * sn;
-}
-
-extern "C" void ft_cuda_rope(float *x, const int32_t *pos, const float *inv_freq, float mscale,
-                             int T, int n_heads, int head_dim, int rot_dim, cudaStream_t s) {
-    rope_kernel<<<dim3(T, n_heads), (rot_dim / 2 + 31) / 32 * 32, 0, s>>>(x, pos, inv_freq, mscale,
-                                                                           n_heads, head_dim, rot_dim);
-}
-
 __device__ __forceinline__ size_t cache_row(const int32_t *tables, int max_blocks, int seq, int p,
                                             int bs) {
     return (size_t)tables[(size_t)seq * max_blocks + p / bs] * bs + (size_t)(p % bs);
-}
-
-__global__ void kv_write_kernel(float *kc, float *vc, const float *k, const float *v,
-                                const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
-                                int max_blocks, int bs, int kv_dim) {
-    int t = blockIdx.x;
-    size_t row = cache_row(tables, max_blocks, tok_seq[t], pos[t], bs) * kv_dim;
-    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-        kc[row + i] = k[(size_t)t * kv_dim + i];
-        vc[row + i] = v[(size_t)t * kv_dim + i];
-    }
-}
-
-extern "C" void ft_cuda_kv_write(float *k_cache, float *v_cache, const float *k, const float *v,
-                                 const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
-                                 int max_blocks, int block_size, int T, int kv_dim, cudaStream_t s) {
-    kv_write_kernel<<<T, 256, 0, s>>>(k_cache, v_cache, k, v, pos, tok_seq, tables, max_blocks,
-                                      block_size, kv_dim);
 }
 
 /* --- attention: flash-decoding. Positions are split into chunks of `ch`; a block per
@@ -470,13 +433,6 @@ extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream
     }
 }
 
-extern "C" void ft_cuda_gemv3(float *y0, float *y1, float *y2, int n0, int n1, const float *b0,
-                              const float *b1, const float *b2, const float *x, const uint16_t *w,
-                              int T, int N, int K, cudaStream_t s) {
-    struct ft_cuda_gemv_args a = {{y0, y1, y2}, n0, n1, n0, {b0, b1, b2}, x, w, NULL, 0.0f, NULL, 0, T, N, K};
-    ft_cuda_gemv_ex(&a, s);
-}
-
 extern "C" void ft_cuda_gemv(float *y, int ldy, const float *x, const uint16_t *w,
                              const float *bias, int T, int N, int K, cudaStream_t s) {
     struct ft_cuda_gemv_args a = {{y, NULL, NULL}, N, 0, ldy, {bias, NULL, NULL}, x, w, NULL, 0.0f, NULL, 0, T, N, K};
@@ -676,19 +632,6 @@ __global__ void gather_f32_kernel(float *y, const float *x, const float *x2, con
 extern "C" void ft_cuda_gather_f32(float *y, const float *x, const float *x2, const int32_t *src,
                                    int rows, int H, cudaStream_t s) {
     if (rows > 0) gather_f32_kernel<<<rows, 256, 0, s>>>(y, x, x2, src, H);
-}
-
-__global__ void scatter_add_kernel(float *out, const float *y, const int32_t *tok, const float *wts,
-                                   int H) {
-    int r = blockIdx.x;
-    float wr = wts[r];
-    for (int h = threadIdx.x; h < H; h += blockDim.x)
-        atomicAdd(out + (size_t)tok[r] * H + h, wr * y[(size_t)r * H + h]);
-}
-
-extern "C" void ft_cuda_scatter_add(float *out, const float *y, const int32_t *tok,
-                                    const float *wts, int rows, int H, cudaStream_t s) {
-    if (rows > 0) scatter_add_kernel<<<rows, 256, 0, s>>>(out, y, tok, wts, H);
 }
 
 extern "C" double ft_cuda_d2d_gbps(size_t bytes, int reps) {
