@@ -67,20 +67,24 @@ static void test_register(const char *name, test_fn fn) {
         CHECK_(st_ == 0, "%s returned %d: %s", #expr, st_, ft_error());                   \
     } while (0)
 
-#define TEST_MAIN(module)                                                                 \
-    int main(int argc, char **argv) {                                                     \
-        int passed = 0, failed = 0;                                                       \
-        for (int i = 0; i < g_n_tests; i++) {                                             \
-            if (argc > 1 && !strstr(g_tests[i].name, argv[1])) continue;                  \
-            int c0 = g_checks, f0 = g_failures;                                           \
-            g_tests[i].fn();                                                              \
-            int ok = g_failures == f0 && g_checks > c0;                                   \
-            if (g_checks == c0) fprintf(stderr, "  FAIL %s: no checks ran\n", g_tests[i].name); \
-            fprintf(stderr, "%s %s\n", ok ? "ok  " : "FAIL", g_tests[i].name);            \
-            ok ? passed++ : failed++;                                                     \
-        }                                                                                 \
-        printf("test_%s: %d passed, %d failed\n", module, passed, failed);                \
-        return failed ? 1 : 0;                                                            \
+/* Runs the tests whose name contains argv[1] (all without it). A test file that needs set-up
+ * around the run (a thread pool, a temp folder) writes its own main and calls this. */
+static int test_run(const char *module, int argc, char **argv) {
+    int passed = 0, failed = 0;
+    for (int i = 0; i < g_n_tests; i++) {
+        if (argc > 1 && !strstr(g_tests[i].name, argv[1])) continue;
+        int c0 = g_checks, f0 = g_failures;
+        g_tests[i].fn();
+        int ok = g_failures == f0 && g_checks > c0;
+        if (g_checks == c0) fprintf(stderr, "  FAIL %s: no checks ran\n", g_tests[i].name);
+        fprintf(stderr, "%s %s\n", ok ? "ok  " : "FAIL", g_tests[i].name);
+        ok ? passed++ : failed++;
     }
+    printf("test_%s: %d passed, %d failed\n", module, passed, failed);
+    return failed ? 1 : 0;
+}
+
+#define TEST_MAIN(module) \
+    int main(int argc, char **argv) { return test_run(module, argc, argv); }
 
 #endif

@@ -314,10 +314,7 @@ TEST(offload_matches_resident) {
 
 int main(int argc, char **argv) {
     if (ft_pool_init(&g_pool, 0) != FT_OK) return 1;
-    extern int test_main(int, char **);
-    int rc = test_main(argc, argv);
+    int rc = test_run("gpu_model", argc, argv);
     ft_pool_free(g_pool);
     return rc;
 }
-#define main test_main
-TEST_MAIN("gpu_model")

@@ -207,13 +207,9 @@ TEST(bad_flags) {
 int main(int argc, char **argv) {
     snprintf(g_root, sizeof g_root, "/tmp/ft_badinput_XXXXXX");
     if (!mkdtemp(g_root)) return 1;
-    extern int test_main(int, char **);
-    int rc = test_main(argc, argv);
+    int rc = test_run("model_badinput", argc, argv);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd) != 0) rc = 1;
     return rc;
 }
-
-#define main test_main
-TEST_MAIN("model_badinput")
