@@ -77,6 +77,23 @@ TEST(stop_string_truncates) {
     free(out);
 }
 
+/* A value that looks like a sampling flag is a value: '--system --temp' leaves sampling alone. */
+TEST(flag_like_values_stay_values) {
+    load_ref();
+    json_t *c = json_array_get(g_ref, 0);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' -p '%s' --temp 0 -n %d -t 1 --system --temp 2>&1 >/dev/null",
+             FT_BIN, M, json_string_value(json_object_get(c, "prompt")), (int)json_integer_value(json_object_get(c, "n")));
+    char *err = capture(cmd);
+    EXPECT(err && !strstr(err, "not a number"));
+    free(err);
+    cmd[strlen(cmd) - strlen(" 2>&1 >/dev/null")] = 0;
+    strcat(cmd, " 2>/dev/null");
+    char *out = capture(cmd);
+    EXPECT_STREQ(out, ref_text(0));
+    free(out);
+}
+
 TEST(bad_prompts_are_clear_errors) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' run --model '%s' -p \"$(printf 'bad \\377 utf8')\" -n 2 2>&1 >/dev/null", FT_BIN, M);

@@ -86,11 +86,12 @@ int ft_cmd_chat(int argc, char **argv) {
     struct ft_engine_opts be;
     int be_auto;
     ft_cli_backend_init(&be, &be_auto);
+    struct ft_cli_sampling sampling = {0};
     const char *model = NULL, *system = NULL, *tmpl_name = NULL;
     long threads = 0, n_gen = 1024, ctx = 0;
     int no_think = 0;
     for (int i = 1; i < argc; i++) {
-        int r = ft_cli_engine_flag("chat", argc, argv, &i, &be, &be_auto, 1);
+        int r = ft_cli_engine_flag("chat", argc, argv, &i, &be, &be_auto, &sampling);
         if (r < 0) return 2;
         if (r > 0) continue;
         const char *a = argv[i], *v;
@@ -140,7 +141,7 @@ int ft_cmd_chat(int argc, char **argv) {
     }
     struct ft_gen_params gen = {0};
     ft_cli_sampling_defaults(&s.model->cfg, &gen);
-    ft_cli_apply_sampling_flags("chat", argc, argv, &gen);
+    ft_cli_apply_sampling(&sampling, &gen);
     int32_t eos[FT_MAX_EOS + 1];
     gen.eos = eos;
     gen.n_eos = ft_eos_ids(&s.model->cfg, tok, eos);

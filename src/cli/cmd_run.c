@@ -130,10 +130,11 @@ int ft_cmd_run(int argc, char **argv) {
     struct ft_engine_opts be;
     int be_auto;
     ft_cli_backend_init(&be, &be_auto);
+    struct ft_cli_sampling sampling = {0};
     struct run_opts o = {.n_gen = 128};
     o.gen.sampling = ft_sampling_default();
     for (int i = 1; i < argc; i++) {
-        int r = ft_cli_engine_flag("run", argc, argv, &i, &be, &be_auto, 1);
+        int r = ft_cli_engine_flag("run", argc, argv, &i, &be, &be_auto, &sampling);
         if (r < 0) return 2;
         if (r > 0) continue;
         const char *a = argv[i], *v;
@@ -188,7 +189,7 @@ int ft_cmd_run(int argc, char **argv) {
     }
     ft_cli_sampling_defaults(&s.model->cfg, &o.gen);
     if (o.ids) o.gen.sampling.temperature = 0; /* ids mode: greedy unless --temp says otherwise */
-    ft_cli_apply_sampling_flags("run", argc, argv, &o.gen);
+    ft_cli_apply_sampling(&sampling, &o.gen);
     int rc = o.ids ? run_ids(&o, &s, ids, n) : run_text(&o, &s);
     free(ids);
     ft_session_close(&s);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,30 +119,31 @@ static int float_flag(const char *cmd, const char *flag, const char *v, float *o
     return 1;
 }
 
-int ft_cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, struct ft_gen_params *p) {
+/* The sampling fields a flag can set; bit k of ft_cli_sampling.given is k_sampling_fields[k]. */
+#define SAMPLING_FIELD(f) offsetof(struct ft_sampling, f), sizeof(((struct ft_sampling *)0)->f)
+static const struct {
+    const char *flag, *alias;
+    size_t off, size;
+    long int_max; /* 0: a float field */
+} k_sampling_fields[] = {
+    {"--temp", "--temperature", SAMPLING_FIELD(temperature), 0},
+    {"--top-p", NULL, SAMPLING_FIELD(top_p), 0},
+    {"--min-p", NULL, SAMPLING_FIELD(min_p), 0},
+    {"--repeat-penalty", NULL, SAMPLING_FIELD(repetition_penalty), 0},
+    {"--presence-penalty", NULL, SAMPLING_FIELD(presence_penalty), 0},
+    {"--frequency-penalty", NULL, SAMPLING_FIELD(frequency_penalty), 0},
+    {"--top-k", NULL, SAMPLING_FIELD(top_k), 1 << 24},
+    {"--seed", NULL, SAMPLING_FIELD(seed), 0x7fffffffL},
+};
+enum { N_SAMPLING_FIELDS = sizeof k_sampling_fields / sizeof k_sampling_fields[0] };
+
+/* If argv[*i] is a sampling/stop flag, consumes it (and its value) into s and returns 1;
+ * 0 if it is not one, -1 (after printing) on a bad value. */
+static int sampling_flag(const char *cmd, int argc, char **argv, int *i, struct ft_cli_sampling *s) {
     const char *a = argv[*i];
-    struct ft_sampling *s = &p->sampling;
+    struct ft_gen_params *p = &s->p;
     if (!strcmp(a, "--ignore-eos")) {
         p->ignore_eos = 1;
-        return 1;
-    }
-    float *f = !strcmp(a, "--temp") || !strcmp(a, "--temperature") ? &s->temperature
-               : !strcmp(a, "--top-p")                              ? &s->top_p
-               : !strcmp(a, "--min-p")                              ? &s->min_p
-               : !strcmp(a, "--repeat-penalty")                     ? &s->repetition_penalty
-               : !strcmp(a, "--presence-penalty")                   ? &s->presence_penalty
-               : !strcmp(a, "--frequency-penalty")                  ? &s->frequency_penalty
-                                                                    : NULL;
-    if (f) return float_flag(cmd, a, ft_cli_value(argc, argv, i), f);
-    if (!strcmp(a, "--top-k") || !strcmp(a, "--seed")) {
-        const char *v = ft_cli_value(argc, argv, i);
-        long n;
-        if (!v || ft_cli_int(v, 0, !strcmp(a, "--seed") ? 0x7fffffffL : 1 << 24, &n)) {
-            fprintf(stderr, "ft %s: %s: '%s' is not a non-negative integer\n", cmd, a, v ? v : "");
-            return -1;
-        }
-        if (!strcmp(a, "--seed")) s->seed = (uint64_t)n;
-        else s->top_k = (int)n;
         return 1;
     }
     if (!strcmp(a, "--stop")) {
@@ -153,7 +155,36 @@ int ft_cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, struct 
         p->stop[p->n_stop++] = v;
         return 1;
     }
-    return 0;
+    int k = 0;
+    while (k < N_SAMPLING_FIELDS && strcmp(a, k_sampling_fields[k].flag) &&
+           !(k_sampling_fields[k].alias && !strcmp(a, k_sampling_fields[k].alias)))
+        k++;
+    if (k == N_SAMPLING_FIELDS) return 0;
+    const char *v = ft_cli_value(argc, argv, i);
+    char *field = (char *)&p->sampling + k_sampling_fields[k].off;
+    long n, max = k_sampling_fields[k].int_max;
+    if (!max) {
+        if (float_flag(cmd, a, v, (float *)field) < 0) return -1;
+    } else if (!v || ft_cli_int(v, 0, max, &n)) {
+        fprintf(stderr, "ft %s: %s: '%s' is not a non-negative integer\n", cmd, a, v ? v : "");
+        return -1;
+    } else if (k_sampling_fields[k].size == sizeof p->sampling.seed) {
+        p->sampling.seed = (uint64_t)n;
+    } else {
+        p->sampling.top_k = (int)n;
+    }
+    s->given |= 1u << k;
+    return 1;
+}
+
+void ft_cli_apply_sampling(const struct ft_cli_sampling *s, struct ft_gen_params *p) {
+    for (int k = 0; k < N_SAMPLING_FIELDS; k++) {
+        if (!(s->given & (1u << k))) continue;
+        size_t off = k_sampling_fields[k].off;
+        memcpy((char *)&p->sampling + off, (const char *)&s->p.sampling + off, k_sampling_fields[k].size);
+    }
+    if (s->p.ignore_eos) p->ignore_eos = 1;
+    for (int k = 0; k < s->p.n_stop && p->n_stop < FT_MAX_STOP; k++) p->stop[p->n_stop++] = s->p.stop[k];
 }
 
 const char ft_cli_backend_usage[] =
@@ -271,13 +302,6 @@ void ft_cli_backend_resolve(struct ft_engine_opts *eo, int backend_auto) {
     if (backend_auto) eo->backend = ft_gpu_available() ? FT_BACKEND_CUDA : FT_BACKEND_CPU;
 }
 
-void ft_cli_apply_sampling_flags(const char *cmd, int argc, char **argv, struct ft_gen_params *p) {
-    for (int i = 1; i < argc; i++) {
-        int before = i;
-        if (ft_cli_sampling_flag(cmd, argc, argv, &i, p) == 0) i = before;
-    }
-}
-
 void ft_cli_backend_init(struct ft_engine_opts *be, int *backend_auto) {
     memset(be, 0, sizeof *be);
     be->verify_copies = -1;
@@ -302,9 +326,7 @@ void ft_cli_backend_apply(struct ft_engine_opts *eo, const struct ft_engine_opts
 }
 
 int ft_cli_engine_flag(const char *cmd, int argc, char **argv, int *i, struct ft_engine_opts *be,
-                       int *backend_auto, int with_sampling) {
+                       int *backend_auto, struct ft_cli_sampling *sampling) {
     int r = ft_cli_backend_flag(cmd, argc, argv, i, be, backend_auto);
-    if (r != 0 || !with_sampling) return r;
-    struct ft_gen_params check = {0};
-    return ft_cli_sampling_flag(cmd, argc, argv, i, &check);
+    return r != 0 ? r : sampling_flag(cmd, argc, argv, i, sampling);
 }

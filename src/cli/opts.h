@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/generate.h"
 #include "ft.h"
 
 /* Exit code for a failed status: 2 for bad input (flags, files, checkpoints), 1 otherwise. */
@@ -22,17 +23,19 @@ int ft_cli_int(const char *s, long lo, long hi, long *out);
 enum ft_status ft_cli_ids(const char *s, int32_t **ids, int *n);
 
 
-struct ft_gen_params;
 struct ft_config;
 /* Sampling defaults from generation_config.json (temperature, top_p, top_k, repetition
  * penalty); greedy when the model gives none and do_sample is not set. */
 void ft_cli_sampling_defaults(const struct ft_config *c, struct ft_gen_params *p);
-/* If argv[*i] is a sampling/stop flag, consumes it (and its value) into p and returns 1;
- * returns 0 if it is not one, -1 (after printing) on a bad value. */
-int ft_cli_sampling_flag(const char *cmd, int argc, char **argv, int *i, struct ft_gen_params *p);
-/* Second pass over argv once the model's defaults are in p: the sampling flags override them
- * (the first pass validated them). */
-void ft_cli_apply_sampling_flags(const char *cmd, int argc, char **argv, struct ft_gen_params *p);
+/* Sampling/stop flags as given on the command line: parsed and checked with the other flags
+ * (ft_cli_engine_flag), laid over the model's defaults once it is loaded. */
+struct ft_cli_sampling {
+    struct ft_gen_params p;
+    unsigned given; /* which sampling fields a flag set */
+};
+/* Overrides p's sampling fields with those the flags gave; adds their stop strings and
+ * --ignore-eos. */
+void ft_cli_apply_sampling(const struct ft_cli_sampling *s, struct ft_gen_params *p);
 /* The usage lines of those flags. */
 extern const char ft_cli_sampling_usage[];
 
@@ -43,11 +46,11 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
                         int *backend_auto);
 /* auto -> cuda when this build has CUDA and a device is present, else cpu. */
 void ft_cli_backend_resolve(struct ft_engine_opts *eo, int backend_auto);
-/* The flags every model command shares, for its parse loop: backend flags into be, and (when
- * with_sampling) sampling/stop flags, validated now and applied later with
- * ft_cli_apply_sampling_flags. Returns 1 consumed, 0 not one of them, -1 bad value (printed). */
+/* The flags run and chat share, for their parse loop: backend flags into be, sampling/stop
+ * flags into sampling (applied with ft_cli_apply_sampling once the model is loaded).
+ * Returns 1 consumed, 0 not one of them, -1 bad value (printed). */
 int ft_cli_engine_flag(const char *cmd, int argc, char **argv, int *i, struct ft_engine_opts *be,
-                       int *backend_auto, int with_sampling);
+                       int *backend_auto, struct ft_cli_sampling *sampling);
 /* Initial state for ft_cli_backend_flag (auto backend, default copy verification). */
 void ft_cli_backend_init(struct ft_engine_opts *be, int *backend_auto);
 /* Copies the backend fields parsed into `be` to `eo` and resolves auto. */
