@@ -542,7 +542,7 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
         }
         if ((st = mm(g, g->router, E, g->xn, g->xn16, L->router, NULL, T, E, H)) != FT_OK) break;
         route(g, l, T, g->topk);
-        moe_prefill(g, L, l, T);
+        if ((st = moe_prefill(g, L, l, T)) != FT_OK) break;
         if (L->has_shared) {
             int Is = m->shared_inter;
             st = mm(g, g->gu, 2 * Is, g->xn, g->xn16, L->sh_gu, NULL, T, 2 * Is, H);
