@@ -26,15 +26,16 @@ static const char k_usage[] =
     "  --synthetic PRESET   random weights of a real shape: qwen3-30b-a3b, qwen3.6-35b-a3b,\n"
     "                       mixtral-8x7b, tiny\n"
     "  --synthetic-routing R  uniform (default for synthetic), zipf:S, sticky:P (keep an\n"
-    "                       expert with probability P), or model (the router; default for --model)\n"
+    "                       expert with probability P; zipf/sticky on --backend cpu only), or\n"
+    "                       model (the router; default for --model)\n"
     "  --seed N             seed of weights, prompt and routing (default 1)\n";
 
 static int parse_routing(const char *s, struct ft_engine_opts *eo) {
     eo->routing_param = 0;
     if (!strcmp(s, "uniform")) eo->routing = FT_ROUTING_UNIFORM;
     else if (!strcmp(s, "model")) eo->routing = FT_ROUTING_MODEL;
-    else if (!strncmp(s, "zipf:", 5)) eo->routing = FT_ROUTING_ZIPF, eo->routing_param = atof(s + 5);
-    else if (!strncmp(s, "sticky:", 7)) eo->routing = FT_ROUTING_STICKY, eo->routing_param = atof(s + 7);
+    else if (!strncmp(s, "zipf:", 5) && !ft_cli_double(s + 5, &eo->routing_param)) eo->routing = FT_ROUTING_ZIPF;
+    else if (!strncmp(s, "sticky:", 7) && !ft_cli_double(s + 7, &eo->routing_param)) eo->routing = FT_ROUTING_STICKY;
     else return -1;
     if ((eo->routing == FT_ROUTING_ZIPF && !(eo->routing_param > 0)) ||
         (eo->routing == FT_ROUTING_STICKY && !(eo->routing_param >= 0 && eo->routing_param < 1)))

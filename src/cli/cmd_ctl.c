@@ -161,13 +161,18 @@ static int print_json(int status, const char *text) {
 
 int ft_cmd_ctl(int argc, char **argv) {
     const char *base = "http://127.0.0.1:1919", *key = NULL, *cmd = NULL, *prompt = NULL, *temp = NULL;
+    double temperature = 0;
     long max_tokens = 256;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return printf("%s", k_usage), 0;
         else if (!strcmp(a, "--base-url")) { if (!(base = ft_cli_value(argc, argv, &i))) return 2; }
         else if (!strcmp(a, "--api-key")) { if (!(key = ft_cli_value(argc, argv, &i))) return 2; }
-        else if (!strcmp(a, "--temp")) { if (!(temp = ft_cli_value(argc, argv, &i))) return 2; }
+        else if (!strcmp(a, "--temp")) {
+            if (!(temp = ft_cli_value(argc, argv, &i))) return 2;
+            if (ft_cli_double(temp, &temperature) || !(temperature >= 0))
+                return ft_cli_usage_error("ctl", "--temp: '%s' is not a temperature >= 0", temp);
+        }
         else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
             const char *v = ft_cli_value(argc, argv, &i);
             if (!v || ft_cli_int(v, 1, 1 << 24, &max_tokens))
@@ -191,7 +196,7 @@ int ft_cmd_ctl(int argc, char **argv) {
     if (!prompt) return ft_cli_usage_error("ctl", "generate needs a prompt");
     json_t *req = json_pack("{s:[{s:s, s:s}], s:b, s:i}", "messages", "role", "user", "content",
                             prompt, "stream", 1, "max_tokens", (int)max_tokens);
-    if (temp) json_object_set_new(req, "temperature", json_real(atof(temp)));
+    if (temp) json_object_set_new(req, "temperature", json_real(temperature));
     char *body = json_dumps(req, JSON_COMPACT);
     json_decref(req);
     o.sink = sink_sse;

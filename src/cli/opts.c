@@ -56,6 +56,14 @@ int ft_cli_int(const char *s, long lo, long hi, long *out) {
     return 0;
 }
 
+int ft_cli_double(const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end) return -1;
+    *out = v;
+    return 0;
+}
+
 enum ft_status ft_cli_ids(const char *s, int32_t **ids, int *n) {
     int cap = 16, k = 0;
     int32_t *a = malloc((size_t)cap * sizeof *a);
@@ -109,9 +117,8 @@ void ft_cli_sampling_defaults(const struct ft_config *c, struct ft_gen_params *p
 }
 
 static int float_flag(const char *cmd, const char *flag, const char *v, float *out) {
-    char *end;
-    double d = v ? strtod(v, &end) : 0;
-    if (!v || end == v || *end) {
+    double d;
+    if (!v || ft_cli_double(v, &d)) {
         fprintf(stderr, "ft %s: %s: '%s' is not a number\n", cmd, flag, v ? v : "");
         return -1;
     }
@@ -249,9 +256,8 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
         }
         eo->moe_cache_slots = (int)n;
     } else if (!strcmp(a, "--moe-cache-rate")) {
-        char *end;
-        double f = strtod(v, &end);
-        if (end == v || *end || !(f > 0 && f <= 1)) {
+        double f;
+        if (ft_cli_double(v, &f) || !(f > 0 && f <= 1)) {
             fprintf(stderr, "ft %s: --moe-cache-rate: '%s' is not a fraction in (0, 1]\n", cmd, v);
             return -1;
         }

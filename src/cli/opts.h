@@ -17,8 +17,9 @@ int ft_cli_usage_error(const char *cmd, const char *fmt, ...);
 
 /* argv[*i] is a flag needing a value: returns argv[++*i] or NULL (and prints) if missing. */
 const char *ft_cli_value(int argc, char **argv, int *i);
-/* Parses a non-negative int / a double; returns 0 on success. */
+/* Parses an integer in [lo, hi] / a whole number like strtod; returns 0 on success. */
 int ft_cli_int(const char *s, long lo, long hi, long *out);
+int ft_cli_double(const char *s, double *out);
 /* Parses "1,2,3" into a malloc'd array. */
 enum ft_status ft_cli_ids(const char *s, int32_t **ids, int *n);
 

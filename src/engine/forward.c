@@ -316,6 +316,10 @@ enum ft_status ft_engine_prefill(struct ft_engine *e, const int32_t *ids, int T,
 enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                               struct ft_pool *pool, const struct ft_engine_opts *opts) {
     *out = NULL;
+    int gpu = opts->backend == FT_BACKEND_CUDA || opts->backend == FT_BACKEND_OFFLOAD;
+    if (gpu && (opts->routing == FT_ROUTING_ZIPF || opts->routing == FT_ROUTING_STICKY))
+        return ft_fail(FT_ERR_UNSUPPORTED, "--synthetic-routing zipf/sticky: the cuda and offload "
+                       "backends draw only uniform synthetic routing (use uniform or --backend cpu)");
     struct ft_engine *e = calloc(1, sizeof *e);
     if (!e) return ft_fail(FT_ERR_OOM, "engine: out of memory");
     e->m = m;
@@ -335,7 +339,6 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->n_blocks = FT_MAX((e->opts.kv_tokens + FT_KV_BLOCK - 1) / FT_KV_BLOCK, seq_blocks);
     size_t kv = (size_t)m->n_layers * e->n_blocks * FT_KV_BLOCK * e->kv_dim;
     int att_w = FT_MAX(e->q_dim, H); /* att doubles as the shared expert's [T, H] output */
-    int gpu = e->opts.backend == FT_BACKEND_CUDA || e->opts.backend == FT_BACKEND_OFFLOAD;
     e->k_cache = malloc((gpu ? 1 : kv) * sizeof(float)); /* the GPU keeps its own cache */
     e->v_cache = malloc((gpu ? 1 : kv) * sizeof(float));
     e->x = malloc((size_t)C * H * sizeof(float));
