@@ -133,6 +133,13 @@ TEST(invalid_json) {
     expect_cli_error(d, "config.json", NULL);
 }
 
+/* fields valid alone whose product overflows an int: refused before anything is sized */
+TEST(config_products_overflow) {
+    const char *d = make_dir("overflow", "\"head_dim\": 24", "\"head_dim\": 1431655766", 0);
+    expect_load_error(d, FT_ERR_FORMAT, "head_dim");
+    expect_cli_error(d, "must be below 2^31", "config.json");
+}
+
 TEST(config_disagrees_with_weights) {
     const char *d = make_dir("hidden", "\"hidden_size\": 42,", "\"hidden_size\": 48,", 0);
     expect_load_error(d, FT_ERR_FORMAT, "model.embed_tokens.weight");

@@ -7,6 +7,7 @@
 #define M_PI 3.14159265358979323846
 #endif
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -312,6 +313,13 @@ enum ft_status ft_model_shapes(struct ft_model *m) {
                            "(num_experts %d, num_experts_per_tok %d, expert width %d)",
                            m->label, m->n_experts, m->top_k, m->expert_inter);
     }
+    /* each field is checked alone; their products size buffers and index tensors as int */
+    int64_t q_dim = (int64_t)m->n_heads * m->head_dim, two_i = 2 * (int64_t)c->intermediate_size;
+    int64_t two_e = 2 * (int64_t)FT_MAX(m->expert_inter, m->shared_inter);
+    if (q_dim > INT_MAX || two_i > INT_MAX || two_e > INT_MAX)
+        return ft_fail(FT_ERR_FORMAT, "%s/config.json: num_attention_heads x head_dim (%lld) and "
+                       "2 x the intermediate sizes (%lld, %lld) must be below 2^31",
+                       m->label, (long long)q_dim, (long long)two_i, (long long)two_e);
     if (m->n_heads % m->n_kv_heads)
         return ft_fail(FT_ERR_FORMAT, "%s/config.json: num_attention_heads %d is not a multiple "
                        "of num_key_value_heads %d", m->label, m->n_heads, m->n_kv_heads);
