@@ -147,6 +147,12 @@ int ft_cmd_chat(int argc, char **argv) {
     gen.n_eos = ft_eos_ids(&s.model->cfg, tok, eos);
     gen.max_tokens = (int)n_gen;
     int32_t *ctx_ids = malloc((size_t)ft_engine_max_ctx(s.engine) * sizeof *ctx_ids);
+    if (!ctx_ids) {
+        ft_session_close(&s);
+        ft_chat_template_free(tmpl);
+        ft_tok_free(tok);
+        return ft_cli_fail(ft_fail(FT_ERR_OOM, "chat: out of memory for the context"));
+    }
     struct history h = {0};
     int n_fixed = 0;
     if (system) {

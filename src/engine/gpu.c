@@ -796,13 +796,14 @@ void ft_gpu_free(struct ft_gpu *g) {
                     "repaired", os.copies, os.cpu_experts, 100 * os.hit_rate, os.copy_gbps,
                     os.pcie_gbps, os.repaired);
         ft_offload_free(g->off);
-        dfree(g->d_slots), dfree(g->d_slot_of), dfree(g->d_cpu_out);
-        ft_moe_exec_free(g->exec);
-        void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw};
-        for (size_t i = 0; i < 3; i++)
-            if (hp[i]) cudaFreeHost(hp[i]);
-        free(g->cpu_pairs), free(g->cpu_tok), free(g->cpu_ids), free(g->cpu_w);
     }
+    /* the offload buffers exist from before ft_offload_init, which may have failed */
+    dfree(g->d_slots), dfree(g->d_slot_of), dfree(g->d_cpu_out);
+    ft_moe_exec_free(g->exec);
+    void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw};
+    for (size_t i = 0; i < 3; i++)
+        if (hp[i]) cudaFreeHost(hp[i]);
+    free(g->cpu_pairs), free(g->cpu_tok), free(g->cpu_ids), free(g->cpu_w);
     for (int t = 0; t <= MAX_GRAPH_T; t++)
         if (g->graph[t]) cudaGraphExecDestroy(g->graph[t]);
     for (int l = 0; g->L && l < g->m->n_layers; l++) {
