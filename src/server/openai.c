@@ -28,11 +28,6 @@ void ft_server_init(struct ft_server *s, const char *model_id) {
 
 void ft_server_set_ready(struct ft_server *s) { atomic_store(&s->state, FT_SERVER_READY); }
 
-void ft_server_set_error(struct ft_server *s, const char *msg) {
-    snprintf(s->error, sizeof s->error, "%s", msg);
-    atomic_store(&s->state, FT_SERVER_ERROR);
-}
-
 void ft_srv_reply(struct ft_http_resp *resp, int status, json_t *j) {
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -415,11 +410,9 @@ void ft_server_handle(void *ctx, const struct ft_http_req *req, struct ft_http_r
         if (strcmp(r->path, req->path)) continue;
         path_match = r;
         if (strcmp(r->method, req->method)) continue;
-        int state = atomic_load(&s->state);
-        if (r->needs_model && state != FT_SERVER_READY) {
-            ft_http_error(resp, 503, NULL, state == FT_SERVER_LOADING
-                          ? "the model is still loading: retry in a moment (GET /health says "
-                            "when it is ready)" : "the model failed to load: %s", s->error);
+        if (r->needs_model && atomic_load(&s->state) != FT_SERVER_READY) {
+            ft_http_error(resp, 503, NULL, "the model is still loading: retry in a moment "
+                          "(GET /health says when it is ready)");
             return;
         }
         r->fn(s, req, resp);

@@ -15,7 +15,7 @@
 #include "engine/sample.h"
 #include "server/http.h"
 
-enum ft_server_state { FT_SERVER_LOADING, FT_SERVER_READY, FT_SERVER_ERROR };
+enum ft_server_state { FT_SERVER_LOADING, FT_SERVER_READY };
 
 struct ft_sched;
 struct ft_tok;
@@ -35,12 +35,10 @@ struct ft_server {
     _Atomic int state;          /* enum ft_server_state */
     _Atomic int load_permille;  /* model layers loaded, for /health while loading */
     _Atomic unsigned long next_id;
-    char error[256];            /* FT_SERVER_ERROR: why */
 };
 
 void ft_server_init(struct ft_server *s, const char *model_id);
 void ft_server_set_ready(struct ft_server *s);
-void ft_server_set_error(struct ft_server *s, const char *msg);
 
 /* The HTTP handler (ft_http_handler_fn); ctx is the struct ft_server. */
 void ft_server_handle(void *ctx, const struct ft_http_req *req, struct ft_http_resp *resp);

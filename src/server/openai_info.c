@@ -44,13 +44,11 @@ void ft_srv_health(struct ft_server *s, const struct ft_http_req *req, struct ft
                                 t.residency.n_layers[2]));
         ft_srv_reply(resp, 200, j);
     }
-    else if (st == FT_SERVER_LOADING)
+    else /* loading; a failed load ends the process (ft serve exits 1 or 2) */
         ft_srv_reply(resp, 503, json_pack("{s:s, s:s, s:f, s:f}", "status", "loading", "model",
                                           s->model_id, "progress",
                                           atomic_load(&s->load_permille) / 1000.0, "elapsed_s",
                                           (double)(ft_time_us() - s->start_us) / 1e6));
-    else
-        ft_srv_reply(resp, 503, json_pack("{s:s, s:s}", "status", "error", "message", s->error));
 }
 
 void ft_srv_stats(struct ft_server *s, const struct ft_http_req *req, struct ft_http_resp *resp) {
