@@ -14,8 +14,10 @@
 
 #include "test.h"
 #include "text/tokenizer.h"
-/* `ft tokenize` is tested in-process (its file is compiled into this test) */
+/* `ft tokenize` is tested in-process (its file, and the CLI helpers it calls, are compiled
+ * into this test) */
 #include "cli/cmd_tokenize.c"
+#include "cli/opts.c"
 
 static const char *k_names[] = {"qwen3", "llama3", "deepseek_v3", "llama2"};
 

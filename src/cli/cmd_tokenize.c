@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "core/status.h"
 #include "text/tokenizer.h"
 
@@ -27,10 +28,6 @@ static void usage(FILE *f) {
             "  --jsonl FILE   read one JSON string per line (FILE or - for stdin) and print one JSON\n"
             "                 array of ids per line, without BOS/EOS\n"
             "  --help         this text\n");
-}
-
-static int exit_code(enum ft_status st) {
-    return (st == FT_ERR_OOM || st == FT_ERR_INTERNAL) ? 1 : 2;
 }
 
 static void print_ids(FILE *f, const int32_t *ids, int n) {
@@ -65,7 +62,7 @@ static int run_jsonl(const struct ft_tok *t, const char *path) {
         json_decref(v);
         if (st != FT_OK) {
             fprintf(stderr, "ft: %s:%ld: %s\n", path, no, ft_error());
-            rc = exit_code(st);
+            rc = ft_cli_exit_code(st);
             break;
         }
         print_ids(stdout, ids, n);
@@ -81,8 +78,7 @@ static int run_text(const struct ft_tok *t, const char *text, int special) {
     int n = 0;
     enum ft_status st = ft_tok_encode(t, text, strlen(text), special, &ids, &n);
     if (st != FT_OK) {
-        fprintf(stderr, "ft: %s\n", ft_error());
-        return exit_code(st);
+        return ft_cli_fail(st);
     }
     print_ids(stdout, ids, n);
     for (int i = 0; i < n; i++) {
@@ -135,8 +131,7 @@ int ft_cmd_tokenize(int argc, char **argv) {
     struct ft_tok *t = NULL;
     enum ft_status st = ft_tok_load(model, &t);
     if (st != FT_OK) {
-        fprintf(stderr, "ft: %s\n", ft_error());
-        return exit_code(st);
+        return ft_cli_fail(st);
     }
     int rc = jsonl ? run_jsonl(t, jsonl) : run_text(t, text, special);
     ft_tok_free(t);

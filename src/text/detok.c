@@ -10,10 +10,6 @@
 
 #include "text/tok_impl.h"
 
-static const char *jstr(const json_t *o, const char *key) {
-    return json_string_value(json_object_get(o, key));
-}
-
 static enum ft_status add_repl(struct ft_tok *t, const char *a, const char *b) {
     struct ft_norm *p = realloc(t->dec_repl, (t->n_dec_repl + 1) * sizeof *p);
     if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory", t->path);
@@ -29,7 +25,7 @@ enum ft_status ft_tok_parse_decoder(struct ft_tok *t, const void *jv) {
     const json_t *j = jv;
     enum ft_status st;
     if (!j || json_is_null(j)) return FT_OK;
-    const char *type = jstr(j, "type");
+    const char *type = ft_jstr(j, "type");
     if (!type) return ft_fail(FT_ERR_FORMAT, "%s: decoder: missing \"type\"", t->path);
     if (!strcmp(type, "Sequence")) {
         size_t i;
@@ -49,14 +45,14 @@ enum ft_status ft_tok_parse_decoder(struct ft_tok *t, const void *jv) {
     }
     if (!strcmp(type, "Fuse")) return FT_OK;
     if (!strcmp(type, "Replace")) {
-        const char *a = jstr(json_object_get(j, "pattern"), "String"), *b = jstr(j, "content");
+        const char *a = ft_jstr(json_object_get(j, "pattern"), "String"), *b = ft_jstr(j, "content");
         if (!a || !*a || !b)
             return ft_fail(FT_ERR_UNSUPPORTED, "%s: decoder Replace: only a non-empty "
                            "{\"pattern\": {\"String\": ...}} with \"content\" is supported", t->path);
         return add_repl(t, a, b);
     }
     if (!strcmp(type, "Strip")) {
-        const char *c = jstr(j, "content");
+        const char *c = ft_jstr(j, "content");
         json_int_t start = json_integer_value(json_object_get(j, "start"));
         json_int_t stop = json_integer_value(json_object_get(j, "stop"));
         if (!c || strlen(c) != 1 || stop != 0 || start < 0 || start > 64)
@@ -67,7 +63,7 @@ enum ft_status ft_tok_parse_decoder(struct ft_tok *t, const void *jv) {
         return FT_OK;
     }
     if (!strcmp(type, "Metaspace")) {
-        const char *r = jstr(j, "replacement"), *scheme = jstr(j, "prepend_scheme");
+        const char *r = ft_jstr(j, "replacement"), *scheme = ft_jstr(j, "prepend_scheme");
         if (!r) return ft_fail(FT_ERR_FORMAT, "%s: decoder Metaspace: missing \"replacement\"", t->path);
         if ((st = add_repl(t, r, " "))) return st;
         const json_t *aps = json_object_get(j, "add_prefix_space");

@@ -14,10 +14,6 @@
 #define GPT2_REGEX                                                                              \
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 
-static const char *jstr(const json_t *o, const char *key) {
-    return json_string_value(json_object_get(o, key));
-}
-
 /* ---------------- normalizer ---------------- */
 
 static enum ft_status add_norm(struct ft_tok *t, enum ft_norm_kind kind, const char *a,
@@ -35,7 +31,7 @@ static enum ft_status add_norm(struct ft_tok *t, enum ft_norm_kind kind, const c
 enum ft_status ft_tok_parse_normalizer(struct ft_tok *t, const void *jv) {
     const json_t *j = jv;
     if (!j || json_is_null(j)) return FT_OK;
-    const char *type = jstr(j, "type");
+    const char *type = ft_jstr(j, "type");
     if (!type) return ft_fail(FT_ERR_FORMAT, "%s: normalizer: missing \"type\"", t->path);
     if (!strcmp(type, "Sequence")) {
         const json_t *arr = json_object_get(j, "normalizers");
@@ -56,13 +52,13 @@ enum ft_status ft_tok_parse_normalizer(struct ft_tok *t, const void *jv) {
     if (!strcmp(type, "NFKD")) return add_norm(t, NORM_NFKD, NULL, NULL);
     if (!strcmp(type, "Lowercase")) return add_norm(t, NORM_LOWERCASE, NULL, NULL);
     if (!strcmp(type, "Prepend")) {
-        const char *p = jstr(j, "prepend");
+        const char *p = ft_jstr(j, "prepend");
         if (!p) return ft_fail(FT_ERR_FORMAT, "%s: normalizer Prepend: missing \"prepend\"", t->path);
         return add_norm(t, NORM_PREPEND, p, NULL);
     }
     if (!strcmp(type, "Replace")) {
-        const char *a = jstr(json_object_get(j, "pattern"), "String");
-        const char *b = jstr(j, "content");
+        const char *a = ft_jstr(json_object_get(j, "pattern"), "String");
+        const char *b = ft_jstr(j, "content");
         if (!a || !b)
             return ft_fail(FT_ERR_UNSUPPORTED,
                            "%s: normalizer Replace: only {\"pattern\": {\"String\": ...}, "
@@ -188,7 +184,7 @@ enum ft_status ft_tok_parse_pretok(struct ft_tok *t, const void *jv) {
     const json_t *j = jv;
     enum ft_status st;
     if (!j || json_is_null(j)) return FT_OK;
-    const char *type = jstr(j, "type");
+    const char *type = ft_jstr(j, "type");
     if (!type) return ft_fail(FT_ERR_FORMAT, "%s: pre_tokenizer: missing \"type\"", t->path);
     if (!strcmp(type, "Sequence")) {
         const json_t *arr = json_object_get(j, "pretokenizers");
@@ -210,7 +206,7 @@ enum ft_status ft_tok_parse_pretok(struct ft_tok *t, const void *jv) {
             return ft_fail(FT_ERR_FORMAT,
                            "%s: pre_tokenizer Split: missing \"pattern\": {\"Regex\"|\"String\": ...}",
                            t->path);
-        const char *beh = jstr(j, "behavior");
+        const char *beh = ft_jstr(j, "behavior");
         static const char *names[] = {"Removed", "Isolated", "MergedWithPrevious",
                                       "MergedWithNext", "Contiguous"};
         int b = -1;

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include <jansson.h>
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -22,6 +24,10 @@ struct ft_u64map {
 enum ft_status ft_u64map_init(struct ft_u64map *m, uint64_t n_expected);
 void ft_u64map_free(struct ft_u64map *m);
 void ft_u64map_put(struct ft_u64map *m, uint64_t key, uint64_t val); /* replaces; never grows */
+/* o[key] as a string, or NULL when absent or not a string */
+static inline const char *ft_jstr(const json_t *o, const char *key) {
+    return json_string_value(json_object_get(o, key));
+}
 static inline uint64_t ft_hash64(uint64_t x) {
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdULL;

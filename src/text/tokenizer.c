@@ -11,10 +11,6 @@
 #include "core/file.h"
 #include "text/tok_impl.h"
 
-static const char *jstr(const json_t *o, const char *key) {
-    return json_string_value(json_object_get(o, key));
-}
-
 int32_t ft_tok_lookup(const struct ft_tok *t, const char *s, size_t n) {
     uint32_t i = (uint32_t)ft_hash_bytes(s, n) & t->str_mask;
     for (;;) {
@@ -41,7 +37,7 @@ static enum ft_status load_vocab(struct ft_tok *t, const json_t *vocab, const js
     }
     json_array_foreach(added, i, e) {
         const json_t *id = json_object_get(e, "id");
-        const char *c = jstr(e, "content");
+        const char *c = ft_jstr(e, "content");
         if (!json_is_integer(id) || json_integer_value(id) < 0 ||
             json_integer_value(id) > (1 << 24) || !c)
             return ft_fail(FT_ERR_FORMAT, "%s: added_tokens[%zu]: needs \"id\" (integer) and "
@@ -75,7 +71,7 @@ static enum ft_status load_vocab(struct ft_tok *t, const json_t *vocab, const js
     }
     json_array_foreach(added, i, e) {
         int id = (int)json_integer_value(json_object_get(e, "id"));
-        const char *c = jstr(e, "content");
+        const char *c = ft_jstr(e, "content");
         size_t n = strlen(c);
         memcpy(t->piece_arena + off, c, n + 1);
         t->piece_off[id] = (uint32_t)off;
@@ -144,7 +140,7 @@ static enum ft_status load_added(struct ft_tok *t, const json_t *added) {
     enum ft_status st;
     size_t n = json_array_size(added), bytes = 0, i;
     const json_t *e;
-    json_array_foreach(added, i, e) bytes += strlen(jstr(e, "content"));
+    json_array_foreach(added, i, e) bytes += strlen(ft_jstr(e, "content"));
     t->added = calloc(n ? n : 1, sizeof *t->added);
     t->trie_tok = malloc((bytes + 1) * sizeof *t->trie_tok);
     if (!t->added || !t->trie_tok) return ft_fail(FT_ERR_OOM, "%s: out of memory", t->path);
@@ -152,7 +148,7 @@ static enum ft_status load_added(struct ft_tok *t, const json_t *added) {
     t->trie_tok[0] = -1;
     t->n_nodes = 1;
     json_array_foreach(added, i, e) {
-        const char *c = jstr(e, "content");
+        const char *c = ft_jstr(e, "content");
         struct ft_added *a = &t->added[t->n_added];
         a->id = (int32_t)json_integer_value(json_object_get(e, "id"));
         a->special = json_is_true(json_object_get(e, "special"));
@@ -189,7 +185,7 @@ static enum ft_status push_id(struct ft_tok *t, int32_t **arr, int *n, int32_t i
 /* Returns 1 in *found when the post-processor decides the special tokens. */
 static enum ft_status load_post(struct ft_tok *t, const json_t *pp, int *found) {
     enum ft_status st;
-    const char *type = jstr(pp, "type");
+    const char *type = ft_jstr(pp, "type");
     if (!type) return FT_OK;
     if (!strcmp(type, "Sequence")) {
         size_t i;
@@ -223,7 +219,7 @@ static enum ft_status load_post(struct ft_tok *t, const json_t *pp, int *found) 
             after = 1;
             continue;
         }
-        const char *name = jstr(sp, "id");
+        const char *name = ft_jstr(sp, "id");
         const json_t *ids = json_object_get(json_object_get(specials, name ? name : ""), "ids");
         if (json_is_array(ids)) {
             size_t k;
@@ -249,7 +245,7 @@ static enum ft_status load_post(struct ft_tok *t, const json_t *pp, int *found) 
 /* ---------------- tokenizer_config.json ---------------- */
 
 static int32_t config_token(const struct ft_tok *t, const json_t *v) {
-    const char *s = json_is_string(v) ? json_string_value(v) : jstr(v, "content");
+    const char *s = json_is_string(v) ? json_string_value(v) : ft_jstr(v, "content");
     return s ? ft_tok_lookup(t, s, strlen(s)) : -1;
 }
 
@@ -273,7 +269,7 @@ static enum ft_status load_config(struct ft_tok *t, const char *path, int have_t
         size_t i;
         const json_t *e, *pick = NULL;
         json_array_foreach(ct, i, e) {
-            if (!pick || (jstr(e, "name") && !strcmp(jstr(e, "name"), "default"))) pick = e;
+            if (!pick || (ft_jstr(e, "name") && !strcmp(ft_jstr(e, "name"), "default"))) pick = e;
         }
         ct = json_object_get(pick, "template");
     }
@@ -299,7 +295,7 @@ static enum ft_status load_model(struct ft_tok *t, const json_t *root) {
     const json_t *model = json_object_get(root, "model");
     if (!json_is_object(model))
         return ft_fail(FT_ERR_FORMAT, "%s: missing \"model\" object (not a tokenizer.json?)", t->path);
-    const char *type = jstr(model, "type");
+    const char *type = ft_jstr(model, "type");
     if (type && strcmp(type, "BPE"))
         return ft_fail(FT_ERR_UNSUPPORTED, "%s: model.type \"%s\" is not supported (supported: BPE)",
                        t->path, type);
@@ -316,14 +312,14 @@ static enum ft_status load_model(struct ft_tok *t, const json_t *root) {
     if (st) return st;
     for (const char *k = "continuing_subword_prefix"; k;
          k = strcmp(k, "end_of_word_suffix") ? "end_of_word_suffix" : NULL) {
-        const char *s = jstr(model, k);
+        const char *s = ft_jstr(model, k);
         if (s && *s)
             return ft_fail(FT_ERR_UNSUPPORTED, "%s: model.%s \"%s\" is not supported", t->path, k, s);
     }
     t->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
     t->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
     t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
-    const char *unk = jstr(model, "unk_token");
+    const char *unk = ft_jstr(model, "unk_token");
     t->unk_id = unk ? ft_tok_lookup(t, unk, strlen(unk)) : -1;
     for (int b = 0; b < 256; b++) {
         char s[8];
