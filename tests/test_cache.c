@@ -34,6 +34,28 @@ TEST(hits_misses_and_lru_order) {
     ft_cache_free(c);
 }
 
+/* A dropped expert (its copy failed) is a miss again and its slot is free for the next fill. */
+TEST(drop_forgets_a_failed_fill) {
+    struct ft_cache *c;
+    EXPECT_OK(ft_cache_init(&c, 2, 1, 8, NULL));
+    int32_t slots[2];
+    struct ft_cache_fill f[2];
+    int nf;
+    int32_t a[2] = {3, 4};
+    EXPECT_OK(ft_cache_lookup(c, 0, a, 2, slots, f, &nf));
+    EXPECT_EQ(nf, 2);
+    int32_t dropped_slot = f[0].slot;
+    ft_cache_drop(c, 0, 3);
+    ft_cache_drop(c, 0, 6); /* not cached: nothing happens */
+    EXPECT(c->slot_of[3] < 0 && c->slot_of[4] >= 0);
+    int32_t b[2] = {3, 4}; /* 3 is fetched again, into the freed slot; 4 still hits */
+    EXPECT_OK(ft_cache_lookup(c, 0, b, 2, slots, f, &nf));
+    EXPECT_EQ(nf, 1);
+    EXPECT(f[0].expert == 3 && f[0].slot == dropped_slot && slots[0] == dropped_slot);
+    EXPECT_EQ(c->hits[0], 1);
+    ft_cache_free(c);
+}
+
 TEST(never_evicts_the_current_step_and_handles_repeats) {
     struct ft_cache *c;
     EXPECT_OK(ft_cache_init(&c, 4, 1, 16, NULL));

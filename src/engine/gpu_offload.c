@@ -135,7 +135,7 @@ static void collect_timing(struct ft_offload *f) {
 }
 
 /* Copies the fills, verifies (all or a rotating sample), repairs through the other path. */
-static enum ft_status copy_fills(struct ft_offload *f, const struct ft_cache_fill *fl, int n) {
+static enum ft_status copy_and_verify(struct ft_offload *f, const struct ft_cache_fill *fl, int n) {
     if (n == 0) return FT_OK;
     collect_timing(f);
     cudaEventRecord(f->ev_t0, f->cs);
@@ -167,6 +167,14 @@ static enum ft_status copy_fills(struct ft_offload *f, const struct ft_cache_fil
     }
     cudaEventRecord(f->ev_copied, f->cs);
     return FT_OK;
+}
+
+/* copy_and_verify; when it fails, the fills' slots are forgotten so that no later step takes a
+ * slot whose copy did not land for a hit. */
+static enum ft_status copy_fills(struct ft_offload *f, const struct ft_cache_fill *fl, int n) {
+    enum ft_status st = copy_and_verify(f, fl, n);
+    for (int i = 0; st != FT_OK && i < n; i++) ft_cache_drop(f->cache, fl[i].layer, fl[i].expert);
+    return st;
 }
 
 enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t *ids, int n,
