@@ -40,7 +40,6 @@ typedef int (*ft_gen_emit_fn)(void *ctx, const char *text, size_t len);
 struct ft_stop {
     const char *const *strs;
     int n;
-    size_t max_len;
     char *held;        /* text not yet released */
     size_t n_held, cap;
     char *out;         /* bytes released by the last push/flush */

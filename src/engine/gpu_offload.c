@@ -26,12 +26,12 @@ enum { PATH_DMA = 1, PATH_GATHER = 2 };
 
 struct ft_offload {
     const struct ft_model *m;
-    int n_layers, E, max_pairs, n_slots, path, verify, warned;
+    int n_layers, E, n_slots, path, verify, warned;
     size_t gu_bytes, dn_bytes;      /* one expert's matrices */
     uint16_t *slot_gu, *slot_dn;    /* [S][2I*H], [S][H*I] bf16 */
     struct ft_cache *cache;
     cudaStream_t cs;                /* copy stream */
-    cudaEvent_t ev_copied, ev_compute, ev_t0, ev_t1;
+    cudaEvent_t ev_copied, ev_t0, ev_t1;
     int timing_pending;
     uint64_t *sums;                 /* [L][E][2] host checksums (verify != off) */
     const uint8_t **map_gu, **map_dn;/* [L] device pointers of mapped banks, NULL if unregistered */
@@ -322,7 +322,6 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     f->m = m;
     f->n_layers = m->n_layers;
     f->E = m->n_experts;
-    f->max_pairs = max_pairs;
     int l0 = -1, n_moe = 0;
     for (int l = 0; l < m->n_layers; l++)
         if (m->layers[l].is_moe) n_moe++, l0 = l0 < 0 ? l : l0;
@@ -378,7 +377,7 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     }
     if (cudaStreamCreateWithFlags(&f->cs, cudaStreamNonBlocking) != cudaSuccess ||
         cudaEventCreateWithFlags(&f->ev_copied, cudaEventDisableTiming) != cudaSuccess ||
-        cudaEventCreate(&f->ev_compute) != cudaSuccess || cudaEventCreate(&f->ev_t0) != cudaSuccess ||
+        cudaEventCreate(&f->ev_t0) != cudaSuccess ||
         cudaEventCreate(&f->ev_t1) != cudaSuccess) {
         st = ft_cuda_check("offload streams/events");
         goto fail;
@@ -455,7 +454,6 @@ void ft_offload_free(struct ft_offload *f) {
     ft_residency_plan_free(f->plan); /* unpins and unlocks the banks */
     if (f->cs) cudaStreamDestroy(f->cs);
     if (f->ev_copied) cudaEventDestroy(f->ev_copied);
-    if (f->ev_compute) cudaEventDestroy(f->ev_compute);
     if (f->ev_t0) cudaEventDestroy(f->ev_t0);
     if (f->ev_t1) cudaEventDestroy(f->ev_t1);
     if (f->h_slots) cudaFreeHost(f->h_slots);

@@ -1,13 +1,14 @@
 /* fp_formats.c — the quantised expert formats' CPU reference codecs (see fp_formats.h):
  * minifloat decode/encode, MXFP4 / NVFP4 / FP8 row dequantisation and dot products, with a
  * scalar path (the reference) and AVX2 / AVX-512 paths selected by the caller's tier.
- * Called by the bank loader, the CPU expert executor and tests. Pure: any thread. */
+ * Not yet wired into the loader or the CPU executor: tests/test_fp_formats.c calls it today.
+ * Pure: any thread. */
 #include "format/fp_formats.h"
 
 #include <math.h>
 #include <string.h>
 
-#define FT_FP_MIN_(a, b) ((a) < (b) ? (a) : (b))
+#include "core/status.h"
 
 /* ---- scalar codes ---- */
 
@@ -151,7 +152,7 @@ static float mxfp4_dot_from(const uint8_t *blocks, const uint8_t *scales, const 
                             size_t b0, size_t n) {
     float acc = 0.0f;
     for (size_t b = b0; b * 32 < n; b++) {
-        size_t end = FT_FP_MIN_(n, b * 32 + 32);
+        size_t end = FT_MIN(n, b * 32 + 32);
         float s = 0.0f;
         for (size_t i = b * 32; i < end; i++) s += ft_e2m1_to_f32(nibble(blocks, i)) * x[i];
         acc += s * ft_e8m0_to_f32(scales[b]);
@@ -164,7 +165,7 @@ static float nvfp4_dot_from(const uint8_t *w, const uint8_t *scales, const float
                             size_t n) {
     float acc = 0.0f;
     for (size_t b = b0; b * 16 < n; b++) {
-        size_t end = FT_FP_MIN_(n, b * 16 + 16);
+        size_t end = FT_MIN(n, b * 16 + 16);
         float s = 0.0f;
         for (size_t i = b * 16; i < end; i++) s += ft_e2m1_to_f32(nibble(w, i)) * x[i];
         acc += s * ft_e4m3_to_f32(scales[b]);
@@ -183,7 +184,7 @@ static float fp8_block_dot_scalar(const uint8_t *w, const float *scale_inv_row, 
                                   size_t K, size_t bk) {
     float acc = 0.0f;
     for (size_t b = 0; b * bk < K; b++)
-        acc += fp8_sum(w, x, b * bk, FT_FP_MIN_(K, b * bk + bk)) * scale_inv_row[b];
+        acc += fp8_sum(w, x, b * bk, FT_MIN(K, b * bk + bk)) * scale_inv_row[b];
     return acc;
 }
 
@@ -273,7 +274,7 @@ T512 static float fp8_block_dot_512(const uint8_t *w, const float *scale_inv_row
                                     size_t K, size_t bk) {
     __m512 acc = _mm512_setzero_ps();
     for (size_t b = 0; b * bk < K; b++)
-        acc = _mm512_fmadd_ps(fp8_sum_512(w, x, b * bk, FT_FP_MIN_(K, b * bk + bk)),
+        acc = _mm512_fmadd_ps(fp8_sum_512(w, x, b * bk, FT_MIN(K, b * bk + bk)),
                               _mm512_set1_ps(scale_inv_row[b]), acc);
     return _mm512_reduce_add_ps(acc);
 }
@@ -356,7 +357,7 @@ T256 static float fp8_block_dot_256(const uint8_t *w, const float *scale_inv_row
                                     size_t K, size_t bk) {
     float acc = 0.0f;
     for (size_t b = 0; b * bk < K; b++)
-        acc += fp8_sum_256(w, x, b * bk, FT_FP_MIN_(K, b * bk + bk)) * scale_inv_row[b];
+        acc += fp8_sum_256(w, x, b * bk, FT_MIN(K, b * bk + bk)) * scale_inv_row[b];
     return acc;
 }
 #endif

@@ -1,6 +1,6 @@
 /* ggml_quant.c — GGML block geometry and the CPU reference block codecs (dequantise a row,
- * dequantise-and-dot a row against f32). Called by format/gguf.c, the model loaders, the CPU
- * backend and tests/test_gguf.c. Pure functions over caller memory: any thread.
+ * dequantise-and-dot a row against f32). Called by format/gguf.c and tests/test_gguf.c (not
+ * yet by the model loaders or the CPU backend). Pure functions over caller memory: any thread.
  * Each element's value is computed with the same f32 operations, in the same order, as GGML's
  * dequantize_row_* (ggml-quants.c), so results are bit-identical to GGML and to the gguf
  * Python package. Every multiply/subtract is its own statement so that no compiler contracts

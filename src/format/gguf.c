@@ -1,6 +1,6 @@
 /* gguf.c — validated GGUF v2/v3 reader over an mmap or any in-memory image (gguf.h).
- * Called by the model loaders, the tokenizer loader, `ft inspect`, tests/test_gguf.c and
- * fuzz/fuzz_gguf.c. Threading: parse/open on one thread; the parsed file is immutable and
+ * Not yet used by the model or tokenizer loaders: tests/test_gguf.c and fuzz/fuzz_gguf.c call
+ * it today. Threading: parse/open on one thread; the parsed file is immutable and
  * may then be read from any number of threads.
  * Layout (little-endian): "GGUF" u32 version, u64 n_tensors, u64 n_kv, n_kv x {string key,
  * u32 type, value}, n_tensors x {string name, u32 n_dims, u64 ne[n_dims], u32 ggml type,

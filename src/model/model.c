@@ -157,7 +157,6 @@ static enum ft_status load_experts(struct ft_model *m, int l, struct ft_layer *L
         }
     }
     m->n_params += (uint64_t)E * 3 * I * H;
-    m->bank_bytes += L->bank[0].bytes + L->bank[1].bytes;
     return FT_OK;
 }
 

@@ -62,7 +62,7 @@ struct ft_model {
     float rope_mscale;
     int rot_dim;
     /* sizes, for inspect/bench */
-    uint64_t n_params, n_params_active, expert_bytes, bank_bytes, dense_bytes;
+    uint64_t n_params, n_params_active, expert_bytes, dense_bytes;
     /* owned buffers */
     void **owned;
     int n_owned, cap_owned;

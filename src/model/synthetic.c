@@ -148,7 +148,6 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
             FT_TRY(rand_bf16(m, pool, ft_bank_expert(&L->bank[1], e), (size_t)H * I, I, &seed));
         }
         m->n_params += (uint64_t)E * 3 * I * H;
-        m->bank_bytes += L->bank[0].bytes + L->bank[1].bytes;
     }
     ft_model_sizes(m);
     *out = m;

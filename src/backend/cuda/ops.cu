@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "core/status.h"
+#include "moe/checksum.h"
 
 #define WARP 32
 
@@ -85,8 +86,9 @@ extern "C" void ft_cuda_rmsnorm(float *y, uint16_t *y16, const float *x, const f
     rmsnorm_kernel<<<rows, threads, 0, s>>>(y, y16, x, w, H, eps);
 }
 
-__device__ __forceinline__ size_t cache_row_(const int32_t *tables, int max_blocks, int seq, int p,
-                                             int bs) {
+/* row of position p of sequence seq in the paged KV cache */
+__device__ __forceinline__ size_t cache_row(const int32_t *tables, int max_blocks, int seq, int p,
+                                            int bs) {
     return (size_t)tables[(size_t)seq * max_blocks + p / bs] * bs + (size_t)(p % bs);
 }
 
@@ -148,7 +150,7 @@ __global__ void qk_rope_kv_kernel(float *q, const float *k, const float *v, floa
         q[((size_t)t * n_heads + head) * hd + i] = val;
         return;
     }
-    size_t row = (cache_row_(tables, max_blocks, tok_seq[t], pos[t], bs) * n_kv_heads + head) * hd;
+    size_t row = (cache_row(tables, max_blocks, tok_seq[t], pos[t], bs) * n_kv_heads + head) * hd;
     kc[row + i] = val;
     vc[row + i] = v[((size_t)t * n_kv_heads + head) * hd + i];
 }
@@ -172,11 +174,6 @@ __global__ void to_bf16_kernel(uint16_t *y, const float *x, size_t n) {
 
 extern "C" void ft_cuda_to_bf16(uint16_t *y, const float *x, size_t n, cudaStream_t s) {
     to_bf16_kernel<<<cdiv(n, 256), 256, 0, s>>>(y, x, n);
-}
-
-__device__ __forceinline__ size_t cache_row(const int32_t *tables, int max_blocks, int seq, int p,
-                                            int bs) {
-    return (size_t)tables[(size_t)seq * max_blocks + p / bs] * bs + (size_t)(p % bs);
 }
 
 /* --- attention: flash-decoding. Positions are split into chunks of `ch`; a block per
@@ -528,12 +525,6 @@ extern "C" void ft_cuda_router_topk(const float *logits, int T, int E, int k, in
     router_topk_kernel<<<cdiv(T, 4), 4 * WARP, 0, s>>>(logits, T, E, k, norm, ids, w);
 }
 
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* One warp per token: softmax statistics over E by the warp, then lane 0 draws k distinct ids
  * by rejection; weights = the router's softmax at those ids. */
 __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, int T, int E,
@@ -547,12 +538,12 @@ __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, 
     for (int e = lane; e < E; e += WARP) z += __expf(l[e] - mx);
     z = warp_sum(z);
     if (lane) return;
-    uint64_t st = mix64(seed ^ mix64(((uint64_t)*step << 40) ^ ((uint64_t)layer << 20) ^ (uint64_t)t));
+    uint64_t st = ft_mix64(seed ^ ft_mix64(((uint64_t)*step << 40) ^ ((uint64_t)layer << 20) ^ (uint64_t)t));
     float sum = 0.0f;
     for (int j = 0; j < k; j++) {
         int id, dup;
         do {
-            st = mix64(st + 0x9e3779b97f4a7c15ull);
+            st = ft_mix64(st + 0x9e3779b97f4a7c15ull);
             id = (int)(st % (uint64_t)E);
             dup = 0;
             for (int i = 0; i < j; i++) dup |= ids[t * k + i] == id;
