@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/cpu/ops.h"
+#include "core/rng.h"
 #include "core/status.h"
 #include "engine/gpu.h"
 #include "moe/cpu_exec.h"
@@ -70,22 +71,12 @@ static void mm(struct ft_engine *e, float *y, int ldy, const float *x, const str
             for (int n = 0; n < w->rows; n++) y[(size_t)t * ldy + n] += bias[n];
 }
 
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
-static double rng_unit(uint64_t *s) { return (double)(rng_next(s) >> 11) / 9007199254740992.0; }
-
 /* One synthetic expert id: uniform, zipf(S) over a per-layer permutation, or sticky. */
 static int synth_id(struct ft_engine *e, int l, int j, int E) {
     if (e->opts.routing == FT_ROUTING_ZIPF) {
         double s = e->opts.routing_param > 0 ? e->opts.routing_param : 1.0, z = 0, u;
         for (int r = 1; r <= E; r++) z += pow(r, -s);
-        u = rng_unit(&e->rng) * z;
+        u = ft_rng_unit(&e->rng) * z;
         int r = 1;
         for (double acc = 0; r <= E; r++)
             if ((acc += pow(r, -s)) >= u) break;
@@ -94,10 +85,10 @@ static int synth_id(struct ft_engine *e, int l, int j, int E) {
     if (e->opts.routing == FT_ROUTING_STICKY) {
         int *prev = &e->sticky[l * e->m->top_k + j];
         double keep = e->opts.routing_param > 0 ? e->opts.routing_param : 0.7;
-        if (*prev >= 0 && rng_unit(&e->rng) < keep) return *prev;
-        return *prev = (int)(rng_next(&e->rng) % (uint64_t)E);
+        if (*prev >= 0 && ft_rng_unit(&e->rng) < keep) return *prev;
+        return *prev = (int)(ft_rng_next(&e->rng) % (uint64_t)E);
     }
-    return (int)(rng_next(&e->rng) % (uint64_t)E);
+    return (int)(ft_rng_next(&e->rng) % (uint64_t)E);
 }
 
 /* Router: softmax over all experts, top-k, optional renormalisation (fp32, as transformers). */

@@ -6,8 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/rng.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "engine/forward.h"
+#include "moe/checksum.h"
 
 struct ft_sampler {
     struct ft_sampling p;
@@ -50,10 +53,8 @@ enum ft_status ft_sampler_init(struct ft_sampler **out, const struct ft_sampling
     if (!s) return ft_fail(FT_ERR_OOM, "sampler: out of memory");
     s->p = *p;
     s->vocab = vocab;
-    uint64_t z = (p->seed ? p->seed : (uint64_t)ft_time_us()) + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix64: nearby seeds, unrelated streams */
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    s->rng = (z ^ (z >> 31)) | 1;
+    /* splitmix64: nearby seeds, unrelated streams */
+    s->rng = ft_mix64((p->seed ? p->seed : (uint64_t)ft_time_us()) + 0x9e3779b97f4a7c15ull) | 1;
     s->in_prompt = calloc((size_t)vocab, 1);
     s->n_generated = calloc((size_t)vocab, sizeof *s->n_generated);
     s->sorted = malloc((size_t)vocab * sizeof *s->sorted);
@@ -136,15 +137,6 @@ void ft_sampler_process(struct ft_sampler *s, float *logits) {
     for (int i = keep; i < V; i++) logits[s->sorted[i].id] = -INFINITY;
 }
 
-static double unit(uint64_t *r) {
-    uint64_t x = *r;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *r = x;
-    return (double)(x >> 11) / 9007199254740992.0;
-}
-
 int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
     int V = s->vocab;
     if (s->p.temperature <= 0) { /* greedy still honours the penalties */
@@ -152,17 +144,14 @@ int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
         s->p.top_k = 0, s->p.top_p = 1, s->p.min_p = 0;
         ft_sampler_process(s, logits);
         s->p = saved;
-        int best = 0;
-        for (int i = 1; i < V; i++)
-            if (logits[i] > logits[best]) best = i;
-        return best;
+        return ft_argmax(logits, V);
     }
     ft_sampler_process(s, logits);
     float mx = -INFINITY;
     for (int i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
     double z = 0;
     for (int i = 0; i < V; i++) z += isinf(logits[i]) ? 0 : exp((double)logits[i] - mx);
-    double u = unit(&s->rng) * z, acc = 0;
+    double u = ft_rng_unit(&s->rng) * z, acc = 0;
     int last = 0;
     for (int i = 0; i < V; i++) {
         if (isinf(logits[i])) continue;
