@@ -86,10 +86,21 @@ int ft_eos_ids(const struct ft_config *c, const struct ft_tok *tok, int32_t *out
     return n;
 }
 
-static int is_eos(const struct ft_gen_params *p, int32_t id) {
-    for (int i = 0; i < p->n_eos; i++)
-        if (p->eos[i] == id) return 1;
+int ft_eos_has(const int32_t *eos, int n, int32_t id) {
+    for (int i = 0; i < n; i++)
+        if (eos[i] == id) return 1;
     return 0;
+}
+
+void ft_gen_release_tail(struct ft_detok *dt, struct ft_stop *stop, ft_gen_emit_fn emit, void *ctx) {
+    char piece[FT_DETOK_CAP];
+    size_t n = ft_detok_flush(dt, piece, sizeof piece), out_len;
+    const char *out;
+    if (!ft_stop_push(stop, piece, n, &out, &out_len)) {
+        if (out_len) emit(ctx, out, out_len);
+        ft_stop_flush(stop, &out, &out_len);
+    }
+    if (out_len) emit(ctx, out, out_len);
 }
 
 enum ft_status ft_generate(struct ft_engine *e, const struct ft_tok *tok, const int32_t *prompt,
@@ -134,7 +145,7 @@ enum ft_status ft_generate(struct ft_engine *e, const struct ft_tok *tok, const 
     for (int g = 0; g < max_gen; g++) {
         int32_t id = ft_sampler_sample(smp, logits);
         ft_sampler_accept(smp, id);
-        if (!p->ignore_eos && is_eos(p, id)) {
+        if (!p->ignore_eos && ft_eos_has(p->eos, p->n_eos, id)) {
             res->finish = FT_FINISH_STOP;
             break;
         }
@@ -156,16 +167,7 @@ enum ft_status ft_generate(struct ft_engine *e, const struct ft_tok *tok, const 
         ctx_ids[ft_engine_n_past(e)] = id;
         if ((st = ft_engine_forward(e, &id, 1, logits, 0)) != FT_OK) goto done;
     }
-    if (res->finish != FT_FINISH_CANCELLED && !stopped) { /* release what was held back */
-        size_t n = ft_detok_flush(&dt, piece, sizeof piece);
-        const char *out;
-        size_t out_len;
-        if (!ft_stop_push(&stop, piece, n, &out, &out_len)) {
-            if (out_len) emit(ctx, out, out_len);
-            ft_stop_flush(&stop, &out, &out_len);
-        }
-        if (out_len) emit(ctx, out, out_len);
-    }
+    if (res->finish != FT_FINISH_CANCELLED && !stopped) ft_gen_release_tail(&dt, &stop, emit, ctx);
     res->decode_s = (ft_time_us() - t1) / 1e6;
 done:
     ft_stop_free(&stop);

@@ -53,6 +53,13 @@ int ft_stop_push(struct ft_stop *s, const char *text, size_t len, const char **o
 /* Everything still held (end of generation without a match). */
 void ft_stop_flush(struct ft_stop *s, const char **out, size_t *out_len);
 
+/* 1 when id is one of the n stop token ids. */
+int ft_eos_has(const int32_t *eos, int n, int32_t id);
+/* End of a sequence that ended without a stop string: the detokeniser's held-back bytes go
+ * through the stop matcher, and what it still holds is released; emit gets each non-empty
+ * run (its return value is ignored: nothing follows). */
+void ft_gen_release_tail(struct ft_detok *dt, struct ft_stop *stop, ft_gen_emit_fn emit, void *ctx);
+
 /* The stop token ids of a model: config/generation_config EOS ids plus the tokenizer's EOS.
  * out holds FT_MAX_EOS + 1 ids; returns the count. */
 int ft_eos_ids(const struct ft_config *c, const struct ft_tok *tok, int32_t *out);

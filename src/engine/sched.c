@@ -107,6 +107,11 @@ static void emit_text(struct ft_req *r, const char *text, size_t len) {
     push_event(r, &ev);
 }
 
+static int emit_cb(void *r, const char *text, size_t len) {
+    emit_text(r, text, len);
+    return 0;
+}
+
 int ft_req_next_event(struct ft_req *r, struct ft_event *ev, int timeout_ms) {
     pthread_mutex_lock(&r->mu);
     if (!r->head && timeout_ms != 0) {
@@ -195,16 +200,7 @@ static void finish(struct ft_sched *s, struct ft_req *r, enum ft_finish why, enu
         snprintf(ev.message, sizeof ev.message, "%s", msg ? msg : ft_status_str(err));
     } else {
         ev.type = FT_EV_DONE;
-        if (why != FT_FINISH_CANCELLED && !r->stop_hit) { /* release held-back text */
-            char piece[FT_DETOK_CAP];
-            const char *out;
-            size_t n = ft_detok_flush(&r->dt, piece, sizeof piece), out_len;
-            if (!ft_stop_push(&r->stopper, piece, n, &out, &out_len)) {
-                emit_text(r, out, out_len);
-                ft_stop_flush(&r->stopper, &out, &out_len);
-            }
-            emit_text(r, out, out_len);
-        }
+        if (why != FT_FINISH_CANCELLED && !r->stop_hit) ft_gen_release_tail(&r->dt, &r->stopper, emit_cb, r);
         ev.ttft_s = r->t_first_us ? (r->t_first_us - r->t_submit_us) / 1e6 : 0;
     }
     if (r->n_blocks) ft_engine_kv_free(s->e, r->blocks, r->n_blocks);
@@ -263,18 +259,12 @@ static void admit(struct ft_sched *s) {
     }
 }
 
-static int is_eos(const struct ft_sched *s, int32_t id) {
-    for (int i = 0; i < s->n_eos; i++)
-        if (s->eos[i] == id) return 1;
-    return 0;
-}
-
 /* A new token for r from its logits row; returns 1 when r is finished. */
 static int take_token(struct ft_sched *s, struct ft_req *r, float *logits) {
     int32_t id = ft_sampler_sample(r->smp, logits);
     ft_sampler_accept(r->smp, id);
     if (!r->t_first_us) r->t_first_us = ft_time_us();
-    if (!r->p.ignore_eos && is_eos(s, id)) {
+    if (!r->p.ignore_eos && ft_eos_has(s->eos, s->n_eos, id)) {
         finish(s, r, FT_FINISH_STOP, FT_OK, NULL);
         return 1;
     }
