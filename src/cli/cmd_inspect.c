@@ -134,9 +134,11 @@ int ft_cmd_inspect(int argc, char **argv) {
         printf("experts       none (dense model)\n");
     }
     uint64_t ram = ft_sys_ram_bytes();
+    struct ft_platform plat;
+    ft_platform_detect(&plat);
     printf("this machine  %d physical cores, %.1f GiB RAM, CPU ISA %s%s\n",
            ft_sys_physical_cores(), gib((double)ram), ft_cpu_isa_name(ft_cpu_isa()),
-           ft_sys_is_wsl() ? ", WSL" : "");
+           plat.kind == FT_PLATFORM_WSL2 ? ", WSL" : "");
     char gpu[400] = "no CUDA in this build";
 #ifdef FT_HAVE_CUDA
     int n_dev = ft_cuda_device_count();

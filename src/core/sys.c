@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 uint64_t ft_sys_ram_bytes(void) {
@@ -48,13 +47,6 @@ int ft_sys_physical_cores(void) {
     }
     free(seen);
     return n > 0 ? n : n_cpu;
-}
-
-int ft_sys_is_wsl(void) {
-    struct utsname u;
-    if (uname(&u) != 0) return 0;
-    return strstr(u.release, "microsoft") || strstr(u.release, "Microsoft") ||
-           strstr(u.release, "WSL");
 }
 
 void ft_sys_cpu_model(char *buf, size_t cap) {

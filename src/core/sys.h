@@ -8,7 +8,6 @@
 uint64_t ft_sys_ram_bytes(void);   /* physical RAM */
 int ft_sys_physical_cores(void);   /* physical cores (SMT siblings counted once), >= 1 */
 int ft_sys_logical_cpus(void);     /* online logical CPUs, >= 1 */
-int ft_sys_is_wsl(void);           /* 1 on WSL (kernel release mentions Microsoft/WSL) */
 /* The CPU's model name (/proc/cpuinfo), or "unknown CPU". */
 void ft_sys_cpu_model(char *buf, size_t cap);
 

@@ -383,7 +383,9 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
         goto fail;
     }
     if ((st = ft_cache_init(&f->cache, f->n_slots, m->n_layers, f->E, NULL)) != FT_OK) goto fail;
-    f->verify = o->verify >= 0 ? o->verify : (ft_sys_is_wsl() ? 1 : 0);
+    struct ft_platform plat;
+    ft_platform_detect(&plat); /* the same detection the residency manager and VRAM margin use */
+    f->verify = o->verify >= 0 ? o->verify : plat.kind == FT_PLATFORM_WSL2;
 #ifdef FT_TESTING
     const char *fault = getenv("FT_TEST_COPY_FAULT"); /* "noop:K" or "zero:K" */
     if (fault && (!strncmp(fault, "noop:", 5) || !strncmp(fault, "zero:", 5))) {
