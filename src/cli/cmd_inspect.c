@@ -16,6 +16,7 @@
 #include "format/safetensors.h"
 #include "mem/residency.h"
 #include "model/arch.h"
+#include "model/model.h"
 
 static const char k_usage[] =
     "usage: ft inspect --model DIR [--pin-budget SIZE] [--moe-cpu-layers auto|IDS|N|F|0]\n"
@@ -117,10 +118,8 @@ int ft_cmd_inspect(int argc, char **argv) {
            size((double)bytes, b2, sizeof b2));
     int E = c.n_experts, moe_layers = 0;
     if ((a->flags & FT_ARCH_MOE) && E > 0) {
-        int I = a->expert_width_is_intermediate ? c.intermediate_size : c.moe_intermediate_size;
-        int step = c.decoder_sparse_step > 0 ? c.decoder_sparse_step : 1;
-        for (int l = 0; l < c.n_layers; l++)
-            moe_layers += !(c.mlp_only && c.mlp_only[l]) && (l + 1) % step == 0;
+        int I = ft_config_expert_width(&c, a);
+        for (int l = 0; l < c.n_layers; l++) moe_layers += ft_config_layer_is_moe(&c, a, l);
         double per_expert = moe_layers ? (double)expert_bytes / ((double)moe_layers * E) : 0;
         double active = (double)(params - expert_params) +
                         (double)moe_layers * c.n_experts_per_tok * 3.0 * I * c.hidden_size;

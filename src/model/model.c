@@ -170,12 +170,19 @@ static int layer_window(const struct ft_model *m, int l) {
     return 0;
 }
 
-int ft_model_layer_is_moe(const struct ft_model *m, int l) {
-    const struct ft_config *c = &m->cfg;
-    if (!(m->arch->flags & FT_ARCH_MOE) || m->n_experts <= 0) return 0;
+int ft_config_layer_is_moe(const struct ft_config *c, const struct ft_arch *a, int l) {
+    if (!(a->flags & FT_ARCH_MOE) || c->n_experts <= 0) return 0;
     if (c->mlp_only && c->mlp_only[l]) return 0;
     int step = c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1;
     return (l + 1) % step == 0;
+}
+
+int ft_config_expert_width(const struct ft_config *c, const struct ft_arch *a) {
+    return a->expert_width_is_intermediate ? c->intermediate_size : c->moe_intermediate_size;
+}
+
+int ft_model_layer_is_moe(const struct ft_model *m, int l) {
+    return ft_config_layer_is_moe(&m->cfg, m->arch, l);
 }
 
 static enum ft_status load_layer(struct ft_model *m, int l) {
@@ -302,8 +309,7 @@ enum ft_status ft_model_shapes(struct ft_model *m) {
     if (m->arch->flags & FT_ARCH_MOE) {
         m->n_experts = c->n_experts;
         m->top_k = c->n_experts_per_tok;
-        m->expert_inter = m->arch->expert_width_is_intermediate ? c->intermediate_size
-                                                                : c->moe_intermediate_size;
+        m->expert_inter = ft_config_expert_width(c, m->arch);
         m->shared_inter = c->shared_expert_intermediate_size;
         m->norm_topk = (m->arch->flags & FT_ARCH_NORM_TOPK_ALWAYS) ? 1 : c->norm_topk_prob == 1;
         if (m->n_experts <= 0 || m->top_k <= 0 || m->top_k > m->n_experts || m->top_k > 64 ||

@@ -94,6 +94,10 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
 
 /* 1 if layer l has routed experts (mlp_only_layers, decoder_sparse_step). */
 int ft_model_layer_is_moe(const struct ft_model *m, int l);
+/* The same rules from a config alone (ft inspect reads no weights): whether layer l is an MoE
+ * layer, and the routed experts' width. */
+int ft_config_layer_is_moe(const struct ft_config *c, const struct ft_arch *a, int l);
+int ft_config_expert_width(const struct ft_config *c, const struct ft_arch *a);
 
 /* Bytes of weights read per decoded token (dense + k active experts per MoE layer + head). */
 uint64_t ft_model_bytes_per_token(const struct ft_model *m);
