@@ -225,15 +225,10 @@ static deq_fn block_decoder(int type) {
     }
 }
 
-/* Plain (block size 1) types: n elements at s into y. */
+/* Plain (block size 1) types: n elements at s into y (little-endian, like the whole engine). */
 static void deq_plain(int type, const uint8_t *s, float *y, int64_t n) {
-    if (type == FT_GGML_F32) {
-        memcpy(y, s, (size_t)n * 4);
-    } else if (type == FT_GGML_F16) {
-        for (int64_t i = 0; i < n; i++) y[i] = rd_f16(s + 2 * i);
-    } else { /* BF16 */
-        for (int64_t i = 0; i < n; i++) y[i] = ft_bf16_to_f32((uint16_t)(s[2 * i] | s[2 * i + 1] << 8));
-    }
+    ft_to_f32(y, s, type == FT_GGML_F32 ? FT_DTYPE_F32 : type == FT_GGML_F16 ? FT_DTYPE_F16 : FT_DTYPE_BF16,
+              (size_t)n);
 }
 
 enum ft_status ft_ggml_dequant_row(int type, const void *src, float *dst, int64_t n) {
