@@ -11,14 +11,7 @@
 #include "text/tok_impl.h"
 
 static enum ft_status add_repl(struct ft_tok *t, const char *a, const char *b) {
-    struct ft_norm *p = realloc(t->dec_repl, (t->n_dec_repl + 1) * sizeof *p);
-    if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory", t->path);
-    t->dec_repl = p;
-    p[t->n_dec_repl].kind = NORM_REPLACE;
-    p[t->n_dec_repl].a = strdup(a);
-    p[t->n_dec_repl].b = strdup(b);
-    t->n_dec_repl++;
-    return FT_OK;
+    return ft_norms_add(t, &t->dec_repl, &t->n_dec_repl, NORM_REPLACE, a, b);
 }
 
 enum ft_status ft_tok_parse_decoder(struct ft_tok *t, const void *jv) {
@@ -88,7 +81,7 @@ static int hexval(char c) {
 
 /* Bytes of one token per the decoder, appended to out. */
 static enum ft_status decode_piece(const struct ft_tok *t, const char *p, size_t n,
-                                   struct ft_buf *out, struct ft_buf *tmp) {
+                                   struct ft_buf *out) {
     enum ft_status st = FT_OK;
     if (t->dec_byte_level) {
         size_t start = out->n;
@@ -110,37 +103,12 @@ static enum ft_status decode_piece(const struct ft_tok *t, const char *p, size_t
         unsigned char c = (unsigned char)(hexval(p[3]) * 16 + hexval(p[4]));
         return ft_buf_put(out, &c, 1);
     }
-    if (t->n_dec_repl == 0) return ft_buf_put(out, p, n);
-    tmp->n = 0;
-    if ((st = ft_buf_put(tmp, p, n))) return st;
-    struct ft_buf cur = {0};
-    for (int r = 0; r < t->n_dec_repl && !st; r++) {
-        const char *a = t->dec_repl[r].a, *b = t->dec_repl[r].b;
-        size_t la = strlen(a), lb = strlen(b), last = 0;
-        cur.n = 0;
-        for (size_t i = 0; i + la <= tmp->n && !st;) {
-            if (!memcmp(tmp->p + i, a, la)) {
-                st = ft_buf_put(&cur, tmp->p + last, i - last);
-                if (!st) st = ft_buf_put(&cur, b, lb);
-                i += la;
-                last = i;
-            } else {
-                i++;
-            }
-        }
-        if (!st) st = ft_buf_put(&cur, tmp->p + last, tmp->n - last);
-        struct ft_buf sw = *tmp;
-        *tmp = cur;
-        cur = sw;
-    }
-    if (!st) st = ft_buf_put(out, tmp->p, tmp->n);
-    free(cur.p);
-    return st;
+    return ft_norms_apply(t->dec_repl, t->n_dec_repl, p, n, out);
 }
 
 enum ft_status ft_tok_build_decoded(struct ft_tok *t) {
     enum ft_status st = FT_OK;
-    struct ft_buf out = {0}, tmp = {0};
+    struct ft_buf out = {0};
     t->dec_off = malloc(t->n_vocab * sizeof *t->dec_off);
     t->dec_len = calloc(t->n_vocab, sizeof *t->dec_len);
     if (!t->dec_off || !t->dec_len) {
@@ -150,7 +118,7 @@ enum ft_status ft_tok_build_decoded(struct ft_tok *t) {
     for (int id = 0; id < t->n_vocab; id++) {
         t->dec_off[id] = (uint32_t)out.n;
         if (t->piece_len[id] == UINT32_MAX) continue;
-        FT_TRY(decode_piece(t, t->piece_arena + t->piece_off[id], t->piece_len[id], &out, &tmp));
+        FT_TRY(decode_piece(t, t->piece_arena + t->piece_off[id], t->piece_len[id], &out));
         t->dec_len[id] = (uint32_t)(out.n - t->dec_off[id]);
         if (t->dec_len[id] > 1024) {
             st = ft_fail(FT_ERR_UNSUPPORTED, "%s: token %d decodes to %u bytes (more than 1024)",
@@ -163,7 +131,6 @@ enum ft_status ft_tok_build_decoded(struct ft_tok *t) {
     out.p = NULL;
 fail:
     free(out.p);
-    free(tmp.p);
     return st;
 }
 

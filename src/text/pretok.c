@@ -16,16 +16,26 @@
 
 /* ---------------- normalizer ---------------- */
 
+enum ft_status ft_norms_add(const struct ft_tok *t, struct ft_norm **steps, int *n,
+                            enum ft_norm_kind kind, const char *a, const char *b) {
+    struct ft_norm *p = realloc(*steps, (size_t)(*n + 1) * sizeof *p);
+    if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory", t->path);
+    *steps = p;
+    p[*n].kind = kind;
+    p[*n].a = a ? strdup(a) : NULL;
+    p[*n].b = b ? strdup(b) : NULL;
+    if ((a && !p[*n].a) || (b && !p[*n].b)) {
+        free(p[*n].a);
+        free(p[*n].b);
+        return ft_fail(FT_ERR_OOM, "%s: out of memory", t->path);
+    }
+    (*n)++;
+    return FT_OK;
+}
+
 static enum ft_status add_norm(struct ft_tok *t, enum ft_norm_kind kind, const char *a,
                                const char *b) {
-    struct ft_norm *p = realloc(t->norms, (t->n_norms + 1) * sizeof *p);
-    if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory", t->path);
-    t->norms = p;
-    p[t->n_norms].kind = kind;
-    p[t->n_norms].a = a ? strdup(a) : NULL;
-    p[t->n_norms].b = b ? strdup(b) : NULL;
-    t->n_norms++;
-    return FT_OK;
+    return ft_norms_add(t, &t->norms, &t->n_norms, kind, a, b);
 }
 
 enum ft_status ft_tok_parse_normalizer(struct ft_tok *t, const void *jv) {
@@ -128,17 +138,17 @@ static enum ft_status apply_norm(const struct ft_norm *nm, const char *s, size_t
     return FT_OK;
 }
 
-enum ft_status ft_tok_normalize(const struct ft_tok *t, const char *seg, size_t n,
-                                struct ft_buf *out) {
-    if (t->n_norms == 0) return ft_buf_put(out, seg, n);
+enum ft_status ft_norms_apply(const struct ft_norm *steps, int n_steps, const char *seg, size_t n,
+                              struct ft_buf *out) {
+    if (n_steps == 0) return ft_buf_put(out, seg, n);
     struct ft_buf a = {0}, b = {0};
     enum ft_status st = FT_OK;
     const char *cur = seg;
     size_t cur_n = n;
-    for (int i = 0; i < t->n_norms; i++) {
-        struct ft_buf *dst = (i == t->n_norms - 1) ? out : (i % 2 ? &b : &a);
+    for (int i = 0; i < n_steps; i++) {
+        struct ft_buf *dst = (i == n_steps - 1) ? out : (i % 2 ? &b : &a);
         if (dst != out) dst->n = 0;
-        FT_TRY(apply_norm(&t->norms[i], cur, cur_n, dst));
+        FT_TRY(apply_norm(&steps[i], cur, cur_n, dst));
         if (dst != out) {
             cur = dst->p;
             cur_n = dst->n;
@@ -148,6 +158,11 @@ fail:
     free(a.p);
     free(b.p);
     return st;
+}
+
+enum ft_status ft_tok_normalize(const struct ft_tok *t, const char *seg, size_t n,
+                                struct ft_buf *out) {
+    return ft_norms_apply(t->norms, t->n_norms, seg, n, out);
 }
 
 /* ---------------- pre-tokenizers ---------------- */

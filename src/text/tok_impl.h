@@ -152,6 +152,12 @@ enum ft_status ft_spans_add(struct ft_spans *s, uint32_t off, uint32_t len);
 
 /* pretok.c: normalizes seg into out (appending) */
 enum ft_status ft_tok_normalize(const struct ft_tok *t, const char *seg, size_t n, struct ft_buf *out);
+/* A list of normalizer steps (the normalizer's, or the decoder's Replace steps): appends one
+ * (strings copied; t names the file in errors), or runs them in order, appending to out. */
+enum ft_status ft_norms_add(const struct ft_tok *t, struct ft_norm **steps, int *n,
+                            enum ft_norm_kind kind, const char *a, const char *b);
+enum ft_status ft_norms_apply(const struct ft_norm *steps, int n_steps, const char *seg, size_t n,
+                              struct ft_buf *out);
 /* pretok.c: splits buf into words (spans into *buf, which ByteLevel's prefix space may rewrite) */
 enum ft_status ft_tok_pretokenize(const struct ft_tok *t, struct ft_buf *buf, struct ft_spans *words,
                                   struct ft_spans *tmp, struct ft_buf *tmpbuf,
