@@ -139,7 +139,7 @@ static int parse_sampling(json_t *root, struct ft_sampling *sp, struct ft_http_r
     return 0;
 }
 
-int ft_srv_parse_common(struct ft_server *s, json_t *root, struct ft_gen_job *job,
+static int parse_common(struct ft_server *s, json_t *root, struct ft_gen_job *job,
                         struct ft_http_resp *resp) {
     json_t *model = json_object_get(root, "model");
     if (model && !json_is_string(model)) {
@@ -342,7 +342,7 @@ static void chat_completions(struct ft_server *s, const struct ft_http_req *req,
                              struct ft_http_resp *resp) {
     struct ft_gen_job job = {.chat = 1};
     json_t *root = ft_srv_body(req, resp);
-    if (root && !ft_srv_parse_common(s, root, &job, resp) && !chat_prompt(s, root, &job, resp))
+    if (root && !parse_common(s, root, &job, resp) && !chat_prompt(s, root, &job, resp))
         submit(s, req, &job, resp);
     free(job.prompt);
     json_decref(root);
@@ -376,7 +376,7 @@ static void completions(struct ft_server *s, const struct ft_http_req *req,
                         struct ft_http_resp *resp) {
     struct ft_gen_job job = {.chat = 0};
     json_t *root = ft_srv_body(req, resp);
-    if (root && !ft_srv_parse_common(s, root, &job, resp) && !completion_prompt(s, root, &job, resp))
+    if (root && !parse_common(s, root, &job, resp) && !completion_prompt(s, root, &job, resp))
         submit(s, req, &job, resp);
     free(job.prompt);
     json_decref(root);

@@ -20,6 +20,12 @@ static int error_status(enum ft_status st) {
     return st == FT_ERR_INVALID_ARG ? 400 : st == FT_ERR_BUSY ? 503 : 500;
 }
 
+/* The fields every response and chunk of a job starts with. */
+static json_t *envelope(const struct ft_server *s, const struct ft_gen_job *job, const char *object) {
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", job->id, "object", object, "created",
+                     (json_int_t)job->created, "model", s->model_id);
+}
+
 static json_t *usage_obj(int n_prompt, int n_gen) {
     return json_pack("{s:i, s:i, s:i}", "prompt_tokens", n_prompt, "completion_tokens", n_gen,
                      "total_tokens", n_prompt + n_gen);
@@ -94,10 +100,10 @@ void ft_srv_wait(struct ft_server *s, struct ft_gen_job *job, struct ft_req *r,
             choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text",
                                json_stringn(g.content.p ? g.content.p : "", g.content.n),
                                "logprobs", "finish_reason", finish_name(g.finish));
-        ft_srv_reply(resp, 200, json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", job->id,
-                                          "object", job->chat ? "chat.completion" : "text_completion",
-                                          "created", (json_int_t)job->created, "model", s->model_id,
-                                          "choices", choice, "usage", usage_obj(g.n_prompt, g.n_gen)));
+        json_t *j = envelope(s, job, job->chat ? "chat.completion" : "text_completion");
+        json_object_set_new(j, "choices", json_pack("[o]", choice));
+        json_object_set_new(j, "usage", usage_obj(g.n_prompt, g.n_gen));
+        ft_srv_reply(resp, 200, j);
     }
     resp->n_tokens = g.n_gen;
     ft_sbuf_free(&g.reasoning);
@@ -134,9 +140,8 @@ static void chunk(struct gen_stream *g, const struct ft_sbuf *content, const str
         json_object_set_new(c, "text", json_stringn(content && content->p ? content->p : "",
                                                     content ? content->n : 0));
     }
-    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", g->job.id, "object",
-                          g->job.chat ? "chat.completion.chunk" : "text_completion", "created",
-                          (json_int_t)g->job.created, "model", g->s->model_id, "choices", c);
+    json_t *j = envelope(g->s, &g->job, g->job.chat ? "chat.completion.chunk" : "text_completion");
+    json_object_set_new(j, "choices", json_pack("[o]", c));
     if (g->job.include_usage) json_object_set_new(j, "usage", json_null());
     ft_sse_json(&g->out, j);
 }
@@ -146,12 +151,12 @@ static void stream_end(struct gen_stream *g, const char *finish) {
     ft_think_flush(&g->th, &r, &c);
     if (r.n || c.n) chunk(g, &c, &r, 0, NULL);
     chunk(g, NULL, NULL, 0, finish);
-    if (g->job.include_usage)
-        ft_sse_json(&g->out, json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", g->job.id, "object",
-                                       g->job.chat ? "chat.completion.chunk" : "text_completion",
-                                       "created", (json_int_t)g->job.created, "model",
-                                       g->s->model_id, "choices", "usage",
-                                       usage_obj(g->n_prompt, g->n_gen)));
+    if (g->job.include_usage) {
+        json_t *j = envelope(g->s, &g->job, g->job.chat ? "chat.completion.chunk" : "text_completion");
+        json_object_set_new(j, "choices", json_array());
+        json_object_set_new(j, "usage", usage_obj(g->n_prompt, g->n_gen));
+        ft_sse_json(&g->out, j);
+    }
     ft_sbuf_free(&r);
     ft_sbuf_free(&c);
 }
