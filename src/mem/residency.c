@@ -545,6 +545,16 @@ enum ft_status ft_residency_plan(const struct ft_model *m, const struct ft_resid
 /* ---- applying --------------------------------------------------------------------------- */
 
 /* Pins (or locks) every bank of layer l; on a refusal undoes what it did. */
+/* Unpins (pin) or unlocks layer l's banks of the first n_fam families. */
+static void release_banks(const struct ft_residency_plan *p, int l, int pin, int n_fam) {
+    for (int f = 0; f < n_fam; f++) {
+        struct ft_bank *b = &p->m->layers[l].bank[f];
+        if (!b->base || !b->bytes) continue;
+        if (pin) p->be->unpin(p->be->ctx, b->base, b->bytes);
+        else p->be->unlock(p->be->ctx, b->base, b->bytes);
+    }
+}
+
 static enum ft_status lock_banks(struct ft_residency_plan *p, int l, int pin) {
     struct ft_layer *L = &p->m->layers[l];
     const struct ft_pin_backend *be = p->be;
@@ -556,13 +566,7 @@ static enum ft_status lock_banks(struct ft_residency_plan *p, int l, int pin) {
         st = pin ? be->pin(be->ctx, b->base, b->bytes) : be->lock(be->ctx, b->base, b->bytes);
         if (st != FT_OK) break;
     }
-    if (st == FT_OK) return FT_OK;
-    while (--f >= 0) {
-        struct ft_bank *b = &L->bank[f];
-        if (!b->base || !b->bytes) continue;
-        if (pin) be->unpin(be->ctx, b->base, b->bytes);
-        else be->unlock(be->ctx, b->base, b->bytes);
-    }
+    if (st != FT_OK) release_banks(p, l, pin, f); /* the families before the one refused */
     return st;
 }
 
@@ -729,12 +733,7 @@ void ft_residency_plan_free(struct ft_residency_plan *p) {
     for (int l = 0; p->m && l < p->n_layers; l++) {
         struct ft_residency_layer *y = &p->layers[l];
         if (!y->is_moe || !y->done || y->got == FT_RES_PAGEABLE) continue;
-        for (int f = 0; f < FT_BANK_N_FAMILIES; f++) {
-            struct ft_bank *b = &p->m->layers[l].bank[f];
-            if (!b->base || !b->bytes) continue;
-            if (y->got == FT_RES_PINNED) p->be->unpin(p->be->ctx, b->base, b->bytes);
-            else p->be->unlock(p->be->ctx, b->base, b->bytes);
-        }
+        release_banks(p, l, y->got == FT_RES_PINNED, FT_BANK_N_FAMILIES);
         if (y->got == FT_RES_PINNED) ft_pin_budget_release(&p->budget, y->bytes);
     }
     pthread_mutex_destroy(&p->mu);
