@@ -156,7 +156,6 @@ static enum ft_status load_experts(struct ft_model *m, int l, struct ft_layer *L
             if ((st = fill_expert(m, &L->bank[1], e, 0, n0, H, I)) != FT_OK) return st;
         }
     }
-    m->n_params += (uint64_t)E * 3 * I * H;
     return FT_OK;
 }
 
@@ -334,19 +333,17 @@ enum ft_status ft_model_shapes(struct ft_model *m) {
 }
 
 void ft_model_sizes(struct ft_model *m) {
-    uint64_t per_expert = 0;
+    uint64_t per_expert = 0, moe_layers = 0, expert = (uint64_t)3 * m->expert_inter * m->hidden;
     for (int l = 0; l < m->n_layers; l++)
-        if (m->layers[l].is_moe)
+        if (m->layers[l].is_moe) {
             per_expert = m->layers[l].bank[0].row_bytes + m->layers[l].bank[1].row_bytes;
+            moe_layers++;
+        }
     m->expert_bytes = per_expert;
-    uint64_t expert_params = 0;
-    for (int l = 0; l < m->n_layers; l++)
-        if (m->layers[l].is_moe) expert_params += (uint64_t)m->n_experts * 3 * m->expert_inter * m->hidden;
-    uint64_t active_expert = 0;
-    for (int l = 0; l < m->n_layers; l++)
-        if (m->layers[l].is_moe) active_expert += (uint64_t)m->top_k * 3 * m->expert_inter * m->hidden;
-    m->n_params_active = m->n_params - expert_params + active_expert;
-    m->dense_bytes = (m->n_params - expert_params) * ft_dtype_size(m->embed.dtype);
+    /* the builders counted every non-expert weight into n_params; experts are counted here */
+    m->dense_bytes = m->n_params * ft_dtype_size(m->embed.dtype);
+    m->n_params_active = m->n_params + moe_layers * m->top_k * expert;
+    m->n_params += moe_layers * m->n_experts * expert;
 }
 
 uint64_t ft_model_bytes_per_token(const struct ft_model *m) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/rng.h"
 #include "core/status.h"
 #include "core/threadpool.h"
 #include "core/sys.h"
@@ -45,19 +46,14 @@ static void fill_task(void *ctx, int i, int nt) {
     size_t a = (size_t)lo * 4096, b = FT_MIN((size_t)hi * 4096, j->n);
     uint64_t s = j->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(lo + 1));
     for (size_t k = a; k < b; k++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        float u = (float)(s >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+        float u = (float)(ft_rng_next(&s) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
         j->p[k] = ft_f32_to_bf16(u * j->scale);
     }
 }
 
-static enum ft_status rand_bf16(struct ft_model *m, struct ft_pool *pool, void *dst, size_t n,
-                                int fan_in, uint64_t *seed) {
+static void rand_bf16(struct ft_pool *pool, void *dst, size_t n, int fan_in, uint64_t *seed) {
     struct fill_job j = {dst, n, sqrtf(3.0f / (float)fan_in), (*seed += 0x632be59bd9b4e019ull)};
     ft_pool_run(pool, fill_task, &j);
-    return FT_OK;
 }
 
 static enum ft_status weight(struct ft_model *m, struct ft_pool *pool, struct ft_weight *w,
@@ -67,7 +63,8 @@ static enum ft_status weight(struct ft_model *m, struct ft_pool *pool, struct ft
     if (!p) return ft_fail(FT_ERR_OOM, "synthetic %s: out of memory", m->label);
     *w = (struct ft_weight){p, FT_DTYPE_BF16, rows, cols};
     m->n_params += n;
-    return rand_bf16(m, pool, p, n, cols, seed);
+    rand_bf16(pool, p, n, cols, seed);
+    return FT_OK;
 }
 
 static float *ones(struct ft_model *m, int n) {
@@ -144,10 +141,9 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
         FT_TRY(ft_bank_init(&L->bank[0], bf16, FT_BANK_GATE_UP, E, 2 * I, H));
         FT_TRY(ft_bank_init(&L->bank[1], bf16, FT_BANK_DOWN, E, H, I));
         for (int e = 0; e < E; e++) {
-            FT_TRY(rand_bf16(m, pool, ft_bank_expert(&L->bank[0], e), (size_t)2 * I * H, H, &seed));
-            FT_TRY(rand_bf16(m, pool, ft_bank_expert(&L->bank[1], e), (size_t)H * I, I, &seed));
+            rand_bf16(pool, ft_bank_expert(&L->bank[0], e), (size_t)2 * I * H, H, &seed);
+            rand_bf16(pool, ft_bank_expert(&L->bank[1], e), (size_t)H * I, I, &seed);
         }
-        m->n_params += (uint64_t)E * 3 * I * H;
     }
     ft_model_sizes(m);
     *out = m;
