@@ -161,7 +161,7 @@ int ft_cmd_bench(int argc, char **argv) {
     struct ft_engine_opts be;
     int be_auto;
     ft_cli_backend_init(&be, &be_auto);
-    const char *model = NULL, *synthetic = NULL, *routing = NULL, *v;
+    const char *model = NULL, *synthetic = NULL, *routing = NULL;
     long p = 512, n = 128, reps = 3, threads = 0, seed = 1;
     for (int i = 1; i < argc; i++) {
         int rb = ft_cli_backend_flag("bench", argc, argv, &i, &be, &be_auto);
@@ -192,11 +192,7 @@ int ft_cmd_bench(int argc, char **argv) {
         } else {
             return ft_cli_usage_error("bench", "unknown option '%s'", a);
         }
-        if (target) {
-            if (!(v = ft_cli_value(argc, argv, &i))) return 2;
-            if (ft_cli_int(v, lo, hi, target))
-                return ft_cli_usage_error("bench", "%s: '%s' is not a number in [%ld, %ld]", a, v, lo, hi);
-        }
+        if (target && ft_cli_num("bench", argc, argv, &i, lo, hi, target)) return 2;
     }
     if (!!model == !!synthetic)
         return ft_cli_usage_error("bench", "give exactly one of --model DIR or --synthetic PRESET");

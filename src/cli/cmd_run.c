@@ -137,7 +137,7 @@ int ft_cmd_run(int argc, char **argv) {
         int r = ft_cli_engine_flag("run", argc, argv, &i, &be, &be_auto, &sampling);
         if (r < 0) return 2;
         if (r > 0) continue;
-        const char *a = argv[i], *v;
+        const char *a = argv[i];
         long *num = NULL, lo = 1, hi = 1 << 24;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("%s%s%s", k_usage, ft_cli_sampling_usage, ft_cli_backend_usage);
@@ -165,11 +165,7 @@ int ft_cmd_run(int argc, char **argv) {
         } else {
             return ft_cli_usage_error("run", "unknown option '%s'", a);
         }
-        if (num) {
-            if (!(v = ft_cli_value(argc, argv, &i))) return 2;
-            if (ft_cli_int(v, lo, hi, num))
-                return ft_cli_usage_error("run", "%s: '%s' is not a number in [%ld, %ld]", a, v, lo, hi);
-        }
+        if (num && ft_cli_num("run", argc, argv, &i, lo, hi, num)) return 2;
     }
     if (!o.model) return ft_cli_usage_error("run", "--model is required");
     if (!!o.prompt == !!o.ids) return ft_cli_usage_error("run", "give exactly one of -p TEXT or --ids LIST");

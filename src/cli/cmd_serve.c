@@ -57,7 +57,7 @@ static void on_signal(int sig) { g_stop = sig; }
 static int parse(int argc, char **argv, struct serve_opts *o) {
     ft_cli_backend_init(&o->be, &o->be_auto);
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v, **str = NULL;
+        const char *a = argv[i], **str = NULL;
         long *num = NULL, lo = 1, hi = 1 << 24;
         int rb = ft_cli_backend_flag("serve", argc, argv, &i, &o->be, &o->be_auto);
         if (rb < 0) return 2;
@@ -83,10 +83,11 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
         else if (!strcmp(a, "--http-timeout")) num = &o->http_timeout;
         else if (!strcmp(a, "--max-body-mb")) num = &o->body_mb, hi = 4096;
         else return ft_cli_usage_error("serve", "unknown option '%s'", a);
-        if (!(v = ft_cli_value(argc, argv, &i))) return 2;
-        if (str) *str = v;
-        else if (ft_cli_int(v, lo, hi, num))
-            return ft_cli_usage_error("serve", "%s: '%s' is not a number in [%ld, %ld]", a, v, lo, hi);
+        if (num) {
+            if (ft_cli_num("serve", argc, argv, &i, lo, hi, num)) return 2;
+        } else if (!(*str = ft_cli_value(argc, argv, &i))) {
+            return 2;
+        }
     }
     if (!o->model) return ft_cli_usage_error("serve", "--model DIR is required");
     return 0;

@@ -56,6 +56,16 @@ int ft_cli_int(const char *s, long lo, long hi, long *out) {
     return 0;
 }
 
+int ft_cli_num(const char *cmd, int argc, char **argv, int *i, long lo, long hi, long *out) {
+    const char *a = argv[*i], *v = ft_cli_value(argc, argv, i);
+    if (!v) return -1;
+    if (ft_cli_int(v, lo, hi, out)) {
+        ft_cli_usage_error(cmd, "%s: '%s' is not a number in [%ld, %ld]", a, v, lo, hi);
+        return -1;
+    }
+    return 0;
+}
+
 int ft_cli_double(const char *s, double *out) {
     char *end;
     double v = strtod(s, &end);

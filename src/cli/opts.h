@@ -20,6 +20,9 @@ const char *ft_cli_value(int argc, char **argv, int *i);
 /* Parses an integer in [lo, hi] / a whole number like strtod; returns 0 on success. */
 int ft_cli_int(const char *s, long lo, long hi, long *out);
 int ft_cli_double(const char *s, double *out);
+/* argv[*i] is a flag taking an integer in [lo, hi]: consumes the value into *out; on a missing
+ * or bad value prints "ft <cmd>: <flag>: '<v>' is not a number in [lo, hi]" and returns -1. */
+int ft_cli_num(const char *cmd, int argc, char **argv, int *i, long lo, long hi, long *out);
 /* Parses "1,2,3" into a malloc'd array. */
 enum ft_status ft_cli_ids(const char *s, int32_t **ids, int *n);
 
