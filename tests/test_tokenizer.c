@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "text/tok_impl.h"
 #include "text/tokenizer.h"
 /* `ft tokenize` is tested in-process (its file, and the CLI helpers it calls, are compiled
  * into this test) */
@@ -135,6 +136,29 @@ TEST(parity_qwen3) { parity("qwen3"); }
 TEST(parity_llama3) { parity("llama3"); }
 TEST(parity_deepseek_v3) { parity("deepseek_v3"); }
 TEST(parity_llama2) { parity("llama2"); }
+
+/* GPT-2's bytes_to_unicode as its reference code defines it: the printable ranges keep their
+ * code point; every other byte, in byte order, gets 256 + its rank. */
+TEST(bytelevel_map_matches_gpt2_definition) {
+    uint32_t ref[256];
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int keep = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+        ref[b] = keep ? (uint32_t)b : 256u + (uint32_t)n++;
+    }
+    EXPECT_EQ(n, 68);
+    int bad = 0;
+    for (int b = 0; b < 256; b++) {
+        bad += ft_bytelevel_cp((uint8_t)b) != ref[b];
+        bad += ft_bytelevel_byte(ref[b]) != b;
+    }
+    for (uint32_t cp = 0; cp < 1024; cp++) { /* everything else maps to no byte */
+        int is_image = 0;
+        for (int b = 0; b < 256; b++) is_image |= ref[b] == cp;
+        if (!is_image) bad += ft_bytelevel_byte(cp) != -1;
+    }
+    EXPECT_EQ(bad, 0);
+}
 
 TEST(detok_holds_split_multibyte) {
     struct ft_tok *t = load("llama2");

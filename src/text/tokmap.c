@@ -107,7 +107,8 @@ int ft_utf8_enc(uint32_t cp, char *out) {
 }
 
 /* --- GPT-2 bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68 bytes to
- * U+0100.. in byte order. --- */
+ * U+0100.. in byte order. The 68 are 0x00-0x20 (33), 0x7f-0xa0 (34) and 0xad, so a byte's rank
+ * among them is closed-form (these run once per input byte when encoding). --- */
 
 static int printable(unsigned b) {
     return (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
@@ -115,18 +116,13 @@ static int printable(unsigned b) {
 
 uint32_t ft_bytelevel_cp(uint8_t b) {
     if (printable(b)) return b;
-    uint32_t n = 0;
-    for (unsigned k = 0; k < b; k++) n += !printable(k);
-    return 256 + n;
+    return 256 + (b <= 0x20 ? b : b <= 0xa0 ? 33u + (b - 0x7fu) : 67u);
 }
 
 int ft_bytelevel_byte(uint32_t cp) {
     if (cp < 256) return printable(cp) ? (int)cp : -1;
-    if (cp >= 256 + 68) return -1;
-    uint32_t n = 0;
-    for (unsigned k = 0; k < 256; k++)
-        if (!printable(k) && n++ == cp - 256) return (int)k;
-    return -1;
+    uint32_t n = cp - 256;
+    return n < 33 ? (int)n : n < 67 ? (int)(0x7f + n - 33) : n == 67 ? 0xad : -1;
 }
 
 /* --- buffers --- */
