@@ -118,11 +118,12 @@ static void *halloc(size_t bytes, enum ft_status *st) {
     return p;
 }
 
-/* Uploads a host weight as bf16 (converting F32/F16 checkpoints). */
-static uint16_t *up_w(struct ft_gpu *g, const struct ft_weight *w, enum ft_status *st) {
+/* Uploads a host weight as bf16 (converting F32/F16 checkpoints) into d, or into a new
+ * allocation when d is NULL. */
+static uint16_t *up_w_to(struct ft_gpu *g, uint16_t *d, const struct ft_weight *w, enum ft_status *st) {
     if (!w->data || *st != FT_OK) return NULL;
     size_t n = (size_t)w->rows * w->cols;
-    uint16_t *d = dalloc(g, n * 2, st);
+    if (!d) d = dalloc(g, n * 2, st);
     if (!d) return NULL;
     if (w->dtype == FT_DTYPE_BF16) {
         cudaMemcpy(d, w->data, n * 2, cudaMemcpyHostToDevice);
@@ -142,6 +143,10 @@ static uint16_t *up_w(struct ft_gpu *g, const struct ft_weight *w, enum ft_statu
     return d;
 }
 
+static uint16_t *up_w(struct ft_gpu *g, const struct ft_weight *w, enum ft_status *st) {
+    return up_w_to(g, NULL, w, st);
+}
+
 static float *up_f(struct ft_gpu *g, const float *h, size_t n, enum ft_status *st) {
     if (!h || *st != FT_OK) return NULL;
     float *d = dalloc(g, n * 4, st);
@@ -155,15 +160,11 @@ static uint16_t *up_cat(struct ft_gpu *g, const struct ft_weight *const *ws, int
     size_t rows = 0, K = (size_t)ws[0]->cols, off = 0;
     for (int i = 0; i < n; i++) rows += (size_t)ws[i]->rows;
     uint16_t *d = dalloc(g, rows * K * 2, st);
-    for (int i = 0; d && i < n; i++) {
-        uint16_t *part = up_w(g, ws[i], st);
-        if (!part) return NULL;
-        cudaMemcpy(d + off, part, (size_t)ws[i]->rows * K * 2, cudaMemcpyDeviceToDevice);
-        cudaFree(part);
-        g->used -= ((size_t)ws[i]->rows * K * 2 + 255) & ~(size_t)255;
+    for (int i = 0; d && i < n && *st == FT_OK; i++) { /* each part straight into its rows */
+        up_w_to(g, d + off, ws[i], st);
         off += (size_t)ws[i]->rows * K;
     }
-    return d;
+    return d; /* even on failure: the layer owns it, so ft_gpu_free frees it */
 }
 
 /* A whole bank (E expert matrices, host stride >= row bytes) as a dense device array. */
@@ -243,14 +244,14 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     g->d_tok_seq = dalloc(g, C * 4, &st);
     g->d_rows = dalloc(g, C * 4, &st);
     g->d_tables = dalloc(g, (size_t)g->o.max_seqs * g->max_blocks * 4, &st);
-    g->d_topk_all = dalloc(g, (size_t)m->n_layers * R * 4, &st);
+    g->d_topk_all = dalloc(g, (size_t)m->n_layers * MAX_GRAPH_T * k * 4, &st); /* decode only */
     g->d_step = dalloc(g, 4, &st);
     g->h_ids = halloc(C * 4, &st);
     g->h_pos = halloc(C * 4, &st);
     g->h_tok_seq = halloc(C * 4, &st);
     g->h_rows = halloc(C * 4, &st);
     g->h_tables = halloc((size_t)g->o.max_seqs * g->max_blocks * 4, &st);
-    g->h_topk_all = halloc((size_t)m->n_layers * R * 4, &st);
+    g->h_topk_all = halloc((size_t)m->n_layers * MAX_GRAPH_T * k * 4, &st);
     g->x = dalloc(g, C * H * 4, &st);
     g->xn = dalloc(g, C * H * 4, &st);
     g->xn16 = dalloc(g, C * H * 2, &st);
@@ -442,52 +443,45 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
         struct ft_cuda_gemv_args rt = {{g->router, NULL, NULL}, E, 0, E, {NULL, NULL, NULL}, g->x,
                                        L->router, L->ffn_norm, eps, g->xn, 0, T, E, H};
         ft_cuda_gemv_ex(&rt, s);
-        int32_t *ids = g->d_topk_all + (size_t)l * g->C * k; /* kept for the distinct count */
+        int32_t *ids = g->d_topk_all + (size_t)l * MAX_GRAPH_T * k; /* kept for the distinct count */
         route(g, l, T, ids);
         prof_mark(g, P_ROUTER);
         const uint16_t *gu = L->gu, *dn = L->down;
+        int n_cpu = 0;
+        const int32_t *h_ids = g->h_topk_all + (size_t)l * MAX_GRAPH_T * k;
         if (g->off) { /* the router's ids come back; misses are copied into cache slots */
-            int32_t *h_ids = g->h_topk_all + (size_t)l * g->C * k;
-            cudaMemcpyAsync(h_ids, ids, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
+            cudaMemcpyAsync((int32_t *)h_ids, ids, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
             if (g->exec) { /* the CPU executor needs the normalised rows and the weights */
                 cudaMemcpyAsync(g->h_xn, g->xn, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToHost, s);
                 cudaMemcpyAsync(g->h_topw, g->topw, (size_t)T * k * sizeof(float), cudaMemcpyDeviceToHost, s);
             }
             if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("router ids");
-            int n_cpu = 0;
             enum ft_status st = ft_offload_decode(g->off, l, h_ids, T * k, g->d_slots, s,
                                                   g->cpu_pairs, &n_cpu);
             if (st != FT_OK) return st;
             ids = g->d_slots, gu = ft_offload_gu(g->off), dn = ft_offload_down(g->off);
-            ft_cuda_moe_gemv(g->mgu, g->xn, k, gu, (size_t)2 * I * H, ids, T * k, 2 * I, H, s);
-            ft_cuda_silu_mul(g->mact, g->mgu, T * k, I, s);
-            ft_cuda_moe_gemv(g->my, g->mact, 1, dn, (size_t)H * I, ids, T * k, H, I, s);
-            ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += GPU experts */
-            if (n_cpu) { /* the rest on the CPU from the host banks, while the GPU works */
-                int64_t t0 = ft_time_us();
-                int nd = 0;
-                for (int i = 0; i < n_cpu; i++) {
-                    int p = g->cpu_pairs[i];
-                    g->cpu_tok[i] = p / k, g->cpu_ids[i] = h_ids[p], g->cpu_w[i] = g->h_topw[p];
-                }
-                memset(g->h_cpu_out, 0, (size_t)T * H * sizeof(float));
-                nd = ft_moe_exec_run_pairs(g->exec, g->o.pool, &m->layers[l].bank[FT_BANK_GATE_UP],
-                                           &m->layers[l].bank[FT_BANK_DOWN], g->h_xn, g->cpu_tok,
-                                           g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
-                ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6);
-                cudaMemcpyAsync(g->d_cpu_out, g->h_cpu_out, (size_t)T * H * sizeof(float),
-                                cudaMemcpyHostToDevice, s);
-                ft_cuda_add(g->x, g->d_cpu_out, (size_t)T * H, s); /* x += CPU experts */
-            }
-            prof_mark(g, P_EXPERTS);
-            goto shared;
         }
         ft_cuda_moe_gemv(g->mgu, g->xn, k, gu, (size_t)2 * I * H, ids, T * k, 2 * I, H, s);
         ft_cuda_silu_mul(g->mact, g->mgu, T * k, I, s);
         ft_cuda_moe_gemv(g->my, g->mact, 1, dn, (size_t)H * I, ids, T * k, H, I, s);
-        ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += routed experts */
+        ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += routed experts (GPU) */
+        if (n_cpu) { /* the rest on the CPU from the host banks, while the GPU works */
+            int64_t t0 = ft_time_us();
+            int nd = 0;
+            for (int i = 0; i < n_cpu; i++) {
+                int p = g->cpu_pairs[i];
+                g->cpu_tok[i] = p / k, g->cpu_ids[i] = h_ids[p], g->cpu_w[i] = g->h_topw[p];
+            }
+            memset(g->h_cpu_out, 0, (size_t)T * H * sizeof(float));
+            nd = ft_moe_exec_run_pairs(g->exec, g->o.pool, &m->layers[l].bank[FT_BANK_GATE_UP],
+                                       &m->layers[l].bank[FT_BANK_DOWN], g->h_xn, g->cpu_tok,
+                                       g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
+            ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6);
+            cudaMemcpyAsync(g->d_cpu_out, g->h_cpu_out, (size_t)T * H * sizeof(float),
+                            cudaMemcpyHostToDevice, s);
+            ft_cuda_add(g->x, g->d_cpu_out, (size_t)T * H, s); /* x += CPU experts */
+        }
         prof_mark(g, P_EXPERTS);
-    shared:
         if (L->has_shared) {
             int Is = m->shared_inter;
             ft_cuda_gemv(g->gu, 2 * Is, g->xn, L->sh_gu, NULL, T, 2 * Is, H, s);
@@ -655,8 +649,8 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
     }
     if (logits) cudaMemcpyAsync(g->h_logits, g->logits, (size_t)rows * m->vocab * 4, cudaMemcpyDeviceToHost, s);
     int small = T <= MAX_GRAPH_T;
-    if (small && m->n_experts)
-        cudaMemcpyAsync(g->h_topk_all, g->d_topk_all, (size_t)m->n_layers * g->C * m->top_k * 4,
+    if (small && m->n_experts && !g->off) /* offload copied each layer's ids already */
+        cudaMemcpyAsync(g->h_topk_all, g->d_topk_all, (size_t)m->n_layers * MAX_GRAPH_T * m->top_k * 4,
                         cudaMemcpyDeviceToHost, s);
     if (!small && m->n_experts)
         cudaMemcpyAsync(g->h_counts_all, g->d_counts_all, (size_t)m->n_layers * m->n_experts * 4,
@@ -669,7 +663,7 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
             for (int l = 0; l < m->n_layers; l++) {
                 if (!g->L[l].is_moe) continue;
                 moe++;
-                const int32_t *ids = g->h_topk_all + (size_t)l * g->C * m->top_k;
+                const int32_t *ids = g->h_topk_all + (size_t)l * MAX_GRAPH_T * m->top_k;
                 for (int i = 0; i < T * m->top_k; i++) {
                     int dup = 0;
                     for (int j = 0; j < i; j++) dup |= ids[j] == ids[i];
@@ -737,7 +731,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     if (st == FT_OK) st = alloc_scratch(g);
     if (st == FT_OK && o->offload) {
         size_t headroom = (size_t)256 << 20, left = g->limit > g->used + headroom ? g->limit - g->used - headroom : 0;
-        g->d_slots = dalloc(g, (size_t)g->C * (m->top_k > 0 ? m->top_k : 1) * 4, &st);
+        g->d_slots = dalloc(g, (size_t)MAX_GRAPH_T * (m->top_k > 0 ? m->top_k : 1) * 4, &st); /* decode */
         g->d_slot_of = dalloc(g, (size_t)(m->n_experts > 0 ? m->n_experts : 1) * 4, &st);
         if (st == FT_OK)
             st = ft_offload_init(&g->off, m, o, left, MAX_GRAPH_T * m->top_k, dalloc_cb, g);

@@ -37,8 +37,11 @@ __global__ void gather_copy_kernel(uint8_t *dst, const uint8_t *src, size_t byte
 extern "C" enum ft_status ft_cuda_copy_gather(void *const *dst, const void *const *src_mapped,
                                               const size_t *bytes, int n, cudaStream_t s) {
     for (int i = 0; i < n; i++) {
-        if (((uintptr_t)dst[i] | (uintptr_t)src_mapped[i]) & 15)
-            return ft_cuda_copy_dma(dst + i, src_mapped + i, bytes + i, 1, s);
+        if (((uintptr_t)dst[i] | (uintptr_t)src_mapped[i]) & 15) { /* misaligned: this one by DMA */
+            enum ft_status st = ft_cuda_copy_dma(dst + i, src_mapped + i, bytes + i, 1, s);
+            if (st != FT_OK) return st;
+            continue;
+        }
         gather_copy_kernel<<<8, 1024, 0, s>>>((uint8_t *)dst[i], (const uint8_t *)src_mapped[i], bytes[i]);
     }
     return FT_OK;

@@ -67,25 +67,6 @@ extern "C" void ft_cuda_embed(float *out, const uint16_t *table, const int32_t *
     embed_kernel<<<T, 256, 0, s>>>(out, table, ids, H);
 }
 
-__global__ void rmsnorm_kernel(float *y, uint16_t *y16, const float *x, const float *w, int H,
-                               float eps) {
-    const float *xr = x + (size_t)blockIdx.x * H;
-    float ss = 0.0f;
-    for (int h = threadIdx.x; h < H; h += blockDim.x) ss += xr[h] * xr[h];
-    float r = rsqrtf(block_sum(ss) / (float)H + eps);
-    for (int h = threadIdx.x; h < H; h += blockDim.x) {
-        float v = xr[h] * r * w[h];
-        if (y) y[(size_t)blockIdx.x * H + h] = v;
-        if (y16) y16[(size_t)blockIdx.x * H + h] = f2bf(v);
-    }
-}
-
-extern "C" void ft_cuda_rmsnorm(float *y, uint16_t *y16, const float *x, const float *w, int rows,
-                                int H, float eps, cudaStream_t s) {
-    int threads = H >= 1024 ? 1024 : H >= 256 ? 256 : 64;
-    rmsnorm_kernel<<<rows, threads, 0, s>>>(y, y16, x, w, H, eps);
-}
-
 /* row of position p of sequence seq in the paged KV cache */
 __device__ __forceinline__ size_t cache_row(const int32_t *tables, int max_blocks, int seq, int p,
                                             int bs) {
@@ -116,6 +97,12 @@ extern "C" void ft_cuda_add_rmsnorm(float *x, const float *y, float *xn, uint16_
                                     const float *w, int rows, int H, float eps, cudaStream_t s) {
     int threads = H >= 1024 ? 1024 : H >= 256 ? 256 : 64;
     add_rmsnorm_kernel<<<rows, threads, 0, s>>>(x, y, xn, xn16, w, H, eps);
+}
+
+/* The plain norm is the fused one with nothing to add (x is then only read). */
+extern "C" void ft_cuda_rmsnorm(float *y, uint16_t *y16, const float *x, const float *w, int rows,
+                                int H, float eps, cudaStream_t s) {
+    ft_cuda_add_rmsnorm((float *)x, NULL, y, y16, w, rows, H, eps, s);
 }
 
 /* Block per (token, head) over q heads then k heads: optional per-head RMSNorm, RoPE, and for
