@@ -194,6 +194,65 @@ TEST(no_weights_file) {
     expect_load_error(d, FT_ERR_IO, "model.safetensors");
 }
 
+/* --- GGUF files: variants of a good fixture with bytes replaced (same length) or cut off --- */
+
+static const char *gguf_variant(const char *name, const char *src, const char *from,
+                                const char *to, size_t keep) {
+    static char path[600];
+    char in[600];
+    snprintf(in, sizeof in, "%s/gguf/models/%s.gguf", FT_TEST_DATA, src);
+    snprintf(path, sizeof path, "%s/%s.gguf", g_root, name);
+    struct ft_map m;
+    if (ft_file_map(in, &m) != FT_OK) return path;
+    unsigned char *b = malloc(m.size);
+    memcpy(b, m.data, m.size);
+    size_t fl = from ? strlen(from) : 0;
+    for (size_t i = 0; from && i + fl <= m.size; i++)
+        if (memcmp(b + i, from, fl) == 0) memcpy(b + i, to, fl);
+    write_file(path, b, keep && keep < m.size ? keep : m.size);
+    free(b);
+    ft_file_unmap(&m);
+    return path;
+}
+
+TEST(gguf_truncated) {
+    const char *p = gguf_variant("cut", "qwen2_q4km", NULL, NULL, 300000);
+    expect_load_error(p, FT_ERR_FORMAT, "cut.gguf");
+    expect_cli_error(p, "cut.gguf", NULL);
+}
+
+TEST(gguf_unsupported_arch) {
+    const char *p = gguf_variant("gemma", "qwen2_q4km", "qwen2", "gemm9", 0);
+    expect_load_error(p, FT_ERR_UNSUPPORTED, "'gemm9'");
+    EXPECT_CONTAINS(ft_error(), "qwen3moe"); /* lists what is supported */
+    expect_cli_error(p, "gemm9", "supported");
+}
+
+TEST(gguf_unknown_tensor) {
+    const char *p = gguf_variant("extra", "qwen2_q4km", "blk.1.ffn_up.weight", "blk.1.ffn_uq.weight", 0);
+    expect_load_error(p, FT_ERR_UNSUPPORTED, "blk.1.ffn_uq.weight");
+}
+
+TEST(gguf_missing_experts) {
+    const char *p = gguf_variant("noexp", "qwen3moe_q4km", "blk.1.ffn_down_exps", "blk.1.ffn_down_expz", 0);
+    expect_load_error(p, FT_ERR_UNSUPPORTED, "blk.1.ffn_down_expz");
+}
+
+TEST(gguf_missing_metadata) {
+    const char *p = gguf_variant("nolayers", "llama_q40", "llama.block_count", "llama.block_cnt__", 0);
+    expect_load_error(p, FT_ERR_FORMAT, "llama.block_count");
+}
+
+TEST(gguf_two_files_in_a_directory) {
+    char dir[600], cmd[2048];
+    snprintf(dir, sizeof dir, "%s/twogguf", g_root);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/gguf/models/qwen2_q4km.gguf' '%s/a.gguf' && "
+             "cp '%s/gguf/models/llama_q40.gguf' '%s/b.gguf'", dir, FT_TEST_DATA, dir, FT_TEST_DATA, dir);
+    EXPECT(system(cmd) == 0);
+    expect_load_error(dir, FT_ERR_INVALID_ARG, "2 .gguf files");
+    EXPECT_CONTAINS(ft_error(), "--model");
+}
+
 TEST(bad_flags) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' logits --model '%s' --ids 1,x,3 --out /dev/null 2>/dev/null",

@@ -12,14 +12,16 @@
 #include "cli/opts.h"
 #include "core/status.h"
 #include "core/sys.h"
+#include "format/gguf.h"
 #include "format/hfconfig.h"
 #include "format/safetensors.h"
 #include "mem/residency.h"
 #include "model/arch.h"
+#include "model/gguf_model.h"
 #include "model/model.h"
 
 static const char k_usage[] =
-    "usage: ft inspect --model DIR [--pin-budget SIZE] [--moe-cpu-layers auto|IDS|N|F|0]\n"
+    "usage: ft inspect --model DIR|FILE.gguf [--pin-budget SIZE] [--moe-cpu-layers auto|IDS|N|F|0]\n"
     "  Architecture, hyper-parameters, parameter counts, bytes per expert, host bank size,\n"
     "  and the residency/backend plan on this machine (pin budget, which MoE layers would stay\n"
     "  unpinned for CPU decode). Reads only headers.\n";
@@ -51,17 +53,49 @@ static const char *rope_name(enum ft_rope_type t) {
     }
 }
 
-/* Bank bytes per layer from the expert tensors' sizes ("model.layers.N.*.experts.*"). */
-static uint64_t *layer_bank_bytes(const struct ft_st_set *set, int n_layers) {
-    uint64_t *b = calloc((size_t)n_layers, sizeof *b);
-    for (int i = 0; b && i < ft_st_set_count(set); i++) {
+/* What the weights add up to, from the safetensors headers or the GGUF tensor infos. */
+struct sizes {
+    uint64_t params, bytes, expert_params, expert_bytes;
+    uint64_t *bank; /* [n_layers] host bank bytes per layer, as loaded */
+    uint64_t by_type[FT_GGML_TYPE_COUNT]; /* GGUF: bytes per block format */
+};
+
+static enum ft_status st_sizes(const struct ft_st_set *set, int n_layers, struct sizes *z) {
+    z->bank = calloc((size_t)n_layers, sizeof *z->bank);
+    if (!z->bank) return ft_fail(FT_ERR_OOM, "inspect: out of memory");
+    for (int i = 0; i < ft_st_set_count(set); i++) {
         const struct ft_st_tensor *t = ft_st_set_at(set, i);
+        uint64_t n = 1;
         int l;
-        if (strstr(t->name, ".experts.") && sscanf(t->name, "model.layers.%d.", &l) == 1 && l >= 0 &&
-            l < n_layers)
-            b[l] += t->n_bytes;
+        for (int d = 0; d < t->n_dims; d++) n *= (uint64_t)t->shape[d];
+        z->params += n;
+        z->bytes += t->n_bytes;
+        if (!strstr(t->name, ".experts.")) continue;
+        z->expert_params += n;
+        z->expert_bytes += t->n_bytes;
+        if (sscanf(t->name, "model.layers.%d.", &l) == 1 && l >= 0 && l < n_layers)
+            z->bank[l] += t->n_bytes;
     }
-    return b;
+    return FT_OK;
+}
+
+/* GGUF block formats are dequantised at load: the banks hold bf16 experts. */
+static enum ft_status gguf_sizes(const struct ft_gguf_file *f, int n_layers, struct sizes *z) {
+    z->bank = calloc((size_t)n_layers, sizeof *z->bank);
+    if (!z->bank) return ft_fail(FT_ERR_OOM, "inspect: out of memory");
+    for (int64_t i = 0; i < ft_gguf_tensor_count(f); i++) {
+        const struct ft_gguf_tensor *t = ft_gguf_tensor_at(f, i);
+        int l;
+        char fam[32];
+        z->params += (uint64_t)t->n_elems;
+        z->bytes += t->n_bytes;
+        z->by_type[t->type] += t->n_bytes;
+        if (sscanf(t->name, "blk.%d.ffn_%31[a-z]_exps", &l, fam) != 2) continue;
+        z->expert_params += (uint64_t)t->n_elems;
+        z->expert_bytes += (uint64_t)t->n_elems * 2;
+        if (l >= 0 && l < n_layers) z->bank[l] += (uint64_t)t->n_elems * 2;
+    }
+    return FT_OK;
 }
 
 int ft_cmd_inspect(int argc, char **argv) {
@@ -83,30 +117,34 @@ int ft_cmd_inspect(int argc, char **argv) {
     if (!dir) return ft_cli_usage_error("inspect", "--model is required");
     struct ft_config c;
     struct ft_st_set *set = NULL;
-    enum ft_status st = ft_config_load(dir, &c);
-    if (st != FT_OK) return ft_cli_fail(st);
-    const struct ft_arch *a = ft_arch_find(c.arch);
-    if (!a) {
-        ft_config_free(&c);
-        return ft_cli_fail(ft_fail(FT_ERR_UNSUPPORTED, "%s/config.json: architecture '%s' is "
-                                   "not supported (supported: %s)", dir, c.arch, ft_arch_list()));
+    struct ft_gguf_file *gf = NULL;
+    const struct ft_arch *a = NULL;
+    struct sizes z = {0};
+    char gpath[4096];
+    int is_gguf = ft_gguf_model_path(dir, gpath, sizeof gpath);
+    enum ft_status st = is_gguf < 0 ? FT_ERR_INVALID_ARG : FT_OK;
+    ft_config_init(&c);
+    if (st == FT_OK && is_gguf) {
+        st = ft_gguf_open(gpath, &gf);
+        if (st == FT_OK) st = ft_gguf_config(gf, &c, &a);
+        if (st == FT_OK) st = gguf_sizes(gf, c.n_layers, &z);
+    } else if (st == FT_OK) {
+        st = ft_config_load(dir, &c);
+        if (st == FT_OK && !(a = ft_arch_find(c.arch)))
+            st = ft_fail(FT_ERR_UNSUPPORTED, "%s/config.json: architecture '%s' is not supported "
+                         "(supported: %s)", dir, c.arch, ft_arch_list());
+        if (st == FT_OK) st = ft_st_set_open(dir, &set);
+        if (st == FT_OK) st = st_sizes(set, c.n_layers, &z);
     }
-    if ((st = ft_st_set_open(dir, &set)) != FT_OK) {
+    if (st != FT_OK) {
+        free(z.bank);
+        ft_st_set_close(set);
+        ft_gguf_close(gf);
         ft_config_free(&c);
         return ft_cli_fail(st);
     }
-    uint64_t params = 0, bytes = 0, expert_params = 0, expert_bytes = 0;
-    for (int i = 0; i < ft_st_set_count(set); i++) {
-        const struct ft_st_tensor *t = ft_st_set_at(set, i);
-        uint64_t n = 1;
-        for (int d = 0; d < t->n_dims; d++) n *= (uint64_t)t->shape[d];
-        params += n;
-        bytes += t->n_bytes;
-        if (strstr(t->name, ".experts.")) {
-            expert_params += n;
-            expert_bytes += t->n_bytes;
-        }
-    }
+    uint64_t params = z.params, bytes = z.bytes, expert_params = z.expert_params;
+    uint64_t expert_bytes = z.expert_bytes;
     int hd = c.head_dim > 0 ? c.head_dim : c.hidden_size / c.n_heads;
     printf("model         %s\narchitecture  %s (%s)\n", dir, c.arch, c.model_type);
     printf("layers        %d, hidden %d, heads %d (kv %d, head_dim %d), vocab %d\n", c.n_layers,
@@ -116,6 +154,14 @@ int ft_cmd_inspect(int argc, char **argv) {
     char b1[32], b2[32];
     printf("parameters    %s total, %s on disk\n", count((double)params, b1, sizeof b1),
            size((double)bytes, b2, sizeof b2));
+    if (gf) { /* the file's block formats, and what loading makes of them */
+        printf("gguf formats ");
+        for (int t = 0; t < FT_GGML_TYPE_COUNT; t++)
+            if (z.by_type[t])
+                printf(" %s %.0f%%", ft_ggml_type_name(t), 100.0 * (double)z.by_type[t] / (double)bytes);
+        printf(" (of the bytes); block formats are dequantised at load: dense weights to F16, "
+               "experts to bf16 banks\n");
+    }
     int E = c.n_experts, moe_layers = 0;
     if ((a->flags & FT_ARCH_MOE) && E > 0) {
         int I = ft_config_expert_width(&c, a);
@@ -144,16 +190,17 @@ int ft_cmd_inspect(int argc, char **argv) {
     struct ft_cuda_device d;
     snprintf(gpu, sizeof gpu, "no CUDA device found");
     if (n_dev > 0 && ft_cuda_device_query(0, &d) == FT_OK)
-        snprintf(gpu, sizeof gpu, "GPU %s, sm_%d%d, %.1f of %.1f GiB free, unused until the CUDA "
-                 "backend lands", d.name, d.cc_major, d.cc_minor, gib((double)d.free_bytes),
-                 gib((double)d.total_bytes));
+        snprintf(gpu, sizeof gpu, "GPU %s, sm_%d%d, %.1f of %.1f GiB free", d.name, d.cc_major,
+                 d.cc_minor, gib((double)d.free_bytes), gib((double)d.total_bytes));
 #endif
+    uint64_t mem = gf ? params * 2 : bytes; /* GGUF: dequantised to 2-byte elements */
     printf("plan          backend cpu (%s); all %s in host RAM (%s of %.1f GiB)%s\n", gpu,
-           moe_layers ? "weights and expert banks" : "weights", size((double)bytes, b1, sizeof b1),
-           gib((double)ram), bytes > ram ? ": DOES NOT FIT, loading will fail" : "");
+           moe_layers ? "weights and expert banks" : "weights", size((double)mem, b1, sizeof b1),
+           gib((double)ram), mem > ram ? ": DOES NOT FIT, loading will fail" : "");
     int rc = 0;
     if (moe_layers) { /* what the residency manager would do with the banks here */
-        uint64_t *lb = layer_bank_bytes(set, c.n_layers);
+        uint64_t *lb = z.bank;
+        z.bank = NULL;
         struct ft_residency_opts ro = {.pin_budget = pin_budget, .cpu_layers = cpu_layers};
         ro.budget.skip_probe = 1;
         struct ft_residency_plan *plan = NULL;
@@ -168,7 +215,9 @@ int ft_cmd_inspect(int argc, char **argv) {
         ft_residency_plan_free(plan);
         free(lb);
     }
+    free(z.bank);
     ft_st_set_close(set);
+    ft_gguf_close(gf);
     ft_config_free(&c);
     return rc;
 }

@@ -1,6 +1,6 @@
 /* gguf.c — validated GGUF v2/v3 reader over an mmap or any in-memory image (gguf.h).
- * Not yet used by the model or tokenizer loaders: tests/test_gguf.c and fuzz/fuzz_gguf.c call
- * it today. Threading: parse/open on one thread; the parsed file is immutable and
+ * Used by the model loader (model/gguf_model.c), the tokenizer loader, tests/test_gguf.c and
+ * fuzz/fuzz_gguf.c. Threading: parse/open on one thread; the parsed file is immutable and
  * may then be read from any number of threads.
  * Layout (little-endian): "GGUF" u32 version, u64 n_tensors, u64 n_kv, n_kv x {string key,
  * u32 type, value}, n_tensors x {string name, u32 n_dims, u64 ne[n_dims], u32 ggml type,
@@ -10,10 +10,13 @@
  * allocation exceeds a small multiple of its size. */
 #include "format/gguf.h"
 
+#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 #include "core/file.h"
 #include "core/status.h"
@@ -508,6 +511,42 @@ enum ft_status ft_gguf_open(const char *path, struct ft_gguf_file **out) {
 fail:
     ft_file_unmap(&m);
     return st;
+}
+
+static int has_gguf_suffix(const char *name) {
+    size_t n = strlen(name);
+    return n > 5 && strcasecmp(name + n - 5, ".gguf") == 0;
+}
+
+int ft_gguf_model_path(const char *path, char *out, size_t cap) {
+    struct stat sb;
+    if (!path || stat(path, &sb) != 0) return 0;
+    if (S_ISREG(sb.st_mode)) {
+        if (!has_gguf_suffix(path)) return 0;
+        snprintf(out, cap, "%s", path);
+        return 1;
+    }
+    char cfg[4096];
+    if (!S_ISDIR(sb.st_mode) || ft_file_exists(ft_path_join(cfg, sizeof cfg, path, "config.json")))
+        return 0; /* a Hugging Face checkpoint directory wins over stray .gguf files */
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int n = 0;
+    char first[1024] = "", second[1024] = "";
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!has_gguf_suffix(e->d_name)) continue;
+        snprintf(n ? second : first, sizeof first, "%s", e->d_name);
+        n++;
+    }
+    closedir(d);
+    if (n == 0) return 0;
+    if (n > 1) {
+        ft_fail(FT_ERR_INVALID_ARG, "%s: holds %d .gguf files (%s, %s, ...); pass the one to "
+                "load: --model %s/%s", path, n, first, second, path, first);
+        return -1;
+    }
+    ft_path_join(out, cap, path, first);
+    return 1;
 }
 
 void ft_gguf_close(struct ft_gguf_file *f) {

@@ -91,6 +91,12 @@ enum ft_status ft_gguf_parse(const void *buf, size_t size, const char *label,
 enum ft_status ft_gguf_open(const char *path, struct ft_gguf_file **out);
 void ft_gguf_close(struct ft_gguf_file *f);
 
+/* Whether a --model argument names a GGUF model: a file ending in .gguf, or a directory with
+ * no config.json and exactly one .gguf file. 1 with the file's path in out; 0 when it is not
+ * one (a Hugging Face directory, or a path that does not exist: the caller's loader reports
+ * that); -1 (ft_fail set) for a directory holding several .gguf files. */
+int ft_gguf_model_path(const char *path, char *out, size_t cap);
+
 int ft_gguf_version(const struct ft_gguf_file *f);
 const char *ft_gguf_label(const struct ft_gguf_file *f);
 uint32_t ft_gguf_alignment(const struct ft_gguf_file *f);

@@ -329,7 +329,7 @@ static enum ft_status load_object(const char *json, size_t len, const char *labe
     return FT_OK;
 }
 
-static void init_defaults(struct ft_config *cfg) {
+void ft_config_init(struct ft_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->rms_norm_eps = 1e-6;
     cfg->tie_word_embeddings = -1;
@@ -349,7 +349,7 @@ enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
     enum ft_status st = FT_OK;
     json_t *root = NULL;
     if (!label) label = "config.json";
-    init_defaults(cfg);
+    ft_config_init(cfg);
     FT_TRY(load_object(json, len, label, &root));
     json_t *ar = json_object_get(root, "architectures");
     if (!ar || json_is_null(ar)) {
@@ -454,7 +454,7 @@ enum ft_status ft_config_load(const char *dir, struct ft_config *cfg) {
     char path[4096];
     char *text = NULL;
     size_t len = 0;
-    init_defaults(cfg);
+    ft_config_init(cfg);
     ft_path_join(path, sizeof path, dir, "config.json");
     if (!ft_file_exists(path))
         return ft_fail(FT_ERR_IO, "%s: not found (is %s a Hugging Face checkpoint directory?)",

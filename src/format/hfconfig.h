@@ -67,6 +67,9 @@ struct ft_config {
     struct ft_gen_defaults gen;
 };
 
+/* Zeroes cfg and sets every field's documented default (the state before parsing; GGUF
+ * metadata is read onto it too). */
+void ft_config_init(struct ft_config *cfg);
 /* Parses config.json text (label names the source in errors). Missing required fields
  * (hidden_size, num_hidden_layers, num_attention_heads, vocab_size, architectures) and
  * wrongly typed or out-of-range values are FT_ERR_FORMAT naming the field. Fuzz entry point. */

@@ -365,14 +365,17 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static enum ft_status set_index(struct ft_st_set *s, const char *dir) {
-    int total = 0;
+/* Indexes the tensors of the set's files, or (no files) the n tensors at extra. */
+static enum ft_status set_index(struct ft_st_set *s, const char *dir, const struct ft_st_tensor *extra,
+                                int n_extra) {
+    int total = n_extra;
     for (int i = 0; i < s->n_files; i++) total += s->files[i]->n;
     s->t = malloc((size_t)(total ? total : 1) * sizeof *s->t);
     s->by_name = malloc((size_t)(total ? total : 1) * sizeof *s->by_name);
     if (!s->t || !s->by_name) return ft_fail(FT_ERR_OOM, "%s: out of memory indexing tensors", dir);
     for (int i = 0; i < s->n_files; i++)
         for (int j = 0; j < s->files[i]->n; j++) s->t[s->n++] = &s->files[i]->t[j];
+    for (int j = 0; j < n_extra; j++) s->t[s->n++] = &extra[j];
     int da, db;
     if (build_name_index(s->t, s->n, s->by_name, &da, &db) != 0)
         return ft_fail(FT_ERR_OOM, "%s: out of memory indexing tensors", dir);
@@ -441,7 +444,7 @@ static enum ft_status set_open_index(struct ft_st_set *s, const char *dir, const
         FT_TRY(ft_st_open(path, &s->files[s->n_files]));
         s->n_files++;
     }
-    FT_TRY(set_index(s, dir));
+    FT_TRY(set_index(s, dir, NULL, 0));
     /* Every index entry must be in the shard the index names. */
     json_object_foreach(wm, key, v) {
         const char *sh = json_string_value(v);
@@ -491,8 +494,22 @@ enum ft_status ft_st_set_open(const char *dir, struct ft_st_set **out) {
         }
         FT_TRY(ft_st_open(path, &s->files[0]));
         s->n_files = 1;
-        FT_TRY(set_index(s, dir));
+        FT_TRY(set_index(s, dir, NULL, 0));
     }
+    *out = s;
+    return FT_OK;
+fail:
+    ft_st_set_close(s);
+    return st;
+}
+
+enum ft_status ft_st_set_wrap(const struct ft_st_tensor *t, int n, const char *label,
+                              struct ft_st_set **out) {
+    enum ft_status st = FT_OK;
+    *out = NULL;
+    struct ft_st_set *s = calloc(1, sizeof *s);
+    if (!s) return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
+    FT_TRY(set_index(s, label, t, n));
     *out = s;
     return FT_OK;
 fail:

@@ -46,6 +46,10 @@ const struct ft_st_tensor *ft_st_find(const struct ft_st_file *f, const char *na
  * naming both). */
 struct ft_st_set;
 enum ft_status ft_st_set_open(const char *dir, struct ft_st_set **out);
+/* A set over n tensors held by the caller (a checkpoint of another format, renamed and
+ * converted: GGUF); t must outlive the set. Duplicate names are an error naming label. */
+enum ft_status ft_st_set_wrap(const struct ft_st_tensor *t, int n, const char *label,
+                              struct ft_st_set **out);
 void ft_st_set_close(struct ft_st_set *s);
 int ft_st_set_count(const struct ft_st_set *s);
 const struct ft_st_tensor *ft_st_set_at(const struct ft_st_set *s, int i);

@@ -15,6 +15,7 @@ enum ft_arch_flag {
     FT_ARCH_SLIDING_ALL = 1 << 4,   /* config sliding_window applies to every layer (Mistral) */
     FT_ARCH_SLIDING_QWEN = 1 << 5,  /* use_sliding_window + max_window_layers rule (Qwen2) */
     FT_ARCH_NORM_TOPK_ALWAYS = 1 << 6, /* top-k weights always renormalised (Mixtral) */
+    FT_ARCH_GGUF_QK_PERMUTED = 1 << 7, /* GGUF stores q/k rows interleaved for GGML's rope */
 };
 
 struct ft_arch {
@@ -24,10 +25,17 @@ struct ft_arch {
     const char *expert_w[3]; /* per-expert tensor names: gate, up, down */
     /* expert FFN width: moe_intermediate_size, or intermediate_size (Mixtral) */
     int expert_width_is_intermediate;
+    /* GGUF general.architecture this arch is read from ("qwen3moe"), NULL if none; gguf_moe:
+     * 1 when it is the MoE variant sharing that name (Mixtral: "llama" with experts) */
+    const char *gguf;
+    int gguf_moe;
+    int gguf_norm_topk; /* norm_topk_prob when the GGUF has no expert_weights_norm (llama.cpp's) */
 };
 
 /* The arch for config.json's architectures[0], or NULL. */
 const struct ft_arch *ft_arch_find(const char *name);
+/* The arch for a GGUF general.architecture (has_experts: the file has routed experts), or NULL. */
+const struct ft_arch *ft_arch_find_gguf(const char *name, int has_experts);
 /* Comma-separated list of supported names (for error messages). */
 const char *ft_arch_list(void);
 

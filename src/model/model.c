@@ -15,6 +15,8 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "format/gguf.h"
+#include "model/gguf_model.h"
 
 void *ft_model_alloc(struct ft_model *m, size_t bytes) {
     if (m->n_owned == m->cap_owned) {
@@ -111,6 +113,7 @@ static enum ft_status fill_expert(struct ft_model *m, struct ft_bank *b, int e, 
 }
 
 static enum ft_status load_experts(struct ft_model *m, int l, struct ft_layer *L) {
+    if (m->gguf) return ft_gguf_load_experts(m, l, L);
     const struct ft_arch *a = m->arch;
     int E = m->n_experts, I = m->expert_inter, H = m->hidden;
     char n0[256], n1[256];
@@ -366,15 +369,30 @@ enum ft_status ft_model_load_ex(const char *dir, ft_progress_fn progress, void *
     struct ft_model *m = calloc(1, sizeof *m);
     if (!m) return ft_fail(FT_ERR_OOM, "out of memory");
     snprintf(m->label, sizeof m->label, "%s", dir);
-    FT_TRY(ft_config_load(dir, &m->cfg));
-    m->arch = ft_arch_find(m->cfg.arch);
-    if (!m->arch) {
-        st = ft_fail(FT_ERR_UNSUPPORTED, "%s/config.json: architecture '%s' is not supported "
-                     "(supported: %s)", dir, m->cfg.arch, ft_arch_list());
+    char gpath[4096];
+    int is_gguf = ft_gguf_model_path(dir, gpath, sizeof gpath);
+    if (is_gguf < 0) {
+        st = FT_ERR_INVALID_ARG;
         goto fail;
     }
-    FT_TRY(ft_model_shapes(m));
-    FT_TRY(ft_st_set_open(dir, &m->st));
+    if (is_gguf) {
+        snprintf(m->label, sizeof m->label, "%s", gpath);
+        FT_TRY(ft_gguf_open(gpath, &m->gguf));
+        FT_TRY(ft_gguf_config(m->gguf, &m->cfg, &m->arch));
+        FT_TRY(ft_model_shapes(m));
+        FT_TRY(ft_gguf_rope_freqs(m));
+        FT_TRY(ft_gguf_model_tensors(m));
+    } else {
+        FT_TRY(ft_config_load(dir, &m->cfg));
+        m->arch = ft_arch_find(m->cfg.arch);
+        if (!m->arch) {
+            st = ft_fail(FT_ERR_UNSUPPORTED, "%s/config.json: architecture '%s' is not supported "
+                         "(supported: %s)", dir, m->cfg.arch, ft_arch_list());
+            goto fail;
+        }
+        FT_TRY(ft_model_shapes(m));
+        FT_TRY(ft_st_set_open(dir, &m->st));
+    }
     char n[128];
     FT_TRY(load_weight(m, "model.embed_tokens.weight", m->vocab, m->hidden, &m->embed));
     FT_TRY(load_vec(m, "model.norm.weight", m->hidden, &m->final_norm));
@@ -385,7 +403,9 @@ enum ft_status ft_model_load_ex(const char *dir, ft_progress_fn progress, void *
         FT_TRY(load_weight(m, NAME(n, "lm_head.weight"), m->vocab, m->hidden, &m->lm_head));
     }
     uint64_t file_bytes = 0;
-    for (int i = 0; i < ft_st_set_count(m->st); i++) file_bytes += ft_st_set_at(m->st, i)->n_bytes;
+    for (int i = 0; !m->gguf && i < ft_st_set_count(m->st); i++) file_bytes += ft_st_set_at(m->st, i)->n_bytes;
+    for (int64_t i = 0; m->gguf && i < ft_gguf_tensor_count(m->gguf); i++)
+        file_bytes += ft_gguf_tensor_at(m->gguf, i)->n_bytes; /* st lacks the experts */
     int talk = file_bytes > ((uint64_t)4 << 30), last_tenth = 0;
     for (int l = 0; l < m->n_layers; l++) {
         FT_TRY(load_layer(m, l));
@@ -414,6 +434,7 @@ void ft_model_free(struct ft_model *m) {
     free(m->layers);
     free(m->inv_freq);
     ft_st_set_close(m->st);
+    ft_gguf_close(m->gguf);
     ft_config_free(&m->cfg);
     free(m);
 }

@@ -16,6 +16,7 @@
 #include "model/arch.h"
 
 struct ft_pool;
+struct ft_gguf_file;
 
 /* A matmul weight [rows, cols] (y = x · W^T), rows contiguous. */
 struct ft_weight {
@@ -49,8 +50,9 @@ struct ft_layer {
 struct ft_model {
     struct ft_config cfg;
     const struct ft_arch *arch;
-    struct ft_st_set *st;       /* checkpoint (NULL for synthetic models) */
-    char label[256];            /* directory or synthetic preset name */
+    struct ft_st_set *st;       /* checkpoint tensors (NULL for synthetic models) */
+    struct ft_gguf_file *gguf;  /* the GGUF file behind st, or NULL (safetensors) */
+    char label[4096];           /* directory, GGUF file or synthetic preset name */
     int n_layers, hidden, n_heads, n_kv_heads, head_dim, vocab;
     int n_experts, top_k, expert_inter, norm_topk, shared_inter;
     float rms_eps;
@@ -68,7 +70,8 @@ struct ft_model {
     int n_owned, cap_owned;
 };
 
-/* Loads a Hugging Face checkpoint directory. */
+/* Loads a Hugging Face checkpoint directory, or a llama.cpp GGUF file (a path ending in
+ * .gguf, or a directory holding one and no config.json). */
 enum ft_status ft_model_load(const char *dir, struct ft_model **out);
 /* The same, calling progress(ctx, fraction of layers loaded) after each layer (may be NULL).
  * Models of a few GB and more also log their progress every 10%. */

@@ -3,6 +3,6 @@
 #include "model/arch.h"
 
 const struct ft_arch ft_arch_qwen2 = {
-    .name = "Qwen2ForCausalLM", .flags = FT_ARCH_QKV_BIAS | FT_ARCH_SLIDING_QWEN};
+    .name = "Qwen2ForCausalLM", .flags = FT_ARCH_QKV_BIAS | FT_ARCH_SLIDING_QWEN, .gguf = "qwen2"};
 const struct ft_arch ft_arch_qwen3 = {
-    .name = "Qwen3ForCausalLM", .flags = FT_ARCH_QK_NORM | FT_ARCH_SLIDING_QWEN};
+    .name = "Qwen3ForCausalLM", .flags = FT_ARCH_QK_NORM | FT_ARCH_SLIDING_QWEN, .gguf = "qwen3"};

@@ -7,4 +7,5 @@ const struct ft_arch ft_arch_qwen2_moe = {
     .flags = FT_ARCH_MOE | FT_ARCH_QKV_BIAS | FT_ARCH_SHARED_EXPERT | FT_ARCH_SLIDING_QWEN,
     .moe_block = "mlp",
     .expert_w = {"gate_proj", "up_proj", "down_proj"},
+    .gguf = "qwen2moe",
 };

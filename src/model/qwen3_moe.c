@@ -8,4 +8,6 @@ const struct ft_arch ft_arch_qwen3_moe = {
     .flags = FT_ARCH_MOE | FT_ARCH_QK_NORM | FT_ARCH_SLIDING_QWEN,
     .moe_block = "mlp",
     .expert_w = {"gate_proj", "up_proj", "down_proj"},
+    .gguf = "qwen3moe",
+    .gguf_norm_topk = 1,
 };

@@ -18,6 +18,17 @@ const struct ft_arch *ft_arch_find(const char *name) {
     return NULL;
 }
 
+const struct ft_arch *ft_arch_find_gguf(const char *name, int has_experts) {
+    for (size_t i = 0; i < sizeof k_archs / sizeof k_archs[0]; i++) {
+        const struct ft_arch *a = k_archs[i];
+        if (!a->gguf || strcmp(a->gguf, name) != 0) continue;
+        if (has_experts && !(a->flags & FT_ARCH_MOE)) continue; /* "llama" with experts: Mixtral */
+        if (!has_experts && a->gguf_moe) continue;
+        return a;
+    }
+    return NULL;
+}
+
 const char *ft_arch_list(void) {
     static char buf[512];
     if (!buf[0]) {

@@ -1,0 +1,399 @@
+/* gguf_model.c — a llama.cpp GGUF file as a model (model.h). The hyper-parameters come from
+ * its metadata into struct ft_config; its tensors are renamed to the Hugging Face names
+ * model.c reads, with GGML's dimension order reversed into row-major shapes, quantised ones
+ * dequantised to F16 (11 significant bits against bf16's 8: closer to the fp32 values llama.cpp
+ * and transformers compute with), and llama-arch q/k rows un-interleaved; stacked experts (ffn_*_exps) are dequantised straight
+ * into the bf16 banks. Engine thread, once, from ft_model_load_ex. */
+#include "model/gguf_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/status.h"
+#include "format/ggml_quant.h"
+#include "format/gguf.h"
+
+struct name_map {
+    const char *gguf, *hf; /* hf: "%s" stands for the arch's MoE block ("mlp") */
+};
+
+static const struct name_map k_globals[] = {
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+};
+
+static const struct name_map k_layer[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_output.bias", "self_attn.o_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"ffn_gate_inp.weight", "%s.gate.weight"},
+    {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+};
+
+/* stacked experts [E][rows][cols]: gate and up into the gate_up bank, down into the down bank */
+static const char *const k_experts[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                         "ffn_down_exps.weight"};
+
+/* ------------------------------------------------------------------ metadata */
+
+static const char *key(char *buf, size_t cap, const char *arch, const char *name) {
+    snprintf(buf, cap, "%s.%s", arch, name);
+    return buf;
+}
+
+/* An integer key that must be there and fit in [1, INT_MAX / 2]. */
+static enum ft_status req_int(const struct ft_gguf_file *f, const char *arch, const char *name,
+                              int *out) {
+    char k[160];
+    uint64_t v;
+    if (ft_gguf_get_u64(f, key(k, sizeof k, arch, name), &v) != FT_OK)
+        return ft_fail(FT_ERR_FORMAT, "%s: metadata key '%s' is missing or not an integer (not a "
+                       "complete llama.cpp model file?)", ft_gguf_label(f), k);
+    if (v == 0 || v > (1u << 30))
+        return ft_fail(FT_ERR_FORMAT, "%s: metadata key '%s' = %llu is out of range",
+                       ft_gguf_label(f), k, (unsigned long long)v);
+    *out = (int)v;
+    return FT_OK;
+}
+
+/* An optional integer key: *out unchanged when absent; present but wrong is an error. */
+static enum ft_status opt_int(const struct ft_gguf_file *f, const char *arch, const char *name,
+                              int *out) {
+    char k[160];
+    if (!ft_gguf_get(f, key(k, sizeof k, arch, name))) return FT_OK;
+    return req_int(f, arch, name, out);
+}
+
+static enum ft_status opt_f64(const struct ft_gguf_file *f, const char *arch, const char *name,
+                              double *out) {
+    char k[160];
+    if (!ft_gguf_get(f, key(k, sizeof k, arch, name))) return FT_OK;
+    return ft_gguf_get_f64(f, k, out);
+}
+
+static int has_tensor(const struct ft_gguf_file *f, const char *fmt, int l) {
+    char n[160];
+    snprintf(n, sizeof n, fmt, l);
+    return ft_gguf_find(f, n) != NULL;
+}
+
+static void add_eos(struct ft_config *c, const struct ft_gguf_file *f, const char *k) {
+    uint64_t id;
+    if (ft_gguf_get_u64(f, k, &id) != FT_OK || id > INT32_MAX) return;
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_token_ids[i] == (int)id) return;
+    if (c->n_eos < FT_MAX_EOS) c->eos_token_ids[c->n_eos++] = (int)id;
+}
+
+enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
+                              const struct ft_arch **arch_out) {
+    enum ft_status st = FT_OK;
+    const char *lbl = ft_gguf_label(f), *a = NULL;
+    ft_config_init(c);
+    if (ft_gguf_get_str(f, "general.architecture", &a) != FT_OK)
+        return ft_fail(FT_ERR_FORMAT, "%s: general.architecture is missing (not a llama.cpp model "
+                       "file?)", lbl);
+    char k[160];
+    uint64_t n_exp = 0;
+    if (ft_gguf_get(f, key(k, sizeof k, a, "expert_count"))) FT_TRY(ft_gguf_get_u64(f, k, &n_exp));
+    const struct ft_arch *arch = ft_arch_find_gguf(a, n_exp > 0);
+    if (!arch)
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: GGUF architecture '%s'%s is not supported "
+                       "(supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, and llama with "
+                       "experts as Mixtral)", lbl, a, n_exp ? " with experts" : "");
+    *arch_out = arch;
+    snprintf(c->arch, sizeof c->arch, "%s", arch->name);
+    snprintf(c->model_type, sizeof c->model_type, "%s", a);
+    FT_TRY(req_int(f, a, "block_count", &c->n_layers));
+    FT_TRY(req_int(f, a, "embedding_length", &c->hidden_size));
+    FT_TRY(req_int(f, a, "attention.head_count", &c->n_heads));
+    c->n_kv_heads = c->n_heads;
+    FT_TRY(opt_int(f, a, "attention.head_count_kv", &c->n_kv_heads));
+    FT_TRY(opt_int(f, a, "feed_forward_length", &c->intermediate_size));
+    FT_TRY(opt_int(f, a, "context_length", &c->max_position_embeddings));
+    FT_TRY(opt_f64(f, a, "attention.layer_norm_rms_epsilon", &c->rms_norm_eps));
+    FT_TRY(opt_f64(f, a, "rope.freq_base", &c->rope.theta));
+    c->head_dim = c->hidden_size / c->n_heads;
+    FT_TRY(opt_int(f, a, "attention.key_length", &c->head_dim));
+    int vlen = c->head_dim, rot = c->head_dim;
+    FT_TRY(opt_int(f, a, "attention.value_length", &vlen));
+    FT_TRY(opt_int(f, a, "rope.dimension_count", &rot));
+    if (vlen != c->head_dim)
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: key_length %d != value_length %d is not supported",
+                       lbl, c->head_dim, vlen);
+    c->rope.partial_rotary_factor = (double)rot / c->head_dim;
+    const char *rs = NULL;
+    if (ft_gguf_get(f, key(k, sizeof k, a, "rope.scaling.type"))) FT_TRY(ft_gguf_get_str(f, k, &rs));
+    if (rs && strcmp(rs, "none") != 0) {
+        if (strcmp(rs, "linear") == 0) {
+            c->rope.type = FT_ROPE_LINEAR;
+        } else if (strcmp(rs, "yarn") == 0) {
+            c->rope.type = FT_ROPE_YARN;
+        } else {
+            return ft_fail(FT_ERR_UNSUPPORTED, "%s: %s = '%s' is not supported (none, linear, "
+                           "yarn)", lbl, k, rs);
+        }
+        FT_TRY(opt_f64(f, a, "rope.scaling.factor", &c->rope.factor));
+        FT_TRY(opt_int(f, a, "rope.scaling.original_context_length", &c->rope.original_max_pos));
+        FT_TRY(opt_f64(f, a, "rope.scaling.attn_factor", &c->rope.attention_factor));
+    }
+    if (!ft_gguf_find(f, "token_embd.weight"))
+        return ft_fail(FT_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", lbl);
+    int64_t vocab = ft_gguf_find(f, "token_embd.weight")->ne[1];
+    if (vocab <= 0 || vocab > (1 << 30))
+        return ft_fail(FT_ERR_FORMAT, "%s: token_embd.weight has %lld rows", lbl, (long long)vocab);
+    c->vocab_size = (int)vocab;
+    c->tie_word_embeddings = ft_gguf_find(f, "output.weight") ? 0 : 1;
+    c->attention_bias = has_tensor(f, "blk.%d.attn_q.bias", 0);
+    if (n_exp) {
+        if (n_exp > (1u << 20))
+            return ft_fail(FT_ERR_FORMAT, "%s: %s = %llu is out of range", lbl, k,
+                           (unsigned long long)n_exp);
+        c->n_experts = (int)n_exp;
+        FT_TRY(req_int(f, a, "expert_used_count", &c->n_experts_per_tok));
+        FT_TRY(opt_int(f, a, "expert_feed_forward_length", &c->moe_intermediate_size));
+        FT_TRY(opt_int(f, a, "expert_shared_feed_forward_length", &c->shared_expert_intermediate_size));
+        c->norm_topk_prob = arch->gguf_norm_topk;
+        if (ft_gguf_get(f, key(k, sizeof k, a, "expert_weights_norm")))
+            FT_TRY(ft_gguf_get_bool(f, k, &c->norm_topk_prob));
+        /* dense layers among MoE ones: those without stacked experts (Qwen3 mlp_only_layers) */
+        c->mlp_only = calloc((size_t)c->n_layers, 1);
+        if (!c->mlp_only) return ft_fail(FT_ERR_OOM, "%s: out of memory", lbl);
+        for (int l = 0; l < c->n_layers; l++)
+            c->mlp_only[l] = !has_tensor(f, "blk.%d.ffn_gate_exps.weight", l) &&
+                             has_tensor(f, "blk.%d.ffn_gate.weight", l);
+    }
+    uint64_t id;
+    if (ft_gguf_get_u64(f, "tokenizer.ggml.bos_token_id", &id) == FT_OK && id <= INT32_MAX)
+        c->bos_token_id = (int)id;
+    add_eos(c, f, "tokenizer.ggml.eos_token_id");
+    add_eos(c, f, "tokenizer.ggml.eot_token_id");
+    add_eos(c, f, "tokenizer.ggml.eom_token_id");
+    return FT_OK;
+fail:
+    return st;
+}
+
+/* ------------------------------------------------------------------ tensors */
+
+/* Reverses GGML's dims into a row-major shape. */
+static void hf_shape(const struct ft_gguf_tensor *g, struct ft_st_tensor *t) {
+    t->n_dims = g->n_dims;
+    for (int d = 0; d < g->n_dims; d++) t->shape[d] = g->ne[g->n_dims - 1 - d];
+}
+
+/* Rows [0, rows) of g, each dequantised to f32 then converted, into dst (F16 or BF16). */
+static enum ft_status dequant_rows(const struct ft_gguf_tensor *g, const uint8_t *src,
+                                   int64_t rows, enum ft_dtype to, uint16_t *dst, float *tmp) {
+    int64_t n = g->ne[0];
+    size_t rb = ft_ggml_row_bytes(g->type, n);
+    for (int64_t r = 0; r < rows; r++) {
+        enum ft_status st = ft_ggml_dequant_row(g->type, src + (size_t)r * rb, tmp, n);
+        if (st != FT_OK) return st;
+        uint16_t *o = dst + (size_t)r * n;
+        if (to == FT_DTYPE_F16)
+            for (int64_t i = 0; i < n; i++) o[i] = ft_f32_to_f16(tmp[i]);
+        else
+            for (int64_t i = 0; i < n; i++) o[i] = ft_f32_to_bf16(tmp[i]);
+    }
+    return FT_OK;
+}
+
+static enum ft_dtype plain_dtype(int type, int *ok) {
+    *ok = 1;
+    if (type == FT_GGML_F32) return FT_DTYPE_F32;
+    if (type == FT_GGML_F16) return FT_DTYPE_F16;
+    if (type == FT_GGML_BF16) return FT_DTYPE_BF16;
+    *ok = 0;
+    return FT_DTYPE_F16;
+}
+
+static enum ft_status unsupported_type(const struct ft_gguf_file *f, const struct ft_gguf_tensor *g) {
+    return ft_fail(FT_ERR_UNSUPPORTED, "%s: tensor '%s' is %s, which this engine cannot read yet "
+                   "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4; pick a "
+                   "file quantised with those, e.g. Q4_K_M or Q8_0)", ft_gguf_label(f), g->name,
+                   ft_ggml_type_name(g->type));
+}
+
+/* llama.cpp's converter interleaves each head's rows (GGML rope rotates adjacent pairs,
+ * Hugging Face rotates halves): row 2i+p of a head came from row p*hd/2+i. Undone here. */
+static void unpermute_rows(uint8_t *dst, const uint8_t *src, int64_t rows, size_t row_bytes,
+                           int head_dim) {
+    int half = head_dim / 2;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t h = r / head_dim, j = r % head_dim, i = j / 2, p = j % 2;
+        memcpy(dst + (size_t)(h * head_dim + p * half + i) * row_bytes, src + (size_t)r * row_bytes,
+               row_bytes);
+    }
+}
+
+/* One GGUF tensor into t under hf_name: plain types in place (or copied to un-permute),
+ * block formats dequantised to F16 in memory the model owns. */
+static enum ft_status convert(struct ft_model *m, const struct ft_gguf_tensor *g, const char *hf_name,
+                              int permute, struct ft_st_tensor *t) {
+    const struct ft_gguf_file *f = m->gguf;
+    char *nm = ft_model_alloc(m, strlen(hf_name) + 1);
+    if (!nm) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
+    strcpy(nm, hf_name);
+    t->name = nm;
+    t->file = ft_gguf_label(f);
+    hf_shape(g, t);
+    int plain;
+    t->dtype = plain_dtype(g->type, &plain);
+    if (!plain && !ft_ggml_can_compute(g->type)) return unsupported_type(f, g);
+    size_t es = ft_dtype_size(t->dtype);
+    t->n_bytes = (size_t)g->n_elems * es;
+    int64_t rows = g->n_elems / g->ne[0];
+    if (permute && (rows % m->head_dim || m->head_dim % 2))
+        return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' has %lld rows, not whole heads of %d",
+                       t->file, g->name, (long long)rows, m->head_dim);
+    if (plain && !permute) {
+        t->data = g->data;
+        return FT_OK;
+    }
+    uint8_t *buf = ft_model_alloc(m, t->n_bytes), *out = buf;
+    uint8_t *tmp8 = permute ? malloc(t->n_bytes) : NULL;
+    float *tmp = plain ? NULL : malloc((size_t)g->ne[0] * sizeof *tmp);
+    enum ft_status st = FT_OK;
+    if (!buf || (permute && !tmp8) || (!plain && !tmp)) {
+        st = ft_fail(FT_ERR_OOM, "%s: out of memory converting '%s'", m->label, g->name);
+        goto done;
+    }
+    if (permute) out = tmp8;
+    if (plain) memcpy(out, g->data, t->n_bytes);
+    else st = dequant_rows(g, g->data, rows, FT_DTYPE_F16, (uint16_t *)out, tmp);
+    if (st == FT_OK && permute) unpermute_rows(buf, tmp8, rows, (size_t)g->ne[0] * es, m->head_dim);
+    t->data = buf;
+done:
+    free(tmp8);
+    free(tmp);
+    return st;
+}
+
+/* "blk.12.attn_q.weight" -> 12 and "attn_q.weight"; -1 when not a layer tensor. */
+static int split_layer(const char *name, const char **suffix) {
+    if (strncmp(name, "blk.", 4) != 0) return -1;
+    char *end;
+    long l = strtol(name + 4, &end, 10);
+    if (end == name + 4 || *end != '.' || l < 0 || l > (1 << 20)) return -1;
+    *suffix = end + 1;
+    return (int)l;
+}
+
+enum ft_status ft_gguf_model_tensors(struct ft_model *m) {
+    const struct ft_gguf_file *f = m->gguf;
+    const char *lbl = ft_gguf_label(f);
+    int64_t n = ft_gguf_tensor_count(f), k = 0;
+    struct ft_st_tensor *ts = ft_model_alloc(m, (size_t)(n ? n : 1) * sizeof *ts);
+    if (!ts) return ft_fail(FT_ERR_OOM, "%s: out of memory", lbl);
+    memset(ts, 0, (size_t)(n ? n : 1) * sizeof *ts);
+    int qk_perm = (m->arch->flags & FT_ARCH_GGUF_QK_PERMUTED) != 0;
+    for (int64_t i = 0; i < n; i++) {
+        const struct ft_gguf_tensor *g = ft_gguf_tensor_at(f, i);
+        const char *suffix = NULL, *hf = NULL;
+        char name[256];
+        int l = split_layer(g->name, &suffix), permute = 0;
+        if (l >= m->n_layers) {
+            return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' is past block_count %d", lbl, g->name,
+                           m->n_layers);
+        } else if (l >= 0) {
+            int skip = 0;
+            for (int e = 0; e < 3; e++) skip |= strcmp(suffix, k_experts[e]) == 0;
+            if (skip) continue; /* filled into the banks by ft_gguf_load_experts */
+            for (size_t j = 0; !hf && j < sizeof k_layer / sizeof k_layer[0]; j++)
+                if (strcmp(suffix, k_layer[j].gguf) == 0) hf = k_layer[j].hf;
+            if (hf) {
+                char tail[128];
+                snprintf(tail, sizeof tail, hf, m->arch->moe_block ? m->arch->moe_block : "mlp");
+                snprintf(name, sizeof name, "model.layers.%d.%s", l, tail);
+                permute = qk_perm && (!strncmp(suffix, "attn_q.", 7) || !strncmp(suffix, "attn_k.", 7));
+            }
+        } else if (strcmp(g->name, "rope_freqs.weight") == 0) {
+            continue; /* applied by ft_gguf_rope_freqs */
+        } else {
+            for (size_t j = 0; !hf && j < sizeof k_globals / sizeof k_globals[0]; j++)
+                if (strcmp(g->name, k_globals[j].gguf) == 0) hf = k_globals[j].hf;
+            if (hf) snprintf(name, sizeof name, "%s", hf);
+        }
+        if (!hf)
+            return ft_fail(FT_ERR_UNSUPPORTED, "%s: tensor '%s' has no place in a %s model (a "
+                           "variant this engine does not know; loading it without that tensor "
+                           "would give wrong output)", lbl, g->name, m->cfg.model_type);
+        enum ft_status st = convert(m, g, name, permute, &ts[k]);
+        if (st != FT_OK) return st;
+        if (l >= 0 && strcmp(suffix, "ffn_gate_inp_shexp.weight") == 0 && ts[k].n_dims == 1) {
+            ts[k].n_dims = 2; /* GGUF keeps the shared-expert gate as a vector: [1, H] */
+            ts[k].shape[1] = ts[k].shape[0], ts[k].shape[0] = 1;
+        }
+        k++;
+    }
+    return ft_st_set_wrap(ts, (int)k, lbl, &m->st);
+}
+
+enum ft_status ft_gguf_rope_freqs(struct ft_model *m) {
+    const struct ft_gguf_tensor *g = ft_gguf_find(m->gguf, "rope_freqs.weight");
+    if (!g) return FT_OK;
+    if (g->type != FT_GGML_F32 || g->n_elems != m->rot_dim / 2)
+        return ft_fail(FT_ERR_FORMAT, "%s: rope_freqs.weight must be F32 [%d]", ft_gguf_label(m->gguf),
+                       m->rot_dim / 2);
+    const float *ff = g->data; /* GGML divides each rotation frequency by its factor */
+    for (int i = 0; i < m->rot_dim / 2; i++) m->inv_freq[i] /= ff[i];
+    return FT_OK;
+}
+
+enum ft_status ft_gguf_load_experts(struct ft_model *m, int l, struct ft_layer *L) {
+    const struct ft_gguf_file *f = m->gguf;
+    int E = m->n_experts, I = m->expert_inter, H = m->hidden;
+    const struct ft_gguf_tensor *g[3];
+    for (int j = 0; j < 3; j++) {
+        char n[160];
+        snprintf(n, sizeof n, "blk.%d.%s", l, k_experts[j]);
+        g[j] = ft_gguf_find(f, n);
+        int64_t c = j < 2 ? H : I, r = j < 2 ? I : H;
+        if (!g[j])
+            return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' is missing (layer %d is an MoE layer)",
+                           ft_gguf_label(f), n, l);
+        if (g[j]->n_dims != 3 || g[j]->ne[0] != c || g[j]->ne[1] != r || g[j]->ne[2] != E)
+            return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected "
+                           "[%d, %lld, %lld] (experts, rows, cols)", ft_gguf_label(f), n,
+                           (long long)g[j]->ne[2], (long long)g[j]->ne[1], (long long)g[j]->ne[0],
+                           E, (long long)r, (long long)c);
+        int plain;
+        plain_dtype(g[j]->type, &plain);
+        if (!plain && !ft_ggml_can_compute(g[j]->type)) return unsupported_type(f, g[j]);
+    }
+    const struct ft_row_schema *schema = ft_row_schema_for(FT_DTYPE_BF16);
+    enum ft_status st = ft_bank_init(&L->bank[FT_BANK_GATE_UP], schema, FT_BANK_GATE_UP, E, 2 * I, H);
+    if (st == FT_OK) st = ft_bank_init(&L->bank[FT_BANK_DOWN], schema, FT_BANK_DOWN, E, H, I);
+    float *tmp = malloc((size_t)(H > I ? H : I) * sizeof *tmp);
+    if (st == FT_OK && !tmp) st = ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
+    for (int e = 0; st == FT_OK && e < E; e++)
+        for (int j = 0; st == FT_OK && j < 3; j++) {
+            int64_t rows = g[j]->ne[1];
+            size_t per = ft_ggml_row_bytes(g[j]->type, g[j]->ne[0]) * (size_t)rows;
+            uint16_t *dst = (uint16_t *)ft_bank_expert(&L->bank[j < 2 ? 0 : 1], e) +
+                            (j == 1 ? (size_t)I * H : 0);
+            const uint8_t *src = (const uint8_t *)g[j]->data + per * (size_t)e;
+            st = dequant_rows(g[j], src, rows, FT_DTYPE_BF16, dst, tmp);
+        }
+    free(tmp);
+    return st;
+}

@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""gen_gguf_fixtures.py — tiny random GGUF models in llama.cpp's layout, with transformers' logits.
+
+For each fixture below this writes tests/data/gguf/models/<name>.gguf (tensor names, metadata keys
+and the llama-arch q/k row interleaving as llama.cpp's convert_hf_to_gguf.py writes them; the
+block formats of a Q4_K_M file: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and plain F32/F16) and
+<name>.ref.safetensors: the prompt ids, transformers' fp32 logits at every position and its
+12 greedy tokens, with transformers loading the very same file (`gguf_file=`), so the reference
+shares none of FreeToken-C's GGUF code: its own name mapping, un-permutation and dequantisers.
+
+K-quant blocks are random bytes with small super-block scales (gguf-py cannot quantise to them;
+their values are whatever the bytes decode to, which both readers must agree on); Q8_0 and Q4_0
+are quantised from Gaussian weights with gguf-py.
+
+Usage: python3 tools/gen_gguf_fixtures.py [OUT_DIR]   (needs numpy, torch, transformers, gguf)
+"""
+import os
+import sys
+
+import numpy as np
+
+import gguf
+from gguf import GGMLQuantizationType as Q
+
+VOCAB = 320
+RNG = np.random.default_rng(20261130)
+
+
+def kquant_blocks(shape, qt):
+    """Random valid blocks of a K-quant for a weight of logical numpy shape (..., cols)."""
+    bs, ts = gguf.GGML_QUANT_SIZES[qt]
+    *lead, cols = shape
+    nb = cols // bs
+    raw = RNG.integers(0, 256, size=(*lead, nb, ts), dtype=np.uint8)
+    d = RNG.uniform(1.0e-4, 3.0e-4, size=(*lead, nb)).astype(np.float16).view(np.uint8)
+    if qt in (Q.Q4_K, Q.Q5_K):  # d, dmin first
+        dmin = RNG.uniform(0.5e-4, 2.0e-4, size=(*lead, nb)).astype(np.float16).view(np.uint8)
+        raw[..., 0:2] = d.reshape(*lead, nb, 2)
+        raw[..., 2:4] = dmin.reshape(*lead, nb, 2)
+    elif qt == Q.Q6_K:  # ql[128] qh[64] scales[16] d
+        raw[..., 192:208] = RNG.integers(-20, 21, size=(*lead, nb, 16), dtype=np.int8).view(np.uint8)
+        raw[..., 208:210] = (d.reshape(*lead, nb, 2).view(np.float16) * 0.5).view(np.uint8)
+    return raw.reshape(*lead, nb * ts)
+
+
+def tensor(shape, qt, std=0.05):
+    """(bytes-or-floats to write, ggml type)."""
+    if qt in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+        return kquant_blocks(shape, qt), qt
+    w = (RNG.standard_normal(shape) * std).astype(np.float32)
+    if qt == Q.F32:
+        return w, None
+    if qt == Q.F16:
+        return w.astype(np.float16), None
+    return gguf.quants.quantize(w, qt), qt
+
+
+def norm(n):
+    return (1.0 + 0.1 * RNG.standard_normal(n)).astype(np.float32), None
+
+
+def permute(w_bytes_or_f, n_head, qt):
+    """llama.cpp's q/k interleave, on rows (valid for any row format: rows move whole)."""
+    rows = w_bytes_or_f.shape[0]
+    hd = rows // n_head
+    idx = np.arange(rows).reshape(n_head, 2, hd // 2).swapaxes(1, 2).reshape(rows)
+    return w_bytes_or_f[idx]
+
+
+FIXTURES = {
+    # Qwen2.5-style: q/k/v biases, tied embeddings, the Q4_K_M mix of formats
+    "qwen2_q4km": dict(arch="qwen2", H=256, heads=4, kv=2, hd=64, L=2, I=512, tied=True,
+                       types=dict(embd=Q.Q8_0, q=Q.Q4_K, k=Q.Q4_K, v=Q.Q6_K, o=Q.Q5_K,
+                                  gate=Q.Q4_K, up=Q.Q4_K, down=Q.Q6_K),
+                       bias=True, theta=1000000.0),
+    # Llama: q/k rows interleaved by the converter; Q4_0 / Q8_0 and an F16 head
+    "llama_q40": dict(arch="llama", H=256, heads=4, kv=2, hd=64, L=2, I=256, tied=False,
+                      types=dict(embd=Q.F16, q=Q.Q4_0, k=Q.Q4_0, v=Q.Q8_0, o=Q.Q4_0,
+                                 gate=Q.Q8_0, up=Q.Q8_0, down=Q.Q4_0, out=Q.F16),
+                      bias=False, theta=500000.0),
+    # Qwen3-MoE: q/k norms, stacked experts in Q4_K (gate/up) and Q6_K (down), F32 router
+    "qwen3moe_q4km": dict(arch="qwen3moe", H=256, heads=4, kv=2, hd=64, L=2, I=512, tied=False,
+                          E=8, k=2, EI=256,
+                          types=dict(embd=Q.Q8_0, q=Q.Q4_K, k=Q.Q4_K, v=Q.Q6_K, o=Q.Q4_K,
+                                     egate=Q.Q4_K, eup=Q.Q4_K, edown=Q.Q6_K, out=Q.Q6_K),
+                          bias=False, qknorm=True, theta=1000000.0,
+                          # transformers' GGUF reader skips these two keys (it relies on the
+                          # Qwen3MoeConfig defaults, 768 and False); llama.cpp reads the width
+                          # and always renormalises qwen3moe's top-k, so the reference says so
+                          hf=dict(moe_intermediate_size=256, norm_topk_prob=True)),
+}
+
+
+def build(name, spec, out_dir):
+    arch = spec["arch"]
+    path = os.path.join(out_dir, name + ".gguf")
+    w = gguf.GGUFWriter(path, arch)
+    H, heads, kv, hd, L, I = (spec[k] for k in ("H", "heads", "kv", "hd", "L", "I"))
+    w.add_name(name)
+    w.add_block_count(L)
+    w.add_context_length(512)
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(I)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(spec["theta"])
+    if hd != H // heads:
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+    if "E" in spec:
+        w.add_expert_count(spec["E"])
+        w.add_expert_used_count(spec["k"])
+        w.add_expert_feed_forward_length(spec["EI"])
+    # a byte-level vocabulary: enough for transformers to build its tokenizer object
+    toks = [bytes([b]).decode("latin-1") for b in range(256)] + [f"<x{i}>" for i in range(VOCAB - 256)]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(toks)
+    w.add_token_types([1] * VOCAB)
+    w.add_token_merges([])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    t = spec["types"]
+
+    def add(tname, data_qt):
+        data, qt = data_qt
+        if qt is None:
+            w.add_tensor(tname, data)
+        else:
+            w.add_tensor(tname, data, raw_dtype=qt)
+
+    add("token_embd.weight", tensor((VOCAB, H), t["embd"]))
+    add("output_norm.weight", norm(H))
+    if not spec["tied"]:
+        add("output.weight", tensor((VOCAB, H), t.get("out", Q.Q6_K)))
+    for l in range(L):
+        p = f"blk.{l}."
+        add(p + "attn_norm.weight", norm(H))
+        add(p + "ffn_norm.weight", norm(H))
+        qd, kd = heads * hd, kv * hd
+        wq, tq = tensor((qd, H), t["q"])
+        wk, tk = tensor((kd, H), t["k"])
+        if arch == "llama":  # the converter's interleave; transformers undoes it on load
+            wq, wk = permute(wq, heads, tq), permute(wk, kv, tk)
+        add(p + "attn_q.weight", (wq, tq))
+        add(p + "attn_k.weight", (wk, tk))
+        add(p + "attn_v.weight", tensor((kd, H), t["v"]))
+        add(p + "attn_output.weight", tensor((H, qd), t["o"]))
+        if spec.get("bias"):
+            add(p + "attn_q.bias", tensor((qd,), Q.F32, 0.1))
+            add(p + "attn_k.bias", tensor((kd,), Q.F32, 0.1))
+            add(p + "attn_v.bias", tensor((kd,), Q.F32, 0.1))
+        if spec.get("qknorm"):
+            add(p + "attn_q_norm.weight", norm(hd))
+            add(p + "attn_k_norm.weight", norm(hd))
+        if "E" in spec:
+            E, EI = spec["E"], spec["EI"]
+            add(p + "ffn_gate_inp.weight", tensor((E, H), Q.F32, 0.5))
+            add(p + "ffn_gate_exps.weight", tensor((E, EI, H), t["egate"]))
+            add(p + "ffn_up_exps.weight", tensor((E, EI, H), t["eup"]))
+            add(p + "ffn_down_exps.weight", tensor((E, H, EI), t["edown"]))
+        else:
+            add(p + "ffn_gate.weight", tensor((I, H), t["gate"]))
+            add(p + "ffn_up.weight", tensor((I, H), t["up"]))
+            add(p + "ffn_down.weight", tensor((H, I), t["down"]))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def reference(path, out_dir, name, overrides):
+    import torch
+    from transformers import AutoModelForCausalLM
+    from safetensors.torch import save_file
+
+    d, f = os.path.split(path)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32,
+                                                 **overrides)
+    model.eval()
+    ids = torch.tensor([[int(x) for x in RNG.integers(3, VOCAB, size=24)]])
+    with torch.no_grad():
+        logits = model(ids).logits[0].float()
+        gen = model.generate(ids, max_new_tokens=12, do_sample=False, min_new_tokens=12)
+    greedy = gen[0, ids.shape[1]:].to(torch.int32)
+    save_file({"ids": ids[0].to(torch.int32).contiguous(), "logits": logits.contiguous(),
+               "greedy": greedy.contiguous()}, os.path.join(out_dir, name + ".ref.safetensors"))
+    print(f"{name}: {os.path.getsize(path)} bytes, logits |max| {logits.abs().max():.3f}, "
+          f"greedy {greedy.tolist()}")
+
+
+def main():
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(__file__), "..", "tests", "data", "gguf", "models")
+    os.makedirs(out_dir, exist_ok=True)
+    for name, spec in FIXTURES.items():
+        reference(build(name, spec, out_dir), out_dir, name, spec.get("hf", {}))
+
+
+if __name__ == "__main__":
+    main()
