@@ -20,7 +20,7 @@ static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2
                                          "llama",     "mistral",          "qwen2",     "qwen3"};
 
 static const char *const k_gguf[] = {"qwen2_q4km", "llama_q40", "qwen3moe_q4km"};
-#define GGUF_TOL 2e-2
+#define GGUF_TOL 1e-2
 
 struct ref {
     struct ft_st_file *f;

@@ -8,9 +8,9 @@ block formats of a Q4_K_M file: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and plain F32/F16) 
 12 greedy tokens, with transformers loading the very same file (`gguf_file=`), so the reference
 shares none of FreeToken-C's GGUF code: its own name mapping, un-permutation and dequantisers.
 
-K-quant blocks are random bytes with small super-block scales (gguf-py cannot quantise to them;
-their values are whatever the bytes decode to, which both readers must agree on); Q8_0 and Q4_0
-are quantised from Gaussian weights with gguf-py.
+K-quant blocks are random bytes with small, zero-centring super-block scales (gguf-py cannot
+quantise to them; their values are whatever the bytes decode to, which both readers must agree
+on); Q8_0 and Q4_0 are quantised from Gaussian weights with gguf-py.
 
 Usage: python3 tools/gen_gguf_fixtures.py [OUT_DIR]   (needs numpy, torch, transformers, gguf)
 """
@@ -27,19 +27,22 @@ RNG = np.random.default_rng(20261130)
 
 
 def kquant_blocks(shape, qt):
-    """Random valid blocks of a K-quant for a weight of logical numpy shape (..., cols)."""
+    """Random valid blocks of a K-quant for a weight of logical numpy shape (..., cols).
+    Q4_K/Q5_K decode to d*sc*q - dmin*m with sc, m, q uniform: dmin = d * mean(q) centres the
+    weights on zero (a model with biased weights is chaotic, and any rounding then shows)."""
     bs, ts = gguf.GGML_QUANT_SIZES[qt]
     *lead, cols = shape
     nb = cols // bs
     raw = RNG.integers(0, 256, size=(*lead, nb, ts), dtype=np.uint8)
-    d = RNG.uniform(1.0e-4, 3.0e-4, size=(*lead, nb)).astype(np.float16).view(np.uint8)
+    d = RNG.uniform(4.0e-5, 8.0e-5, size=(*lead, nb)).astype(np.float32)
     if qt in (Q.Q4_K, Q.Q5_K):  # d, dmin first
-        dmin = RNG.uniform(0.5e-4, 2.0e-4, size=(*lead, nb)).astype(np.float16).view(np.uint8)
-        raw[..., 0:2] = d.reshape(*lead, nb, 2)
-        raw[..., 2:4] = dmin.reshape(*lead, nb, 2)
-    elif qt == Q.Q6_K:  # ql[128] qh[64] scales[16] d
+        qmean = 7.5 if qt == Q.Q4_K else 15.5
+        dmin = d * qmean * RNG.uniform(0.95, 1.05, size=d.shape)
+        raw[..., 0:2] = d.astype(np.float16).view(np.uint8).reshape(*lead, nb, 2)
+        raw[..., 2:4] = dmin.astype(np.float16).view(np.uint8).reshape(*lead, nb, 2)
+    elif qt == Q.Q6_K:  # ql[128] qh[64] scales[16] d: d * sc * (q - 32), already centred
         raw[..., 192:208] = RNG.integers(-20, 21, size=(*lead, nb, 16), dtype=np.int8).view(np.uint8)
-        raw[..., 208:210] = (d.reshape(*lead, nb, 2).view(np.float16) * 0.5).view(np.uint8)
+        raw[..., 208:210] = (d * 2).astype(np.float16).view(np.uint8).reshape(*lead, nb, 2)
     return raw.reshape(*lead, nb * ts)
 
 

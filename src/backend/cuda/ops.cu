@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_ops.h"
 #include "core/status.h"
@@ -53,18 +54,63 @@ __device__ float block_sum(float v) {
     return warp_sum(v);
 }
 
+/* --- programmatic dependent launch (Hopper): each kernel lets the next one launch at once and
+ * waits for its predecessor's completion (and memory flush) before it touches activations, so
+ * launch latency and weight prefetches overlap the previous kernel's tail. Every kernel here
+ * calls pdl_enter() before any load or store of data another kernel writes (weights may be
+ * read before it), which keeps stream order transitive. FT_PDL=0 turns it off (A/B runs). --- */
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+static int pdl_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("FT_PDL");
+        int dev = 0, major = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        on = major >= 9 && !(e && e[0] == '0');
+    }
+    return on;
+}
+
+template <typename... KArgs, typename... Args>
+static void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                   Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = pdl_on();
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+
 static unsigned cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
 /* --- elementwise / norms --- */
 
 __global__ void embed_kernel(float *out, const uint16_t *table, const int32_t *ids, int H) {
+    pdl_enter();
     const uint16_t *row = table + (size_t)ids[blockIdx.x] * H;
     for (int h = threadIdx.x; h < H; h += blockDim.x) out[(size_t)blockIdx.x * H + h] = bf2f(row[h]);
 }
 
 extern "C" void ft_cuda_embed(float *out, const uint16_t *table, const int32_t *ids, int T, int H,
                               cudaStream_t s) {
-    embed_kernel<<<T, 256, 0, s>>>(out, table, ids, H);
+    launch(embed_kernel, T, 256, 0, s, out, table, ids, H);
 }
 
 /* row of position p of sequence seq in the paged KV cache */
@@ -77,6 +123,7 @@ __device__ __forceinline__ size_t cache_row(const int32_t *tables, int max_block
  * with the next norm. */
 __global__ void add_rmsnorm_kernel(float *x, const float *y, float *xn, uint16_t *xn16,
                                    const float *w, int H, float eps) {
+    pdl_enter();
     float *xr = x + (size_t)blockIdx.x * H;
     const float *yr = y ? y + (size_t)blockIdx.x * H : NULL;
     float ss = 0.0f;
@@ -96,7 +143,7 @@ __global__ void add_rmsnorm_kernel(float *x, const float *y, float *xn, uint16_t
 extern "C" void ft_cuda_add_rmsnorm(float *x, const float *y, float *xn, uint16_t *xn16,
                                     const float *w, int rows, int H, float eps, cudaStream_t s) {
     int threads = H >= 1024 ? 1024 : H >= 256 ? 256 : 64;
-    add_rmsnorm_kernel<<<rows, threads, 0, s>>>(x, y, xn, xn16, w, H, eps);
+    launch(add_rmsnorm_kernel, rows, threads, 0, s, x, y, xn, xn16, w, H, eps);
 }
 
 /* The plain norm is the fused one with nothing to add (x is then only read). */
@@ -112,6 +159,7 @@ __global__ void qk_rope_kv_kernel(float *q, const float *k, const float *v, floa
                                   const int32_t *pos, const float *inv_freq, float mscale,
                                   const int32_t *tok_seq, const int32_t *tables, int max_blocks,
                                   int bs, int n_heads, int n_kv_heads, int hd, int rot_dim) {
+    pdl_enter();
     int t = blockIdx.x, hh = blockIdx.y, i = threadIdx.x, is_k = hh >= n_heads;
     int head = is_k ? hh - n_heads : hh;
     __shared__ float buf[256];
@@ -149,18 +197,19 @@ extern "C" void ft_cuda_qk_rope_kv(float *q, const float *k, const float *v, flo
                                    int max_blocks, int block_size, int T, int n_heads,
                                    int n_kv_heads, int head_dim, int rot_dim, cudaStream_t s) {
     int threads = (head_dim + 31) / 32 * 32;
-    qk_rope_kv_kernel<<<dim3(T, n_heads + n_kv_heads), threads, 0, s>>>(
-        q, k, v, k_cache, v_cache, q_norm, k_norm, eps, pos, inv_freq, mscale, tok_seq, tables,
-        max_blocks, block_size, n_heads, n_kv_heads, head_dim, rot_dim);
+    launch(qk_rope_kv_kernel, dim3(T, n_heads + n_kv_heads), threads, 0, s, q, k, v, k_cache,
+           v_cache, q_norm, k_norm, eps, pos, inv_freq, mscale, tok_seq, tables, max_blocks,
+           block_size, n_heads, n_kv_heads, head_dim, rot_dim);
 }
 
 __global__ void to_bf16_kernel(uint16_t *y, const float *x, size_t n) {
+    pdl_enter();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = f2bf(x[i]);
 }
 
 extern "C" void ft_cuda_to_bf16(uint16_t *y, const float *x, size_t n, cudaStream_t s) {
-    to_bf16_kernel<<<cdiv(n, 256), 256, 0, s>>>(y, x, n);
+    launch(to_bf16_kernel, cdiv(n, 256), 256, 0, s, y, x, n);
 }
 
 /* --- attention: flash-decoding. Positions are split into chunks of `ch`; a block per
@@ -175,6 +224,7 @@ __global__ void attention_split_kernel(float *part, const float *q, const float 
                                        const int32_t *tables, int max_blocks, int bs, int n_heads,
                                        int n_kv_heads, int hd, float scale, int window, int ch,
                                        int n_split) {
+    pdl_enter();
     int t = blockIdx.x, h = blockIdx.y, sp = blockIdx.z, lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
     int kvh = h / (n_heads / n_kv_heads), seq = tok_seq[t];
     size_t kv_stride = (size_t)n_kv_heads * hd;
@@ -237,6 +287,7 @@ __global__ void attention_split_kernel(float *part, const float *q, const float 
 }
 
 __global__ void attention_merge_kernel(float *out, const float *part, int n_heads, int hd, int n_split) {
+    pdl_enter();
     int t = blockIdx.x, h = blockIdx.y;
     const float *pp = part + ((size_t)t * n_heads + h) * n_split * (hd + 2);
     float M = -INFINITY;
@@ -266,22 +317,24 @@ extern "C" void ft_cuda_attention(float *out, float *scratch, const float *q, co
                                   int max_pos, int n_split, cudaStream_t s) {
     int ch = (max_pos + n_split - 1) / n_split;
     if (ch < 1) ch = 1;
-    attention_split_kernel<<<dim3(T, n_heads, n_split), ATT_WARPS * WARP, 0, s>>>(
-        scratch, q, k_cache, v_cache, pos, tok_seq, tables, max_blocks, block_size, n_heads,
-        n_kv_heads, head_dim, scale, window, ch, n_split);
-    attention_merge_kernel<<<dim3(T, n_heads), head_dim <= 128 ? 128 : 256, 0, s>>>(
-        out, scratch, n_heads, head_dim, n_split);
+    launch(attention_split_kernel, dim3(T, n_heads, n_split), ATT_WARPS * WARP, 0, s, scratch, q,
+           k_cache, v_cache, pos, tok_seq, tables, max_blocks, block_size, n_heads, n_kv_heads,
+           head_dim, scale, window, ch, n_split);
+    launch(attention_merge_kernel, dim3(T, n_heads), head_dim <= 128 ? 128 : 256, 0, s, out,
+           scratch, n_heads, head_dim, n_split);
 }
 
 __global__ void add_bias_kernel(float *y, int ldy, const float *bias, int N) {
+    pdl_enter();
     for (int n = threadIdx.x; n < N; n += blockDim.x) y[(size_t)blockIdx.x * ldy + n] += bias[n];
 }
 
 extern "C" void ft_cuda_add_bias(float *y, int ldy, const float *bias, int T, int N, cudaStream_t s) {
-    add_bias_kernel<<<T, 256, 0, s>>>(y, ldy, bias, N);
+    launch(add_bias_kernel, T, 256, 0, s, y, ldy, bias, N);
 }
 
 __global__ void silu_mul_kernel(float *out, const float *gu, int I, size_t n) {
+    pdl_enter();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     size_t t = i / I, j = i % I;
@@ -291,16 +344,17 @@ __global__ void silu_mul_kernel(float *out, const float *gu, int I, size_t n) {
 
 extern "C" void ft_cuda_silu_mul(float *out, const float *gate_up, int T, int I, cudaStream_t s) {
     size_t n = (size_t)T * I;
-    silu_mul_kernel<<<cdiv(n, 256), 256, 0, s>>>(out, gate_up, I, n);
+    launch(silu_mul_kernel, cdiv(n, 256), 256, 0, s, out, gate_up, I, n);
 }
 
 __global__ void add_kernel(float *y, const float *x, size_t n) {
+    pdl_enter();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += x[i];
 }
 
 extern "C" void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s) {
-    add_kernel<<<cdiv(n, 256), 256, 0, s>>>(y, x, n);
+    launch(add_kernel, cdiv(n, 256), 256, 0, s, y, x, n);
 }
 
 /* --- GEMV: one warp per output row, TT tokens at once; 16-byte weight loads when K % 8 == 0 --- */
@@ -361,6 +415,10 @@ __device__ __forceinline__ void row_dot(float acc[TT], const uint16_t *wr, const
 template <int TT>
 __global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a) {
     int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP;
+    if (n < a.N) /* this warp's weight row into L2 while the previous kernel finishes */
+        for (size_t off = (size_t)lane * 128; off < (size_t)a.K * 2; off += WARP * 128)
+            prefetch_l2((const char *)(a.w + (size_t)n * a.K) + off);
+    pdl_enter();
     __shared__ float r_s[8];
     if (a.nw) { /* per-token 1/rms, computed by every block (x rows are small, L2 resident) */
         for (int t = 0; t < a.T; t++) {
@@ -410,10 +468,14 @@ extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream
         a.y[0] += (size_t)t0 * a.ldy0;
         if (a.y[1]) a.y[1] += (size_t)t0 * a.n1;
         if (a.y[2]) a.y[2] += (size_t)t0 * (a.N - a.n0 - a.n1);
-        if (a.T == 1) gemv_fused_kernel<1><<<grid, th, 0, s>>>(a);
-        else if (a.T == 2) gemv_fused_kernel<2><<<grid, th, 0, s>>>(a);
-        else if (a.T <= 4) gemv_fused_kernel<4><<<grid, th, 0, s>>>(a);
-        else gemv_fused_kernel<8><<<grid, th, 0, s>>>(a);
+        if (a.T == 1)
+            launch(gemv_fused_kernel<1>, grid, th, 0, s, a);
+        else if (a.T == 2)
+            launch(gemv_fused_kernel<2>, grid, th, 0, s, a);
+        else if (a.T <= 4)
+            launch(gemv_fused_kernel<4>, grid, th, 0, s, a);
+        else
+            launch(gemv_fused_kernel<8>, grid, th, 0, s, a);
     }
 }
 
@@ -425,6 +487,7 @@ extern "C" void ft_cuda_gemv(float *y, int ldy, const float *x, const uint16_t *
 
 __global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint16_t *w,
                                 size_t expert_stride, const int32_t *ids, int N, int K) {
+    pdl_enter();
     int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP, p = blockIdx.y;
     if (n >= N) return;
     if (ids[p] < 0) { /* a pair the CPU computes (hybrid): contributes nothing here */
@@ -441,12 +504,13 @@ __global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint1
 extern "C" void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w,
                                  size_t expert_stride, const int32_t *ids, int P, int N, int K,
                                  cudaStream_t s) {
-    moe_gemv_kernel<<<dim3(cdiv(N, GEMV_WARPS), P), GEMV_WARPS * WARP, 0, s>>>(y, x, x_div, w,
-                                                                              expert_stride, ids, N, K);
+    launch(moe_gemv_kernel, dim3(cdiv(N, GEMV_WARPS), P), GEMV_WARPS * WARP, 0, s, y, x, x_div, w,
+           expert_stride, ids, N, K);
 }
 
 __global__ void moe_combine_kernel(float *out, const float *y, const float *wts, int k, int H,
                                    int accumulate) {
+    pdl_enter();
     int t = blockIdx.x;
     for (int h = threadIdx.x; h < H; h += blockDim.x) {
         float a = 0.0f;
@@ -457,7 +521,7 @@ __global__ void moe_combine_kernel(float *out, const float *y, const float *wts,
 
 extern "C" void ft_cuda_moe_combine(float *out, const float *y, const float *wts, int T, int k,
                                     int H, int accumulate, cudaStream_t s) {
-    moe_combine_kernel<<<T, 256, 0, s>>>(out, y, wts, k, H, accumulate);
+    launch(moe_combine_kernel, T, 256, 0, s, out, y, wts, k, H, accumulate);
 }
 
 /* --- router: one warp per token; values kept in registers (E <= 1024) --- */
@@ -465,6 +529,7 @@ extern "C" void ft_cuda_moe_combine(float *out, const float *y, const float *wts
 
 __global__ void router_topk_kernel(const float *logits, int T, int E, int k, int norm, int32_t *ids,
                                    float *w) {
+    pdl_enter();
     int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (t >= T) return;
     const float *l = logits + (size_t)t * E;
@@ -509,13 +574,14 @@ __global__ void router_topk_kernel(const float *logits, int T, int E, int k, int
 
 extern "C" void ft_cuda_router_topk(const float *logits, int T, int E, int k, int norm,
                                     int32_t *ids, float *w, cudaStream_t s) {
-    router_topk_kernel<<<cdiv(T, 4), 4 * WARP, 0, s>>>(logits, T, E, k, norm, ids, w);
+    launch(router_topk_kernel, cdiv(T, 4), 4 * WARP, 0, s, logits, T, E, k, norm, ids, w);
 }
 
 /* One warp per token: softmax statistics over E by the warp, then lane 0 draws k distinct ids
  * by rejection; weights = the router's softmax at those ids. */
 __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, int T, int E,
                                    int k, uint64_t seed, const uint32_t *step, int layer, int norm) {
+    pdl_enter();
     int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (t >= T) return;
     const float *l = logits + (size_t)t * E;
@@ -546,14 +612,21 @@ __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, 
 extern "C" void ft_cuda_synthetic_route(int32_t *ids, float *w, const float *logits, int T, int E,
                                         int k, uint64_t seed, const uint32_t *step, int layer,
                                         int norm, cudaStream_t s) {
-    synth_route_kernel<<<cdiv(T, 4), 4 * WARP, 0, s>>>(ids, w, logits, T, E, k, seed, step, layer, norm);
+    launch(synth_route_kernel, cdiv(T, 4), 4 * WARP, 0, s, ids, w, logits, T, E, k, seed, step,
+           layer, norm);
 }
 
-__global__ void step_incr_kernel(uint32_t *step) { (*step)++; }
+__global__ void step_incr_kernel(uint32_t *step) {
+    pdl_enter();
+    (*step)++;
+}
 
-extern "C" void ft_cuda_step_incr(uint32_t *step, cudaStream_t s) { step_incr_kernel<<<1, 1, 0, s>>>(step); }
+extern "C" void ft_cuda_step_incr(uint32_t *step, cudaStream_t s) {
+    launch(step_incr_kernel, 1, 1, 0, s, step);
+}
 
 __global__ void sigmoid_scale_add_kernel(float *y, const float *x, const float *score, int H) {
+    pdl_enter();
     int t = blockIdx.x;
     float g = 1.0f / (1.0f + __expf(-score[t]));
     for (int h = threadIdx.x; h < H; h += blockDim.x) y[(size_t)t * H + h] += g * x[(size_t)t * H + h];
@@ -561,10 +634,11 @@ __global__ void sigmoid_scale_add_kernel(float *y, const float *x, const float *
 
 extern "C" void ft_cuda_sigmoid_scale_add(float *y, const float *x, const float *score, int T,
                                           int H, cudaStream_t s) {
-    sigmoid_scale_add_kernel<<<T, 256, 0, s>>>(y, x, score, H);
+    launch(sigmoid_scale_add_kernel, T, 256, 0, s, y, x, score, H);
 }
 
 __global__ void argmax_kernel(const float *logits, int V, int32_t *out) {
+    pdl_enter();
     const float *l = logits + (size_t)blockIdx.x * V;
     float best = -INFINITY;
     int bi = 0x7fffffff;
@@ -588,20 +662,22 @@ __global__ void argmax_kernel(const float *logits, int V, int32_t *out) {
 }
 
 extern "C" void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *out, cudaStream_t s) {
-    argmax_kernel<<<rows, 1024, 0, s>>>(logits, V, out);
+    launch(argmax_kernel, rows, 1024, 0, s, logits, V, out);
 }
 
 __global__ void gather_bf16_kernel(uint16_t *y, const uint16_t *x, const int32_t *src, int H) {
+    pdl_enter();
     int r = blockIdx.x;
     for (int h = threadIdx.x; h < H; h += blockDim.x) y[(size_t)r * H + h] = x[(size_t)src[r] * H + h];
 }
 
 extern "C" void ft_cuda_gather_bf16(uint16_t *y, const uint16_t *x, const int32_t *src, int rows,
                                     int H, cudaStream_t s) {
-    if (rows > 0) gather_bf16_kernel<<<rows, 256, 0, s>>>(y, x, src, H);
+    if (rows > 0) launch(gather_bf16_kernel, rows, 256, 0, s, y, x, src, H);
 }
 
 __global__ void gather_f32_kernel(float *y, const float *x, const float *x2, const int32_t *src, int H) {
+    pdl_enter();
     int r = blockIdx.x;
     for (int h = threadIdx.x; h < H; h += blockDim.x)
         y[(size_t)r * H + h] = x[(size_t)src[r] * H + h] + (x2 ? x2[(size_t)src[r] * H + h] : 0.0f);
@@ -609,7 +685,7 @@ __global__ void gather_f32_kernel(float *y, const float *x, const float *x2, con
 
 extern "C" void ft_cuda_gather_f32(float *y, const float *x, const float *x2, const int32_t *src,
                                    int rows, int H, cudaStream_t s) {
-    if (rows > 0) gather_f32_kernel<<<rows, 256, 0, s>>>(y, x, x2, src, H);
+    if (rows > 0) launch(gather_f32_kernel, rows, 256, 0, s, y, x, x2, src, H);
 }
 
 extern "C" double ft_cuda_d2d_gbps(size_t bytes, int reps) {
