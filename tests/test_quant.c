@@ -223,7 +223,7 @@ TEST(dtype_table) {
         {FT_DTYPE_I8, "I8", 1},    {FT_DTYPE_U8, "U8", 1},           {FT_DTYPE_U16, "U16", 2},
         {FT_DTYPE_U32, "U32", 4},  {FT_DTYPE_U64, "U64", 8},         {FT_DTYPE_BOOL, "BOOL", 1},
     };
-    EXPECT_EQ(sizeof want / sizeof want[0], FT_DTYPE_COUNT);
+    EXPECT_EQ(sizeof want / sizeof want[0], FT_DTYPE_Q8_0); /* the safetensors dtypes */
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         EXPECT_STREQ(ft_dtype_name(want[i].t), want[i].name);
         EXPECT_EQ(ft_dtype_size(want[i].t), want[i].size);
@@ -239,6 +239,29 @@ TEST(dtype_table) {
     EXPECT_EQ(ft_dtype_size(FT_DTYPE_COUNT), 0);
     EXPECT_EQ(ft_dtype_size((enum ft_dtype)-1), 0);
     EXPECT_STREQ(ft_dtype_name(FT_DTYPE_COUNT), "?");
+    /* GGML block formats: named, sized by row, mapped both ways, never parsed from safetensors;
+     * row sizes from GGML's block geometry (ggml-common.h: 34 B / 32, 144 B / 256, ...) */
+    static const struct { enum ft_dtype t; const char *name; int ggml; size_t row256; } blk[] = {
+        {FT_DTYPE_Q8_0, "Q8_0", 8, 8 * 34},  {FT_DTYPE_Q4_0, "Q4_0", 2, 8 * 18},
+        {FT_DTYPE_Q4_K, "Q4_K", 12, 144},    {FT_DTYPE_Q5_K, "Q5_K", 13, 176},
+        {FT_DTYPE_Q6_K, "Q6_K", 14, 210},    {FT_DTYPE_MXFP4, "MXFP4", 39, 8 * 17},
+    };
+    EXPECT_EQ(FT_DTYPE_Q8_0 + sizeof blk / sizeof blk[0], FT_DTYPE_COUNT);
+    for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++) {
+        EXPECT(ft_dtype_is_block(blk[i].t));
+        EXPECT_STREQ(ft_dtype_name(blk[i].t), blk[i].name);
+        EXPECT_EQ(ft_dtype_size(blk[i].t), 0);
+        EXPECT_EQ(ft_dtype_row_bytes(blk[i].t, 256), blk[i].row256);
+        EXPECT_EQ(ft_dtype_row_bytes(blk[i].t, 100), 0); /* not a whole number of blocks */
+        EXPECT_EQ(ft_dtype_ggml(blk[i].t), blk[i].ggml);
+        EXPECT_EQ(ft_dtype_from_ggml(blk[i].ggml), blk[i].t);
+        EXPECT_EQ(ft_dtype_parse(blk[i].name, &p), -1);
+    }
+    EXPECT_EQ(ft_dtype_row_bytes(FT_DTYPE_BF16, 100), 200);
+    EXPECT_EQ(ft_dtype_ggml(FT_DTYPE_BF16), 30);
+    EXPECT_EQ(ft_dtype_ggml(FT_DTYPE_I8), -1);
+    EXPECT_EQ(ft_dtype_from_ggml(10), FT_DTYPE_COUNT); /* Q2_K: not read */
+    EXPECT(!ft_dtype_is_block(FT_DTYPE_F32));
 }
 
 TEST(to_f32_bulk) {

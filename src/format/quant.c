@@ -1,6 +1,8 @@
 /* quant.c — element type table and scalar conversions. Pure functions, any thread. */
 #include "format/quant.h"
 
+#include "format/ggml_quant.h"
+
 static const struct {
     const char *name;
     size_t size;
@@ -13,7 +15,36 @@ static const struct {
     [FT_DTYPE_U8] = {"U8", 1},        [FT_DTYPE_U16] = {"U16", 2},
     [FT_DTYPE_U32] = {"U32", 4},      [FT_DTYPE_U64] = {"U64", 8},
     [FT_DTYPE_BOOL] = {"BOOL", 1},
+    [FT_DTYPE_Q8_0] = {"Q8_0", 0},    [FT_DTYPE_Q4_0] = {"Q4_0", 0},
+    [FT_DTYPE_Q4_K] = {"Q4_K", 0},    [FT_DTYPE_Q5_K] = {"Q5_K", 0},
+    [FT_DTYPE_Q6_K] = {"Q6_K", 0},    [FT_DTYPE_MXFP4] = {"MXFP4", 0},
 };
+
+static const struct {
+    enum ft_dtype dt;
+    int ggml;
+} k_ggml[] = {
+    {FT_DTYPE_F32, FT_GGML_F32},   {FT_DTYPE_F16, FT_GGML_F16},   {FT_DTYPE_BF16, FT_GGML_BF16},
+    {FT_DTYPE_Q8_0, FT_GGML_Q8_0}, {FT_DTYPE_Q4_0, FT_GGML_Q4_0}, {FT_DTYPE_Q4_K, FT_GGML_Q4_K},
+    {FT_DTYPE_Q5_K, FT_GGML_Q5_K}, {FT_DTYPE_Q6_K, FT_GGML_Q6_K}, {FT_DTYPE_MXFP4, FT_GGML_MXFP4},
+};
+
+int ft_dtype_ggml(enum ft_dtype t) {
+    for (size_t i = 0; i < sizeof k_ggml / sizeof k_ggml[0]; i++)
+        if (k_ggml[i].dt == t) return k_ggml[i].ggml;
+    return -1;
+}
+
+enum ft_dtype ft_dtype_from_ggml(int ggml_type) {
+    for (size_t i = 0; i < sizeof k_ggml / sizeof k_ggml[0]; i++)
+        if (k_ggml[i].ggml == ggml_type) return k_ggml[i].dt;
+    return FT_DTYPE_COUNT;
+}
+
+size_t ft_dtype_row_bytes(enum ft_dtype t, int64_t n) {
+    if (ft_dtype_is_block(t)) return ft_ggml_row_bytes(ft_dtype_ggml(t), n);
+    return (size_t)n * ft_dtype_size(t);
+}
 
 size_t ft_dtype_size(enum ft_dtype t) { return (unsigned)t < FT_DTYPE_COUNT ? k_dtypes[t].size : 0; }
 
@@ -23,7 +54,7 @@ const char *ft_dtype_name(enum ft_dtype t) {
 
 int ft_dtype_parse(const char *s, enum ft_dtype *out) {
     for (int i = 0; i < FT_DTYPE_COUNT; i++) {
-        if (strcmp(s, k_dtypes[i].name) == 0) {
+        if (k_dtypes[i].size && strcmp(s, k_dtypes[i].name) == 0) {
             *out = (enum ft_dtype)i;
             return 0;
         }

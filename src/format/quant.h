@@ -23,12 +23,30 @@ enum ft_dtype {
     FT_DTYPE_U32,
     FT_DTYPE_U64,
     FT_DTYPE_BOOL,
+    /* GGML block formats (GGUF files): a row of n elements is ft_dtype_row_bytes(t, n) bytes,
+     * n a multiple of the block; they exist in host banks and weights, never in safetensors */
+    FT_DTYPE_Q8_0,
+    FT_DTYPE_Q4_0,
+    FT_DTYPE_Q4_K,
+    FT_DTYPE_Q5_K,
+    FT_DTYPE_Q6_K,
+    FT_DTYPE_MXFP4,
     FT_DTYPE_COUNT
 };
 
-size_t ft_dtype_size(enum ft_dtype t);        /* bytes per element */
+size_t ft_dtype_size(enum ft_dtype t);        /* bytes per element; 0 for a block format */
+/* Bytes of a row of n elements (block formats: 0 when n is not a multiple of the block). */
+size_t ft_dtype_row_bytes(enum ft_dtype t, int64_t n);
+/* The GGML type number of t (F32, F16, BF16 and the block formats), -1 if it has none. */
+int ft_dtype_ggml(enum ft_dtype t);
+/* The dtype of a GGML type number; FT_DTYPE_COUNT when there is none. */
+enum ft_dtype ft_dtype_from_ggml(int ggml_type);
+/* 1 for the GGML block formats. */
+static inline int ft_dtype_is_block(enum ft_dtype t) {
+    return t >= FT_DTYPE_Q8_0 && t <= FT_DTYPE_MXFP4;
+}
 const char *ft_dtype_name(enum ft_dtype t);   /* safetensors spelling: "BF16" */
-/* Parses a safetensors dtype string; returns 0 on success. */
+/* Parses a safetensors dtype string (block formats are not safetensors dtypes); 0 on success. */
 int ft_dtype_parse(const char *s, enum ft_dtype *out);
 
 static inline float ft_bf16_to_f32(uint16_t h) {

@@ -10,6 +10,12 @@ static const struct ft_row_schema k_schemas[] = {
     {"bf16", FT_DTYPE_BF16},
     {"f16", FT_DTYPE_F16},
     {"f32", FT_DTYPE_F32},
+    {"q8_0", FT_DTYPE_Q8_0},
+    {"q4_0", FT_DTYPE_Q4_0},
+    {"q4_k", FT_DTYPE_Q4_K},
+    {"q5_k", FT_DTYPE_Q5_K},
+    {"q6_k", FT_DTYPE_Q6_K},
+    {"mxfp4", FT_DTYPE_MXFP4},
 };
 
 const struct ft_row_schema *ft_row_schema_for(enum ft_dtype t) {
@@ -26,7 +32,7 @@ enum ft_status ft_bank_init(struct ft_bank *b, const struct ft_row_schema *schem
     b->n_experts = n_experts;
     b->rows = rows;
     b->cols = cols;
-    b->row_bytes = (size_t)rows * (size_t)cols * ft_dtype_size(schema->dtype);
+    b->row_bytes = (size_t)rows * ft_dtype_row_bytes(schema->dtype, cols);
     b->stride = (b->row_bytes + 63) & ~(size_t)63;
     b->bytes = ((size_t)n_experts * b->stride + 4095) & ~(size_t)4095;
     b->base = ft_sys_alloc_pages(b->bytes);

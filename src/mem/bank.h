@@ -18,12 +18,13 @@ enum ft_bank_family { FT_BANK_GATE_UP, FT_BANK_DOWN, FT_BANK_N_FAMILIES };
 
 /* What one expert row of each family holds, for one expert format. */
 struct ft_row_schema {
-    const char *name;     /* "bf16" */
-    enum ft_dtype dtype;  /* element type of the weight matrix */
-    /* gate_up row: [2I, H] (gate rows, then up rows); down row: [H, I] */
+    const char *name;     /* "bf16", "q4_k" */
+    enum ft_dtype dtype;  /* element type or GGML block format of the weight matrix */
+    /* gate_up row: [2I, H] (gate rows, then up rows); down row: [H, I]; each matrix row is
+     * ft_dtype_row_bytes(dtype, cols) bytes (GGML blocks along the row) */
 };
 
-/* Schema for plain (unquantised) experts of element type t; NULL if t has none. */
+/* Schema for experts of element type or block format t; NULL if t has none. */
 const struct ft_row_schema *ft_row_schema_for(enum ft_dtype t);
 
 struct ft_bank {

@@ -2,8 +2,9 @@
  * its metadata into struct ft_config; its tensors are renamed to the Hugging Face names
  * model.c reads, with GGML's dimension order reversed into row-major shapes, quantised ones
  * dequantised to F16 (11 significant bits against bf16's 8: closer to the fp32 values llama.cpp
- * and transformers compute with), and llama-arch q/k rows un-interleaved; stacked experts (ffn_*_exps) are dequantised straight
- * into the bf16 banks. Engine thread, once, from ft_model_load_ex. */
+ * and transformers compute with), and llama-arch q/k rows un-interleaved; stacked experts
+ * (ffn_*_exps) are copied into banks in their block format (bank.h row schemas).
+ * Engine thread, once, from ft_model_load_ex. */
 #include "model/gguf_model.h"
 
 #include <stdio.h>
@@ -380,19 +381,28 @@ enum ft_status ft_gguf_load_experts(struct ft_model *m, int l, struct ft_layer *
         plain_dtype(g[j]->type, &plain);
         if (!plain && !ft_ggml_can_compute(g[j]->type)) return unsupported_type(f, g[j]);
     }
-    const struct ft_row_schema *schema = ft_row_schema_for(FT_DTYPE_BF16);
-    enum ft_status st = ft_bank_init(&L->bank[FT_BANK_GATE_UP], schema, FT_BANK_GATE_UP, E, 2 * I, H);
-    if (st == FT_OK) st = ft_bank_init(&L->bank[FT_BANK_DOWN], schema, FT_BANK_DOWN, E, H, I);
+    /* the banks keep the file's blocks when gate and up share a format (Q4_K_M does); else
+     * both are dequantised to bf16 */
+    enum ft_dtype tg = ft_dtype_from_ggml(g[0]->type), td = ft_dtype_from_ggml(g[2]->type);
+    int native = g[0]->type == g[1]->type;
+    const struct ft_row_schema *sgu = ft_row_schema_for(native ? tg : FT_DTYPE_BF16);
+    const struct ft_row_schema *sd = ft_row_schema_for(td);
+    enum ft_status st = ft_bank_init(&L->bank[FT_BANK_GATE_UP], sgu, FT_BANK_GATE_UP, E, 2 * I, H);
+    if (st == FT_OK) st = ft_bank_init(&L->bank[FT_BANK_DOWN], sd, FT_BANK_DOWN, E, H, I);
     float *tmp = malloc((size_t)(H > I ? H : I) * sizeof *tmp);
     if (st == FT_OK && !tmp) st = ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
     for (int e = 0; st == FT_OK && e < E; e++)
         for (int j = 0; st == FT_OK && j < 3; j++) {
             int64_t rows = g[j]->ne[1];
             size_t per = ft_ggml_row_bytes(g[j]->type, g[j]->ne[0]) * (size_t)rows;
-            uint16_t *dst = (uint16_t *)ft_bank_expert(&L->bank[j < 2 ? 0 : 1], e) +
-                            (j == 1 ? (size_t)I * H : 0);
             const uint8_t *src = (const uint8_t *)g[j]->data + per * (size_t)e;
-            st = dequant_rows(g[j], src, rows, FT_DTYPE_BF16, dst, tmp);
+            uint8_t *dst = ft_bank_expert(&L->bank[j < 2 ? 0 : 1], e);
+            if (j == 2 || native) { /* the file's bytes: up's rows follow gate's */
+                memcpy(dst + (j == 1 ? per : 0), src, per);
+                continue;
+            }
+            st = dequant_rows(g[j], src, rows, FT_DTYPE_BF16,
+                              (uint16_t *)dst + (j == 1 ? (size_t)I * H : 0), tmp);
         }
     free(tmp);
     return st;

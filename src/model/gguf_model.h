@@ -16,7 +16,8 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
 enum ft_status ft_gguf_model_tensors(struct ft_model *m);
 /* Applies rope_freqs.weight (llama 3 rope scaling as llama.cpp stores it) to m->inv_freq. */
 enum ft_status ft_gguf_rope_freqs(struct ft_model *m);
-/* Layer l's ffn_{gate,up,down}_exps dequantised into bf16 banks. */
+/* Layer l's ffn_{gate,up,down}_exps copied into banks in their block formats (gate and up
+ * of different formats: both dequantised to bf16). */
 enum ft_status ft_gguf_load_experts(struct ft_model *m, int l, struct ft_layer *L);
 
 #endif

@@ -1,4 +1,5 @@
-/* matmul.c — y = x · w^T with fp32 activations and F32/F16/BF16 weights read in place.
+/* matmul.c — y = x · w^T with fp32 activations and F32/F16/BF16 weights read in place (GGML
+ * block formats go to format/ggml_quant.c's row dots).
  * ft_cpu_matmul_rows is the kernel everything else (dense layers, the MoE CPU executor) runs:
  * rows are processed in tiles of 4; for each tile the token blocks are looped inside, so the
  * tile's weight rows stay in L1/L2 while x streams past, and each weight vector is loaded and
@@ -11,6 +12,7 @@
 #include "backend/cpu/ops.h"
 
 #include "core/status.h"
+#include "format/ggml_quant.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -235,10 +237,26 @@ T256 static void rows256_bf16(float *y, int ldy, const float *x, int ldx, const 
 
 typedef void (*rows_fn)(float *, int, const float *, int, const void *, int, int, int, int);
 
+/* GGML block formats: each row dotted straight from its blocks (format/ggml_quant.c). */
+static void rows_blocks(float *y, int ldy, const float *x, int ldx, const void *w, enum ft_dtype wt,
+                        int T, int n0, int n1, int K) {
+    int type = ft_dtype_ggml(wt);
+    size_t rb = ft_dtype_row_bytes(wt, K);
+    for (int n = n0; n < n1; n++) {
+        const void *row = (const uint8_t *)w + (size_t)n * rb;
+        for (int t = 0; t < T; t++)
+            y[(size_t)t * ldy + n] = ft_ggml_dot_row(type, row, x + (size_t)t * ldx, K);
+    }
+}
+
 void ft_cpu_matmul_rows(float *y, int ldy, const float *x, int ldx, const void *w, enum ft_dtype wt,
                         int T, int n0, int n1, int K) {
-    FT_ASSERT(wt == FT_DTYPE_F32 || wt == FT_DTYPE_F16 || wt == FT_DTYPE_BF16);
     if (T <= 0 || n1 <= n0) return;
+    if (ft_dtype_is_block(wt)) {
+        rows_blocks(y, ldy, x, ldx, w, wt, T, n0, n1, K);
+        return;
+    }
+    FT_ASSERT(wt == FT_DTYPE_F32 || wt == FT_DTYPE_F16 || wt == FT_DTYPE_BF16);
     rows_fn fn = NULL;
 #ifdef FT_X86
     int d = wt == FT_DTYPE_F32 ? 0 : wt == FT_DTYPE_F16 ? 1 : 2;
