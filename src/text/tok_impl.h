@@ -1,7 +1,7 @@
 /* tok_impl.h — internals of the tokenizer shared by tokenizer.c (tokenizer.json loader and the
- * building steps loaders use), pretok.c (normalizers and pre-tokenizers), bpe.c (the model and
- * the encode driver), detok.c (decoding) and tokmap.c (hash maps). Not a public header.
- * Threading: everything here is read-only after loading. */
+ * building steps both loaders use), tok_gguf.c (GGUF loader), pretok.c (normalizers and
+ * pre-tokenizers), bpe.c (the model and the encode driver), detok.c (decoding) and tokmap.c (hash
+ * maps). Not a public header. Threading: everything here is read-only after loading. */
 #ifndef FT_TEXT_TOK_IMPL_H
 #define FT_TEXT_TOK_IMPL_H
 
@@ -176,7 +176,7 @@ enum ft_status ft_tok_add_split(struct ft_tok *t, const char *pat, size_t len, i
                                 enum ft_split_behavior behavior, int invert);
 enum ft_status ft_tok_add_bytelevel(struct ft_tok *t, int add_prefix_space, int use_regex);
 
-/* ---- building a struct ft_tok: tokenizer.c, for every loader, in this order ---- */
+/* ---- building a struct ft_tok: tokenizer.c, shared by both loaders, in this order ---- */
 
 /* A new empty tokenizer (no ids: bos/eos/unk -1); path names the source in messages. */
 enum ft_status ft_tok_new(const char *path, struct ft_tok **out);
@@ -197,6 +197,9 @@ enum ft_status ft_tok_build_added(struct ft_tok *t);
 /* Once normalizers, pre-tokenizers and the decoder are set: byte-level and <0xNN> ids, the word
  * split, the decoded bytes of every id. */
 enum ft_status ft_tok_finish(struct ft_tok *t);
+/* tok_gguf.c: the Split regexes a byte-level GGUF's tokenizer.ggml.pre stands for (NULL when
+ * unknown), for tests that compare them with tokenizer.json files. */
+const char *const *ft_tok_gguf_pre_regexes(const char *pre, int *n);
 /* Appends id to a prefix/suffix list. */
 enum ft_status ft_tok_push_id(const struct ft_tok *t, int32_t **arr, int *n, int32_t id);
 

@@ -1,6 +1,6 @@
 /* tokenizer.c — loads a Hugging Face tokenizer.json (+ tokenizer_config.json) into struct ft_tok:
- * vocabulary, merges, added tokens, post-processor and config; the building steps any loader
- * uses (tok_impl.h); and the small accessors.
+ * vocabulary, merges, added tokens, post-processor and config; the building steps it shares with
+ * the GGUF loader (tok_gguf.c); and the small accessors.
  * Called by the engine, server and `ft tokenize`. Threading: ft_tok_load builds the tokenizer
  * on the calling thread; afterwards it is read-only and shared freely. */
 #define _POSIX_C_SOURCE 200809L /* strdup */
@@ -22,7 +22,7 @@ int32_t ft_tok_lookup(const struct ft_tok *t, const char *s, size_t n) {
     }
 }
 
-/* ---------------- building steps for every loader (tok_impl.h) ---------------- */
+/* ---------------- shared by both loaders (tok_impl.h) ---------------- */
 
 enum ft_status ft_tok_new(const char *path, struct ft_tok **out) {
     struct ft_tok *t = calloc(1, sizeof *t);
