@@ -1,13 +1,15 @@
 /* fuzz_gguf.c — libFuzzer target for ft_gguf_parse: any byte string must either be rejected
  * with a status (and no file) or yield metadata and tensors that lie wholly inside the input,
  * are found by key/name, and whose supported types dequantise and dot without reading past
- * their bytes. ASan/UBSan turn any out-of-bounds read or overflow into a crash.
- * Single-threaded. */
+ * their bytes. A file with tokenizer metadata also goes through ft_tok_load_gguf, and a loaded
+ * tokenizer must encode a fixed text to ids inside its vocabulary and decode them.
+ * ASan/UBSan turn any out-of-bounds read or overflow into a crash. Single-threaded. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "format/gguf.h"
+#include "text/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -38,6 +40,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (ft_gguf_get(f, kv->key) != &kv->val) abort();
         walk(&kv->val);
     }
+    struct ft_tok *tok = NULL;
+    if (ft_tok_load_gguf(f, &tok) == FT_OK) {
+        static const char text[] = "Hello, world! 123 <|im_end|> \xE4\xB8\xAD \xF0\x9F\xAB\xA0";
+        int32_t *ids = NULL;
+        int n = 0;
+        if (ft_tok_encode(tok, text, sizeof text - 1, 1, &ids, &n) == FT_OK) {
+            for (int i = 0; i < n; i++)
+                if (ids[i] < 0 || ids[i] >= ft_tok_n_vocab(tok)) abort();
+            char *back = NULL;
+            if (ft_tok_decode(tok, ids, n, 0, &back, NULL) != FT_OK) abort();
+            free(back);
+        }
+        free(ids);
+    } else if (tok) {
+        abort(); /* a failed load must not return a tokenizer */
+    }
+    ft_tok_free(tok);
     float buf[1024], x[1024];
     for (int i = 0; i < 1024; i++) x[i] = (float)(i % 7) - 3.0f;
     for (int64_t i = 0; i < ft_gguf_tensor_count(f); i++) {

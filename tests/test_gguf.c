@@ -12,6 +12,7 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "test.h"
+#include "gguf_build.h"
 
 #define BLOCKS FT_TEST_DATA "/gguf/blocks.gguf"
 #define REF FT_TEST_DATA "/gguf/blocks_ref.safetensors"
@@ -362,27 +363,6 @@ TEST(truncated_everywhere) {
 
 /* ------------------------------------------------------------------ hand-built files */
 
-struct bld {
-    uint8_t b[4096];
-    size_t n;
-};
-static void put(struct bld *w, const void *p, size_t k) {
-    memcpy(w->b + w->n, p, k);
-    w->n += k;
-}
-static void u32(struct bld *w, uint32_t v) { put(w, &v, 4); } /* little-endian host */
-static void u64(struct bld *w, uint64_t v) { put(w, &v, 8); }
-static void str(struct bld *w, const char *s) {
-    u64(w, strlen(s));
-    put(w, s, strlen(s));
-}
-static void header(struct bld *w, uint64_t n_tensors, uint64_t n_kv) {
-    w->n = 0;
-    put(w, "GGUF", 4);
-    u32(w, 3);
-    u64(w, n_tensors);
-    u64(w, n_kv);
-}
 /* tensor info: 1-D F32 of ne elements at offset */
 static void tinfo(struct bld *w, const char *name, uint32_t type, uint64_t ne, uint64_t off) {
     str(w, name);
@@ -391,12 +371,6 @@ static void tinfo(struct bld *w, const char *name, uint32_t type, uint64_t ne, u
     u32(w, type);
     u64(w, off);
 }
-static void pad(struct bld *w, size_t align, size_t data_bytes) {
-    while (w->n % align) w->b[w->n++] = 0;
-    memset(w->b + w->n, 0, data_bytes);
-    w->n += data_bytes;
-}
-
 /* Parses w and expects `st` with a one-line message naming bad.gguf and containing `sub`. */
 static void expect_bad(const struct bld *w, enum ft_status want, const char *sub) {
     struct ft_gguf_file *f = NULL;

@@ -9,9 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include "test.h"
 #include "text/tok_impl.h"
 #include "text/tokenizer.h"
@@ -19,123 +16,14 @@
  * into this test) */
 #include "cli/cmd_tokenize.c"
 #include "cli/opts.c"
+#include "tok_util.h"
 
-static const char *k_names[] = {"qwen3", "llama3", "deepseek_v3", "llama2"};
+static struct ft_tok *load(const char *name) { return tok_load_json(name); }
 
-/* Unpacks tests/data/tok/NAME into ./tok/NAME (tokenizer.json + tokenizer_config.json). */
-static const char *tok_dir(const char *name) {
-    static char dirs[4][512];
-    static int done[4];
-    int k = 0;
-    while (k < 4 && strcmp(k_names[k], name)) k++;
-    if (k == 4) return NULL;
-    snprintf(dirs[k], sizeof dirs[k], "tok/%s", name);
-    if (!done[k]) {
-        char cmd[2048];
-        snprintf(cmd, sizeof cmd,
-                 "mkdir -p %s && xz -dc '%s/tok/%s/tokenizer.json.xz' > %s/tokenizer.json && "
-                 "cp '%s/tok/%s/tokenizer_config.json' %s/",
-                 dirs[k], FT_TEST_DATA, name, dirs[k], FT_TEST_DATA, name, dirs[k]);
-        if (system(cmd) != 0) return NULL;
-        done[k] = 1;
-    }
-    return dirs[k];
-}
-
-static struct ft_tok *load(const char *name) {
-    struct ft_tok *t = NULL;
-    const char *d = tok_dir(name);
-    if (!d || ft_tok_load(d, &t) != FT_OK) {
-        fprintf(stderr, "  cannot load %s: %s\n", name, ft_error());
-        return NULL;
-    }
-    return t;
-}
-
-/* Reads a jsonl file into an array of json values. */
-static json_t **read_jsonl(const char *path, int *n) {
-    FILE *f = fopen(path, "r");
-    json_t **v = NULL;
-    *n = 0;
-    if (!f) return NULL;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    while ((len = getline(&line, &cap, f)) > 0) {
-        v = realloc(v, (*n + 1) * sizeof *v);
-        v[(*n)++] = json_loadb(line, (size_t)len, JSON_ALLOW_NUL | JSON_DECODE_ANY, NULL);
-    }
-    free(line);
-    fclose(f);
-    return v;
-}
-
-static void free_jsonl(json_t **v, int n) {
-    for (int i = 0; i < n; i++) json_decref(v[i]);
-    free(v);
-}
-
-static void parity(const char *name) {
-    struct ft_tok *t = load(name);
-    EXPECT(t != NULL);
-    if (!t) return;
-    char path[1024];
-    int n_lines, n_refs;
-    snprintf(path, sizeof path, "%s/tok/corpus.jsonl", FT_TEST_DATA);
-    json_t **lines = read_jsonl(path, &n_lines);
-    snprintf(path, sizeof path, "%s/tok/%s/ids.jsonl", FT_TEST_DATA, name);
-    json_t **refs = read_jsonl(path, &n_refs);
-    EXPECT(n_lines >= 2000);
-    EXPECT_EQ(n_lines, n_refs);
-    int bad_ids = 0, bad_rt = 0, n_rt = 0;
-    for (int i = 0; i < n_lines && i < n_refs; i++) {
-        const char *s = json_string_value(lines[i]);
-        size_t len = json_string_length(lines[i]);
-        json_t *ref = json_object_get(refs[i], "ids");
-        int32_t *ids = NULL;
-        int n = 0;
-        if (!s || ft_tok_encode(t, s, len, 0, &ids, &n) != FT_OK) {
-            if (bad_ids++ < 5) fprintf(stderr, "  %s line %d: encode failed: %s\n", name, i + 1, ft_error());
-            continue;
-        }
-        int same = (size_t)n == json_array_size(ref);
-        for (int k = 0; same && k < n; k++) same = ids[k] == json_integer_value(json_array_get(ref, k));
-        if (!same && bad_ids++ < 5) {
-            fprintf(stderr, "  %s line %d mismatch:\n    ours:", name, i + 1);
-            for (int k = 0; k < n && k < 40; k++) fprintf(stderr, " %d", ids[k]);
-            fprintf(stderr, "\n    ref: ");
-            for (size_t k = 0; k < json_array_size(ref) && k < 40; k++)
-                fprintf(stderr, " %lld", (long long)json_integer_value(json_array_get(ref, k)));
-            fprintf(stderr, "\n");
-        }
-        if (json_is_true(json_object_get(refs[i], "rt"))) {
-            n_rt++;
-            char *back = NULL;
-            size_t blen = 0;
-            if (ft_tok_decode(t, ids, n, 0, &back, &blen) != FT_OK || blen != len ||
-                memcmp(back, s, len)) {
-                if (bad_rt++ < 5)
-                    fprintf(stderr, "  %s line %d: decode(encode(x)) != x: \"%s\"\n", name, i + 1,
-                            back ? back : "(error)");
-            }
-            free(back);
-        }
-        free(ids);
-    }
-    fprintf(stderr, "  %s: %d lines, %d id mismatches; %d round-trip lines, %d failed\n", name,
-            n_lines, bad_ids, n_rt, bad_rt);
-    EXPECT_EQ(bad_ids, 0);
-    EXPECT_EQ(bad_rt, 0);
-    EXPECT(n_rt > n_lines * 9 / 10);
-    free_jsonl(lines, n_lines);
-    free_jsonl(refs, n_refs);
-    ft_tok_free(t);
-}
-
-TEST(parity_qwen3) { parity("qwen3"); }
-TEST(parity_llama3) { parity("llama3"); }
-TEST(parity_deepseek_v3) { parity("deepseek_v3"); }
-TEST(parity_llama2) { parity("llama2"); }
+TEST(parity_qwen3) { tok_parity(load("qwen3"), "qwen3"); }
+TEST(parity_llama3) { tok_parity(load("llama3"), "llama3"); }
+TEST(parity_deepseek_v3) { tok_parity(load("deepseek_v3"), "deepseek_v3"); }
+TEST(parity_llama2) { tok_parity(load("llama2"), "llama2"); }
 
 /* GPT-2's bytes_to_unicode as its reference code defines it: the printable ranges keep their
  * code point; every other byte, in byte order, gets 256 + its rank. */
@@ -266,8 +154,6 @@ TEST(special_tokens_and_bos) {
     struct ft_tok *q = load("qwen3"), *l2 = load("llama2"), *ds = load("deepseek_v3"), *l3 = load("llama3");
     EXPECT(q && l2 && ds && l3);
     if (!q || !l2 || !ds || !l3) goto done;
-    int32_t *ids = NULL;
-    int n = 0;
     /* Qwen3: no BOS; eos from tokenizer_config.json; ChatML template kept */
     EXPECT_EQ(ft_tok_find(q, "<|im_end|>"), 151645);
     EXPECT_EQ(ft_tok_eos(q), 151645);
@@ -279,20 +165,14 @@ TEST(special_tokens_and_bos) {
     EXPECT_STREQ(ft_tok_piece(q, 151644, &len), "<|im_start|>");
     EXPECT_EQ(len, 12);
     EXPECT(ft_tok_piece(q, -1, NULL) == NULL && ft_tok_piece(q, 1 << 20, NULL) == NULL);
-    EXPECT_OK(ft_tok_encode(q, "<|im_start|>user", 16, 1, &ids, &n));
-    EXPECT(n == 2 && ids[0] == 151644 && ids[1] == 872);
-    free(ids);
+    expect_ids(q, "<|im_start|>user", 1, (int32_t[]){151644, 872}, 2);
     /* Llama-2: TemplateProcessing puts <s> first */
-    EXPECT_OK(ft_tok_encode(l2, "Hello world", 11, 1, &ids, &n));
-    EXPECT(n == 3 && ids[0] == 1 && ids[1] == 22557 && ids[2] == 1526);
-    free(ids);
+    expect_ids(l2, "Hello world", 1, (int32_t[]){1, 22557, 1526}, 3);
     EXPECT_EQ(ft_tok_bos(l2), 1);
     EXPECT_EQ(ft_tok_eos(l2), 2);
     EXPECT(ft_tok_add_bos(l2) && !ft_tok_add_bos(q));
     /* DeepSeek-V3: add_bos_token in tokenizer_config.json */
-    EXPECT_OK(ft_tok_encode(ds, "Hello world", 11, 1, &ids, &n));
-    EXPECT(n == 3 && ids[0] == 0 && ids[1] == 19923 && ids[2] == 2058);
-    free(ids);
+    expect_ids(ds, "Hello world", 1, (int32_t[]){0, 19923, 2058}, 3);
     /* Llama-3 (this file's post_processor is plain ByteLevel, and the config has no add_bos_token,
      * so like transformers nothing is added; the chat template writes <|begin_of_text|>) */
     EXPECT_EQ(ft_tok_bos(l3), 128000);
@@ -373,62 +253,36 @@ TEST(bad_files_are_clear_errors) {
     ft_tok_free(NULL);
 }
 
-/* Runs ft_cmd_tokenize with stdout/stderr sent to tok/cli.out and tok/cli.err; returns its exit
- * code and the two outputs (malloc'd). */
-static int run_cli(int argc, char **argv, char **out, char **err) {
-    fflush(stdout);
-    fflush(stderr);
-    int so = dup(1), se = dup(2);
-    int fo = open("tok/cli.out", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int fe = open("tok/cli.err", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fo, 1);
-    dup2(fe, 2);
-    int rc = ft_cmd_tokenize(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(so, 1);
-    dup2(se, 2);
-    close(so), close(se), close(fo), close(fe);
-    const char *names[2] = {"tok/cli.out", "tok/cli.err"};
-    char **dst[2] = {out, err};
-    for (int k = 0; k < 2; k++) {
-        FILE *f = fopen(names[k], "rb");
-        size_t cap = 1 << 20, n = 0, r;
-        char *b = malloc(cap);
-        while (f && (r = fread(b + n, 1, cap - 1 - n, f)) > 0) {
-            n += r;
-            if (n == cap - 1) b = realloc(b, cap *= 2);
-        }
-        b[n] = 0;
-        if (f) fclose(f);
-        *dst[k] = b;
-    }
-    return rc;
+/* ByteLevel with its own GPT-2 regex (use_regex true, GPT-2's own files): every piece the regex
+ * splits off is kept (ids from HF tokenizers 0.23.3 on the same file) */
+TEST(bytelevel_use_regex) {
+    EXPECT_OK(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, "
+                        "\"ab\": 2, \"\u0120\": 3, \"\u0120ab\": 4}, "
+                        "\"merges\": [\"a b\", \"\u0120 ab\"]}, \"pre_tokenizer\": "
+                        "{\"type\": \"ByteLevel\", \"add_prefix_space\": false}, "
+                        "\"decoder\": {\"type\": \"ByteLevel\"}}"));
+    struct ft_tok *t = NULL;
+    EXPECT_OK(ft_tok_load("tok/bad", &t));
+    if (!t) return;
+    int32_t *ids = NULL;
+    int n = 0;
+    EXPECT_OK(ft_tok_encode(t, "ab ab ba", 8, 0, &ids, &n));
+    EXPECT(n == 5 && ids[0] == 2 && ids[1] == 4 && ids[2] == 3 && ids[3] == 1 && ids[4] == 0);
+    free(ids);
+    char *text = NULL;
+    EXPECT_OK(ft_tok_decode(t, (int32_t[]){4, 2, 3, 1, 0}, 5, 0, &text, NULL));
+    EXPECT_STREQ(text, " abab ba");
+    free(text);
+    ft_tok_free(t);
 }
 
 TEST(cli_tokenize) {
     const char *dir = tok_dir("llama2");
     EXPECT(dir != NULL);
     if (!dir) return;
-    char corpus[1024], refs[1024], *out = NULL, *err = NULL;
-    snprintf(corpus, sizeof corpus, "%s/tok/corpus.jsonl", FT_TEST_DATA);
-    snprintf(refs, sizeof refs, "%s/tok/llama2/ids.jsonl", FT_TEST_DATA);
+    char *out = NULL, *err = NULL;
     /* --jsonl over the whole corpus gives the reference ids, line for line */
-    char *a1[] = {"tokenize", "--model", (char *)dir, "--jsonl", corpus};
-    EXPECT_EQ(run_cli(5, a1, &out, &err), 0);
-    int n_refs = 0, bad = 0, lines = 0;
-    json_t **ref = read_jsonl(refs, &n_refs);
-    for (char *p = out, *e; p && *p; p = e + 1, lines++) {
-        e = strchr(p, '\n');
-        if (!e) break;
-        json_t *ids = json_loadb(p, (size_t)(e - p), 0, NULL);
-        if (lines >= n_refs || !json_equal(ids, json_object_get(ref[lines], "ids"))) bad++;
-        json_decref(ids);
-    }
-    EXPECT_EQ(lines, n_refs);
-    EXPECT_EQ(bad, 0);
-    free_jsonl(ref, n_refs);
-    free(out), free(err);
+    expect_cli_corpus(dir, "llama2");
     /* text mode: ids then pieces */
     char *a2[] = {"tokenize", "--model", (char *)tok_dir("qwen3"), "<|im_start|>Hello world"};
     EXPECT_EQ(run_cli(4, a2, &out, &err), 0);

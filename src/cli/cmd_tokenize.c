@@ -3,8 +3,9 @@
  *                                                 per token (piece as a JSON string)
  *   ft tokenize --model DIR --jsonl FILE|-        one JSON string per input line -> one JSON array
  *                                                 of ids per output line (no BOS/EOS), bulk checks
- * DIR needs only tokenizer.json (+ tokenizer_config.json). Exit codes: 0 ok, 1 runtime failure,
- * 2 bad input (flags, files, invalid UTF-8). Single-threaded. */
+ * DIR needs only tokenizer.json (+ tokenizer_config.json); a path ending in .gguf is read as a GGUF
+ * file and its tokenizer metadata is used. Exit codes: 0 ok, 1 runtime failure, 2 bad input
+ * (flags, files, invalid UTF-8). Single-threaded. */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <stdio.h>
@@ -14,16 +15,18 @@
 #include "cli/cli.h"
 #include "cli/opts.h"
 #include "core/status.h"
+#include "format/gguf.h"
 #include "text/tokenizer.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ft tokenize --model DIR [--special] \"text\"\n"
-            "       ft tokenize --model DIR --jsonl FILE\n\n"
+            "usage: ft tokenize --model DIR|FILE.gguf [--special] \"text\"\n"
+            "       ft tokenize --model DIR|FILE.gguf --jsonl FILE\n\n"
             "Prints the token ids of a text with the tokenizer of a model directory (tokenizer.json\n"
-            "and, if present, tokenizer_config.json are enough).\n\n"
+            "and, if present, tokenizer_config.json are enough) or of a GGUF file.\n\n"
             "options:\n"
-            "  --model DIR    directory holding tokenizer.json\n"
+            "  --model DIR    directory holding tokenizer.json, or a .gguf file (its tokenizer\n"
+            "                 metadata; a vocab-only GGUF is enough)\n"
             "  --special      add BOS/EOS as the tokenizer does for a prompt (text mode only)\n"
             "  --jsonl FILE   read one JSON string per line (FILE or - for stdin) and print one JSON\n"
             "                 array of ids per line, without BOS/EOS\n"
@@ -94,6 +97,17 @@ static int run_text(const struct ft_tok *t, const char *text, int special) {
     return 0;
 }
 
+/* --model: a .gguf file, else a directory with tokenizer.json */
+static enum ft_status load_tok(const char *model, struct ft_tok **t) {
+    size_t n = strlen(model);
+    if (n < 5 || strcmp(model + n - 5, ".gguf")) return ft_tok_load(model, t);
+    struct ft_gguf_file *f = NULL;
+    enum ft_status st = ft_gguf_open(model, &f);
+    if (st == FT_OK) st = ft_tok_load_gguf(f, t);
+    ft_gguf_close(f);
+    return st;
+}
+
 int ft_cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *jsonl = NULL, *text = NULL;
     int special = 0;
@@ -129,7 +143,7 @@ int ft_cmd_tokenize(int argc, char **argv) {
         return 2;
     }
     struct ft_tok *t = NULL;
-    enum ft_status st = ft_tok_load(model, &t);
+    enum ft_status st = load_tok(model, &t);
     if (st != FT_OK) {
         return ft_cli_fail(st);
     }

@@ -195,6 +195,28 @@ static enum ft_status add_pre(struct ft_tok *t, struct ft_pre **p) {
     return FT_OK;
 }
 
+enum ft_status ft_tok_add_split(struct ft_tok *t, const char *pat, size_t len, int literal,
+                                enum ft_split_behavior behavior, int invert) {
+    struct ft_pre *p;
+    enum ft_status st = add_pre(t, &p);
+    if (st) return st;
+    p->kind = PRE_SPLIT;
+    p->behavior = behavior;
+    p->invert = invert;
+    return compile_re(t, pat, len, literal, &p->re);
+}
+
+enum ft_status ft_tok_add_bytelevel(struct ft_tok *t, int add_prefix_space, int use_regex) {
+    struct ft_pre *p;
+    enum ft_status st = add_pre(t, &p);
+    if (st) return st;
+    p->kind = PRE_BYTELEVEL;
+    p->behavior = SPLIT_ISOLATED; /* the regex splits, keeping every piece */
+    p->add_prefix_space = add_prefix_space;
+    t->byte_level = 1;
+    return use_regex ? compile_re(t, GPT2_REGEX, strlen(GPT2_REGEX), 0, &p->re) : FT_OK;
+}
+
 enum ft_status ft_tok_parse_pretok(struct ft_tok *t, const void *jv) {
     const json_t *j = jv;
     enum ft_status st;
@@ -213,7 +235,6 @@ enum ft_status ft_tok_parse_pretok(struct ft_tok *t, const void *jv) {
         }
         return FT_OK;
     }
-    struct ft_pre *p;
     if (!strcmp(type, "Split")) {
         const json_t *pat = json_object_get(j, "pattern");
         const json_t *re = json_object_get(pat, "Regex"), *lit = json_object_get(pat, "String");
@@ -232,22 +253,15 @@ enum ft_status ft_tok_parse_pretok(struct ft_tok *t, const void *jv) {
                            "%s: pre_tokenizer Split: \"behavior\" must be one of Removed, Isolated, "
                            "MergedWithPrevious, MergedWithNext, Contiguous (got %s)",
                            t->path, beh ? beh : "nothing");
-        if ((st = add_pre(t, &p))) return st;
-        p->kind = PRE_SPLIT;
-        p->behavior = (enum ft_split_behavior)b;
-        p->invert = json_is_true(json_object_get(j, "invert"));
         const json_t *s = re ? re : lit;
-        return compile_re(t, json_string_value(s), json_string_length(s), re == NULL, &p->re);
+        return ft_tok_add_split(t, json_string_value(s), json_string_length(s), re == NULL,
+                                (enum ft_split_behavior)b,
+                                json_is_true(json_object_get(j, "invert")));
     }
     if (!strcmp(type, "ByteLevel")) {
-        if ((st = add_pre(t, &p))) return st;
-        p->kind = PRE_BYTELEVEL;
-        p->add_prefix_space = json_is_true(json_object_get(j, "add_prefix_space"));
-        t->byte_level = 1;
         const json_t *ur = json_object_get(j, "use_regex");
-        if (!ur || json_is_true(ur))
-            return compile_re(t, GPT2_REGEX, strlen(GPT2_REGEX), 0, &p->re);
-        return FT_OK;
+        return ft_tok_add_bytelevel(t, json_is_true(json_object_get(j, "add_prefix_space")),
+                                    !ur || json_is_true(ur));
     }
     return ft_fail(FT_ERR_UNSUPPORTED,
                    "%s: pre_tokenizer type \"%s\" is not supported (supported: Split, ByteLevel, "

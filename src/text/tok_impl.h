@@ -1,6 +1,7 @@
-/* tok_impl.h — internals of the tokenizer shared by tokenizer.c (load), pretok.c (normalizers and
+/* tok_impl.h — internals of the tokenizer shared by tokenizer.c (tokenizer.json loader and the
+ * building steps both loaders use), tok_gguf.c (GGUF loader), pretok.c (normalizers and
  * pre-tokenizers), bpe.c (the model and the encode driver), detok.c (decoding) and tokmap.c (hash
- * maps). Not a public header. Threading: everything here is read-only after ft_tok_load. */
+ * maps). Not a public header. Threading: everything here is read-only after loading. */
 #ifndef FT_TEXT_TOK_IMPL_H
 #define FT_TEXT_TOK_IMPL_H
 
@@ -72,7 +73,7 @@ struct ft_added {
 };
 
 struct ft_tok {
-    char *path;               /* tokenizer.json, for messages */
+    char *path;               /* tokenizer.json or the GGUF file, for messages */
     /* vocabulary: model vocab + added tokens, indexed by id */
     int n_vocab;
     char *piece_arena;
@@ -118,7 +119,7 @@ struct ft_tok {
     int n_dec_repl;
     int strip_n;              /* leading strip_c chars removed from the decoded text */
     char strip_c;
-    /* tokenizer_config.json */
+    /* tokenizer_config.json (GGUF: tokenizer.ggml.*_token_id, tokenizer.chat_template) */
     int32_t bos_id, eos_id;
     char *chat_template;
 };
@@ -168,5 +169,38 @@ enum ft_status ft_tok_parse_normalizer(struct ft_tok *t, const void *json);
 enum ft_status ft_tok_parse_pretok(struct ft_tok *t, const void *json);
 enum ft_status ft_tok_parse_decoder(struct ft_tok *t, const void *json);
 enum ft_status ft_tok_build_decoded(struct ft_tok *t);
+
+/* pretok.c: appends a pre-tokenizer. Split: pat (len bytes, a PCRE2 regex or, literal, a plain
+ * string) with its behavior; ByteLevel: the GPT-2 byte mapping, with its regex when use_regex. */
+enum ft_status ft_tok_add_split(struct ft_tok *t, const char *pat, size_t len, int literal,
+                                enum ft_split_behavior behavior, int invert);
+enum ft_status ft_tok_add_bytelevel(struct ft_tok *t, int add_prefix_space, int use_regex);
+
+/* ---- building a struct ft_tok: tokenizer.c, shared by both loaders, in this order ---- */
+
+/* A new empty tokenizer (no ids: bos/eos/unk -1); path names the source in messages. */
+enum ft_status ft_tok_new(const char *path, struct ft_tok **out);
+/* One vocabulary string: len bytes at s (may hold NULs), for id in [0, 2^24]. */
+struct ft_tok_str {
+    int32_t id;
+    uint32_t len;
+    const char *s;
+};
+/* The vocabulary (strings copied); n_vocab = 1 + the largest id. */
+enum ft_status ft_tok_set_vocab(struct ft_tok *t, const struct ft_tok_str *p, size_t n);
+/* Merge `a b` with rank i into t->merges (initialised by the caller); key names the merge list
+ * and vocab_key the vocabulary in messages. */
+enum ft_status ft_tok_add_merge(struct ft_tok *t, const char *key, size_t i, const char *a,
+                                size_t la, const char *b, size_t lb, const char *vocab_key);
+/* The added-token trie and is_special from t->added[0..n_added) (each matches its id's string). */
+enum ft_status ft_tok_build_added(struct ft_tok *t);
+/* Once normalizers, pre-tokenizers and the decoder are set: byte-level and <0xNN> ids, the word
+ * split, the decoded bytes of every id. */
+enum ft_status ft_tok_finish(struct ft_tok *t);
+/* tok_gguf.c: the Split regexes a byte-level GGUF's tokenizer.ggml.pre stands for (NULL when
+ * unknown), for tests that compare them with tokenizer.json files. */
+const char *const *ft_tok_gguf_pre_regexes(const char *pre, int *n);
+/* Appends id to a prefix/suffix list. */
+enum ft_status ft_tok_push_id(const struct ft_tok *t, int32_t **arr, int *n, int32_t id);
 
 #endif

@@ -1,5 +1,6 @@
 /* tokenizer.c — loads a Hugging Face tokenizer.json (+ tokenizer_config.json) into struct ft_tok:
- * vocabulary, merges, added tokens, post-processor and config; and the small accessors.
+ * vocabulary, merges, added tokens, post-processor and config; the building steps it shares with
+ * the GGUF loader (tok_gguf.c); and the small accessors.
  * Called by the engine, server and `ft tokenize`. Threading: ft_tok_load builds the tokenizer
  * on the calling thread; afterwards it is read-only and shared freely. */
 #define _POSIX_C_SOURCE 200809L /* strdup */
@@ -21,31 +22,29 @@ int32_t ft_tok_lookup(const struct ft_tok *t, const char *s, size_t n) {
     }
 }
 
-/* ---------------- vocabulary ---------------- */
+/* ---------------- shared by both loaders (tok_impl.h) ---------------- */
 
-static enum ft_status load_vocab(struct ft_tok *t, const json_t *vocab, const json_t *added) {
+enum ft_status ft_tok_new(const char *path, struct ft_tok **out) {
+    struct ft_tok *t = calloc(1, sizeof *t);
+    *out = NULL;
+    if (!t || !(t->path = strdup(path))) {
+        free(t);
+        return ft_fail(FT_ERR_OOM, "%s: out of memory", path);
+    }
+    t->bos_id = t->eos_id = t->unk_id = -1;
+    *out = t;
+    return FT_OK;
+}
+
+enum ft_status ft_tok_set_vocab(struct ft_tok *t, const struct ft_tok_str *p, size_t n) {
     int max_id = -1;
-    size_t total = 0, i;
-    const char *key;
-    const json_t *v, *e;
-    json_object_foreach((json_t *)vocab, key, v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 24))
-            return ft_fail(FT_ERR_FORMAT, "%s: model.vocab[\"%s\"]: id must be an integer in "
-                           "[0, 2^24]", t->path, key);
-        max_id = FT_MAX(max_id, (int)json_integer_value(v));
-        total += strlen(key) + 1;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        FT_ASSERT(p[i].id >= 0 && p[i].id <= (1 << 24));
+        max_id = FT_MAX(max_id, (int)p[i].id);
+        total += (size_t)p[i].len + 1;
     }
-    json_array_foreach(added, i, e) {
-        const json_t *id = json_object_get(e, "id");
-        const char *c = ft_jstr(e, "content");
-        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-            json_integer_value(id) > (1 << 24) || !c)
-            return ft_fail(FT_ERR_FORMAT, "%s: added_tokens[%zu]: needs \"id\" (integer) and "
-                           "\"content\" (string)", t->path, i);
-        max_id = FT_MAX(max_id, (int)json_integer_value(id));
-        total += strlen(c) + 1;
-    }
-    if (max_id < 0) return ft_fail(FT_ERR_FORMAT, "%s: model.vocab: empty vocabulary", t->path);
+    if (max_id < 0) return ft_fail(FT_ERR_FORMAT, "%s: empty vocabulary", t->path);
     t->n_vocab = max_id + 1;
     t->piece_arena = malloc(total + 1);
     t->piece_off = calloc(t->n_vocab, sizeof *t->piece_off);
@@ -61,32 +60,154 @@ static enum ft_status load_vocab(struct ft_tok *t, const json_t *vocab, const js
     memset(t->piece_len, 0xff, t->n_vocab * sizeof *t->piece_len);
     memset(t->str_slots, 0xff, cap * sizeof *t->str_slots);
     size_t off = 0;
-    json_object_foreach((json_t *)vocab, key, v) {
-        int id = (int)json_integer_value(v);
-        size_t n = strlen(key);
-        memcpy(t->piece_arena + off, key, n + 1);
-        t->piece_off[id] = (uint32_t)off;
-        t->piece_len[id] = (uint32_t)n;
-        off += n + 1;
+    for (size_t i = 0; i < n; i++) { /* a later string of the same id replaces an earlier one */
+        memcpy(t->piece_arena + off, p[i].s, p[i].len);
+        t->piece_arena[off + p[i].len] = 0;
+        t->piece_off[p[i].id] = (uint32_t)off;
+        t->piece_len[p[i].id] = p[i].len;
+        off += (size_t)p[i].len + 1;
     }
-    json_array_foreach(added, i, e) {
-        int id = (int)json_integer_value(json_object_get(e, "id"));
-        const char *c = ft_jstr(e, "content");
-        size_t n = strlen(c);
-        memcpy(t->piece_arena + off, c, n + 1);
-        t->piece_off[id] = (uint32_t)off;
-        t->piece_len[id] = (uint32_t)n;
-        off += n + 1;
-    }
-    for (int id = 0; id < t->n_vocab; id++) {
+    for (int id = 0; id < t->n_vocab; id++) { /* the first id of a repeated string wins */
         if (t->piece_len[id] == UINT32_MAX) continue;
-        uint32_t n = t->piece_len[id];
-        if (ft_tok_lookup(t, t->piece_arena + t->piece_off[id], n) >= 0) continue;
-        uint32_t h = (uint32_t)ft_hash_bytes(t->piece_arena + t->piece_off[id], n) & t->str_mask;
+        uint32_t len = t->piece_len[id];
+        if (ft_tok_lookup(t, t->piece_arena + t->piece_off[id], len) >= 0) continue;
+        uint32_t h = (uint32_t)ft_hash_bytes(t->piece_arena + t->piece_off[id], len) & t->str_mask;
         while (t->str_slots[h] >= 0) h = (h + 1) & t->str_mask;
         t->str_slots[h] = id;
     }
     return FT_OK;
+}
+
+enum ft_status ft_tok_add_merge(struct ft_tok *t, const char *key, size_t i, const char *a,
+                                size_t la, const char *b, size_t lb, const char *vocab_key) {
+    char tmp[1024];
+    if (la + lb > sizeof tmp)
+        return ft_fail(FT_ERR_FORMAT, "%s: %s[%zu]: merge longer than %zu bytes", t->path, key, i,
+                       sizeof tmp);
+    int32_t ia = ft_tok_lookup(t, a, la), ib = ft_tok_lookup(t, b, lb);
+    memcpy(tmp, a, la);
+    memcpy(tmp + la, b, lb);
+    int32_t in = ft_tok_lookup(t, tmp, la + lb);
+    if (ia < 0 || ib < 0 || in < 0)
+        return ft_fail(FT_ERR_FORMAT, "%s: %s[%zu] \"%.*s %.*s\": %s is not in %s", t->path, key,
+                       i, (int)la, a, (int)lb, b,
+                       ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token",
+                       vocab_key);
+    ft_u64map_put(&t->merges, (uint64_t)ia << 32 | (uint32_t)ib, (uint64_t)i << 32 | (uint32_t)in);
+    return FT_OK;
+}
+
+enum ft_status ft_tok_build_added(struct ft_tok *t) {
+    enum ft_status st;
+    size_t bytes = 0;
+    for (int k = 0; k < t->n_added; k++) bytes += t->piece_len[t->added[k].id];
+    t->trie_tok = malloc((bytes + 1) * sizeof *t->trie_tok);
+    if (!t->trie_tok) return ft_fail(FT_ERR_OOM, "%s: out of memory", t->path);
+    if ((st = ft_u64map_init(&t->trie, bytes + 1))) return st;
+    t->trie_tok[0] = -1;
+    t->n_nodes = 1;
+    for (int k = 0; k < t->n_added; k++) {
+        const struct ft_added *a = &t->added[k];
+        const unsigned char *c = (const unsigned char *)t->piece_arena + t->piece_off[a->id];
+        uint32_t len = t->piece_len[a->id];
+        if (a->special) t->is_special[a->id] = 1;
+        if (!len) continue; /* an empty token never matches */
+        uint64_t node = 0, child;
+        t->first_byte[c[0]] = 1;
+        for (uint32_t i = 0; i < len; i++) {
+            if (!ft_u64map_get(&t->trie, node << 8 | c[i], &child)) {
+                child = (uint64_t)t->n_nodes;
+                t->trie_tok[t->n_nodes++] = -1;
+                ft_u64map_put(&t->trie, node << 8 | c[i], child);
+            }
+            node = child;
+        }
+        t->trie_tok[node] = k;
+    }
+    return FT_OK;
+}
+
+enum ft_status ft_tok_push_id(const struct ft_tok *t, int32_t **arr, int *n, int32_t id) {
+    int32_t *p = realloc(*arr, (*n + 1) * sizeof *p);
+    if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory", t->path);
+    p[(*n)++] = id;
+    *arr = p;
+    return FT_OK;
+}
+
+/* See struct ft_tok.word_split: set when no piece has the metaspace after another character
+ * (runs of metaspaces excepted). */
+static void detect_word_split(struct ft_tok *t) {
+    const char *x = NULL;
+    for (int i = 0; i < t->n_norms; i++)
+        if (t->norms[i].kind == NORM_REPLACE && !strcmp(t->norms[i].a, " ")) x = t->norms[i].b;
+    if (t->byte_level || t->n_pres || !x || !*x || strlen(x) >= sizeof t->word_split) return;
+    size_t lx = strlen(x);
+    for (int id = 0; id < t->n_vocab; id++) {
+        const char *s = t->piece_arena + t->piece_off[id];
+        size_t n = t->piece_len[id], p = 0;
+        if (n == UINT32_MAX) continue;
+        while (p + lx <= n) {
+            if (s[p] != x[0] || memcmp(s + p, x, lx)) {
+                p++;
+                continue;
+            }
+            if (p > 0 && (p < lx || memcmp(s + p - lx, x, lx))) return; /* "a▁" inside a piece */
+            p += lx;
+        }
+    }
+    memcpy(t->word_split, x, lx + 1);
+    t->word_split_len = (int)lx;
+}
+
+enum ft_status ft_tok_finish(struct ft_tok *t) {
+    for (int b = 0; b < 256; b++) {
+        char s[8];
+        snprintf(s, sizeof s, "<0x%02X>", b);
+        t->fallback_id[b] = ft_tok_lookup(t, s, strlen(s));
+        int n = ft_utf8_enc(ft_bytelevel_cp((uint8_t)b), s);
+        t->byte_id[b] = ft_tok_lookup(t, s, (size_t)n);
+    }
+    detect_word_split(t);
+    return ft_tok_build_decoded(t);
+}
+
+/* ---------------- vocabulary ---------------- */
+
+static enum ft_status load_vocab(struct ft_tok *t, const json_t *vocab, const json_t *added) {
+    size_t n = json_object_size(vocab) + json_array_size(added), k = 0, i;
+    struct ft_tok_str *p = malloc((n ? n : 1) * sizeof *p);
+    const char *key;
+    const json_t *v, *e;
+    if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory for %zu vocabulary entries", t->path, n);
+    enum ft_status st = FT_OK;
+    json_object_foreach((json_t *)vocab, key, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 24)) {
+            st = ft_fail(FT_ERR_FORMAT, "%s: model.vocab[\"%s\"]: id must be an integer in "
+                         "[0, 2^24]", t->path, key);
+            goto fail;
+        }
+        p[k++] = (struct ft_tok_str){(int32_t)json_integer_value(v), (uint32_t)strlen(key), key};
+    }
+    json_array_foreach(added, i, e) {
+        const json_t *id = json_object_get(e, "id");
+        const char *c = ft_jstr(e, "content");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+            json_integer_value(id) > (1 << 24) || !c) {
+            st = ft_fail(FT_ERR_FORMAT, "%s: added_tokens[%zu]: needs \"id\" (integer) and "
+                         "\"content\" (string)", t->path, i);
+            goto fail;
+        }
+        p[k++] = (struct ft_tok_str){(int32_t)json_integer_value(id), (uint32_t)strlen(c), c};
+    }
+    if (k == 0) {
+        st = ft_fail(FT_ERR_FORMAT, "%s: model.vocab: empty vocabulary", t->path);
+        goto fail;
+    }
+    st = ft_tok_set_vocab(t, p, k);
+fail:
+    free(p);
+    return st;
 }
 
 /* ---------------- merges ---------------- */
@@ -99,7 +220,6 @@ static enum ft_status load_merges(struct ft_tok *t, const json_t *merges) {
     size_t n = json_array_size(merges), i;
     if ((st = ft_u64map_init(&t->merges, n))) return st;
     const json_t *m;
-    char tmp[1024];
     json_array_foreach(merges, i, m) {
         const char *a, *b;
         size_t la, lb;
@@ -118,18 +238,7 @@ static enum ft_status load_merges(struct ft_tok *t, const json_t *merges) {
             return ft_fail(FT_ERR_FORMAT, "%s: model.merges[%zu]: expected \"left right\" or "
                            "[\"left\", \"right\"]", t->path, i);
         }
-        if (la + lb > sizeof tmp)
-            return ft_fail(FT_ERR_FORMAT, "%s: model.merges[%zu]: merge longer than %zu bytes",
-                           t->path, i, sizeof tmp);
-        int32_t ia = ft_tok_lookup(t, a, la), ib = ft_tok_lookup(t, b, lb);
-        memcpy(tmp, a, la);
-        memcpy(tmp + la, b, lb);
-        int32_t in = ft_tok_lookup(t, tmp, la + lb);
-        if (ia < 0 || ib < 0 || in < 0)
-            return ft_fail(FT_ERR_FORMAT, "%s: model.merges[%zu] \"%.*s %.*s\": %s is not in "
-                           "model.vocab", t->path, i, (int)la, a, (int)lb, b,
-                           ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token");
-        ft_u64map_put(&t->merges, (uint64_t)ia << 32 | (uint32_t)ib, (uint64_t)i << 32 | (uint32_t)in);
+        if ((st = ft_tok_add_merge(t, "model.merges", i, a, la, b, lb, "model.vocab"))) return st;
     }
     return FT_OK;
 }
@@ -137,50 +246,22 @@ static enum ft_status load_merges(struct ft_tok *t, const json_t *merges) {
 /* ---------------- added tokens ---------------- */
 
 static enum ft_status load_added(struct ft_tok *t, const json_t *added) {
-    enum ft_status st;
-    size_t n = json_array_size(added), bytes = 0, i;
+    size_t n = json_array_size(added), i;
     const json_t *e;
-    json_array_foreach(added, i, e) bytes += strlen(ft_jstr(e, "content"));
     t->added = calloc(n ? n : 1, sizeof *t->added);
-    t->trie_tok = malloc((bytes + 1) * sizeof *t->trie_tok);
-    if (!t->added || !t->trie_tok) return ft_fail(FT_ERR_OOM, "%s: out of memory", t->path);
-    if ((st = ft_u64map_init(&t->trie, bytes + 1))) return st;
-    t->trie_tok[0] = -1;
-    t->n_nodes = 1;
+    if (!t->added) return ft_fail(FT_ERR_OOM, "%s: out of memory", t->path);
     json_array_foreach(added, i, e) {
-        const char *c = ft_jstr(e, "content");
-        struct ft_added *a = &t->added[t->n_added];
+        struct ft_added *a = &t->added[t->n_added++];
         a->id = (int32_t)json_integer_value(json_object_get(e, "id"));
         a->special = json_is_true(json_object_get(e, "special"));
         a->lstrip = json_is_true(json_object_get(e, "lstrip"));
         a->rstrip = json_is_true(json_object_get(e, "rstrip"));
         a->single_word = json_is_true(json_object_get(e, "single_word"));
-        if (a->special) t->is_special[a->id] = 1;
-        if (!*c) continue; /* an empty token never matches */
-        uint64_t node = 0, child;
-        t->first_byte[(unsigned char)c[0]] = 1;
-        for (const unsigned char *p = (const unsigned char *)c; *p; p++) {
-            if (!ft_u64map_get(&t->trie, node << 8 | *p, &child)) {
-                child = (uint64_t)t->n_nodes;
-                t->trie_tok[t->n_nodes++] = -1;
-                ft_u64map_put(&t->trie, node << 8 | *p, child);
-            }
-            node = child;
-        }
-        t->trie_tok[node] = t->n_added++;
     }
-    return FT_OK;
+    return ft_tok_build_added(t);
 }
 
 /* ---------------- post-processor ---------------- */
-
-static enum ft_status push_id(struct ft_tok *t, int32_t **arr, int *n, int32_t id) {
-    int32_t *p = realloc(*arr, (*n + 1) * sizeof *p);
-    if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory", t->path);
-    p[(*n)++] = id;
-    *arr = p;
-    return FT_OK;
-}
 
 /* Returns 1 in *found when the post-processor decides the special tokens. */
 static enum ft_status load_post(struct ft_tok *t, const json_t *pp, int *found) {
@@ -198,10 +279,10 @@ static enum ft_status load_post(struct ft_tok *t, const json_t *pp, int *found) 
     if (!strcmp(type, "RobertaProcessing") || !strcmp(type, "BertProcessing")) {
         const json_t *cls = json_object_get(pp, "cls"), *sep = json_object_get(pp, "sep");
         *found = 1;
-        if ((st = push_id(t, &t->prefix, &t->n_prefix,
+        if ((st = ft_tok_push_id(t, &t->prefix, &t->n_prefix,
                           (int32_t)json_integer_value(json_array_get(cls, 1)))))
             return st;
-        return push_id(t, &t->suffix, &t->n_suffix,
+        return ft_tok_push_id(t, &t->suffix, &t->n_suffix,
                        (int32_t)json_integer_value(json_array_get(sep, 1)));
     }
     if (strcmp(type, "TemplateProcessing")) return FT_OK;
@@ -225,7 +306,7 @@ static enum ft_status load_post(struct ft_tok *t, const json_t *pp, int *found) 
             size_t k;
             const json_t *x;
             json_array_foreach(ids, k, x) {
-                if ((st = push_id(t, after ? &t->suffix : &t->prefix,
+                if ((st = ft_tok_push_id(t, after ? &t->suffix : &t->prefix,
                                   after ? &t->n_suffix : &t->n_prefix,
                                   (int32_t)json_integer_value(x))))
                     return st;
@@ -235,7 +316,8 @@ static enum ft_status load_post(struct ft_tok *t, const json_t *pp, int *found) 
             if (id < 0)
                 return ft_fail(FT_ERR_FORMAT, "%s: post_processor: special token \"%s\" is not in "
                                "the vocabulary", t->path, name ? name : "(none)");
-            if ((st = push_id(t, after ? &t->suffix : &t->prefix, after ? &t->n_suffix : &t->n_prefix, id)))
+            if ((st = ft_tok_push_id(t, after ? &t->suffix : &t->prefix,
+                                     after ? &t->n_suffix : &t->n_prefix, id)))
                 return st;
         }
     }
@@ -279,9 +361,9 @@ static enum ft_status load_config(struct ft_tok *t, const char *path, int have_t
     }
     if (!have_template) {
         if (json_is_true(json_object_get(c, "add_bos_token")) && t->bos_id >= 0)
-            FT_TRY(push_id(t, &t->prefix, &t->n_prefix, t->bos_id));
+            FT_TRY(ft_tok_push_id(t, &t->prefix, &t->n_prefix, t->bos_id));
         if (json_is_true(json_object_get(c, "add_eos_token")) && t->eos_id >= 0)
-            FT_TRY(push_id(t, &t->suffix, &t->n_suffix, t->eos_id));
+            FT_TRY(ft_tok_push_id(t, &t->suffix, &t->n_suffix, t->eos_id));
     }
 fail:
     json_decref(c);
@@ -321,33 +403,7 @@ static enum ft_status load_model(struct ft_tok *t, const json_t *root) {
     t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
     const char *unk = ft_jstr(model, "unk_token");
     t->unk_id = unk ? ft_tok_lookup(t, unk, strlen(unk)) : -1;
-    for (int b = 0; b < 256; b++) {
-        char s[8];
-        snprintf(s, sizeof s, "<0x%02X>", b);
-        t->fallback_id[b] = ft_tok_lookup(t, s, strlen(s));
-        int n = ft_utf8_enc(ft_bytelevel_cp((uint8_t)b), s);
-        t->byte_id[b] = ft_tok_lookup(t, s, (size_t)n);
-    }
     return FT_OK;
-}
-
-/* See struct ft_tok.word_split. */
-static void detect_word_split(struct ft_tok *t, const json_t *vocab) {
-    const char *x = NULL;
-    for (int i = 0; i < t->n_norms; i++)
-        if (t->norms[i].kind == NORM_REPLACE && !strcmp(t->norms[i].a, " ")) x = t->norms[i].b;
-    if (t->byte_level || t->n_pres || !x || !*x || strlen(x) >= sizeof t->word_split) return;
-    size_t lx = strlen(x);
-    const char *key;
-    const json_t *v;
-    json_object_foreach((json_t *)vocab, key, v) {
-        for (const char *p = strstr(key, x); p; p = strstr(p + lx, x)) {
-            if (p == key) continue;
-            if ((size_t)(p - key) < lx || memcmp(p - lx, x, lx)) return; /* "a▁" inside a token */
-        }
-    }
-    memcpy(t->word_split, x, lx + 1);
-    t->word_split_len = (int)lx;
 }
 
 enum ft_status ft_tok_load_files(const char *json_path, const char *config_path,
@@ -356,13 +412,9 @@ enum ft_status ft_tok_load_files(const char *json_path, const char *config_path,
     json_t *root = NULL;
     char *text = NULL;
     size_t size;
+    struct ft_tok *t;
     *out = NULL;
-    struct ft_tok *t = calloc(1, sizeof *t);
-    if (!t || !(t->path = strdup(json_path))) {
-        free(t);
-        return ft_fail(FT_ERR_OOM, "%s: out of memory", json_path);
-    }
-    t->bos_id = t->eos_id = t->unk_id = -1;
+    if ((st = ft_tok_new(json_path, &t))) return st;
     FT_TRY(ft_file_read(json_path, &text, &size));
     json_error_t jerr;
     root = json_loadb(text, size, 0, &jerr);
@@ -375,9 +427,8 @@ enum ft_status ft_tok_load_files(const char *json_path, const char *config_path,
     FT_TRY(load_model(t, root));
     FT_TRY(ft_tok_parse_normalizer(t, json_object_get(root, "normalizer")));
     FT_TRY(ft_tok_parse_pretok(t, json_object_get(root, "pre_tokenizer")));
-    detect_word_split(t, json_object_get(json_object_get(root, "model"), "vocab"));
     FT_TRY(ft_tok_parse_decoder(t, json_object_get(root, "decoder")));
-    FT_TRY(ft_tok_build_decoded(t));
+    FT_TRY(ft_tok_finish(t));
     int have_template = 0;
     const json_t *pp = json_object_get(root, "post_processor");
     if (json_is_object(pp)) FT_TRY(load_post(t, pp, &have_template));
