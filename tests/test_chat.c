@@ -124,6 +124,9 @@ TEST(harmony_matches_transformers) {
 TEST(chatml_matches_transformers) {
     EXPECT(run_family("chatml") >= 30);
 }
+TEST(qwen2_matches_transformers) {
+    EXPECT(run_family("qwen2") >= 30);
+}
 
 /* The template files stored under tests/data/chat are recognised as their family. */
 static void detect_file(const char *rel, const char *want) {
@@ -153,6 +156,7 @@ TEST(detects_stored_template_files) {
     detect_file("mistral/tokenizer_config.json", "mistral");
     detect_file("mistral_v01/tokenizer_config.json", "mistral");
     detect_file("chatml/tokenizer_config.json", "chatml");
+    detect_file("qwen2/tokenizer_config.json", "qwen2");
 }
 
 TEST(unrecognised_template_lists_names) {
@@ -160,7 +164,7 @@ TEST(unrecognised_template_lists_names) {
     EXPECT_EQ(ft_chat_template_detect("{{ messages[0]['content'] }}", NULL, &t),
               FT_ERR_UNSUPPORTED);
     EXPECT(t == NULL);
-    EXPECT_CONTAINS(ft_error(), "chatml, qwen3, llama3, llama2, mistral, deepseek3, harmony");
+    EXPECT_CONTAINS(ft_error(), "chatml, qwen2, qwen3, llama3, llama2, mistral, deepseek3, harmony");
     EXPECT_CONTAINS(ft_error(), "--chat-template NAME");
     EXPECT(strchr(ft_error(), '\n') == NULL);
     EXPECT_EQ(ft_chat_template_detect(NULL, NULL, &t), FT_ERR_UNSUPPORTED);
@@ -176,9 +180,9 @@ TEST(override_names) {
     EXPECT_EQ(ft_chat_template_detect("whatever", "vicuna", &t), FT_ERR_UNSUPPORTED);
     EXPECT_CONTAINS(ft_error(), "'vicuna'");
     EXPECT_CONTAINS(ft_error(), ft_chat_template_names());
-    const char *names[] = {"chatml",  "qwen3",     "llama3", "llama2",
-                           "mistral", "deepseek3", "harmony"};
-    for (int i = 0; i < 7; i++) {
+    const char *names[] = {"chatml",  "qwen3",     "llama3",  "llama2",
+                           "mistral", "deepseek3", "harmony", "qwen2"};
+    for (int i = 0; i < 8; i++) {
         EXPECT_OK(ft_chat_template_detect(NULL, names[i], &t));
         EXPECT_STREQ(ft_chat_template_name(t), names[i]);
         struct ft_chat_msg m = {FT_ROLE_USER, "hi", NULL, NULL};

@@ -1,6 +1,7 @@
 /* test_gguf.c — the GGUF reader and the GGML block codecs against the `gguf` Python package
  * (tests/data/gguf/, written by tools/gen_gguf_refs.py): every metadata value type, every
- * tensor's dims and bit-exact dequantisation (F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K/MXFP4),
+ * tensor's dims and bit-exact dequantisation (F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K/
+ * MXFP4),
  * the dot kernels against dequantise-then-dot, v2 files, custom alignment, and malformed
  * input (truncation at many offsets and hand-built corruptions), each error naming the file.
  * Single-threaded. */
@@ -160,7 +161,7 @@ TEST(dequant_bit_exact) {
     EXPECT_OK(ft_gguf_open(BLOCKS, &f));
     EXPECT_OK(ft_st_open(REF, &ref));
     if (!f || !ref) goto out;
-    EXPECT_EQ(ft_gguf_tensor_count(f), 9 * 4 + 8);
+    EXPECT_EQ(ft_gguf_tensor_count(f), 12 * 4 + 11);
     EXPECT_EQ(ft_st_count(ref), ft_gguf_tensor_count(f));
     int seen[FT_GGML_TYPE_COUNT] = {0};
     long long n_vals = 0;
@@ -199,7 +200,8 @@ TEST(dequant_bit_exact) {
         n_vals += n;
         free(out);
     }
-    const int types[] = {FT_GGML_F32, FT_GGML_F16, FT_GGML_BF16, FT_GGML_Q8_0, FT_GGML_Q4_0,
+    const int types[] = {FT_GGML_F32,  FT_GGML_F16,  FT_GGML_BF16, FT_GGML_Q8_0,
+                         FT_GGML_Q4_0, FT_GGML_Q4_1, FT_GGML_Q5_0, FT_GGML_Q5_1,
                          FT_GGML_Q4_K, FT_GGML_Q5_K, FT_GGML_Q6_K, FT_GGML_MXFP4};
     for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++)
         CHECK_(seen[types[k]] >= 4, "%s tensors compared", ft_ggml_type_name(types[k]));
@@ -292,7 +294,7 @@ TEST(version2_and_alignment) {
     EXPECT_OK(ft_gguf_parse(buf, n, "v2.gguf", &f));
     if (f) {
         EXPECT_EQ(ft_gguf_version(f), 2);
-        EXPECT_EQ(ft_gguf_tensor_count(f), 44);
+        EXPECT_EQ(ft_gguf_tensor_count(f), 12 * 4 + 11);
         ft_gguf_close(f);
     }
     free(buf);

@@ -243,6 +243,8 @@ TEST(dtype_table) {
      * row sizes from GGML's block geometry (ggml-common.h: 34 B / 32, 144 B / 256, ...) */
     static const struct { enum ft_dtype t; const char *name; int ggml; size_t row256; } blk[] = {
         {FT_DTYPE_Q8_0, "Q8_0", 8, 8 * 34},  {FT_DTYPE_Q4_0, "Q4_0", 2, 8 * 18},
+        {FT_DTYPE_Q4_1, "Q4_1", 3, 8 * 20},  {FT_DTYPE_Q5_0, "Q5_0", 6, 8 * 22},
+        {FT_DTYPE_Q5_1, "Q5_1", 7, 8 * 24},
         {FT_DTYPE_Q4_K, "Q4_K", 12, 144},    {FT_DTYPE_Q5_K, "Q5_K", 13, 176},
         {FT_DTYPE_Q6_K, "Q6_K", 14, 210},    {FT_DTYPE_MXFP4, "MXFP4", 39, 8 * 17},
     };

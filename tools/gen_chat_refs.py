@@ -115,6 +115,8 @@ FAMILIES = [
      "mistralai/Mistral-7B-Instruct-v0.3 chat_template (tests/data/chat/mistral, see tests/data/README.md)"),
     ("mistral_v01", os.path.join(OUT, "mistral_v01", "tokenizer_config.json"),
      "mistralai/Mixtral-8x7B-Instruct-v0.1 chat_template (tests/data/chat/mistral_v01, see tests/data/README.md)"),
+    ("qwen2", os.path.join(OUT, "qwen2", "tokenizer_config.json"),
+     "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF tokenizer.chat_template (tests/data/chat/qwen2, see tests/data/README.md)"),
     ("chatml", os.path.join(OUT, "chatml", "tokenizer_config.json"),
      "the generic ChatML template of the transformers chat-templating docs (tests/data/chat/chatml)"),
     ("harmony", os.path.join(OUT, "gpt_oss", "chat_template.jinja"),

@@ -6,7 +6,8 @@ are checked against code they share nothing with. Run from anywhere (determinist
 Writes:
   blocks.gguf       metadata of every value type (scalars, strings, arrays of each, nested
                     arrays) and tensors of every block type FreeToken-C computes with
-                    (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4), 1-D to 4-D, filled
+                    (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
+                    MXFP4), 1-D to 4-D, filled
                     with random blocks (random bytes; f16 scales drawn finite); "edge.*" tensors
                     hold every zero/subnormal/inf/NaN f16 and bf16 bit pattern and unrestricted scale bytes (inf/NaN/
                     subnormal scales) and are only compared, never dotted
@@ -37,8 +38,11 @@ def random_blocks(qt, n_blocks, edge=False):
     b = rng.integers(0, 256, (n_blocks, ts), dtype=np.uint8)
     if edge:
         return b
-    if qt in (Q.Q8_0, Q.Q4_0):
+    if qt in (Q.Q8_0, Q.Q4_0, Q.Q5_0):
         b[:, 0:2] = f16_scales(n_blocks)
+    elif qt in (Q.Q4_1, Q.Q5_1):  # d, m
+        b[:, 0:2] = f16_scales(n_blocks)
+        b[:, 2:4] = f16_scales(n_blocks)
     elif qt in (Q.Q4_K, Q.Q5_K):
         b[:, 0:2] = f16_scales(n_blocks, 0.001)
         b[:, 2:4] = f16_scales(n_blocks, 0.001)
@@ -64,7 +68,8 @@ def plain(qt, n, edge=False):
     return (v.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)  # BF16 (truncated)
 
 
-TYPES = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.MXFP4]
+TYPES = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.MXFP4, Q.Q4_1, Q.Q5_0,
+         Q.Q5_1]
 # numpy shapes (outermost first); GGUF stores them reversed (ne[0] = last)
 SHAPES = [(512,), (3, 512), (2, 2, 256), (2, 1, 2, 256)]
 
@@ -123,7 +128,8 @@ def main():
             w.add_tensor(name, raw, raw_dtype=qt)
             ref[name] = np.ascontiguousarray(gguf.quants.dequantize(raw, qt).reshape(shape), np.float32)
     for qt, shape in [(Q.F16, (8192,)), (Q.BF16, (8192,)), (Q.Q8_0, (8, 256)), (Q.Q4_0, (8, 256)),
-                      (Q.Q4_K, (8, 256)), (Q.Q5_K, (8, 256)), (Q.Q6_K, (8, 256)), (Q.MXFP4, (8, 512))]:
+                      (Q.Q4_K, (8, 256)), (Q.Q5_K, (8, 256)), (Q.Q6_K, (8, 256)), (Q.MXFP4, (8, 512)),
+                      (Q.Q4_1, (8, 256)), (Q.Q5_0, (8, 256)), (Q.Q5_1, (8, 256))]:
         name = f"edge.{qt.name.lower()}"
         raw = tensor_bytes(qt, shape, edge=True)
         if qt == Q.MXFP4:  # every exponent byte, twice

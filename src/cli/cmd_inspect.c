@@ -79,7 +79,8 @@ static enum ft_status st_sizes(const struct ft_st_set *set, int n_layers, struct
     return FT_OK;
 }
 
-/* GGUF block formats are dequantised at load: the banks hold bf16 experts. */
+/* GGUF: dense weights are dequantised to F16 at load; experts keep their blocks in the banks
+ * (unless gate and up differ in format: bf16 then). */
 static enum ft_status gguf_sizes(const struct ft_gguf_file *f, int n_layers, struct sizes *z) {
     z->bank = calloc((size_t)n_layers, sizeof *z->bank);
     if (!z->bank) return ft_fail(FT_ERR_OOM, "inspect: out of memory");
@@ -92,8 +93,8 @@ static enum ft_status gguf_sizes(const struct ft_gguf_file *f, int n_layers, str
         z->by_type[t->type] += t->n_bytes;
         if (sscanf(t->name, "blk.%d.ffn_%31[a-z]_exps", &l, fam) != 2) continue;
         z->expert_params += (uint64_t)t->n_elems;
-        z->expert_bytes += (uint64_t)t->n_elems * 2;
-        if (l >= 0 && l < n_layers) z->bank[l] += (uint64_t)t->n_elems * 2;
+        z->expert_bytes += t->n_bytes;
+        if (l >= 0 && l < n_layers) z->bank[l] += t->n_bytes;
     }
     return FT_OK;
 }
@@ -159,8 +160,8 @@ int ft_cmd_inspect(int argc, char **argv) {
         for (int t = 0; t < FT_GGML_TYPE_COUNT; t++)
             if (z.by_type[t])
                 printf(" %s %.0f%%", ft_ggml_type_name(t), 100.0 * (double)z.by_type[t] / (double)bytes);
-        printf(" (of the bytes); block formats are dequantised at load: dense weights to F16, "
-               "experts to bf16 banks\n");
+        printf(" (of the bytes); at load dense weights are dequantised to F16, experts keep "
+               "their blocks\n");
     }
     int E = c.n_experts, moe_layers = 0;
     if ((a->flags & FT_ARCH_MOE) && E > 0) {
@@ -193,7 +194,7 @@ int ft_cmd_inspect(int argc, char **argv) {
         snprintf(gpu, sizeof gpu, "GPU %s, sm_%d%d, %.1f of %.1f GiB free", d.name, d.cc_major,
                  d.cc_minor, gib((double)d.free_bytes), gib((double)d.total_bytes));
 #endif
-    uint64_t mem = gf ? params * 2 : bytes; /* GGUF: dequantised to 2-byte elements */
+    uint64_t mem = gf ? (params - expert_params) * 2 + expert_bytes : bytes; /* GGUF: F16 dense */
     printf("plan          backend cpu (%s); all %s in host RAM (%s of %.1f GiB)%s\n", gpu,
            moe_layers ? "weights and expert banks" : "weights", size((double)mem, b1, sizeof b1),
            gib((double)ram), mem > ram ? ": DOES NOT FIT, loading will fail" : "");

@@ -15,7 +15,6 @@
 #include "cli/cli.h"
 #include "cli/opts.h"
 #include "core/status.h"
-#include "format/gguf.h"
 #include "text/tokenizer.h"
 
 static void usage(FILE *f) {
@@ -97,17 +96,6 @@ static int run_text(const struct ft_tok *t, const char *text, int special) {
     return 0;
 }
 
-/* --model: a .gguf file, else a directory with tokenizer.json */
-static enum ft_status load_tok(const char *model, struct ft_tok **t) {
-    size_t n = strlen(model);
-    if (n < 5 || strcmp(model + n - 5, ".gguf")) return ft_tok_load(model, t);
-    struct ft_gguf_file *f = NULL;
-    enum ft_status st = ft_gguf_open(model, &f);
-    if (st == FT_OK) st = ft_tok_load_gguf(f, t);
-    ft_gguf_close(f);
-    return st;
-}
-
 int ft_cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *jsonl = NULL, *text = NULL;
     int special = 0;
@@ -143,7 +131,7 @@ int ft_cmd_tokenize(int argc, char **argv) {
         return 2;
     }
     struct ft_tok *t = NULL;
-    enum ft_status st = load_tok(model, &t);
+    enum ft_status st = ft_tok_load(model, &t);
     if (st != FT_OK) {
         return ft_cli_fail(st);
     }

@@ -76,8 +76,8 @@ const char *ft_ggml_type_name(int type) {
 int ft_ggml_can_compute(int type) {
     switch (type) {
     case FT_GGML_F32: case FT_GGML_F16: case FT_GGML_BF16: case FT_GGML_Q8_0:
-    case FT_GGML_Q4_0: case FT_GGML_Q4_K: case FT_GGML_Q5_K: case FT_GGML_Q6_K:
-    case FT_GGML_MXFP4:
+    case FT_GGML_Q4_0: case FT_GGML_Q4_1: case FT_GGML_Q5_0: case FT_GGML_Q5_1:
+    case FT_GGML_Q4_K: case FT_GGML_Q5_K: case FT_GGML_Q6_K: case FT_GGML_MXFP4:
         return 1;
     default:
         return 0;
@@ -107,6 +107,46 @@ static void deq_q4_0(const uint8_t *b, float *y) {
     for (int j = 0; j < 16; j++) {
         y[j] = (float)((qs[j] & 0x0f) - 8) * d;
         y[j + 16] = (float)((qs[j] >> 4) - 8) * d;
+    }
+}
+
+static void deq_q4_1(const uint8_t *b, float *y) {
+    const float d = rd_f16(b), m = rd_f16(b + 2);
+    const uint8_t *qs = b + 4;
+    for (int j = 0; j < 16; j++) {
+        float a = (float)(qs[j] & 0x0f) * d, c = (float)(qs[j] >> 4) * d;
+        y[j] = a + m;
+        y[j + 16] = c + m;
+    }
+}
+
+/* Q5_0 / Q5_1: the fifth bit of element j is bit j of the 32-bit qh */
+static inline uint32_t rd_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void deq_q5_0(const uint8_t *b, float *y) {
+    const float d = rd_f16(b);
+    const uint32_t qh = rd_u32(b + 2);
+    const uint8_t *qs = b + 6;
+    for (int j = 0; j < 16; j++) {
+        const int x0 = (int)((qs[j] & 0x0f) | (((qh >> j) << 4) & 0x10)) - 16;
+        const int x1 = (int)((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+        y[j] = (float)x0 * d;
+        y[j + 16] = (float)x1 * d;
+    }
+}
+
+static void deq_q5_1(const uint8_t *b, float *y) {
+    const float d = rd_f16(b), m = rd_f16(b + 2);
+    const uint32_t qh = rd_u32(b + 4);
+    const uint8_t *qs = b + 8;
+    for (int j = 0; j < 16; j++) {
+        const int x0 = (int)((qs[j] & 0x0f) | (((qh >> j) << 4) & 0x10));
+        const int x1 = (int)((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10));
+        float a = (float)x0 * d, c = (float)x1 * d;
+        y[j] = a + m;
+        y[j + 16] = c + m;
     }
 }
 
@@ -217,6 +257,9 @@ static deq_fn block_decoder(int type) {
     switch (type) {
     case FT_GGML_Q8_0: return deq_q8_0;
     case FT_GGML_Q4_0: return deq_q4_0;
+    case FT_GGML_Q4_1: return deq_q4_1;
+    case FT_GGML_Q5_0: return deq_q5_0;
+    case FT_GGML_Q5_1: return deq_q5_1;
     case FT_GGML_Q4_K: return deq_q4_k;
     case FT_GGML_Q5_K: return deq_q5_k;
     case FT_GGML_Q6_K: return deq_q6_k;

@@ -1,6 +1,7 @@
 /* ggml_quant.h — GGML tensor types as they appear in GGUF files: block geometry for every
  * type GGUF defines, and CPU reference dequantisation and dequantise-and-dot kernels for the
- * types the engine computes with (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4), in
+ * types the engine computes with (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
+ * Q6_K, MXFP4), in
  * GGML's block layouts (ggml-common.h). Called by format/gguf.c (sizes), the model loaders and
  * the CPU backend. Pure functions: any thread. */
 #ifndef FT_FORMAT_GGML_QUANT_H
@@ -53,6 +54,9 @@ enum ft_ggml_type {
 /* Block sizes in bytes, GGML layout (all little-endian, packed, no padding):
  *   Q8_0  { f16 d; int8 qs[32]; }                                        34 B / 32
  *   Q4_0  { f16 d; u8 qs[16]; }  x[j] = (lo(qs[j]) - 8) d, x[j+16] = (hi - 8) d  18 B / 32
+ *   Q4_1  { f16 d, m; u8 qs[16]; }  x[j] = lo(qs[j]) d + m, x[j+16] = hi d + m      20 B / 32
+ *   Q5_0  { f16 d; u32 qh; u8 qs[16]; }  5-bit q = nibble | bit j of qh << 4; (q - 16) d  22 B / 32
+ *   Q5_1  { f16 d, m; u32 qh; u8 qs[16]; }  the same 5-bit q; q d + m               24 B / 32
  *   Q4_K  { f16 d, dmin; u8 scales[12]; u8 qs[128]; }                   144 B / 256
  *   Q5_K  { f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }        176 B / 256
  *   Q6_K  { u8 ql[128]; u8 qh[64]; int8 scales[16]; f16 d; }            210 B / 256

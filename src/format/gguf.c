@@ -520,8 +520,8 @@ static int has_gguf_suffix(const char *name) {
 
 int ft_gguf_model_path(const char *path, char *out, size_t cap) {
     struct stat sb;
-    if (!path || stat(path, &sb) != 0) return 0;
-    if (S_ISREG(sb.st_mode)) {
+    if (!path) return 0;
+    if (stat(path, &sb) != 0 || S_ISREG(sb.st_mode)) { /* a missing x.gguf: opening it says so */
         if (!has_gguf_suffix(path)) return 0;
         snprintf(out, cap, "%s", path);
         return 1;

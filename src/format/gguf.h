@@ -91,10 +91,11 @@ enum ft_status ft_gguf_parse(const void *buf, size_t size, const char *label,
 enum ft_status ft_gguf_open(const char *path, struct ft_gguf_file **out);
 void ft_gguf_close(struct ft_gguf_file *f);
 
-/* Whether a --model argument names a GGUF model: a file ending in .gguf, or a directory with
- * no config.json and exactly one .gguf file. 1 with the file's path in out; 0 when it is not
- * one (a Hugging Face directory, or a path that does not exist: the caller's loader reports
- * that); -1 (ft_fail set) for a directory holding several .gguf files. */
+/* Whether a --model argument names a GGUF model: a path ending in .gguf (existing or not:
+ * opening it reports a missing file), or a directory with no config.json and exactly one .gguf
+ * file. 1 with the file's path in out; 0 when it is not one (a Hugging Face directory, or
+ * another path that does not exist: the caller's loader reports that); -1 (ft_fail set) for a
+ * directory holding several .gguf files. */
 int ft_gguf_model_path(const char *path, char *out, size_t cap);
 
 int ft_gguf_version(const struct ft_gguf_file *f);

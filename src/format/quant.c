@@ -16,6 +16,8 @@ static const struct {
     [FT_DTYPE_U32] = {"U32", 4},      [FT_DTYPE_U64] = {"U64", 8},
     [FT_DTYPE_BOOL] = {"BOOL", 1},
     [FT_DTYPE_Q8_0] = {"Q8_0", 0},    [FT_DTYPE_Q4_0] = {"Q4_0", 0},
+    [FT_DTYPE_Q4_1] = {"Q4_1", 0},    [FT_DTYPE_Q5_0] = {"Q5_0", 0},
+    [FT_DTYPE_Q5_1] = {"Q5_1", 0},
     [FT_DTYPE_Q4_K] = {"Q4_K", 0},    [FT_DTYPE_Q5_K] = {"Q5_K", 0},
     [FT_DTYPE_Q6_K] = {"Q6_K", 0},    [FT_DTYPE_MXFP4] = {"MXFP4", 0},
 };
@@ -25,7 +27,8 @@ static const struct {
     int ggml;
 } k_ggml[] = {
     {FT_DTYPE_F32, FT_GGML_F32},   {FT_DTYPE_F16, FT_GGML_F16},   {FT_DTYPE_BF16, FT_GGML_BF16},
-    {FT_DTYPE_Q8_0, FT_GGML_Q8_0}, {FT_DTYPE_Q4_0, FT_GGML_Q4_0}, {FT_DTYPE_Q4_K, FT_GGML_Q4_K},
+    {FT_DTYPE_Q8_0, FT_GGML_Q8_0}, {FT_DTYPE_Q4_0, FT_GGML_Q4_0}, {FT_DTYPE_Q4_1, FT_GGML_Q4_1},
+    {FT_DTYPE_Q5_0, FT_GGML_Q5_0}, {FT_DTYPE_Q5_1, FT_GGML_Q5_1}, {FT_DTYPE_Q4_K, FT_GGML_Q4_K},
     {FT_DTYPE_Q5_K, FT_GGML_Q5_K}, {FT_DTYPE_Q6_K, FT_GGML_Q6_K}, {FT_DTYPE_MXFP4, FT_GGML_MXFP4},
 };
 

@@ -27,6 +27,9 @@ enum ft_dtype {
      * n a multiple of the block; they exist in host banks and weights, never in safetensors */
     FT_DTYPE_Q8_0,
     FT_DTYPE_Q4_0,
+    FT_DTYPE_Q4_1,
+    FT_DTYPE_Q5_0,
+    FT_DTYPE_Q5_1,
     FT_DTYPE_Q4_K,
     FT_DTYPE_Q5_K,
     FT_DTYPE_Q6_K,

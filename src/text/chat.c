@@ -3,6 +3,7 @@
  * chat_render.c. Called by the CLI and the server; templates are immutable and thread-safe. */
 #include "text/chat.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,11 +13,11 @@
 static const char *const k_names[CHAT_N_FAMILIES] = {
     [CHAT_CHATML] = "chatml",   [CHAT_QWEN3] = "qwen3",     [CHAT_LLAMA3] = "llama3",
     [CHAT_LLAMA2] = "llama2",   [CHAT_MISTRAL] = "mistral", [CHAT_DEEPSEEK3] = "deepseek3",
-    [CHAT_HARMONY] = "harmony",
+    [CHAT_HARMONY] = "harmony", [CHAT_QWEN2] = "qwen2",
 };
 
 const char *ft_chat_template_names(void) {
-    return "chatml, qwen3, llama3, llama2, mistral, deepseek3, harmony";
+    return "chatml, qwen2, qwen3, llama3, llama2, mistral, deepseek3, harmony";
 }
 
 const char *ft_chat_template_name(const struct ft_chat_template *t) {
@@ -44,7 +45,9 @@ static int detect_family(const char *src, const char **why) {
     if (has(src, "<|im_start|>")) {
         if (has(src, "enable_thinking") || has(src, "reasoning_content")) return CHAT_QWEN3;
         if (!has(src, "tool_response") && !has(src, "You are ")) return CHAT_CHATML;
-        *why = "a ChatML template with a default system prompt or tool handling (Qwen2.5 style)";
+        if (has(src, "messages[0]['role'] == 'system'") && has(src, "<tool_response>"))
+            return CHAT_QWEN2; /* Qwen2/2.5: default system prompt, tool turns */
+        *why = "a ChatML template with a default system prompt or tool handling";
         return -1;
     }
     if (has(src, "<|start_header_id|>")) {
@@ -73,7 +76,22 @@ static int detect_family(const char *src, const char **why) {
     return -1;
 }
 
+/* The literal default system prompt of a Qwen2/2.5 template: the text of
+ * '<|im_start|>system\n...<|im_end|>' written when messages[0] is not a system message. */
+static void qwen2_default_system(struct ft_chat_template *t, const char *src) {
+    const char *k = "'<|im_start|>system\\n";
+    snprintf(t->default_system, sizeof t->default_system, "You are a helpful assistant.");
+    for (const char *p = src ? strstr(src, k) : NULL; p; p = strstr(p + 1, k)) {
+        const char *a = p + strlen(k), *b = strstr(a, "<|im_end|>");
+        if (!b || memchr(a, '\'', (size_t)(b - a)) || (size_t)(b - a) >= sizeof t->default_system)
+            continue; /* '... + messages[0]['content'] + ...': not the literal one */
+        snprintf(t->default_system, sizeof t->default_system, "%.*s", (int)(b - a), a);
+        return;
+    }
+}
+
 static void detect_variant(struct ft_chat_template *t, const char *src) {
+    if (t->family == CHAT_QWEN2) qwen2_default_system(t, src);
     if (!src) return;
     if (t->family == CHAT_MISTRAL) t->mistral_v01 = has(src, "' [/INST]'");
     if (t->family == CHAT_LLAMA3) t->llama3_gen_always = !has(src, "add_generation_prompt");

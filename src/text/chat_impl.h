@@ -16,6 +16,7 @@ enum chat_family {
     CHAT_MISTRAL,
     CHAT_DEEPSEEK3,
     CHAT_HARMONY,
+    CHAT_QWEN2,
     CHAT_N_FAMILIES,
 };
 
@@ -25,6 +26,7 @@ struct ft_chat_template {
     int mistral_v01;       /* Mistral/Mixtral v0.1 template: ' [/INST]', no system, no strip */
     int harmony_v1;        /* first gpt-oss release: tools line always present, no "\n\n" after
                               the developer instructions */
+    char default_system[256]; /* Qwen2/2.5: the system message used when the chat has none */
 };
 
 struct chat_out {

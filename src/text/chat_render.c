@@ -51,6 +51,32 @@ static enum ft_status render_chatml(const struct ft_chat_msg *m, int n,
     return FT_OK;
 }
 
+/* ---- Qwen2/2.5 (ChatML, a default system prompt, tool results as user turns), no tools ---- */
+static enum ft_status render_qwen2(const struct ft_chat_template *t, const struct ft_chat_msg *m,
+                                   int n, const struct ft_chat_opts *o, struct chat_out *out) {
+    co_put(out, "<|im_start|>system\n");
+    co_put(out, n > 0 && m[0].role == FT_ROLE_SYSTEM ? S(m[0].content) : t->default_system);
+    co_put(out, "<|im_end|>\n");
+    for (int i = 0; i < n; i++) {
+        if (m[i].role == FT_ROLE_TOOL) { /* consecutive tool results share one user turn */
+            if (i == 0 || m[i - 1].role != FT_ROLE_TOOL) co_put(out, "<|im_start|>user");
+            co_put(out, "\n<tool_response>\n");
+            co_put(out, m[i].content);
+            co_put(out, "\n</tool_response>");
+            if (i == n - 1 || m[i + 1].role != FT_ROLE_TOOL) co_put(out, "<|im_end|>\n");
+            continue;
+        }
+        if (m[i].role == FT_ROLE_SYSTEM && i == 0) continue; /* written above */
+        co_put(out, "<|im_start|>");
+        co_put(out, ft_chat_role_name(m[i].role));
+        co_put(out, "\n");
+        co_put(out, m[i].content);
+        co_put(out, "<|im_end|>\n");
+    }
+    if (o->add_generation_prompt) co_put(out, "<|im_start|>assistant\n");
+    return FT_OK;
+}
+
 /* ---- Qwen3 (ChatML + thinking), Qwen/Qwen3 tokenizer_config.json, no tools ---- */
 static int qwen3_is_query(const struct ft_chat_msg *msg) {
     const char *c = S(msg->content);
@@ -414,6 +440,7 @@ enum ft_status chat_render_family(const struct ft_chat_template *t, const struct
         return t->mistral_v01 ? render_mistral_v01(m, n, o, out) : render_mistral(m, n, o, out);
     case CHAT_DEEPSEEK3: return render_deepseek3(m, n, o, out);
     case CHAT_HARMONY: return render_harmony(t, m, n, o, out);
+    case CHAT_QWEN2: return render_qwen2(t, m, n, o, out);
     case CHAT_N_FAMILIES: break;
     }
     return ft_fail(FT_ERR_INTERNAL, "chat render: bad family %d", (int)t->family);

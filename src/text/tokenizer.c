@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/file.h"
+#include "format/gguf.h"
 #include "text/tok_impl.h"
 
 int32_t ft_tok_lookup(const struct ft_tok *t, const char *s, size_t n) {
@@ -446,6 +447,16 @@ fail:
 
 enum ft_status ft_tok_load(const char *dir, struct ft_tok **out) {
     char jp[4096], cp[4096];
+    *out = NULL;
+    int g = ft_gguf_model_path(dir, jp, sizeof jp); /* a GGUF model carries its tokenizer */
+    if (g < 0) return FT_ERR_INVALID_ARG;
+    if (g) {
+        struct ft_gguf_file *f = NULL;
+        enum ft_status st = ft_gguf_open(jp, &f);
+        if (st == FT_OK) st = ft_tok_load_gguf(f, out);
+        ft_gguf_close(f);
+        return st;
+    }
     ft_path_join(jp, sizeof jp, dir, "tokenizer.json");
     ft_path_join(cp, sizeof cp, dir, "tokenizer_config.json");
     *out = NULL;

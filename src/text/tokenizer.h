@@ -16,8 +16,9 @@
 
 struct ft_tok;
 
-/* Loads dir/tokenizer.json and, when present, dir/tokenizer_config.json. Errors name the file,
- * the field and what to do. */
+/* Loads dir/tokenizer.json and, when present, dir/tokenizer_config.json; or, when dir names a
+ * GGUF model (ft_gguf_model_path), that file's tokenizer metadata. Errors name the file, the
+ * field and what to do. */
 enum ft_status ft_tok_load(const char *dir, struct ft_tok **out);
 /* Same, from an explicit tokenizer.json path and an optional (NULL) tokenizer_config.json path. */
 enum ft_status ft_tok_load_files(const char *json_path, const char *config_path,
