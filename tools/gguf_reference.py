@@ -6,7 +6,7 @@
 Prints one JSON object: the tokenizer's ids for the prompt (with and without special
 tokens), the chat-template rendering of a fixed one-turn conversation with the generation
 prompt, the greedy continuation (N tokens) of both the raw prompt and the chat prompt, and
-the top-5 float32 logits at the last prompt position. transformers dequantises the GGUF
+the top-5 float32 logits at the last prompt position and the top-20 at every position. transformers dequantises the GGUF
 tensors to float32, so these are the numbers of the dequantised weights: a C engine that
 reads the same file should match the ids exactly and the logits to float tolerance.
 
@@ -55,9 +55,9 @@ def gguf_facts(path):
     return facts
 
 
-def top5(logits_row):
+def topk(logits_row, k=5):
     import torch
-    v, i = torch.topk(logits_row.float(), 5)
+    v, i = torch.topk(logits_row.float(), k)
     return {"ids": [int(x) for x in i], "values": [float(x) for x in v]}
 
 
@@ -128,7 +128,8 @@ def main():
     t0 = time.time()
     with torch.no_grad():
         logits = model(torch.tensor([ids], dtype=torch.long)).logits
-    res["last_logits_top5"] = top5(logits[0, -1])
+    res["last_logits_top5"] = topk(logits[0, -1])
+    res["position_top20"] = [topk(logits[0, p], 20) for p in range(len(ids))]
     res["greedy"] = greedy(model, tok, ids, a.n)
     if chat_text is not None:
         res["chat_greedy"] = greedy(model, tok, res["chat_ids"], a.n)

