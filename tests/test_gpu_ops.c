@@ -10,6 +10,8 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda_ops.h"
 #include "core/threadpool.h"
+#include "format/ggml_quant.h"
+#include "ggml_fill.h"
 #include "test.h"
 
 static uint64_t g_rng = 12345;
@@ -348,6 +350,69 @@ TEST(fused_qkv_and_moe_prefill) {
         cudaFree(dgu), cudaFree(ddn), cudaFree(dx16), cudaFree(dxg), cudaFree(dact16), cudaFree(dmgu);
         cudaFree(dact), cudaFree(dmy), cudaFree(dout), cudaFree(dw2);
     }
+}
+
+/* Experts in every GGML block format: the prefill dequantiser is bit-identical to the CPU's
+ * (bf16 of the exact value), skipping experts whose source id is negative and honouring the
+ * expert stride; the decode GEMV reads the blocks and matches the CPU's block dot (fp32, only the
+ * summation order differs); the chunk map selects the chunk's present experts. */
+TEST(block_format_experts) {
+    static const enum ft_dtype fmts[] = {FT_DTYPE_Q8_0, FT_DTYPE_Q4_0, FT_DTYPE_Q4_1,
+                                         FT_DTYPE_Q5_0, FT_DTYPE_Q5_1, FT_DTYPE_Q4_K,
+                                         FT_DTYPE_Q5_K, FT_DTYPE_Q6_K, FT_DTYPE_MXFP4};
+    const int E = 3, N = 40, K = 512, P = 5;
+    uint64_t rng = 7;
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
+        enum ft_dtype t = fmts[f];
+        EXPECT(ft_cuda_block_format(t));
+        size_t rb = ft_dtype_row_bytes(t, K), stride = rb * N + 64; /* padded like a slot pitch */
+        uint8_t *w = calloc((size_t)E, stride);
+        for (int e = 0; e < E; e++) fill_matrix(t, w + (size_t)e * stride, N, K, &rng);
+        void *dw = up(w, (size_t)E * stride);
+        /* dequantise experts 1 and 2 (src ids 2 and 0; id -1 at position 0 is skipped) */
+        int32_t src_of[3] = {-1, 2, 0};
+        int32_t *dsrc = up(src_of, sizeof src_of);
+        uint16_t *ddq = up(NULL, (size_t)3 * N * K * 2);
+        cudaMemset(ddq, 0xff, (size_t)3 * N * K * 2);
+        ft_cuda_dequant_experts(ddq, dw, stride, t, dsrc, 0, 3, N, K, 0);
+        uint16_t *dq = malloc((size_t)3 * N * K * 2);
+        cudaDeviceSynchronize();
+        cudaMemcpy(dq, ddq, (size_t)3 * N * K * 2, cudaMemcpyDeviceToHost);
+        long bad = 0;
+        float row[512];
+        for (int c = 1; c < 3; c++)
+            for (int r = 0; r < N; r++) {
+                ft_ggml_dequant_row(ft_dtype_ggml(t), w + (size_t)src_of[c] * stride + (size_t)r * rb, row, K);
+                for (int i = 0; i < K; i++) bad += dq[((size_t)c * N + r) * K + i] != ft_f32_to_bf16(row[i]);
+            }
+        for (size_t i = 0; i < (size_t)N * K; i++) bad += dq[i] != 0xffff; /* skipped: untouched */
+        CHECK_(bad == 0, "%s: %ld dequantised elements differ from the CPU's", ft_dtype_name(t), bad);
+        /* decode GEMV: pairs (token p / 2 ... ) with one pair left to the CPU (id -1) */
+        int32_t ids[5] = {2, 0, -1, 1, 2};
+        float *x = rnd((size_t)3 * K), *ref = calloc((size_t)P * N, 4);
+        for (int p = 0; p < P; p++)
+            if (ids[p] >= 0)
+                ft_cpu_matmul_rows(ref + (size_t)p * N, N, x + (size_t)(p / 2) * K, K,
+                                   w + (size_t)ids[p] * stride, t, 1, 0, N, K);
+        int32_t *dids = up(ids, sizeof ids);
+        float *dx = up(x, (size_t)3 * K * 4), *dy = up(NULL, (size_t)P * N * 4);
+        ft_cuda_moe_gemv_blocks(dy, dx, 2, dw, stride, t, dids, P, N, K, 0);
+        float *got = down(dy, (size_t)P * N);
+        char what[64];
+        snprintf(what, sizeof what, "moe gemv %s blocks", ft_dtype_name(t));
+        EXPECT_NMSE(got, ref, (size_t)P * N, 1e-10, what);
+        free(w), free(dq), free(x), free(ref), free(got);
+        cudaFree(dw), cudaFree(dsrc), cudaFree(ddq), cudaFree(dids), cudaFree(dx), cudaFree(dy);
+    }
+    /* chunk map: experts [4, 8) of 10, expert 5 absent from the source map */
+    int32_t src_of[10] = {0, 1, 2, 3, 4, -1, 6, 7, 8, 9}, want[10] = {-1, -1, -1, -1, 0, -1, 2, 3, -1, -1};
+    int32_t *dsrc = up(src_of, sizeof src_of), *dmap = up(NULL, sizeof src_of), got[10];
+    ft_cuda_chunk_slots(dmap, dsrc, 4, 4, 10, 0);
+    cudaDeviceSynchronize();
+    cudaMemcpy(got, dmap, sizeof got, cudaMemcpyDeviceToHost);
+    EXPECT(memcmp(got, want, sizeof got) == 0);
+    cudaFree(dsrc), cudaFree(dmap);
+    EXPECT_OK(ft_cuda_check("block-format experts"));
 }
 
 int main(int argc, char **argv) {

@@ -24,13 +24,16 @@
 #include "core/status.h"
 
 #define MAX_GRAPH_T 8
+#define DEQ_CHUNK 16 /* experts per chunk when block-format experts are dequantised for prefill */
 
 struct gpu_layer {
     float *attn_norm, *ffn_norm, *q_norm, *k_norm, *bq, *bk, *bv, *bo;
     uint16_t *wqkv, *wo;              /* wqkv: [q_dim + 2 kv_dim, H] (q, k, v rows) */
     uint16_t *w_gu, *w_down;          /* dense: w_gu [2I, H] (gate rows, then up rows) */
     int I;
-    uint16_t *router, *gu, *down;     /* MoE: [E, H], [E][2I, H], [E][H, I] */
+    uint16_t *router;                 /* MoE: [E, H] */
+    void *gu, *down;                  /* [E][2I, H], [E][H, I] in the banks' formats */
+    int gu_dt, dn_dt;                 /* enum ft_dtype of gu / down (bf16 or a block format) */
     uint16_t *sh_gu, *sh_down, *sh_score; /* sh_gu [2Is, H] */
     int is_moe, has_shared, window;
 };
@@ -57,6 +60,8 @@ struct ft_gpu {
     /* MoE prefill scratch */
     float *mgu, *mact, *my;
     uint16_t *xg16, *mact16;
+    uint16_t *deq;                     /* block-format experts: DEQ_CHUNK experts dequantised */
+    int32_t *chunk_slot_of;            /* [E] the grouped GEMM's map onto deq */
     int32_t *rtok, *pair_dst, *offsets, *cursor, *d_counts_all, *h_counts_all;
     float *att_part;                   /* flash-decoding partials */
     int att_split_small, att_split_big;
@@ -167,15 +172,20 @@ static uint16_t *up_cat(struct ft_gpu *g, const struct ft_weight *const *ws, int
     return d; /* even on failure: the layer owns it, so ft_gpu_free frees it */
 }
 
+/* 1 when the GPU kernels take experts of dtype t (bf16, or a GGML block format). */
+static int gpu_expert_dtype(enum ft_dtype t) {
+    return t == FT_DTYPE_BF16 || ft_cuda_block_format(t);
+}
+
 /* A whole bank (E expert matrices, host stride >= row bytes) as a dense device array. */
-static uint16_t *up_bank(struct ft_gpu *g, const struct ft_bank *b, enum ft_status *st) {
+static void *up_bank(struct ft_gpu *g, const struct ft_bank *b, enum ft_status *st) {
     if (*st != FT_OK) return NULL;
-    if (b->schema->dtype != FT_DTYPE_BF16) {
-        *st = ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s experts are not supported yet (bf16 "
-                      "only); use --backend cpu", b->schema->name);
+    if (!gpu_expert_dtype(b->schema->dtype)) {
+        *st = ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s experts are not supported (bf16 and "
+                      "GGML block formats are); use --backend cpu", b->schema->name);
         return NULL;
     }
-    uint16_t *d = dalloc(g, b->row_bytes * b->n_experts, st);
+    uint8_t *d = dalloc(g, b->row_bytes * b->n_experts, st);
     if (d) cudaMemcpy2D(d, b->row_bytes, b->base, b->stride, b->row_bytes, b->n_experts,
                         cudaMemcpyHostToDevice);
     return d;
@@ -217,7 +227,14 @@ static enum ft_status upload(struct ft_gpu *g) {
         if (!g->o.offload) { /* resident; the offload backend keeps them in the host banks */
             L->gu = up_bank(g, &hl->bank[FT_BANK_GATE_UP], &st);
             L->down = up_bank(g, &hl->bank[FT_BANK_DOWN], &st);
+        } else if (!gpu_expert_dtype(hl->bank[0].schema->dtype) ||
+                   !gpu_expert_dtype(hl->bank[1].schema->dtype)) {
+            st = ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s/%s experts are not supported (bf16 "
+                         "and GGML block formats are); use --backend cpu",
+                         hl->bank[0].schema->name, hl->bank[1].schema->name);
         }
+        L->gu_dt = hl->bank[FT_BANK_GATE_UP].schema->dtype;
+        L->dn_dt = hl->bank[FT_BANK_DOWN].schema->dtype;
         L->has_shared = hl->has_shared;
         if (hl->has_shared) {
             const struct ft_weight *sgu[2] = {&hl->sh_gate, &hl->sh_up};
@@ -288,6 +305,14 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
         g->cursor = dalloc(g, E * 4, &st);
         g->d_counts_all = dalloc(g, (size_t)m->n_layers * E * 4, &st);
         g->h_counts_all = halloc((size_t)m->n_layers * E * 4, &st);
+        int blocks = 0; /* block-format experts: prefill dequantises a chunk of them at a time */
+        for (int l = 0; l < m->n_layers; l++)
+            blocks |= m->layers[l].is_moe && (m->layers[l].bank[0].schema->dtype != FT_DTYPE_BF16 ||
+                                              m->layers[l].bank[1].schema->dtype != FT_DTYPE_BF16);
+        if (blocks) {
+            g->deq = dalloc(g, (size_t)DEQ_CHUNK * 2 * I * H * 2, &st);
+            g->chunk_slot_of = dalloc(g, E * 4, &st);
+        }
     }
     /* flash-decoding partials: decode graphs split the whole context (up to 256 chunks),
      * prefill chunks split up to 16 ways */
@@ -317,24 +342,59 @@ static enum ft_status mm(struct ft_gpu *g, float *y, int ldy, const float *x, co
 struct prefill_batch {
     struct ft_gpu *g;
     const struct gpu_layer *L;
-    int T;
+    int T, l;
 };
 
 /* One batch of experts (offload) or all of them (resident): gate_up, SiLU, down. */
+/* y = the grouped GEMM of the sorted rows x against one family of experts (w: the layer's
+ * device bank, or with slot_of the offload slots, expert_stride bytes apart, format dt).
+ * Block formats go through bf16 scratch a chunk of experts at a time. */
+static void expert_gemm(struct ft_gpu *g, float *y, const uint16_t *x, const void *w, int dt,
+                        size_t expert_stride, const int32_t *slot_of, int N, int K, int T) {
+    int E = g->m->n_experts;
+    cudaStream_t s = g->s;
+    if (dt == FT_DTYPE_BF16) {
+        ft_cuda_moe_gemm(y, x, w, g->offsets, slot_of, expert_stride / 2, E, N, K, T, s);
+        return;
+    }
+    for (int e0 = 0; e0 < E; e0 += DEQ_CHUNK) {
+        int n = E - e0 < DEQ_CHUNK ? E - e0 : DEQ_CHUNK;
+        ft_cuda_chunk_slots(g->chunk_slot_of, slot_of, e0, n, E, s);
+        ft_cuda_dequant_experts(g->deq, w, expert_stride, dt, slot_of, e0, n, N, K, s);
+        ft_cuda_moe_gemm(y, x, g->deq, g->offsets, g->chunk_slot_of, (size_t)N * K, E, N, K, T, s);
+    }
+}
+
+/* y[p] = the decode GEMV of expert ids[p] (bf16 or a block format), expert_stride bytes apart */
+static void expert_gemv(struct ft_gpu *g, float *y, const float *x, int x_div, const void *w,
+                        int dt, size_t expert_stride, const int32_t *ids, int P, int N, int K) {
+    if (dt == FT_DTYPE_BF16)
+        ft_cuda_moe_gemv(y, x, x_div, w, expert_stride / 2, ids, P, N, K, g->s);
+    else
+        ft_cuda_moe_gemv_blocks(y, x, x_div, w, expert_stride, dt, ids, P, N, K, g->s);
+}
+
+/* Bytes between experts of layer l's family fam on the device: the bank rows when resident,
+ * the slot pitch when offloading. */
+static size_t expert_stride(const struct ft_gpu *g, int l, int fam) {
+    if (g->off) return ft_offload_slot_bytes(g->off, fam);
+    return g->m->layers[l].bank[fam].row_bytes;
+}
+
 static enum ft_status moe_prefill_batch(void *ctx, int first, int last) {
     struct prefill_batch *pb = ctx;
     struct ft_gpu *g = pb->g;
     const struct ft_model *m = g->m;
-    int E = m->n_experts, k = m->top_k, H = m->hidden, I = m->expert_inter, R = pb->T * k;
+    int k = m->top_k, H = m->hidden, I = m->expert_inter, R = pb->T * k;
     cudaStream_t s = g->s;
     (void)first, (void)last;
-    const uint16_t *gu = g->off ? ft_offload_gu(g->off) : pb->L->gu;
-    const uint16_t *dn = g->off ? ft_offload_down(g->off) : pb->L->down;
+    const void *gu = g->off ? ft_offload_gu(g->off) : pb->L->gu;
+    const void *dn = g->off ? ft_offload_down(g->off) : pb->L->down;
     const int32_t *slot_of = g->off ? g->d_slot_of : NULL;
-    ft_cuda_moe_gemm(g->mgu, g->xg16, gu, g->offsets, slot_of, (size_t)2 * I * H, E, 2 * I, H, pb->T, s);
+    expert_gemm(g, g->mgu, g->xg16, gu, pb->L->gu_dt, expert_stride(g, pb->l, 0), slot_of, 2 * I, H, pb->T);
     ft_cuda_silu_mul(g->mact, g->mgu, R, I, s); /* rows of later batches are redone with them */
     ft_cuda_to_bf16(g->mact16, g->mact, (size_t)R * I, s);
-    ft_cuda_moe_gemm(g->my, g->mact16, dn, g->offsets, slot_of, (size_t)H * I, E, H, I, pb->T, s);
+    expert_gemm(g, g->my, g->mact16, dn, pb->L->dn_dt, expert_stride(g, pb->l, 1), slot_of, H, I, pb->T);
     return FT_OK;
 }
 
@@ -345,7 +405,7 @@ static enum ft_status moe_prefill(struct ft_gpu *g, const struct gpu_layer *L, i
     int32_t *counts = g->d_counts_all + (size_t)l * E;
     ft_cuda_moe_sort(counts, g->offsets, g->cursor, g->rtok, g->pair_dst, g->topk, T, k, E, s);
     ft_cuda_gather_bf16(g->xg16, g->xn16, g->rtok, R, H, s);
-    struct prefill_batch pb = {g, L, T};
+    struct prefill_batch pb = {g, L, T, l};
     enum ft_status st = FT_OK;
     if (!g->off) {
         st = moe_prefill_batch(&pb, 0, E);
@@ -446,7 +506,7 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
         int32_t *ids = g->d_topk_all + (size_t)l * MAX_GRAPH_T * k; /* kept for the distinct count */
         route(g, l, T, ids);
         prof_mark(g, P_ROUTER);
-        const uint16_t *gu = L->gu, *dn = L->down;
+        const void *gu = L->gu, *dn = L->down;
         int n_cpu = 0;
         const int32_t *h_ids = g->h_topk_all + (size_t)l * MAX_GRAPH_T * k;
         if (g->off) { /* the router's ids come back; misses are copied into cache slots */
@@ -461,9 +521,9 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
             if (st != FT_OK) return st;
             ids = g->d_slots, gu = ft_offload_gu(g->off), dn = ft_offload_down(g->off);
         }
-        ft_cuda_moe_gemv(g->mgu, g->xn, k, gu, (size_t)2 * I * H, ids, T * k, 2 * I, H, s);
+        expert_gemv(g, g->mgu, g->xn, k, gu, L->gu_dt, expert_stride(g, l, 0), ids, T * k, 2 * I, H);
         ft_cuda_silu_mul(g->mact, g->mgu, T * k, I, s);
-        ft_cuda_moe_gemv(g->my, g->mact, 1, dn, (size_t)H * I, ids, T * k, H, I, s);
+        expert_gemv(g, g->my, g->mact, 1, dn, L->dn_dt, expert_stride(g, l, 1), ids, T * k, H, I);
         ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += routed experts (GPU) */
         if (n_cpu) { /* the rest on the CPU from the host banks, while the GPU works */
             int64_t t0 = ft_time_us();
@@ -792,7 +852,7 @@ void ft_gpu_free(struct ft_gpu *g) {
         ft_offload_free(g->off);
     }
     /* the offload buffers exist from before ft_offload_init, which may have failed */
-    dfree(g->d_slots), dfree(g->d_slot_of), dfree(g->d_cpu_out);
+    dfree(g->d_slots), dfree(g->d_slot_of), dfree(g->d_cpu_out), dfree(g->deq), dfree(g->chunk_slot_of);
     ft_moe_exec_free(g->exec);
     void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw};
     for (size_t i = 0; i < 3; i++)

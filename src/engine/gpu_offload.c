@@ -27,8 +27,9 @@ enum { PATH_DMA = 1, PATH_GATHER = 2 };
 struct ft_offload {
     const struct ft_model *m;
     int n_layers, E, n_slots, path, verify, warned;
-    size_t gu_bytes, dn_bytes;      /* one expert's matrices */
-    uint16_t *slot_gu, *slot_dn;    /* [S][2I*H], [S][H*I] bf16 */
+    size_t gu_bytes, dn_bytes;      /* slot pitch: the largest expert matrix of any layer (GGUF
+                                       files mix formats across layers, e.g. Q4_K and Q6_K) */
+    uint8_t *slot_gu, *slot_dn;     /* [S][gu_bytes], [S][dn_bytes]: each layer's rows as its banks */
     struct ft_cache *cache;
     cudaStream_t cs;                /* copy stream */
     cudaEvent_t ev_copied, ev_t0, ev_t1;
@@ -72,9 +73,8 @@ static enum ft_status issue(struct ft_offload *f, const struct ft_cache_fill *fl
 #ifdef FT_TESTING
         if (f->fault_kind && ++f->fault_seen == f->fault_at) fault = f->fault_kind;
 #endif
-        uint8_t *dst[2] = {(uint8_t *)(f->slot_gu + (size_t)sl * (f->gu_bytes / 2)),
-                           (uint8_t *)(f->slot_dn + (size_t)sl * (f->dn_bytes / 2))};
-        size_t bytes[2] = {f->gu_bytes, f->dn_bytes};
+        uint8_t *dst[2] = {f->slot_gu + (size_t)sl * f->gu_bytes, f->slot_dn + (size_t)sl * f->dn_bytes};
+        size_t bytes[2] = {f->m->layers[l].bank[0].row_bytes, f->m->layers[l].bank[1].row_bytes};
         for (int fam = 0; fam < 2; fam++) {
             if (fault == 1) continue; /* the copy silently does nothing (the WSL2 failure mode) */
             if (fault == 2) {
@@ -93,7 +93,7 @@ static enum ft_status issue(struct ft_offload *f, const struct ft_cache_fill *fl
                 f->cp_dst[c] = dst[fam], f->cp_src[c] = src, f->cp_bytes[c++] = bytes[fam];
             }
         }
-        f->bytes += (double)(f->gu_bytes + f->dn_bytes);
+        f->bytes += (double)(bytes[0] + bytes[1]);
         f->copies++;
     }
     return ft_cuda_copy_dma(f->cp_dst, f->cp_src, f->cp_bytes, c, f->cs);
@@ -106,9 +106,10 @@ static int verify(struct ft_offload *f, struct ft_cache_fill *fl, int n) {
     const void *p[2 * n > 0 ? 2 * n : 1];
     size_t b[2 * n > 0 ? 2 * n : 1];
     for (int i = 0; i < n; i++) {
-        p[2 * i] = f->slot_gu + (size_t)fl[i].slot * (f->gu_bytes / 2);
-        p[2 * i + 1] = f->slot_dn + (size_t)fl[i].slot * (f->dn_bytes / 2);
-        b[2 * i] = f->gu_bytes, b[2 * i + 1] = f->dn_bytes;
+        const struct ft_layer *L = &f->m->layers[fl[i].layer];
+        p[2 * i] = f->slot_gu + (size_t)fl[i].slot * f->gu_bytes;
+        p[2 * i + 1] = f->slot_dn + (size_t)fl[i].slot * f->dn_bytes;
+        b[2 * i] = L->bank[0].row_bytes, b[2 * i + 1] = L->bank[1].row_bytes;
     }
     ft_cuda_checksums(p, b, 2 * n, f->d_sums, f->cs);
     cudaMemcpyAsync(f->h_dsums, f->d_sums, (size_t)2 * n * 8, cudaMemcpyDeviceToHost, f->cs);
@@ -265,14 +266,16 @@ static double probe(struct ft_offload *f, int l, int n, int path) {
     memcpy(chk, fl, sizeof chk);
     f->verify = verify_was;
     int bad = verify(f, chk, n);
+    const struct ft_layer *L = &f->m->layers[fl[0].layer];
+    double per = (double)(L->bank[0].row_bytes + L->bank[1].row_bytes); /* all of one layer */
     f->copies -= 2 * n; /* probes are not serving copies */
-    f->bytes -= 2.0 * n * (double)(f->gu_bytes + f->dn_bytes);
+    f->bytes -= 2.0 * n * per;
     if (bad) {
         ft_log_warn("copy path %s failed its startup check (%d of %d experts wrong): disabled",
                     path == PATH_DMA ? "DMA" : "gather", bad, n);
         return 0;
     }
-    return ms > 0 ? n * (double)(f->gu_bytes + f->dn_bytes) / (ms * 1e-3) / 1e9 : 0;
+    return ms > 0 ? n * per / (ms * 1e-3) / 1e9 : 0;
 }
 
 static void checksum_banks(struct ft_offload *f) {
@@ -330,8 +333,11 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
         st = ft_fail(FT_ERR_INVALID_ARG, "--backend offload: this model has no experts");
         goto fail;
     }
-    f->gu_bytes = m->layers[l0].bank[0].row_bytes;
-    f->dn_bytes = m->layers[l0].bank[1].row_bytes;
+    for (int l = 0; l < m->n_layers; l++) {
+        if (!m->layers[l].is_moe) continue;
+        f->gu_bytes = FT_MAX(f->gu_bytes, m->layers[l].bank[0].row_bytes);
+        f->dn_bytes = FT_MAX(f->dn_bytes, m->layers[l].bank[1].row_bytes);
+    }
     size_t slot_bytes = f->gu_bytes + f->dn_bytes, total = (size_t)n_moe * f->E;
     size_t want = o->cache_slots > 0 ? (size_t)o->cache_slots
                 : o->cache_rate > 0 ? (size_t)(o->cache_rate * (double)total + 0.999)
@@ -471,10 +477,12 @@ void ft_offload_free(struct ft_offload *f) {
     free(f);
 }
 
-const uint16_t *ft_offload_gu(const struct ft_offload *f) { return f->slot_gu; }
+const void *ft_offload_gu(const struct ft_offload *f) { return f->slot_gu; }
 int ft_offload_has_cpu_layers(const struct ft_offload *f) { return f->n_cpu_layers > 0; }
 const struct ft_residency_plan *ft_offload_residency(const struct ft_offload *f) { return f->plan; }
-const uint16_t *ft_offload_down(const struct ft_offload *f) { return f->slot_dn; }
+const void *ft_offload_down(const struct ft_offload *f) { return f->slot_dn; }
+
+size_t ft_offload_slot_bytes(const struct ft_offload *f, int fam) { return fam ? f->dn_bytes : f->gu_bytes; }
 
 void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stats *out) {
     memset(out, 0, sizeof *out);

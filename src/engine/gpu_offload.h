@@ -37,8 +37,10 @@ typedef enum ft_status (*ft_offload_batch_fn)(void *ctx, int first, int last);
 enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t *experts, int n,
                                   int32_t *d_slot_of, cudaStream_t s, ft_offload_batch_fn fn,
                                   void *ctx);
-const uint16_t *ft_offload_gu(const struct ft_offload *f);   /* [S][2I, H] */
-const uint16_t *ft_offload_down(const struct ft_offload *f); /* [S][H, I] */
+const void *ft_offload_gu(const struct ft_offload *f);   /* [S][2I, H] in each layer's format */
+const void *ft_offload_down(const struct ft_offload *f); /* [S][H, I] */
+/* Bytes between slots of family fam (0 gate_up, 1 down): the largest expert matrix. */
+size_t ft_offload_slot_bytes(const struct ft_offload *f, int fam);
 void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stats *out);
 /* 1 if the residency manager left some MoE layer unpinned: it decodes on the CPU executor. */
 int ft_offload_has_cpu_layers(const struct ft_offload *f);

@@ -7,6 +7,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum ft_dtype {
     FT_DTYPE_F32,
     FT_DTYPE_F16,
@@ -73,5 +77,9 @@ uint16_t ft_f32_to_f16(float f);
 
 /* Converts n elements of type t at src to f32. Only F32, F16, BF16. */
 void ft_to_f32(float *dst, const void *src, enum ft_dtype t, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

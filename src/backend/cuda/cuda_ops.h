@@ -101,6 +101,23 @@ void ft_cuda_gather_f32(float *y, const float *x, const float *x2, const int32_t
  * bytes read + written. */
 double ft_cuda_d2d_gbps(size_t bytes, int reps);
 
+/* --- experts in GGML block formats (ggml.cu): dtype is an enum ft_dtype block format; each
+ * expert's matrix is expert_stride bytes apart, its rows ft_dtype_row_bytes(dtype, K) --- */
+int ft_cuda_block_format(int dtype); /* 1 when the kernels below take dtype */
+/* y[p, n] = row n of expert ids[p] . x[p / x_div] (the block twin of ft_cuda_moe_gemv) */
+void ft_cuda_moe_gemv_blocks(float *y, const float *x, int x_div, const void *w,
+                             size_t expert_stride, int dtype, const int32_t *ids, int P, int N,
+                             int K, cudaStream_t s);
+/* dst[c] = bf16 [rows, cols] of expert src_of[first + c] (or first + c when src_of is NULL) for
+ * c < n; negative ids are skipped. */
+void ft_cuda_dequant_experts(uint16_t *dst, const void *src, size_t expert_stride, int dtype,
+                             const int32_t *src_of, int first, int n, int rows, int cols,
+                             cudaStream_t s);
+/* slot_of[e] = e - first for the experts [first, first + n) present in src_of (or all when NULL),
+ * -1 otherwise: the grouped GEMM's map onto a chunk dequantised by ft_cuda_dequant_experts. */
+void ft_cuda_chunk_slots(int32_t *slot_of, const int32_t *src_of, int first, int n, int E,
+                         cudaStream_t s);
+
 /* --- MoE prefill on the device (moe.cu): routing sort without a host round trip, then one
  * tensor-core GEMM launch per projection over all experts' token groups. --- */
 /* counts [E] (zeroed here), offsets [E+1], rtok [R] (token of each sorted row), pair_dst [R]

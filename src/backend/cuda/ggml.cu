@@ -1,0 +1,204 @@
+/* ggml.cu — experts in GGML block formats on the GPU (GGUF files keep them in the banks as
+ * Q4_K, Q6_K, Q5_0, ...): a decode GEMV that reads the blocks directly (one warp per output row
+ * and (token, expert) pair, 8 elements per lane step), and for prefill a dequantiser into bf16
+ * scratch for the tensor-core grouped GEMM, a chunk of experts at a time.
+ * Each element gets exactly the value format/ggml_quant.c gives it (the same fp32 operations in
+ * the same order, with __fmul_rn/__fadd_rn so nothing is contracted into an FMA), which is
+ * bit-identical to GGML and the gguf package; test_gpu_ops checks the dequantiser against the
+ * CPU bit for bit. C launchers (cuda_ops.h); everything enqueues on the given stream. */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_ops.h"
+#include "format/quant.h"
+
+#define WARP 32
+#define GQ_WARPS 8
+
+__device__ __forceinline__ float h2f(const uint8_t *p) {
+    return __half2float(__ushort_as_half((unsigned short)(p[0] | p[1] << 8)));
+}
+
+__device__ __forceinline__ uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* get_scale_min_k4: the 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block */
+__device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+__device__ __forceinline__ float e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return __uint_as_float(bits);
+}
+
+__constant__ int8_t c_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* Elements [i, i+8) of a row (i a multiple of 8) in format T into w. */
+template <int T>
+__device__ __forceinline__ void dq8(const uint8_t *row, int i, float w[8]) {
+    if (T == FT_DTYPE_Q8_0) {
+        const uint8_t *b = row + (size_t)(i / 32) * 34;
+        float d = h2f(b);
+        const int8_t *q = (const int8_t *)(b + 2 + i % 32);
+#pragma unroll
+        for (int j = 0; j < 8; j++) w[j] = __fmul_rn((float)q[j], d);
+    } else if (T == FT_DTYPE_Q4_0 || T == FT_DTYPE_Q4_1 || T == FT_DTYPE_MXFP4) {
+        const int bs = T == FT_DTYPE_Q4_0 ? 18 : T == FT_DTYPE_Q4_1 ? 20 : 17;
+        const uint8_t *b = row + (size_t)(i / 32) * bs;
+        int o = i % 32, hi = o >= 16;
+        const uint8_t *qs = b + (T == FT_DTYPE_Q4_0 ? 2 : T == FT_DTYPE_Q4_1 ? 4 : 1) + (o & 15);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int q = hi ? qs[j] >> 4 : qs[j] & 0x0f;
+            if (T == FT_DTYPE_Q4_0) w[j] = __fmul_rn((float)(q - 8), h2f(b));
+            else if (T == FT_DTYPE_Q4_1) w[j] = __fadd_rn(__fmul_rn((float)q, h2f(b)), h2f(b + 2));
+            else w[j] = __fmul_rn((float)c_mxfp4[q], e8m0_half(b[0]));
+        }
+    } else if (T == FT_DTYPE_Q5_0 || T == FT_DTYPE_Q5_1) {
+        const int bs = T == FT_DTYPE_Q5_0 ? 22 : 24;
+        const uint8_t *b = row + (size_t)(i / 32) * bs;
+        uint32_t qh = rd32(b + (T == FT_DTYPE_Q5_0 ? 2 : 4));
+        const uint8_t *qs = b + (T == FT_DTYPE_Q5_0 ? 6 : 8);
+        int o = i % 32;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int e = o + j, x;
+            if (e < 16) x = (qs[e] & 0x0f) | (((qh >> e) << 4) & 0x10);
+            else x = (qs[e - 16] >> 4) | ((qh >> (e - 16 + 12)) & 0x10);
+            if (T == FT_DTYPE_Q5_0) w[j] = __fmul_rn((float)(x - 16), h2f(b));
+            else w[j] = __fadd_rn(__fmul_rn((float)x, h2f(b)), h2f(b + 2));
+        }
+    } else if (T == FT_DTYPE_Q4_K || T == FT_DTYPE_Q5_K) {
+        const int bs = T == FT_DTYPE_Q4_K ? 144 : 176;
+        const uint8_t *b = row + (size_t)(i / 256) * bs;
+        int n = i % 256, s = n / 32, l = n % 32; /* sub-block s: nibble s % 2 of q[32 * (s / 2) + l] */
+        int sc, m;
+        scale_min_k4(s, b + 4, &sc, &m);
+        float d1 = __fmul_rn(h2f(b), (float)sc), m1 = __fmul_rn(h2f(b + 2), (float)m);
+        const uint8_t *q = b + (T == FT_DTYPE_Q4_K ? 16 : 48) + 32 * (s / 2) + l;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int v = s & 1 ? q[j] >> 4 : q[j] & 0x0f;
+            if (T == FT_DTYPE_Q5_K) v += (b[16 + l + j] >> s) & 1 ? 16 : 0;
+            w[j] = __fsub_rn(__fmul_rn(d1, (float)v), m1);
+        }
+    } else if (T == FT_DTYPE_Q6_K) {
+        const uint8_t *b = row + (size_t)(i / 256) * 210;
+        int n = i % 256, h = n / 128, jj = n % 128, g = jj / 32, l = jj % 32;
+        const uint8_t *ql = b + h * 64 + l + (g & 1) * 32, *qh = b + 128 + h * 32 + l;
+        float d = h2f(b + 208);
+        float s = __fmul_rn(d, (float)((const int8_t *)(b + 192))[h * 8 + l / 16 + 2 * g]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int lo = g >= 2 ? ql[j] >> 4 : ql[j] & 0x0f;
+            int q = (lo | ((qh[j] >> (2 * g)) & 3) << 4) - 32;
+            w[j] = __fmul_rn(s, (float)q);
+        }
+    }
+}
+
+/* y[p, n] = row n of expert ids[p] (format T) . x[p / x_div]; ids[p] < 0: 0 (the CPU's pair). */
+template <int T>
+__global__ void moe_gemv_q_kernel(float *y, const float *x, int x_div, const uint8_t *w,
+                                  size_t expert_stride, size_t row_bytes, const int32_t *ids,
+                                  int N, int K) {
+    int lane = threadIdx.x % WARP, n = blockIdx.x * GQ_WARPS + threadIdx.x / WARP, p = blockIdx.y;
+    if (n >= N) return;
+    if (ids[p] < 0) {
+        if (lane == 0) y[(size_t)p * N + n] = 0.0f;
+        return;
+    }
+    const uint8_t *row = w + (size_t)ids[p] * expert_stride + (size_t)n * row_bytes;
+    const float *xr = x + (size_t)(p / x_div) * K;
+    float acc = 0.0f;
+    for (int c = lane * 8; c < K; c += WARP * 8) {
+        float wf[8];
+        dq8<T>(row, c, wf);
+        const float4 a = *(const float4 *)(xr + c), b = *(const float4 *)(xr + c + 4);
+        acc += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y +
+               wf[6] * b.z + wf[7] * b.w;
+    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) y[(size_t)p * N + n] = acc;
+}
+
+/* dst[c] (bf16 [rows, cols]) = expert src_ids[c] of src (format T); a negative id is skipped. */
+template <int T>
+__global__ void dequant_bf16_kernel(uint16_t *dst, const uint8_t *src, size_t expert_stride,
+                                    size_t row_bytes, const int32_t *src_of, int first, int rows,
+                                    int cols) {
+    int c = blockIdx.y, e = first + c;
+    int id = src_of ? src_of[e] : e;
+    if (id < 0) return;
+    size_t n8 = (size_t)rows * cols / 8;
+    for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < n8; g += (size_t)gridDim.x * blockDim.x) {
+        size_t r = g * 8 / cols;
+        int i = (int)(g * 8 % cols);
+        float wf[8];
+        dq8<T>(src + (size_t)id * expert_stride + r * row_bytes, i, wf);
+        uint16_t *o = dst + (size_t)c * rows * cols + g * 8;
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[j] = __bfloat16_as_ushort(__float2bfloat16_rn(wf[j]));
+    }
+}
+
+__global__ void chunk_slots_kernel(int32_t *slot_of, const int32_t *src_of, int first, int n, int E) {
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= E) return;
+    int in = e >= first && e < first + n && (!src_of || src_of[e] >= 0);
+    slot_of[e] = in ? e - first : -1;
+}
+
+#define FT_BLOCK_TYPES(X) X(FT_DTYPE_Q8_0) X(FT_DTYPE_Q4_0) X(FT_DTYPE_Q4_1) X(FT_DTYPE_Q5_0) \
+    X(FT_DTYPE_Q5_1) X(FT_DTYPE_Q4_K) X(FT_DTYPE_Q5_K) X(FT_DTYPE_Q6_K) X(FT_DTYPE_MXFP4)
+
+extern "C" int ft_cuda_block_format(int dtype) {
+#define IS(t) if (dtype == t) return 1;
+    FT_BLOCK_TYPES(IS)
+#undef IS
+    return 0;
+}
+
+extern "C" void ft_cuda_moe_gemv_blocks(float *y, const float *x, int x_div, const void *w,
+                                        size_t expert_stride, int dtype, const int32_t *ids, int P,
+                                        int N, int K, cudaStream_t s) {
+    dim3 grid((N + GQ_WARPS - 1) / GQ_WARPS, P);
+    size_t rb = ft_dtype_row_bytes((enum ft_dtype)dtype, K);
+#define GO(t)                                                                                       \
+    if (dtype == t) {                                                                               \
+        moe_gemv_q_kernel<t><<<grid, GQ_WARPS * WARP, 0, s>>>(y, x, x_div, (const uint8_t *)w,      \
+                                                              expert_stride, rb, ids, N, K);        \
+        return;                                                                                     \
+    }
+    FT_BLOCK_TYPES(GO)
+#undef GO
+}
+
+extern "C" void ft_cuda_dequant_experts(uint16_t *dst, const void *src, size_t expert_stride,
+                                        int dtype, const int32_t *src_of, int first, int n,
+                                        int rows, int cols, cudaStream_t s) {
+    dim3 grid(64, n);
+    size_t rb = ft_dtype_row_bytes((enum ft_dtype)dtype, cols);
+#define GO(t)                                                                                       \
+    if (dtype == t) {                                                                               \
+        dequant_bf16_kernel<t><<<grid, 256, 0, s>>>(dst, (const uint8_t *)src, expert_stride, rb,   \
+                                                    src_of, first, rows, cols);                     \
+        return;                                                                                     \
+    }
+    FT_BLOCK_TYPES(GO)
+#undef GO
+}
+
+extern "C" void ft_cuda_chunk_slots(int32_t *slot_of, const int32_t *src_of, int first, int n,
+                                    int E, cudaStream_t s) {
+    chunk_slots_kernel<<<(E + 255) / 256, 256, 0, s>>>(slot_of, src_of, first, n, E);
+}
