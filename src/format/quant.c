@@ -1,6 +1,7 @@
 /* quant.c — element type table and scalar conversions. Pure functions, any thread. */
 #include "format/quant.h"
 
+#include "core/status.h"
 #include "format/ggml_quant.h"
 
 static const struct {
@@ -131,5 +132,7 @@ void ft_to_f32(float *dst, const void *src, enum ft_dtype t, size_t n) {
             memcpy(&h, s + 2 * i, 2);
             dst[i] = ft_f16_to_f32(h);
         }
+    } else if (ft_dtype_is_block(t)) { /* n a whole number of blocks: a bug otherwise */
+        FT_ASSERT(ft_ggml_dequant_row(ft_dtype_ggml(t), src, dst, (int64_t)n) == FT_OK);
     }
 }

@@ -75,7 +75,8 @@ static inline uint16_t ft_f32_to_bf16(float f) {
 float ft_f16_to_f32(uint16_t h);
 uint16_t ft_f32_to_f16(float f);
 
-/* Converts n elements of type t at src to f32. Only F32, F16, BF16. */
+/* Converts n elements of type t at src to f32: F32, F16, BF16, and the GGML block formats (n a
+ * whole number of blocks: their exact dequantised values). */
 void ft_to_f32(float *dst, const void *src, enum ft_dtype t, size_t n);
 
 #ifdef __cplusplus

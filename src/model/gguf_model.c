@@ -1,9 +1,9 @@
 /* gguf_model.c — a llama.cpp GGUF file as a model (model.h). The hyper-parameters come from
  * its metadata into struct ft_config; its tensors are renamed to the Hugging Face names
- * model.c reads, with GGML's dimension order reversed into row-major shapes, quantised ones
- * dequantised to F16 (11 significant bits against bf16's 8: closer to the fp32 values llama.cpp
- * and transformers compute with), and llama-arch q/k rows un-interleaved; stacked experts
- * (ffn_*_exps) are copied into banks in their block format (bank.h row schemas).
+ * model.c reads, with GGML's dimension order reversed into row-major shapes, kept in their
+ * block formats (the CPU matmuls dot the blocks; the GPU dequantises dense weights to bf16 at
+ * upload), llama-arch q/k rows un-interleaved; stacked experts (ffn_*_exps) are copied into
+ * banks in their block format (bank.h row schemas).
  * Engine thread, once, from ft_model_load_ex. */
 #include "model/gguf_model.h"
 
@@ -201,36 +201,23 @@ static void hf_shape(const struct ft_gguf_tensor *g, struct ft_st_tensor *t) {
     for (int d = 0; d < g->n_dims; d++) t->shape[d] = g->ne[g->n_dims - 1 - d];
 }
 
-/* Rows [0, rows) of g, each dequantised to f32 then converted, into dst (F16 or BF16). */
-static enum ft_status dequant_rows(const struct ft_gguf_tensor *g, const uint8_t *src,
-                                   int64_t rows, enum ft_dtype to, uint16_t *dst, float *tmp) {
+/* Rows [0, rows) of g dequantised into bf16 at dst (tmp: ne[0] floats). */
+static enum ft_status dequant_rows_bf16(const struct ft_gguf_tensor *g, const uint8_t *src,
+                                        int64_t rows, uint16_t *dst, float *tmp) {
     int64_t n = g->ne[0];
     size_t rb = ft_ggml_row_bytes(g->type, n);
     for (int64_t r = 0; r < rows; r++) {
         enum ft_status st = ft_ggml_dequant_row(g->type, src + (size_t)r * rb, tmp, n);
         if (st != FT_OK) return st;
-        uint16_t *o = dst + (size_t)r * n;
-        if (to == FT_DTYPE_F16)
-            for (int64_t i = 0; i < n; i++) o[i] = ft_f32_to_f16(tmp[i]);
-        else
-            for (int64_t i = 0; i < n; i++) o[i] = ft_f32_to_bf16(tmp[i]);
+        for (int64_t i = 0; i < n; i++) dst[(size_t)r * n + i] = ft_f32_to_bf16(tmp[i]);
     }
     return FT_OK;
 }
 
-static enum ft_dtype plain_dtype(int type, int *ok) {
-    *ok = 1;
-    if (type == FT_GGML_F32) return FT_DTYPE_F32;
-    if (type == FT_GGML_F16) return FT_DTYPE_F16;
-    if (type == FT_GGML_BF16) return FT_DTYPE_BF16;
-    *ok = 0;
-    return FT_DTYPE_F16;
-}
-
 static enum ft_status unsupported_type(const struct ft_gguf_file *f, const struct ft_gguf_tensor *g) {
     return ft_fail(FT_ERR_UNSUPPORTED, "%s: tensor '%s' is %s, which this engine cannot read yet "
-                   "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4; pick a "
-                   "file quantised with those, e.g. Q4_K_M or Q8_0)", ft_gguf_label(f), g->name,
+                   "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, "
+                   "MXFP4; pick a file quantised with those, e.g. Q4_K_M or Q8_0)", ft_gguf_label(f), g->name,
                    ft_ggml_type_name(g->type));
 }
 
@@ -246,8 +233,8 @@ static void unpermute_rows(uint8_t *dst, const uint8_t *src, int64_t rows, size_
     }
 }
 
-/* One GGUF tensor into t under hf_name: plain types in place (or copied to un-permute),
- * block formats dequantised to F16 in memory the model owns. */
+/* One GGUF tensor into t under hf_name, in its own format (the matmuls read GGML blocks), in
+ * place in the file's mapping, or copied when its rows must be un-permuted. */
 static enum ft_status convert(struct ft_model *m, const struct ft_gguf_tensor *g, const char *hf_name,
                               int permute, struct ft_st_tensor *t) {
     const struct ft_gguf_file *f = m->gguf;
@@ -257,36 +244,20 @@ static enum ft_status convert(struct ft_model *m, const struct ft_gguf_tensor *g
     t->name = nm;
     t->file = ft_gguf_label(f);
     hf_shape(g, t);
-    int plain;
-    t->dtype = plain_dtype(g->type, &plain);
-    if (!plain && !ft_ggml_can_compute(g->type)) return unsupported_type(f, g);
-    size_t es = ft_dtype_size(t->dtype);
-    t->n_bytes = (size_t)g->n_elems * es;
+    t->dtype = ft_dtype_from_ggml(g->type);
+    if (t->dtype == FT_DTYPE_COUNT || !ft_ggml_can_compute(g->type)) return unsupported_type(f, g);
+    t->n_bytes = g->n_bytes;
+    t->data = g->data;
+    if (!permute) return FT_OK;
     int64_t rows = g->n_elems / g->ne[0];
-    if (permute && (rows % m->head_dim || m->head_dim % 2))
+    if (rows % m->head_dim || m->head_dim % 2)
         return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' has %lld rows, not whole heads of %d",
                        t->file, g->name, (long long)rows, m->head_dim);
-    if (plain && !permute) {
-        t->data = g->data;
-        return FT_OK;
-    }
-    uint8_t *buf = ft_model_alloc(m, t->n_bytes), *out = buf;
-    uint8_t *tmp8 = permute ? malloc(t->n_bytes) : NULL;
-    float *tmp = plain ? NULL : malloc((size_t)g->ne[0] * sizeof *tmp);
-    enum ft_status st = FT_OK;
-    if (!buf || (permute && !tmp8) || (!plain && !tmp)) {
-        st = ft_fail(FT_ERR_OOM, "%s: out of memory converting '%s'", m->label, g->name);
-        goto done;
-    }
-    if (permute) out = tmp8;
-    if (plain) memcpy(out, g->data, t->n_bytes);
-    else st = dequant_rows(g, g->data, rows, FT_DTYPE_F16, (uint16_t *)out, tmp);
-    if (st == FT_OK && permute) unpermute_rows(buf, tmp8, rows, (size_t)g->ne[0] * es, m->head_dim);
+    uint8_t *buf = ft_model_alloc(m, t->n_bytes);
+    if (!buf) return ft_fail(FT_ERR_OOM, "%s: out of memory converting '%s'", m->label, g->name);
+    unpermute_rows(buf, g->data, rows, ft_dtype_row_bytes(t->dtype, g->ne[0]), m->head_dim);
     t->data = buf;
-done:
-    free(tmp8);
-    free(tmp);
-    return st;
+    return FT_OK;
 }
 
 /* "blk.12.attn_q.weight" -> 12 and "attn_q.weight"; -1 when not a layer tensor. */
@@ -377,9 +348,8 @@ enum ft_status ft_gguf_load_experts(struct ft_model *m, int l, struct ft_layer *
                            "[%d, %lld, %lld] (experts, rows, cols)", ft_gguf_label(f), n,
                            (long long)g[j]->ne[2], (long long)g[j]->ne[1], (long long)g[j]->ne[0],
                            E, (long long)r, (long long)c);
-        int plain;
-        plain_dtype(g[j]->type, &plain);
-        if (!plain && !ft_ggml_can_compute(g[j]->type)) return unsupported_type(f, g[j]);
+        if (ft_dtype_from_ggml(g[j]->type) == FT_DTYPE_COUNT || !ft_ggml_can_compute(g[j]->type))
+            return unsupported_type(f, g[j]);
     }
     /* the banks keep the file's blocks when gate and up share a format (Q4_K_M does); else
      * both are dequantised to bf16 */
@@ -401,8 +371,7 @@ enum ft_status ft_gguf_load_experts(struct ft_model *m, int l, struct ft_layer *
                 memcpy(dst + (j == 1 ? per : 0), src, per);
                 continue;
             }
-            st = dequant_rows(g[j], src, rows, FT_DTYPE_BF16,
-                              (uint16_t *)dst + (j == 1 ? (size_t)I * H : 0), tmp);
+            st = dequant_rows_bf16(g[j], src, rows, (uint16_t *)dst + (j == 1 ? (size_t)I * H : 0), tmp);
         }
     free(tmp);
     return st;

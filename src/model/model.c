@@ -35,8 +35,9 @@ static const struct ft_st_tensor *find(const struct ft_model *m, const char *nam
     return ft_st_set_find(m->st, name);
 }
 
+/* GGML block formats only reach here from GGUF files (ft_st_set_wrap), never from safetensors */
 static int readable_dtype(enum ft_dtype t) {
-    return t == FT_DTYPE_BF16 || t == FT_DTYPE_F16 || t == FT_DTYPE_F32;
+    return t == FT_DTYPE_BF16 || t == FT_DTYPE_F16 || t == FT_DTYPE_F32 || ft_dtype_is_block(t);
 }
 
 /* Checks presence, dtype and shape; `n_dims` 1 or 2, cols ignored when n_dims == 1. */
@@ -74,13 +75,15 @@ static enum ft_status load_weight(struct ft_model *m, const char *name, int rows
     w->rows = rows;
     w->cols = cols;
     w->data = t->data;
-    if ((uintptr_t)t->data % ft_dtype_size(t->dtype)) { /* unaligned in the file: copy */
+    size_t esz = ft_dtype_size(t->dtype); /* 0 for blocks: byte-aligned by nature */
+    if (esz && (uintptr_t)t->data % esz) { /* unaligned in the file: copy */
         void *p = ft_model_alloc(m, t->n_bytes);
         if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory copying '%s'", m->label, name);
         memcpy(p, t->data, t->n_bytes);
         w->data = p;
     }
     m->n_params += (uint64_t)rows * (uint64_t)cols;
+    m->dense_bytes += (uint64_t)rows * ft_dtype_row_bytes(t->dtype, cols);
     return FT_OK;
 }
 
@@ -93,6 +96,7 @@ static enum ft_status load_vec(struct ft_model *m, const char *name, int n, floa
     ft_to_f32(p, t->data, t->dtype, (size_t)n);
     *out = p;
     m->n_params += (uint64_t)n;
+    m->dense_bytes += ft_dtype_row_bytes(t->dtype, n);
     return FT_OK;
 }
 
@@ -343,16 +347,18 @@ void ft_model_sizes(struct ft_model *m) {
             moe_layers++;
         }
     m->expert_bytes = per_expert;
-    /* the builders counted every non-expert weight into n_params; experts are counted here */
-    m->dense_bytes = m->n_params * ft_dtype_size(m->embed.dtype);
+    /* the builders counted every non-expert weight into n_params (the loader also their bytes,
+     * in their formats); experts are counted here */
+    if (!m->dense_bytes) m->dense_bytes = m->n_params * ft_dtype_size(m->embed.dtype);
     m->n_params_active = m->n_params + moe_layers * m->top_k * expert;
     m->n_params += moe_layers * m->n_experts * expert;
 }
 
 uint64_t ft_model_bytes_per_token(const struct ft_model *m) {
     /* embedding row is negligible; every other dense weight is read once per step */
-    uint64_t b = m->dense_bytes - (uint64_t)m->vocab * m->hidden * ft_dtype_size(m->embed.dtype);
-    if (m->lm_head.data == m->embed.data) b += (uint64_t)m->vocab * m->hidden * ft_dtype_size(m->embed.dtype);
+    uint64_t emb = (uint64_t)m->vocab * ft_dtype_row_bytes(m->embed.dtype, m->hidden);
+    uint64_t b = m->dense_bytes - emb;
+    if (m->lm_head.data == m->embed.data) b += emb;
     for (int l = 0; l < m->n_layers; l++)
         if (m->layers[l].is_moe) b += (uint64_t)m->top_k * m->expert_bytes;
     return b;

@@ -18,7 +18,7 @@
 
 void ft_cpu_embed(float *out, const void *table, enum ft_dtype wt, const int32_t *ids, int T,
                   int H) {
-    size_t row_bytes = (size_t)H * ft_dtype_size(wt);
+    size_t row_bytes = ft_dtype_row_bytes(wt, H);
     for (int t = 0; t < T; t++)
         ft_to_f32(out + (size_t)t * H, (const char *)table + (size_t)ids[t] * row_bytes, wt,
                   (size_t)H);
