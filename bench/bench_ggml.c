@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/cpu/ops.h"
+#include "bench_args.h"
 #include "core/rng.h"
 #include "core/status.h"
 #include "core/sys.h"
@@ -86,27 +87,14 @@ static double run_gbps(struct ft_pool *pool, struct job *j, int reps) {
 }
 
 int main(int argc, char **argv) {
-    long mib = 1024, K = 4096;
-    int threads = 0, reps = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--mib"))
-            mib = atol(argv[i + 1]);
-        else if (!strcmp(argv[i], "--k"))
-            K = atol(argv[i + 1]);
-        else if (!strcmp(argv[i], "--threads"))
-            threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps"))
-            reps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--isa"))
-            ft_cpu_set_isa((enum ft_cpu_isa)atoi(argv[i + 1]));
-        else
-            break;
-    }
-    if (argc % 2 == 0 || mib <= 0 || K <= 0 || K % 256 || reps <= 0) {
+    struct bench_args a = {.mib = 1024, .k = 4096, .threads = 0, .reps = 5};
+    if (!bench_parse(argc, argv, &a) || a.mib <= 0 || a.k <= 0 || a.k % 256 || a.reps <= 0) {
         fprintf(stderr, "usage: bench_ggml [--mib M] [--k K (multiple of 256)] [--threads N] "
                         "[--reps R] [--isa 0-3]\n");
         return 2;
     }
+    const long mib = a.mib, K = a.k;
+    const int threads = a.threads, reps = a.reps;
     struct ft_pool *pool = NULL, *one = NULL;
     if (ft_pool_init(&pool, threads) != FT_OK || ft_pool_init(&one, 1) != FT_OK) {
         fprintf(stderr, "bench_ggml: %s\n", ft_error());

@@ -39,15 +39,22 @@ struct ft_ggml_tier {
     ft_ggml_acc_fn acc;
 };
 
-#if defined(__x86_64__) || defined(__i386__)
-extern const struct ft_ggml_tier ft_ggml_tier_avx2;
-extern const struct ft_ggml_tier ft_ggml_tier_avx512;
-#endif
-
-/* Little-endian f16 at p as f32 (the portable conversion; the vector tiers use F16C). */
+/* The little-endian 16 bits at p. */
 static inline uint16_t ft_ggml_rd16(const uint8_t *p) {
     return (uint16_t)(p[0] | p[1] << 8);
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+extern const struct ft_ggml_tier ft_ggml_tier_avx2;
+extern const struct ft_ggml_tier ft_ggml_tier_avx512;
+
+/* The f16 at p as f32 by F16C (exact like ft_f16_to_f32; every vector tier's target has it). */
+static inline __attribute__((always_inline, target("f16c"))) float ft_ggml_f16c(const uint8_t *p) {
+    return _cvtsh_ss(ft_ggml_rd16(p));
+}
+#endif
 
 /* E8M0 exponent byte -> 2^(e-127) / 2 (GGML's ggml_e8m0_to_fp32_half: the E2M1 table below
  * holds doubled values). */

@@ -18,32 +18,43 @@
 
 #define INL static inline __attribute__((always_inline))
 
+/* Per tier SUF (512 or 256): the vector type __m<SUF> and its intrinsics _mm<SUF>_*. */
+#define CAT(a, b) CAT_(a, b)
+#define CAT_(a, b) a##b
+#define VEC(SUF, op) CAT(CAT(_mm, SUF), op)
+
 /* Where a block decoder's vectors go, in increasing element order: stored at out (dequantise,
  * or decode once for several tokens), or, with out NULL, multiplied with x and added to acc
  * (one token). The fused multiply-adds are those of ggml_acc.inc in the same order, so a
  * token's result is bit-identical either way. */
-#define PUT(s, off, v, VST, VLDU, VFMA)                                                            \
+#define SINK(SUF)                                                                                  \
+    struct sink##SUF {                                                                             \
+        float *out;                                                                                \
+        const float *x;                                                                            \
+        __m##SUF acc;                                                                              \
+    };
+#define PUT(SUF, s, off, v)                                                                        \
     do {                                                                                           \
         if ((s)->out)                                                                              \
-            VST((s)->out + (off), (v));                                                            \
+            VEC(SUF, _storeu_ps)((s)->out + (off), (v));                                           \
         else                                                                                       \
-            (s)->acc = VFMA((v), VLDU((s)->x + (off)), (s)->acc);                                  \
+            (s)->acc = VEC(SUF, _fmadd_ps)((v), VEC(SUF, _loadu_ps)((s)->x + (off)), (s)->acc);    \
     } while (0)
 
-/* The two entry points of the block decoder `blk` of one tier: dequantise nb blocks, and the
+/* The two entry points of the block decoder `blk` of tier SUF: dequantise nb blocks, and the
  * one-token dot of R <= 4 rows (rb bytes apart, read as R interleaved streams), prefetching,
- * when R = 4, the rows pf bytes further (the next tile; 0: none). acc: [R, 16] f32; lanes a tier does not
- * write (AVX2: 8..15) keep the caller's zeros. */
-#define BLOCK_KERNELS(TGT, SINK, VZERO, VST, blk, bytes, blck)                                     \
-    TGT static void blk##_deq(const uint8_t *s, int64_t nb, float *y) {                            \
-        SINK k = {y, NULL, VZERO()};                                                               \
+ * when R = 4, the rows pf bytes further (the next tile; 0: none). acc: [R, 16] f32; lanes a tier
+ * does not write (AVX2: 8..15) keep the caller's zeros. */
+#define BLOCK_KERNELS(SUF, blk, bytes, blck)                                                       \
+    T##SUF static void blk##_deq(const uint8_t *s, int64_t nb, float *y) {                         \
+        struct sink##SUF k = {y, NULL, VEC(SUF, _setzero_ps)()};                                   \
         for (int64_t i = 0; i < nb; i++, s += bytes, k.out += blck)                                \
             blk(s, &k);                                                                            \
     }                                                                                              \
-    TGT static void blk##_dot(const uint8_t *w, size_t rb, int R, int64_t nb, const float *x,      \
-                              size_t pf, float *acc) {                                             \
+    T##SUF static void blk##_dot(const uint8_t *w, size_t rb, int R, int64_t nb, const float *x,   \
+                                 size_t pf, float *acc) {                                          \
         if (R == 4) {                                                                              \
-            SINK k0 = {NULL, x, VZERO()}, k1 = k0, k2 = k0, k3 = k0;                               \
+            struct sink##SUF k0 = {NULL, x, VEC(SUF, _setzero_ps)()}, k1 = k0, k2 = k0, k3 = k0;   \
             for (int64_t i = 0; i < nb; i++, w += bytes) {                                         \
                 for (int o = 0; pf && o < bytes; o += 64)                                          \
                     for (int r = 0; r < 4; r++)                                                    \
@@ -51,33 +62,67 @@
                 blk(w, &k0), blk(w + rb, &k1), blk(w + 2 * rb, &k2), blk(w + 3 * rb, &k3);         \
                 k0.x += blck, k1.x += blck, k2.x += blck, k3.x += blck;                            \
             }                                                                                      \
-            VST(acc, k0.acc), VST(acc + 16, k1.acc), VST(acc + 32, k2.acc), VST(acc + 48, k3.acc); \
+            VEC(SUF, _store_ps)(acc, k0.acc), VEC(SUF, _store_ps)(acc + 16, k1.acc);               \
+            VEC(SUF, _store_ps)(acc + 32, k2.acc), VEC(SUF, _store_ps)(acc + 48, k3.acc);          \
             return;                                                                                \
         }                                                                                          \
         for (int r = 0; r < R; r++) {                                                              \
-            SINK k = {NULL, x, VZERO()};                                                           \
+            struct sink##SUF k = {NULL, x, VEC(SUF, _setzero_ps)()};                               \
             const uint8_t *p = w + r * rb;                                                         \
             for (int64_t i = 0; i < nb; i++, p += bytes, k.x += blck)                              \
                 blk(p, &k);                                                                        \
-            VST(acc + 16 * r, k.acc);                                                              \
+            VEC(SUF, _store_ps)(acc + 16 * r, k.acc);                                              \
         }                                                                                          \
     }
+
+/* Everything of tier SUF after its decoders <type>_<SUF>: the kernels of the six types, the
+ * multiply-accumulate (ggml_acc.inc) and the table ggml_quant.c dispatches through. */
+#define TIER_ENTRY(t, blk) .deq[t] = blk##_deq, .dot[t] = blk##_dot
+#define TIER(SUF, name)                                                                            \
+    BLOCK_KERNELS(SUF, q8_0_##SUF, 34, 32)                                                         \
+    BLOCK_KERNELS(SUF, q4_0_##SUF, 18, 32)                                                         \
+    BLOCK_KERNELS(SUF, mxfp4_##SUF, 17, 32)                                                        \
+    BLOCK_KERNELS(SUF, q4_k_##SUF, 144, 256)                                                       \
+    BLOCK_KERNELS(SUF, q5_k_##SUF, 176, 256)                                                       \
+    BLOCK_KERNELS(SUF, q6_k_##SUF, 210, 256)                                                       \
+    const struct ft_ggml_tier name = {                                                             \
+        TIER_ENTRY(FT_GGML_Q8_0, q8_0_##SUF),                                                      \
+        TIER_ENTRY(FT_GGML_Q4_0, q4_0_##SUF),                                                      \
+        TIER_ENTRY(FT_GGML_MXFP4, mxfp4_##SUF),                                                    \
+        TIER_ENTRY(FT_GGML_Q4_K, q4_k_##SUF),                                                      \
+        TIER_ENTRY(FT_GGML_Q5_K, q5_k_##SUF),                                                      \
+        TIER_ENTRY(FT_GGML_Q6_K, q6_k_##SUF),                                                      \
+        .acc = acc##SUF,                                                                           \
+    };
+
+/* Q4_0 and MXFP4 blocks through a tier's lut4_<SUF>: the block scale (f16 or E8M0) times a
+ * 16-entry code table. */
+#define LUT4_TYPES(SUF)                                                                            \
+    INL##SUF void q4_0_##SUF(const uint8_t *b, struct sink##SUF *s) {                              \
+        lut4_##SUF(b + 2, ft_ggml_f16c(b), ft_ggml_lut_q4_0, s);                                   \
+    }                                                                                              \
+    INL##SUF void mxfp4_##SUF(const uint8_t *b, struct sink##SUF *s) {                             \
+        lut4_##SUF(b + 1, ft_ggml_e8m0_half(b[0]), ft_ggml_lut_mxfp4, s);                          \
+    }
+
+/* dm[j] = d * scale_j, dm[8 + j] = dmin * min_j of a Q4_K / Q5_K block. */
+INL __attribute__((target("avx2,f16c"))) void k4_scales(const uint8_t *b, float *dm) {
+    uint8_t sm[16];
+    ft_ggml_k4_scales(b + 4, sm);
+    for (int h = 0; h < 2; h++) {
+        const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sm + 8 * h)));
+        const __m256 d = _mm256_set1_ps(ft_ggml_f16c(b + 2 * h));
+        _mm256_storeu_ps(dm + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(v), d));
+    }
+}
 
 /* ================================================================ AVX-512 ===== */
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define INL512 INL T512
 
-struct sink512 {
-    float *out;
-    const float *x;
-    __m512 acc;
-};
-#define PUT512(s, off, v) PUT(s, off, v, _mm512_storeu_ps, _mm512_loadu_ps, _mm512_fmadd_ps)
-
-INL512 float f16_512(const uint8_t *p) {
-    return _cvtsh_ss(ft_ggml_rd16(p));
-}
+SINK(512)
+#define PUT512(s, off, v) PUT(512, s, off, v)
 
 INL512 __m512 iota512(int from) {
     return _mm512_add_ps(_mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -102,7 +147,7 @@ INL512 __m512 scale_i8_512(const int8_t *q, float s) {
 }
 
 INL512 void q8_0_512(const uint8_t *b, struct sink512 *s) {
-    const float d = f16_512(b);
+    const float d = ft_ggml_f16c(b);
     PUT512(s, 0, scale_i8_512((const int8_t *)(b + 2), d));
     PUT512(s, 16, scale_i8_512((const int8_t *)(b + 18), d));
 }
@@ -117,27 +162,11 @@ INL512 void lut4_512(const uint8_t *q, float d, const int8_t *lut, struct sink51
     PUT512(s, 16, _mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), t));
 }
 
-INL512 void q4_0_512(const uint8_t *b, struct sink512 *s) {
-    lut4_512(b + 2, f16_512(b), ft_ggml_lut_q4_0, s);
-}
-
-INL512 void mxfp4_512(const uint8_t *b, struct sink512 *s) {
-    lut4_512(b + 1, ft_ggml_e8m0_half(b[0]), ft_ggml_lut_mxfp4, s);
-}
-
-/* dm[j] = d * scale_j, dm[8 + j] = dmin * min_j of a Q4_K / Q5_K block. */
-INL512 void k4_scales512(const uint8_t *b, float *dm) {
-    uint8_t sm[16];
-    ft_ggml_k4_scales(b + 4, sm);
-    const __m512 v = _mm512_cvtepi32_ps(bytes512(sm));
-    const __m512 d =
-        _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(f16_512(b)), _mm512_set1_ps(f16_512(b + 2)));
-    _mm512_store_ps(dm, _mm512_mul_ps(v, d));
-}
+LUT4_TYPES(512)
 
 INL512 void q4_k_512(const uint8_t *b, struct sink512 *s) {
     _Alignas(64) float dm[16];
-    k4_scales512(b, dm);
+    k4_scales(b, dm);
     const uint8_t *q = b + 16;
     for (int j = 0; j < 4; j++, q += 32) { /* sub-blocks 2j (low nibbles), 2j+1 (high) */
         const __m512 t1 = affine_table512(0, dm[2 * j], dm[8 + 2 * j]);
@@ -150,46 +179,40 @@ INL512 void q4_k_512(const uint8_t *b, struct sink512 *s) {
     }
 }
 
+/* Table lookup of 5-bit codes: bits 3:0 from lo4's low nibble, bit 4 from hi's bit 4 (0xe4:
+ * the first operand's bits where the mask is set, the second's elsewhere). */
+INL512 __m512 lookup32_512(__m512i lo4, __m512i hi, __m512 ta, __m512 tb) {
+    const __m512i i = _mm512_ternarylogic_epi32(lo4, hi, _mm512_set1_epi32(0x0f), 0xe4);
+    return _mm512_permutex2var_ps(ta, i, tb);
+}
+
 INL512 void q5_k_512(const uint8_t *b, struct sink512 *s) {
-    const __m512i nib = _mm512_set1_epi32(0x0f);
     _Alignas(64) float dm[16];
-    k4_scales512(b, dm);
+    k4_scales(b, dm);
     const uint8_t *ql = b + 48;
     /* qh[16k .. 16k+15] >> 2j: bit 0 is sub-block 2j's fifth bit, bit 1 is 2j+1's */
-    __m512i h0 = bytes512(b + 16), h1 = bytes512(b + 32);
+    __m512i h[2] = {bytes512(b + 16), bytes512(b + 32)};
     for (int j = 0; j < 4; j++, ql += 32) {
-        const float d1 = dm[2 * j], m1 = dm[8 + 2 * j], d2 = dm[2 * j + 1], m2 = dm[9 + 2 * j];
-        const __m512 t1a = affine_table512(0, d1, m1), t1b = affine_table512(16, d1, m1);
-        const __m512 t2a = affine_table512(0, d2, m2), t2b = affine_table512(16, d2, m2);
-        const __m512i l0 = bytes512(ql), l1 = bytes512(ql + 16);
-        /* 5-bit index: bits 3:0 from the nibble, bit 4 from qh (0xe4: where nib, the first) */
-        PUT512(s, 64 * j,
-               _mm512_permutex2var_ps(
-                   t1a, _mm512_ternarylogic_epi32(l0, _mm512_slli_epi32(h0, 4), nib, 0xe4), t1b));
-        PUT512(s, 64 * j + 16,
-               _mm512_permutex2var_ps(
-                   t1a, _mm512_ternarylogic_epi32(l1, _mm512_slli_epi32(h1, 4), nib, 0xe4), t1b));
-        PUT512(
-            s, 64 * j + 32,
-            _mm512_permutex2var_ps(t2a,
-                                   _mm512_ternarylogic_epi32(_mm512_srli_epi32(l0, 4),
-                                                             _mm512_slli_epi32(h0, 3), nib, 0xe4),
-                                   t2b));
-        PUT512(
-            s, 64 * j + 48,
-            _mm512_permutex2var_ps(t2a,
-                                   _mm512_ternarylogic_epi32(_mm512_srli_epi32(l1, 4),
-                                                             _mm512_slli_epi32(h1, 3), nib, 0xe4),
-                                   t2b));
-        h0 = _mm512_srli_epi32(h0, 2);
-        h1 = _mm512_srli_epi32(h1, 2);
+        const __m512 t[2][2] = {{affine_table512(0, dm[2 * j], dm[8 + 2 * j]),
+                                 affine_table512(16, dm[2 * j], dm[8 + 2 * j])},
+                                {affine_table512(0, dm[2 * j + 1], dm[9 + 2 * j]),
+                                 affine_table512(16, dm[2 * j + 1], dm[9 + 2 * j])}};
+        const __m512i l[2] = {bytes512(ql), bytes512(ql + 16)};
+        for (int e = 0; e < 2;
+             e++) /* sub-block 2j + e: low nibbles and qh bit 0, then high, bit 1 */
+            for (int k = 0; k < 2; k++)
+                PUT512(s, 64 * j + 32 * e + 16 * k,
+                       lookup32_512(e ? _mm512_srli_epi32(l[k], 4) : l[k],
+                                    _mm512_slli_epi32(h[k], 4 - e), t[e][0], t[e][1]));
+        h[0] = _mm512_srli_epi32(h[0], 2), h[1] = _mm512_srli_epi32(h[1], 2);
     }
 }
 
 /* The 16 scales d * sc[j] of a Q6_K block. */
 INL512 void q6_scales512(const uint8_t *b, float *s) {
     const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)));
-    _mm512_store_ps(s, _mm512_mul_ps(_mm512_cvtepi32_ps(sc), _mm512_set1_ps(f16_512(b + 208))));
+    _mm512_store_ps(s,
+                    _mm512_mul_ps(_mm512_cvtepi32_ps(sc), _mm512_set1_ps(ft_ggml_f16c(b + 208))));
 }
 
 /* The 256 6-bit codes of a Q6_K block as bytes in element order (not yet minus 32): per
@@ -224,61 +247,17 @@ INL512 void q6_k_512(const uint8_t *b, struct sink512 *s) {
         PUT512(s, 16 * j, scale_i8_512((const int8_t *)q + 16 * j, sc[j]));
 }
 
-BLOCK_KERNELS(T512, struct sink512, _mm512_setzero_ps, _mm512_store_ps, q8_0_512, 34, 32)
-BLOCK_KERNELS(T512, struct sink512, _mm512_setzero_ps, _mm512_store_ps, q4_0_512, 18, 32)
-BLOCK_KERNELS(T512, struct sink512, _mm512_setzero_ps, _mm512_store_ps, mxfp4_512, 17, 32)
-BLOCK_KERNELS(T512, struct sink512, _mm512_setzero_ps, _mm512_store_ps, q4_k_512, 144, 256)
-BLOCK_KERNELS(T512, struct sink512, _mm512_setzero_ps, _mm512_store_ps, q5_k_512, 176, 256)
-BLOCK_KERNELS(T512, struct sink512, _mm512_setzero_ps, _mm512_store_ps, q6_k_512, 210, 256)
-
-#define ACC_NAME acc512
-#define ACC_TILE acc512_tile
-#define ACC_TGT T512
-#define ACC_W 16
-#define ACC_TT 4
-#define V __m512
-#define V_LD _mm512_load_ps
-#define V_LDU _mm512_loadu_ps
-#define V_ST _mm512_store_ps
-#define V_FMA _mm512_fmadd_ps
+#define ACC_SUF 512
 #include "format/ggml_acc.inc"
-#undef ACC_NAME
-#undef ACC_TILE
-#undef ACC_TGT
-#undef ACC_W
-#undef ACC_TT
-#undef V
-#undef V_LD
-#undef V_LDU
-#undef V_ST
-#undef V_FMA
-
-#define TIER_ENTRY(t, blk) .deq[t] = blk##_deq, .dot[t] = blk##_dot
-const struct ft_ggml_tier ft_ggml_tier_avx512 = {
-    TIER_ENTRY(FT_GGML_Q8_0, q8_0_512),
-    TIER_ENTRY(FT_GGML_Q4_0, q4_0_512),
-    TIER_ENTRY(FT_GGML_MXFP4, mxfp4_512),
-    TIER_ENTRY(FT_GGML_Q4_K, q4_k_512),
-    TIER_ENTRY(FT_GGML_Q5_K, q5_k_512),
-    TIER_ENTRY(FT_GGML_Q6_K, q6_k_512),
-    .acc = acc512,
-};
+TIER(512, ft_ggml_tier_avx512)
 
 /* ================================================================ AVX2 ======== */
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
 #define INL256 INL T256
 
-struct sink256 {
-    float *out;
-    const float *x;
-    __m256 acc;
-};
-#define PUT256(s, off, v) PUT(s, off, v, _mm256_storeu_ps, _mm256_loadu_ps, _mm256_fmadd_ps)
-
-INL256 float f16_256(const uint8_t *p) {
-    return _cvtsh_ss(ft_ggml_rd16(p));
-}
+SINK(256)
+#define PUT256(s, off, v) PUT(256, s, off, v)
 
 /* n (a multiple of 8) int8 codes at q, each times s[j / per] (per: 16 or 32), to the sink. */
 INL256 void scale_i8_256(const int8_t *q, const float *s, int per, int n, struct sink256 *k) {
@@ -306,7 +285,7 @@ INL256 void split256(const uint8_t *p, __m256i *lo, __m256i *hi) {
 }
 
 INL256 void q8_0_256(const uint8_t *b, struct sink256 *s) {
-    const float d = f16_256(b);
+    const float d = ft_ggml_f16c(b);
     scale_i8_256((const int8_t *)(b + 2), &d, 32, 32, s);
 }
 
@@ -321,24 +300,7 @@ INL256 void lut4_256(const uint8_t *qs, float d, const int8_t *lut, struct sink2
     scale_i8_256(q, &d, 32, 32, s);
 }
 
-INL256 void q4_0_256(const uint8_t *b, struct sink256 *s) {
-    lut4_256(b + 2, f16_256(b), ft_ggml_lut_q4_0, s);
-}
-
-INL256 void mxfp4_256(const uint8_t *b, struct sink256 *s) {
-    lut4_256(b + 1, ft_ggml_e8m0_half(b[0]), ft_ggml_lut_mxfp4, s);
-}
-
-/* dm[j] = d * scale_j, dm[8 + j] = dmin * min_j of a Q4_K / Q5_K block. */
-INL256 void k4_scales256(const uint8_t *b, float *dm) {
-    uint8_t sm[16];
-    ft_ggml_k4_scales(b + 4, sm);
-    for (int h = 0; h < 2; h++) {
-        const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sm + 8 * h)));
-        const __m256 d = _mm256_set1_ps(f16_256(b + 2 * h));
-        _mm256_storeu_ps(dm + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(v), d));
-    }
-}
+LUT4_TYPES(256)
 
 /* Sub-blocks 2j and 2j+1 of a Q4_K / Q5_K block from their codes (lo, hi: 32 bytes each). */
 INL256 void k4_pair256(__m256i lo, __m256i hi, const float *dm, int j, struct sink256 *s) {
@@ -351,7 +313,7 @@ INL256 void k4_pair256(__m256i lo, __m256i hi, const float *dm, int j, struct si
 
 INL256 void q4_k_256(const uint8_t *b, struct sink256 *s) {
     float dm[16];
-    k4_scales256(b, dm);
+    k4_scales(b, dm);
     for (int j = 0; j < 4; j++) {
         __m256i lo, hi;
         split256(b + 16 + 32 * j, &lo, &hi);
@@ -362,7 +324,7 @@ INL256 void q4_k_256(const uint8_t *b, struct sink256 *s) {
 INL256 void q5_k_256(const uint8_t *b, struct sink256 *s) {
     const __m256i b16 = _mm256_set1_epi8(0x10);
     float dm[16];
-    k4_scales256(b, dm);
+    k4_scales(b, dm);
     __m256i h = _mm256_loadu_si256((const __m256i *)(b + 16)); /* qh >> 2j */
     for (int j = 0; j < 4; j++) {
         __m256i lo, hi;
@@ -378,7 +340,7 @@ INL256 void q6_k_256(const uint8_t *b, struct sink256 *s) {
     const __m256i m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
     float sc[16];
     _Alignas(32) int8_t q[256]; /* codes minus 32, in element order */
-    const float d = f16_256(b + 208);
+    const float d = ft_ggml_f16c(b + 208);
     for (int j = 0; j < 16; j++)
         sc[j] = d * (float)(int8_t)b[192 + j];
     for (int n = 0; n < 2; n++) {
@@ -399,33 +361,8 @@ INL256 void q6_k_256(const uint8_t *b, struct sink256 *s) {
     scale_i8_256(q, sc, 16, 256, s);
 }
 
-BLOCK_KERNELS(T256, struct sink256, _mm256_setzero_ps, _mm256_store_ps, q8_0_256, 34, 32)
-BLOCK_KERNELS(T256, struct sink256, _mm256_setzero_ps, _mm256_store_ps, q4_0_256, 18, 32)
-BLOCK_KERNELS(T256, struct sink256, _mm256_setzero_ps, _mm256_store_ps, mxfp4_256, 17, 32)
-BLOCK_KERNELS(T256, struct sink256, _mm256_setzero_ps, _mm256_store_ps, q4_k_256, 144, 256)
-BLOCK_KERNELS(T256, struct sink256, _mm256_setzero_ps, _mm256_store_ps, q5_k_256, 176, 256)
-BLOCK_KERNELS(T256, struct sink256, _mm256_setzero_ps, _mm256_store_ps, q6_k_256, 210, 256)
-
-#define ACC_NAME acc256
-#define ACC_TILE acc256_tile
-#define ACC_TGT T256
-#define ACC_W 8
-#define ACC_TT 2
-#define V __m256
-#define V_LD _mm256_load_ps
-#define V_LDU _mm256_loadu_ps
-#define V_ST _mm256_store_ps
-#define V_FMA _mm256_fmadd_ps
+#define ACC_SUF 256
 #include "format/ggml_acc.inc"
-
-const struct ft_ggml_tier ft_ggml_tier_avx2 = {
-    TIER_ENTRY(FT_GGML_Q8_0, q8_0_256),
-    TIER_ENTRY(FT_GGML_Q4_0, q4_0_256),
-    TIER_ENTRY(FT_GGML_MXFP4, mxfp4_256),
-    TIER_ENTRY(FT_GGML_Q4_K, q4_k_256),
-    TIER_ENTRY(FT_GGML_Q5_K, q5_k_256),
-    TIER_ENTRY(FT_GGML_Q6_K, q6_k_256),
-    .acc = acc256,
-};
+TIER(256, ft_ggml_tier_avx2)
 
 #endif /* x86 */

@@ -100,34 +100,31 @@ static void codes_ref(int type, const uint8_t *b, uint8_t *q) {
     }
 }
 
-/* One block's contribution: sum_i w_i * dx c_i. */
+/* One block's contribution: sum_i w_i * dx c_i, from the integer sums of its sub-blocks (32
+ * codes with a scale and a min: Q4_K, Q5_K; 16 codes with a signed scale: Q6_K). */
 static float block_ref(int type, const uint8_t *b, const struct x8_block *x) {
-    uint8_t q[FT_QK_K];
+    uint8_t q[FT_QK_K], sm[16];
     codes_ref(type, b, q);
-    if (type == FT_GGML_Q6_K) {
-        const int8_t *sc = (const int8_t *)(b + 192);
-        int32_t isum = 0, osum = 0;
-        for (int j = 0; j < 16; j++) {
-            int32_t s = 0;
-            for (int i = 16 * j; i < 16 * j + 16; i++)
-                s += q[i] * x->q[i];
-            isum += sc[j] * s;
-            osum += sc[j] * x->bsum[j];
-        }
-        return ft_f16_to_f32(ft_ggml_rd16(b + 208)) * x->d * (float)(isum - 32 * osum);
+    const int q6 = type == FT_GGML_Q6_K, len = q6 ? 16 : 32;
+    int sc[16], off[16]; /* per sub-block: scale, and the multiplier of its code sum */
+    if (!q6) ft_ggml_k4_scales(b + 4, sm);
+    for (int j = 0; j < FT_QK_K / len; j++) {
+        sc[j] = q6 ? (int8_t)b[192 + j] : sm[j];
+        off[j] = q6 ? sc[j] : sm[8 + j];
     }
-    uint8_t sm[16];
-    ft_ggml_k4_scales(b + 4, sm);
-    int32_t isum = 0, msum = 0;
-    for (int j = 0; j < 8; j++) {
-        int32_t s = 0;
-        for (int i = 32 * j; i < 32 * j + 32; i++)
+    int32_t isum = 0, osum = 0;
+    for (int j = 0; j < FT_QK_K / len; j++) {
+        int32_t s = 0, cs = 0;
+        for (int i = len * j; i < len * (j + 1); i++)
             s += q[i] * x->q[i];
-        isum += sm[j] * s;
-        msum += sm[8 + j] * (x->bsum[2 * j] + x->bsum[2 * j + 1]);
+        for (int g = len * j / 16; g < len * (j + 1) / 16; g++)
+            cs += x->bsum[g];
+        isum += sc[j] * s;
+        osum += off[j] * cs;
     }
+    if (q6) return ft_f16_to_f32(ft_ggml_rd16(b + 208)) * x->d * (float)(isum - 32 * osum);
     const float d = ft_f16_to_f32(ft_ggml_rd16(b)), dmin = ft_f16_to_f32(ft_ggml_rd16(b + 2));
-    return d * x->d * (float)isum - dmin * x->d * (float)msum;
+    return d * x->d * (float)isum - dmin * x->d * (float)osum;
 }
 
 /* Rows at w, one token per x8 row of nb blocks: y[t * ldy + r]. */
@@ -197,8 +194,8 @@ INL512 void k4_common512(const uint8_t *b, struct kblock512 *k) {
     const __m128i v = _mm_loadu_si128((const __m128i *)sm);
     scales512(_mm512_cvtepu8_epi16(_mm256_zextsi128_si256(v)), k_pat_k4, k->s);
     k->m = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, _mm_loadu_si128((const __m128i *)dup)));
-    k->d = _cvtsh_ss(ft_ggml_rd16(b));
-    k->dm = _cvtsh_ss(ft_ggml_rd16(b + 2));
+    k->d = ft_ggml_f16c(b);
+    k->dm = ft_ggml_f16c(b + 2);
 }
 
 INL512 void q4_k_block512(const uint8_t *b, struct kblock512 *k) {
@@ -247,7 +244,7 @@ INL512 void q6_k_block512(const uint8_t *b, struct kblock512 *k) {
     const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
     scales512(_mm512_zextsi256_si512(sc), k_pat_q6, k->s);
     k->m = sc;
-    k->d = _cvtsh_ss(ft_ggml_rd16(b + 208));
+    k->d = ft_ggml_f16c(b + 208);
     k->dm = 0.0f;
 }
 
@@ -335,8 +332,8 @@ INL256 void k4_common256(const uint8_t *b, struct kblock256 *k) {
     const __m128i v = _mm_loadu_si128((const __m128i *)sm);
     const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     k->m = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup));
-    k->d = _cvtsh_ss(ft_ggml_rd16(b));
-    k->dm = _cvtsh_ss(ft_ggml_rd16(b + 2));
+    k->d = ft_ggml_f16c(b);
+    k->dm = ft_ggml_f16c(b + 2);
 }
 
 /* Sub-blocks 2j (low nibbles) and 2j+1 (high) of the 32 bytes at q, plus their fifth bits. */
@@ -382,7 +379,7 @@ INL256 void q6_k_block256(const uint8_t *b, struct kblock256 *k) {
     for (int j = 0; j < 8; j++)
         k->s[j] = _mm256_setr_m128i(_mm_set1_epi16(sc[2 * j]), _mm_set1_epi16(sc[2 * j + 1]));
     k->m = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-    k->d = _cvtsh_ss(ft_ggml_rd16(b + 208));
+    k->d = ft_ggml_f16c(b + 208);
     k->dm = 0.0f;
 }
 
