@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/cpu/ops.h"
+#include "bench_args.h"
 #include "core/sys.h"
 #include "core/threadpool.h"
 #include "core/timer.h"
@@ -45,25 +46,13 @@ static double time_matmul(struct ft_pool *pool, float *y, const float *x, const 
 }
 
 int main(int argc, char **argv) {
-    long mib = 1024, K = 4096;
-    int threads = 0, reps = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--mib"))
-            mib = atol(argv[i + 1]);
-        else if (!strcmp(argv[i], "--k"))
-            K = atol(argv[i + 1]);
-        else if (!strcmp(argv[i], "--threads"))
-            threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps"))
-            reps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--isa"))
-            ft_cpu_set_isa((enum ft_cpu_isa)atoi(argv[i + 1]));
-        else {
-            fprintf(stderr,
-                    "usage: bench_cpu [--mib M] [--k K] [--threads N] [--reps R] [--isa 0-3]\n");
-            return 2;
-        }
+    struct bench_args a = {.mib = 1024, .k = 4096, .threads = 0, .reps = 5};
+    if (!bench_parse(argc, argv, &a)) {
+        fprintf(stderr, "usage: bench_cpu [--mib M] [--k K] [--threads N] [--reps R] [--isa 0-3]\n");
+        return 2;
     }
+    const long mib = a.mib, K = a.k;
+    const int threads = a.threads, reps = a.reps;
     struct ft_pool *pool;
     if (ft_pool_init(&pool, threads) != FT_OK) {
         fprintf(stderr, "bench_cpu: %s\n", ft_error());

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backend/cpu/ops.h"
 #include "core/file.h"
 #include "core/status.h"
 #include "format/gguf.h"
@@ -154,8 +155,9 @@ TEST(metadata_every_type) {
 static int is_edge(const char *name) { return strncmp(name, "edge.", 5) == 0; }
 
 /* Every tensor: dims as the reference's numpy shape reversed, dequantisation bit-identical to
- * gguf.quants.dequantize (a NaN must be a NaN; its payload is the hardware's). */
-TEST(dequant_bit_exact) {
+ * gguf.quants.dequantize (a NaN must be a NaN; its payload is the hardware's), in the ISA tier
+ * set now. */
+static void check_dequant(void) {
     struct ft_gguf_file *f = NULL;
     struct ft_st_file *ref = NULL;
     EXPECT_OK(ft_gguf_open(BLOCKS, &f));
@@ -205,15 +207,28 @@ TEST(dequant_bit_exact) {
                          FT_GGML_Q4_K, FT_GGML_Q5_K, FT_GGML_Q6_K, FT_GGML_MXFP4};
     for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++)
         CHECK_(seen[types[k]] >= 4, "%s tensors compared", ft_ggml_type_name(types[k]));
-    fprintf(stderr, "  %lld values bit-exact\n", n_vals);
+    fprintf(stderr, "  %s: %lld values bit-exact\n", ft_cpu_isa_name(ft_cpu_isa()), n_vals);
 out:
     ft_st_close(ref);
     ft_gguf_close(f);
 }
 
+/* Runs check() in every ISA tier this CPU has (avx512-bf16 runs the avx512 kernels). */
+static void every_tier(void (*check)(void)) {
+    const enum ft_cpu_isa best = ft_cpu_isa();
+    for (int t = FT_ISA_SCALAR; t <= FT_ISA_AVX512; t++)
+        if ((int)ft_cpu_set_isa((enum ft_cpu_isa)t) == t) check();
+    ft_cpu_set_isa(best);
+}
+
+TEST(dequant_bit_exact) {
+    every_tier(check_dequant);
+}
+
 /* ft_ggml_dot_row against dequantise-then-dot (double sum of exact products), relative to
- * sum |a_i x_i| (the scale a rounding error can reach), per row. */
-TEST(dot_matches_dequant) {
+ * sum |a_i x_i| (the scale a rounding error can reach), per row (test_ggml_dot derives the
+ * bound; here the rows are at most 256 long). */
+static void check_dot(void) {
     struct ft_gguf_file *f = NULL;
     EXPECT_OK(ft_gguf_open(BLOCKS, &f));
     if (!f) return;
@@ -249,8 +264,13 @@ TEST(dot_matches_dequant) {
         free(x);
     }
     EXPECT(rows >= 36);
-    fprintf(stderr, "  %d rows, worst relative error %.3g\n", rows, worst);
+    fprintf(stderr, "  %s: %d rows, worst relative error %.3g\n", ft_cpu_isa_name(ft_cpu_isa()),
+            rows, worst);
     ft_gguf_close(f);
+}
+
+TEST(dot_matches_dequant) {
+    every_tier(check_dot);
 }
 
 TEST(block_geometry) {

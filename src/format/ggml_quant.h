@@ -1,9 +1,10 @@
 /* ggml_quant.h — GGML tensor types as they appear in GGUF files: block geometry for every
  * type GGUF defines, and CPU reference dequantisation and dequantise-and-dot kernels for the
  * types the engine computes with (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
- * Q6_K, MXFP4), in
- * GGML's block layouts (ggml-common.h). Called by format/gguf.c (sizes), the model loaders and
- * the CPU backend. Pure functions: any thread. */
+ * Q6_K, MXFP4), in GGML's block layouts (ggml-common.h); the dot kernels run the AVX2 / AVX-512
+ * tier that ft_cpu_isa() picks (ggml_simd.c; Q4_1/Q5_0/Q5_1 through the scalar reference), the
+ * scalar code being the reference. Called by format/gguf.c (sizes), the model loaders and the
+ * CPU backend. Pure functions: any thread. */
 #ifndef FT_FORMAT_GGML_QUANT_H
 #define FT_FORMAT_GGML_QUANT_H
 
@@ -74,14 +75,50 @@ int ft_ggml_can_compute(int type);
 size_t ft_ggml_row_bytes(int type, int64_t n);
 
 /* dst[0..n) = the values of the n elements at src (n a multiple of the block size).
- * Bit-identical to GGML's dequantize_row_* and to the gguf Python package's dequantize.
+ * Bit-identical to GGML's dequantize_row_* and to the gguf Python package's dequantize, in
+ * every ISA tier (ft_cpu_isa(): scalar reference, AVX2, AVX-512).
  * FT_ERR_UNSUPPORTED for a type ft_ggml_can_compute rejects, FT_ERR_INVALID_ARG for a bad n. */
 enum ft_status ft_ggml_dequant_row(int type, const void *src, float *dst, int64_t n);
 
 /* sum_i dequant(src)[i] * x[i] with fp32 accumulation (the value each element takes is the
- * exact dequantised one; only the summation order differs from a sequential loop).
+ * exact dequantised one; only the summation order differs from a sequential loop: 16 lanes
+ * (8 on AVX2) of k mod 16, each summed in order, fused multiply-adds on the vector tiers,
+ * then a pairwise sum of the lanes). The same as ft_ggml_dot_rows with one row and token.
  * The caller checks ft_ggml_can_compute and the block multiple once (at load): a bad type or
  * n here is a bug (FT_ASSERT). */
 float ft_ggml_dot_row(int type, const void *src, const float *x, int64_t n);
+
+/* y[t * ldy + r] = ft_ggml_dot_row(row r, x + t * ldx) for r < n_rows, t < T, where row r
+ * starts at w + r * row_bytes and holds n = row_bytes / ft_ggml_type_size(type) *
+ * ft_ggml_block_size(type) elements (rows are packed: row_bytes = ft_ggml_row_bytes(type, n)),
+ * x is [T, ldx] f32 (ldx >= n). Decodes each block once per 64 tokens (into a 16 KiB stack
+ * buffer, 4 rows x 1024 elements) and reuses it for every token, so T up to ~64 costs little
+ * more memory traffic than T = 1. Same summation as ft_ggml_dot_row, so results do not
+ * depend on T or n_rows. Single-threaded and reentrant: callers split rows over threads.
+ * Asserts like ft_ggml_dot_row. */
+void ft_ggml_dot_rows(int type, const void *w, size_t row_bytes, int n_rows, const float *x,
+                      int ldx, int T, float *y, int ldy);
+
+/* ---- 8-bit activations: faster, approximate (K-quants) ----
+ * Like llama.cpp's Q8_K path: x is quantised per block of 256 elements to an f32 scale
+ * d = max|x| / 127 and int8 codes c = round(x / d) (so |x - d c| <= d / 2), once per step and
+ * shared by every matrix that reads the same x; each weight block is then multiplied with the
+ * codes in integers (exact) and scaled in f32. The result is the dot product of the exact
+ * dequantised weights with the quantised x, to f32 rounding of the per-block terms and their
+ * sum (relative 1e-6 of sum |w_i d c_i|); against the fp32 x it is off by at most
+ * sum_blocks (d_b / 2) sum_i |w_i| (typically ~0.3% of the dot's scale). */
+
+/* 1 when ft_ggml_dot_rows_x8 handles `type`: Q4_K, Q5_K, Q6_K. */
+int ft_ggml_x8_supported(int type);
+/* Bytes of one token of n elements (n a multiple of 256; else 0) in ft_ggml_quant_x8's form. */
+size_t ft_ggml_x8_bytes(int64_t n);
+/* Quantises T tokens x [T, ldx] of n elements each (n a multiple of 256) into xq
+ * [T, ft_ggml_x8_bytes(n)] (scalar code; about n * T * 1 ns). */
+void ft_ggml_quant_x8(const float *x, int ldx, int64_t n, int T, void *xq);
+/* y[t * ldy + r] = sum_i w_r[i] * xhat_t[i], xhat_t being token t of xq (ft_ggml_quant_x8 with
+ * the rows' n), rows as in ft_ggml_dot_rows. AVX-512 (F+BW) tier, else the scalar reference.
+ * Single-threaded and reentrant. Asserts ft_ggml_x8_supported(type). */
+void ft_ggml_dot_rows_x8(int type, const void *w, size_t row_bytes, int n_rows, const void *xq,
+                         int T, float *y, int ldy);
 
 #endif

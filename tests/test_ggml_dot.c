@@ -1,0 +1,332 @@
+/* test_ggml_dot.c — the GGML block kernels of every ISA tier this CPU has (scalar reference,
+ * AVX2, AVX-512) on random valid blocks of every computable type:
+ *   - ft_ggml_dequant_row bit-identical to the scalar reference (NaN/inf/subnormal scales too);
+ *   - ft_ggml_dot_row / ft_ggml_dot_rows against dequantise-then-sum in double, for awkward n
+ *     and T in {1, 2, 3, 8, 17}, within the fp32 summation bound stated below; a token's result
+ *     bit-identical whatever T and the rows around it;
+ *   - the 8-bit-activation path (Q4_K, Q5_K, Q6_K) against the exact dot with the quantised x
+ *     and within the quantisation bound of the dot with x.
+ * Single-threaded. */
+#include <float.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "core/rng.h"
+#include "format/ggml_quant.h"
+#include "format/quant.h"
+#include "test.h"
+
+static const int k_types[] = {FT_GGML_Q4_K,  FT_GGML_Q6_K, FT_GGML_Q8_0, FT_GGML_Q5_K, FT_GGML_Q4_0,
+                              FT_GGML_MXFP4, FT_GGML_F32,  FT_GGML_F16,  FT_GGML_BF16};
+#define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+
+/* A random finite f16 spanning 2^-14 .. 2^1 times `scale`, either sign. */
+static uint16_t rand_f16(float scale) {
+    const double u = ft_rng_unit(&g_rng);
+    const float v = (float)(u - 0.5) * scale * (float)(1 << (ft_rng_next(&g_rng) % 16)) / 16384.0f;
+    return ft_f32_to_f16(v);
+}
+
+/* n_bytes of random blocks of `type`; the scales finite unless `edge` (then every byte is
+ * random: infinite, NaN and subnormal scales appear). Plain types get finite values. */
+static uint8_t *rand_blocks(int type, size_t n_bytes, int edge) {
+    uint8_t *p = malloc(n_bytes + 1);
+    for (size_t i = 0; i < n_bytes; i++)
+        p[i] = (uint8_t)(ft_rng_next(&g_rng) >> 24);
+    if (edge) return p;
+    const size_t bs = ft_ggml_type_size(type);
+    for (size_t o = 0; o + bs <= n_bytes; o += bs) {
+        uint8_t *b = p + o;
+        uint16_t h[2] = {rand_f16(1.0f), rand_f16(0.5f)};
+        switch (type) {
+        case FT_GGML_F32: {
+            const float f = (float)(ft_rng_unit(&g_rng) - 0.5);
+            memcpy(b, &f, 4);
+            break;
+        }
+        case FT_GGML_F16: memcpy(b, h, 2); break;
+        case FT_GGML_BF16: {
+            const uint16_t v = ft_f32_to_bf16((float)(ft_rng_unit(&g_rng) - 0.5));
+            memcpy(b, &v, 2);
+            break;
+        }
+        case FT_GGML_MXFP4: b[0] = (uint8_t)(100 + b[0] % 40); break;
+        case FT_GGML_Q6_K: memcpy(b + 208, h, 2); break;
+        case FT_GGML_Q4_K:
+        case FT_GGML_Q5_K: memcpy(b, h, 4); break; /* d and dmin */
+        default: memcpy(b, h, 2); break;           /* Q8_0, Q4_0 */
+        }
+    }
+    return p;
+}
+
+static float *rand_x(size_t n) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(ft_rng_unit(&g_rng) * 2.0 - 1.0);
+    return x;
+}
+
+/* The distinct kernel tiers this machine runs (avx512-bf16 runs the avx512 kernels). */
+static int tiers(enum ft_cpu_isa *out) {
+    int n = 0;
+    for (int t = FT_ISA_SCALAR; t <= FT_ISA_AVX512; t++)
+        if (ft_cpu_set_isa((enum ft_cpu_isa)t) == (enum ft_cpu_isa)t) out[n++] = (enum ft_cpu_isa)t;
+    return n;
+}
+
+static int same_float(float a, float b) {
+    return isnan(a) ? isnan(b) : memcmp(&a, &b, 4) == 0;
+}
+
+/* Every tier's dequantisation equals the scalar reference bit for bit, including blocks whose
+ * scales are infinite, NaN or subnormal (a NaN must stay a NaN). */
+TEST(dequant_every_tier_bit_exact) {
+    enum ft_cpu_isa ts[3];
+    const int nt = tiers(ts);
+    const int64_t n = 4864;
+    for (int k = 0; k < N_TYPES; k++)
+        for (int edge = 0; edge < 2; edge++) {
+            const int type = k_types[k];
+            uint8_t *w = rand_blocks(type, ft_ggml_row_bytes(type, n), edge);
+            float *ref = malloc(n * sizeof *ref), *got = malloc(n * sizeof *got);
+            ft_cpu_set_isa(FT_ISA_SCALAR);
+            EXPECT_OK(ft_ggml_dequant_row(type, w, ref, n));
+            for (int a = 1; a < nt; a++) {
+                ft_cpu_set_isa(ts[a]);
+                EXPECT_OK(ft_ggml_dequant_row(type, w, got, n));
+                int64_t bad = 0;
+                for (int64_t i = 0; i < n; i++)
+                    bad += !same_float(got[i], ref[i]);
+                CHECK_(bad == 0, "%s %s%s: %lld of %lld values differ", ft_cpu_isa_name(ts[a]),
+                       ft_ggml_type_name(type), edge ? " (edge)" : "", (long long)bad,
+                       (long long)n);
+            }
+            free(w), free(ref), free(got);
+        }
+    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+}
+
+/* Bound on |dot - exact| for fp32 accumulation (recursive summation, first order): each lane
+ * sums its products in order, one rounding per product with FMA (AVX-512: 16 lanes, n / 16
+ * each; AVX2: 8 lanes, n / 8), two without (scalar: 16 lanes, 2 n / 16), then the 16 lanes are
+ * added pairwise (4 roundings): |err| <= (n / 8 + 5) u sum |w_i x_i|, u = 2^-24, every tier.
+ * The exact dequantised values are the weights (dequant_every_tier_bit_exact). */
+static double dot_bound(int64_t n) {
+    return ((double)n / 8.0 + 5.0) * (FLT_EPSILON / 2) * 1.0001;
+}
+
+/* dot of w (decoded exactly, in double) with x: the exact value and sum |w_i x_i|. */
+static void exact_dot(const float *wd, const float *x, int64_t n, double *dot, double *mag) {
+    double s = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s += (double)wd[i] * x[i];
+        m += fabs((double)wd[i] * x[i]);
+    }
+    *dot = s, *mag = m;
+}
+
+/* One type, tier and n: R rows, T tokens (strides wider than the data, sentinels outside). */
+static double check_dot(int type, int64_t n, int R, int T) {
+    const size_t rb = ft_ggml_row_bytes(type, n);
+    const int ldx = (int)n + 5, ldy = R + 3;
+    uint8_t *w = rand_blocks(type, rb * (size_t)R, 0);
+    float *x = rand_x((size_t)T * ldx), *wd = malloc((size_t)n * sizeof *wd);
+    float *y = malloc((size_t)T * ldy * sizeof *y);
+    for (int i = 0; i < T * ldy; i++)
+        y[i] = 12345.0f;
+    ft_ggml_dot_rows(type, w, rb, R, x, ldx, T, y, ldy);
+    double worst = 0;
+    int untouched = 1, same = 1;
+    for (int r = 0; r < R; r++) {
+        EXPECT_OK(ft_ggml_dequant_row(type, w + r * rb, wd, n));
+        for (int t = 0; t < T; t++) {
+            double ref, mag;
+            exact_dot(wd, x + (size_t)t * ldx, n, &ref, &mag);
+            const double e = fabs(y[(size_t)t * ldy + r] - ref) / (mag * dot_bound(n) + 1e-30);
+            worst = e > worst ? e : worst;
+            /* the same token alone, and the row alone, give the same bits */
+            const float one = ft_ggml_dot_row(type, w + r * rb, x + (size_t)t * ldx, n);
+            same &= same_float(one, y[(size_t)t * ldy + r]);
+        }
+        for (int t = 0; t < T; t++)
+            for (int c = R; c < ldy; c++)
+                untouched &= y[(size_t)t * ldy + c] == 12345.0f;
+    }
+    CHECK_(worst <= 1.0 && untouched && same,
+           "%s %s n=%lld R=%d T=%d: error %.3g x bound, untouched %d, T-independent %d",
+           ft_cpu_isa_name(ft_cpu_isa()), ft_ggml_type_name(type), (long long)n, R, T, worst,
+           untouched, same);
+    free(w), free(x), free(wd), free(y);
+    return worst;
+}
+
+TEST(dot_rows_every_tier_type_n_T) {
+    static const int64_t ns[] = {256, 512, 2816, 4864};
+    static const int Ts[] = {1, 2, 3, 8, 17};
+    enum ft_cpu_isa ts[3];
+    const int nt = tiers(ts);
+    for (int a = 0; a < nt; a++) {
+        ft_cpu_set_isa(ts[a]);
+        double worst = 0;
+        for (int k = 0; k < N_TYPES; k++)
+            for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
+                for (size_t j = 0; j < sizeof Ts / sizeof *Ts; j++) {
+                    /* 1 row, a full tile of 4, and 4 + 3 (a tail tile) */
+                    const int R = j % 3 == 0 ? 7 : j % 3 == 1 ? 4 : 1;
+                    const double e = check_dot(k_types[k], ns[i], R, Ts[j]);
+                    worst = e > worst ? e : worst;
+                }
+        fprintf(stderr, "  %s: worst error %.3f of the bound\n", ft_cpu_isa_name(ts[a]), worst);
+    }
+    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+}
+
+/* 32-element blocks and plain types at lengths that are not multiples of 256 (or of 16), and
+ * more than 64 tokens (two passes over the rows). */
+TEST(dot_rows_short_rows_and_many_tokens) {
+    enum ft_cpu_isa ts[3];
+    const int nt = tiers(ts);
+    for (int a = 0; a < nt; a++) {
+        ft_cpu_set_isa(ts[a]);
+        for (int k = 0; k < N_TYPES; k++) {
+            const int type = k_types[k], blck = ft_ggml_block_size(type);
+            if (blck == 256) {
+                check_dot(type, 1280, 5, 70);
+                continue;
+            }
+            for (int64_t n = blck; n <= 1100; n += blck == 1 ? 37 : 3 * blck)
+                check_dot(type, n, 5, 3);
+            check_dot(type, blck == 1 ? 1001 : 4128, 6, 70);
+        }
+    }
+    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+}
+
+/* ---------------------------------------------------------------- 8-bit x --- */
+
+/* x quantised as the header specifies: per 256, d = max|x| / 127, c = round(x * 127 / max). */
+static void quant_ref(const float *x, int64_t n, float *xq, float *half_step) {
+    for (int64_t i = 0; i < n; i += 256) {
+        float amax = 0;
+        for (int j = 0; j < 256; j++)
+            amax = fmaxf(amax, fabsf(x[i + j]));
+        const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < 256; j++) {
+            xq[i + j] = d * (float)lrintf(x[i + j] * id);
+            half_step[i + j] = d / 2;
+        }
+    }
+}
+
+/* The bytes of a block that hold codes (zeroing them leaves the offset: -dmin*m or -32 d sc). */
+static void zero_codes(int type, uint8_t *b) {
+    if (type == FT_GGML_Q6_K)
+        memset(b, 0, 192);
+    else
+        memset(b + 16, 0, type == FT_GGML_Q4_K ? 128 : 160);
+}
+
+static void check_x8(int type, int64_t n, int R, int T, double *worst_q, double *typ) {
+    const size_t rb = ft_ggml_row_bytes(type, n), xb = ft_ggml_x8_bytes(n);
+    uint8_t *w = rand_blocks(type, rb * (size_t)R, 0), *wz = malloc(rb);
+    float *x = rand_x((size_t)T * n), *y = malloc((size_t)T * R * sizeof *y);
+    float *wd = malloc(n * sizeof *wd), *zd = malloc(n * sizeof *zd);
+    float *xh = malloc(n * sizeof *xh), *hs = malloc(n * sizeof *hs);
+    void *xq = malloc(xb * T);
+    for (int64_t i = 0; i < (int64_t)T * n; i++) /* blocks of very different scales */
+        x[i] *= (float)(1 << ((i / 256) % 8));
+    ft_ggml_quant_x8(x, (int)n, n, T, xq);
+    ft_ggml_dot_rows_x8(type, w, rb, R, xq, T, y, R);
+    int ok = 1;
+    for (int r = 0; r < R; r++) {
+        EXPECT_OK(ft_ggml_dequant_row(type, w + r * rb, wd, n));
+        memcpy(wz, w + r * rb, rb);
+        for (size_t o = 0; o < rb; o += ft_ggml_type_size(type))
+            zero_codes(type, wz + o);
+        EXPECT_OK(ft_ggml_dequant_row(type, wz, zd, n));
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * n;
+            quant_ref(xt, n, xh, hs);
+            /* vs the quantised x: the integer part is exact; the f32 part rounds each block's
+             * two terms (each at most sum (|w| + 2|offset|) |xhat|) and their running sum */
+            double ref = 0, mag = 0, exact = 0, qbound = 0, wmag = 0;
+            for (int64_t i = 0; i < n; i++) {
+                ref += (double)wd[i] * xh[i];
+                mag += (fabs(wd[i]) + 2 * fabs(zd[i])) * fabs(xh[i]);
+                exact += (double)wd[i] * xt[i];
+                qbound += fabs(wd[i]) * hs[i];
+                wmag += fabs((double)wd[i] * xt[i]);
+            }
+            const double got = y[(size_t)t * R + r];
+            const double fbound = ((double)n / 256 + 12) * (FLT_EPSILON / 2) * mag;
+            const double e = fabs(got - ref) / (fbound + 1e-30);
+            ok &= e <= 1.0 && fabs(got - exact) <= qbound * 1.0001 + fbound;
+            *worst_q = fmax(*worst_q, e);
+            *typ += fabs(got - exact) / wmag;
+        }
+    }
+    /* one token alone gives the same bits */
+    float one;
+    ft_ggml_dot_rows_x8(type, w, rb, 1, (const uint8_t *)xq + (T - 1) * xb, 1, &one, 1);
+    ok &= same_float(one, y[(size_t)(T - 1) * R]);
+    CHECK_(ok, "%s x8 %s n=%lld R=%d T=%d", ft_cpu_isa_name(ft_cpu_isa()), ft_ggml_type_name(type),
+           (long long)n, R, T);
+    free(w), free(wz), free(x), free(y), free(wd), free(zd), free(xh), free(hs), free(xq);
+}
+
+/* Every tier quantises x to the same bytes (scale, codes, sums). */
+TEST(quant_x8_every_tier_same_bytes) {
+    enum ft_cpu_isa ts[3];
+    const int nt = tiers(ts);
+    const int64_t n = 2816;
+    const int T = 3;
+    const size_t xb = ft_ggml_x8_bytes(n) * T;
+    float *x = rand_x((size_t)T * (n + 7));
+    x[5] = 0.0f, x[300] = -3.5f; /* a block whose max is negative */
+    for (int i = 512; i < 768; i++) x[i] = 0.0f; /* an all-zero block */
+    uint8_t *ref = malloc(xb), *got = malloc(xb);
+    ft_cpu_set_isa(FT_ISA_SCALAR);
+    ft_ggml_quant_x8(x, (int)n + 7, n, T, ref);
+    for (int a = 1; a < nt; a++) {
+        ft_cpu_set_isa(ts[a]);
+        memset(got, 0xa5, xb);
+        ft_ggml_quant_x8(x, (int)n + 7, n, T, got);
+        CHECK_(memcmp(got, ref, xb) == 0, "%s quantises x like the scalar reference",
+               ft_cpu_isa_name(ts[a]));
+    }
+    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+    free(x), free(ref), free(got);
+}
+
+TEST(dot_rows_x8_every_tier) {
+    enum ft_cpu_isa ts[3];
+    const int nt = tiers(ts);
+    EXPECT(ft_ggml_x8_supported(FT_GGML_Q4_K) && !ft_ggml_x8_supported(FT_GGML_Q8_0));
+    EXPECT_EQ(ft_ggml_x8_bytes(512), 2 * (4 + 256 + 32));
+    EXPECT_EQ(ft_ggml_x8_bytes(100), 0);
+    for (int a = 0; a < nt; a++) {
+        ft_cpu_set_isa(ts[a]);
+        static const int types[] = {FT_GGML_Q4_K, FT_GGML_Q5_K, FT_GGML_Q6_K};
+        for (int k = 0; k < 3; k++) {
+            double worst = 0, typ = 0;
+            int count = 0;
+            static const int64_t ns[] = {256, 2816, 4864};
+            static const int Ts[] = {1, 3, 17};
+            for (int i = 0; i < 3; i++)
+                for (int j = 0; j < 3; j++) {
+                    check_x8(types[k], ns[i], 5, Ts[j], &worst, &typ);
+                    count += 5 * Ts[j];
+                }
+            fprintf(stderr,
+                    "  %s %s: f32 part %.3f of its bound; vs fp32 x: mean %.2e of sum|w x|\n",
+                    ft_cpu_isa_name(ts[a]), ft_ggml_type_name(types[k]), worst, typ / count);
+        }
+    }
+    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+}
+
+TEST_MAIN("ggml_dot")
