@@ -17,8 +17,9 @@
 #include "format/quant.h"
 #include "test.h"
 
-static const int k_types[] = {FT_GGML_Q4_K,  FT_GGML_Q6_K, FT_GGML_Q8_0, FT_GGML_Q5_K, FT_GGML_Q4_0,
-                              FT_GGML_MXFP4, FT_GGML_F32,  FT_GGML_F16,  FT_GGML_BF16};
+static const int k_types[] = {FT_GGML_Q4_K, FT_GGML_Q6_K, FT_GGML_Q8_0, FT_GGML_Q5_K,
+                              FT_GGML_Q4_0, FT_GGML_Q5_0, FT_GGML_MXFP4, FT_GGML_F32,
+                              FT_GGML_F16,  FT_GGML_BF16};
 #define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
@@ -57,7 +58,7 @@ static uint8_t *rand_blocks(int type, size_t n_bytes, int edge) {
         case FT_GGML_Q6_K: memcpy(b + 208, h, 2); break;
         case FT_GGML_Q4_K:
         case FT_GGML_Q5_K: memcpy(b, h, 4); break; /* d and dmin */
-        default: memcpy(b, h, 2); break;           /* Q8_0, Q4_0 */
+        default: memcpy(b, h, 2); break;           /* Q8_0, Q4_0, Q5_0 */
         }
     }
     return p;

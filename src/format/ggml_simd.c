@@ -75,12 +75,13 @@
         }                                                                                          \
     }
 
-/* Everything of tier SUF after its decoders <type>_<SUF>: the kernels of the six types, the
+/* Everything of tier SUF after its decoders <type>_<SUF>: the kernels of the seven types, the
  * multiply-accumulate (ggml_acc.inc) and the table ggml_quant.c dispatches through. */
 #define TIER_ENTRY(t, blk) .deq[t] = blk##_deq, .dot[t] = blk##_dot
 #define TIER(SUF, name)                                                                            \
     BLOCK_KERNELS(SUF, q8_0_##SUF, 34, 32)                                                         \
     BLOCK_KERNELS(SUF, q4_0_##SUF, 18, 32)                                                         \
+    BLOCK_KERNELS(SUF, q5_0_##SUF, 22, 32)                                                         \
     BLOCK_KERNELS(SUF, mxfp4_##SUF, 17, 32)                                                        \
     BLOCK_KERNELS(SUF, q4_k_##SUF, 144, 256)                                                       \
     BLOCK_KERNELS(SUF, q5_k_##SUF, 176, 256)                                                       \
@@ -88,6 +89,7 @@
     const struct ft_ggml_tier name = {                                                             \
         TIER_ENTRY(FT_GGML_Q8_0, q8_0_##SUF),                                                      \
         TIER_ENTRY(FT_GGML_Q4_0, q4_0_##SUF),                                                      \
+        TIER_ENTRY(FT_GGML_Q5_0, q5_0_##SUF),                                                      \
         TIER_ENTRY(FT_GGML_MXFP4, mxfp4_##SUF),                                                    \
         TIER_ENTRY(FT_GGML_Q4_K, q4_k_##SUF),                                                      \
         TIER_ENTRY(FT_GGML_Q5_K, q5_k_##SUF),                                                      \
@@ -184,6 +186,21 @@ INL512 void q4_k_512(const uint8_t *b, struct sink512 *s) {
 INL512 __m512 lookup32_512(__m512i lo4, __m512i hi, __m512 ta, __m512 tb) {
     const __m512i i = _mm512_ternarylogic_epi32(lo4, hi, _mm512_set1_epi32(0x0f), 0xe4);
     return _mm512_permutex2var_ps(ta, i, tb);
+}
+
+/* Q5_0: 5-bit codes (nibble, bit j of qh as bit 4), the 32-entry table (code - 16) * d */
+INL512 void q5_0_512(const uint8_t *b, struct sink512 *s) {
+    const float d = ft_ggml_f16c(b);
+    uint32_t qh;
+    memcpy(&qh, b + 2, 4);
+    const __m512 ta = _mm512_mul_ps(iota512(-16), _mm512_set1_ps(d));
+    const __m512 tb = _mm512_mul_ps(iota512(0), _mm512_set1_ps(d));
+    const __m512i i = bytes512(b + 6), q = _mm512_set1_epi32((int)qh);
+    const __m512i sh = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i h0 = _mm512_slli_epi32(_mm512_srlv_epi32(q, sh), 4);
+    const __m512i h1 = _mm512_slli_epi32(_mm512_srlv_epi32(q, _mm512_add_epi32(sh, _mm512_set1_epi32(16))), 4);
+    PUT512(s, 0, lookup32_512(i, h0, ta, tb));
+    PUT512(s, 16, lookup32_512(_mm512_srli_epi32(i, 4), h1, ta, tb));
 }
 
 INL512 void q5_k_512(const uint8_t *b, struct sink512 *s) {
@@ -334,6 +351,19 @@ INL256 void q5_k_256(const uint8_t *b, struct sink256 *s) {
         k4_pair256(lo, hi, dm, j, s);
         h = _mm256_srli_epi16(h, 2);
     }
+}
+
+/* Q5_0: the codes assembled as int8 (code - 16), times the block scale */
+INL256 void q5_0_256(const uint8_t *b, struct sink256 *s) {
+    const float d = ft_ggml_f16c(b);
+    uint32_t qh;
+    memcpy(&qh, b + 2, 4);
+    _Alignas(32) int8_t q[32];
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)(((b[6 + j] & 0x0f) | (((qh >> j) << 4) & 0x10)) - 16);
+        q[j + 16] = (int8_t)(((b[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16);
+    }
+    scale_i8_256(q, &d, 32, 32, s);
 }
 
 INL256 void q6_k_256(const uint8_t *b, struct sink256 *s) {

@@ -237,16 +237,12 @@ T256 static void rows256_bf16(float *y, int ldy, const float *x, int ldx, const 
 
 typedef void (*rows_fn)(float *, int, const float *, int, const void *, int, int, int, int);
 
-/* GGML block formats: each row dotted straight from its blocks (format/ggml_quant.c). */
+/* GGML block formats: the rows dotted straight from their blocks (format/ggml_quant.c). */
 static void rows_blocks(float *y, int ldy, const float *x, int ldx, const void *w, enum ft_dtype wt,
                         int T, int n0, int n1, int K) {
-    int type = ft_dtype_ggml(wt);
     size_t rb = ft_dtype_row_bytes(wt, K);
-    for (int n = n0; n < n1; n++) {
-        const void *row = (const uint8_t *)w + (size_t)n * rb;
-        for (int t = 0; t < T; t++)
-            y[(size_t)t * ldy + n] = ft_ggml_dot_row(type, row, x + (size_t)t * ldx, K);
-    }
+    ft_ggml_dot_rows(ft_dtype_ggml(wt), (const uint8_t *)w + (size_t)n0 * rb, rb, n1 - n0, x, ldx,
+                     T, y + n0, ldy);
 }
 
 void ft_cpu_matmul_rows(float *y, int ldy, const float *x, int ldx, const void *w, enum ft_dtype wt,
