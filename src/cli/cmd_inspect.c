@@ -79,8 +79,8 @@ static enum ft_status st_sizes(const struct ft_st_set *set, int n_layers, struct
     return FT_OK;
 }
 
-/* GGUF: dense weights are dequantised to F16 at load; experts keep their blocks in the banks
- * (unless gate and up differ in format: bf16 then). */
+/* GGUF: every weight keeps its blocks (memory-mapped dense weights; experts copied into the
+ * banks, unless gate and up differ in format: bf16 then). */
 static enum ft_status gguf_sizes(const struct ft_gguf_file *f, int n_layers, struct sizes *z) {
     z->bank = calloc((size_t)n_layers, sizeof *z->bank);
     if (!z->bank) return ft_fail(FT_ERR_OOM, "inspect: out of memory");
@@ -160,8 +160,7 @@ int ft_cmd_inspect(int argc, char **argv) {
         for (int t = 0; t < FT_GGML_TYPE_COUNT; t++)
             if (z.by_type[t])
                 printf(" %s %.0f%%", ft_ggml_type_name(t), 100.0 * (double)z.by_type[t] / (double)bytes);
-        printf(" (of the bytes); at load dense weights are dequantised to F16, experts keep "
-               "their blocks\n");
+        printf(" (of the bytes); read in these formats (the GPU widens dense weights to bf16)\n");
     }
     int E = c.n_experts, moe_layers = 0;
     if ((a->flags & FT_ARCH_MOE) && E > 0) {
@@ -194,7 +193,7 @@ int ft_cmd_inspect(int argc, char **argv) {
         snprintf(gpu, sizeof gpu, "GPU %s, sm_%d%d, %.1f of %.1f GiB free", d.name, d.cc_major,
                  d.cc_minor, gib((double)d.free_bytes), gib((double)d.total_bytes));
 #endif
-    uint64_t mem = gf ? (params - expert_params) * 2 + expert_bytes : bytes; /* GGUF: F16 dense */
+    uint64_t mem = bytes;
     printf("plan          backend cpu (%s); all %s in host RAM (%s of %.1f GiB)%s\n", gpu,
            moe_layers ? "weights and expert banks" : "weights", size((double)mem, b1, sizeof b1),
            gib((double)ram), mem > ram ? ": DOES NOT FIT, loading will fail" : "");
