@@ -2,13 +2,15 @@
  * with a status (and no file) or yield metadata and tensors that lie wholly inside the input,
  * are found by key/name, and whose supported types dequantise and dot without reading past
  * their bytes. A file with tokenizer metadata also goes through ft_tok_load_gguf, and a loaded
- * tokenizer must encode a fixed text to ids inside its vocabulary and decode them.
+ * tokenizer must encode a fixed text to ids inside its vocabulary and decode them. The model
+ * metadata reader (ft_gguf_config) must accept with sane sizes or refuse.
  * ASan/UBSan turn any out-of-bounds read or overflow into a crash. Single-threaded. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "format/gguf.h"
+#include "model/gguf_model.h"
 #include "text/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -57,6 +59,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort(); /* a failed load must not return a tokenizer */
     }
     ft_tok_free(tok);
+    struct ft_config cfg;
+    const struct ft_arch *arch = NULL;
+    if (ft_gguf_config(f, &cfg, &arch) == FT_OK) {
+        if (!arch || cfg.n_layers <= 0 || cfg.hidden_size <= 0 || cfg.n_heads <= 0 ||
+            cfg.vocab_size <= 0 || cfg.head_dim <= 0)
+            abort();
+        for (int l = 0; cfg.mlp_only && l < cfg.n_layers; l++) g_sink += cfg.mlp_only[l];
+    }
+    ft_config_free(&cfg);
     float buf[1024], x[1024];
     for (int i = 0; i < 1024; i++) x[i] = (float)(i % 7) - 3.0f;
     for (int64_t i = 0; i < ft_gguf_tensor_count(f); i++) {
