@@ -38,15 +38,17 @@ static void put_stripped(struct chat_out *o, const char *s) {
 }
 
 /* ---- generic ChatML (transformers docs template) ---- */
+static void chatml_turn(struct chat_out *out, const struct ft_chat_msg *msg) {
+    co_put(out, "<|im_start|>");
+    co_put(out, ft_chat_role_name(msg->role));
+    co_put(out, "\n");
+    co_put(out, msg->content);
+    co_put(out, "<|im_end|>\n");
+}
+
 static enum ft_status render_chatml(const struct ft_chat_msg *m, int n,
                                     const struct ft_chat_opts *o, struct chat_out *out) {
-    for (int i = 0; i < n; i++) {
-        co_put(out, "<|im_start|>");
-        co_put(out, ft_chat_role_name(m[i].role));
-        co_put(out, "\n");
-        co_put(out, m[i].content);
-        co_put(out, "<|im_end|>\n");
-    }
+    for (int i = 0; i < n; i++) chatml_turn(out, &m[i]);
     if (o->add_generation_prompt) co_put(out, "<|im_start|>assistant\n");
     return FT_OK;
 }
@@ -66,12 +68,7 @@ static enum ft_status render_qwen2(const struct ft_chat_template *t, const struc
             if (i == n - 1 || m[i + 1].role != FT_ROLE_TOOL) co_put(out, "<|im_end|>\n");
             continue;
         }
-        if (m[i].role == FT_ROLE_SYSTEM && i == 0) continue; /* written above */
-        co_put(out, "<|im_start|>");
-        co_put(out, ft_chat_role_name(m[i].role));
-        co_put(out, "\n");
-        co_put(out, m[i].content);
-        co_put(out, "<|im_end|>\n");
+        if (m[i].role != FT_ROLE_SYSTEM || i > 0) chatml_turn(out, &m[i]); /* first: above */
     }
     if (o->add_generation_prompt) co_put(out, "<|im_start|>assistant\n");
     return FT_OK;

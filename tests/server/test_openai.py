@@ -13,8 +13,6 @@ including a missing openai package: a skipped test must not pass.
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -28,32 +26,7 @@ except ImportError:
           "into build/venv)")
     sys.exit(1)
 
-FAILS = []
-PASSES = 0
-
-
-def check(cond, what):
-    global PASSES
-    if cond:
-        PASSES += 1
-    else:
-        FAILS.append(what)
-        print(f"  FAIL {what}", flush=True)
-
-
-def start_server(ft, model):
-    p = subprocess.Popen([ft, "serve", "--model", model, "--port", "0", "--threads", "2",
-                          "--max-running-requests", "4"],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        line = p.stdout.readline()
-        if not line:
-            break
-        if line.startswith("FreeToken-C ready: serving "):
-            return p, line.strip().rsplit(" ", 1)[1]
-    p.kill()
-    raise SystemExit("test_openai: FAIL: ft serve did not print its ready line")
+from harness import check, finish, run_groups, start_server, stop_server
 
 
 def chat(client, messages, stream=False, **kw):
@@ -192,30 +165,21 @@ def main():
     ap.add_argument("--model", required=True)
     a = ap.parse_args()
     refs = json.load(open(os.path.join(a.model, "text_reference.json")))
-    proc, base = start_server(a.ft, a.model)
+    proc, base = start_server(a.ft, a.model, ["--threads", "2", "--max-running-requests", "4"],
+                              "test_openai")
     t0 = time.time()
     try:
         client = OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=120)
-        for name, fn in [("basics", lambda: test_basics(client, refs)),
-                         ("completions", lambda: test_completions(client, refs)),
-                         ("seed", lambda: test_seed(client, refs)),
-                         ("errors", lambda: test_errors(client)),
-                         ("concurrency", lambda: test_concurrency(client, refs)),
-                         ("healthy_after", lambda: test_healthy_after(base))]:
-            n0 = len(FAILS)
-            fn()
-            print(f"{'ok  ' if len(FAILS) == n0 else 'FAIL'} {name}", flush=True)
+        run_groups([("basics", lambda: test_basics(client, refs)),
+                    ("completions", lambda: test_completions(client, refs)),
+                    ("seed", lambda: test_seed(client, refs)),
+                    ("errors", lambda: test_errors(client)),
+                    ("concurrency", lambda: test_concurrency(client, refs)),
+                    ("healthy_after", lambda: test_healthy_after(base))])
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = None
+        rc = stop_server(proc)
     check(rc == 0, f"ft serve exits 0 on SIGTERM (got {rc})")
-    print(f"test_server_openai: {PASSES} checks passed, {len(FAILS)} failed "
-          f"({time.time() - t0:.1f} s)")
-    sys.exit(1 if FAILS or not PASSES else 0)
+    finish("test_server_openai", t0)
 
 
 if __name__ == "__main__":

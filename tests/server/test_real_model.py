@@ -18,7 +18,6 @@ not pass (tools/setup.sh test fetches the model and installs openai).
 import argparse
 import json
 import os
-import signal
 import struct
 import subprocess
 import sys
@@ -26,16 +25,8 @@ import tempfile
 import time
 
 LOGIT_TOL = 1e-3  # the same dequantised weights in fp32 on both sides
-FAILS, PASSES = [], 0
 
-
-def check(cond, what):
-    global PASSES
-    if cond:
-        PASSES += 1
-    else:
-        FAILS.append(what)
-        print(f"  FAIL {what}", flush=True)
+from harness import check, finish, run_groups, start_server, stop_server
 
 
 def ft_ids(ft, model, text):
@@ -87,26 +78,12 @@ def test_tokens_and_logits(ft, model, ref):
     check(worst <= LOGIT_TOL, f"max |dlogit| {worst:.4f} <= {LOGIT_TOL}")
 
 
-def start_server(ft, model):
-    p = subprocess.Popen([ft, "serve", "--model", model, "--port", "0", "--threads", "2",
-                          "--served-model-name", "default"],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        line = p.stdout.readline()
-        if not line:
-            break
-        if line.startswith("FreeToken-C ready: serving "):
-            return p, line.strip().rsplit(" ", 1)[1]
-    p.kill()
-    raise SystemExit("test_real_model: FAIL: ft serve did not print its ready line")
-
-
 def test_serve(ft, model, ref):
     from openai import OpenAI
     want_chat = ref["chat_greedy"]["text"].replace("<|im_end|>", "")
     want_raw = ref["greedy"]["text"]
-    proc, base = start_server(ft, model)
+    proc, base = start_server(ft, model, ["--threads", "2", "--served-model-name", "default"],
+                              "test_real_model", timeout=180)
     try:
         c = OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=300)
         msgs = ref["chat_messages"]
@@ -127,12 +104,7 @@ def test_serve(ft, model, ref):
         print(f"  completion: {got!r}", flush=True)
         check(got == want_raw, f"completion {got!r} == transformers' {want_raw!r}")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = None
+        rc = stop_server(proc)
     check(rc == 0, f"ft serve exits 0 on SIGTERM (got {rc})")
 
 
@@ -154,13 +126,9 @@ def main():
         sys.exit(1)
     ref = json.load(open(a.ref))
     t0 = time.time()
-    for name, fn in [("tokens_and_logits", lambda: test_tokens_and_logits(a.ft, a.model, ref)),
-                     ("serve", lambda: test_serve(a.ft, a.model, ref))]:
-        n0 = len(FAILS)
-        fn()
-        print(f"{'ok  ' if len(FAILS) == n0 else 'FAIL'} {name}", flush=True)
-    print(f"test_real_model: {PASSES} checks passed, {len(FAILS)} failed ({time.time() - t0:.1f} s)")
-    sys.exit(1 if FAILS or not PASSES else 0)
+    run_groups([("tokens_and_logits", lambda: test_tokens_and_logits(a.ft, a.model, ref)),
+                ("serve", lambda: test_serve(a.ft, a.model, ref))])
+    finish("test_real_model", t0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,55 @@
+"""harness.py — shared by the server tests (test_openai.py, test_real_model.py): counted checks,
+named test groups, and starting / stopping `ft serve` on a free port."""
+import signal
+import subprocess
+import sys
+import time
+
+FAILS = []
+PASSES = [0]
+
+
+def check(cond, what):
+    if cond:
+        PASSES[0] += 1
+    else:
+        FAILS.append(what)
+        print(f"  FAIL {what}", flush=True)
+
+
+def run_groups(groups):
+    """Runs (name, fn) pairs, printing ok/FAIL per group."""
+    for name, fn in groups:
+        n0 = len(FAILS)
+        fn()
+        print(f"{'ok  ' if len(FAILS) == n0 else 'FAIL'} {name}", flush=True)
+
+
+def start_server(ft, model, args, who, timeout=60):
+    """(process, base URL) of `ft serve --model MODEL --port 0 ARGS` once it prints its ready line."""
+    p = subprocess.Popen([ft, "serve", "--model", model, "--port", "0"] + list(args),
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            break
+        if line.startswith("FreeToken-C ready: serving "):
+            return p, line.strip().rsplit(" ", 1)[1]
+    p.kill()
+    raise SystemExit(f"{who}: FAIL: ft serve did not print its ready line")
+
+
+def stop_server(proc):
+    """SIGTERM, then the exit status (None if it had to be killed)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return None
+
+
+def finish(who, t0):
+    print(f"{who}: {PASSES[0]} checks passed, {len(FAILS)} failed ({time.time() - t0:.1f} s)")
+    sys.exit(1 if FAILS or not PASSES[0] else 0)
