@@ -447,7 +447,7 @@ TEST(attention_paged_matches_contiguous) {
         ft_cpu_attention(pool, ref, q, k0, v0, pos, 2, NH, NKV, HD, 0.2f, window);
         ft_cpu_attention(pool, ref + 2 * NH * HD, q + 2 * NH * HD, k1, v1, pos + 2, 1, NH, NKV,
                          HD, 0.2f, window);
-        ft_cpu_attention_paged(pool, got, q, kp, vp, pos, blocks, BS, 3, NH, NKV, HD, 0.2f, window);
+        ft_cpu_attention_paged(pool, got, q, kp, vp, pos, blocks, BS, 3, NH, NKV, HD, 0.2f, window, NULL);
         double e = 0;
         for (int i = 0; i < 3 * NH * HD; i++) e = fmax(e, fabs(ref[i] - got[i]));
         EXPECT(e < 1e-6);

@@ -143,7 +143,7 @@ TEST(paged_attention_matches_cpu) {
         int32_t pos[T] = {60, 61, 20, 0}, seq[T] = {0, 0, 1, 1};
         const int32_t *blocks[T] = {t0, t0, t1, t1};
         for (int window = 0; window <= 9; window += 9) {
-            ft_cpu_attention_paged(g_pool, ref, q, kp, vp, pos, blocks, BS, T, NH, NKV, hd, 0.3f, window);
+            ft_cpu_attention_paged(g_pool, ref, q, kp, vp, pos, blocks, BS, T, NH, NKV, hd, 0.3f, window, NULL);
             float *dk = up(kp, (size_t)NB * BS * kvd * 4), *dv = up(vp, (size_t)NB * BS * kvd * 4);
             float *dq = up(q, (size_t)T * NH * hd * 4), *dout = up(NULL, (size_t)T * NH * hd * 4);
             int32_t *dpos = up(pos, sizeof pos), *dseq = up(seq, sizeof seq), *dtab = up(tables, sizeof tables);

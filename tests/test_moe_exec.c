@@ -58,7 +58,7 @@ static void check_formats(enum ft_dtype tg, enum ft_dtype td, struct ft_pool *po
         if ((int)ft_cpu_set_isa((enum ft_cpu_isa)tier) != tier) continue;
         for (int T = 1; T <= Tmax; T += Tmax - 1) {
             memset(out, 0, sizeof out);
-            int nd = ft_moe_exec_run(ex, pool, &gu, &dn, x, ids, w, T, k, out);
+            int nd = ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, out);
             double worst = 0;
             for (int t = 0; t < T; t++) {
                 double ref[256] = {0}, mag[256] = {0};

@@ -63,7 +63,7 @@ static double exec_once(struct bw *b, int n, int set) {
     for (int j = 0; j < n; j++) tok[j] = 0, ids[j] = (set * b->k + j) % N_EXPERTS, w[j] = 1.0f / n;
     memset(b->out, 0, (size_t)b->H * sizeof(float));
     int64_t t0 = ft_time_us();
-    ft_moe_exec_run_pairs(b->exec, b->pool, &b->gu, &b->dn, b->x, tok, ids, w, n, b->out);
+    ft_moe_exec_run_pairs(b->exec, b->pool, &b->gu, &b->dn, NULL, b->x, tok, ids, w, n, b->out);
     return (ft_time_us() - t0) / 1e6;
 }
 

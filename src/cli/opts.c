@@ -316,6 +316,7 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
 
 void ft_cli_backend_resolve(struct ft_engine_opts *eo, int backend_auto) {
     if (backend_auto) eo->backend = ft_gpu_available() ? FT_BACKEND_CUDA : FT_BACKEND_CPU;
+    eo->backend_auto = backend_auto;
 }
 
 void ft_cli_backend_init(struct ft_engine_opts *be, int *backend_auto) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/cpu/ops.h"
+#include "core/log.h"
 #include "core/rng.h"
 #include "core/status.h"
 #include "engine/gpu.h"
@@ -127,11 +128,11 @@ static void route(struct ft_engine *e, int l, int T) {
 static void moe_block(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
     const struct ft_model *m = e->m;
     int H = m->hidden;
-    mm(e, e->router, m->n_experts, e->xn, &L->router, NULL, T);
+    mm(e, e->router, m->n_experts, e->xn, &L->router, L->router_bias, T);
     route(e, l, T);
     memset(e->y, 0, (size_t)T * H * sizeof(float));
     int d = ft_moe_exec_run(e->moe, e->pool, &L->bank[FT_BANK_GATE_UP], &L->bank[FT_BANK_DOWN],
-                            e->xn, e->top_ids, e->top_w, T, m->top_k, e->y);
+                            &L->act, e->xn, e->top_ids, e->top_w, T, m->top_k, e->y);
     e->distinct_sum += d;
     e->distinct_n++;
     if (L->has_shared) {
@@ -179,7 +180,8 @@ static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int 
         memcpy(vc + row * kd, e->v + (size_t)t * kd, (size_t)kd * sizeof(float));
     }
     ft_cpu_attention_paged(e->pool, e->att, e->q, kc, vc, e->pos, e->tok_blocks, FT_KV_BLOCK, T,
-                           m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window);
+                           m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window,
+                           L->sinks);
     mm(e, e->y, m->hidden, e->att, &L->wo, L->bo, T);
 }
 
@@ -308,6 +310,14 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                               struct ft_pool *pool, const struct ft_engine_opts *opts) {
     *out = NULL;
     int gpu = opts->backend == FT_BACKEND_CUDA || opts->backend == FT_BACKEND_OFFLOAD;
+    if (gpu && (m->arch->flags & FT_ARCH_OAI_MOE)) { /* sinks, expert biases, clamped SwiGLU */
+        if (!opts->backend_auto)
+            return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run "
+                           "gpt-oss yet (attention sinks, expert biases); use --backend cpu",
+                           m->arch->name);
+        ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
+        gpu = 0;
+    }
     if (gpu && (opts->routing == FT_ROUTING_ZIPF || opts->routing == FT_ROUTING_STICKY))
         return ft_fail(FT_ERR_UNSUPPORTED, "--synthetic-routing zipf/sticky: the cuda and offload "
                        "backends draw only uniform synthetic routing (use uniform or --backend cpu)");
@@ -316,6 +326,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->m = m;
     e->pool = pool;
     e->opts = *opts;
+    if (!gpu) e->opts.backend = FT_BACKEND_CPU;
     if (e->opts.max_ctx <= 0)
         e->opts.max_ctx = m->cfg.max_position_embeddings > 0
                               ? FT_MIN(m->cfg.max_position_embeddings, 4096) : 4096;

@@ -22,6 +22,8 @@ struct ft_engine_opts {
     double routing_param; /* zipf exponent S, or sticky probability of keeping an expert */
     uint64_t seed;
     enum ft_backend { FT_BACKEND_CPU, FT_BACKEND_CUDA, FT_BACKEND_OFFLOAD } backend;
+    int backend_auto;     /* backend was chosen by --backend auto: may fall back to the CPU for
+                             a model the GPU backends do not run */
     int device;           /* CUDA device */
     size_t vram_limit;    /* bytes the GPU backend may allocate (0 = free memory - 1 GiB) */
     int no_graphs;        /* GPU: run decode eagerly (tests compare with graph replay) */

@@ -534,7 +534,8 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
             }
             memset(g->h_cpu_out, 0, (size_t)T * H * sizeof(float));
             nd = ft_moe_exec_run_pairs(g->exec, g->o.pool, &m->layers[l].bank[FT_BANK_GATE_UP],
-                                       &m->layers[l].bank[FT_BANK_DOWN], g->h_xn, g->cpu_tok,
+                                       &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act,
+                                       g->h_xn, g->cpu_tok,
                                        g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
             ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6);
             cudaMemcpyAsync(g->d_cpu_out, g->h_cpu_out, (size_t)T * H * sizeof(float),

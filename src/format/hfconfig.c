@@ -313,6 +313,25 @@ fail:
     return st;
 }
 
+/* layer_types: one "sliding_attention" / "full_attention" per layer (gpt-oss). */
+static enum ft_status parse_layer_types(json_t *root, const char *label, struct ft_config *cfg) {
+    json_t *lt = get(root, "layer_types");
+    if (!lt) return FT_OK;
+    if (!json_is_array(lt) || json_array_size(lt) != (size_t)cfg->n_layers)
+        return ft_fail(FT_ERR_FORMAT, "%s: 'layer_types' must be a list of %d strings", label,
+                       cfg->n_layers);
+    cfg->sliding = calloc((size_t)cfg->n_layers, 1);
+    if (!cfg->sliding) return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const char *s = json_string_value(json_array_get(lt, (size_t)l));
+        if (s && strcmp(s, "sliding_attention") == 0) cfg->sliding[l] = 1;
+        else if (!s || strcmp(s, "full_attention") != 0)
+            return ft_fail(FT_ERR_FORMAT, "%s: 'layer_types[%d]' must be \"sliding_attention\" or "
+                           "\"full_attention\"", label, l);
+    }
+    return FT_OK;
+}
+
 /* Parses a JSON document whose top level must be an object (duplicate keys rejected). */
 static enum ft_status load_object(const char *json, size_t len, const char *label, json_t **out) {
     json_error_t jerr;
@@ -342,6 +361,7 @@ void ft_config_init(struct ft_config *cfg) {
     cfg->rope.theta = 10000;
     cfg->rope.factor = 1;
     cfg->rope.partial_rotary_factor = 1;
+    cfg->swiglu_alpha = 1.702;
 }
 
 enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
@@ -400,6 +420,9 @@ enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
     FT_TRY(get_int(root, "", "sliding_window", label, 0, 0, 0, &cfg->sliding_window));
     FT_TRY(get_bool(root, "", "use_sliding_window", label, -1, &cfg->use_sliding_window));
     FT_TRY(get_int(root, "", "max_window_layers", label, 0, 0, 0, &cfg->max_window_layers));
+    FT_TRY(parse_layer_types(root, label, cfg));
+    FT_TRY(get_num(root, "", "swiglu_limit", label, 0, 0, 1, &cfg->swiglu_limit));
+    FT_TRY(get_num(root, "", "swiglu_alpha", label, 1.702, 0, 0, &cfg->swiglu_alpha));
     FT_TRY(parse_rope(root, label, cfg));
     FT_TRY(parse_moe(root, label, cfg));
     FT_TRY(get_special_tokens(root, label, cfg));
@@ -477,5 +500,7 @@ fail:
 void ft_config_free(struct ft_config *cfg) {
     if (!cfg) return;
     free(cfg->mlp_only);
+    free(cfg->sliding);
     cfg->mlp_only = NULL;
+    cfg->sliding = NULL;
 }

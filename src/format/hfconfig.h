@@ -60,6 +60,10 @@ struct ft_config {
     int norm_topk_prob;       /* -1 = absent */
     int decoder_sparse_step;  /* default 1 */
     uint8_t *mlp_only;        /* [n_layers]: 1 if mlp_only_layers lists the layer; may be NULL */
+    uint8_t *sliding;         /* [n_layers]: layer_types (gpt-oss): 1 "sliding_attention", 0
+                                 "full_attention"; NULL when the config has no layer_types */
+    double swiglu_limit;      /* gpt-oss clamped SwiGLU: limit (0 = plain SwiGLU) and alpha */
+    double swiglu_alpha;
     /* special tokens (from config.json, overridden by generation_config.json) */
     int bos_token_id;         /* -1 = absent */
     int eos_token_ids[FT_MAX_EOS];

@@ -38,6 +38,14 @@ struct ft_bank {
     uint8_t *base;        /* page-aligned */
 };
 
+/* What an expert computes between and after its matmuls: plain SwiGLU (limit 0, no biases), or
+ * gpt-oss's clamped SwiGLU with per-expert biases. */
+struct ft_expert_act {
+    float limit, alpha;           /* limit > 0: gate <= limit, |up| <= limit, (up+1)*gate*sig(alpha gate) */
+    const float *gu_bias;         /* [E][2I] (gate then up, like the bank rows) or NULL */
+    const float *down_bias;       /* [E][H] or NULL */
+};
+
 /* Allocates a bank for n_experts matrices of [rows, cols] in the schema's format. */
 enum ft_status ft_bank_init(struct ft_bank *b, const struct ft_row_schema *schema,
                             enum ft_bank_family family, int n_experts, int rows, int cols);

@@ -16,6 +16,8 @@ enum ft_arch_flag {
     FT_ARCH_SLIDING_QWEN = 1 << 5,  /* use_sliding_window + max_window_layers rule (Qwen2) */
     FT_ARCH_NORM_TOPK_ALWAYS = 1 << 6, /* top-k weights always renormalised (Mixtral) */
     FT_ARCH_GGUF_QK_PERMUTED = 1 << 7, /* GGUF stores q/k rows interleaved for GGML's rope */
+    FT_ARCH_OAI_MOE = 1 << 8,       /* gpt-oss: attention sinks, layer_types windows, router
+                                       bias, expert biases, clamped SwiGLU with (up + 1) */
 };
 
 struct ft_arch {

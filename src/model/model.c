@@ -116,8 +116,117 @@ static enum ft_status fill_expert(struct ft_model *m, struct ft_bank *b, int e, 
     return FT_OK;
 }
 
+/* A 2-D per-expert bias [E, n] as f32 (owned); interleaved (gpt-oss gate_up: even columns gate,
+ * odd up) is split into [gate n/2 | up n/2] per expert, the bank rows' order. */
+static enum ft_status load_expert_bias(struct ft_model *m, const char *name, int E, int n,
+                                       int interleaved, const float **out) {
+    const struct ft_st_tensor *t;
+    enum ft_status st = get_tensor(m, name, 2, E, n, &t);
+    if (st != FT_OK) return st;
+    float *f = ft_model_alloc(m, (size_t)E * n * sizeof *f), *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!f || !tmp) {
+        free(tmp);
+        return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
+    }
+    size_t es = ft_dtype_size(t->dtype);
+    for (int e = 0; e < E; e++) {
+        ft_to_f32(tmp, (const uint8_t *)t->data + (size_t)e * n * es, t->dtype, (size_t)n);
+        for (int i = 0; i < n; i++)
+            f[(size_t)e * n + (interleaved ? (i % 2) * (n / 2) + i / 2 : i)] = tmp[i];
+    }
+    free(tmp);
+    *out = f;
+    return FT_OK;
+}
+
+/* One [rows, K/32] MXFP4 matrix of gpt-oss (16 code bytes per block, element 2j in the low
+ * nibble of byte j, and a separate E8M0 scale byte per block) as GGML MXFP4 rows (the scale,
+ * then byte j holding element j low and j + 16 high); row r goes to dst row map(r). */
+static void mxfp4_rows(uint8_t *dst, const uint8_t *blocks, const uint8_t *scales, int rows, int K,
+                       int interleaved) {
+    int nb = K / 32;
+    for (int r = 0; r < rows; r++) {
+        int dr = interleaved ? (r % 2) * (rows / 2) + r / 2 : r;
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *q = blocks + ((size_t)r * nb + b) * 16;
+            uint8_t *o = dst + ((size_t)dr * nb + b) * 17;
+            o[0] = scales[(size_t)r * nb + b];
+            for (int j = 0; j < 16; j++) {
+                int lo = j, hi = j + 16; /* element e sits in byte e / 2, nibble e % 2 */
+                uint8_t a = (uint8_t)((q[lo / 2] >> (4 * (lo % 2))) & 15);
+                uint8_t c = (uint8_t)((q[hi / 2] >> (4 * (hi % 2))) & 15);
+                o[1 + j] = (uint8_t)(a | c << 4);
+            }
+        }
+    }
+}
+
+/* gpt-oss experts into banks: MXFP4 (the released checkpoints: *_blocks + *_scales) kept as
+ * GGML MXFP4 blocks, or plain (transformers' saved layout: gate_up_proj [E, H, 2I] with
+ * interleaved gate/up columns, down_proj [E, I, H]) transposed; gate/up de-interleaved. */
+static enum ft_status load_oai_experts(struct ft_model *m, int l, struct ft_layer *L) {
+    int E = m->n_experts, I = m->expert_inter, H = m->hidden;
+    char n0[256], n1[256];
+    enum ft_status st;
+    L->act.limit = (float)m->cfg.swiglu_limit;
+    L->act.alpha = (float)m->cfg.swiglu_alpha;
+    NAME(n0, "model.layers.%d.mlp.experts.gate_up_proj_bias", l);
+    FT_TRY(load_expert_bias(m, n0, E, 2 * I, 1, &L->act.gu_bias));
+    NAME(n0, "model.layers.%d.mlp.experts.down_proj_bias", l);
+    FT_TRY(load_expert_bias(m, n0, E, H, 0, &L->act.down_bias));
+    const struct ft_st_tensor *gb = find(m, NAME(n0, "model.layers.%d.mlp.experts.gate_up_proj_blocks", l));
+    if (gb) {
+        if (H % 32 || I % 32)
+            return ft_fail(FT_ERR_FORMAT, "%s: MXFP4 experts need hidden_size and intermediate_size "
+                           "multiples of 32 (%d, %d)", m->label, H, I);
+        const struct ft_row_schema *mx = ft_row_schema_for(FT_DTYPE_MXFP4);
+        FT_TRY(ft_bank_init(&L->bank[FT_BANK_GATE_UP], mx, FT_BANK_GATE_UP, E, 2 * I, H));
+        FT_TRY(ft_bank_init(&L->bank[FT_BANK_DOWN], mx, FT_BANK_DOWN, E, H, I));
+        static const char *const fam[2] = {"gate_up_proj", "down_proj"};
+        for (int f = 0; f < 2; f++) {
+            int rows = f ? H : 2 * I, K = f ? I : H;
+            const struct ft_st_tensor *b = find(m, NAME(n0, "model.layers.%d.mlp.experts.%s_blocks", l, fam[f]));
+            const struct ft_st_tensor *s = find(m, NAME(n1, "model.layers.%d.mlp.experts.%s_scales", l, fam[f]));
+            if (!b || !s || b->dtype != FT_DTYPE_U8 || s->dtype != FT_DTYPE_U8 || b->n_dims != 4 ||
+                s->n_dims != 3 || b->shape[0] != E || b->shape[1] != rows || b->shape[2] != K / 32 ||
+                b->shape[3] != 16 || s->shape[0] != E || s->shape[1] != rows || s->shape[2] != K / 32)
+                return ft_fail(FT_ERR_FORMAT, "%s: '%s' / '%s' must be U8 [%d, %d, %d, 16] / [%d, %d, "
+                               "%d] (MXFP4 experts)", m->label, n0, n1, E, rows, K / 32, E, rows, K / 32);
+            for (int e = 0; e < E; e++)
+                mxfp4_rows(ft_bank_expert(&L->bank[f], e), (const uint8_t *)b->data + (size_t)e * rows * (K / 32) * 16,
+                           (const uint8_t *)s->data + (size_t)e * rows * (K / 32), rows, K, !f);
+        }
+        return FT_OK;
+    }
+    const struct ft_st_tensor *gu, *dn;
+    FT_TRY(get_tensor(m, NAME(n0, "model.layers.%d.mlp.experts.gate_up_proj", l), 3, E, H, &gu));
+    FT_TRY(get_tensor(m, NAME(n1, "model.layers.%d.mlp.experts.down_proj", l), 3, E, I, &dn));
+    if (gu->shape[2] != 2 * I || dn->shape[2] != H || dn->dtype != gu->dtype)
+        return ft_fail(FT_ERR_FORMAT, "%s: '%s' / '%s' must be [%d, %d, %d] / [%d, %d, %d] of one "
+                       "dtype", m->label, n0, n1, E, H, 2 * I, E, I, H);
+    const struct ft_row_schema *sc = ft_row_schema_for(gu->dtype);
+    FT_TRY(ft_bank_init(&L->bank[FT_BANK_GATE_UP], sc, FT_BANK_GATE_UP, E, 2 * I, H));
+    FT_TRY(ft_bank_init(&L->bank[FT_BANK_DOWN], sc, FT_BANK_DOWN, E, H, I));
+    size_t es = ft_dtype_size(gu->dtype);
+    for (int e = 0; e < E; e++) { /* element (row, col) of the bank from (col, row) of the file */
+        const uint8_t *g = (const uint8_t *)gu->data + (size_t)e * H * 2 * I * es;
+        const uint8_t *d = (const uint8_t *)dn->data + (size_t)e * I * H * es;
+        uint8_t *bg = ft_bank_expert(&L->bank[0], e), *bd = ft_bank_expert(&L->bank[1], e);
+        for (int c = 0; c < 2 * I; c++) /* column c: gate c/2 (even) or up c/2 (odd) */
+            for (int h = 0; h < H; h++)
+                memcpy(bg + ((size_t)((c % 2) * I + c / 2) * H + h) * es, g + ((size_t)h * 2 * I + c) * es, es);
+        for (int i = 0; i < I; i++)
+            for (int h = 0; h < H; h++)
+                memcpy(bd + ((size_t)h * I + i) * es, d + ((size_t)i * H + h) * es, es);
+    }
+    return FT_OK;
+fail:
+    return st;
+}
+
 static enum ft_status load_experts(struct ft_model *m, int l, struct ft_layer *L) {
     if (m->gguf) return ft_gguf_load_experts(m, l, L);
+    if (m->arch->flags & FT_ARCH_OAI_MOE) return load_oai_experts(m, l, L);
     const struct ft_arch *a = m->arch;
     int E = m->n_experts, I = m->expert_inter, H = m->hidden;
     char n0[256], n1[256];
@@ -169,6 +278,7 @@ static enum ft_status load_experts(struct ft_model *m, int l, struct ft_layer *L
 static int layer_window(const struct ft_model *m, int l) {
     const struct ft_config *c = &m->cfg;
     if (c->sliding_window <= 0) return 0;
+    if (c->sliding) return c->sliding[l] ? c->sliding_window : 0; /* layer_types */
     if (m->arch->flags & FT_ARCH_SLIDING_ALL) return c->sliding_window;
     if ((m->arch->flags & FT_ARCH_SLIDING_QWEN) && c->use_sliding_window == 1 &&
         l >= c->max_window_layers)
@@ -211,6 +321,8 @@ static enum ft_status load_layer(struct ft_model *m, int l) {
         if (m->cfg.attention_bias == 1 && find(m, P("self_attn.o_proj.bias", l)))
             FT_TRY(load_vec(m, n, H, &L->bo));
     }
+    if (a->flags & FT_ARCH_OAI_MOE)
+        FT_TRY(load_vec(m, P("self_attn.sinks", l), m->n_heads, &L->sinks));
     if (a->flags & FT_ARCH_QK_NORM) {
         FT_TRY(load_vec(m, P("self_attn.q_norm.weight", l), m->head_dim, &L->q_norm));
         FT_TRY(load_vec(m, P("self_attn.k_norm.weight", l), m->head_dim, &L->k_norm));
@@ -227,8 +339,12 @@ static enum ft_status load_layer(struct ft_model *m, int l) {
         FT_TRY(load_weight(m, P("mlp.down_proj.weight", l), H, I, &L->w_down));
         return FT_OK;
     }
-    FT_TRY(load_weight(m, NAME(n, "model.layers.%d.%s.gate.weight", l, a->moe_block),
+    const char *router = a->flags & FT_ARCH_OAI_MOE ? "router" : "gate";
+    FT_TRY(load_weight(m, NAME(n, "model.layers.%d.%s.%s.weight", l, a->moe_block, router),
                        m->n_experts, H, &L->router));
+    if (a->flags & FT_ARCH_OAI_MOE)
+        FT_TRY(load_vec(m, NAME(n, "model.layers.%d.%s.router.bias", l, a->moe_block), m->n_experts,
+                        &L->router_bias));
     FT_TRY(load_experts(m, l, L));
     if ((a->flags & FT_ARCH_SHARED_EXPERT) && m->shared_inter > 0) {
         int Is = m->shared_inter;

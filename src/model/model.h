@@ -18,6 +18,7 @@
 struct ft_pool;
 struct ft_gguf_file;
 
+
 /* A matmul weight [rows, cols] (y = x · W^T), rows contiguous. */
 struct ft_weight {
     const void *data;
@@ -33,6 +34,7 @@ struct ft_layer {
     struct ft_weight wo;        /* [H, n_heads*hd] */
     float *bq, *bk, *bv, *bo;   /* biases or NULL */
     float *q_norm, *k_norm;     /* [hd] f32 or NULL (Qwen3) */
+    float *sinks;               /* [n_heads] attention sink logits or NULL (gpt-oss) */
     int window;                 /* sliding window (0 = full attention) */
     int is_moe;
     /* dense MLP (is_moe == 0) */
@@ -41,6 +43,8 @@ struct ft_layer {
     /* MoE (is_moe == 1) */
     struct ft_weight router;       /* [E, H] */
     struct ft_bank bank[FT_BANK_N_FAMILIES]; /* gate_up [E][2I, H], down [E][H, I] */
+    float *router_bias;            /* [E] or NULL (gpt-oss) */
+    struct ft_expert_act act;      /* the experts' activation and biases */
     int has_shared;
     struct ft_weight sh_gate, sh_up; /* [Is, H] */
     struct ft_weight sh_down;        /* [H, Is] */

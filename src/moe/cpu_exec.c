@@ -98,10 +98,32 @@ void ft_moe_exec_free(struct ft_moe_exec *x) {
     free(x);
 }
 
+/* Adds each gathered row's expert bias (n wide) to rows (ld apart); NULL bias: nothing. */
+static void add_expert_bias(const struct ft_moe_exec *x, float *rows, int ld, const float *bias,
+                            int n, int n_active) {
+    if (!bias) return;
+    for (int a = 0; a < n_active; a++) {
+        int e = x->active[a];
+        for (int r = x->offset[e]; r < x->offset[e + 1]; r++)
+            for (int i = 0; i < n; i++) rows[(size_t)r * ld + i] += bias[(size_t)e * n + i];
+    }
+}
+
+/* gpt-oss: act = (clamp(up, -lim, lim) + 1) * g * sigmoid(alpha g), g = min(gate, lim) */
+static void clamped_swiglu(float *act, const float *gu, int R, int I, float lim, float alpha) {
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < I; i++) {
+            float g = gu[(size_t)r * 2 * I + i], u = gu[(size_t)r * 2 * I + I + i];
+            g = g < lim ? g : lim;
+            u = u < -lim ? -lim : u > lim ? lim : u;
+            act[(size_t)r * I + i] = (u + 1.0f) * (g * ft_sigmoid(g * alpha));
+        }
+}
+
 int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
                           const struct ft_bank *gate_up, const struct ft_bank *down,
-                          const float *in, const int *tok, const int *ids, const float *w,
-                          int n_pairs, float *out) {
+                          const struct ft_expert_act *act, const float *in, const int *tok,
+                          const int *ids, const float *w, int n_pairs, float *out) {
     int E = x->n_experts, H = x->H, I = x->I, R = n_pairs;
     FT_ASSERT(R <= x->max_rows && gate_up->rows == 2 * I && down->cols == I);
     memset(x->count, 0, (size_t)E * sizeof *x->count);
@@ -121,8 +143,11 @@ int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
         memcpy(x->xg + (size_t)r * H, in + (size_t)tok[p] * H, (size_t)H * sizeof(float));
     }
     run_pass(x, pool, gate_up, x->xg, x->gu, n_active);
-    ft_cpu_silu_mul(x->act, x->gu, R, I);
+    add_expert_bias(x, x->gu, 2 * I, act ? act->gu_bias : NULL, 2 * I, n_active);
+    if (act && act->limit > 0) clamped_swiglu(x->act, x->gu, R, I, act->limit, act->alpha);
+    else ft_cpu_silu_mul(x->act, x->gu, R, I);
     run_pass(x, pool, down, x->act, x->y, n_active);
+    add_expert_bias(x, x->y, H, act ? act->down_bias : NULL, H, n_active);
     for (int r = 0; r < R; r++) {
         float *o = out + (size_t)x->row_token[r] * H;
         const float *y = x->y + (size_t)r * H;
@@ -133,9 +158,9 @@ int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
 }
 
 int ft_moe_exec_run(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *gate_up,
-                    const struct ft_bank *down, const float *in, const int *ids, const float *w,
-                    int T, int k, float *out) {
+                    const struct ft_bank *down, const struct ft_expert_act *act, const float *in,
+                    const int *ids, const float *w, int T, int k, float *out) {
     int tok[T * k > 0 ? T * k : 1];
     for (int p = 0; p < T * k; p++) tok[p] = p / k;
-    return ft_moe_exec_run_pairs(x, pool, gate_up, down, in, tok, ids, w, T * k, out);
+    return ft_moe_exec_run_pairs(x, pool, gate_up, down, act, in, tok, ids, w, T * k, out);
 }

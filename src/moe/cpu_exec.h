@@ -15,17 +15,18 @@ enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int to
                                 int H, int I);
 void ft_moe_exec_free(struct ft_moe_exec *x);
 
-/* out[T, H] += sum_j w[t, j] * expert_{ids[t, j]}(x[t]) with expert(x) = down(silu(gate x) * up x).
+/* out[T, H] += sum_j w[t, j] * expert_{ids[t, j]}(x[t]) with expert(x) = down(silu(gate x) * up x),
+ * or with act (may be NULL: that plain form) its biases and clamped SwiGLU.
  * ids, w: [T, k]. Returns the number of distinct experts used. */
 int ft_moe_exec_run(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *gate_up,
-                    const struct ft_bank *down, const float *in, const int *ids, const float *w,
-                    int T, int k, float *out);
+                    const struct ft_bank *down, const struct ft_expert_act *act, const float *in,
+                    const int *ids, const float *w, int T, int k, float *out);
 
 /* The same for an arbitrary list of (token, expert, weight) pairs: out[tok[p], :] += w[p] *
  * expert_{ids[p]}(in[tok[p]]). The hybrid backend runs the misses it keeps on the CPU. */
 int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
                           const struct ft_bank *gate_up, const struct ft_bank *down,
-                          const float *in, const int *tok, const int *ids, const float *w,
-                          int n_pairs, float *out);
+                          const struct ft_expert_act *act, const float *in, const int *tok,
+                          const int *ids, const float *w, int n_pairs, float *out);
 
 #endif

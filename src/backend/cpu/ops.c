@@ -216,6 +216,7 @@ struct attn_ctx {
     struct vec_ops ops;
     const int32_t *const *blocks; /* paged: [T] block table of each token's sequence, or NULL */
     int block_size;
+    const float *sinks;     /* [n_heads] sink logits (an extra softmax column, no value) or NULL */
 };
 
 /* Cache row of position p for token t: contiguous, or through the token's block table. */
@@ -254,6 +255,7 @@ static void attn_one(const struct attn_ctx *c, int t, int h) {
             c->ops.axpy(acc, e, vb + kv_row(c, t, b + j) * kv_stride, hd);
         }
     }
+    if (c->sinks) l += expf(c->sinks[h] - m); /* the sink takes its share of the softmax */
     if (l > 0.0f) c->ops.scale(acc, 1.0f / l, hd);
 }
 
@@ -270,17 +272,18 @@ void ft_cpu_attention(struct ft_pool *pool, float *out, const float *q, const fl
                       int head_dim, float scale, int window) {
     FT_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0);
     struct attn_ctx c = {out,     q,          k,        v,      pos,   T,
-                         n_heads, n_kv_heads, head_dim, window, scale, pick_vec_ops(), NULL, 0};
+                         n_heads, n_kv_heads, head_dim, window, scale, pick_vec_ops(), NULL, 0,
+                         NULL};
     ft_pool_run(pool, attn_worker, &c);
 }
 
 void ft_cpu_attention_paged(struct ft_pool *pool, float *out, const float *q, const float *k,
                             const float *v, const int32_t *pos, const int32_t *const *blocks,
                             int block_size, int T, int n_heads, int n_kv_heads, int head_dim,
-                            float scale, int window) {
+                            float scale, int window, const float *sinks) {
     FT_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && block_size > 0);
     struct attn_ctx c = {out,     q,          k,        v,      pos,   T,
                          n_heads, n_kv_heads, head_dim, window, scale, pick_vec_ops(),
-                         blocks,  block_size};
+                         blocks,  block_size, sinks};
     ft_pool_run(pool, attn_worker, &c);
 }

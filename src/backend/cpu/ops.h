@@ -58,11 +58,12 @@ void ft_cpu_attention(struct ft_pool *pool, float *out, const float *q, const fl
 
 /* Paged KV variant (continuous batching): k, v are pools [n_blocks * block_size, n_kv_heads,
  * head_dim]; token t (of any sequence) finds cache position p at row
- * blocks[t][p / block_size] * block_size + p % block_size. Same masking as above. */
+ * blocks[t][p / block_size] * block_size + p % block_size. Same masking as above. sinks (may be
+ * NULL): per head a logit that joins the softmax's denominator (gpt-oss attention sinks). */
 void ft_cpu_attention_paged(struct ft_pool *pool, float *out, const float *q, const float *k,
                             const float *v, const int32_t *pos, const int32_t *const *blocks,
                             int block_size, int T, int n_heads, int n_kv_heads, int head_dim,
-                            float scale, int window);
+                            float scale, int window, const float *sinks);
 
 /* out[T, I] = silu(gate_up[t, 0:I]) * gate_up[t, I:2I]; gate_up: [T, 2I]. */
 void ft_cpu_silu_mul(float *out, const float *gate_up, int T, int I);
