@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "core/file.h"
+#include "core/threadpool.h"
+#include "engine/forward.h"
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "test.h"
@@ -251,6 +253,28 @@ TEST(gguf_two_files_in_a_directory) {
     EXPECT(system(cmd) == 0);
     expect_load_error(dir, FT_ERR_INVALID_ARG, "2 .gguf files");
     EXPECT_CONTAINS(ft_error(), "--model");
+}
+
+/* gpt-oss runs on the CPU only for now: an explicit GPU backend is a one-line error that says
+ * so, and --backend auto falls back to the CPU. */
+TEST(gpt_oss_refused_by_gpu_backends) {
+    struct ft_model *m = NULL;
+    struct ft_pool *pool = NULL;
+    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/gpt_oss", &m));
+    EXPECT_OK(ft_pool_init(&pool, 1));
+    if (!m || !pool) goto done;
+    struct ft_engine_opts o = {.max_ctx = 32, .max_chunk = 32, .backend = FT_BACKEND_OFFLOAD};
+    struct ft_engine *e = NULL;
+    EXPECT_EQ(ft_engine_init(&e, m, pool, &o), FT_ERR_UNSUPPORTED);
+    EXPECT(e == NULL);
+    EXPECT_CONTAINS(ft_error(), "--backend cpu");
+    o.backend = FT_BACKEND_CUDA, o.backend_auto = 1;
+    EXPECT_OK(ft_engine_init(&e, m, pool, &o));
+    if (e) EXPECT_STREQ(ft_engine_backend(e), "cpu");
+    ft_engine_free(e);
+done:
+    ft_pool_free(pool);
+    ft_model_free(m);
 }
 
 TEST(bad_flags) {

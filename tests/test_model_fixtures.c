@@ -1,5 +1,6 @@
 /* test_model_fixtures.c — every architecture against transformers: the tiny bf16 checkpoints
- * under tests/data/models (tools/gen_fixtures.py) with transformers' fp32 logits for a 24-token
+ * under tests/data/models (tools/gen_fixtures.py; gpt_oss and its MXFP4 twin from
+ * tools/gen_gptoss_fixtures.py) with transformers' fp32 logits for a 24-token
  * prompt and its 12 greedy tokens. Checks max |logit - reference| <= 1e-3 at every position,
  * identical greedy tokens, chunked prefill == one-shot prefill, and the ISA tiers agree.
  * The GGUF fixtures (tests/data/gguf/models, tools/gen_gguf_fixtures.py: Q4_K_M-style mixes,
@@ -16,7 +17,8 @@
 #include "test.h"
 
 static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2_moe", "mixtral",
-                                         "llama",     "mistral",          "qwen2",     "qwen3"};
+                                         "llama",     "mistral",          "qwen2",     "qwen3",
+                                         "gpt_oss",   "gpt_oss_mxfp4"};
 
 static const char *const k_gguf[] = {"qwen2_q4km", "llama_q40", "qwen3moe_q4km"};
 #define GGUF_TOL 1e-3
@@ -121,6 +123,7 @@ TEST(fixtures_chunked_prefill_and_odd_pool) {
     check_fixture("qwen3_moe", pool, 5);
     check_fixture("mistral", pool, 5); /* sliding window 8 across chunks */
     check_fixture("qwen2_moe", pool, 7);
+    check_fixture("gpt_oss", pool, 5); /* sliding window 8 on alternate layers, sinks */
     ft_pool_free(pool);
 }
 
@@ -135,6 +138,7 @@ TEST(fixtures_every_isa_tier) {
         fprintf(stderr, "  tier %s\n", ft_cpu_isa_name(got));
         check_fixture("mixtral", pool, 512);
         check_fixture("llama", pool, 512);
+        check_fixture("gpt_oss_mxfp4", pool, 512); /* MXFP4 expert blocks in every tier */
     }
     ft_cpu_set_isa(best);
     ft_pool_free(pool);
