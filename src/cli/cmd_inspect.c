@@ -68,6 +68,9 @@ static enum ft_status st_sizes(const struct ft_st_set *set, int n_layers, struct
         uint64_t n = 1;
         int l;
         for (int d = 0; d < t->n_dims; d++) n *= (uint64_t)t->shape[d];
+        size_t nl = strlen(t->name); /* MXFP4 (gpt-oss): two weights per byte, scales are none */
+        if (t->dtype == FT_DTYPE_U8 && nl > 7 && !strcmp(t->name + nl - 7, "_blocks")) n *= 2;
+        if (t->dtype == FT_DTYPE_U8 && nl > 7 && !strcmp(t->name + nl - 7, "_scales")) n = 0;
         z->params += n;
         z->bytes += t->n_bytes;
         if (!strstr(t->name, ".experts.")) continue;
