@@ -5,11 +5,12 @@
 #include "server/sse.h"
 #include "test.h"
 
-/* Feeds text in pieces of `step` bytes (0 = whole) and returns reasoning|content. */
+/* Feeds text in pieces of `step` bytes (0 = whole) and returns reasoning|content; in_think 2:
+ * harmony. */
 static void split(const char *text, int in_think, size_t step, char *out, size_t cap) {
     struct ft_think t;
     struct ft_sbuf r = {0}, c = {0};
-    ft_think_init(&t, in_think);
+    ft_think_init(&t, in_think == 1, in_think == 2);
     size_t n = strlen(text);
     for (size_t i = 0; i < n; i += step ? step : n)
         ft_think_push(&t, text + i, step && n - i > step ? step : n - i, &r, &c);
@@ -22,7 +23,7 @@ static void split(const char *text, int in_think, size_t step, char *out, size_t
 
 static void expect_split(const char *text, int in_think, const char *want) {
     char got[512];
-    for (size_t step = 0; step <= 3; step++) {
+    for (size_t step = 0; step <= 5; step++) {
         split(text, in_think, step, got, sizeof got);
         CHECK_(!strcmp(got, want), "split(%s, step %zu) = '%s', want '%s'", text, step, got, want);
     }
@@ -38,6 +39,22 @@ TEST(think_split_cases) {
     expect_split("<think>unclosed </thi", 0, "unclosed </thi|");
     expect_split("<", 0, "|<");
     expect_split("", 0, "|");
+}
+
+/* gpt-oss harmony output (what follows the prompt's "<|start|>assistant"), as the tokens'
+ * text: the analysis channel is reasoning, final and commentary are content. */
+TEST(harmony_split_cases) {
+    expect_split("<|channel|>analysis<|message|>User asks. Answer 4.<|end|><|start|>assistant"
+                 "<|channel|>final<|message|>2 + 2 = 4.<|return|>",
+                 2, "User asks. Answer 4.|2 + 2 = 4.");
+    expect_split("<|channel|>final<|message|>Just the answer.", 2, "|Just the answer.");
+    expect_split("<|channel|>analysis<|message|>still thinking <|", 2, "still thinking <||");
+    expect_split("<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"a\": 1}<|call|>",
+                 2, "|{\"a\": 1}");
+    expect_split("no header at all", 2, "|no header at all");
+    expect_split("<|channel|>analysis<|message|>a < b and c|>d<|end|>", 2, "a < b and c|>d|");
+    expect_split("<|channel|>analy", 2, "|"); /* cut inside the header: nothing to show */
+    expect_split("", 2, "|");
 }
 
 TEST(sse_framing) {

@@ -329,6 +329,10 @@ static int chat_prompt(struct ft_server *s, json_t *root, struct ft_gen_job *job
     size_t tl = strlen(text);
     while (tl && (text[tl - 1] == '\n' || text[tl - 1] == ' ')) tl--;
     job->in_think = job->split && tl >= 7 && !memcmp(text + tl - 7, "<think>", 7);
+    if (!strcmp(ft_chat_template_name(s->tmpl), "harmony")) { /* gpt-oss: channels, not <think> */
+        job->split = 1, job->harmony = 1, job->in_think = 0;
+        job->p.skip_special = 0; /* the splitter needs the markers; it drops them */
+    }
     rc = 0;
 done:
     for (int i = 0; owned && i < n; i++) free(owned[i]);

@@ -46,7 +46,7 @@ struct gen_result {
 static void collect(struct ft_gen_job *job, struct ft_req *r, struct ft_http_conn *conn,
                     struct gen_result *g) {
     struct ft_think th;
-    ft_think_init(&th, job->in_think);
+    ft_think_init(&th, job->in_think, job->harmony);
     g->n_prompt = job->n_prompt;
     for (;;) {
         struct ft_event ev;
@@ -225,7 +225,7 @@ void ft_srv_stream(struct ft_server *s, struct ft_gen_job *job, struct ft_req *r
     g->s = s, g->r = r, g->job = *job, g->n_prompt = job->n_prompt;
     g->job.prompt = NULL;
     memset(g->job.p.stop, 0, sizeof g->job.p.stop); /* they pointed into the request JSON */
-    ft_think_init(&g->th, job->in_think);
+    ft_think_init(&g->th, job->in_think, job->harmony);
     if (job->chat) chunk(g, NULL, NULL, 1, NULL); /* first delta: role */
     resp->status = 200;
     resp->content_type = "text/event-stream";

@@ -13,6 +13,7 @@
 struct ft_gen_job {
     int chat, stream, include_usage;
     int split, in_think;        /* <think> splitting; the prompt already opened <think> */
+    int harmony;                /* split harmony channels instead (analysis -> reasoning) */
     int32_t *prompt;            /* malloc'd */
     int n_prompt;
     struct ft_req_params p;     /* stop strings point into the request JSON (copied at submit) */

@@ -36,8 +36,8 @@ int ft_sse_json(struct ft_sbuf *b, json_t *j) {
     return rc;
 }
 
-void ft_think_init(struct ft_think *t, int in_think) {
-    *t = (struct ft_think){.state = in_think ? FT_THINK_IN : FT_THINK_START};
+void ft_think_init(struct ft_think *t, int in_think, int harmony) {
+    *t = (struct ft_think){.state = harmony ? FT_HARMONY_HEADER : in_think ? FT_THINK_IN : FT_THINK_START};
 }
 
 void ft_think_free(struct ft_think *t) { ft_sbuf_free(&t->hold); }
@@ -88,6 +88,61 @@ static size_t split(struct ft_think *t, const char *w, size_t n, struct ft_sbuf 
     return 0;
 }
 
+/* Harmony: the earliest of the message-ending markers in w[0..n), its length in *len. */
+static const char *harmony_end(const char *w, size_t n, size_t *len) {
+    static const char *const k_end[] = {"<|end|>", "<|return|>", "<|call|>"};
+    const char *best = NULL;
+    for (int i = 0; i < 3; i++) {
+        const char *e = memmem(w, n, k_end[i], strlen(k_end[i]));
+        if (e && (!best || e < best)) best = e, *len = strlen(k_end[i]);
+    }
+    return best;
+}
+
+/* Bytes at the end of w[0..n) that may begin a "<|...|>" marker. */
+static size_t harmony_partial(const char *w, size_t n) {
+    for (size_t k = n < 12 ? n : 12; k > 0; k--)
+        if (w[n - k] == '<' && (k == 1 || w[n - k + 1] == '|') && !memmem(w + n - k, k, "|>", 2))
+            return k;
+    return 0;
+}
+
+static size_t split_harmony(struct ft_think *t, const char *w, size_t n, struct ft_sbuf *r,
+                            struct ft_sbuf *c) {
+    static const char k_msg[] = "<|message|>";
+    size_t i = 0;
+    while (i < n) {
+        if (t->state == FT_HARMONY_HEADER) {
+            if (i == 0 && n && w[0] != '<') { /* no header at all: plain text is the answer */
+                t->state = FT_HARMONY_BODY, t->analysis = 0;
+                continue;
+            }
+            const char *mk = memmem(w + i, n - i, k_msg, sizeof k_msg - 1);
+            if (!mk) return n - i < 512 ? n - i : (ft_sbuf_add(c, w + i, n - i), 0);
+            const char *ch = memmem(w + i, (size_t)(mk - (w + i)), "<|channel|>analysis", 19);
+            t->analysis = ch != NULL;
+            t->state = FT_HARMONY_BODY;
+            i = (size_t)(mk - w) + sizeof k_msg - 1;
+        } else {
+            size_t len = 0;
+            const char *e = harmony_end(w + i, n - i, &len);
+            struct ft_sbuf *out = t->analysis ? r : c;
+            if (!e) {
+                size_t k = harmony_partial(w + i, n - i);
+                ft_sbuf_add(out, w + i, n - i - k);
+                return k;
+            }
+            ft_sbuf_add(out, w + i, (size_t)(e - (w + i)));
+            i = (size_t)(e - w) + len;
+            t->state = FT_HARMONY_HEADER;
+            if (i < n && w[i] != '<') { /* text after a message without a header: content */
+                t->state = FT_HARMONY_BODY, t->analysis = 0;
+            }
+        }
+    }
+    return 0;
+}
+
 void ft_think_push(struct ft_think *t, const char *s, size_t n, struct ft_sbuf *r,
                    struct ft_sbuf *c) {
     if (t->state == FT_THINK_CONTENT && !t->hold.n) {
@@ -97,12 +152,14 @@ void ft_think_push(struct ft_think *t, const char *s, size_t n, struct ft_sbuf *
     struct ft_sbuf w = t->hold;
     t->hold = (struct ft_sbuf){0};
     if (ft_sbuf_add(&w, s, n)) return;
-    size_t k = split(t, w.p, w.n, r, c);
+    size_t k = t->state >= FT_HARMONY_HEADER ? split_harmony(t, w.p, w.n, r, c)
+                                             : split(t, w.p, w.n, r, c);
     if (k) ft_sbuf_add(&t->hold, w.p + w.n - k, k);
     ft_sbuf_free(&w);
 }
 
 void ft_think_flush(struct ft_think *t, struct ft_sbuf *r, struct ft_sbuf *c) {
-    if (t->hold.n) ft_sbuf_add(t->state == FT_THINK_IN ? r : c, t->hold.p, t->hold.n);
+    int reasoning = t->state == FT_THINK_IN || (t->state == FT_HARMONY_BODY && t->analysis);
+    if (t->hold.n && t->state != FT_HARMONY_HEADER) ft_sbuf_add(reasoning ? r : c, t->hold.p, t->hold.n);
     t->hold.n = 0;
 }
