@@ -24,6 +24,19 @@ static inline void fill_put_f16(uint8_t *p, float f) {
 static inline void fill_matrix(enum ft_dtype t, uint8_t *p, int rows, int cols, uint64_t *rng) {
     size_t rb = ft_dtype_row_bytes(t, cols);
     for (size_t i = 0; i < rb * (size_t)rows; i++) p[i] = (uint8_t)(ft_rng_next(rng) >> 24);
+    if (t == FT_DTYPE_FP8_B128) { /* per row: block scales, then e4m3 codes (no NaN codes) */
+        size_t nb = ((size_t)cols + 127) / 128;
+        for (int r = 0; r < rows; r++) {
+            uint8_t *row = p + (size_t)r * rb;
+            for (size_t b = 0; b < nb; b++) {
+                float s = 1e-4f * (1.5f + fill_frand(rng));
+                memcpy(row + 4 * b, &s, 4);
+            }
+            for (int i = 0; i < cols; i++)
+                if ((row[4 * nb + i] & 0x7f) == 0x7f) row[4 * nb + i] = 0;
+        }
+        return;
+    }
     if (!ft_dtype_is_block(t)) {
         for (size_t i = 0; i < (size_t)rows * cols; i++) {
             float f = 0.05f * fill_frand(rng);

@@ -248,7 +248,7 @@ TEST(dtype_table) {
         {FT_DTYPE_Q4_K, "Q4_K", 12, 144},    {FT_DTYPE_Q5_K, "Q5_K", 13, 176},
         {FT_DTYPE_Q6_K, "Q6_K", 14, 210},    {FT_DTYPE_MXFP4, "MXFP4", 39, 8 * 17},
     };
-    EXPECT_EQ(FT_DTYPE_Q8_0 + sizeof blk / sizeof blk[0], FT_DTYPE_COUNT);
+    EXPECT_EQ(FT_DTYPE_Q8_0 + sizeof blk / sizeof blk[0], FT_DTYPE_FP8_B128);
     for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++) {
         EXPECT(ft_dtype_is_block(blk[i].t));
         EXPECT_STREQ(ft_dtype_name(blk[i].t), blk[i].name);
@@ -264,6 +264,15 @@ TEST(dtype_table) {
     EXPECT_EQ(ft_dtype_ggml(FT_DTYPE_I8), -1);
     EXPECT_EQ(ft_dtype_from_ggml(10), FT_DTYPE_COUNT); /* Q2_K: not read */
     EXPECT(!ft_dtype_is_block(FT_DTYPE_F32));
+    /* FP8_B128: a row of n carries ceil(n/128) f32 scales, then n codes padded to 4 bytes */
+    EXPECT_EQ(FT_DTYPE_FP8_B128 + 1, FT_DTYPE_COUNT);
+    EXPECT_STREQ(ft_dtype_name(FT_DTYPE_FP8_B128), "FP8_B128");
+    EXPECT_EQ(ft_dtype_row_bytes(FT_DTYPE_FP8_B128, 42), 4 + 44);
+    EXPECT_EQ(ft_dtype_row_bytes(FT_DTYPE_FP8_B128, 256), 8 + 256);
+    EXPECT_EQ(ft_dtype_row_bytes(FT_DTYPE_FP8_B128, 129), 8 + 132);
+    EXPECT(ft_dtype_is_packed(FT_DTYPE_FP8_B128) && !ft_dtype_is_block(FT_DTYPE_FP8_B128));
+    EXPECT_EQ(ft_dtype_ggml(FT_DTYPE_FP8_B128), -1);
+    EXPECT_EQ(ft_dtype_parse("FP8_B128", &p), -1);
 }
 
 TEST(to_f32_bulk) {

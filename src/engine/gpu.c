@@ -132,16 +132,19 @@ static uint16_t *up_w_to(struct ft_gpu *g, uint16_t *d, const struct ft_weight *
     if (!d) return NULL;
     if (w->dtype == FT_DTYPE_BF16) {
         cudaMemcpy(d, w->data, n * 2, cudaMemcpyHostToDevice);
-    } else {
+    } else { /* row by row: packed formats (GGML blocks, FP8_B128) convert whole rows */
+        size_t K = (size_t)w->cols, rb = ft_dtype_row_bytes(w->dtype, w->cols);
         uint16_t *tmp = malloc(n * 2);
-        float *f = malloc(n * 4);
+        float *f = malloc(K * 4);
         if (!tmp || !f) {
             free(tmp), free(f);
             *st = ft_fail(FT_ERR_OOM, "GPU upload: out of host memory");
             return NULL;
         }
-        ft_to_f32(f, w->data, w->dtype, n);
-        for (size_t i = 0; i < n; i++) tmp[i] = ft_f32_to_bf16(f[i]);
+        for (size_t r = 0; r < (size_t)w->rows; r++) {
+            ft_to_f32(f, (const uint8_t *)w->data + r * rb, w->dtype, K);
+            for (size_t i = 0; i < K; i++) tmp[r * K + i] = ft_f32_to_bf16(f[i]);
+        }
         cudaMemcpy(d, tmp, n * 2, cudaMemcpyHostToDevice);
         free(tmp), free(f);
     }

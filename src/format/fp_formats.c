@@ -402,3 +402,30 @@ float ft_fp8_dot(const uint8_t *w, float scale, const float *x, size_t n, int ti
     (void)tier;
     return fp8_sum(w, x, 0, n) * scale;
 }
+
+/* ---- FP8_B128 rows ---- */
+
+size_t ft_fp8_b128_row_bytes(size_t K) {
+    return 4 * ((K + FT_FP8_BLOCK - 1) / FT_FP8_BLOCK) + ((K + 3) & ~(size_t)3);
+}
+
+void ft_fp8_b128_pack(uint8_t *dst, const uint8_t *w, const float *scale_inv, size_t N, size_t K) {
+    size_t nb = (K + FT_FP8_BLOCK - 1) / FT_FP8_BLOCK, rb = ft_fp8_b128_row_bytes(K);
+    for (size_t r = 0; r < N; r++) {
+        uint8_t *o = dst + r * rb;
+        memcpy(o, scale_inv + (r / FT_FP8_BLOCK) * nb, nb * 4);
+        memcpy(o + nb * 4, w + r * K, K);
+        memset(o + nb * 4 + K, 0, rb - nb * 4 - K);
+    }
+}
+
+void ft_fp8_b128_dequant_row(const void *row, size_t K, float *dst) {
+    size_t nb = (K + FT_FP8_BLOCK - 1) / FT_FP8_BLOCK;
+    ft_fp8_block_dequant_row((const uint8_t *)row + nb * 4, (const float *)row, K, dst);
+}
+
+float ft_fp8_b128_dot(const void *row, const float *x, size_t K, int tier) {
+    size_t nb = (K + FT_FP8_BLOCK - 1) / FT_FP8_BLOCK;
+    return ft_fp8_block_dot_row((const uint8_t *)row + nb * 4, (const float *)row, x, K,
+                                FT_FP8_BLOCK, tier);
+}

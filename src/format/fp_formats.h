@@ -71,6 +71,14 @@ void ft_fp8_block_dequant_row(const uint8_t *w_row, const float *scale_inv_row, 
                               float *dst);
 void ft_fp8_block_dequant_row_bs(const uint8_t *w_row, const float *scale_inv_row, size_t K,
                                  size_t bk, float *dst);
+/* FP8_B128 rows (format/quant.h): [ceil(K/128) f32 scale_inv][K e4m3][pad to 4 bytes], the
+ * 128x128-block layout repacked so a row carries its own scales. */
+size_t ft_fp8_b128_row_bytes(size_t K);
+/* N rows of a [N, K] e4m3 matrix w with scale_inv [ceil(N/128), ceil(K/128)] into dst (rows
+ * ft_fp8_b128_row_bytes(K) apart). */
+void ft_fp8_b128_pack(uint8_t *dst, const uint8_t *w, const float *scale_inv, size_t N, size_t K);
+void ft_fp8_b128_dequant_row(const void *row, size_t K, float *dst);
+float ft_fp8_b128_dot(const void *row, const float *x, size_t K, int tier);
 /* Per-tensor FP8: value = e4m3(w[i]) * scale. */
 void ft_fp8_dequant_row(const uint8_t *w, float scale, size_t n, float *dst);
 

@@ -38,6 +38,9 @@ enum ft_dtype {
     FT_DTYPE_Q5_K,
     FT_DTYPE_Q6_K,
     FT_DTYPE_MXFP4,
+    /* FP8 E4M3 with 128x128 block scales (Qwen3 / DeepSeek FP8 checkpoints), repacked per row:
+     * ceil(n/128) f32 scale_inv of the row's block row, then the n e4m3 codes, padded to 4 */
+    FT_DTYPE_FP8_B128,
     FT_DTYPE_COUNT
 };
 
@@ -51,6 +54,10 @@ enum ft_dtype ft_dtype_from_ggml(int ggml_type);
 /* 1 for the GGML block formats. */
 static inline int ft_dtype_is_block(enum ft_dtype t) {
     return t >= FT_DTYPE_Q8_0 && t <= FT_DTYPE_MXFP4;
+}
+/* 1 for every format whose rows are not plain element arrays (GGML blocks, FP8_B128). */
+static inline int ft_dtype_is_packed(enum ft_dtype t) {
+    return ft_dtype_is_block(t) || t == FT_DTYPE_FP8_B128;
 }
 const char *ft_dtype_name(enum ft_dtype t);   /* safetensors spelling: "BF16" */
 /* Parses a safetensors dtype string (block formats are not safetensors dtypes); 0 on success. */
@@ -75,8 +82,8 @@ static inline uint16_t ft_f32_to_bf16(float f) {
 float ft_f16_to_f32(uint16_t h);
 uint16_t ft_f32_to_f16(float f);
 
-/* Converts n elements of type t at src to f32: F32, F16, BF16, and the GGML block formats (n a
- * whole number of blocks: their exact dequantised values). */
+/* Converts n elements of type t at src to f32: F32, F16, BF16, the GGML block formats (n a
+ * whole number of blocks: their exact dequantised values), and FP8_B128 (exactly one row of n). */
 void ft_to_f32(float *dst, const void *src, enum ft_dtype t, size_t n);
 
 #ifdef __cplusplus

@@ -15,6 +15,7 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "format/fp_formats.h"
 #include "format/gguf.h"
 #include "model/gguf_model.h"
 
@@ -37,7 +38,26 @@ static const struct ft_st_tensor *find(const struct ft_model *m, const char *nam
 
 /* GGML block formats only reach here from GGUF files (ft_st_set_wrap), never from safetensors */
 static int readable_dtype(enum ft_dtype t) {
-    return t == FT_DTYPE_BF16 || t == FT_DTYPE_F16 || t == FT_DTYPE_F32 || ft_dtype_is_block(t);
+    return t == FT_DTYPE_BF16 || t == FT_DTYPE_F16 || t == FT_DTYPE_F32 || ft_dtype_is_block(t) ||
+           t == FT_DTYPE_F8_E4M3; /* with its <name>_scale_inv: repacked to FP8_B128 */
+}
+
+/* The 128x128 block scales of FP8 weight `name` ([rows, cols] e4m3): <name>_scale_inv, F32
+ * [ceil(rows/128), ceil(cols/128)]. */
+static enum ft_status fp8_scales(const struct ft_model *m, const char *name, int rows, int cols,
+                                 const float **out) {
+    char sn[300];
+    snprintf(sn, sizeof sn, "%s_scale_inv", name);
+    const struct ft_st_tensor *s = find(m, sn);
+    int br = (rows + 127) / 128, bc = (cols + 127) / 128;
+    if (!s || s->dtype != FT_DTYPE_F32 || s->n_dims != 2 || s->shape[0] != br || s->shape[1] != bc)
+        return ft_fail(FT_ERR_FORMAT, "%s: FP8 tensor '%s' needs '%s' F32 [%d, %d] (128x128 block "
+                       "scales, as Qwen3/DeepSeek FP8 checkpoints store them)", m->label, name, sn,
+                       br, bc);
+    if ((uintptr_t)s->data % 4)
+        return ft_fail(FT_ERR_FORMAT, "%s: '%s' is not 4-byte aligned in the file", m->label, sn);
+    *out = s->data;
+    return FT_OK;
 }
 
 /* Checks presence, dtype and shape; `n_dims` 1 or 2, cols ignored when n_dims == 1. */
@@ -75,6 +95,18 @@ static enum ft_status load_weight(struct ft_model *m, const char *name, int rows
     w->rows = rows;
     w->cols = cols;
     w->data = t->data;
+    if (t->dtype == FT_DTYPE_F8_E4M3) { /* repacked with its block scales */
+        const float *sc;
+        if ((st = fp8_scales(m, name, rows, cols, &sc)) != FT_OK) return st;
+        uint8_t *p = ft_model_alloc(m, (size_t)rows * ft_fp8_b128_row_bytes((size_t)cols));
+        if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory repacking '%s'", m->label, name);
+        ft_fp8_b128_pack(p, t->data, sc, (size_t)rows, (size_t)cols);
+        w->dtype = FT_DTYPE_FP8_B128;
+        w->data = p;
+        m->n_params += (uint64_t)rows * (uint64_t)cols;
+        m->dense_bytes += (uint64_t)rows * ft_dtype_row_bytes(w->dtype, cols);
+        return FT_OK;
+    }
     size_t esz = ft_dtype_size(t->dtype); /* 0 for blocks: byte-aligned by nature */
     if (esz && (uintptr_t)t->data % esz) { /* unaligned in the file: copy */
         void *p = ft_model_alloc(m, t->n_bytes);
@@ -91,6 +123,9 @@ static enum ft_status load_vec(struct ft_model *m, const char *name, int n, floa
     const struct ft_st_tensor *t;
     enum ft_status st = get_tensor(m, name, 1, n, 0, &t);
     if (st != FT_OK) return st;
+    if (t->dtype == FT_DTYPE_F8_E4M3)
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: vector '%s' is F8_E4M3; only matrices may be FP8",
+                       t->file, name);
     float *p = ft_model_alloc(m, (size_t)n * sizeof *p);
     if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
     ft_to_f32(p, t->data, t->dtype, (size_t)n);
@@ -102,12 +137,24 @@ static enum ft_status load_vec(struct ft_model *m, const char *name, int n, floa
 
 #define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
 
-/* Copies one expert matrix into its bank row, converting nothing (the schema is the file's). */
+/* The bank format that holds expert tensors of dtype t (FP8 ones are repacked with scales). */
+static enum ft_dtype bank_dtype(enum ft_dtype t) {
+    return t == FT_DTYPE_F8_E4M3 ? FT_DTYPE_FP8_B128 : t;
+}
+
+/* Copies one expert matrix into its bank row, converting nothing (the schema is the file's;
+ * FP8 e4m3 with its block scales is repacked into FP8_B128 rows). */
 static enum ft_status fill_expert(struct ft_model *m, struct ft_bank *b, int e, size_t offset,
                                   const char *name, int rows, int cols) {
     const struct ft_st_tensor *t;
     enum ft_status st = get_tensor(m, name, 2, rows, cols, &t);
     if (st != FT_OK) return st;
+    if (bank_dtype(t->dtype) == FT_DTYPE_FP8_B128 && b->schema->dtype == FT_DTYPE_FP8_B128) {
+        const float *sc;
+        if ((st = fp8_scales(m, name, rows, cols, &sc)) != FT_OK) return st;
+        ft_fp8_b128_pack(ft_bank_expert(b, e) + offset, t->data, sc, (size_t)rows, (size_t)cols);
+        return FT_OK;
+    }
     if (t->dtype != b->schema->dtype)
         return ft_fail(FT_ERR_UNSUPPORTED, "%s: tensor '%s' is %s but other experts of the layer "
                        "are %s; mixed expert dtypes are not supported", t->file, name,
@@ -237,7 +284,7 @@ static enum ft_status load_experts(struct ft_model *m, int l, struct ft_layer *L
     if (!first)
         return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' is missing (incomplete download, or "
                        "config.json does not match the weights?)", m->label, n1);
-    const struct ft_row_schema *schema = ft_row_schema_for(first->dtype);
+    const struct ft_row_schema *schema = ft_row_schema_for(bank_dtype(first->dtype));
     if (!schema)
         return ft_fail(FT_ERR_UNSUPPORTED, "%s: expert tensor '%s' has dtype %s; supported "
                        "expert dtypes: BF16, F16, F32", first->file, first->name,
@@ -245,8 +292,11 @@ static enum ft_status load_experts(struct ft_model *m, int l, struct ft_layer *L
     enum ft_status st = ft_bank_init(&L->bank[FT_BANK_GATE_UP], schema, FT_BANK_GATE_UP, E, 2 * I, H);
     if (st == FT_OK) st = ft_bank_init(&L->bank[FT_BANK_DOWN], schema, FT_BANK_DOWN, E, H, I);
     if (st != FT_OK) return st;
-    size_t esz = ft_dtype_size(schema->dtype), half = (size_t)I * H * esz;
+    size_t half = (size_t)I * ft_dtype_row_bytes(schema->dtype, H); /* the gate rows' bytes */
     if (fgu) {
+        if (ft_dtype_is_packed(schema->dtype))
+            return ft_fail(FT_ERR_UNSUPPORTED, "%s: fused %s experts are not supported (per-expert "
+                           "tensors are)", m->label, ft_dtype_name(fgu->dtype));
         const struct ft_st_tensor *fd;
         if ((st = get_tensor(m, n0, 3, E, 2 * I, &first)) != FT_OK) return st;
         if (fgu->shape[2] != H)

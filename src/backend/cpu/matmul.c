@@ -12,6 +12,7 @@
 #include "backend/cpu/ops.h"
 
 #include "core/status.h"
+#include "format/fp_formats.h"
 #include "format/ggml_quant.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -250,6 +251,14 @@ void ft_cpu_matmul_rows(float *y, int ldy, const float *x, int ldx, const void *
     if (T <= 0 || n1 <= n0) return;
     if (ft_dtype_is_block(wt)) {
         rows_blocks(y, ldy, x, ldx, w, wt, T, n0, n1, K);
+        return;
+    }
+    if (wt == FT_DTYPE_FP8_B128) { /* rows with their 128x128-block scales */
+        size_t rb = ft_dtype_row_bytes(wt, K);
+        for (int n = n0; n < n1; n++)
+            for (int t = 0; t < T; t++)
+                y[(size_t)t * ldy + n] = ft_fp8_b128_dot((const uint8_t *)w + (size_t)n * rb,
+                                                         x + (size_t)t * ldx, (size_t)K, ft_cpu_isa());
         return;
     }
     FT_ASSERT(wt == FT_DTYPE_F32 || wt == FT_DTYPE_F16 || wt == FT_DTYPE_BF16);
