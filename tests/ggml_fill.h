@@ -37,6 +37,16 @@ static inline void fill_matrix(enum ft_dtype t, uint8_t *p, int rows, int cols, 
         }
         return;
     }
+    if (t == FT_DTYPE_NVFP4) { /* per row: scale_2, e4m3 block scales (no NaN), e2m1 pairs */
+        size_t ns = ((size_t)cols + 15) / 16;
+        for (int r = 0; r < rows; r++) {
+            uint8_t *row = p + (size_t)r * rb;
+            float s2 = 1e-3f * (1.5f + fill_frand(rng));
+            memcpy(row, &s2, 4);
+            for (size_t b = 0; b < ns; b++) row[4 + b] = (uint8_t)(0x28 + (row[4 + b] & 0x0f));
+        }
+        return;
+    }
     if (!ft_dtype_is_block(t)) {
         for (size_t i = 0; i < (size_t)rows * cols; i++) {
             float f = 0.05f * fill_frand(rng);

@@ -111,7 +111,7 @@ TEST(executor_matches_dequantised_reference_every_format) {
     static const enum ft_dtype fmts[][2] = {
         {FT_DTYPE_BF16, FT_DTYPE_BF16}, {FT_DTYPE_F16, FT_DTYPE_F32},   {FT_DTYPE_Q4_K, FT_DTYPE_Q6_K},
         {FT_DTYPE_Q4_K, FT_DTYPE_Q4_K}, {FT_DTYPE_Q5_K, FT_DTYPE_Q8_0}, {FT_DTYPE_Q4_0, FT_DTYPE_MXFP4},
-        {FT_DTYPE_Q5_0, FT_DTYPE_Q4_1}, {FT_DTYPE_Q5_1, FT_DTYPE_Q6_K}, {FT_DTYPE_FP8_B128, FT_DTYPE_FP8_B128},
+        {FT_DTYPE_Q5_0, FT_DTYPE_Q4_1}, {FT_DTYPE_Q5_1, FT_DTYPE_Q6_K}, {FT_DTYPE_FP8_B128, FT_DTYPE_NVFP4},
     };
     for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) check_formats(fmts[i][0], fmts[i][1], pool);
     ft_pool_free(pool);

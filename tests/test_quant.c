@@ -265,7 +265,11 @@ TEST(dtype_table) {
     EXPECT_EQ(ft_dtype_from_ggml(10), FT_DTYPE_COUNT); /* Q2_K: not read */
     EXPECT(!ft_dtype_is_block(FT_DTYPE_F32));
     /* FP8_B128: a row of n carries ceil(n/128) f32 scales, then n codes padded to 4 bytes */
-    EXPECT_EQ(FT_DTYPE_FP8_B128 + 1, FT_DTYPE_COUNT);
+    EXPECT_EQ(FT_DTYPE_FP8_B128 + 2, FT_DTYPE_COUNT);
+    /* NVFP4: f32 scale_2, ceil(n/16) scale bytes, ceil(n/2) code bytes, padded to 4 */
+    EXPECT_EQ(ft_dtype_row_bytes(FT_DTYPE_NVFP4, 48), 4 + 3 + 24 + 1);
+    EXPECT_EQ(ft_dtype_row_bytes(FT_DTYPE_NVFP4, 256), 4 + 16 + 128);
+    EXPECT(ft_dtype_is_packed(FT_DTYPE_NVFP4));
     EXPECT_STREQ(ft_dtype_name(FT_DTYPE_FP8_B128), "FP8_B128");
     EXPECT_EQ(ft_dtype_row_bytes(FT_DTYPE_FP8_B128, 42), 4 + 44);
     EXPECT_EQ(ft_dtype_row_bytes(FT_DTYPE_FP8_B128, 256), 8 + 256);

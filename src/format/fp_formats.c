@@ -429,3 +429,35 @@ float ft_fp8_b128_dot(const void *row, const float *x, size_t K, int tier) {
     return ft_fp8_block_dot_row((const uint8_t *)row + nb * 4, (const float *)row, x, K,
                                 FT_FP8_BLOCK, tier);
 }
+
+/* ---- NVFP4 rows ---- */
+
+size_t ft_nvfp4_r_row_bytes(size_t K) {
+    return (4 + (K + 15) / 16 + (K + 1) / 2 + 3) & ~(size_t)3;
+}
+
+void ft_nvfp4_r_pack(uint8_t *dst, const uint8_t *w, const uint8_t *scales, float scale_2, size_t N,
+                     size_t K) {
+    size_t ns = (K + 15) / 16, nw = (K + 1) / 2, rb = ft_nvfp4_r_row_bytes(K);
+    for (size_t r = 0; r < N; r++) {
+        uint8_t *o = dst + r * rb;
+        memcpy(o, &scale_2, 4);
+        memcpy(o + 4, scales + r * ns, ns);
+        memcpy(o + 4 + ns, w + r * nw, nw);
+        memset(o + 4 + ns + nw, 0, rb - 4 - ns - nw);
+    }
+}
+
+void ft_nvfp4_r_dequant_row(const void *row, size_t K, float *dst) {
+    const uint8_t *p = row;
+    float s2;
+    memcpy(&s2, p, 4);
+    ft_nvfp4_dequant_row(p + 4 + (K + 15) / 16, p + 4, s2, K, dst);
+}
+
+float ft_nvfp4_r_dot(const void *row, const float *x, size_t K, int tier) {
+    const uint8_t *p = row;
+    float s2;
+    memcpy(&s2, p, 4);
+    return ft_nvfp4_dot(p + 4 + (K + 15) / 16, p + 4, s2, x, K, tier);
+}

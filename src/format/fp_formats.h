@@ -79,6 +79,13 @@ size_t ft_fp8_b128_row_bytes(size_t K);
 void ft_fp8_b128_pack(uint8_t *dst, const uint8_t *w, const float *scale_inv, size_t N, size_t K);
 void ft_fp8_b128_dequant_row(const void *row, size_t K, float *dst);
 float ft_fp8_b128_dot(const void *row, const float *x, size_t K, int tier);
+/* NVFP4 rows (format/quant.h): [f32 scale_2][ceil(K/16) e4m3 scales][ceil(K/2) e2m1 pairs][pad
+ * to 4]: ModelOpt's weight [N, K/2], weight_scale [N, K/16] and weight_scale_2, row by row. */
+size_t ft_nvfp4_r_row_bytes(size_t K);
+void ft_nvfp4_r_pack(uint8_t *dst, const uint8_t *w, const uint8_t *scales, float scale_2, size_t N,
+                     size_t K);
+void ft_nvfp4_r_dequant_row(const void *row, size_t K, float *dst);
+float ft_nvfp4_r_dot(const void *row, const float *x, size_t K, int tier);
 /* Per-tensor FP8: value = e4m3(w[i]) * scale. */
 void ft_fp8_dequant_row(const uint8_t *w, float scale, size_t n, float *dst);
 

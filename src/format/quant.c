@@ -22,7 +22,7 @@ static const struct {
     [FT_DTYPE_Q5_1] = {"Q5_1", 0},
     [FT_DTYPE_Q4_K] = {"Q4_K", 0},    [FT_DTYPE_Q5_K] = {"Q5_K", 0},
     [FT_DTYPE_Q6_K] = {"Q6_K", 0},    [FT_DTYPE_MXFP4] = {"MXFP4", 0},
-    [FT_DTYPE_FP8_B128] = {"FP8_B128", 0},
+    [FT_DTYPE_FP8_B128] = {"FP8_B128", 0}, [FT_DTYPE_NVFP4] = {"NVFP4", 0},
 };
 
 static const struct {
@@ -50,6 +50,7 @@ enum ft_dtype ft_dtype_from_ggml(int ggml_type) {
 size_t ft_dtype_row_bytes(enum ft_dtype t, int64_t n) {
     if (ft_dtype_is_block(t)) return ft_ggml_row_bytes(ft_dtype_ggml(t), n);
     if (t == FT_DTYPE_FP8_B128) return ft_fp8_b128_row_bytes((size_t)n);
+    if (t == FT_DTYPE_NVFP4) return ft_nvfp4_r_row_bytes((size_t)n);
     return (size_t)n * ft_dtype_size(t);
 }
 
@@ -139,5 +140,7 @@ void ft_to_f32(float *dst, const void *src, enum ft_dtype t, size_t n) {
         FT_ASSERT(ft_ggml_dequant_row(ft_dtype_ggml(t), src, dst, (int64_t)n) == FT_OK);
     } else if (t == FT_DTYPE_FP8_B128) {
         ft_fp8_b128_dequant_row(src, n, dst);
+    } else if (t == FT_DTYPE_NVFP4) {
+        ft_nvfp4_r_dequant_row(src, n, dst);
     }
 }

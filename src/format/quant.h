@@ -41,6 +41,9 @@ enum ft_dtype {
     /* FP8 E4M3 with 128x128 block scales (Qwen3 / DeepSeek FP8 checkpoints), repacked per row:
      * ceil(n/128) f32 scale_inv of the row's block row, then the n e4m3 codes, padded to 4 */
     FT_DTYPE_FP8_B128,
+    /* NVFP4 (NVIDIA ModelOpt) rows: the tensor's f32 weight_scale_2, ceil(n/16) e4m3 block
+     * scales, ceil(n/2) bytes of e2m1 pairs (element 2j low nibble), padded to 4 */
+    FT_DTYPE_NVFP4,
     FT_DTYPE_COUNT
 };
 
@@ -57,7 +60,7 @@ static inline int ft_dtype_is_block(enum ft_dtype t) {
 }
 /* 1 for every format whose rows are not plain element arrays (GGML blocks, FP8_B128). */
 static inline int ft_dtype_is_packed(enum ft_dtype t) {
-    return ft_dtype_is_block(t) || t == FT_DTYPE_FP8_B128;
+    return ft_dtype_is_block(t) || t == FT_DTYPE_FP8_B128 || t == FT_DTYPE_NVFP4;
 }
 const char *ft_dtype_name(enum ft_dtype t);   /* safetensors spelling: "BF16" */
 /* Parses a safetensors dtype string (block formats are not safetensors dtypes); 0 on success. */
@@ -83,7 +86,8 @@ float ft_f16_to_f32(uint16_t h);
 uint16_t ft_f32_to_f16(float f);
 
 /* Converts n elements of type t at src to f32: F32, F16, BF16, the GGML block formats (n a
- * whole number of blocks: their exact dequantised values), and FP8_B128 (exactly one row of n). */
+ * whole number of blocks: their exact dequantised values), and FP8_B128 / NVFP4 (exactly one row
+ * of n). */
 void ft_to_f32(float *dst, const void *src, enum ft_dtype t, size_t n);
 
 #ifdef __cplusplus

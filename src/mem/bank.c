@@ -20,6 +20,7 @@ static const struct ft_row_schema k_schemas[] = {
     {"q6_k", FT_DTYPE_Q6_K},
     {"mxfp4", FT_DTYPE_MXFP4},
     {"fp8_b128", FT_DTYPE_FP8_B128},
+    {"nvfp4", FT_DTYPE_NVFP4},
 };
 
 const struct ft_row_schema *ft_row_schema_for(enum ft_dtype t) {

@@ -86,10 +86,53 @@ static enum ft_status get_tensor(const struct ft_model *m, const char *name, int
     return FT_OK;
 }
 
+/* The bank format that holds expert tensors of dtype t (FP8 and NVFP4 ones are repacked with
+ * their scales). */
+static enum ft_dtype bank_dtype(enum ft_dtype t) {
+    return t == FT_DTYPE_F8_E4M3 ? FT_DTYPE_FP8_B128 : t == FT_DTYPE_U8 ? FT_DTYPE_NVFP4 : t;
+}
+
+/* An NVFP4 matrix [rows, cols] as ModelOpt stores it: <name> U8 [rows, cols/2] (two e2m1 per
+ * byte), <name>_scale F8_E4M3 [rows, cols/16], <name>_scale_2 F32 (one value); packed into
+ * NVFP4 rows at dst (NULL: only checked). */
+static enum ft_status nvfp4_matrix(const struct ft_model *m, const char *name, int rows, int cols,
+                                   uint8_t *dst) {
+    char s1[300], s2[300];
+    snprintf(s1, sizeof s1, "%s_scale", name);
+    snprintf(s2, sizeof s2, "%s_scale_2", name);
+    const struct ft_st_tensor *w = find(m, name), *sc = find(m, s1), *g = find(m, s2);
+    int ok = w && sc && g && cols % 16 == 0 && w->dtype == FT_DTYPE_U8 && w->n_dims == 2 &&
+             w->shape[0] == rows && w->shape[1] == cols / 2 && sc->dtype == FT_DTYPE_F8_E4M3 &&
+             sc->n_dims == 2 && sc->shape[0] == rows && sc->shape[1] == cols / 16 &&
+             g->dtype == FT_DTYPE_F32 && g->n_bytes == 4;
+    if (!ok)
+        return ft_fail(FT_ERR_FORMAT, "%s: NVFP4 tensor '%s' needs U8 [%d, %d], '%s' F8_E4M3 [%d, %d] "
+                       "and '%s' F32 (ModelOpt layout; the width must be a multiple of 16)",
+                       m->label, name, rows, cols / 2, s1, rows, cols / 16, s2);
+    if (dst) {
+        float s;
+        memcpy(&s, g->data, 4);
+        ft_nvfp4_r_pack(dst, w->data, sc->data, s, (size_t)rows, (size_t)cols);
+    }
+    return FT_OK;
+}
+
 static enum ft_status load_weight(struct ft_model *m, const char *name, int rows, int cols,
                                   struct ft_weight *w) {
-    const struct ft_st_tensor *t;
-    enum ft_status st = get_tensor(m, name, 2, rows, cols, &t);
+    const struct ft_st_tensor *t = find(m, name);
+    enum ft_status st;
+    if (t && t->dtype == FT_DTYPE_U8) { /* NVFP4 (ModelOpt): repacked with its scales */
+        uint8_t *p = NULL;
+        if ((st = nvfp4_matrix(m, name, rows, cols, NULL)) != FT_OK) return st;
+        if (!(p = ft_model_alloc(m, (size_t)rows * ft_nvfp4_r_row_bytes((size_t)cols))))
+            return ft_fail(FT_ERR_OOM, "%s: out of memory repacking '%s'", m->label, name);
+        nvfp4_matrix(m, name, rows, cols, p);
+        *w = (struct ft_weight){p, FT_DTYPE_NVFP4, rows, cols};
+        m->n_params += (uint64_t)rows * (uint64_t)cols;
+        m->dense_bytes += (uint64_t)rows * ft_dtype_row_bytes(w->dtype, cols);
+        return FT_OK;
+    }
+    st = get_tensor(m, name, 2, rows, cols, &t);
     if (st != FT_OK) return st;
     w->dtype = t->dtype;
     w->rows = rows;
@@ -137,16 +180,13 @@ static enum ft_status load_vec(struct ft_model *m, const char *name, int n, floa
 
 #define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
 
-/* The bank format that holds expert tensors of dtype t (FP8 ones are repacked with scales). */
-static enum ft_dtype bank_dtype(enum ft_dtype t) {
-    return t == FT_DTYPE_F8_E4M3 ? FT_DTYPE_FP8_B128 : t;
-}
-
 /* Copies one expert matrix into its bank row, converting nothing (the schema is the file's;
  * FP8 e4m3 with its block scales is repacked into FP8_B128 rows). */
 static enum ft_status fill_expert(struct ft_model *m, struct ft_bank *b, int e, size_t offset,
                                   const char *name, int rows, int cols) {
     const struct ft_st_tensor *t;
+    if (b->schema->dtype == FT_DTYPE_NVFP4)
+        return nvfp4_matrix(m, name, rows, cols, ft_bank_expert(b, e) + offset);
     enum ft_status st = get_tensor(m, name, 2, rows, cols, &t);
     if (st != FT_OK) return st;
     if (bank_dtype(t->dtype) == FT_DTYPE_FP8_B128 && b->schema->dtype == FT_DTYPE_FP8_B128) {

@@ -253,12 +253,14 @@ void ft_cpu_matmul_rows(float *y, int ldy, const float *x, int ldx, const void *
         rows_blocks(y, ldy, x, ldx, w, wt, T, n0, n1, K);
         return;
     }
-    if (wt == FT_DTYPE_FP8_B128) { /* rows with their 128x128-block scales */
+    if (wt == FT_DTYPE_FP8_B128 || wt == FT_DTYPE_NVFP4) { /* rows carrying their scales */
+        float (*dot)(const void *, const float *, size_t, int) =
+            wt == FT_DTYPE_NVFP4 ? ft_nvfp4_r_dot : ft_fp8_b128_dot;
         size_t rb = ft_dtype_row_bytes(wt, K);
         for (int n = n0; n < n1; n++)
             for (int t = 0; t < T; t++)
-                y[(size_t)t * ldy + n] = ft_fp8_b128_dot((const uint8_t *)w + (size_t)n * rb,
-                                                         x + (size_t)t * ldx, (size_t)K, ft_cpu_isa());
+                y[(size_t)t * ldy + n] = dot((const uint8_t *)w + (size_t)n * rb,
+                                             x + (size_t)t * ldx, (size_t)K, ft_cpu_isa());
         return;
     }
     FT_ASSERT(wt == FT_DTYPE_F32 || wt == FT_DTYPE_F16 || wt == FT_DTYPE_BF16);
