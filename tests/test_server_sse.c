@@ -4,6 +4,8 @@
 
 #include "server/sse.h"
 #include "test.h"
+/* the terminal's harmony wrapper (ft run / ft chat) is tested in-process */
+#include "cli/opts.c"
 
 /* Feeds text in pieces of `step` bytes (0 = whole) and returns reasoning|content; in_think 2:
  * harmony. */
@@ -55,6 +57,29 @@ TEST(harmony_split_cases) {
     expect_split("<|channel|>analysis<|message|>a < b and c|>d<|end|>", 2, "a < b and c|>d|");
     expect_split("<|channel|>analy", 2, "|"); /* cut inside the header: nothing to show */
     expect_split("", 2, "|");
+}
+
+static int collect_inner(void *ctx, const char *s, size_t n) {
+    return ft_sbuf_add(ctx, s, n);
+}
+
+/* ft run / ft chat: harmony's final channel reaches the emit callback (analysis goes to stderr);
+ * any other template passes text through and keeps skipping special tokens. */
+TEST(cli_harmony_wrapper) {
+    static const char text[] = "<|channel|>analysis<|message|>think<|end|><|start|>assistant"
+                               "<|channel|>final<|message|>The answer.";
+    for (int h = 0; h < 2; h++) {
+        struct ft_gen_params p = {0};
+        struct ft_sbuf got = {0};
+        struct ft_cli_harmony w;
+        ft_cli_harmony_begin(&w, h ? "harmony" : "chatml", &p, collect_inner, &got);
+        EXPECT_EQ(p.keep_special, h);
+        for (size_t i = 0; i < sizeof text - 1; i += 3)
+            EXPECT_EQ(ft_cli_harmony_emit(&w, text + i, sizeof text - 1 - i < 3 ? sizeof text - 1 - i : 3), 0);
+        ft_cli_harmony_end(&w);
+        EXPECT_STREQ(got.p ? got.p : "", h ? "The answer." : text);
+        ft_sbuf_free(&got);
+    }
 }
 
 TEST(sse_framing) {

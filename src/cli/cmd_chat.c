@@ -200,7 +200,10 @@ int ft_cmd_chat(int argc, char **argv) {
         free(text);
         struct ft_gen_result r;
         t.len = 0;
-        if (st == FT_OK) st = ft_generate(s.engine, tok, ids, n_ids, &gen, emit, &t, ctx_ids, &r);
+        struct ft_cli_harmony hm; /* gpt-oss: analysis to stderr, the answer to the chat */
+        ft_cli_harmony_begin(&hm, ft_chat_template_name(tmpl), &gen, emit, &t);
+        if (st == FT_OK) st = ft_generate(s.engine, tok, ids, n_ids, &gen, ft_cli_harmony_emit, &hm, ctx_ids, &r);
+        ft_cli_harmony_end(&hm);
         free(ids);
         if (st != FT_OK) { /* e.g. context full: say so, drop the turn, keep chatting */
             fprintf(stderr, "ft: %s (/reset starts over)\n", ft_error());

@@ -40,13 +40,15 @@ static int write_out(void *ctx, const char *text, size_t len) {
     return 0;
 }
 
-/* Tokens of the prompt: raw text, or rendered with the chat template. */
+/* Tokens of the prompt: raw text, or rendered with the chat template (its family in *family). */
 static enum ft_status prompt_ids(const struct run_opts *o, const struct ft_tok *tok,
-                                 int32_t **ids, int *n) {
+                                 int32_t **ids, int *n, const char **family) {
+    *family = NULL;
     if (!o->chat) return ft_tok_encode(tok, o->prompt, strlen(o->prompt), 1, ids, n);
     struct ft_chat_template *t = NULL;
     enum ft_status st = ft_chat_template_detect(ft_tok_chat_template(tok), o->tmpl, &t);
     if (st != FT_OK) return st;
+    *family = ft_chat_template_name(t); /* a static string */
     struct ft_chat_msg msgs[2];
     int k = 0;
     if (o->system) msgs[k++] = (struct ft_chat_msg){.role = FT_ROLE_SYSTEM, .content = o->system};
@@ -64,8 +66,9 @@ static int run_text(struct run_opts *o, struct ft_session *s) {
     struct ft_tok *tok = NULL;
     int32_t *ids = NULL, *ctx_ids = NULL, eos[FT_MAX_EOS + 1];
     int n = 0;
+    const char *family = NULL;
     enum ft_status st = ft_tok_load(o->model, &tok);
-    if (st == FT_OK) st = prompt_ids(o, tok, &ids, &n);
+    if (st == FT_OK) st = prompt_ids(o, tok, &ids, &n, &family);
     if (st == FT_OK && !(ctx_ids = malloc((size_t)ft_engine_max_ctx(s->engine) * sizeof *ctx_ids)))
         st = ft_fail(FT_ERR_OOM, "out of memory");
     struct ft_gen_result r;
@@ -74,7 +77,10 @@ static int run_text(struct run_opts *o, struct ft_session *s) {
         o->gen.eos = eos;
         o->gen.n_eos = ft_eos_ids(c, tok, eos);
         o->gen.max_tokens = (int)o->n_gen;
-        st = ft_generate(s->engine, tok, ids, n, &o->gen, write_out, NULL, ctx_ids, &r);
+        struct ft_cli_harmony h; /* gpt-oss: analysis to stderr, the answer to stdout */
+        ft_cli_harmony_begin(&h, family, &o->gen, write_out, NULL);
+        st = ft_generate(s->engine, tok, ids, n, &o->gen, ft_cli_harmony_emit, &h, ctx_ids, &r);
+        ft_cli_harmony_end(&h);
     }
     int rc = 0;
     if (st != FT_OK) {

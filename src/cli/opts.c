@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "engine/generate.h"
+#include "server/sse.h"
 #include "engine/gpu.h"
 #include "format/hfconfig.h"
 
@@ -346,4 +347,45 @@ int ft_cli_engine_flag(const char *cmd, int argc, char **argv, int *i, struct ft
                        int *backend_auto, struct ft_cli_sampling *sampling) {
     int r = ft_cli_backend_flag(cmd, argc, argv, i, be, backend_auto);
     return r != 0 ? r : sampling_flag(cmd, argc, argv, i, sampling);
+}
+
+/* ---- gpt-oss harmony output in the terminal ---- */
+
+static int harmony_out(struct ft_cli_harmony *h, struct ft_sbuf *r, struct ft_sbuf *c) {
+    int rc = 0;
+    if (r->n) fwrite(r->p, 1, r->n, stderr), fflush(stderr);
+    if (c->n) rc = h->inner(h->inner_ctx, c->p, c->n);
+    ft_sbuf_free(r);
+    ft_sbuf_free(c);
+    return rc;
+}
+
+void ft_cli_harmony_begin(struct ft_cli_harmony *h, const char *template_name,
+                          struct ft_gen_params *p, ft_gen_emit_fn inner, void *inner_ctx) {
+    *h = (struct ft_cli_harmony){.inner = inner, .inner_ctx = inner_ctx};
+    h->on = template_name && !strcmp(template_name, "harmony");
+    if (!h->on || !(h->th = malloc(sizeof(struct ft_think)))) {
+        h->on = 0;
+        return;
+    }
+    ft_think_init(h->th, 0, 1);
+    p->keep_special = 1;
+}
+
+int ft_cli_harmony_emit(void *ctx, const char *text, size_t len) {
+    struct ft_cli_harmony *h = ctx;
+    if (!h->on) return h->inner(h->inner_ctx, text, len);
+    struct ft_sbuf r = {0}, c = {0};
+    ft_think_push(h->th, text, len, &r, &c);
+    return harmony_out(h, &r, &c);
+}
+
+void ft_cli_harmony_end(struct ft_cli_harmony *h) {
+    if (!h->on) return;
+    struct ft_sbuf r = {0}, c = {0};
+    ft_think_flush(h->th, &r, &c);
+    harmony_out(h, &r, &c);
+    ft_think_free(h->th);
+    free(h->th);
+    h->on = 0;
 }

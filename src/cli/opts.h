@@ -62,6 +62,22 @@ void ft_cli_backend_apply(struct ft_engine_opts *eo, const struct ft_engine_opts
                           int backend_auto);
 /* Parses "24G", "512M", "0.5T", "2048K" or a plain number of GiB into bytes; 0 on success. */
 int ft_cli_size(const char *s, size_t *out);
+
+/* gpt-oss in the terminal: wraps an emit callback so harmony's analysis channel goes to stderr
+ * and the final answer to the wrapped callback, the channel markers dropped
+ * (ft_cli_harmony_begin sets p->keep_special when the template is harmony; otherwise the
+ * wrapper passes text straight through). */
+struct ft_cli_harmony {
+    int on;
+    void *th;  /* struct ft_think */
+    ft_gen_emit_fn inner;
+    void *inner_ctx;
+};
+void ft_cli_harmony_begin(struct ft_cli_harmony *h, const char *template_name,
+                          struct ft_gen_params *p, ft_gen_emit_fn inner, void *inner_ctx);
+int ft_cli_harmony_emit(void *h, const char *text, size_t len);
+/* Releases what is held (to the same places) and frees the splitter. */
+void ft_cli_harmony_end(struct ft_cli_harmony *h);
 extern const char ft_cli_backend_usage[];
 
 #endif

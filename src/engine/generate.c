@@ -137,7 +137,7 @@ enum ft_status ft_generate(struct ft_engine *e, const struct ft_tok *tok, const 
     int64_t t1 = ft_time_us();
     res->prefill_s = (t1 - t0) / 1e6;
     struct ft_detok dt;
-    ft_detok_init(&dt, tok, 1);
+    ft_detok_init(&dt, tok, !p->keep_special);
     char piece[FT_DETOK_CAP];
     res->finish = FT_FINISH_LENGTH;
     int stopped = 0;

@@ -21,6 +21,7 @@ struct ft_gen_params {
     int ignore_eos;
     const int32_t *eos;          /* stop token ids */
     int n_eos;
+    int keep_special;            /* decode special tokens' text too (a harmony splitter drops it) */
 };
 
 enum ft_finish { FT_FINISH_STOP, FT_FINISH_LENGTH, FT_FINISH_CANCELLED };
