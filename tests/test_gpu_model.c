@@ -102,8 +102,8 @@ TEST(fixtures_through_cuda) {
 }
 
 TEST(gguf_fixtures_through_cuda) {
-    const char *g[] = {"qwen2_q4km.gguf", "llama_q40.gguf", "qwen3moe_q4km.gguf"};
-    for (int i = 0; i < 3; i++) check(g[i], 5e-2, 3e-2);
+    const char *g[] = {"qwen2_q4km.gguf", "llama_q40.gguf", "qwen3moe_q4km.gguf", "qwen2moe_q8.gguf"};
+    for (int i = 0; i < 4; i++) check(g[i], 5e-2, 3e-2);
 }
 
 /* Three sequences decoding together in one step give the logits each gets alone. */

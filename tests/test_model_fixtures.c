@@ -20,7 +20,7 @@ static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2
                                          "llama",     "mistral",          "qwen2",     "qwen3",
                                          "gpt_oss",   "gpt_oss_mxfp4"};
 
-static const char *const k_gguf[] = {"qwen2_q4km", "llama_q40", "qwen3moe_q4km"};
+static const char *const k_gguf[] = {"qwen2_q4km", "llama_q40", "qwen3moe_q4km", "qwen2moe_q8"};
 #define GGUF_TOL 1e-3
 
 struct ref {

@@ -91,6 +91,17 @@ FIXTURES = {
                           # Qwen3MoeConfig defaults, 768 and False); llama.cpp reads the width
                           # and always renormalises qwen3moe's top-k, so the reference says so
                           hf=dict(moe_intermediate_size=256, norm_topk_prob=True)),
+    # Qwen2-MoE: q/k/v biases, a shared expert with a sigmoid gate whose GGUF weight is a vector
+    # (ffn_gate_inp_shexp [H]); Q8_0 experts, Q4_0 shared expert
+    "qwen2moe_q8": dict(arch="qwen2moe", H=256, heads=4, kv=2, hd=64, L=2, I=512, tied=False,
+                        E=3, k=2, EI=128, SI=256,
+                        types=dict(embd=Q.Q8_0, q=Q.Q8_0, k=Q.Q8_0, v=Q.Q8_0, o=Q.Q8_0,
+                                   egate=Q.Q8_0, eup=Q.Q8_0, edown=Q.Q8_0, sgate=Q.Q4_0,
+                                   sup=Q.Q4_0, sdown=Q.Q4_0, out=Q.Q8_0),
+                        bias=True, theta=1000000.0,
+                        # transformers' reader skips the expert widths (llama.cpp: qwen2moe
+                        # does not renormalise its top-k, transformers' default too)
+                        hf=dict(moe_intermediate_size=128, shared_expert_intermediate_size=256)),
 }
 
 
@@ -115,6 +126,8 @@ def build(name, spec, out_dir):
         w.add_expert_count(spec["E"])
         w.add_expert_used_count(spec["k"])
         w.add_expert_feed_forward_length(spec["EI"])
+    if "SI" in spec:
+        w.add_expert_shared_feed_forward_length(spec["SI"])
     # a byte-level vocabulary: enough for transformers to build its tokenizer object
     toks = [bytes([b]).decode("latin-1") for b in range(256)] + [f"<x{i}>" for i in range(VOCAB - 256)]
     w.add_tokenizer_model("gpt2")
@@ -163,6 +176,12 @@ def build(name, spec, out_dir):
             add(p + "ffn_gate_exps.weight", tensor((E, EI, H), t["egate"]))
             add(p + "ffn_up_exps.weight", tensor((E, EI, H), t["eup"]))
             add(p + "ffn_down_exps.weight", tensor((E, H, EI), t["edown"]))
+            if "SI" in spec:
+                SI = spec["SI"]
+                add(p + "ffn_gate_inp_shexp.weight", tensor((H,), Q.F32, 0.5))
+                add(p + "ffn_gate_shexp.weight", tensor((SI, H), t["sgate"]))
+                add(p + "ffn_up_shexp.weight", tensor((SI, H), t["sup"]))
+                add(p + "ffn_down_shexp.weight", tensor((H, SI), t["sdown"]))
         else:
             add(p + "ffn_gate.weight", tensor((I, H), t["gate"]))
             add(p + "ffn_up.weight", tensor((I, H), t["up"]))
