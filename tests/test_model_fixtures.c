@@ -1,6 +1,6 @@
 /* test_model_fixtures.c — every architecture against transformers: the tiny bf16 checkpoints
  * under tests/data/models (tools/gen_fixtures.py; gpt_oss and its MXFP4 twin from
- * tools/gen_gptoss_fixtures.py) with transformers' fp32 logits for a 24-token
+ * tools/gen_gptoss_fixtures.py; qwen3_moe_fp8 / _nvfp4 from tools/gen_quant_fixtures.py) with transformers' fp32 logits for a 24-token
  * prompt and its 12 greedy tokens. Checks max |logit - reference| <= 1e-3 at every position,
  * identical greedy tokens, chunked prefill == one-shot prefill, and the ISA tiers agree.
  * The GGUF fixtures (tests/data/gguf/models, tools/gen_gguf_fixtures.py: Q4_K_M-style mixes,
@@ -18,7 +18,7 @@
 
 static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2_moe", "mixtral",
                                          "llama",     "mistral",          "qwen2",     "qwen3",
-                                         "gpt_oss",   "gpt_oss_mxfp4"};
+                                         "gpt_oss",   "gpt_oss_mxfp4",    "qwen3_moe_fp8", "qwen3_moe_nvfp4"};
 
 static const char *const k_gguf[] = {"qwen2_q4km", "llama_q40", "qwen3moe_q4km", "qwen2moe_q8"};
 #define GGUF_TOL 1e-3
@@ -139,6 +139,8 @@ TEST(fixtures_every_isa_tier) {
         check_fixture("mixtral", pool, 512);
         check_fixture("llama", pool, 512);
         check_fixture("gpt_oss_mxfp4", pool, 512); /* MXFP4 expert blocks in every tier */
+        check_fixture("qwen3_moe_fp8", pool, 512); /* FP8 rows, partial 128-blocks */
+        check_fixture("qwen3_moe_nvfp4", pool, 512);
     }
     ft_cpu_set_isa(best);
     ft_pool_free(pool);

@@ -42,21 +42,28 @@ static int readable_dtype(enum ft_dtype t) {
            t == FT_DTYPE_F8_E4M3; /* with its <name>_scale_inv: repacked to FP8_B128 */
 }
 
-/* The 128x128 block scales of FP8 weight `name` ([rows, cols] e4m3): <name>_scale_inv, F32
- * [ceil(rows/128), ceil(cols/128)]. */
-static enum ft_status fp8_scales(const struct ft_model *m, const char *name, int rows, int cols,
+/* The 128x128 block scales of FP8 weight `name` ([rows, cols] e4m3): <name>_scale_inv
+ * [ceil(rows/128), ceil(cols/128)] in F32 (DeepSeek) or BF16/F16 (Qwen's FP8 releases), as f32
+ * (owned by the model when converted). */
+static enum ft_status fp8_scales(struct ft_model *m, const char *name, int rows, int cols,
                                  const float **out) {
     char sn[300];
     snprintf(sn, sizeof sn, "%s_scale_inv", name);
     const struct ft_st_tensor *s = find(m, sn);
     int br = (rows + 127) / 128, bc = (cols + 127) / 128;
-    if (!s || s->dtype != FT_DTYPE_F32 || s->n_dims != 2 || s->shape[0] != br || s->shape[1] != bc)
-        return ft_fail(FT_ERR_FORMAT, "%s: FP8 tensor '%s' needs '%s' F32 [%d, %d] (128x128 block "
-                       "scales, as Qwen3/DeepSeek FP8 checkpoints store them)", m->label, name, sn,
-                       br, bc);
-    if ((uintptr_t)s->data % 4)
-        return ft_fail(FT_ERR_FORMAT, "%s: '%s' is not 4-byte aligned in the file", m->label, sn);
-    *out = s->data;
+    if (!s || (s->dtype != FT_DTYPE_F32 && s->dtype != FT_DTYPE_BF16 && s->dtype != FT_DTYPE_F16) ||
+        s->n_dims != 2 || s->shape[0] != br || s->shape[1] != bc)
+        return ft_fail(FT_ERR_FORMAT, "%s: FP8 tensor '%s' needs '%s' F32/BF16/F16 [%d, %d] (128x128 "
+                       "block scales, as Qwen3/DeepSeek FP8 checkpoints store them)", m->label, name,
+                       sn, br, bc);
+    if (s->dtype == FT_DTYPE_F32 && (uintptr_t)s->data % 4 == 0) {
+        *out = s->data;
+        return FT_OK;
+    }
+    float *f = ft_model_alloc(m, (size_t)br * bc * sizeof *f);
+    if (!f) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
+    ft_to_f32(f, s->data, s->dtype, (size_t)br * bc);
+    *out = f;
     return FT_OK;
 }
 
