@@ -245,6 +245,21 @@ TEST(gguf_missing_metadata) {
     expect_load_error(p, FT_ERR_FORMAT, "llama.block_count");
 }
 
+/* gguf-split shards: a later shard names the first; a missing shard names its file */
+TEST(gguf_split_shards) {
+    char dir[600], cmd[2048], p[700];
+    snprintf(dir, sizeof dir, "%s/split", g_root);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/gguf/models/qwen2_q4km_split/'*.gguf '%s/'", dir,
+             FT_TEST_DATA, dir);
+    EXPECT(system(cmd) == 0);
+    snprintf(p, sizeof p, "%s/qwen2_q4km-00002-of-00003.gguf", dir);
+    expect_load_error(p, FT_ERR_INVALID_ARG, "open the first one");
+    unlink(p);
+    snprintf(p, sizeof p, "%s/qwen2_q4km-00001-of-00003.gguf", dir);
+    expect_load_error(p, FT_ERR_IO, "qwen2_q4km-00002-of-00003.gguf");
+    expect_cli_error(p, "00002-of-00003", NULL);
+}
+
 TEST(gguf_two_files_in_a_directory) {
     char dir[600], cmd[2048];
     snprintf(dir, sizeof dir, "%s/twogguf", g_root);

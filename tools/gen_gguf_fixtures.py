@@ -75,7 +75,7 @@ FIXTURES = {
     "qwen2_q4km": dict(arch="qwen2", H=256, heads=4, kv=2, hd=64, L=2, I=512, tied=True,
                        types=dict(embd=Q.Q8_0, q=Q.Q4_K, k=Q.Q4_K, v=Q.Q6_K, o=Q.Q5_K,
                                   gate=Q.Q4_K, up=Q.Q4_K, down=Q.Q6_K),
-                       bias=True, theta=1000000.0),
+                       bias=True, theta=1000000.0, split=12),
     # Llama: q/k rows interleaved by the converter; Q4_0 / Q8_0 and an F16 head
     "llama_q40": dict(arch="llama", H=256, heads=4, kv=2, hd=64, L=2, I=256, tied=False,
                       types=dict(embd=Q.F16, q=Q.Q4_0, k=Q.Q4_0, v=Q.Q8_0, o=Q.Q4_0,
@@ -105,10 +105,29 @@ FIXTURES = {
 }
 
 
+class Recorder:
+    """Records GGUFWriter calls so one model can be written whole and split into shards."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        return lambda *a, **k: self.calls.append((name, a, k))
+
+    def write(self, path, arch, split_max_tensors=0):
+        w = gguf.GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
+        for name, a, k in self.calls:
+            getattr(w, name)(*a, **k)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+
 def build(name, spec, out_dir):
     arch = spec["arch"]
     path = os.path.join(out_dir, name + ".gguf")
-    w = gguf.GGUFWriter(path, arch)
+    w = Recorder()
     H, heads, kv, hd, L, I = (spec[k] for k in ("H", "heads", "kv", "hd", "L", "I"))
     w.add_name(name)
     w.add_block_count(L)
@@ -186,10 +205,13 @@ def build(name, spec, out_dir):
             add(p + "ffn_gate.weight", tensor((I, H), t["gate"]))
             add(p + "ffn_up.weight", tensor((I, H), t["up"]))
             add(p + "ffn_down.weight", tensor((H, I), t["down"]))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    w.write(path, arch)
+    if spec.get("split"):  # the same model as llama.cpp's gguf-split shards, in their own folder
+        d = os.path.join(out_dir, name + "_split")
+        os.makedirs(d, exist_ok=True)
+        for f in os.listdir(d):
+            os.remove(os.path.join(d, f))
+        w.write(os.path.join(d, name + ".gguf"), arch, split_max_tensors=spec["split"])
     return path
 
 

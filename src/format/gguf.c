@@ -79,6 +79,8 @@ struct ft_gguf_file {
     struct ft_gguf_tensor *t;       /* [n_tensors], file order */
     struct name_ix *kv_ix, *t_ix;   /* sorted by name */
     struct arena arena;             /* strings, array items */
+    struct ft_gguf_file **shards;   /* split files 2..n (their tensors are merged into t) */
+    int n_shards;
 };
 
 /* ------------------------------------------------------------------ reader */
@@ -500,7 +502,7 @@ fail:
     return st;
 }
 
-enum ft_status ft_gguf_open(const char *path, struct ft_gguf_file **out) {
+static enum ft_status open_one(const char *path, struct ft_gguf_file **out) {
     enum ft_status st;
     struct ft_map m = {0};
     *out = NULL;
@@ -510,6 +512,76 @@ enum ft_status ft_gguf_open(const char *path, struct ft_gguf_file **out) {
     return FT_OK;
 fail:
     ft_file_unmap(&m);
+    return st;
+}
+
+/* "NAME-00001-of-00003.gguf": the offset of the shard number "00001" in path, or -1. */
+static long shard_digits(const char *path) {
+    size_t n = strlen(path);
+    if (n < 21) return -1;
+    const char *p = path + n - 20; /* "-NNNNN-of-NNNNN.gguf" */
+    if (p[0] != '-' || strncmp(p + 6, "-of-", 4) || strcasecmp(p + 15, ".gguf")) return -1;
+    for (int i = 0; i < 5; i++)
+        if (p[1 + i] < '0' || p[1 + i] > '9' || p[10 + i] < '0' || p[10 + i] > '9') return -1;
+    return (long)(p + 1 - path);
+}
+
+/* A split model (llama.cpp's gguf-split: split.count files, the first with every key): opens
+ * the other shards and merges their tensors into f, so callers see one file. */
+static enum ft_status merge_shards(struct ft_gguf_file *f, const char *path) {
+    uint64_t count = 0, no = 0, total = 0;
+    if (!ft_gguf_get(f, "split.count")) return FT_OK;
+    enum ft_status st = ft_gguf_get_u64(f, "split.count", &count);
+    if (st == FT_OK && count <= 1) return FT_OK;
+    if (st == FT_OK) st = ft_gguf_get_u64(f, "split.no", &no);
+    if (st == FT_OK) st = ft_gguf_get_u64(f, "split.tensors.count", &total);
+    if (st != FT_OK) return st;
+    long at = shard_digits(path);
+    if (no != 0 || at < 0 || count > 9999)
+        return ft_fail(FT_ERR_INVALID_ARG, "%s: shard %llu of a %llu-file split model; open the first "
+                       "one (NAME-00001-of-%05llu.gguf)", path, (unsigned long long)no + 1,
+                       (unsigned long long)count, (unsigned long long)count);
+    f->shards = calloc((size_t)count, sizeof *f->shards);
+    if (!f->shards) return ft_fail(FT_ERR_OOM, "%s: out of memory", path);
+    char sp[4096];
+    snprintf(sp, sizeof sp, "%s", path);
+    for (uint64_t i = 1; i < count; i++) {
+        char num[8];
+        snprintf(num, sizeof num, "%05llu", (unsigned long long)i + 1);
+        memcpy(sp + at, num, 5);
+        struct ft_gguf_file *s = NULL;
+        FT_TRY(open_one(sp, &s));
+        f->shards[f->n_shards++] = s;
+        uint64_t sno = 0;
+        if (ft_gguf_get_u64(s, "split.no", &sno) != FT_OK || sno != i)
+            return ft_fail(FT_ERR_FORMAT, "%s: split.no is not %llu (a shard of another model?)",
+                           sp, (unsigned long long)i);
+        struct ft_gguf_tensor *t = realloc(f->t, (size_t)(f->n_tensors + s->n_tensors) * sizeof *t);
+        if (!t) return ft_fail(FT_ERR_OOM, "%s: out of memory", sp);
+        f->t = t;
+        memcpy(f->t + f->n_tensors, s->t, (size_t)s->n_tensors * sizeof *t);
+        f->n_tensors += s->n_tensors;
+    }
+    if ((uint64_t)f->n_tensors != total)
+        return ft_fail(FT_ERR_FORMAT, "%s: the %llu shards hold %lld tensors, split.tensors.count "
+                       "says %llu (a shard missing or from another model?)", path,
+                       (unsigned long long)count, (long long)f->n_tensors, (unsigned long long)total);
+    const char *dup;
+    free(f->t_ix);
+    f->t_ix = build_ix(f->n_tensors, t_name, f, &dup);
+    if (!f->t_ix) return ft_fail(FT_ERR_OOM, "%s: out of memory", path);
+    if (dup) return ft_fail(FT_ERR_FORMAT, "%s: tensor '%.120s' appears in two shards", path, dup);
+    return FT_OK;
+fail:
+    return st;
+}
+
+enum ft_status ft_gguf_open(const char *path, struct ft_gguf_file **out) {
+    enum ft_status st = open_one(path, out);
+    if (st == FT_OK && (st = merge_shards(*out, path)) != FT_OK) {
+        ft_gguf_close(*out);
+        *out = NULL;
+    }
     return st;
 }
 
@@ -531,15 +603,24 @@ int ft_gguf_model_path(const char *path, char *out, size_t cap) {
         return 0; /* a Hugging Face checkpoint directory wins over stray .gguf files */
     DIR *d = opendir(path);
     if (!d) return 0;
-    int n = 0;
-    char first[1024] = "", second[1024] = "";
+    int n = 0, n_first = 0;
+    char first[1024] = "", second[1024] = "", shard1[1024] = "";
     for (struct dirent *e; (e = readdir(d));) {
         if (!has_gguf_suffix(e->d_name)) continue;
         snprintf(n ? second : first, sizeof first, "%s", e->d_name);
         n++;
+        long at = shard_digits(e->d_name); /* a split model: its first shard opens the rest */
+        if (at >= 0 && !strncmp(e->d_name + at, "00001", 5)) {
+            snprintf(shard1, sizeof shard1, "%s", e->d_name);
+            n_first++;
+        }
     }
     closedir(d);
     if (n == 0) return 0;
+    if (n > 1 && n_first == 1) {
+        ft_path_join(out, cap, path, shard1);
+        return 1;
+    }
     if (n > 1) {
         ft_fail(FT_ERR_INVALID_ARG, "%s: holds %d .gguf files (%s, %s, ...); pass the one to "
                 "load: --model %s/%s", path, n, first, second, path, first);
@@ -551,6 +632,8 @@ int ft_gguf_model_path(const char *path, char *out, size_t cap) {
 
 void ft_gguf_close(struct ft_gguf_file *f) {
     if (!f) return;
+    for (int i = 0; i < f->n_shards; i++) ft_gguf_close(f->shards[i]);
+    free(f->shards);
     arena_free(&f->arena);
     free(f->kv);
     free(f->t);
