@@ -546,7 +546,7 @@ static enum ft_status merge_shards(struct ft_gguf_file *f, const char *path) {
     char sp[4096];
     snprintf(sp, sizeof sp, "%s", path);
     for (uint64_t i = 1; i < count; i++) {
-        char num[8];
+        char num[24];
         snprintf(num, sizeof num, "%05llu", (unsigned long long)i + 1);
         memcpy(sp + at, num, 5);
         struct ft_gguf_file *s = NULL;
