@@ -21,7 +21,7 @@ static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2
                                          "gpt_oss",   "gpt_oss_mxfp4",    "qwen3_moe_fp8", "qwen3_moe_nvfp4"};
 
 static const char *const k_gguf[] = {"qwen2_q4km", "llama_q40", "qwen3moe_q4km", "qwen2moe_q8",
-                                     "qwen2_q4km_split"};
+                                     "qwen2_q4km_split", "gpt_oss_mxfp4"};
 #define GGUF_TOL 1e-3
 
 struct ref {

@@ -235,12 +235,88 @@ def reference(path, out_dir, name, overrides):
           f"greedy {greedy.tolist()}")
 
 
+def gpt_oss_gguf(out_dir):
+    """tests/data/models/gpt_oss_mxfp4 rewritten the way llama.cpp's converter writes gpt-oss:
+    arch "gpt-oss", the MoE's input norm as post_attention_norm, attn_sinks, the router as
+    ffn_gate_inp (+ bias), gate and up experts split apart (gpt-oss interleaves their rows) and
+    repacked into GGML MXFP4 blocks (scale byte, then byte j = element j low / j + 16 high),
+    expert biases as ffn_{gate,up,down}_exps.bias. The weights are the safetensors fixture's,
+    so its transformers reference.safetensors is this file's reference too."""
+    import json
+    import shutil
+    import torch
+    from safetensors.torch import load_file
+    src = os.path.join(os.path.dirname(out_dir), "..", "models", "gpt_oss_mxfp4")
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    t = {k: (v.float() if v.is_floating_point() else v).numpy() for k, v in
+         load_file(os.path.join(src, "model.safetensors")).items()}
+    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)
+    H, L, E = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_local_experts"]
+    path = os.path.join(out_dir, "gpt_oss_mxfp4.gguf")
+    w = gguf.GGUFWriter(path, "gpt-oss")
+    w.add_block_count(L)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_rope_freq_base(float(cfg["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(E)
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(cfg["intermediate_size"])
+    w.add_sliding_window(cfg["sliding_window"])
+    rs = cfg["rope_scaling"]
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(rs["factor"])
+    w.add_rope_scaling_orig_ctx_len(rs["original_max_position_embeddings"])
+
+    def mxfp4(blocks, scales):  # [E, rows, nb, 16] + [E, rows, nb] -> GGML MXFP4 bytes
+        lo, hi = blocks & 15, blocks >> 4
+        el = np.stack([lo, hi], -1).reshape(*blocks.shape[:-1], 32)  # element order
+        q = el[..., :16] | (el[..., 16:] << 4)
+        return np.concatenate([scales[..., None], q], -1).reshape(*blocks.shape[:2], -1)
+
+    w.add_tensor("token_embd.weight", f32(t["model.embed_tokens.weight"]))
+    w.add_tensor("output_norm.weight", f32(t["model.norm.weight"]))
+    w.add_tensor("output.weight", f32(t["lm_head.weight"]))
+    for l in range(L):
+        p, b = f"blk.{l}.", f"model.layers.{l}."
+        w.add_tensor(p + "attn_norm.weight", f32(t[b + "input_layernorm.weight"]))
+        w.add_tensor(p + "post_attention_norm.weight", f32(t[b + "post_attention_layernorm.weight"]))
+        for g, h in (("attn_q", "q_proj"), ("attn_k", "k_proj"), ("attn_v", "v_proj"), ("attn_output", "o_proj")):
+            w.add_tensor(p + g + ".weight", f32(t[b + "self_attn." + h + ".weight"]))
+            w.add_tensor(p + g + ".bias", f32(t[b + "self_attn." + h + ".bias"]))
+        w.add_tensor(p + "attn_sinks.weight", f32(t[b + "self_attn.sinks"]))
+        w.add_tensor(p + "ffn_gate_inp.weight", f32(t[b + "mlp.router.weight"]))
+        w.add_tensor(p + "ffn_gate_inp.bias", f32(t[b + "mlp.router.bias"]))
+        x = b + "mlp.experts."
+        gb, gs = t[x + "gate_up_proj_blocks"], t[x + "gate_up_proj_scales"]
+        w.add_tensor(p + "ffn_gate_exps.weight", mxfp4(gb[:, 0::2], gs[:, 0::2]), raw_dtype=Q.MXFP4)
+        w.add_tensor(p + "ffn_up_exps.weight", mxfp4(gb[:, 1::2], gs[:, 1::2]), raw_dtype=Q.MXFP4)
+        w.add_tensor(p + "ffn_down_exps.weight", mxfp4(t[x + "down_proj_blocks"], t[x + "down_proj_scales"]),
+                     raw_dtype=Q.MXFP4)
+        gub = f32(t[x + "gate_up_proj_bias"])
+        w.add_tensor(p + "ffn_gate_exps.bias", np.ascontiguousarray(gub[:, 0::2]))
+        w.add_tensor(p + "ffn_up_exps.bias", np.ascontiguousarray(gub[:, 1::2]))
+        w.add_tensor(p + "ffn_down_exps.bias", f32(t[x + "down_proj_bias"]))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    shutil.copy(os.path.join(src, "reference.safetensors"), os.path.join(out_dir, "gpt_oss_mxfp4.ref.safetensors"))
+    print(f"gpt_oss_mxfp4: {os.path.getsize(path)} bytes (reference: the safetensors fixture's)")
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(__file__), "..", "tests", "data", "gguf", "models")
     os.makedirs(out_dir, exist_ok=True)
     for name, spec in FIXTURES.items():
         reference(build(name, spec, out_dir), out_dir, name, spec.get("hf", {}))
+    gpt_oss_gguf(out_dir)
 
 
 if __name__ == "__main__":

@@ -47,9 +47,16 @@ static const struct name_map k_layer[] = {
     {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
     {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
     {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+    /* gpt-oss (llama.cpp's converter): the MoE's input norm, attention sinks, router bias */
+    {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+    {"attn_sinks.weight", "self_attn.sinks"},
+    {"ffn_gate_inp.bias", "%s.router.bias"},
 };
 
 /* stacked experts [E][rows][cols]: gate and up into the gate_up bank, down into the down bank */
+/* gpt-oss's expert biases, read with the experts */
+static const char *const k_expert_bias[3] = {"ffn_gate_exps.bias", "ffn_up_exps.bias",
+                                             "ffn_down_exps.bias"};
 static const char *const k_experts[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
                                          "ffn_down_exps.weight"};
 
@@ -182,6 +189,19 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
             c->mlp_only[l] = !has_tensor(f, "blk.%d.ffn_gate_exps.weight", l) &&
                              has_tensor(f, "blk.%d.ffn_gate.weight", l);
     }
+    if (arch->flags & FT_ARCH_OAI_MOE) { /* gpt-oss, as llama.cpp runs it */
+        /* the expert width is intermediate_size here; sliding window on the even layers
+         * (llama.cpp's swa pattern 2 = gpt-oss's layer_types); YaRN without truncation;
+         * SwiGLU clamped at 7 with alpha 1.702 (llama.cpp's constants for this arch) */
+        if (c->moe_intermediate_size) c->intermediate_size = c->moe_intermediate_size;
+        FT_TRY(opt_int(f, a, "attention.sliding_window", &c->sliding_window));
+        c->sliding = calloc((size_t)c->n_layers, 1);
+        if (!c->sliding) return ft_fail(FT_ERR_OOM, "%s: out of memory", lbl);
+        for (int l = 0; l < c->n_layers; l++) c->sliding[l] = l % 2 == 0;
+        c->rope.truncate = 0;
+        c->swiglu_limit = 7.0;
+        c->swiglu_alpha = 1.702;
+    }
     uint64_t id;
     if (ft_gguf_get_u64(f, "tokenizer.ggml.bos_token_id", &id) == FT_OK && id <= INT32_MAX)
         c->bos_token_id = (int)id;
@@ -288,10 +308,13 @@ enum ft_status ft_gguf_model_tensors(struct ft_model *m) {
                            m->n_layers);
         } else if (l >= 0) {
             int skip = 0;
-            for (int e = 0; e < 3; e++) skip |= strcmp(suffix, k_experts[e]) == 0;
+            for (int e = 0; e < 3; e++)
+                skip |= !strcmp(suffix, k_experts[e]) || !strcmp(suffix, k_expert_bias[e]);
             if (skip) continue; /* filled into the banks by ft_gguf_load_experts */
             for (size_t j = 0; !hf && j < sizeof k_layer / sizeof k_layer[0]; j++)
                 if (strcmp(suffix, k_layer[j].gguf) == 0) hf = k_layer[j].hf;
+            if (hf && (m->arch->flags & FT_ARCH_OAI_MOE) && !strcmp(suffix, "ffn_gate_inp.weight"))
+                hf = "%s.router.weight"; /* gpt-oss names its router "router" */
             if (hf) {
                 char tail[128];
                 snprintf(tail, sizeof tail, hf, m->arch->moe_block ? m->arch->moe_block : "mlp");
@@ -331,8 +354,38 @@ enum ft_status ft_gguf_rope_freqs(struct ft_model *m) {
     return FT_OK;
 }
 
+/* gpt-oss: the experts' biases (ffn_{gate,up}_exps.bias [E, I] into [E][gate | up], and
+ * ffn_down_exps.bias [E, H]) and the clamped SwiGLU. */
+static enum ft_status load_expert_act(struct ft_model *m, int l, struct ft_layer *L) {
+    const struct ft_gguf_file *f = m->gguf;
+    int E = m->n_experts, I = m->expert_inter, H = m->hidden;
+    float *gu = ft_model_alloc(m, (size_t)E * 2 * I * sizeof *gu);
+    float *dn = ft_model_alloc(m, (size_t)E * H * sizeof *dn);
+    if (!gu || !dn) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
+    for (int j = 0; j < 3; j++) {
+        char n[160];
+        snprintf(n, sizeof n, "blk.%d.%s", l, k_expert_bias[j]);
+        const struct ft_gguf_tensor *g = ft_gguf_find(f, n);
+        int w = j < 2 ? I : H;
+        if (!g || g->n_elems != (int64_t)E * w || g->ne[0] != w ||
+            (g->type != FT_GGML_F32 && g->type != FT_GGML_F16 && g->type != FT_GGML_BF16))
+            return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' must be a plain [%d, %d] (gpt-oss expert "
+                           "bias)", ft_gguf_label(f), n, E, w);
+        for (int e = 0; e < E; e++) /* gate then up in one row per expert, like the banks */
+            ft_to_f32(j < 2 ? gu + (size_t)e * 2 * I + (size_t)j * I : dn + (size_t)e * H,
+                      (const uint8_t *)g->data + (size_t)e * ft_ggml_row_bytes(g->type, w),
+                      ft_dtype_from_ggml(g->type), (size_t)w);
+    }
+    L->act = (struct ft_expert_act){(float)m->cfg.swiglu_limit, (float)m->cfg.swiglu_alpha, gu, dn};
+    return FT_OK;
+}
+
 enum ft_status ft_gguf_load_experts(struct ft_model *m, int l, struct ft_layer *L) {
     const struct ft_gguf_file *f = m->gguf;
+    if (m->arch->flags & FT_ARCH_OAI_MOE) {
+        enum ft_status st = load_expert_act(m, l, L);
+        if (st != FT_OK) return st;
+    }
     int E = m->n_experts, I = m->expert_inter, H = m->hidden;
     const struct ft_gguf_tensor *g[3];
     for (int j = 0; j < 3; j++) {

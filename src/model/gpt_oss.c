@@ -10,4 +10,5 @@ const struct ft_arch ft_arch_gpt_oss = {
     .flags = FT_ARCH_MOE | FT_ARCH_NORM_TOPK_ALWAYS | FT_ARCH_OAI_MOE,
     .moe_block = "mlp",
     .expert_width_is_intermediate = 1,
+    .gguf = "gpt-oss",
 };
