@@ -333,8 +333,11 @@ TEST(rope_unsupported_and_bad) {
     expect_bad("{\"rope_parameters\":{\"rope_type\":\"longrope\",\"rope_theta\":1e4}}", FT_ERR_UNSUPPORTED,
                "rope_parameters.rope_type", "'longrope'");
     expect_bad("{\"rope_scaling\":{\"type\":\"su\"}}", FT_ERR_UNSUPPORTED, "rope_scaling.type", "'su'");
-    expect_bad("{\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"default\"}}}",
+    expect_bad("{\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"default\"},\"other\":{}}}",
                FT_ERR_UNSUPPORTED, "rope_parameters.full_attention", "per-layer-type");
+    expect_bad("{\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"default\"},"
+               "\"sliding_attention\":{\"rope_type\":\"linear\",\"factor\":2}}}",
+               FT_ERR_UNSUPPORTED, "sliding_attention.rope_type", "default");
     expect_bad("{\"rope_scaling\":{\"rope_type\":\"linear\"}}", FT_ERR_FORMAT, "rope_scaling.factor", "missing");
     expect_bad("{\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":\"2\"}}", FT_ERR_FORMAT,
                "rope_scaling.factor", "must be a number");

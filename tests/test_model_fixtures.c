@@ -18,10 +18,11 @@
 
 static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2_moe", "mixtral",
                                          "llama",     "mistral",          "qwen2",     "qwen3",
-                                         "gpt_oss",   "gpt_oss_mxfp4",    "qwen3_moe_fp8", "qwen3_moe_nvfp4"};
+                                         "gpt_oss",   "gpt_oss_mxfp4",    "qwen3_moe_fp8", "qwen3_moe_nvfp4",
+                                         "gemma3"};
 
 static const char *const k_gguf[] = {"qwen2_q4km", "llama_q40", "qwen3moe_q4km", "qwen2moe_q8",
-                                     "qwen2_q4km_split", "gpt_oss_mxfp4"};
+                                     "qwen2_q4km_split", "gpt_oss_mxfp4", "gemma3"};
 #define GGUF_TOL 1e-3
 
 struct ref {
@@ -127,6 +128,7 @@ TEST(fixtures_chunked_prefill_and_odd_pool) {
     check_fixture("mistral", pool, 5); /* sliding window 8 across chunks */
     check_fixture("qwen2_moe", pool, 7);
     check_fixture("gpt_oss", pool, 5); /* sliding window 8 on alternate layers, sinks */
+    check_fixture("gemma3", pool, 5);  /* sliding layers with their own RoPE base */
     ft_pool_free(pool);
 }
 

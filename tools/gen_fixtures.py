@@ -9,7 +9,7 @@ values: `reference.safetensors` holds `ids` [24] (the prompt), `logits` [24, voc
 (teacher-forced) and `greedy` [12] (transformers' greedy continuation).
 
 Run where torch and transformers are installed (the GPU machine, or any machine with them):
-    python3 tools/gen_fixtures.py [OUT_DIR]   (default tests/data/models)
+    python3 tools/gen_fixtures.py [OUT_DIR] [--only NAME ...]   (default tests/data/models)
 """
 import json
 import os
@@ -19,7 +19,9 @@ import torch
 import transformers
 from safetensors.torch import save_file
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "models")
+ARGS = sys.argv[1:sys.argv.index("--only")] if "--only" in sys.argv else sys.argv[1:]
+ONLY = sys.argv[sys.argv.index("--only") + 1:] if "--only" in sys.argv else None
+OUT = ARGS[0] if ARGS else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "models")
 T_PROMPT, N_GREEDY, VOCAB = 24, 12, 384
 
 COMMON = dict(vocab_size=VOCAB, hidden_size=42, num_hidden_layers=3, num_attention_heads=6,
@@ -53,15 +55,24 @@ FIXTURES = {
               dict(tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM",
               dict(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # Gemma 3: (1 + w) norms, sqrt(H) embeddings, post-attention/-MLP norms, GELU-tanh, sliding
+    # window and its own RoPE base on the sliding layers, linear RoPE scaling on the full ones
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+               dict(tie_word_embeddings=True, sliding_window=8, query_pre_attn_scalar=24,
+                    num_hidden_layers=6,  # Gemma 3's pattern: five sliding layers, then a full one
+                    layer_types=["sliding_attention"] * 5 + ["full_attention"],
+                    rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                     "full_attention": {"rope_type": "linear", "factor": 4.0,
+                                                        "rope_theta": 1000000.0}})),
 }
 
 
-def init_weights(model, seed):
+def init_weights(model, seed, plus_one_norms=False):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 1:  # norms: around 1; biases: small
-                base = 0.0 if "bias" in name else 1.0
+            if p.dim() == 1:  # norms: around 1 (Gemma's 1 + w too); biases: small
+                base = 0.0 if "bias" in name or plus_one_norms else 1.0
                 p.copy_(base + 0.1 * torch.randn(p.shape, generator=g))
             else:
                 fan_in = p.shape[-1]
@@ -69,7 +80,7 @@ def init_weights(model, seed):
                 if "gate.weight" in name or "router" in name:
                     std *= 3.0  # spread router logits so top-k is not near ties
                 if "embed" in name:
-                    std = 1.0
+                    std = 1.0 / fan_in ** 0.5 if plus_one_norms else 1.0  # Gemma scales by sqrt(H)
                 p.copy_(std * torch.randn(p.shape, generator=g))
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
 
@@ -83,7 +94,8 @@ def build(name, seed):
     cfg._experts_implementation = "eager"  # the plain per-expert loop, no grouped_mm
     torch.manual_seed(seed)
     model = getattr(transformers, model_cls)(cfg).eval().to(torch.float32)
-    init_weights(model, seed)
+    gemma = "Gemma" in model_cls
+    init_weights(model, seed, gemma)
     g = torch.Generator().manual_seed(seed + 1000)
     ids = torch.randint(3, VOCAB, (1, T_PROMPT), generator=g)
     with torch.no_grad():
@@ -91,7 +103,10 @@ def build(name, seed):
         # scale the final norm (works for tied embeddings too) so logits have std near 1
         s = float(logits.std())
         w = model.model.norm.weight
-        w.mul_(1.0 / s)
+        if gemma:  # the norm multiplies by 1 + w
+            w.copy_((1.0 + w) / s - 1.0)
+        else:
+            w.mul_(1.0 / s)
         w.copy_(w.to(torch.bfloat16).float())
         logits = model(ids).logits[0].float()
         out = model.generate(ids, max_new_tokens=N_GREEDY, do_sample=False, min_new_tokens=N_GREEDY,
@@ -112,4 +127,5 @@ def build(name, seed):
 if __name__ == "__main__":
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     for i, n in enumerate(FIXTURES):
-        build(n, 1234 + i)
+        if ONLY is None or n in ONLY:
+            build(n, 1234 + i)

@@ -310,6 +310,58 @@ def gpt_oss_gguf(out_dir):
     print(f"gpt_oss_mxfp4: {os.path.getsize(path)} bytes (reference: the safetensors fixture's)")
 
 
+def gemma3_gguf(out_dir):
+    """tests/data/models/gemma3 rewritten the way llama.cpp's converter writes Gemma 3: arch
+    "gemma3", 1 added to every norm weight (llama.cpp computes x * w), the MLP's input norm as
+    ffn_norm and its output norm as post_ffw_norm, the attention's output norm as
+    post_attention_norm, tied embeddings (no output.weight), F32 tensors. The reference is the
+    safetensors fixture's (same weights); its layer_types follow llama.cpp's rule (every sixth
+    layer global) and its query_pre_attn_scalar equals head_dim, as llama.cpp assumes."""
+    import json
+    import shutil
+    from safetensors.torch import load_file
+    src = os.path.join(os.path.dirname(out_dir), "..", "models", "gemma3")
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    t = {k: v.float().numpy() for k, v in load_file(os.path.join(src, "model.safetensors")).items()}
+    H, L = cfg["hidden_size"], cfg["num_hidden_layers"]
+    full = cfg["rope_parameters"]["full_attention"]
+    path = os.path.join(out_dir, "gemma3.gguf")
+    w = gguf.GGUFWriter(path, "gemma3")
+    w.add_block_count(L)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_rope_freq_base(full["rope_theta"])
+    w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+    w.add_rope_scaling_factor(full["factor"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_sliding_window(cfg["sliding_window"])
+    norm = lambda k: np.ascontiguousarray(t[k] + 1.0, dtype=np.float32)
+    mat = lambda k: np.ascontiguousarray(t[k], dtype=np.float32)
+    w.add_tensor("token_embd.weight", mat("model.embed_tokens.weight"))
+    w.add_tensor("output_norm.weight", norm("model.norm.weight"))
+    for l in range(L):
+        p, b = f"blk.{l}.", f"model.layers.{l}."
+        for g, h in (("attn_norm", "input_layernorm"), ("post_attention_norm", "post_attention_layernorm"),
+                     ("ffn_norm", "pre_feedforward_layernorm"), ("post_ffw_norm", "post_feedforward_layernorm"),
+                     ("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm")):
+            w.add_tensor(p + g + ".weight", norm(b + h + ".weight"))
+        for g, h in (("attn_q", "self_attn.q_proj"), ("attn_k", "self_attn.k_proj"), ("attn_v", "self_attn.v_proj"),
+                     ("attn_output", "self_attn.o_proj"), ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"),
+                     ("ffn_down", "mlp.down_proj")):
+            w.add_tensor(p + g + ".weight", mat(b + h + ".weight"))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    shutil.copy(os.path.join(src, "reference.safetensors"), os.path.join(out_dir, "gemma3.ref.safetensors"))
+    print(f"gemma3: {os.path.getsize(path)} bytes (reference: the safetensors fixture's)")
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(__file__), "..", "tests", "data", "gguf", "models")
@@ -317,6 +369,7 @@ def main():
     for name, spec in FIXTURES.items():
         reference(build(name, spec, out_dir), out_dir, name, spec.get("hf", {}))
     gpt_oss_gguf(out_dir)
+    gemma3_gguf(out_dir)
 
 
 if __name__ == "__main__":

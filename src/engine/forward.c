@@ -155,7 +155,8 @@ static void dense_mlp(struct ft_engine *e, const struct ft_layer *L, int T) {
     int I = L->w_gate.rows;
     mm(e, e->gu, 2 * I, e->xn, &L->w_gate, NULL, T);
     mm(e, e->gu + I, 2 * I, e->xn, &L->w_up, NULL, T);
-    ft_cpu_silu_mul(e->act, e->gu, T, I);
+    if (e->m->gelu_tanh) ft_cpu_gelu_tanh_mul(e->act, e->gu, T, I);
+    else ft_cpu_silu_mul(e->act, e->gu, T, I);
     mm(e, e->y, e->m->hidden, e->act, &L->w_down, NULL, T);
 }
 
@@ -169,8 +170,10 @@ static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int 
         ft_cpu_rmsnorm(e->q, e->q, L->q_norm, T * m->n_heads, hd, m->rms_eps);
         ft_cpu_rmsnorm(e->k, e->k, L->k_norm, T * m->n_kv_heads, hd, m->rms_eps);
     }
-    ft_cpu_rope(e->q, e->pos, m->inv_freq, m->rope_mscale, T, m->n_heads, hd, m->rot_dim);
-    ft_cpu_rope(e->k, e->pos, m->inv_freq, m->rope_mscale, T, m->n_kv_heads, hd, m->rot_dim);
+    const float *inv = L->rope_local ? m->inv_freq_local : m->inv_freq;
+    float msc = L->rope_local ? 1.0f : m->rope_mscale;
+    ft_cpu_rope(e->q, e->pos, inv, msc, T, m->n_heads, hd, m->rot_dim);
+    ft_cpu_rope(e->k, e->pos, inv, msc, T, m->n_kv_heads, hd, m->rot_dim);
     size_t layer_off = (size_t)l * e->n_blocks * FT_KV_BLOCK * kd;
     float *kc = e->k_cache + layer_off, *vc = e->v_cache + layer_off;
     for (int t = 0; t < T; t++) {
@@ -180,7 +183,8 @@ static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int 
         memcpy(vc + row * kd, e->v + (size_t)t * kd, (size_t)kd * sizeof(float));
     }
     ft_cpu_attention_paged(e->pool, e->att, e->q, kc, vc, e->pos, e->tok_blocks, FT_KV_BLOCK, T,
-                           m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window,
+                           m->n_heads, m->n_kv_heads, hd,
+                           m->attn_scale > 0 ? m->attn_scale : 1.0f / sqrtf((float)hd), L->window,
                            L->sinks);
     mm(e, e->y, m->hidden, e->att, &L->wo, L->bo, T);
 }
@@ -219,16 +223,20 @@ static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs
     const struct ft_model *m = e->m;
     int H = m->hidden, T = e->step_tokens;
     ft_cpu_embed(e->x, m->embed.data, m->embed.dtype, e->ids, T, H);
+    if (m->embed_scale > 0)
+        for (size_t i = 0; i < (size_t)T * H; i++) e->x[i] *= m->embed_scale;
     for (int l = 0; l < m->n_layers; l++) {
         const struct ft_layer *L = &m->layers[l];
         ft_cpu_rmsnorm(e->xn, e->x, L->attn_norm, T, H, m->rms_eps);
         attention(e, L, l, T);
+        if (L->post_attn_norm) ft_cpu_rmsnorm(e->y, e->y, L->post_attn_norm, T, H, m->rms_eps);
         ft_cpu_add(e->x, e->y, (size_t)T * H);
         ft_cpu_rmsnorm(e->xn, e->x, L->ffn_norm, T, H, m->rms_eps);
         if (L->is_moe)
             moe_block(e, L, l, T);
         else
             dense_mlp(e, L, T);
+        if (L->post_ffn_norm) ft_cpu_rmsnorm(e->y, e->y, L->post_ffn_norm, T, H, m->rms_eps);
         ft_cpu_add(e->x, e->y, (size_t)T * H);
     }
     if (!logits) return FT_OK;
@@ -310,11 +318,11 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                               struct ft_pool *pool, const struct ft_engine_opts *opts) {
     *out = NULL;
     int gpu = opts->backend == FT_BACKEND_CUDA || opts->backend == FT_BACKEND_OFFLOAD;
-    if (gpu && (m->arch->flags & FT_ARCH_OAI_MOE)) { /* sinks, expert biases, clamped SwiGLU */
+    if (gpu && (m->arch->flags & (FT_ARCH_OAI_MOE | FT_ARCH_GEMMA))) { /* CPU-only archs */
         if (!opts->backend_auto)
-            return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run "
-                           "gpt-oss yet (attention sinks, expert biases); use --backend cpu",
-                           m->arch->name);
+            return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it "
+                           "yet (gpt-oss: attention sinks, expert biases; Gemma 3: extra norms, "
+                           "local RoPE); use --backend cpu", m->arch->name);
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
     }

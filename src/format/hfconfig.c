@@ -165,6 +165,20 @@ static enum ft_status parse_rope(json_t *root, const char *label, struct ft_conf
                        label, jtype(rs));
     json_t *sc = rp ? rp : rs;
     const char *where = rp ? "rope_parameters." : "rope_scaling.";
+    json_t *full = rp ? get(rp, "full_attention") : NULL, *slide = rp ? get(rp, "sliding_attention") : NULL;
+    if (full && json_is_object(full) && (!slide || json_is_object(slide)) &&
+        json_object_size(rp) == 1 + (slide != NULL)) { /* Gemma 3: one set per layer type */
+        if (slide) {
+            json_t *st2 = get(slide, "rope_type");
+            if (st2 && (!json_is_string(st2) || strcmp(json_string_value(st2), "default")))
+                return ft_fail(FT_ERR_UNSUPPORTED, "%s: 'rope_parameters.sliding_attention.rope_type' "
+                               "must be \"default\"", label);
+            FT_TRY(get_num(slide, "rope_parameters.sliding_attention.", "rope_theta", label, 10000.0,
+                           0, 0, &cfg->rope_local_theta));
+        }
+        sc = full;
+        where = "rope_parameters.full_attention.";
+    }
     if (sc) {
         const char *k;
         json_t *v;
@@ -421,6 +435,17 @@ enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
     FT_TRY(get_bool(root, "", "use_sliding_window", label, -1, &cfg->use_sliding_window));
     FT_TRY(get_int(root, "", "max_window_layers", label, 0, 0, 0, &cfg->max_window_layers));
     FT_TRY(parse_layer_types(root, label, cfg));
+    FT_TRY(get_num(root, "", "query_pre_attn_scalar", label, 0, 0, 1, &cfg->query_pre_attn_scalar));
+    const char *acts[2] = {"hidden_activation", "hidden_act"};
+    for (int i = 0; i < 2; i++) {
+        json_t *a = get(root, acts[i]);
+        if (a && json_is_string(a) && !strcmp(json_string_value(a), "gelu_pytorch_tanh")) cfg->gelu_tanh = 1;
+    }
+    const char *caps[2] = {"final_logit_softcapping", "attn_logit_softcapping"};
+    for (int i = 0; i < 2; i++)
+        if (get(root, caps[i]))
+            return ft_fail(FT_ERR_UNSUPPORTED, "%s: '%s' is set; logit soft-capping is not supported",
+                           label, caps[i]);
     FT_TRY(get_num(root, "", "swiglu_limit", label, 0, 0, 1, &cfg->swiglu_limit));
     FT_TRY(get_num(root, "", "swiglu_alpha", label, 1.702, 0, 0, &cfg->swiglu_alpha));
     FT_TRY(parse_rope(root, label, cfg));

@@ -64,6 +64,12 @@ struct ft_config {
                                  "full_attention"; NULL when the config has no layer_types */
     double swiglu_limit;      /* gpt-oss clamped SwiGLU: limit (0 = plain SwiGLU) and alpha */
     double swiglu_alpha;
+    /* Gemma 3: RoPE of the sliding layers (rope_parameters.sliding_attention; 0 = the same as
+     * every layer's), attention scale 1/sqrt(query_pre_attn_scalar) (0 = head_dim), and the MLP's
+     * activation (hidden_activation / hidden_act "gelu_pytorch_tanh") */
+    double rope_local_theta;
+    double query_pre_attn_scalar;
+    int gelu_tanh;
     /* special tokens (from config.json, overridden by generation_config.json) */
     int bos_token_id;         /* -1 = absent */
     int eos_token_ids[FT_MAX_EOS];

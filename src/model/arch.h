@@ -18,6 +18,8 @@ enum ft_arch_flag {
     FT_ARCH_GGUF_QK_PERMUTED = 1 << 7, /* GGUF stores q/k rows interleaved for GGML's rope */
     FT_ARCH_OAI_MOE = 1 << 8,       /* gpt-oss: attention sinks, layer_types windows, router
                                        bias, expert biases, clamped SwiGLU with (up + 1) */
+    FT_ARCH_GEMMA = 1 << 9,         /* Gemma 3: (1 + w) norms, embeddings times sqrt(H), norms
+                                       after attention and after the MLP, GELU-tanh, local RoPE */
 };
 
 struct ft_arch {

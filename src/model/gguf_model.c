@@ -51,6 +51,8 @@ static const struct name_map k_layer[] = {
     {"post_attention_norm.weight", "post_attention_layernorm.weight"},
     {"attn_sinks.weight", "self_attn.sinks"},
     {"ffn_gate_inp.bias", "%s.router.bias"},
+    /* Gemma 3: the MLP's output norm */
+    {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
 };
 
 /* stacked experts [E][rows][cols]: gate and up into the gate_up bank, down into the down bank */
@@ -189,6 +191,16 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
             c->mlp_only[l] = !has_tensor(f, "blk.%d.ffn_gate_exps.weight", l) &&
                              has_tensor(f, "blk.%d.ffn_gate.weight", l);
     }
+    if (arch->flags & FT_ARCH_GEMMA) { /* Gemma 3, as llama.cpp runs it */
+        /* sliding window on every layer but each sixth (llama.cpp's swa pattern 6), the local
+         * layers' RoPE base 10000, GELU-tanh; the norms' 1 + w is already in the file */
+        FT_TRY(opt_int(f, a, "attention.sliding_window", &c->sliding_window));
+        c->sliding = calloc((size_t)c->n_layers, 1);
+        if (!c->sliding) return ft_fail(FT_ERR_OOM, "%s: out of memory", lbl);
+        for (int l = 0; l < c->n_layers; l++) c->sliding[l] = (l + 1) % 6 != 0;
+        c->rope_local_theta = 10000.0;
+        c->gelu_tanh = 1;
+    }
     if (arch->flags & FT_ARCH_OAI_MOE) { /* gpt-oss, as llama.cpp runs it */
         /* the expert width is intermediate_size here; sliding window on the even layers
          * (llama.cpp's swa pattern 2 = gpt-oss's layer_types); YaRN without truncation;
@@ -315,6 +327,8 @@ enum ft_status ft_gguf_model_tensors(struct ft_model *m) {
                 if (strcmp(suffix, k_layer[j].gguf) == 0) hf = k_layer[j].hf;
             if (hf && (m->arch->flags & FT_ARCH_OAI_MOE) && !strcmp(suffix, "ffn_gate_inp.weight"))
                 hf = "%s.router.weight"; /* gpt-oss names its router "router" */
+            if (hf && (m->arch->flags & FT_ARCH_GEMMA) && !strcmp(suffix, "ffn_norm.weight"))
+                hf = "pre_feedforward_layernorm.weight"; /* Gemma: post_attention_norm is the other */
             if (hf) {
                 char tail[128];
                 snprintf(tail, sizeof tail, hf, m->arch->moe_block ? m->arch->moe_block : "mlp");

@@ -179,6 +179,9 @@ static enum ft_status load_vec(struct ft_model *m, const char *name, int n, floa
     float *p = ft_model_alloc(m, (size_t)n * sizeof *p);
     if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
     ft_to_f32(p, t->data, t->dtype, (size_t)n);
+    /* Gemma norms compute x * (1 + w): folded here (llama.cpp's GGUF files already hold 1 + w) */
+    if ((m->arch->flags & FT_ARCH_GEMMA) && !m->gguf && strstr(name, "norm.weight"))
+        for (int i = 0; i < n; i++) p[i] = 1.0f + p[i];
     *out = p;
     m->n_params += (uint64_t)n;
     m->dense_bytes += ft_dtype_row_bytes(t->dtype, n);
@@ -406,7 +409,14 @@ static enum ft_status load_layer(struct ft_model *m, int l) {
     enum ft_status st;
 #define P(...) NAME(n, "model.layers.%d." __VA_ARGS__)
     FT_TRY(load_vec(m, P("input_layernorm.weight", l), H, &L->attn_norm));
-    FT_TRY(load_vec(m, P("post_attention_layernorm.weight", l), H, &L->ffn_norm));
+    if (a->flags & FT_ARCH_GEMMA) { /* post_attention_layernorm normalises the attention output */
+        FT_TRY(load_vec(m, P("post_attention_layernorm.weight", l), H, &L->post_attn_norm));
+        FT_TRY(load_vec(m, P("pre_feedforward_layernorm.weight", l), H, &L->ffn_norm));
+        FT_TRY(load_vec(m, P("post_feedforward_layernorm.weight", l), H, &L->post_ffn_norm));
+        L->rope_local = m->inv_freq_local && m->cfg.sliding && m->cfg.sliding[l];
+    } else {
+        FT_TRY(load_vec(m, P("post_attention_layernorm.weight", l), H, &L->ffn_norm));
+    }
     FT_TRY(load_weight(m, P("self_attn.q_proj.weight", l), q, H, &L->wq));
     FT_TRY(load_weight(m, P("self_attn.k_proj.weight", l), kv, H, &L->wk));
     FT_TRY(load_weight(m, P("self_attn.v_proj.weight", l), kv, H, &L->wv));
@@ -549,7 +559,20 @@ enum ft_status ft_model_shapes(struct ft_model *m) {
                        "of num_key_value_heads %d", m->label, m->n_heads, m->n_kv_heads);
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     if (!m->layers) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
-    return ft_rope_init(c, m->head_dim, &m->inv_freq, &m->rot_dim, &m->rope_mscale);
+    enum ft_status st = ft_rope_init(c, m->head_dim, &m->inv_freq, &m->rot_dim, &m->rope_mscale);
+    if (st != FT_OK || !(m->arch->flags & FT_ARCH_GEMMA)) return st;
+    m->embed_scale = sqrtf((float)m->hidden);
+    if (c->query_pre_attn_scalar > 0) m->attn_scale = (float)(1.0 / sqrt(c->query_pre_attn_scalar));
+    m->gelu_tanh = c->gelu_tanh;
+    if (c->rope_local_theta > 0) { /* the sliding layers' own plain RoPE */
+        struct ft_config lc = *c;
+        int rd;
+        float ms;
+        lc.rope.type = FT_ROPE_DEFAULT;
+        lc.rope.theta = c->rope_local_theta;
+        st = ft_rope_init(&lc, m->head_dim, &m->inv_freq_local, &rd, &ms);
+    }
+    return st;
 }
 
 void ft_model_sizes(struct ft_model *m) {
@@ -652,6 +675,7 @@ void ft_model_free(struct ft_model *m) {
     free(m->owned);
     free(m->layers);
     free(m->inv_freq);
+    free(m->inv_freq_local);
     ft_st_set_close(m->st);
     ft_gguf_close(m->gguf);
     ft_config_free(&m->cfg);

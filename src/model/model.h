@@ -35,6 +35,9 @@ struct ft_layer {
     float *bq, *bk, *bv, *bo;   /* biases or NULL */
     float *q_norm, *k_norm;     /* [hd] f32 or NULL (Qwen3) */
     float *sinks;               /* [n_heads] attention sink logits or NULL (gpt-oss) */
+    float *post_attn_norm;      /* [H] norm of the attention's output or NULL (Gemma 3) */
+    float *post_ffn_norm;       /* [H] norm of the MLP's output or NULL (Gemma 3) */
+    int rope_local;             /* this layer rotates with inv_freq_local (Gemma 3 sliding) */
     int window;                 /* sliding window (0 = full attention) */
     int is_moe;
     /* dense MLP (is_moe == 0) */
@@ -65,7 +68,11 @@ struct ft_model {
     float *final_norm;          /* [H] f32 */
     struct ft_layer *layers;    /* [n_layers] */
     float *inv_freq;            /* [rot_dim/2] */
+    float *inv_freq_local;      /* [rot_dim/2] RoPE of the local layers, or NULL */
     float rope_mscale;
+    float embed_scale;          /* input embeddings times this (Gemma: sqrt(hidden)); 0 = 1 */
+    float attn_scale;           /* q.k scale (Gemma: 1/sqrt(query_pre_attn_scalar)); 0 = 1/sqrt(hd) */
+    int gelu_tanh;              /* dense MLP activation: GELU-tanh instead of SiLU */
     int rot_dim;
     /* sizes, for inspect/bench */
     uint64_t n_params, n_params_active, expert_bytes, dense_bytes;

@@ -5,11 +5,11 @@
 #include "model/arch.h"
 
 extern const struct ft_arch ft_arch_llama, ft_arch_mistral, ft_arch_qwen2, ft_arch_qwen3,
-    ft_arch_qwen2_moe, ft_arch_qwen3_moe, ft_arch_mixtral, ft_arch_gpt_oss;
+    ft_arch_qwen2_moe, ft_arch_qwen3_moe, ft_arch_mixtral, ft_arch_gpt_oss, ft_arch_gemma3;
 
 static const struct ft_arch *const k_archs[] = {
     &ft_arch_llama,     &ft_arch_mistral,   &ft_arch_qwen2,   &ft_arch_qwen3,
-    &ft_arch_qwen2_moe, &ft_arch_qwen3_moe, &ft_arch_mixtral, &ft_arch_gpt_oss,
+    &ft_arch_qwen2_moe, &ft_arch_qwen3_moe, &ft_arch_mixtral, &ft_arch_gpt_oss, &ft_arch_gemma3,
 };
 
 const struct ft_arch *ft_arch_find(const char *name) {

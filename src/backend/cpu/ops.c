@@ -66,6 +66,18 @@ void ft_cpu_silu_mul(float *out, const float *gate_up, int T, int I) {
     }
 }
 
+void ft_cpu_gelu_tanh_mul(float *out, const float *gate_up, int T, int I) {
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int t = 0; t < T; t++) {
+        const float *g = gate_up + (size_t)t * 2 * I, *u = g + I;
+        float *o = out + (size_t)t * I;
+        for (int i = 0; i < I; i++) {
+            float x = g[i];
+            o[i] = 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) * u[i];
+        }
+    }
+}
+
 void ft_cpu_add(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
         y[i] += x[i];

@@ -67,6 +67,8 @@ void ft_cpu_attention_paged(struct ft_pool *pool, float *out, const float *q, co
 
 /* out[T, I] = silu(gate_up[t, 0:I]) * gate_up[t, I:2I]; gate_up: [T, 2I]. */
 void ft_cpu_silu_mul(float *out, const float *gate_up, int T, int I);
+/* The same with GELU (tanh approximation, torch's gelu(approximate="tanh")) on the gate. */
+void ft_cpu_gelu_tanh_mul(float *out, const float *gate_up, int T, int I);
 
 /* y[n] += x[n] */
 void ft_cpu_add(float *y, const float *x, size_t n);
