@@ -54,6 +54,10 @@ TEST(harmony_split_cases) {
     expect_split("<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"a\": 1}<|call|>",
                  2, "|{\"a\": 1}");
     expect_split("no header at all", 2, "|no header at all");
+    expect_split("<html>short</html>", 2, "|<html>short</html>"); /* '<' but no marker */
+    expect_split("<", 2, "|<");
+    expect_split("<|channel|>analysis<|message|>x<|end|>\n<|start|>assistant<|channel|>final<|message|>y",
+                 2, "x|y"); /* whitespace between messages */
     expect_split("<|channel|>analysis<|message|>a < b and c|>d<|end|>", 2, "a < b and c|>d|");
     expect_split("<|channel|>analy", 2, "|"); /* cut inside the header: nothing to show */
     expect_split("", 2, "|");

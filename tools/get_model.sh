@@ -150,14 +150,14 @@ while read -r pkg ver wsha wbytes; do
   if ! "${pip[@]}" download --no-deps --no-cache-dir --only-binary=:all: --disable-pip-version-check \
         --retries 3 --timeout 60 --require-hashes -r "$tmp/req.txt" -d "$tmp/dl" \
         </dev/null >"$tmp/pip.log" 2>&1; then
-    last=$(grep -v '^\s*$' "$tmp/pip.log" | tail -n 1 | cut -c1-200)
+    last=$(grep -v '^\s*$' "$tmp/pip.log" | tail -n 1 | cut -c1-200 || true)
     if grep -qiE 'hashes|hash mismatch' "$tmp/pip.log"; then
-      got=$(grep -m1 -oE 'Got +[0-9a-f]{64}' "$tmp/pip.log" | awk '{print $2}')
+      got=$(grep -m1 -oE 'Got +[0-9a-f]{64}' "$tmp/pip.log" | awk '{print $2}' || true)
       die "$pkg==$ver: the wheel PyPI served has sha256 ${got:-?}, not the pinned $wsha; fix: none safe (the package changed upstream): report it"
     elif grep -qiE 'connection|resolve|unreachable|timed out|max retries|proxy|ssl|certificate|network' "$tmp/pip.log"; then
       # pip's retry warnings carry the cause: "... connection broken by 'NewConnectionError(...: CAUSE')'"
       why=$(grep -m1 -iE 'connection broken by|error' "$tmp/pip.log" |
-            sed -E "s/.*connection broken by '[A-Za-z]+\\('(<[^>]*>: )?//; s/'\\)'?: .*//" | cut -c1-160)
+            sed -E "s/.*connection broken by '[A-Za-z]+\\('(<[^>]*>: )?//; s/'\\)'?: .*//" | cut -c1-160 || true)
       die "cannot reach PyPI: ${why:-$last}; fix: check the network, or point pip at a reachable index (PIP_INDEX_URL)"
     elif grep -qiE 'no matching distribution|could not find a version' "$tmp/pip.log"; then
       die "$pkg==$ver not found on the package index ($last); fix: check that PyPI is reachable and PIP_INDEX_URL is not set to a mirror without it"

@@ -354,7 +354,7 @@ int ft_cli_engine_flag(const char *cmd, int argc, char **argv, int *i, struct ft
 static int harmony_out(struct ft_cli_harmony *h, struct ft_sbuf *r, struct ft_sbuf *c) {
     int rc = 0;
     if (r->n) fwrite(r->p, 1, r->n, stderr), fflush(stderr);
-    if (c->n) rc = h->inner(h->inner_ctx, c->p, c->n);
+    rc = h->inner(h->inner_ctx, c->p ? c->p : "", c->n); /* even empty: it checks for Ctrl-C */
     ft_sbuf_free(r);
     ft_sbuf_free(c);
     return rc;

@@ -113,7 +113,9 @@ static size_t split_harmony(struct ft_think *t, const char *w, size_t n, struct 
     size_t i = 0;
     while (i < n) {
         if (t->state == FT_HARMONY_HEADER) {
-            if (i == 0 && n && w[0] != '<') { /* no header at all: plain text is the answer */
+            while (i < n && (w[i] == ' ' || w[i] == '\n' || w[i] == '\r' || w[i] == '\t')) i++;
+            if (i == n) return 0; /* whitespace between messages: dropped */
+            if (w[i] != '<' || (i + 1 < n && w[i + 1] != '|')) { /* no header: plain answer */
                 t->state = FT_HARMONY_BODY, t->analysis = 0;
                 continue;
             }
@@ -135,9 +137,6 @@ static size_t split_harmony(struct ft_think *t, const char *w, size_t n, struct 
             ft_sbuf_add(out, w + i, (size_t)(e - (w + i)));
             i = (size_t)(e - w) + len;
             t->state = FT_HARMONY_HEADER;
-            if (i < n && w[i] != '<') { /* text after a message without a header: content */
-                t->state = FT_HARMONY_BODY, t->analysis = 0;
-            }
         }
     }
     return 0;
@@ -160,6 +159,8 @@ void ft_think_push(struct ft_think *t, const char *s, size_t n, struct ft_sbuf *
 
 void ft_think_flush(struct ft_think *t, struct ft_sbuf *r, struct ft_sbuf *c) {
     int reasoning = t->state == FT_THINK_IN || (t->state == FT_HARMONY_BODY && t->analysis);
-    if (t->hold.n && t->state != FT_HARMONY_HEADER) ft_sbuf_add(reasoning ? r : c, t->hold.p, t->hold.n);
+    /* a header cut short ("<|channel|>ana") is dropped; anything else held is text */
+    int cut_header = t->state == FT_HARMONY_HEADER && t->hold.n >= 2 && !memcmp(t->hold.p, "<|", 2);
+    if (t->hold.n && !cut_header) ft_sbuf_add(reasoning ? r : c, t->hold.p, t->hold.n);
     t->hold.n = 0;
 }
