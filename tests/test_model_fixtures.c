@@ -6,6 +6,7 @@
  * The GGUF fixtures (tests/data/gguf/models, tools/gen_gguf_fixtures.py: Q4_K_M-style mixes,
  * Q4_0/Q8_0, stacked Q4_K/Q6_K experts) are checked against transformers loading the same
  * .gguf file, at the same tolerance: both compute with the exact dequantised values. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,6 +149,36 @@ TEST(fixtures_every_isa_tier) {
         check_fixture("qwen3_moe_nvfp4", pool, 512);
     }
     ft_cpu_set_isa(best);
+    ft_pool_free(pool);
+}
+
+/* Gemma 3 configs as transformers 4.5x wrote them (google/gemma-3-*: rope_theta +
+ * rope_scaling for the global layers, rope_local_base_freq, sliding_window_pattern, no
+ * layer_types / rope_parameters) give the same model. */
+TEST(gemma3_legacy_config_spelling) {
+    char src[600], dir[64], path[2048];
+    snprintf(src, sizeof src, "%s/models/gemma3", FT_TEST_DATA);
+    snprintf(dir, sizeof dir, "gemma3_legacy");
+    snprintf(path, sizeof path, "mkdir -p %s && cp %s/model.safetensors %s/", dir, src, dir);
+    EXPECT(system(path) == 0);
+    snprintf(path, sizeof path, "%s/config.json", src);
+    json_error_t je;
+    json_t *c = json_load_file(path, 0, &je);
+    EXPECT(c != NULL);
+    if (!c) return;
+    json_object_del(c, "layer_types");
+    json_object_del(c, "rope_parameters");
+    json_object_set_new(c, "rope_theta", json_real(1000000.0));
+    json_object_set_new(c, "rope_scaling", json_pack("{s:s, s:f}", "rope_type", "linear", "factor", 4.0));
+    json_object_set_new(c, "rope_local_base_freq", json_real(10000.0));
+    json_object_set_new(c, "sliding_window_pattern", json_integer(6));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    EXPECT(json_dump_file(c, path, 0) == 0);
+    json_decref(c);
+    struct ft_pool *pool;
+    EXPECT_OK(ft_pool_init(&pool, 2));
+    snprintf(path, sizeof path, "%s/reference.safetensors", src);
+    check_model("gemma3 (4.5x config)", dir, path, 1e-3, pool, 512);
     ft_pool_free(pool);
 }
 

@@ -375,6 +375,7 @@ void ft_config_init(struct ft_config *cfg) {
     cfg->rope.theta = 10000;
     cfg->rope.factor = 1;
     cfg->rope.partial_rotary_factor = 1;
+    cfg->rope.truncate = 1; /* YaRN's floor/ceil of the ramp, as transformers and llama.cpp */
     cfg->swiglu_alpha = 1.702;
 }
 
@@ -443,9 +444,26 @@ enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
     }
     const char *caps[2] = {"final_logit_softcapping", "attn_logit_softcapping"};
     for (int i = 0; i < 2; i++)
-        if (get(root, caps[i]))
-            return ft_fail(FT_ERR_UNSUPPORTED, "%s: '%s' is set; logit soft-capping is not supported",
-                           label, caps[i]);
+        if (get(root, caps[i])) {
+            st = ft_fail(FT_ERR_UNSUPPORTED, "%s: '%s' is set; logit soft-capping is not supported",
+                         label, caps[i]);
+            goto fail;
+        }
+    /* Gemma 3 as transformers 4.5x wrote it: the local RoPE base and the window pattern as
+     * their own keys (every P-th layer global) instead of rope_parameters / layer_types */
+    if (!cfg->rope_local_theta)
+        FT_TRY(get_num(root, "", "rope_local_base_freq", label, 0, 0, 1, &cfg->rope_local_theta));
+    int pattern = 0;
+    FT_TRY(get_int(root, "", "sliding_window_pattern", label, 0, 0, 1, &pattern));
+    if (!pattern) FT_TRY(get_int(root, "", "_sliding_window_pattern", label, 0, 0, 1, &pattern));
+    if (!cfg->sliding && pattern > 1 && cfg->sliding_window > 0) {
+        cfg->sliding = calloc((size_t)cfg->n_layers, 1);
+        if (!cfg->sliding) {
+            st = ft_fail(FT_ERR_OOM, "%s: out of memory", label);
+            goto fail;
+        }
+        for (int l = 0; l < cfg->n_layers; l++) cfg->sliding[l] = (l + 1) % pattern != 0;
+    }
     FT_TRY(get_num(root, "", "swiglu_limit", label, 0, 0, 1, &cfg->swiglu_limit));
     FT_TRY(get_num(root, "", "swiglu_alpha", label, 1.702, 0, 0, &cfg->swiglu_alpha));
     FT_TRY(parse_rope(root, label, cfg));

@@ -22,6 +22,7 @@ struct ft_rope {
     double attention_factor;   /* yarn mscale; 0 = derive 0.1*ln(factor)+1 */
     int truncate;              /* yarn: 1 (default) floors/ceils the correction range */
     double partial_rotary_factor; /* fraction of head_dim rotated (default 1) */
+    int rot_dims;              /* rotated dims when known exactly (GGUF rope.dimension_count), 0 */
 };
 
 #define FT_MAX_EOS 8

@@ -142,5 +142,7 @@ void ft_to_f32(float *dst, const void *src, enum ft_dtype t, size_t n) {
         ft_fp8_b128_dequant_row(src, n, dst);
     } else if (t == FT_DTYPE_NVFP4) {
         ft_nvfp4_r_dequant_row(src, n, dst);
+    } else {
+        FT_ASSERT(!"ft_to_f32: a dtype it does not convert"); /* callers check dtypes first */
     }
 }

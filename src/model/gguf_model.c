@@ -149,7 +149,11 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
     if (vlen != c->head_dim)
         return ft_fail(FT_ERR_UNSUPPORTED, "%s: key_length %d != value_length %d is not supported",
                        lbl, c->head_dim, vlen);
+    if (c->head_dim < 2 || rot < 2 || rot > c->head_dim || rot % 2)
+        return ft_fail(FT_ERR_FORMAT, "%s: head size %d and rope.dimension_count %d are inconsistent "
+                       "(need an even count in [2, head size])", lbl, c->head_dim, rot);
     c->rope.partial_rotary_factor = (double)rot / c->head_dim;
+    c->rope.rot_dims = rot;
     const char *rs = NULL;
     if (ft_gguf_get(f, key(k, sizeof k, a, "rope.scaling.type"))) FT_TRY(ft_gguf_get_str(f, k, &rs));
     if (rs && strcmp(rs, "none") != 0) {
@@ -200,6 +204,9 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
         for (int l = 0; l < c->n_layers; l++) c->sliding[l] = (l + 1) % 6 != 0;
         c->rope_local_theta = 10000.0;
         c->gelu_tanh = 1;
+        /* llama.cpp: 1/sqrt(hidden / heads) for the 62-layer 27B (query_pre_attn_scalar 168),
+         * 1/sqrt(head size) for the others, as their configs say */
+        c->query_pre_attn_scalar = c->n_layers == 62 ? (double)c->hidden_size / c->n_heads : c->head_dim;
     }
     if (arch->flags & FT_ARCH_OAI_MOE) { /* gpt-oss, as llama.cpp runs it */
         /* the expert width is intermediate_size here; sliding window on the even layers
@@ -278,16 +285,21 @@ static enum ft_status convert(struct ft_model *m, const struct ft_gguf_tensor *g
     hf_shape(g, t);
     t->dtype = ft_dtype_from_ggml(g->type);
     if (t->dtype == FT_DTYPE_COUNT || !ft_ggml_can_compute(g->type)) return unsupported_type(f, g);
+    if (g->ne[0] <= 0 || g->n_elems <= 0)
+        return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' has no elements", t->file, g->name);
     t->n_bytes = g->n_bytes;
     t->data = g->data;
     if (!permute) return FT_OK;
     int64_t rows = g->n_elems / g->ne[0];
+    size_t rb = ft_dtype_row_bytes(t->dtype, g->ne[0]);
+    if (g->n_dims == 1 && !ft_dtype_is_packed(t->dtype)) /* a q/k bias: its elements move */
+        rows = g->ne[0], rb = ft_dtype_size(t->dtype);
     if (rows % m->head_dim || m->head_dim % 2)
         return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' has %lld rows, not whole heads of %d",
                        t->file, g->name, (long long)rows, m->head_dim);
     uint8_t *buf = ft_model_alloc(m, t->n_bytes);
     if (!buf) return ft_fail(FT_ERR_OOM, "%s: out of memory converting '%s'", m->label, g->name);
-    unpermute_rows(buf, g->data, rows, ft_dtype_row_bytes(t->dtype, g->ne[0]), m->head_dim);
+    unpermute_rows(buf, g->data, rows, rb, m->head_dim);
     t->data = buf;
     return FT_OK;
 }
@@ -363,8 +375,14 @@ enum ft_status ft_gguf_rope_freqs(struct ft_model *m) {
     if (g->type != FT_GGML_F32 || g->n_elems != m->rot_dim / 2)
         return ft_fail(FT_ERR_FORMAT, "%s: rope_freqs.weight must be F32 [%d]", ft_gguf_label(m->gguf),
                        m->rot_dim / 2);
-    const float *ff = g->data; /* GGML divides each rotation frequency by its factor */
-    for (int i = 0; i < m->rot_dim / 2; i++) m->inv_freq[i] /= ff[i];
+    for (int i = 0; i < m->rot_dim / 2; i++) { /* GGML divides each frequency by its factor */
+        float ff;
+        memcpy(&ff, (const uint8_t *)g->data + 4 * (size_t)i, 4);
+        if (!(ff > 0))
+            return ft_fail(FT_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g must be > 0",
+                           ft_gguf_label(m->gguf), i, (double)ff);
+        m->inv_freq[i] /= ff;
+    }
     return FT_OK;
 }
 

@@ -220,6 +220,9 @@ static enum ft_status load_expert_bias(struct ft_model *m, const char *name, int
     const struct ft_st_tensor *t;
     enum ft_status st = get_tensor(m, name, 2, E, n, &t);
     if (st != FT_OK) return st;
+    if (t->dtype != FT_DTYPE_F32 && t->dtype != FT_DTYPE_F16 && t->dtype != FT_DTYPE_BF16)
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: expert bias '%s' is %s (F32/F16/BF16 only)", t->file,
+                       name, ft_dtype_name(t->dtype));
     float *f = ft_model_alloc(m, (size_t)E * n * sizeof *f), *tmp = malloc((size_t)n * sizeof *tmp);
     if (!f || !tmp) {
         free(tmp);
@@ -265,7 +268,7 @@ static enum ft_status load_oai_experts(struct ft_model *m, int l, struct ft_laye
     int E = m->n_experts, I = m->expert_inter, H = m->hidden;
     char n0[256], n1[256];
     enum ft_status st;
-    L->act.limit = (float)m->cfg.swiglu_limit;
+    L->act.limit = m->cfg.swiglu_limit > 0 ? (float)m->cfg.swiglu_limit : 7.0f; /* transformers' default */
     L->act.alpha = (float)m->cfg.swiglu_alpha;
     NAME(n0, "model.layers.%d.mlp.experts.gate_up_proj_bias", l);
     FT_TRY(load_expert_bias(m, n0, E, 2 * I, 1, &L->act.gu_bias));
@@ -302,19 +305,21 @@ static enum ft_status load_oai_experts(struct ft_model *m, int l, struct ft_laye
         return ft_fail(FT_ERR_FORMAT, "%s: '%s' / '%s' must be [%d, %d, %d] / [%d, %d, %d] of one "
                        "dtype", m->label, n0, n1, E, H, 2 * I, E, I, H);
     const struct ft_row_schema *sc = ft_row_schema_for(gu->dtype);
+    if (!sc || ft_dtype_size(gu->dtype) != 2)
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: '%s' is %s; gpt-oss experts must be MXFP4 blocks or "
+                       "BF16/F16", m->label, n0, ft_dtype_name(gu->dtype));
     FT_TRY(ft_bank_init(&L->bank[FT_BANK_GATE_UP], sc, FT_BANK_GATE_UP, E, 2 * I, H));
     FT_TRY(ft_bank_init(&L->bank[FT_BANK_DOWN], sc, FT_BANK_DOWN, E, H, I));
-    size_t es = ft_dtype_size(gu->dtype);
-    for (int e = 0; e < E; e++) { /* element (row, col) of the bank from (col, row) of the file */
-        const uint8_t *g = (const uint8_t *)gu->data + (size_t)e * H * 2 * I * es;
-        const uint8_t *d = (const uint8_t *)dn->data + (size_t)e * I * H * es;
-        uint8_t *bg = ft_bank_expert(&L->bank[0], e), *bd = ft_bank_expert(&L->bank[1], e);
-        for (int c = 0; c < 2 * I; c++) /* column c: gate c/2 (even) or up c/2 (odd) */
-            for (int h = 0; h < H; h++)
-                memcpy(bg + ((size_t)((c % 2) * I + c / 2) * H + h) * es, g + ((size_t)h * 2 * I + c) * es, es);
+    for (int e = 0; e < E; e++) { /* element (row, col) of the bank from (col, row) of the file
+                                    (2-byte elements; the file's may be unaligned) */
+        const uint8_t *g = (const uint8_t *)gu->data + (size_t)e * H * 2 * I * 2;
+        const uint8_t *d = (const uint8_t *)dn->data + (size_t)e * I * H * 2;
+        uint16_t *bg = (uint16_t *)ft_bank_expert(&L->bank[0], e), *bd = (uint16_t *)ft_bank_expert(&L->bank[1], e);
+        for (int h = 0; h < H; h++) /* column c: gate c/2 (even) or up c/2 (odd) */
+            for (int c = 0; c < 2 * I; c++)
+                memcpy(&bg[(size_t)((c % 2) * I + c / 2) * H + h], g + ((size_t)h * 2 * I + c) * 2, 2);
         for (int i = 0; i < I; i++)
-            for (int h = 0; h < H; h++)
-                memcpy(bd + ((size_t)h * I + i) * es, d + ((size_t)i * H + h) * es, es);
+            for (int h = 0; h < H; h++) memcpy(&bd[(size_t)h * I + i], d + ((size_t)i * H + h) * 2, 2);
     }
     return FT_OK;
 fail:
@@ -471,7 +476,7 @@ enum ft_status ft_rope_init(const struct ft_config *cfg, int head_dim, float **i
                             int *rot_dim, float *mscale) {
     const struct ft_rope *r = &cfg->rope;
     double prf = r->partial_rotary_factor > 0 ? r->partial_rotary_factor : 1.0;
-    int dim = (int)(head_dim * prf);
+    int dim = r->rot_dims > 0 ? r->rot_dims : (int)(head_dim * prf + 1e-9);
     dim &= ~1;
     if (dim <= 0) return ft_fail(FT_ERR_FORMAT, "config.json: rotary dimension is 0");
     float *f = malloc((size_t)(dim / 2) * sizeof *f);
@@ -564,12 +569,13 @@ enum ft_status ft_model_shapes(struct ft_model *m) {
     m->embed_scale = sqrtf((float)m->hidden);
     if (c->query_pre_attn_scalar > 0) m->attn_scale = (float)(1.0 / sqrt(c->query_pre_attn_scalar));
     m->gelu_tanh = c->gelu_tanh;
-    if (c->rope_local_theta > 0) { /* the sliding layers' own plain RoPE */
+    double local = c->rope_local_theta > 0 ? c->rope_local_theta : 10000.0; /* Gemma 3's default */
+    if (c->sliding) { /* the sliding layers' own plain RoPE */
         struct ft_config lc = *c;
         int rd;
         float ms;
         lc.rope.type = FT_ROPE_DEFAULT;
-        lc.rope.theta = c->rope_local_theta;
+        lc.rope.theta = local;
         st = ft_rope_init(&lc, m->head_dim, &m->inv_freq_local, &rd, &ms);
     }
     return st;
