@@ -118,10 +118,7 @@ class Recorder:
         w = gguf.GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
         for name, a, k in self.calls:
             getattr(w, name)(*a, **k)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+        finish(w)
 
 
 def build(name, spec, out_dir):
@@ -235,6 +232,29 @@ def reference(path, out_dir, name, overrides):
           f"greedy {greedy.tolist()}")
 
 
+def hf_writer(path, arch, cfg, rope_theta):
+    """A GGUFWriter with the keys every model takes from its transformers config.json."""
+    w = gguf.GGUFWriter(path, arch)
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_rope_freq_base(rope_theta)
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    return w
+
+
+def finish(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def gpt_oss_gguf(out_dir):
     """tests/data/models/gpt_oss_mxfp4 rewritten the way llama.cpp's converter writes gpt-oss:
     arch "gpt-oss", the MoE's input norm as post_attention_norm, attn_sinks, the router as
@@ -244,26 +264,15 @@ def gpt_oss_gguf(out_dir):
     so its transformers reference.safetensors is this file's reference too."""
     import json
     import shutil
-    import torch
     from safetensors.torch import load_file
     src = os.path.join(os.path.dirname(out_dir), "..", "models", "gpt_oss_mxfp4")
     cfg = json.load(open(os.path.join(src, "config.json")))
     t = {k: (v.float() if v.is_floating_point() else v).numpy() for k, v in
          load_file(os.path.join(src, "model.safetensors")).items()}
     f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)
-    H, L, E = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_local_experts"]
+    L, E = cfg["num_hidden_layers"], cfg["num_local_experts"]
     path = os.path.join(out_dir, "gpt_oss_mxfp4.gguf")
-    w = gguf.GGUFWriter(path, "gpt-oss")
-    w.add_block_count(L)
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(H)
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
-    w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_key_length(cfg["head_dim"])
-    w.add_value_length(cfg["head_dim"])
-    w.add_rope_freq_base(float(cfg["rope_theta"]))
-    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w = hf_writer(path, "gpt-oss", cfg, float(cfg["rope_theta"]))
     w.add_expert_count(E)
     w.add_expert_used_count(cfg["num_experts_per_tok"])
     w.add_expert_feed_forward_length(cfg["intermediate_size"])
@@ -302,10 +311,7 @@ def gpt_oss_gguf(out_dir):
         w.add_tensor(p + "ffn_gate_exps.bias", np.ascontiguousarray(gub[:, 0::2]))
         w.add_tensor(p + "ffn_up_exps.bias", np.ascontiguousarray(gub[:, 1::2]))
         w.add_tensor(p + "ffn_down_exps.bias", f32(t[x + "down_proj_bias"]))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     shutil.copy(os.path.join(src, "reference.safetensors"), os.path.join(out_dir, "gpt_oss_mxfp4.ref.safetensors"))
     print(f"gpt_oss_mxfp4: {os.path.getsize(path)} bytes (reference: the safetensors fixture's)")
 
@@ -323,22 +329,12 @@ def gemma3_gguf(out_dir):
     src = os.path.join(os.path.dirname(out_dir), "..", "models", "gemma3")
     cfg = json.load(open(os.path.join(src, "config.json")))
     t = {k: v.float().numpy() for k, v in load_file(os.path.join(src, "model.safetensors")).items()}
-    H, L = cfg["hidden_size"], cfg["num_hidden_layers"]
+    L = cfg["num_hidden_layers"]
     full = cfg["rope_parameters"]["full_attention"]
     path = os.path.join(out_dir, "gemma3.gguf")
-    w = gguf.GGUFWriter(path, "gemma3")
-    w.add_block_count(L)
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(H)
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
-    w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_key_length(cfg["head_dim"])
-    w.add_value_length(cfg["head_dim"])
-    w.add_rope_freq_base(full["rope_theta"])
+    w = hf_writer(path, "gemma3", cfg, full["rope_theta"])
     w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
     w.add_rope_scaling_factor(full["factor"])
-    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_sliding_window(cfg["sliding_window"])
     norm = lambda k: np.ascontiguousarray(t[k] + 1.0, dtype=np.float32)
     mat = lambda k: np.ascontiguousarray(t[k], dtype=np.float32)
@@ -354,10 +350,7 @@ def gemma3_gguf(out_dir):
                      ("attn_output", "self_attn.o_proj"), ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"),
                      ("ffn_down", "mlp.down_proj")):
             w.add_tensor(p + g + ".weight", mat(b + h + ".weight"))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     shutil.copy(os.path.join(src, "reference.safetensors"), os.path.join(out_dir, "gemma3.ref.safetensors"))
     print(f"gemma3: {os.path.getsize(path)} bytes (reference: the safetensors fixture's)")
 
