@@ -326,6 +326,20 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
     }
+    for (int l = 0; gpu && l < m->n_layers; l++) { /* expert formats without GPU kernels yet */
+        const struct ft_layer *L = &m->layers[l];
+        if (!L->is_moe) continue;
+        for (int f = 0; gpu && f < FT_BANK_N_FAMILIES; f++) {
+            if (ft_gpu_takes_experts(L->bank[f].schema->dtype)) continue;
+            if (!opts->backend_auto)
+                return ft_fail(FT_ERR_UNSUPPORTED, "%s experts: the cuda and offload backends do not "
+                               "compute them yet (bf16 and GGML block formats only); use --backend cpu",
+                               L->bank[f].schema->name);
+            ft_log_info("%s experts: the GPU backends do not compute them yet; running on the CPU",
+                        L->bank[f].schema->name);
+            gpu = 0;
+        }
+    }
     if (gpu && (opts->routing == FT_ROUTING_ZIPF || opts->routing == FT_ROUTING_STICKY))
         return ft_fail(FT_ERR_UNSUPPORTED, "--synthetic-routing zipf/sticky: the cuda and offload "
                        "backends draw only uniform synthetic routing (use uniform or --backend cpu)");

@@ -903,12 +903,14 @@ int ft_gpu_residency_stats(const struct ft_gpu *g, struct ft_residency_stats *ou
 }
 
 size_t ft_gpu_vram_used(const struct ft_gpu *g) { return g ? g->used : 0; }
+int ft_gpu_takes_experts(enum ft_dtype t) { return gpu_expert_dtype(t); }
 
 #else /* no CUDA in this build */
 
 #include "core/status.h"
 
 int ft_gpu_available(void) { return 0; }
+int ft_gpu_takes_experts(enum ft_dtype t) { return (void)t, 1; } /* ft_gpu_init refuses */
 enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                            const struct ft_gpu_opts *o) {
     (void)m, (void)o;

@@ -1,7 +1,9 @@
-/* synthetic.c — models with a real model's shapes and random bf16 weights generated in memory,
- * so large shapes can be benchmarked without checkpoints. Weights are uniform in
- * ±sqrt(3/fan_in) (unit-variance outputs); routing on such weights collapses, so benchmarks
- * draw expert ids from a seeded distribution instead (engine/forward.h, enum ft_routing).
+/* synthetic.c — models with a real model's shapes and random weights generated in memory, so
+ * large shapes can be benchmarked without checkpoints. Dense weights are bf16, uniform in
+ * ±sqrt(3/fan_in) (unit-variance outputs); experts are bf16 likewise, or random codes of a
+ * packed format (MXFP4, NVFP4, FP8 with 128-block scales) scaled to about the same variance.
+ * Routing on such weights collapses, so benchmarks draw expert ids from a seeded distribution
+ * instead (engine/forward.h, enum ft_routing).
  * Engine thread; fills in parallel on the pool (first touch places pages near their readers). */
 #include <math.h>
 #include <stdio.h>
@@ -13,24 +15,41 @@
 #include "core/status.h"
 #include "core/threadpool.h"
 #include "core/sys.h"
+#include "format/fp_formats.h"
 #include "model/model.h"
 
 struct preset {
     const char *name, *arch;
     int layers, hidden, heads, kv_heads, head_dim, experts, top_k, expert_inter, inter, vocab;
     double theta;
+    enum ft_dtype experts_dtype; /* the checkpoints' expert format (FT_DTYPE_BF16 = plain) */
+    int oai;                     /* gpt-oss: biases, sinks, alternating 128-token windows, YaRN */
 };
 
 /* Shapes from the models' published config.json files. qwen3.6-35b-a3b is taken as a plain
- * Qwen3-MoE shape (its hybrid linear-attention layers and shared expert are not modelled). */
+ * Qwen3-MoE shape (its hybrid linear-attention layers and shared expert are not modelled).
+ * gpt-oss: expert width = intermediate_size; YaRN factor 32 over 4096 positions; layers
+ * alternate sliding (even) and full attention; experts MXFP4 as released. */
 static const struct preset k_presets[] = {
-    {"qwen3-30b-a3b", "Qwen3MoeForCausalLM", 48, 2048, 32, 4, 128, 128, 8, 768, 6144, 151936, 1e6},
-    {"qwen3.6-35b-a3b", "Qwen3MoeForCausalLM", 40, 2048, 16, 2, 256, 256, 8, 512, 5120, 248320, 1e7},
-    {"mixtral-8x7b", "MixtralForCausalLM", 32, 4096, 32, 8, 128, 8, 2, 14336, 14336, 32000, 1e6},
-    {"tiny", "Qwen3MoeForCausalLM", 4, 256, 8, 2, 32, 16, 4, 128, 512, 1024, 1e6},
+    {"qwen3-30b-a3b", "Qwen3MoeForCausalLM", 48, 2048, 32, 4, 128, 128, 8, 768, 6144, 151936, 1e6, FT_DTYPE_BF16, 0},
+    {"qwen3.6-35b-a3b", "Qwen3MoeForCausalLM", 40, 2048, 16, 2, 256, 256, 8, 512, 5120, 248320, 1e7, FT_DTYPE_BF16, 0},
+    {"mixtral-8x7b", "MixtralForCausalLM", 32, 4096, 32, 8, 128, 8, 2, 14336, 14336, 32000, 1e6, FT_DTYPE_BF16, 0},
+    {"gpt-oss-20b", "GptOssForCausalLM", 24, 2880, 64, 8, 64, 32, 4, 2880, 2880, 201088, 150000, FT_DTYPE_MXFP4, 1},
+    {"gpt-oss-120b", "GptOssForCausalLM", 36, 2880, 64, 8, 64, 128, 4, 2880, 2880, 201088, 150000, FT_DTYPE_MXFP4, 1},
+    {"tiny", "Qwen3MoeForCausalLM", 4, 256, 8, 2, 32, 16, 4, 128, 512, 1024, 1e6, FT_DTYPE_BF16, 0},
+    {"tiny-gpt-oss", "GptOssForCausalLM", 4, 256, 8, 2, 32, 16, 4, 128, 128, 1024, 150000, FT_DTYPE_MXFP4, 1},
 };
 
-const char *ft_synthetic_presets(void) { return "qwen3-30b-a3b, qwen3.6-35b-a3b, mixtral-8x7b, tiny"; }
+static const struct {
+    const char *name;
+    enum ft_dtype dtype;
+} k_formats[] = {{"bf16", FT_DTYPE_BF16}, {"mxfp4", FT_DTYPE_MXFP4}, {"nvfp4", FT_DTYPE_NVFP4},
+                 {"fp8", FT_DTYPE_FP8_B128}};
+
+const char *ft_synthetic_presets(void) {
+    return "qwen3-30b-a3b, qwen3.6-35b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b, tiny, tiny-gpt-oss; "
+           "':FORMAT' sets the experts' format: bf16, mxfp4, nvfp4, fp8";
+}
 
 struct fill_job {
     uint16_t *p;
@@ -43,11 +62,12 @@ static void fill_task(void *ctx, int i, int nt) {
     struct fill_job *j = ctx;
     long lo, hi;
     ft_split((long)((j->n + 4095) / 4096), i, nt, &lo, &hi);
-    size_t a = (size_t)lo * 4096, b = FT_MIN((size_t)hi * 4096, j->n);
-    uint64_t s = j->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(lo + 1));
-    for (size_t k = a; k < b; k++) {
-        float u = (float)(ft_rng_next(&s) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
-        j->p[k] = ft_f32_to_bf16(u * j->scale);
+    for (long c = lo; c < hi; c++) { /* seeded per 4096-element chunk: any thread count */
+        uint64_t s = j->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(c + 1));
+        for (size_t k = (size_t)c * 4096; k < FT_MIN((size_t)(c + 1) * 4096, j->n); k++) {
+            float u = (float)(ft_rng_next(&s) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+            j->p[k] = ft_f32_to_bf16(u * j->scale);
+        }
     }
 }
 
@@ -74,19 +94,110 @@ static float *ones(struct ft_model *m, int n) {
     return p;
 }
 
+/* Expert rows of a packed format: uniformly random codes with scales giving values of about
+ * 1/sqrt(fan_in) rms. Uniform e2m1 codes have rms 2.93 ({0, .5, 1, 1.5, 2, 3, 4, 6}: mean square
+ * 8.56); FP8 elements are uniform values of rms 64 rounded to e4m3. Each matrix row is seeded
+ * by its index, so the weights do not depend on the thread count. */
+struct pack_job {
+    const struct ft_bank *b;
+    uint64_t seed;
+    enum ft_status st;
+};
+
+static void rand_bytes(uint8_t *p, size_t n, uint64_t *s) {
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t r = ft_rng_next(s);
+        memcpy(p + i, &r, FT_MIN(n - i, (size_t)8));
+    }
+}
+
+static void pack_task(void *ctx, int i, int nt) {
+    struct pack_job *j = ctx;
+    const struct ft_bank *b = j->b;
+    enum ft_dtype dt = b->schema->dtype;
+    int K = b->cols;
+    size_t rb = ft_dtype_row_bytes(dt, K);
+    float rms = 1.0f / sqrtf((float)K);
+    uint8_t *codes = malloc((size_t)K + 16), *scales = malloc((size_t)K / 16 + 16);
+    float *sc = malloc(((size_t)K / FT_FP8_BLOCK + 1) * sizeof *sc);
+    if (!codes || !scales || !sc) {
+        j->st = FT_ERR_OOM;
+        goto done;
+    }
+    long lo, hi;
+    ft_split((long)b->n_experts * b->rows, i, nt, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        uint8_t *dst = ft_bank_expert(b, (int)(r / b->rows)) + (size_t)(r % b->rows) * rb;
+        uint64_t s = j->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(r + 1));
+        if (dt == FT_DTYPE_MXFP4) { /* GGML blocks: e8m0 scale, 16 bytes of code pairs */
+            uint8_t e = (uint8_t)(127 + lrintf(log2f(rms / 2.93f)));
+            for (int k = 0; k < K / 32; k++) {
+                dst[(size_t)k * 17] = e;
+                rand_bytes(dst + (size_t)k * 17 + 1, 16, &s);
+            }
+        } else if (dt == FT_DTYPE_NVFP4) {
+            rand_bytes(codes, ((size_t)K + 1) / 2, &s);
+            memset(scales, ft_f32_to_e4m3(1.0f), ((size_t)K + 15) / 16);
+            ft_nvfp4_r_pack(dst, codes, scales, rms / 2.93f, 1, (size_t)K);
+        } else { /* FT_DTYPE_FP8_B128 */
+            for (int k = 0; k < K; k++) {
+                float u = (float)(ft_rng_next(&s) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+                codes[k] = ft_f32_to_e4m3(u * 64.0f * 1.7320508f);
+            }
+            for (int k = 0; k < (K + FT_FP8_BLOCK - 1) / FT_FP8_BLOCK; k++) sc[k] = rms / 64.0f;
+            ft_fp8_b128_pack(dst, codes, sc, 1, (size_t)K);
+        }
+    }
+done:
+    free(codes);
+    free(scales);
+    free(sc);
+}
+
+static enum ft_status rand_experts(struct ft_pool *pool, const struct ft_bank *b, uint64_t *seed) {
+    if (b->schema->dtype == FT_DTYPE_BF16) {
+        for (int e = 0; e < b->n_experts; e++)
+            rand_bf16(pool, ft_bank_expert(b, e), (size_t)b->rows * b->cols, b->cols, seed);
+        return FT_OK;
+    }
+    struct pack_job j = {b, (*seed += 0x632be59bd9b4e019ull), FT_OK};
+    ft_pool_run(pool, pack_task, &j);
+    return j.st == FT_OK ? FT_OK : ft_fail(j.st, "synthetic experts: out of memory");
+}
+
+static float *zeros(struct ft_model *m, size_t n) {
+    float *p = ft_model_alloc(m, n * sizeof *p);
+    if (p) memset(p, 0, n * sizeof *p);
+    return p;
+}
+
 enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint64_t seed,
                                   struct ft_model **out) {
     const struct preset *p = NULL;
     *out = NULL;
+    const char *colon = strchr(preset, ':');
+    size_t nlen = colon ? (size_t)(colon - preset) : strlen(preset);
     for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
-        if (!strcmp(k_presets[i].name, preset)) p = &k_presets[i];
+        if (strlen(k_presets[i].name) == nlen && !strncmp(k_presets[i].name, preset, nlen)) p = &k_presets[i];
     if (!p)
-        return ft_fail(FT_ERR_INVALID_ARG, "--synthetic: unknown preset '%s' (known: %s)", preset,
-                       ft_synthetic_presets());
+        return ft_fail(FT_ERR_INVALID_ARG, "--synthetic: unknown preset '%.*s' (known: %s)", (int)nlen,
+                       preset, ft_synthetic_presets());
+    enum ft_dtype xdt = p->experts_dtype;
+    if (colon) {
+        size_t i = 0, n = sizeof k_formats / sizeof k_formats[0];
+        while (i < n && strcmp(k_formats[i].name, colon + 1)) i++;
+        if (i == n)
+            return ft_fail(FT_ERR_INVALID_ARG, "--synthetic: unknown expert format '%s' (known: bf16, "
+                           "mxfp4, nvfp4, fp8)", colon + 1);
+        xdt = k_formats[i].dtype;
+    }
+    if (xdt == FT_DTYPE_MXFP4 && (p->hidden % 32 || p->expert_inter % 32))
+        return ft_fail(FT_ERR_INVALID_ARG, "--synthetic %s: MXFP4 needs widths that are multiples of 32", preset);
     struct ft_model *m = calloc(1, sizeof *m);
     if (!m) return ft_fail(FT_ERR_OOM, "out of memory");
     enum ft_status st;
     struct ft_config *c = &m->cfg;
+    ft_config_init(c);
     snprintf(m->label, sizeof m->label, "synthetic:%s", preset);
     snprintf(c->arch, sizeof c->arch, "%s", p->arch);
     c->n_layers = p->layers;
@@ -100,17 +211,30 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
     c->intermediate_size = p->inter;
     c->vocab_size = p->vocab;
     c->max_position_embeddings = 32768;
-    c->rms_norm_eps = 1e-6;
     c->norm_topk_prob = 1;
-    c->decoder_sparse_step = 1;
     c->rope.theta = p->theta;
-    c->rope.factor = 1;
+    if (p->oai) { /* gpt-oss's config.json */
+        c->max_position_embeddings = 131072;
+        c->rms_norm_eps = 1e-5;
+        c->attention_bias = 1;
+        c->sliding_window = 128;
+        c->swiglu_limit = 7.0;
+        c->rope.type = FT_ROPE_YARN;
+        c->rope.factor = 32;
+        c->rope.original_max_pos = 4096;
+        c->rope.beta_fast = 32;
+        c->rope.beta_slow = 1;
+        c->rope.truncate = 0;
+        if (!(c->sliding = calloc((size_t)p->layers, 1))) goto oom;
+        for (int l = 0; l < p->layers; l += 2) c->sliding[l] = 1;
+    }
     m->arch = ft_arch_find(p->arch);
-    FT_TRY(ft_model_shapes(m));
+    if ((st = ft_model_shapes(m)) != FT_OK) goto fail;
     /* estimate and check RAM before touching gigabytes */
-    double need = (double)p->layers * ((double)p->experts * 3 * p->expert_inter * p->hidden +
-                                       (double)p->hidden * p->head_dim * (2 * p->heads + 2 * p->kv_heads)) * 2 +
-                  2.0 * p->vocab * p->hidden * 2;
+    int H = m->hidden, q = m->n_heads * m->head_dim, kv = m->n_kv_heads * m->head_dim;
+    int E = m->n_experts, I = m->expert_inter;
+    double experts = (double)E * (2.0 * I * ft_dtype_row_bytes(xdt, H) + (double)H * ft_dtype_row_bytes(xdt, I));
+    double need = (double)p->layers * (experts + (double)H * (2 * q + 2 * kv) * 2) + 2.0 * p->vocab * H * 2;
     uint64_t ram = ft_sys_ram_bytes();
     if (ram && need > 0.92 * (double)ram) {
         st = ft_fail(FT_ERR_OOM, "synthetic %s needs %.1f GiB of weights but this machine has "
@@ -118,32 +242,41 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
                      need / (1 << 30), (double)ram / (1 << 30));
         goto fail;
     }
-    ft_log_info("synthetic %s: generating %.1f GiB of random bf16 weights", preset,
-                need / (1 << 30));
-    int H = m->hidden, q = m->n_heads * m->head_dim, kv = m->n_kv_heads * m->head_dim;
-    FT_TRY(weight(m, pool, &m->embed, m->vocab, H, &seed));
-    FT_TRY(weight(m, pool, &m->lm_head, m->vocab, H, &seed));
+    const struct ft_row_schema *xs = ft_row_schema_for(xdt);
+    ft_log_info("synthetic %s: generating %.1f GiB of random weights (experts %s)", preset,
+                need / (1 << 30), xs->name);
+    if ((st = weight(m, pool, &m->embed, m->vocab, H, &seed)) != FT_OK ||
+        (st = weight(m, pool, &m->lm_head, m->vocab, H, &seed)) != FT_OK)
+        goto fail;
     if (!(m->final_norm = ones(m, H))) goto oom;
     for (int l = 0; l < m->n_layers; l++) {
         struct ft_layer *L = &m->layers[l];
         if (!(L->attn_norm = ones(m, H)) || !(L->ffn_norm = ones(m, H))) goto oom;
-        FT_TRY(weight(m, pool, &L->wq, q, H, &seed));
-        FT_TRY(weight(m, pool, &L->wk, kv, H, &seed));
-        FT_TRY(weight(m, pool, &L->wv, kv, H, &seed));
-        FT_TRY(weight(m, pool, &L->wo, H, q, &seed));
+        if ((st = weight(m, pool, &L->wq, q, H, &seed)) != FT_OK ||
+            (st = weight(m, pool, &L->wk, kv, H, &seed)) != FT_OK ||
+            (st = weight(m, pool, &L->wv, kv, H, &seed)) != FT_OK ||
+            (st = weight(m, pool, &L->wo, H, q, &seed)) != FT_OK ||
+            (st = weight(m, pool, &L->router, E, H, &seed)) != FT_OK)
+            goto fail;
         if (m->arch->flags & FT_ARCH_QK_NORM) {
             if (!(L->q_norm = ones(m, m->head_dim)) || !(L->k_norm = ones(m, m->head_dim))) goto oom;
         }
-        L->is_moe = 1;
-        int E = m->n_experts, I = m->expert_inter;
-        FT_TRY(weight(m, pool, &L->router, E, H, &seed));
-        const struct ft_row_schema *bf16 = ft_row_schema_for(FT_DTYPE_BF16);
-        FT_TRY(ft_bank_init(&L->bank[0], bf16, FT_BANK_GATE_UP, E, 2 * I, H));
-        FT_TRY(ft_bank_init(&L->bank[1], bf16, FT_BANK_DOWN, E, H, I));
-        for (int e = 0; e < E; e++) {
-            rand_bf16(pool, ft_bank_expert(&L->bank[0], e), (size_t)2 * I * H, H, &seed);
-            rand_bf16(pool, ft_bank_expert(&L->bank[1], e), (size_t)H * I, I, &seed);
+        if (p->oai) { /* zero biases and sinks: the same work as learnt ones */
+            L->window = c->sliding[l] ? c->sliding_window : 0;
+            L->act.limit = (float)c->swiglu_limit;
+            L->act.alpha = (float)c->swiglu_alpha;
+            if (!(L->bq = zeros(m, (size_t)q)) || !(L->bk = zeros(m, (size_t)kv)) ||
+                !(L->bv = zeros(m, (size_t)kv)) || !(L->bo = zeros(m, (size_t)H)) ||
+                !(L->sinks = zeros(m, (size_t)m->n_heads)) || !(L->router_bias = zeros(m, (size_t)E)) ||
+                !(L->act.gu_bias = zeros(m, (size_t)E * 2 * I)) || !(L->act.down_bias = zeros(m, (size_t)E * H)))
+                goto oom;
         }
+        L->is_moe = 1;
+        if ((st = ft_bank_init(&L->bank[0], xs, FT_BANK_GATE_UP, E, 2 * I, H)) != FT_OK ||
+            (st = ft_bank_init(&L->bank[1], xs, FT_BANK_DOWN, E, H, I)) != FT_OK ||
+            (st = rand_experts(pool, &L->bank[0], &seed)) != FT_OK ||
+            (st = rand_experts(pool, &L->bank[1], &seed)) != FT_OK)
+            goto fail;
     }
     ft_model_sizes(m);
     *out = m;
