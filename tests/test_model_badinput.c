@@ -235,6 +235,15 @@ TEST(gguf_unknown_tensor) {
     expect_load_error(p, FT_ERR_UNSUPPORTED, "blk.1.ffn_uq.weight");
 }
 
+/* a tensor with a name but no reader: without its metadata key the shared expert is not built,
+ * and computing without it would be silently wrong */
+TEST(gguf_unread_tensor) {
+    const char *p = gguf_variant("noshared", "qwen2moe_q8", "expert_shared_feed_forward_length",
+                                 "expert_shared_feed_forward_lengtX", 0);
+    expect_load_error(p, FT_ERR_UNSUPPORTED, "shared_expert");
+    EXPECT_CONTAINS(ft_error(), "no reader");
+}
+
 TEST(gguf_missing_experts) {
     const char *p = gguf_variant("noexp", "qwen3moe_q4km", "blk.1.ffn_down_exps", "blk.1.ffn_down_expz", 0);
     expect_load_error(p, FT_ERR_UNSUPPORTED, "blk.1.ffn_down_expz");

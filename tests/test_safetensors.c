@@ -273,6 +273,11 @@ TEST(set_sharded_index) {
     const struct ft_st_tensor *w = ft_st_set_find(s, "model.layers.1.w");
     EXPECT(w && w->dtype == FT_DTYPE_I32 && ((const int32_t *)w->data)[2] == 9);
     EXPECT(ft_st_set_find(s, "missing") == NULL);
+    const char *first = NULL; /* three found so far: the loader's leftovers are the fourth */
+    EXPECT_EQ(ft_st_set_unused(s, &first), 1);
+    EXPECT(first && ft_st_set_find(s, first) && strcmp(first, "model.embed.weight") &&
+           strcmp(first, "lm_head.weight") && strcmp(first, "model.layers.1.w"));
+    EXPECT_EQ(ft_st_set_unused(s, NULL), 0);
     int seen = 0;
     for (int i = 0; i < ft_st_set_count(s); i++)
         seen += ft_st_set_find(s, ft_st_set_at(s, i)->name) == ft_st_set_at(s, i);

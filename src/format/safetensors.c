@@ -33,6 +33,7 @@ struct ft_st_set {
     int n;
     const struct ft_st_tensor **t;  /* [n] pointers into the files, file order then offset */
     int *by_name;                   /* [n] sorted by name */
+    unsigned char *used;            /* [n]: 1 once ft_st_set_find returned it (loader bookkeeping) */
 };
 
 /* ------------------------------------------------------------------ helpers */
@@ -372,7 +373,9 @@ static enum ft_status set_index(struct ft_st_set *s, const char *dir, const stru
     for (int i = 0; i < s->n_files; i++) total += s->files[i]->n;
     s->t = malloc((size_t)(total ? total : 1) * sizeof *s->t);
     s->by_name = malloc((size_t)(total ? total : 1) * sizeof *s->by_name);
-    if (!s->t || !s->by_name) return ft_fail(FT_ERR_OOM, "%s: out of memory indexing tensors", dir);
+    s->used = calloc((size_t)(total ? total : 1), 1);
+    if (!s->t || !s->by_name || !s->used)
+        return ft_fail(FT_ERR_OOM, "%s: out of memory indexing tensors", dir);
     for (int i = 0; i < s->n_files; i++)
         for (int j = 0; j < s->files[i]->n; j++) s->t[s->n++] = &s->files[i]->t[j];
     for (int j = 0; j < n_extra; j++) s->t[s->n++] = &extra[j];
@@ -523,6 +526,7 @@ void ft_st_set_close(struct ft_st_set *s) {
     free(s->files);
     free(s->t);
     free(s->by_name);
+    free(s->used);
     free(s);
 }
 
@@ -535,7 +539,21 @@ const struct ft_st_tensor *ft_st_set_at(const struct ft_st_set *s, int i) {
 const struct ft_st_tensor *ft_st_set_find(const struct ft_st_set *s, const char *name) {
     if (!s || !name || !s->by_name) return NULL;
     int i = find_by_name(s->t, s->by_name, s->n, name);
-    return i >= 0 ? s->t[i] : NULL;
+    if (i < 0) return NULL;
+    s->used[i] = 1;
+    return s->t[i];
+}
+
+int ft_st_set_is_unused(const struct ft_st_set *s, int i) {
+    return s && s->used && i >= 0 && i < s->n && !s->used[i];
+}
+
+int ft_st_set_unused(const struct ft_st_set *s, const char **first) {
+    int n = 0;
+    if (first) *first = NULL;
+    for (int i = 0; s && s->used && i < s->n; i++)
+        if (!s->used[s->by_name[i]] && n++ == 0 && first) *first = s->t[s->by_name[i]]->name;
+    return n;
 }
 
 /* ------------------------------------------------------------------ write */

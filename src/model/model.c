@@ -530,6 +530,45 @@ enum ft_status ft_rope_init(const struct ft_config *cfg, int head_dim, float **i
     return FT_OK;
 }
 
+/* Tensors the model never read. A GGUF tensor that has an HF name but no reader here (an
+ * attn_q.bias in a Qwen3 file) is an error, like one with no name at all: computing without it
+ * would be silently wrong. Safetensors checkpoints often carry extras on purpose (multi-token
+ * prediction layers, vision towers, activation scales, a tied lm_head), so they only warn. */
+static int benign_extra(const char *name) {
+    static const char *const k_suffixes[] = {"rotary_emb.inv_freq", ".input_scale", ".k_scale",
+                                             ".v_scale"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof k_suffixes / sizeof k_suffixes[0]; i++) {
+        size_t k = strlen(k_suffixes[i]);
+        if (n >= k && !strcmp(name + n - k, k_suffixes[i])) return 1;
+    }
+    return !strcmp(name, "lm_head.weight");
+}
+
+static enum ft_status check_unused(struct ft_model *m) {
+    const char *first;
+    int n = ft_st_set_unused(m->st, &first), shown = 0;
+    if (!n) return FT_OK;
+    if (m->gguf)
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: tensor '%s' (%d unread in all) has no reader in a "
+                       "%s model with this metadata (a variant this engine does not know, or a "
+                       "missing key; running without it would give wrong output)", m->label, first,
+                       n, m->cfg.model_type[0] ? m->cfg.model_type : m->arch->name);
+    char list[512] = "";
+    int relevant = 0;
+    for (int i = 0; i < ft_st_set_count(m->st); i++) {
+        const char *name = ft_st_set_at(m->st, i)->name;
+        if (!ft_st_set_is_unused(m->st, i) || benign_extra(name)) continue;
+        if (relevant++ < 3)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", shown++ ? ", " : "", name);
+    }
+    if (relevant)
+        ft_log_warn("%s: %d tensor%s not used (%s%s): extra layers or towers are fine, but a weight "
+                    "this engine should read would make the output wrong", m->label, relevant,
+                    relevant > 1 ? "s are" : " is", list, relevant > 3 ? ", ..." : "");
+    return FT_OK;
+}
+
 /* Shapes and derived sizes shared by loaded and synthetic models. */
 enum ft_status ft_model_shapes(struct ft_model *m) {
     const struct ft_config *c = &m->cfg;
@@ -665,6 +704,7 @@ enum ft_status ft_model_load_ex(const char *dir, ft_progress_fn progress, void *
                         last_tenth * 10, l + 1, m->n_layers, file_bytes / 1073741824.0);
         }
     }
+    FT_TRY(check_unused(m));
     ft_model_sizes(m);
     *out = m;
     return FT_OK;
