@@ -244,15 +244,26 @@ T512 static float mxfp4_dot_512(const uint8_t *blocks, const uint8_t *scales, co
 
 T512 static float nvfp4_dot_512(const uint8_t *w, const uint8_t *scales, const float *x,
                                 size_t n) {
-    __m512 acc = _mm512_setzero_ps();
-    size_t nb = n / 16;
-    for (size_t b = 0; b < nb; b++) {
+    __m512 acc = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    size_t nb = n / 16, b = 0;
+    for (; b + 16 <= nb; b += 16) { /* 16 blocks: their scales decoded in one vector */
+        __m512 sv = e4m3x16_512(_mm_loadu_si128((const __m128i *)(scales + b)));
+        for (int j = 0; j < 16; j += 2) { /* 16 code bytes = blocks j and j + 1 */
+            __m128i c0, c1;
+            split_nibbles(_mm_loadu_si128((const __m128i *)(w + 8 * (b + j))), &c0, &c1);
+            __m512 s0 = _mm512_mul_ps(e2m1x16_512(c0), _mm512_loadu_ps(x + 16 * (b + j)));
+            __m512 s1 = _mm512_mul_ps(e2m1x16_512(c1), _mm512_loadu_ps(x + 16 * (b + j) + 16));
+            acc = _mm512_fmadd_ps(s0, _mm512_permutexvar_ps(_mm512_set1_epi32(j), sv), acc);
+            acc1 = _mm512_fmadd_ps(s1, _mm512_permutexvar_ps(_mm512_set1_epi32(j + 1), sv), acc1);
+        }
+    }
+    for (; b < nb; b++) {
         __m128i c0, c1;
         split_nibbles(_mm_loadl_epi64((const __m128i *)(w + 8 * b)), &c0, &c1);
         __m512 s = _mm512_mul_ps(e2m1x16_512(c0), _mm512_loadu_ps(x + 16 * b));
         acc = _mm512_fmadd_ps(s, _mm512_set1_ps(ft_e4m3_to_f32(scales[b])), acc);
     }
-    return _mm512_reduce_add_ps(acc) + nvfp4_dot_from(w, scales, x, nb, n);
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc, acc1)) + nvfp4_dot_from(w, scales, x, nb, n);
 }
 
 /* sum over [i0, i1) of e4m3(w) * x, 16 lanes with a masked remainder */
