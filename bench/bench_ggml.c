@@ -1,5 +1,6 @@
-/* bench_ggml.c — standalone benchmark (not a test) of the GGML block kernels: for each block
- * type, ft_ggml_dot_rows over a weight matrix far larger than the caches, as GB/s of
+/* bench_ggml.c — standalone benchmark (not a test) of the block kernels: for each GGML block
+ * type (and the NVFP4 / FP8_B128 rows of format/quant.h, through ft_cpu_matmul_rows as the MoE
+ * executor calls it), ft_ggml_dot_rows over a weight matrix far larger than the caches, as GB/s of
  * quantised bytes read, with T = 1 (decode) on one thread and on every pool thread, and with
  * T = 8 on every thread; then the 8-bit-activation ft_ggml_dot_rows_x8 (K-quants; x
  * quantised once, outside the timing, as the engine does once per step) with T = 1. Each is
@@ -23,6 +24,7 @@
 #include "core/threadpool.h"
 #include "core/timer.h"
 #include "format/ggml_quant.h"
+#include "format/quant.h"
 
 struct job {
     int type;
@@ -33,6 +35,7 @@ struct job {
     const void *xq; /* x quantised for ft_ggml_dot_rows_x8 */
     float *y;       /* [T, n_rows] */
     int mode;       /* FILL: write random blocks into the worker's rows, else the kernel */
+    enum ft_dtype rows; /* FT_DTYPE_NVFP4 / FT_DTYPE_FP8_B128: row formats; else GGML `type` */
 };
 
 enum { FILL, DOT, DOT_X8 };
@@ -44,6 +47,7 @@ static void fill_blocks(int type, uint8_t *p, size_t n_bytes, uint64_t seed) {
         uint64_t v = ft_rng_next(&seed);
         memcpy(p + i, &v, 8);
     }
+    if (type < 0) return; /* row formats: fill_rows sets their scales */
     const size_t bs = ft_ggml_type_size(type);
     for (size_t b = 0; b + bs <= n_bytes; b += bs) {
         uint8_t *blk = p + b;
@@ -58,6 +62,23 @@ static void fill_blocks(int type, uint8_t *p, size_t n_bytes, uint64_t seed) {
     }
 }
 
+/* Row formats: random codes (e4m3 with the NaN pattern masked off), scales of 1/64. */
+static void fill_rows(enum ft_dtype t, uint8_t *p, size_t row_bytes, int n_rows, int K,
+                      uint64_t seed) {
+    fill_blocks(-1, p, row_bytes * (size_t)n_rows, seed);
+    for (int r = 0; r < n_rows; r++) {
+        uint8_t *row = p + (size_t)r * row_bytes;
+        float sc = 1.0f / 64;
+        if (t == FT_DTYPE_NVFP4) { /* [f32 scale_2][K/16 e4m3 scales][K/2 code pairs] */
+            memcpy(row, &sc, 4);
+            memset(row + 4, 0x38, (size_t)K / 16); /* e4m3 1.0 */
+        } else { /* FP8_B128: [K/128 f32 scale_inv][K e4m3] */
+            for (int b = 0; b < K / 128; b++) memcpy(row + 4 * b, &sc, 4);
+            for (int k = 0; k < K; k++) row[4 * (K / 128) + k] &= 0xf7;
+        }
+    }
+}
+
 static void job_worker(void *arg, int i, int n) {
     const struct job *j = arg;
     long lo, hi;
@@ -65,7 +86,11 @@ static void job_worker(void *arg, int i, int n) {
     int r0 = (int)lo * 4, r1 = (int)FT_MIN(hi * 4, (long)j->n_rows);
     if (r1 <= r0) return;
     uint8_t *w = j->w + (size_t)r0 * j->row_bytes;
-    if (j->mode == FILL)
+    if (j->rows && j->mode == FILL) {
+        fill_rows(j->rows, w, j->row_bytes, r1 - r0, j->K, 0x9e3779b97f4a7c15ull ^ (uint64_t)r0);
+    } else if (j->rows) {
+        ft_cpu_matmul_rows(j->y + r0, j->n_rows, j->x, j->K, w, j->rows, j->T, 0, r1 - r0, j->K);
+    } else if (j->mode == FILL)
         fill_blocks(j->type, w, (size_t)(r1 - r0) * j->row_bytes,
                     0x9e3779b97f4a7c15ull ^ (uint64_t)r0);
     else if (j->mode == DOT)
@@ -156,6 +181,22 @@ int main(int argc, char **argv) {
         } else {
             printf("%-15s | -\n", "-");
         }
+        fflush(stdout);
+        check += y[0] + y[j.n_rows - 1];
+    }
+    static const enum ft_dtype row_types[] = {FT_DTYPE_NVFP4, FT_DTYPE_FP8_B128};
+    for (size_t t = 0; t < sizeof row_types / sizeof row_types[0]; t++) {
+        struct job j = {.rows = row_types[t], .w = w, .row_bytes = ft_dtype_row_bytes(row_types[t], K),
+                        .K = (int)K, .T = 1, .x = x, .y = y, .mode = FILL};
+        j.n_rows = (int)(bytes / j.row_bytes);
+        ft_pool_run(pool, job_worker, &j);
+        j.mode = DOT;
+        const double g1 = run_gbps(one, &j, reps), gn = run_gbps(pool, &j, reps);
+        j.T = Tb;
+        const double g8 = run_gbps(pool, &j, reps > 2 ? 2 : reps);
+        printf("%-6s %6.2f | %6.2f (%3.0f%%)   | %6.1f (%3.0f%%)   | %6.1f (%3.0f%%)   | %-15s | -\n",
+               row_types[t] == FT_DTYPE_NVFP4 ? "NVFP4" : "FP8B", 8.0 * (double)j.row_bytes / (double)K, g1,
+               100.0 * g1 / dram1, gn, 100.0 * gn / dramn, g8, 100.0 * g8 / dramn, "-");
         fflush(stdout);
         check += y[0] + y[j.n_rows - 1];
     }

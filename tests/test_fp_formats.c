@@ -339,6 +339,40 @@ TEST(nvfp4_dot_every_tier) {
     EXPECT(runs >= (int)N_LENGTHS);
 }
 
+/* The multi-token row dots (prefill) against the dequantised rows, for token counts around the
+ * 8-token kernel, every length and tier; x rows are ldx apart (ldx > K). */
+TEST(row_dots_over_tokens_every_tier) {
+    enum { TMAX = 17 };
+    static float x[TMAX * DOT_MAX], deq[DOT_MAX], y[TMAX * 3];
+    static uint8_t row[DOT_MAX * 2], codes[DOT_MAX], sc8[DOT_MAX / 16 + 1];
+    static float sinv[DOT_MAX / 128 + 1];
+    static const int counts[] = {1, 3, 8, 11, 16, 17};
+    int bad = 0, runs = 0;
+    for (size_t L = 0; L < N_LENGTHS; L++) {
+        size_t K = k_lengths[L], ldx = K + 5;
+        for (size_t i = 0; i < TMAX * ldx; i++) x[i] = rnd_normalish();
+        for (size_t i = 0; i < K; i++) codes[i] = (uint8_t)(rnd() & 0xf7); /* no e4m3 NaN */
+        for (size_t i = 0; i <= K / 16; i++) sc8[i] = (uint8_t)(0x20 + rnd() % 0x5e);
+        for (size_t i = 0; i <= K / 128; i++) sinv[i] = 0.001f * (float)(1 + rnd() % 50);
+        for (int f = 0; f < 2; f++) {
+            if (f == 0) ft_nvfp4_r_pack(row, codes, sc8, 0.37f, 1, K), ft_nvfp4_r_dequant_row(row, K, deq);
+            else ft_fp8_b128_pack(row, codes, sinv, 1, K), ft_fp8_b128_dequant_row(row, K, deq);
+            for (int t = 0; t <= max_tier(); t++)
+                for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+                    int T = counts[c];
+                    if (f == 0) ft_nvfp4_r_dot_tokens(row, x, ldx, T, K, y, 3, t);
+                    else ft_fp8_b128_dot_tokens(row, x, ldx, T, K, y, 3, t);
+                    for (int k = 0; k < T; k++, runs++)
+                        if (!dot_close(y[3 * k], deq, x + (size_t)k * ldx, K) && bad++ < 5)
+                            fprintf(stderr, "  %s K=%zu tier %d T=%d token %d: %.9g\n",
+                                    f ? "fp8_b128" : "nvfp4", K, t, T, k, y[3 * k]);
+                }
+        }
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT(runs > 1000);
+}
+
 TEST(fp8_dots_every_tier) {
     static uint8_t w[DOT_MAX];
     static float sinv[DOT_MAX], x[DOT_MAX], deq[DOT_MAX];

@@ -86,6 +86,12 @@ void ft_nvfp4_r_pack(uint8_t *dst, const uint8_t *w, const uint8_t *scales, floa
                      size_t K);
 void ft_nvfp4_r_dequant_row(const void *row, size_t K, float *dst);
 float ft_nvfp4_r_dot(const void *row, const float *x, size_t K, int tier);
+/* y[t * ldy] = the row's dot with x + t * ldx for t < T: each block decoded once for all tokens
+ * (prefill); the FP8_B128 twin likewise. */
+void ft_nvfp4_r_dot_tokens(const void *row, const float *x, size_t ldx, int T, size_t K, float *y,
+                           size_t ldy, int tier);
+void ft_fp8_b128_dot_tokens(const void *row, const float *x, size_t ldx, int T, size_t K, float *y,
+                            size_t ldy, int tier);
 /* Per-tensor FP8: value = e4m3(w[i]) * scale. */
 void ft_fp8_dequant_row(const uint8_t *w, float scale, size_t n, float *dst);
 

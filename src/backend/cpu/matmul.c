@@ -254,13 +254,12 @@ void ft_cpu_matmul_rows(float *y, int ldy, const float *x, int ldx, const void *
         return;
     }
     if (wt == FT_DTYPE_FP8_B128 || wt == FT_DTYPE_NVFP4) { /* rows carrying their scales */
-        float (*dot)(const void *, const float *, size_t, int) =
-            wt == FT_DTYPE_NVFP4 ? ft_nvfp4_r_dot : ft_fp8_b128_dot;
+        void (*dot)(const void *, const float *, size_t, int, size_t, float *, size_t, int) =
+            wt == FT_DTYPE_NVFP4 ? ft_nvfp4_r_dot_tokens : ft_fp8_b128_dot_tokens;
         size_t rb = ft_dtype_row_bytes(wt, K);
         for (int n = n0; n < n1; n++)
-            for (int t = 0; t < T; t++)
-                y[(size_t)t * ldy + n] = dot((const uint8_t *)w + (size_t)n * rb,
-                                             x + (size_t)t * ldx, (size_t)K, ft_cpu_isa());
+            dot((const uint8_t *)w + (size_t)n * rb, x, (size_t)ldx, T, (size_t)K, y + n,
+                (size_t)ldy, ft_cpu_isa());
         return;
     }
     FT_ASSERT(wt == FT_DTYPE_F32 || wt == FT_DTYPE_F16 || wt == FT_DTYPE_BF16);
