@@ -277,6 +277,9 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
             (st = rand_experts(pool, &L->bank[0], &seed)) != FT_OK ||
             (st = rand_experts(pool, &L->bank[1], &seed)) != FT_OK)
             goto fail;
+        int tenth = (l + 1) * 10 / m->n_layers;
+        if (need > 4.0 * (1 << 30) && tenth > l * 10 / m->n_layers) /* large presets take minutes */
+            ft_log_info("synthetic %s: %d%% (%d of %d layers)", preset, tenth * 10, l + 1, m->n_layers);
     }
     ft_model_sizes(m);
     *out = m;
