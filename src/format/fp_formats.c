@@ -412,6 +412,40 @@ T256 static float fp8_block_dot_256(const uint8_t *w, const float *scale_inv_row
         acc += fp8_sum_256(w, x, b * bk, FT_MIN(K, b * bk + bk)) * scale_inv_row[b];
     return acc;
 }
+
+/* The AVX2 twins of the 8-token dots (8 accumulators + the decoded vector + x fit in 16 ymm) */
+T256 static void nvfp4_dot_tokens_256(const uint8_t *w, const uint8_t *scales, const float *x,
+                                      size_t ldx, size_t n, float *out) {
+    enum { T = 8 };
+    __m256 acc[8];
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    size_t nb = n / 16;
+    for (size_t b = 0; b < nb; b++) {
+        __m128i c0, c1;
+        split_nibbles(_mm_loadl_epi64((const __m128i *)(w + 8 * b)), &c0, &c1);
+        __m256 s = _mm256_set1_ps(ft_e4m3_to_f32(scales[b]));
+        __m256 v = _mm256_mul_ps(e2m1x8_256(c0), s);
+        for (int t = 0; t < T; t++) acc[t] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + t * ldx + 16 * b), acc[t]);
+        v = _mm256_mul_ps(e2m1x8_256(_mm_srli_si128(c0, 8)), s);
+        for (int t = 0; t < T; t++) acc[t] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + t * ldx + 16 * b + 8), acc[t]);
+    }
+    for (int t = 0; t < T; t++) out[t] = hsum256(acc[t]) + nvfp4_dot_from(w, scales, x + t * ldx, nb, n);
+}
+
+T256 static void fp8_b128_dot_tokens_256(const uint8_t *w, const float *scale_inv, const float *x,
+                                         size_t ldx, size_t K, float *out) {
+    enum { T = 8 };
+    __m256 acc[8];
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= K; i += 8) {
+        __m256 v = _mm256_mul_ps(e4m3x8_256(_mm_loadl_epi64((const __m128i *)(w + i))),
+                                 _mm256_set1_ps(scale_inv[i / FT_FP8_BLOCK]));
+        for (int t = 0; t < T; t++) acc[t] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + t * ldx + i), acc[t]);
+    }
+    for (int t = 0; t < T; t++) /* K % 8 elements, inside one 128-block */
+        out[t] = hsum256(acc[t]) + (i < K ? fp8_sum(w, x + t * ldx, i, K) * scale_inv[i / FT_FP8_BLOCK] : 0.0f);
+}
 #endif
 
 /* ---- dispatch: tier >= 2 AVX-512, 1 AVX2, else scalar ---- */
@@ -495,6 +529,12 @@ void ft_fp8_b128_dot_tokens(const void *row, const float *x, size_t ldx, int T, 
             for (int t = 0; t < n; t++) y[(size_t)(t0 + t) * ldy] = out[t];
             continue;
         }
+        if (tier == FT_FP_AVX2 && n == 8) {
+            fp8_b128_dot_tokens_256((const uint8_t *)row + nb * 4, (const float *)row,
+                                    x + (size_t)t0 * ldx, ldx, K, out);
+            for (int t = 0; t < n; t++) y[(size_t)(t0 + t) * ldy] = out[t];
+            continue;
+        }
 #endif
         for (int t = 0; t < n; t++)
             y[(size_t)(t0 + t) * ldy] = ft_fp8_b128_dot(row, x + (size_t)(t0 + t) * ldx, K, tier);
@@ -543,6 +583,11 @@ void ft_nvfp4_r_dot_tokens(const void *row, const float *x, size_t ldx, int T, s
 #ifdef FT_FP_X86
         if (tier >= FT_FP_AVX512 && n == 8) {
             nvfp4_dot_tokens_512(p + 4 + (K + 15) / 16, p + 4, x + (size_t)t0 * ldx, ldx, K, out);
+            for (int t = 0; t < n; t++) y[(size_t)(t0 + t) * ldy] = out[t] * s2;
+            continue;
+        }
+        if (tier == FT_FP_AVX2 && n == 8) {
+            nvfp4_dot_tokens_256(p + 4 + (K + 15) / 16, p + 4, x + (size_t)t0 * ldx, ldx, K, out);
             for (int t = 0; t < n; t++) y[(size_t)(t0 + t) * ldy] = out[t] * s2;
             continue;
         }
