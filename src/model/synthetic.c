@@ -6,6 +6,7 @@
  * instead (engine/forward.h, enum ft_routing).
  * Engine thread; fills in parallel on the pool (first touch places pages near their readers). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +102,7 @@ static float *ones(struct ft_model *m, int n) {
 struct pack_job {
     const struct ft_bank *b;
     uint64_t seed;
-    enum ft_status st;
+    atomic_int oom; /* set by any task that could not allocate its scratch */
 };
 
 static void rand_bytes(uint8_t *p, size_t n, uint64_t *s) {
@@ -121,7 +122,7 @@ static void pack_task(void *ctx, int i, int nt) {
     uint8_t *codes = malloc((size_t)K + 16), *scales = malloc((size_t)K / 16 + 16);
     float *sc = malloc(((size_t)K / FT_FP8_BLOCK + 1) * sizeof *sc);
     if (!codes || !scales || !sc) {
-        j->st = FT_ERR_OOM;
+        atomic_store_explicit(&j->oom, 1, memory_order_relaxed);
         goto done;
     }
     long lo, hi;
@@ -160,9 +161,9 @@ static enum ft_status rand_experts(struct ft_pool *pool, const struct ft_bank *b
             rand_bf16(pool, ft_bank_expert(b, e), (size_t)b->rows * b->cols, b->cols, seed);
         return FT_OK;
     }
-    struct pack_job j = {b, (*seed += 0x632be59bd9b4e019ull), FT_OK};
+    struct pack_job j = {b, (*seed += 0x632be59bd9b4e019ull), 0};
     ft_pool_run(pool, pack_task, &j);
-    return j.st == FT_OK ? FT_OK : ft_fail(j.st, "synthetic experts: out of memory");
+    return atomic_load(&j.oom) ? ft_fail(FT_ERR_OOM, "synthetic experts: out of memory") : FT_OK;
 }
 
 static float *zeros(struct ft_model *m, size_t n) {
@@ -191,8 +192,6 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
                            "mxfp4, nvfp4, fp8)", colon + 1);
         xdt = k_formats[i].dtype;
     }
-    if (xdt == FT_DTYPE_MXFP4 && (p->hidden % 32 || p->expert_inter % 32))
-        return ft_fail(FT_ERR_INVALID_ARG, "--synthetic %s: MXFP4 needs widths that are multiples of 32", preset);
     struct ft_model *m = calloc(1, sizeof *m);
     if (!m) return ft_fail(FT_ERR_OOM, "out of memory");
     enum ft_status st;
@@ -230,6 +229,11 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
     }
     m->arch = ft_arch_find(p->arch);
     if ((st = ft_model_shapes(m)) != FT_OK) goto fail;
+    if (xdt == FT_DTYPE_MXFP4 && (m->hidden % 32 || m->expert_inter % 32)) { /* whole blocks */
+        st = ft_fail(FT_ERR_INVALID_ARG, "--synthetic %s: MXFP4 experts need widths that are multiples "
+                     "of 32 (%d, %d)", preset, m->hidden, m->expert_inter);
+        goto fail;
+    }
     /* estimate and check RAM before touching gigabytes */
     int H = m->hidden, q = m->n_heads * m->head_dim, kv = m->n_kv_heads * m->head_dim;
     int E = m->n_experts, I = m->expert_inter;
