@@ -346,7 +346,7 @@ TEST(row_dots_over_tokens_every_tier) {
     static float x[TMAX * DOT_MAX], deq[DOT_MAX], y[TMAX * 3];
     static uint8_t row[DOT_MAX * 2], codes[DOT_MAX], sc8[DOT_MAX / 16 + 1];
     static float sinv[DOT_MAX / 128 + 1];
-    static const int counts[] = {1, 3, 8, 11, 16, 17};
+    static const int counts[] = {1, 3, 4, 5, 8, 11, 12, 15, 16, 17}; /* the 8- and 4-token kernels */
     int bad = 0, runs = 0;
     for (size_t L = 0; L < N_LENGTHS; L++) {
         size_t K = k_lengths[L], ldx = K + 5;

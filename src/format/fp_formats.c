@@ -294,13 +294,16 @@ T512 static float fp8_dot_512(const uint8_t *w, const float *x, size_t n) {
     return _mm512_reduce_add_ps(fp8_sum_512(w, x, 0, n));
 }
 
-/* The same dots for 8 tokens (x rows ldx apart) at once: each block is decoded once into
+#define FT_KERNEL inline __attribute__((always_inline)) /* specialised per token count */
+
+/* The same dots for 8 or 4 tokens (x rows ldx apart) at once: each block is decoded once into
  * a register and multiplied into every token's accumulator, instead of once per token. */
-T512 static void nvfp4_dot_tokens_512(const uint8_t *w, const uint8_t *scales, const float *x,
-                                      size_t ldx, size_t n, float *out) {
-    enum { T = 8 }; /* a constant, so the accumulators stay in registers */
+T512 static FT_KERNEL void nvfp4_dot_tokens_512_n(const uint8_t *w, const uint8_t *scales,
+                                                  const float *x, size_t ldx, size_t n, float *out,
+                                                  int T) {
     __m512 acc[8];
-    for (int t = 0; t < 8; t++) acc[t] = _mm512_setzero_ps();
+    for (int t = 0; t < 8; t++)
+        acc[t] = _mm512_setzero_ps();
     size_t nb = n / 16;
     for (size_t b = 0; b < nb; b++) {
         __m128i c0, c1;
@@ -312,12 +315,20 @@ T512 static void nvfp4_dot_tokens_512(const uint8_t *w, const uint8_t *scales, c
     for (int t = 0; t < T; t++)
         out[t] = _mm512_reduce_add_ps(acc[t]) + nvfp4_dot_from(w, scales, x + t * ldx, nb, n);
 }
+T512 static void nvfp4_dot_tokens_512(int T, const uint8_t *w, const uint8_t *scales,
+                                      const float *x, size_t ldx, size_t n, float *out) {
+    if (T == 8)
+        nvfp4_dot_tokens_512_n(w, scales, x, ldx, n, out, 8); /* accumulators in registers */
+    else
+        nvfp4_dot_tokens_512_n(w, scales, x, ldx, n, out, 4);
+}
 
-T512 static void fp8_b128_dot_tokens_512(const uint8_t *w, const float *scale_inv, const float *x,
-                                         size_t ldx, size_t K, float *out) {
-    enum { T = 8 };
+T512 static FT_KERNEL void fp8_b128_dot_tokens_512_n(const uint8_t *w, const float *scale_inv,
+                                                     const float *x, size_t ldx, size_t K,
+                                                     float *out, int T) {
     __m512 acc[8];
-    for (int t = 0; t < 8; t++) acc[t] = _mm512_setzero_ps();
+    for (int t = 0; t < 8; t++)
+        acc[t] = _mm512_setzero_ps();
     size_t i = 0;
     for (; i + 16 <= K; i += 16) {
         __m512 v = _mm512_mul_ps(e4m3x16_512(_mm_loadu_si128((const __m128i *)(w + i))),
@@ -332,7 +343,15 @@ T512 static void fp8_b128_dot_tokens_512(const uint8_t *w, const float *scale_in
         for (int t = 0; t < T; t++)
             acc[t] = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, x + t * ldx + i), acc[t]);
     }
-    for (int t = 0; t < T; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
+    for (int t = 0; t < T; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+T512 static void fp8_b128_dot_tokens_512(int T, const uint8_t *w, const float *scale_inv,
+                                         const float *x, size_t ldx, size_t K, float *out) {
+    if (T == 8)
+        fp8_b128_dot_tokens_512_n(w, scale_inv, x, ldx, K, out, 8);
+    else
+        fp8_b128_dot_tokens_512_n(w, scale_inv, x, ldx, K, out, 4);
 }
 
 T256 static inline float hsum256(__m256 v) {
@@ -381,8 +400,7 @@ T256 static float mxfp4_dot_256(const uint8_t *blocks, const uint8_t *scales, co
     return hsum256(acc) + mxfp4_dot_from(blocks, scales, x, nb, n);
 }
 
-T256 static float nvfp4_dot_256(const uint8_t *w, const uint8_t *scales, const float *x,
-                                size_t n) {
+T256 static float nvfp4_dot_256(const uint8_t *w, const uint8_t *scales, const float *x, size_t n) {
     __m256 acc = _mm256_setzero_ps();
     size_t nb = n / 16;
     for (size_t b = 0; b < nb; b++) {
@@ -414,37 +432,58 @@ T256 static float fp8_block_dot_256(const uint8_t *w, const float *scale_inv_row
 }
 
 /* The AVX2 twins of the 8-token dots (8 accumulators + the decoded vector + x fit in 16 ymm) */
-T256 static void nvfp4_dot_tokens_256(const uint8_t *w, const uint8_t *scales, const float *x,
-                                      size_t ldx, size_t n, float *out) {
-    enum { T = 8 };
+T256 static FT_KERNEL void nvfp4_dot_tokens_256_n(const uint8_t *w, const uint8_t *scales,
+                                                  const float *x, size_t ldx, size_t n, float *out,
+                                                  int T) {
     __m256 acc[8];
-    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
     size_t nb = n / 16;
     for (size_t b = 0; b < nb; b++) {
         __m128i c0, c1;
         split_nibbles(_mm_loadl_epi64((const __m128i *)(w + 8 * b)), &c0, &c1);
         __m256 s = _mm256_set1_ps(ft_e4m3_to_f32(scales[b]));
         __m256 v = _mm256_mul_ps(e2m1x8_256(c0), s);
-        for (int t = 0; t < T; t++) acc[t] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + t * ldx + 16 * b), acc[t]);
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + t * ldx + 16 * b), acc[t]);
         v = _mm256_mul_ps(e2m1x8_256(_mm_srli_si128(c0, 8)), s);
-        for (int t = 0; t < T; t++) acc[t] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + t * ldx + 16 * b + 8), acc[t]);
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + t * ldx + 16 * b + 8), acc[t]);
     }
-    for (int t = 0; t < T; t++) out[t] = hsum256(acc[t]) + nvfp4_dot_from(w, scales, x + t * ldx, nb, n);
+    for (int t = 0; t < T; t++)
+        out[t] = hsum256(acc[t]) + nvfp4_dot_from(w, scales, x + t * ldx, nb, n);
+}
+T256 static void nvfp4_dot_tokens_256(int T, const uint8_t *w, const uint8_t *scales,
+                                      const float *x, size_t ldx, size_t n, float *out) {
+    if (T == 8)
+        nvfp4_dot_tokens_256_n(w, scales, x, ldx, n, out, 8);
+    else
+        nvfp4_dot_tokens_256_n(w, scales, x, ldx, n, out, 4);
 }
 
-T256 static void fp8_b128_dot_tokens_256(const uint8_t *w, const float *scale_inv, const float *x,
-                                         size_t ldx, size_t K, float *out) {
-    enum { T = 8 };
+T256 static FT_KERNEL void fp8_b128_dot_tokens_256_n(const uint8_t *w, const float *scale_inv,
+                                                     const float *x, size_t ldx, size_t K,
+                                                     float *out, int T) {
     __m256 acc[8];
-    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
     size_t i = 0;
     for (; i + 8 <= K; i += 8) {
         __m256 v = _mm256_mul_ps(e4m3x8_256(_mm_loadl_epi64((const __m128i *)(w + i))),
                                  _mm256_set1_ps(scale_inv[i / FT_FP8_BLOCK]));
-        for (int t = 0; t < T; t++) acc[t] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + t * ldx + i), acc[t]);
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + t * ldx + i), acc[t]);
     }
     for (int t = 0; t < T; t++) /* K % 8 elements, inside one 128-block */
-        out[t] = hsum256(acc[t]) + (i < K ? fp8_sum(w, x + t * ldx, i, K) * scale_inv[i / FT_FP8_BLOCK] : 0.0f);
+        out[t] = hsum256(acc[t]) +
+                 (i < K ? fp8_sum(w, x + t * ldx, i, K) * scale_inv[i / FT_FP8_BLOCK] : 0.0f);
+}
+T256 static void fp8_b128_dot_tokens_256(int T, const uint8_t *w, const float *scale_inv,
+                                         const float *x, size_t ldx, size_t K, float *out) {
+    if (T == 8)
+        fp8_b128_dot_tokens_256_n(w, scale_inv, x, ldx, K, out, 8);
+    else
+        fp8_b128_dot_tokens_256_n(w, scale_inv, x, ldx, K, out, 4);
 }
 #endif
 
@@ -520,24 +559,24 @@ void ft_fp8_b128_dot_tokens(const void *row, const float *x, size_t ldx, int T, 
                             size_t ldy, int tier) {
     size_t nb = (K + FT_FP8_BLOCK - 1) / FT_FP8_BLOCK;
     float out[8];
-    for (int t0 = 0; t0 < T; t0 += 8) {
-        int n = FT_MIN(T - t0, 8);
+    for (int t0 = 0; t0 < T;) {
+        int n = T - t0 >= 8 ? 8 : T - t0 >= 4 ? 4 : 1;
 #ifdef FT_FP_X86
-        if (tier >= FT_FP_AVX512 && n == 8) {
-            fp8_b128_dot_tokens_512((const uint8_t *)row + nb * 4, (const float *)row,
-                                    x + (size_t)t0 * ldx, ldx, K, out);
-            for (int t = 0; t < n; t++) y[(size_t)(t0 + t) * ldy] = out[t];
-            continue;
-        }
-        if (tier == FT_FP_AVX2 && n == 8) {
-            fp8_b128_dot_tokens_256((const uint8_t *)row + nb * 4, (const float *)row,
-                                    x + (size_t)t0 * ldx, ldx, K, out);
-            for (int t = 0; t < n; t++) y[(size_t)(t0 + t) * ldy] = out[t];
+        if (n > 1 && tier >= FT_FP_AVX2) {
+            if (tier >= FT_FP_AVX512)
+                fp8_b128_dot_tokens_512(n, (const uint8_t *)row + nb * 4, (const float *)row,
+                                        x + (size_t)t0 * ldx, ldx, K, out);
+            else
+                fp8_b128_dot_tokens_256(n, (const uint8_t *)row + nb * 4, (const float *)row,
+                                        x + (size_t)t0 * ldx, ldx, K, out);
+            for (int t = 0; t < n; t++)
+                y[(size_t)(t0 + t) * ldy] = out[t];
+            t0 += n;
             continue;
         }
 #endif
-        for (int t = 0; t < n; t++)
-            y[(size_t)(t0 + t) * ldy] = ft_fp8_b128_dot(row, x + (size_t)(t0 + t) * ldx, K, tier);
+        y[(size_t)t0 * ldy] = ft_fp8_b128_dot(row, x + (size_t)t0 * ldx, K, tier);
+        t0++;
     }
 }
 
@@ -578,21 +617,23 @@ void ft_nvfp4_r_dot_tokens(const void *row, const float *x, size_t ldx, int T, s
     const uint8_t *p = row;
     float s2, out[8];
     memcpy(&s2, p, 4);
-    for (int t0 = 0; t0 < T; t0 += 8) {
-        int n = FT_MIN(T - t0, 8);
+    for (int t0 = 0; t0 < T;) {
+        int n = T - t0 >= 8 ? 8 : T - t0 >= 4 ? 4 : 1;
 #ifdef FT_FP_X86
-        if (tier >= FT_FP_AVX512 && n == 8) {
-            nvfp4_dot_tokens_512(p + 4 + (K + 15) / 16, p + 4, x + (size_t)t0 * ldx, ldx, K, out);
-            for (int t = 0; t < n; t++) y[(size_t)(t0 + t) * ldy] = out[t] * s2;
-            continue;
-        }
-        if (tier == FT_FP_AVX2 && n == 8) {
-            nvfp4_dot_tokens_256(p + 4 + (K + 15) / 16, p + 4, x + (size_t)t0 * ldx, ldx, K, out);
-            for (int t = 0; t < n; t++) y[(size_t)(t0 + t) * ldy] = out[t] * s2;
+        if (n > 1 && tier >= FT_FP_AVX2) {
+            if (tier >= FT_FP_AVX512)
+                nvfp4_dot_tokens_512(n, p + 4 + (K + 15) / 16, p + 4, x + (size_t)t0 * ldx, ldx, K,
+                                     out);
+            else
+                nvfp4_dot_tokens_256(n, p + 4 + (K + 15) / 16, p + 4, x + (size_t)t0 * ldx, ldx, K,
+                                     out);
+            for (int t = 0; t < n; t++)
+                y[(size_t)(t0 + t) * ldy] = out[t] * s2;
+            t0 += n;
             continue;
         }
 #endif
-        for (int t = 0; t < n; t++)
-            y[(size_t)(t0 + t) * ldy] = ft_nvfp4_r_dot(row, x + (size_t)(t0 + t) * ldx, K, tier);
+        y[(size_t)t0 * ldy] = ft_nvfp4_r_dot(row, x + (size_t)t0 * ldx, K, tier);
+        t0++;
     }
 }
