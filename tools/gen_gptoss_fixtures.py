@@ -54,10 +54,11 @@ import sys
 import numpy as np
 import torch
 import transformers
-from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from fixture_util import Checks, bf16, greedy_gap, greedy_of, layout  # noqa: E402
 T_PROMPT, N_GREEDY, VOCAB = 24, 12, 384
 H, INTER, E, TOPK, NQ, NKV, HD = 32, 64, 5, 2, 6, 3, 16
 LAYER_TYPES = ["sliding_attention", "full_attention", "sliding_attention"]
@@ -136,9 +137,6 @@ def new_model(cfg_kw=CONFIG):
     return transformers.GptOssForCausalLM(cfg).eval().to(torch.float32)
 
 
-def bf16(t):
-    return t.to(torch.bfloat16).to(torch.float32)
-
 
 def init_weights(model, seed):
     g = torch.Generator().manual_seed(seed)
@@ -202,21 +200,6 @@ def forward_stats(model, ids):
     return logits, min(gaps), clamp
 
 
-def greedy_of(model, ids):
-    with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=N_GREEDY, min_new_tokens=N_GREEDY, do_sample=False,
-                             eos_token_id=None, pad_token_id=0)
-    return out[0, ids.shape[1]:]
-
-
-def greedy_gap(model, ids, greedy):
-    """min over the greedy steps of top1 - top2 (teacher-forced), and whether the teacher-forced
-    argmax reproduces the cached generate() tokens."""
-    full = torch.cat([ids[0], greedy[:-1]])[None]
-    with torch.no_grad():
-        lg = model(full).logits[0, T_PROMPT - 1:].float()
-    top = lg.topk(2, -1).values
-    return float((top[:, 0] - top[:, 1]).min()), bool((lg.argmax(-1) == greedy).all())
 
 
 def build_model(seed):
@@ -282,7 +265,7 @@ def generate(out):
         model, ids = build_model(seed)
         with torch.no_grad():
             logits = model(ids).logits[0].float()
-        greedy = greedy_of(model, ids)
+        greedy = greedy_of(model, ids, N_GREEDY)
         ggap, same = greedy_gap(model, ids, greedy)
         # routing margins and clamp counts over every token the engine will see (prompt + greedy)
         _, rgap, clamp = forward_stats(model, torch.cat([ids[0], greedy[:-1]])[None])
@@ -297,7 +280,7 @@ def generate(out):
         set_experts(qmodel, deqs)
         with torch.no_grad():
             qlogits = qmodel(ids).logits[0].float()
-        qgreedy = greedy_of(qmodel, ids)
+        qgreedy = greedy_of(qmodel, ids, N_GREEDY)
         qggap, qsame = greedy_gap(qmodel, ids, qgreedy)
         _, qrgap, qclamp = forward_stats(qmodel, torch.cat([ids[0], qgreedy[:-1]])[None])
         ok = (min(rgap, qrgap) > MIN_ROUTER_GAP and min(ggap, qggap) > MIN_GREEDY_GAP and same and qsame
@@ -351,7 +334,7 @@ def generate(out):
     ref = load_mxfp4_reference(d)
     with torch.no_grad():
         rlogits = ref(ids).logits[0].float()
-    rgreedy = greedy_of(ref, ids)
+    rgreedy = greedy_of(ref, ids, N_GREEDY)
     # ... which must agree exactly with our dequantisation
     for i, layer in enumerate(ref.model.layers):
         gu, dn = deqs[i]
@@ -460,19 +443,10 @@ def spec_forward(d, ids):
 # ----------------------------------------------------------------------------------------- check
 
 
-def layout(path):
-    with safe_open(path, framework="pt") as f:
-        return {k: [str(f.get_slice(k).get_dtype()), list(f.get_slice(k).get_shape())] for k in f.keys()}
-
 
 def check(out):
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
-    bad = 0
-
-    def expect(cond, what):
-        nonlocal bad
-        print(("  ok    " if cond else "  FAIL  ") + what)
-        bad += not cond
+    expect = Checks()
 
     # ---- gpt_oss: reload the bf16 checkpoint in fp32
     d16 = os.path.join(out, "gpt_oss")
@@ -482,17 +456,17 @@ def check(out):
                                                        experts_implementation="eager").eval()
     with torch.no_grad():
         lg = m(ids).logits[0].float()
-    g = greedy_of(m, ids)
+    g = greedy_of(m, ids, N_GREEDY)
     err = float((lg - ref16["logits"]).abs().max())
     print(f"gpt_oss: max|logit| {float(ref16['logits'].abs().max()):.3f}, greedy {g.tolist()}")
     expect(err < 1e-4, f"logits reproduce (max|dlogit| {err:.1e})")
     expect(torch.equal(g.to(torch.int32), ref16["greedy"]), "greedy tokens reproduce")
     lay = layout(os.path.join(d16, "model.safetensors"))
     p = "model.layers.0.mlp.experts."
-    expect(lay[p + "gate_up_proj"] == ["BF16", [E, H, 2 * INTER]] and
-           lay[p + "down_proj"] == ["BF16", [E, INTER, H]] and
-           lay[p + "gate_up_proj_bias"] == ["BF16", [E, 2 * INTER]] and
-           lay[p + "down_proj_bias"] == ["BF16", [E, H]] and
+    expect(lay[p + "gate_up_proj"] == ("BF16", [E, H, 2 * INTER]) and
+           lay[p + "down_proj"] == ("BF16", [E, INTER, H]) and
+           lay[p + "gate_up_proj_bias"] == ("BF16", [E, 2 * INTER]) and
+           lay[p + "down_proj_bias"] == ("BF16", [E, H]) and
            all(dt == "BF16" for dt, _ in lay.values()),
            "bf16 layout: experts gate_up_proj [E, H, 2I], down_proj [E, I, H], all bf16")
 
@@ -502,19 +476,19 @@ def check(out):
     mq = load_mxfp4_reference(dq)
     with torch.no_grad():
         lq = mq(ids).logits[0].float()
-    gq = greedy_of(mq, ids)
+    gq = greedy_of(mq, ids, N_GREEDY)
     err = float((lq - refq["logits"]).abs().max())
     print(f"gpt_oss_mxfp4: max|logit| {float(refq['logits'].abs().max()):.3f}, greedy {gq.tolist()}")
     expect(err < 1e-4, f"logits reproduce with Mxfp4Config(dequantize=True) (max|dlogit| {err:.1e})")
     expect(torch.equal(gq.to(torch.int32), refq["greedy"]), "greedy tokens reproduce")
     expect(torch.equal(refq["ids"], ref16["ids"]), "same prompt as gpt_oss")
     layq = layout(os.path.join(dq, "model.safetensors"))
-    expect(layq[p + "gate_up_proj_blocks"] == ["U8", [E, 2 * INTER, H // 32, 16]] and
-           layq[p + "gate_up_proj_scales"] == ["U8", [E, 2 * INTER, H // 32]] and
-           layq[p + "down_proj_blocks"] == ["U8", [E, H, INTER // 32, 16]] and
-           layq[p + "down_proj_scales"] == ["U8", [E, H, INTER // 32]] and
-           layq[p + "gate_up_proj_bias"] == ["BF16", [E, 2 * INTER]] and
-           layq[p + "down_proj_bias"] == ["BF16", [E, H]],
+    expect(layq[p + "gate_up_proj_blocks"] == ("U8", [E, 2 * INTER, H // 32, 16]) and
+           layq[p + "gate_up_proj_scales"] == ("U8", [E, 2 * INTER, H // 32]) and
+           layq[p + "down_proj_blocks"] == ("U8", [E, H, INTER // 32, 16]) and
+           layq[p + "down_proj_scales"] == ("U8", [E, H, INTER // 32]) and
+           layq[p + "gate_up_proj_bias"] == ("BF16", [E, 2 * INTER]) and
+           layq[p + "down_proj_bias"] == ("BF16", [E, H]),
            "mxfp4 layout: blocks [E, rows, K/32, 16] u8, scales [E, rows, K/32] u8, biases bf16")
     nl = len(LAYER_TYPES)
     expect(len(lay) == 17 * nl + 3 and len(layq) == 19 * nl + 3,
@@ -661,9 +635,7 @@ def check(out):
     for what, fn in cases:
         dv = variant(fn)
         expect(dv > 1e-2, f"{what:38s} max|dlogit| {dv:.3f}")
-    if bad:
-        sys.exit(f"{bad} check(s) failed")
-    print("all checks passed")
+    expect.finish()
 
 
 if __name__ == "__main__":

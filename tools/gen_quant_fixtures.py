@@ -55,12 +55,12 @@ import tempfile
 import numpy as np
 import torch
 import transformers
-from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import fp_reference  # noqa: E402  (independent spec decoders: exact E4M3 / E2M1 tables)
+from fixture_util import Checks, bf16, greedy_gap, greedy_of, layout  # noqa: E402
 
 T_PROMPT, N_GREEDY, VOCAB = 24, 12, 384
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
@@ -95,9 +95,6 @@ def model_config(name):
 
 # ----------------------------------------------------------------------------------------- model
 
-
-def bf16(t):
-    return t.to(torch.bfloat16).to(torch.float32)
 
 
 def new_model(cfg):
@@ -301,19 +298,6 @@ def forward_stats(model, ids):
     return logits, min(gaps)
 
 
-def greedy_of(model, ids):
-    with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=N_GREEDY, min_new_tokens=N_GREEDY, do_sample=False,
-                             eos_token_id=None, pad_token_id=0)
-    return out[0, ids.shape[1]:]
-
-
-def greedy_gap(model, ids, greedy):
-    full = torch.cat([ids[0], greedy[:-1]])[None]
-    with torch.no_grad():
-        lg = model(full).logits[0, T_PROMPT - 1:].float()
-    top = lg.topk(2, -1).values
-    return float((top[:, 0] - top[:, 1]).min()), bool((lg.argmax(-1) == greedy).all())
 
 
 def calibrate_inputs(model, ids):
@@ -414,7 +398,7 @@ def build(name, seed, fp8_scale_dtype=torch.bfloat16):
     ref = copy.deepcopy(model)
     from_checkpoint(ref, ref_ck)
     logits, rgap = forward_stats(ref, ids)
-    greedy = greedy_of(ref, ids)
+    greedy = greedy_of(ref, ids, N_GREEDY)
     ggap, same = greedy_gap(ref, ids, greedy)
     _, rgap2 = forward_stats(ref, torch.cat([ids[0], greedy[:-1]])[None])
     err = [float(((deq[k] - ck[k]) ** 2).mean().sqrt() / (ck[k] ** 2).mean().sqrt()) for k in deq]
@@ -523,19 +507,10 @@ def generate(out, fp8_scale_dtype, verbose=True):
 # ----------------------------------------------------------------------------------------- check
 
 
-def layout(path):
-    with safe_open(path, framework="pt") as f:
-        return {k: (str(f.get_slice(k).get_dtype()), list(f.get_slice(k).get_shape())) for k in f.keys()}
-
 
 def check(out):
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
-    bad = 0
-
-    def expect(cond, what):
-        nonlocal bad
-        print(("  ok    " if cond else "  FAIL  ") + what)
-        bad += not cond
+    expect = Checks()
 
     def reference_logits(cfg, tensors, ids):
         m = new_model(cfg)
@@ -609,7 +584,7 @@ def check(out):
     tens = {k: (ours[k] if k in ours else st[k].float()) for k in lay if not k.endswith("_scale_inv")}
     mref, lg = reference_logits(cfg, tens, ids)
     e = float((lg - ref["logits"]).abs().max())
-    g = greedy_of(mref, ids)
+    g = greedy_of(mref, ids, N_GREEDY)
     expect(e < 1e-4, f"bf16 model + dequantised weights reproduces the reference (max|dlogit| {e:.1e})")
     expect(torch.equal(g.to(torch.int32), ref["greedy"]), "greedy tokens reproduce")
     # transformers' own loader on this checkpoint (CPU: FineGrainedFP8 falls back to dequantize=True)
@@ -660,7 +635,7 @@ def check(out):
            "to ours (its per-expert -> fused gate_up_proj conversion included)")
     with torch.no_grad():
         tl2 = tf2(ids).logits[0].float()
-    g2 = greedy_of(tf2, ids)
+    g2 = greedy_of(tf2, ids, N_GREEDY)
     e2 = float((tl2 - ref["logits"]).abs().max())
     expect(e2 < 1e-5 and torch.equal(g2.to(torch.int32), ref["greedy"]),
            f"... and its logits equal the reference (max|dlogit| {e2:.1e}), greedy identical")
@@ -764,7 +739,7 @@ def check(out):
             if not k.endswith(("weight_scale", "weight_scale_2", "input_scale"))}
     mref, lg = reference_logits(cfg, tens, ids)
     e = float((lg - ref["logits"]).abs().max())
-    g = greedy_of(mref, ids)
+    g = greedy_of(mref, ids, N_GREEDY)
     expect(e < 1e-4, f"bf16 model + dequantised experts reproduces the reference (max|dlogit| {e:.1e})")
     expect(torch.equal(g.to(torch.int32), ref["greedy"]), "greedy tokens reproduce")
     try:
@@ -810,9 +785,7 @@ def check(out):
             total = sum(os.path.getsize(os.path.join(a, f)) for f in fa)
             expect(same and total < 400_000, f"{name}: a regeneration reproduces every file byte for byte "
                    f"({total} bytes: {sizes})")
-    if bad:
-        sys.exit(f"{bad} check(s) failed")
-    print("all checks passed")
+    expect.finish()
 
 
 if __name__ == "__main__":
