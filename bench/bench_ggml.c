@@ -42,12 +42,15 @@ enum { FILL, DOT, DOT_X8 };
 
 /* Random codes; the f16 scales (or MXFP4's exponent) set to plausible finite values so no
  * arithmetic meets NaN, infinities or subnormals. */
-static void fill_blocks(int type, uint8_t *p, size_t n_bytes, uint64_t seed) {
+static void fill_random(uint8_t *p, size_t n_bytes, uint64_t seed) {
     for (size_t i = 0; i + 8 <= n_bytes; i += 8) {
         uint64_t v = ft_rng_next(&seed);
         memcpy(p + i, &v, 8);
     }
-    if (type < 0) return; /* row formats: fill_rows sets their scales */
+}
+
+static void fill_blocks(int type, uint8_t *p, size_t n_bytes, uint64_t seed) {
+    fill_random(p, n_bytes, seed);
     const size_t bs = ft_ggml_type_size(type);
     for (size_t b = 0; b + bs <= n_bytes; b += bs) {
         uint8_t *blk = p + b;
@@ -65,7 +68,7 @@ static void fill_blocks(int type, uint8_t *p, size_t n_bytes, uint64_t seed) {
 /* Row formats: random codes (e4m3 with the NaN pattern masked off), scales of 1/64. */
 static void fill_rows(enum ft_dtype t, uint8_t *p, size_t row_bytes, int n_rows, int K,
                       uint64_t seed) {
-    fill_blocks(-1, p, row_bytes * (size_t)n_rows, seed);
+    fill_random(p, row_bytes * (size_t)n_rows, seed);
     for (int r = 0; r < n_rows; r++) {
         uint8_t *row = p + (size_t)r * row_bytes;
         float sc = 1.0f / 64;

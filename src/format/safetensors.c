@@ -548,13 +548,6 @@ int ft_st_set_is_unused(const struct ft_st_set *s, int i) {
     return s && s->used && i >= 0 && i < s->n && !s->used[i];
 }
 
-int ft_st_set_unused(const struct ft_st_set *s, const char **first) {
-    int n = 0;
-    if (first) *first = NULL;
-    for (int i = 0; s && s->used && i < s->n; i++)
-        if (!s->used[s->by_name[i]] && n++ == 0 && first) *first = s->t[s->by_name[i]]->name;
-    return n;
-}
 
 /* ------------------------------------------------------------------ write */
 

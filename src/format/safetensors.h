@@ -54,10 +54,9 @@ void ft_st_set_close(struct ft_st_set *s);
 int ft_st_set_count(const struct ft_st_set *s);
 const struct ft_st_tensor *ft_st_set_at(const struct ft_st_set *s, int i);
 const struct ft_st_tensor *ft_st_set_find(const struct ft_st_set *s, const char *name);
-/* How many tensors ft_st_set_find never returned (a loader's leftovers), and the first of them
- * by name. find records its hits in the set: one thread at a time, like loading. */
-int ft_st_set_unused(const struct ft_st_set *s, const char **first);
-int ft_st_set_is_unused(const struct ft_st_set *s, int i); /* tensor ft_st_set_at(s, i) */
+/* 1 if ft_st_set_find never returned tensor ft_st_set_at(s, i) (a loader's leftover). find
+ * records its hits in the set: one thread at a time, like loading. */
+int ft_st_set_is_unused(const struct ft_st_set *s, int i);
 
 /* Writes a safetensors file (header padded with spaces to a multiple of 8; the header lists
  * tensors in the given order; the data region holds them largest element size first, stable,

@@ -546,22 +546,23 @@ static int benign_extra(const char *name) {
 }
 
 static enum ft_status check_unused(struct ft_model *m) {
-    const char *first;
-    int n = ft_st_set_unused(m->st, &first), shown = 0;
-    if (!n) return FT_OK;
-    if (m->gguf)
+    char list[512] = "";
+    const char *first = NULL;
+    int n = 0, relevant = 0;
+    for (int i = 0; i < ft_st_set_count(m->st); i++) {
+        const char *name = ft_st_set_at(m->st, i)->name;
+        if (!ft_st_set_is_unused(m->st, i)) continue;
+        if (n++ == 0) first = name;
+        if (benign_extra(name)) continue;
+        if (relevant++ < 3)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", relevant > 1 ? ", " : "",
+                     name);
+    }
+    if (m->gguf && n)
         return ft_fail(FT_ERR_UNSUPPORTED, "%s: tensor '%s' (%d unread in all) has no reader in a "
                        "%s model with this metadata (a variant this engine does not know, or a "
                        "missing key; running without it would give wrong output)", m->label, first,
                        n, m->cfg.model_type[0] ? m->cfg.model_type : m->arch->name);
-    char list[512] = "";
-    int relevant = 0;
-    for (int i = 0; i < ft_st_set_count(m->st); i++) {
-        const char *name = ft_st_set_at(m->st, i)->name;
-        if (!ft_st_set_is_unused(m->st, i) || benign_extra(name)) continue;
-        if (relevant++ < 3)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", shown++ ? ", " : "", name);
-    }
     if (relevant)
         ft_log_warn("%s: %d tensor%s not used (%s%s): extra layers or towers are fine, but a weight "
                     "this engine should read would make the output wrong", m->label, relevant,

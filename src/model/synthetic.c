@@ -52,6 +52,16 @@ const char *ft_synthetic_presets(void) {
            "':FORMAT' sets the experts' format: bf16, mxfp4, nvfp4, fp8";
 }
 
+/* uniform in [-1, 1) from 24 random bits */
+static inline float rand_pm1(uint64_t *s) {
+    return (float)(ft_rng_next(s) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+}
+
+/* the generator state of chunk or row i (fills do not depend on how work is split) */
+static inline uint64_t part_seed(uint64_t seed, long i) {
+    return seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1));
+}
+
 struct fill_job {
     uint16_t *p;
     size_t n;
@@ -64,11 +74,9 @@ static void fill_task(void *ctx, int i, int nt) {
     long lo, hi;
     ft_split((long)((j->n + 4095) / 4096), i, nt, &lo, &hi);
     for (long c = lo; c < hi; c++) { /* seeded per 4096-element chunk: any thread count */
-        uint64_t s = j->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(c + 1));
-        for (size_t k = (size_t)c * 4096; k < FT_MIN((size_t)(c + 1) * 4096, j->n); k++) {
-            float u = (float)(ft_rng_next(&s) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
-            j->p[k] = ft_f32_to_bf16(u * j->scale);
-        }
+        uint64_t s = part_seed(j->seed, c);
+        for (size_t k = (size_t)c * 4096; k < FT_MIN((size_t)(c + 1) * 4096, j->n); k++)
+            j->p[k] = ft_f32_to_bf16(rand_pm1(&s) * j->scale);
     }
 }
 
@@ -129,7 +137,7 @@ static void pack_task(void *ctx, int i, int nt) {
     ft_split((long)b->n_experts * b->rows, i, nt, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         uint8_t *dst = ft_bank_expert(b, (int)(r / b->rows)) + (size_t)(r % b->rows) * rb;
-        uint64_t s = j->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(r + 1));
+        uint64_t s = part_seed(j->seed, r);
         if (dt == FT_DTYPE_MXFP4) { /* GGML blocks: e8m0 scale, 16 bytes of code pairs */
             uint8_t e = (uint8_t)(127 + lrintf(log2f(rms / 2.93f)));
             for (int k = 0; k < K / 32; k++) {
@@ -141,10 +149,7 @@ static void pack_task(void *ctx, int i, int nt) {
             memset(scales, ft_f32_to_e4m3(1.0f), ((size_t)K + 15) / 16);
             ft_nvfp4_r_pack(dst, codes, scales, rms / 2.93f, 1, (size_t)K);
         } else { /* FT_DTYPE_FP8_B128 */
-            for (int k = 0; k < K; k++) {
-                float u = (float)(ft_rng_next(&s) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
-                codes[k] = ft_f32_to_e4m3(u * 64.0f * 1.7320508f);
-            }
+            for (int k = 0; k < K; k++) codes[k] = ft_f32_to_e4m3(rand_pm1(&s) * 64.0f * 1.7320508f);
             for (int k = 0; k < (K + FT_FP8_BLOCK - 1) / FT_FP8_BLOCK; k++) sc[k] = rms / 64.0f;
             ft_fp8_b128_pack(dst, codes, sc, 1, (size_t)K);
         }
@@ -228,7 +233,7 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
         for (int l = 0; l < p->layers; l += 2) c->sliding[l] = 1;
     }
     m->arch = ft_arch_find(p->arch);
-    if ((st = ft_model_shapes(m)) != FT_OK) goto fail;
+    FT_TRY(ft_model_shapes(m));
     if (xdt == FT_DTYPE_MXFP4 && (m->hidden % 32 || m->expert_inter % 32)) { /* whole blocks */
         st = ft_fail(FT_ERR_INVALID_ARG, "--synthetic %s: MXFP4 experts need widths that are multiples "
                      "of 32 (%d, %d)", preset, m->hidden, m->expert_inter);
@@ -249,19 +254,17 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
     const struct ft_row_schema *xs = ft_row_schema_for(xdt);
     ft_log_info("synthetic %s: generating %.1f GiB of random weights (experts %s)", preset,
                 need / (1 << 30), xs->name);
-    if ((st = weight(m, pool, &m->embed, m->vocab, H, &seed)) != FT_OK ||
-        (st = weight(m, pool, &m->lm_head, m->vocab, H, &seed)) != FT_OK)
-        goto fail;
+    FT_TRY(weight(m, pool, &m->embed, m->vocab, H, &seed));
+    FT_TRY(weight(m, pool, &m->lm_head, m->vocab, H, &seed));
     if (!(m->final_norm = ones(m, H))) goto oom;
     for (int l = 0; l < m->n_layers; l++) {
         struct ft_layer *L = &m->layers[l];
         if (!(L->attn_norm = ones(m, H)) || !(L->ffn_norm = ones(m, H))) goto oom;
-        if ((st = weight(m, pool, &L->wq, q, H, &seed)) != FT_OK ||
-            (st = weight(m, pool, &L->wk, kv, H, &seed)) != FT_OK ||
-            (st = weight(m, pool, &L->wv, kv, H, &seed)) != FT_OK ||
-            (st = weight(m, pool, &L->wo, H, q, &seed)) != FT_OK ||
-            (st = weight(m, pool, &L->router, E, H, &seed)) != FT_OK)
-            goto fail;
+        FT_TRY(weight(m, pool, &L->wq, q, H, &seed));
+        FT_TRY(weight(m, pool, &L->wk, kv, H, &seed));
+        FT_TRY(weight(m, pool, &L->wv, kv, H, &seed));
+        FT_TRY(weight(m, pool, &L->wo, H, q, &seed));
+        FT_TRY(weight(m, pool, &L->router, E, H, &seed));
         if (m->arch->flags & FT_ARCH_QK_NORM) {
             if (!(L->q_norm = ones(m, m->head_dim)) || !(L->k_norm = ones(m, m->head_dim))) goto oom;
         }
@@ -276,11 +279,10 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
                 goto oom;
         }
         L->is_moe = 1;
-        if ((st = ft_bank_init(&L->bank[0], xs, FT_BANK_GATE_UP, E, 2 * I, H)) != FT_OK ||
-            (st = ft_bank_init(&L->bank[1], xs, FT_BANK_DOWN, E, H, I)) != FT_OK ||
-            (st = rand_experts(pool, &L->bank[0], &seed)) != FT_OK ||
-            (st = rand_experts(pool, &L->bank[1], &seed)) != FT_OK)
-            goto fail;
+        FT_TRY(ft_bank_init(&L->bank[0], xs, FT_BANK_GATE_UP, E, 2 * I, H));
+        FT_TRY(ft_bank_init(&L->bank[1], xs, FT_BANK_DOWN, E, H, I));
+        FT_TRY(rand_experts(pool, &L->bank[0], &seed));
+        FT_TRY(rand_experts(pool, &L->bank[1], &seed));
         int tenth = (l + 1) * 10 / m->n_layers;
         if (need > 4.0 * (1 << 30) && tenth > l * 10 / m->n_layers) /* large presets take minutes */
             ft_log_info("synthetic %s: %d%% (%d of %d layers)", preset, tenth * 10, l + 1, m->n_layers);
