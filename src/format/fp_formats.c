@@ -302,7 +302,7 @@ T512 static FT_KERNEL void nvfp4_dot_tokens_512_n(const uint8_t *w, const uint8_
                                                   const float *x, size_t ldx, size_t n, float *out,
                                                   int T) {
     __m512 acc[8];
-    for (int t = 0; t < 8; t++)
+    for (int t = 0; t < T; t++)
         acc[t] = _mm512_setzero_ps();
     size_t nb = n / 16;
     for (size_t b = 0; b < nb; b++) {
@@ -327,7 +327,7 @@ T512 static FT_KERNEL void fp8_b128_dot_tokens_512_n(const uint8_t *w, const flo
                                                      const float *x, size_t ldx, size_t K,
                                                      float *out, int T) {
     __m512 acc[8];
-    for (int t = 0; t < 8; t++)
+    for (int t = 0; t < T; t++)
         acc[t] = _mm512_setzero_ps();
     size_t i = 0;
     for (; i + 16 <= K; i += 16) {
@@ -431,7 +431,8 @@ T256 static float fp8_block_dot_256(const uint8_t *w, const float *scale_inv_row
     return acc;
 }
 
-/* The AVX2 twins of the 8-token dots (8 accumulators + the decoded vector + x fit in 16 ymm) */
+/* The AVX2 twins of the 8- and 4-token dots (8 accumulators + the decoded vector + x fit in 16
+ * ymm) */
 T256 static FT_KERNEL void nvfp4_dot_tokens_256_n(const uint8_t *w, const uint8_t *scales,
                                                   const float *x, size_t ldx, size_t n, float *out,
                                                   int T) {
