@@ -83,7 +83,9 @@ static int hexval(char c) {
 static enum ft_status decode_piece(const struct ft_tok *t, const char *p, size_t n,
                                    struct ft_buf *out) {
     enum ft_status st = FT_OK;
-    if (t->dec_byte_level) {
+    /* A GGUF vocabulary is raw bytes; a piece that is not UTF-8 cannot be byte-level text and
+     * is kept as is (ft_utf8_dec would read past its end). */
+    if (t->dec_byte_level && ft_utf8_valid(p, n) == n) {
         size_t start = out->n;
         for (size_t i = 0; i < n;) {
             uint32_t cp;
