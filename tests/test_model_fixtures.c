@@ -25,6 +25,7 @@ static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2
 static const char *const k_gguf[] = {"qwen2_q4km", "llama_q40", "qwen3moe_q4km", "qwen2moe_q8",
                                      "qwen2_q4km_split", "gpt_oss_mxfp4", "gemma3"};
 #define GGUF_TOL 1e-3
+#define GGUF_INT8_TOL 1e-1
 
 struct ref {
     struct ft_st_file *f;
@@ -103,12 +104,16 @@ static void check_fixture(const char *name, struct ft_pool *pool, int chunk) {
     check_model(name, dir, ref, 1e-3, pool, chunk);
 }
 
+static void gguf_paths(const char **name, char *path, char *ref, size_t cap) {
+    snprintf(path, cap, "%s/gguf/models/%s.gguf", FT_TEST_DATA, *name);
+    if (!strcmp(*name, "qwen2_q4km_split")) /* a folder of gguf-split shards: the first opens all */
+        snprintf(path, cap, "%s/gguf/models/qwen2_q4km_split", FT_TEST_DATA), *name = "qwen2_q4km";
+    snprintf(ref, cap, "%s/gguf/models/%s.ref.safetensors", FT_TEST_DATA, *name);
+}
+
 static void check_gguf_fixture(const char *name, struct ft_pool *pool, int chunk) {
     char path[512], ref[512];
-    snprintf(path, sizeof path, "%s/gguf/models/%s.gguf", FT_TEST_DATA, name);
-    if (!strcmp(name, "qwen2_q4km_split")) /* a folder of gguf-split shards: the first opens all */
-        snprintf(path, sizeof path, "%s/gguf/models/qwen2_q4km_split", FT_TEST_DATA), name = "qwen2_q4km";
-    snprintf(ref, sizeof ref, "%s/gguf/models/%s.ref.safetensors", FT_TEST_DATA, name);
+    gguf_paths(&name, path, ref, sizeof path);
     check_model(name, path, ref, GGUF_TOL, pool, chunk);
 }
 
@@ -190,6 +195,67 @@ TEST(gguf_fixtures_match_transformers) {
         check_gguf_fixture(k_gguf[i], pool, 512);
         check_gguf_fixture(k_gguf[i], pool, 5);
     }
+    ft_pool_free(pool);
+}
+
+/* --cpu-act int8 (the CLI's default): activations quantised to int8 for the quantised weights
+ * move the logits off the exact ones by the quantisation of x. The prompt's logits must stay
+ * within GGUF_INT8_TOL of transformers' at every position; decode (transformers' greedy
+ * tokens fed back one at a time, the T = 1 kernels) within GGUF_INT8_TOL of the exact fp32
+ * engine's (itself checked against transformers above). Greedy tokens are not compared: the
+ * random-block fixtures have top-1 margins down to 0.01. chunk 5 gives the same logits bit
+ * for bit (per-token quantisation and accumulation do not depend on T). */
+static void check_int8(const char *name, struct ft_pool *pool, int chunk) {
+    char path[512], refp[512];
+    gguf_paths(&name, path, refp, sizeof path);
+    struct ref r = {0};
+    struct ft_model *m = NULL;
+    struct ft_engine *e8 = NULL, *e32 = NULL, *ec = NULL;
+    float *lg8 = NULL, *lg32 = NULL, *lgc = NULL;
+    EXPECT(load_ref(refp, &r) == 0);
+    EXPECT_OK(ft_model_load(path, &m));
+    if (!m || !r.f) goto done;
+    struct ft_engine_opts eo = {.max_ctx = r.T + r.n_greedy, .max_chunk = 512, .cpu_act_int8 = 1};
+    EXPECT_OK(ft_engine_init(&e8, m, pool, &eo));
+    eo.max_chunk = chunk;
+    EXPECT_OK(ft_engine_init(&ec, m, pool, &eo));
+    eo.cpu_act_int8 = 0;
+    EXPECT_OK(ft_engine_init(&e32, m, pool, &eo));
+    size_t n = (size_t)r.T * m->vocab;
+    lg8 = malloc(n * sizeof *lg8), lg32 = malloc(n * sizeof *lg32), lgc = malloc(n * sizeof *lgc);
+    if (!e8 || !ec || !e32 || !lg8 || !lg32 || !lgc) goto done;
+    EXPECT_OK(ft_engine_prefill(e8, r.ids, r.T, lg8, 1));
+    EXPECT_OK(ft_engine_prefill(ec, r.ids, r.T, lgc, 1));
+    double err = max_err(lg8, r.logits, n), chunked = max_err(lg8, lgc, n), dec = 0;
+    EXPECT_OK(ft_engine_prefill(e32, r.ids, r.T, lg32, 0));
+    for (int g = 0; g + 1 < r.n_greedy; g++) { /* lg8 / lg32 rows 0 hold the decode logits */
+        EXPECT_OK(ft_engine_forward(e8, &r.greedy[g], 1, lg8, 0));
+        EXPECT_OK(ft_engine_forward(e32, &r.greedy[g], 1, lg32, 0));
+        double d = max_err(lg8, lg32, (size_t)m->vocab);
+        if (!(d <= dec)) dec = d;
+    }
+    fprintf(stderr, "  %-18s int8: prompt max |dlogit| vs transformers %.2e, decode vs fp32 %.2e\n",
+            name, err, dec);
+    CHECK_(err <= GGUF_INT8_TOL, "%s int8: prompt max |dlogit| %g > %g", name, err, GGUF_INT8_TOL);
+    CHECK_(dec <= GGUF_INT8_TOL, "%s int8: decode max |dlogit| %g > %g", name, dec, GGUF_INT8_TOL);
+    CHECK_(chunked == 0, "%s int8: chunk %d differs from one-shot prefill by %g", name, chunk, chunked);
+done:
+    free(lg8), free(lg32), free(lgc);
+    ft_engine_free(e8), ft_engine_free(ec), ft_engine_free(e32);
+    ft_model_free(m);
+    ft_st_close(r.f);
+}
+
+TEST(gguf_fixtures_int8_activations) {
+    struct ft_pool *pool;
+    EXPECT_OK(ft_pool_init(&pool, 2));
+    enum ft_cpu_isa best = ft_cpu_isa();
+    for (int t = FT_ISA_SCALAR; t <= (int)best; t++) {
+        if ((int)ft_cpu_set_isa((enum ft_cpu_isa)t) != t) continue;
+        fprintf(stderr, "  tier %s\n", ft_cpu_isa_name((enum ft_cpu_isa)t));
+        for (size_t i = 0; i < sizeof k_gguf / sizeof k_gguf[0]; i++) check_int8(k_gguf[i], pool, 5);
+    }
+    ft_cpu_set_isa(best);
     ft_pool_free(pool);
 }
 

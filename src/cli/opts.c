@@ -216,7 +216,9 @@ const char ft_cli_backend_usage[] =
     "  --copy-path auto|dma|gather      expert copy path (default: the faster at startup)\n"
     "  --moe-backend hybrid|offload|cpu  misses: split between PCIe and the CPU by measured\n"
     "                      cost (default), all fetched, or all computed on the CPU\n"
-    "  --pin-budget SIZE / --moe-cpu-layers auto|IDS|N|F|0   host pinning (README: Host memory)\n";
+    "  --pin-budget SIZE / --moe-cpu-layers auto|IDS|N|F|0   host pinning (README: Host memory)\n"
+    "  --cpu-act int8|f32  CPU matmuls on quantised weights: int8 activations (default,\n"
+    "                      fast, ~0.3% per dot) or exact fp32\n";
 
 int ft_cli_size(const char *s, size_t *out) {
     char *end;
@@ -247,7 +249,7 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
     if (strcmp(a, "--backend") && strcmp(a, "--device") && strcmp(a, "--vram-limit") &&
         strcmp(a, "--moe-cache-size") && strcmp(a, "--moe-cache-rate") &&
         strcmp(a, "--verify-copies") && strcmp(a, "--copy-path") && strcmp(a, "--moe-backend") &&
-        strcmp(a, "--pin-budget") && strcmp(a, "--moe-cpu-layers"))
+        strcmp(a, "--pin-budget") && strcmp(a, "--moe-cpu-layers") && strcmp(a, "--cpu-act"))
         return 0;
     if (!(v = ft_cli_value(argc, argv, i))) return -1;
     if (!strcmp(a, "--backend")) {
@@ -286,6 +288,12 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
             return -1;
         }
         eo->pin_budget = v;
+    } else if (!strcmp(a, "--cpu-act")) {
+        eo->cpu_act_int8 = !strcmp(v, "int8") ? 1 : !strcmp(v, "f32") ? 0 : -1;
+        if (eo->cpu_act_int8 < 0) {
+            fprintf(stderr, "ft %s: --cpu-act: '%s' is not int8 or f32\n", cmd, v);
+            return -1;
+        }
     } else if (!strcmp(a, "--moe-cpu-layers")) {
         eo->cpu_layers = v; /* checked against the model by the residency manager */
     } else if (!strcmp(a, "--moe-backend")) {
@@ -323,7 +331,8 @@ void ft_cli_backend_resolve(struct ft_engine_opts *eo, int backend_auto) {
 void ft_cli_backend_init(struct ft_engine_opts *be, int *backend_auto) {
     memset(be, 0, sizeof *be);
     be->verify_copies = -1;
-    be->moe_mode = 2; /* hybrid */
+    be->moe_mode = 2;     /* hybrid */
+    be->cpu_act_int8 = 1; /* the CLI's default; a zeroed ft_engine_opts is exact fp32 */
     *backend_auto = 1;
 }
 
@@ -340,6 +349,7 @@ void ft_cli_backend_apply(struct ft_engine_opts *eo, const struct ft_engine_opts
     eo->moe_mode = be->moe_mode;
     eo->pin_budget = be->pin_budget;
     eo->cpu_layers = be->cpu_layers;
+    eo->cpu_act_int8 = be->cpu_act_int8;
     ft_cli_backend_resolve(eo, backend_auto);
 }
 

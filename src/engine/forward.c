@@ -36,6 +36,7 @@ struct ft_engine {
     float *top_w;               /* [chunk, k] */
     int32_t *pos;               /* [chunk] */
     struct ft_moe_exec *moe;
+    void *xq;                   /* [chunk, 2 * max K] int8 activations (--cpu-act int8), or NULL */
     uint64_t rng;
     int *sticky;                /* [L, k] last synthetic ids per layer (sticky routing) */
     double distinct_sum;
@@ -51,6 +52,7 @@ struct mm_job {
     const float *x;
     const struct ft_weight *w;
     int T;
+    const void *xq; /* x quantised for w (int8 activations), or NULL */
 };
 
 static void mm_task(void *ctx, int i, int n) {
@@ -58,14 +60,22 @@ static void mm_task(void *ctx, int i, int n) {
     long lo, hi, blocks = (j->w->rows + 7) / 8;
     ft_split(blocks, i, n, &lo, &hi);
     int n0 = (int)(lo * 8), n1 = (int)FT_MIN(hi * 8, j->w->rows);
-    if (n0 < n1)
+    if (n0 >= n1) return;
+    if (j->xq)
+        ft_cpu_matmul_rows_xq(j->y, j->ldy, j->xq, j->w->data, j->w->dtype, j->T, n0, n1,
+                              j->w->cols);
+    else
         ft_cpu_matmul_rows(j->y, j->ldy, j->x, j->w->cols, j->w->data, j->w->dtype, j->T, n0, n1,
                            j->w->cols);
 }
 
 static void mm(struct ft_engine *e, float *y, int ldy, const float *x, const struct ft_weight *w,
                const float *bias, int T) {
-    struct mm_job j = {y, ldy, x, w, T};
+    struct mm_job j = {y, ldy, x, w, T, NULL};
+    if (e->xq && ft_cpu_xq_bytes(w->dtype, w->cols)) { /* --cpu-act int8 */
+        ft_cpu_xq_quant_pool(e->pool, w->dtype, x, w->cols, w->cols, T, e->xq);
+        j.xq = e->xq;
+    }
     ft_pool_run(e->pool, mm_task, &j);
     if (bias)
         for (int t = 0; t < T; t++)
@@ -314,6 +324,21 @@ enum ft_status ft_engine_prefill(struct ft_engine *e, const int32_t *ids, int T,
     return FT_OK;
 }
 
+/* Matrices of m that --cpu-act int8 computes with int8 activations (for the log line). */
+static int int8_matrices(const struct ft_model *m) {
+    int n = ft_cpu_xq_bytes(m->lm_head.dtype, m->lm_head.cols) > 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const struct ft_layer *L = &m->layers[l];
+        const struct ft_weight *w[] = {&L->wq,     &L->wk,      &L->wv,    &L->wo,     &L->w_gate,
+                                       &L->w_up,   &L->w_down,  &L->sh_gate, &L->sh_up, &L->sh_down};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+            n += w[i]->data && ft_cpu_xq_bytes(w[i]->dtype, w[i]->cols) > 0;
+        for (int f = 0; L->is_moe && f < FT_BANK_N_FAMILIES; f++)
+            n += ft_cpu_xq_bytes(L->bank[f].schema->dtype, L->bank[f].cols) > 0;
+    }
+    return n;
+}
+
 enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                               struct ft_pool *pool, const struct ft_engine_opts *opts) {
     *out = NULL;
@@ -395,8 +420,17 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     for (int b = 0; e->free_blocks && b < e->n_blocks; b++) e->free_blocks[b] = e->n_blocks - 1 - b;
     e->n_free = e->n_blocks;
     e->seq0_n_blocks = seq_blocks; /* taken from the pool at the first ft_engine_forward */
-    if (st == FT_OK && m->n_experts > 0)
+    int n8 = opts->cpu_act_int8 && (!gpu || opts->backend == FT_BACKEND_OFFLOAD) ? int8_matrices(m) : 0;
+    if (n8) ft_log_info("cpu: int8 activations for %d quantised matrices (--cpu-act f32: exact fp32)", n8);
+    if (st == FT_OK && opts->cpu_act_int8) { /* ft_cpu_xq_bytes is at most 2 K */
+        int max_k = FT_MAX(FT_MAX(H, e->q_dim), FT_MAX(e->max_i, m->expert_inter));
+        if (!(e->xq = malloc((size_t)C * 2 * max_k)))
+            st = ft_fail(FT_ERR_OOM, "engine: out of memory for int8 activations");
+    }
+    if (st == FT_OK && m->n_experts > 0) {
         st = ft_moe_exec_init(&e->moe, C, m->top_k, m->n_experts, H, m->expert_inter);
+        if (st == FT_OK) ft_moe_exec_set_int8(e->moe, opts->cpu_act_int8);
+    }
     if (st == FT_OK && gpu) {
         struct ft_gpu_opts go = {.device = e->opts.device, .vram_limit = e->opts.vram_limit,
                                  .max_ctx = e->opts.max_ctx, .max_chunk = C,
@@ -409,7 +443,8 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                                  .verify = e->opts.verify_copies, .copy_path = e->opts.copy_path,
                                  .moe_mode = e->opts.moe_mode, .pool = pool,
                                  .pin_budget = e->opts.pin_budget,
-                                 .cpu_layers = e->opts.cpu_layers};
+                                 .cpu_layers = e->opts.cpu_layers,
+                                 .cpu_act_int8 = e->opts.cpu_act_int8};
         st = ft_gpu_init(&e->gpu, m, &go);
     }
     if (st != FT_OK) {
@@ -444,6 +479,7 @@ void ft_engine_free(struct ft_engine *e) {
     free(e->ids);
     free(e->xl);
     ft_moe_exec_free(e->moe);
+    free(e->xq);
     ft_gpu_free(e->gpu);
     free(e);
 }

@@ -31,6 +31,7 @@ struct ft_gpu_opts {
     struct ft_pool *pool;/* the CPU executor's workers (cpu / hybrid) */
     const char *pin_budget;  /* --pin-budget (NULL: env / platform default) */
     const char *cpu_layers;  /* --moe-cpu-layers (NULL: auto) */
+    int cpu_act_int8;        /* the CPU executor quantises its inputs to int8 (--cpu-act) */
 };
 
 struct ft_gpu_offload_stats {

@@ -23,12 +23,16 @@ struct ft_moe_exec {
     float *gu;       /* [max_rows, 2I] gate/up outputs */
     float *act;      /* [max_rows, I] silu(gate) * up */
     float *y;        /* [max_rows, H] expert outputs */
+    int int8;        /* quantise the pass inputs to int8 where the bank format has a path */
+    void *xq;        /* [max_rows, 2 max(H, I)] those int8 inputs */
 };
 
 struct pass {
     struct ft_moe_exec *x;
     const struct ft_bank *bank;
     const float *in;  /* [rows, K] */
+    const uint8_t *xq; /* in quantised (xq_bytes per row), or NULL */
+    size_t xq_bytes;
     float *out;       /* [rows, N] */
     int K, N, n_active, tiles_per_expert;
     atomic_int next;
@@ -42,15 +46,26 @@ static void pass_task(void *ctx, int i, int n) {
         int a = t / p->tiles_per_expert, tile = t % p->tiles_per_expert;
         int e = x->active[a], r0 = x->offset[e], nr = x->count[e];
         int n0 = tile * TILE_ROWS, n1 = FT_MIN(n0 + TILE_ROWS, p->N);
-        ft_cpu_matmul_rows(p->out + (size_t)r0 * p->N, p->N, p->in + (size_t)r0 * p->K, p->K,
-                           ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr, n0, n1, p->K);
+        if (p->xq)
+            ft_cpu_matmul_rows_xq(p->out + (size_t)r0 * p->N, p->N, p->xq + r0 * p->xq_bytes,
+                                  ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr, n0, n1,
+                                  p->K);
+        else
+            ft_cpu_matmul_rows(p->out + (size_t)r0 * p->N, p->N, p->in + (size_t)r0 * p->K, p->K,
+                               ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr, n0, n1,
+                               p->K);
     }
 }
 
 static void run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *bank,
-                     const float *in, float *out, int n_active) {
+                     const float *in, int R, float *out, int n_active) {
     struct pass p = {.x = x, .bank = bank, .in = in, .out = out, .K = bank->cols,
                      .N = bank->rows, .n_active = n_active};
+    enum ft_dtype wt = bank->schema->dtype;
+    if (x->int8 && (p.xq_bytes = ft_cpu_xq_bytes(wt, p.K)) > 0) {
+        ft_cpu_xq_quant_pool(pool, wt, in, p.K, p.K, R, x->xq);
+        p.xq = x->xq;
+    }
     p.tiles_per_expert = (p.N + TILE_ROWS - 1) / TILE_ROWS;
     atomic_init(&p.next, 0);
     ft_pool_run(pool, pass_task, &p);
@@ -75,7 +90,8 @@ enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int to
     x->gu = malloc(R * 2 * I * sizeof(float));
     x->act = malloc(R * I * sizeof(float));
     x->y = malloc(R * H * sizeof(float));
-    if (!x->count || !x->offset || !x->active || !x->row_token || !x->row_w || !x->xg ||
+    x->xq = malloc(R * 2 * (size_t)FT_MAX(H, I)); /* ft_cpu_xq_bytes <= 2 K */
+    if (!x->xq ||!x->count || !x->offset || !x->active || !x->row_token || !x->row_w || !x->xg ||
         !x->gu || !x->act || !x->y) {
         ft_moe_exec_free(x);
         return ft_fail(FT_ERR_OOM, "moe executor: out of memory for %d tokens", max_tokens);
@@ -95,8 +111,11 @@ void ft_moe_exec_free(struct ft_moe_exec *x) {
     free(x->gu);
     free(x->act);
     free(x->y);
+    free(x->xq);
     free(x);
 }
+
+void ft_moe_exec_set_int8(struct ft_moe_exec *x, int on) { x->int8 = on; }
 
 /* Adds each gathered row's expert bias (n wide) to rows (ld apart); NULL bias: nothing. */
 static void add_expert_bias(const struct ft_moe_exec *x, float *rows, int ld, const float *bias,
@@ -142,11 +161,11 @@ int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
         x->row_w[r] = w[p];
         memcpy(x->xg + (size_t)r * H, in + (size_t)tok[p] * H, (size_t)H * sizeof(float));
     }
-    run_pass(x, pool, gate_up, x->xg, x->gu, n_active);
+    run_pass(x, pool, gate_up, x->xg, R, x->gu, n_active);
     add_expert_bias(x, x->gu, 2 * I, act ? act->gu_bias : NULL, 2 * I, n_active);
     if (act && act->limit > 0) clamped_swiglu(x->act, x->gu, R, I, act->limit, act->alpha);
     else ft_cpu_silu_mul(x->act, x->gu, R, I);
-    run_pass(x, pool, down, x->act, x->y, n_active);
+    run_pass(x, pool, down, x->act, R, x->y, n_active);
     add_expert_bias(x, x->y, H, act ? act->down_bias : NULL, H, n_active);
     for (int r = 0; r < R; r++) {
         float *o = out + (size_t)x->row_token[r] * H;

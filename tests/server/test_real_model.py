@@ -4,9 +4,11 @@ fetched by tools/get_model.sh) against transformers loading the same file (gguf_
 outputs tools/gguf_reference.py stored in tests/data/real/<name>.json:
 
 - `ft tokenize`: the prompt's ids and the chat rendering's ids equal transformers' tokenizer's;
-- `ft logits`: at every prompt position the top-1 token equals transformers', and the logits of
-  transformers' top-20 tokens are within LOGIT_TOL (both compute in fp32 with the exact
-  dequantised weights; only summation orders differ; the max |dlogit| is printed);
+- `ft logits --cpu-act f32`: at every prompt position the top-1 token equals transformers', and
+  the logits of transformers' top-20 tokens are within LOGIT_TOL (both compute in fp32 with the
+  exact dequantised weights; only summation orders differ; the max |dlogit| is printed);
+- `ft logits` with the default int8 activations: the same top-1 tokens, logits within INT8_TOL
+  (x is quantised to 8 bits per block before each quantised matmul, like llama.cpp);
 - `ft serve` + the official openai client: a chat request answers exactly transformers' greedy
   text ("The capital of France is Paris."), streamed and not, and /v1/completions continues the
   raw prompt with transformers' 16 greedy tokens.
@@ -25,6 +27,7 @@ import tempfile
 import time
 
 LOGIT_TOL = 1e-3  # the same dequantised weights in fp32 on both sides
+INT8_TOL = 0.5    # --cpu-act int8 (measured 0.15 on logits of about 20)
 
 from harness import check, finish, run_groups, start_server, stop_server
 
@@ -54,12 +57,17 @@ def test_tokens_and_logits(ft, model, ref):
     check(ids == ref["prompt_ids"], f"prompt ids {ids} == transformers {ref['prompt_ids']}")
     cids = ft_ids(ft, model, ref["chat_text"])
     check(cids == ref["chat_ids"], "chat rendering's ids == transformers'")
+    for act, tol in (("f32", LOGIT_TOL), ("int8", INT8_TOL)):
+        check_logits(ft, model, ref, act, tol)
+
+
+def check_logits(ft, model, ref, act, tol):
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "logits.safetensors")
-        r = subprocess.run([ft, "logits", "--model", model, "--ids",
+        r = subprocess.run([ft, "logits", "--model", model, "--cpu-act", act, "--ids",
                             ",".join(map(str, ref["prompt_ids"])), "--out", out],
                            capture_output=True, text=True, timeout=300)
-        check(r.returncode == 0, f"ft logits runs ({r.stderr.strip()[-200:]})")
+        check(r.returncode == 0, f"ft logits --cpu-act {act} runs ({r.stderr.strip()[-200:]})")
         if r.returncode != 0:
             return
         shape, lg = read_f32_safetensors(out, "logits")
@@ -72,10 +80,10 @@ def test_tokens_and_logits(ft, model, ref):
         for i, v in zip(t["ids"], t["values"]):
             worst = max(worst, abs(row[i] - v))
     n = len(ref["position_top20"])
-    print(f"  logits: top-1 equal at {top1}/{n} positions, max |dlogit| over transformers' "
-          f"top-20 {worst:.2e} (tolerance {LOGIT_TOL})", flush=True)
-    check(top1 == n, "top-1 token equal at every prompt position")
-    check(worst <= LOGIT_TOL, f"max |dlogit| {worst:.4f} <= {LOGIT_TOL}")
+    print(f"  logits ({act}): top-1 equal at {top1}/{n} positions, max |dlogit| over "
+          f"transformers' top-20 {worst:.2e} (tolerance {tol})", flush=True)
+    check(top1 == n, f"{act}: top-1 token equal at every prompt position")
+    check(worst <= tol, f"{act}: max |dlogit| {worst:.4f} <= {tol}")
 
 
 def test_serve(ft, model, ref):

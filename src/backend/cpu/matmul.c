@@ -280,6 +280,56 @@ void ft_cpu_matmul_rows(float *y, int ldy, const float *x, int ldx, const void *
         rows_scalar(y, ldy, x, ldx, w, wt, T, n0, n1, K);
 }
 
+/* ---------------------------------------------------------------- int8 x ---- */
+
+size_t ft_cpu_xq_bytes(enum ft_dtype wt, int K) {
+    if (!ft_dtype_is_block(wt) || K <= 0) return 0;
+    int g = ft_dtype_ggml(wt);
+    if (ft_ggml_x8_supported(g)) return ft_ggml_x8_bytes(K);
+    return 0;
+}
+
+void ft_cpu_xq_quant(enum ft_dtype wt, const float *x, int ldx, int K, int T, void *xq) {
+    FT_ASSERT(ft_cpu_xq_bytes(wt, K) > 0);
+    ft_ggml_quant_x8(x, ldx, K, T, xq);
+}
+
+void ft_cpu_matmul_rows_xq(float *y, int ldy, const void *xq, const void *w, enum ft_dtype wt,
+                           int T, int n0, int n1, int K) {
+    if (T <= 0 || n1 <= n0) return;
+    FT_ASSERT(ft_cpu_xq_bytes(wt, K) > 0);
+    size_t rb = ft_dtype_row_bytes(wt, K);
+    ft_ggml_dot_rows_x8(ft_dtype_ggml(wt), (const uint8_t *)w + (size_t)n0 * rb, rb, n1 - n0, xq,
+                        T, y + n0, ldy);
+}
+
+struct xq_ctx {
+    enum ft_dtype wt;
+    const float *x;
+    int ldx, K, T;
+    uint8_t *xq;
+    size_t bytes;
+};
+
+static void xq_worker(void *arg, int i, int n) {
+    const struct xq_ctx *c = arg;
+    long lo, hi;
+    ft_split(c->T, i, n, &lo, &hi);
+    if (hi > lo)
+        ft_cpu_xq_quant(c->wt, c->x + (size_t)lo * c->ldx, c->ldx, c->K, (int)(hi - lo),
+                        c->xq + (size_t)lo * c->bytes);
+}
+
+void ft_cpu_xq_quant_pool(struct ft_pool *pool, enum ft_dtype wt, const float *x, int ldx, int K,
+                          int T, void *xq) {
+    struct xq_ctx c = {wt, x, ldx, K, T, xq, ft_cpu_xq_bytes(wt, K)};
+    if (T <= 1) { /* decode: not worth waking the pool */
+        ft_cpu_xq_quant(wt, x, ldx, K, T, xq);
+        return;
+    }
+    ft_pool_run(pool, xq_worker, &c);
+}
+
 /* ---------------------------------------------------------------- pool ------ */
 
 #define ROW_CHUNK 8 /* rows per unit of the split: two 4-row tiles */

@@ -30,6 +30,26 @@ enum ft_cpu_isa ft_cpu_set_isa(enum ft_cpu_isa isa);
 void ft_cpu_matmul_rows(float *y, int ldy, const float *x, int ldx, const void *w,
                         enum ft_dtype wt, int T, int n0, int n1, int K);
 
+/* ---- int8 activations (`--cpu-act int8`, the default of the CLI) ----
+ * For quantised weights, x can be quantised once per step to 8-bit codes with a scale per
+ * block of elements (ggml_quant.h states the format and the error bound) and shared by every
+ * row that reads it; the rows are then dotted in integers, about twice as fast as decoding the
+ * weights to fp32. Approximate: the result is the exact dot of the dequantised weights with
+ * the quantised x (typically ~0.3% of the dot's scale from fp32 x). Results do not depend on
+ * T, the row range or the thread count, so batched and solo runs stay identical. */
+
+/* Bytes of one token of K elements quantised for weights of dtype wt; 0 when wt has no int8
+ * path at that K (the caller then uses ft_cpu_matmul_rows). At most 2 * K. */
+size_t ft_cpu_xq_bytes(enum ft_dtype wt, int K);
+/* xq[T, ft_cpu_xq_bytes(wt, K)] = x[T, K] (row stride ldx) quantised; single-threaded. */
+void ft_cpu_xq_quant(enum ft_dtype wt, const float *x, int ldx, int K, int T, void *xq);
+/* ft_cpu_matmul_rows with x given as ft_cpu_xq_quant's xq (for the same wt and K). */
+void ft_cpu_matmul_rows_xq(float *y, int ldy, const void *xq, const void *w, enum ft_dtype wt,
+                           int T, int n0, int n1, int K);
+/* The pool quantises the T tokens (rows split over the workers); one caller at a time. */
+void ft_cpu_xq_quant_pool(struct ft_pool *pool, enum ft_dtype wt, const float *x, int ldx, int K,
+                          int T, void *xq);
+
 /* y[T, N] = x[T, K] · w[N, K]^T (+ bias[N] when not NULL), rows split over the pool. */
 void ft_cpu_matmul(struct ft_pool *pool, float *y, const float *x, const void *w,
                    enum ft_dtype wt, const float *bias, int T, int N, int K);
