@@ -42,12 +42,16 @@ static double bank_rms(const struct ft_bank *b) {
 }
 
 TEST(synthetic_expert_formats_decode_to_unit_variance_outputs) {
-    static const char *const fmts[] = {"tiny:bf16", "tiny:mxfp4", "tiny:nvfp4", "tiny:fp8"};
-    static const enum ft_dtype want[] = {FT_DTYPE_BF16, FT_DTYPE_MXFP4, FT_DTYPE_NVFP4, FT_DTYPE_FP8_B128};
+    static const char *const fmts[] = {"tiny:bf16", "tiny:mxfp4", "tiny:nvfp4", "tiny:fp8",
+                                       "tiny:q4_k", "tiny:q5_k", "tiny:q6_k", "tiny:q8_0",
+                                       "tiny:q4_0", "tiny:q4_1", "tiny:q5_0", "tiny:q5_1"};
+    static const enum ft_dtype want[] = {
+        FT_DTYPE_BF16, FT_DTYPE_MXFP4, FT_DTYPE_NVFP4, FT_DTYPE_FP8_B128, FT_DTYPE_Q4_K, FT_DTYPE_Q5_K,
+        FT_DTYPE_Q6_K, FT_DTYPE_Q8_0,  FT_DTYPE_Q4_0, FT_DTYPE_Q4_1,      FT_DTYPE_Q5_0, FT_DTYPE_Q5_1};
     struct ft_pool *p1, *p3;
     EXPECT_OK(ft_pool_init(&p1, 1));
     EXPECT_OK(ft_pool_init(&p3, 3));
-    for (int f = 0; f < 4; f++) {
+    for (int f = 0; f < (int)(sizeof fmts / sizeof fmts[0]); f++) {
         struct ft_model *a = NULL, *b = NULL;
         EXPECT_OK(ft_model_synthetic(fmts[f], p1, 7, &a));
         EXPECT_OK(ft_model_synthetic(fmts[f], p3, 7, &b));
@@ -76,8 +80,10 @@ TEST(synthetic_preset_errors) {
     EXPECT_EQ(ft_model_synthetic("nope", pool, 1, &m), FT_ERR_INVALID_ARG);
     EXPECT(m == NULL);
     EXPECT_CONTAINS(ft_error(), "unknown preset 'nope'");
-    EXPECT_EQ(ft_model_synthetic("tiny:q4_k", pool, 1, &m), FT_ERR_INVALID_ARG);
-    EXPECT_CONTAINS(ft_error(), "unknown expert format 'q4_k'");
+    EXPECT_EQ(ft_model_synthetic("tiny:q3_k", pool, 1, &m), FT_ERR_INVALID_ARG);
+    EXPECT_CONTAINS(ft_error(), "unknown expert format 'q3_k'");
+    EXPECT_EQ(ft_model_synthetic("tiny-gpt-oss:q4_k", pool, 1, &m), FT_ERR_INVALID_ARG);
+    EXPECT_CONTAINS(ft_error(), "q4_k experts need widths that are multiples of 256 (256, 128)");
     EXPECT_EQ(ft_model_synthetic("tiny:", pool, 1, &m), FT_ERR_INVALID_ARG);
     ft_pool_free(pool);
 }

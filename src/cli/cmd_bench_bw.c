@@ -17,6 +17,7 @@
 #include "core/threadpool.h"
 #include "core/timer.h"
 #include "mem/bank.h"
+#include "model/model.h"
 #include "moe/bw_profile.h"
 #include "moe/cpu_exec.h"
 #ifdef FT_HAVE_CUDA
@@ -28,10 +29,13 @@
 
 static const char k_usage[] =
     "usage: ft bench bw [--hidden H] [--expert-width I] [-k K] [-t THREADS] [--device N]\n"
-    "  Measures host DRAM read, the CPU expert executor (bf16 experts, H=2048 I=768 k=8 by\n"
-    "  default: Qwen3-30B-A3B), pinned host-to-device copies, expert copies by DMA and by the\n"
-    "  gather kernel, and executor + copies at once; saves a profile the offload backend's\n"
-    "  hybrid split starts from ($FREETOKEN_CACHE or ~/.cache/freetoken).\n";
+    "                   [--format FMT] [--cpu-act int8|f32]\n"
+    "  Measures host DRAM read, the CPU expert executor (H=2048 I=768 k=8 by default:\n"
+    "  Qwen3-30B-A3B; experts in FMT: bf16 (default), q4_k, q6_k, q8_0, mxfp4, nvfp4, fp8, ...,\n"
+    "  with int8 activations where the format has them, as ft serve computes), pinned\n"
+    "  host-to-device copies, expert copies by DMA and by the gather kernel, and executor +\n"
+    "  copies at once; saves a profile the offload backend's hybrid split starts from when the\n"
+    "  model's experts have that format and size ($FREETOKEN_CACHE or ~/.cache/freetoken).\n";
 
 /* 64 experts (~600 MB at Qwen3-30B-A3B's shape) read in rotating sets of k, so no rep finds
  * its experts in the last-level cache (16 were too few on the H200 machine: the executor showed
@@ -46,15 +50,6 @@ struct bw {
     int H, I, k;
     uint64_t expert_bytes;
 };
-
-static void fill(struct ft_bank *b) {
-    uint64_t s = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)b;
-    uint16_t *p = (uint16_t *)b->base;
-    for (size_t i = 0; i < b->bytes / 2; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        p[i] = ft_f32_to_bf16(((float)(s >> 40) / 16777216.0f - 0.5f) * 0.05f);
-    }
-}
 
 /* Seconds for one executor call on n experts of one token (experts from set `set`). */
 static double exec_once(struct bw *b, int n, int set) {
@@ -129,8 +124,18 @@ static const char *rate(double gbps, char *buf) {
 
 int ft_cmd_bench_bw(int argc, char **argv) {
     long H = 2048, I = 768, k = 8, threads = 0, device = 0;
+    enum ft_dtype fmt = FT_DTYPE_BF16;
+    int int8 = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        if (!strcmp(a, "--format") || !strcmp(a, "--cpu-act")) {
+            if (!(v = ft_cli_value(argc, argv, &i))) return 2;
+            if (!strcmp(a, "--format") && ft_synthetic_format(v, &fmt) != FT_OK)
+                return ft_cli_usage_error("bench bw", "--format: %s", ft_error());
+            if (!strcmp(a, "--cpu-act") && (int8 = !strcmp(v, "int8") ? 1 : !strcmp(v, "f32") ? 0 : -1) < 0)
+                return ft_cli_usage_error("bench bw", "--cpu-act: '%s' is not int8 or f32", v);
+            continue;
+        }
         long *t = !strcmp(a, "--hidden") ? &H : !strcmp(a, "--expert-width") ? &I
                   : !strcmp(a, "-k") ? &k : !strcmp(a, "-t") || !strcmp(a, "--threads") ? &threads
                   : !strcmp(a, "--device") ? &device : NULL;
@@ -144,21 +149,26 @@ int ft_cmd_bench_bw(int argc, char **argv) {
             return ft_cli_usage_error("bench bw", "%s: '%s' is out of range", a, v);
     }
     struct bw b = {.H = (int)H, .I = (int)I, .k = (int)k};
+    const struct ft_row_schema *sch = ft_row_schema_for(fmt);
+    if (!ft_dtype_row_bytes(fmt, H) || !ft_dtype_row_bytes(fmt, I))
+        return ft_cli_usage_error("bench bw", "--format %s: --hidden %ld and --expert-width %ld must "
+                                  "be whole blocks of the format", sch->name, H, I);
     enum ft_status st = ft_pool_init(&b.pool, (int)threads);
-    const struct ft_row_schema *bf16 = ft_row_schema_for(FT_DTYPE_BF16);
-    if (st == FT_OK) st = ft_bank_init(&b.gu, bf16, FT_BANK_GATE_UP, N_EXPERTS, 2 * b.I, b.H);
-    if (st == FT_OK) st = ft_bank_init(&b.dn, bf16, FT_BANK_DOWN, N_EXPERTS, b.H, b.I);
+    if (st == FT_OK) st = ft_bank_init(&b.gu, sch, FT_BANK_GATE_UP, N_EXPERTS, 2 * b.I, b.H);
+    if (st == FT_OK) st = ft_bank_init(&b.dn, sch, FT_BANK_DOWN, N_EXPERTS, b.H, b.I);
     if (st == FT_OK) st = ft_moe_exec_init(&b.exec, 1, b.k, N_EXPERTS, b.H, b.I);
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    if (st == FT_OK) st = ft_bank_fill_random(b.pool, &b.gu, &seed);
+    if (st == FT_OK) st = ft_bank_fill_random(b.pool, &b.dn, &seed);
     b.x = calloc((size_t)b.H, sizeof *b.x);
     b.out = calloc((size_t)b.H, sizeof *b.out);
     if (st == FT_OK && (!b.x || !b.out)) st = ft_fail(FT_ERR_OOM, "bench bw: out of memory");
     if (st != FT_OK) return ft_cli_fail(st);
-    fill(&b.gu);
-    fill(&b.dn);
+    ft_moe_exec_set_int8(b.exec, int8);
     for (int h = 0; h < b.H; h++) b.x[h] = (float)((h * 7) % 13) * 0.1f - 0.6f;
     b.expert_bytes = b.gu.row_bytes + b.dn.row_bytes;
     struct ft_bw_profile p = {.expert_bytes = b.expert_bytes, .threads = ft_pool_size(b.pool)};
-    snprintf(p.format, sizeof p.format, "bf16");
+    snprintf(p.format, sizeof p.format, "%s", sch->name);
     snprintf(p.gpu, sizeof p.gpu, "no GPU");
     ft_sys_cpu_model(p.cpu, sizeof p.cpu);
     p.dram_read_gbps = ft_cpu_dram_read_gbps(b.pool, (size_t)1 << 30, 3);
@@ -226,8 +236,9 @@ int ft_cmd_bench_bw(int argc, char **argv) {
         cudaGetLastError();
     }
 #endif
-    printf("bandwidth profile: %s | %s | %d threads | %s experts of %.2f MiB (H=%d, I=%d), k=%d\n\n",
-           p.gpu, p.cpu, p.threads, p.format, b.expert_bytes / 1048576.0, b.H, b.I, b.k);
+    printf("bandwidth profile: %s | %s | %d threads | %s experts of %.2f MiB (H=%d, I=%d), k=%d, "
+           "%s activations\n\n", p.gpu, p.cpu, p.threads, p.format, b.expert_bytes / 1048576.0,
+           b.H, b.I, b.k, int8 && (ft_cpu_xq_bytes(fmt, b.H) || ft_cpu_xq_bytes(fmt, b.I)) ? "int8" : "fp32");
     char c1[32], c2[32], c3[32], c4[32], c5[32];
     printf("| path | alone GB/s | with the other running GB/s |\n|---|---:|---:|\n");
     printf("| host DRAM read (ceiling of the CPU side) | %.1f | - |\n", p.dram_read_gbps);

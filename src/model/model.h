@@ -105,6 +105,12 @@ void ft_model_sizes(struct ft_model *m);
 const char *ft_synthetic_presets(void);
 enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint64_t seed,
                                   struct ft_model **out);
+/* The expert format a ':FORMAT' name stands for (bf16, mxfp4, nvfp4, fp8, q4_k, ...). */
+enum ft_status ft_synthetic_format(const char *name, enum ft_dtype *out);
+/* Fills every expert of b with the synthetic models' random weights (values of about
+ * 1/sqrt(b->cols) rms in b's format), on the pool; advances *seed. */
+struct ft_bank;
+enum ft_status ft_bank_fill_random(struct ft_pool *pool, const struct ft_bank *b, uint64_t *seed);
 
 /* 1 if layer l has routed experts (mlp_only_layers, decoder_sparse_step). */
 int ft_model_layer_is_moe(const struct ft_model *m, int l);

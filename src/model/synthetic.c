@@ -17,6 +17,7 @@
 #include "core/threadpool.h"
 #include "core/sys.h"
 #include "format/fp_formats.h"
+#include "format/ggml_quant.h"
 #include "model/model.h"
 
 struct preset {
@@ -37,19 +38,31 @@ static const struct preset k_presets[] = {
     {"mixtral-8x7b", "MixtralForCausalLM", 32, 4096, 32, 8, 128, 8, 2, 14336, 14336, 32000, 1e6, FT_DTYPE_BF16, 0},
     {"gpt-oss-20b", "GptOssForCausalLM", 24, 2880, 64, 8, 64, 32, 4, 2880, 2880, 201088, 150000, FT_DTYPE_MXFP4, 1},
     {"gpt-oss-120b", "GptOssForCausalLM", 36, 2880, 64, 8, 64, 128, 4, 2880, 2880, 201088, 150000, FT_DTYPE_MXFP4, 1},
-    {"tiny", "Qwen3MoeForCausalLM", 4, 256, 8, 2, 32, 16, 4, 128, 512, 1024, 1e6, FT_DTYPE_BF16, 0},
+    {"tiny", "Qwen3MoeForCausalLM", 4, 256, 8, 2, 32, 16, 4, 256, 512, 1024, 1e6, FT_DTYPE_BF16, 0},
     {"tiny-gpt-oss", "GptOssForCausalLM", 4, 256, 8, 2, 32, 16, 4, 128, 128, 1024, 150000, FT_DTYPE_MXFP4, 1},
 };
 
-static const struct {
-    const char *name;
-    enum ft_dtype dtype;
-} k_formats[] = {{"bf16", FT_DTYPE_BF16}, {"mxfp4", FT_DTYPE_MXFP4}, {"nvfp4", FT_DTYPE_NVFP4},
-                 {"fp8", FT_DTYPE_FP8_B128}};
+/* ':FORMAT' names: the bank schema names (mem/bank.c), fp8 for fp8_b128; f16/f32 are not
+ * offered (no checkpoint stores experts so) */
+static const enum ft_dtype k_formats[] = {
+    FT_DTYPE_BF16, FT_DTYPE_MXFP4, FT_DTYPE_NVFP4, FT_DTYPE_FP8_B128, FT_DTYPE_Q4_K, FT_DTYPE_Q5_K,
+    FT_DTYPE_Q6_K, FT_DTYPE_Q8_0, FT_DTYPE_Q4_0, FT_DTYPE_Q4_1, FT_DTYPE_Q5_0, FT_DTYPE_Q5_1};
+#define FORMAT_NAMES "bf16, mxfp4, nvfp4, fp8, q4_k, q5_k, q6_k, q8_0, q4_0, q4_1, q5_0, q5_1"
+
+enum ft_status ft_synthetic_format(const char *name, enum ft_dtype *out) {
+    for (size_t i = 0; i < sizeof k_formats / sizeof k_formats[0]; i++) {
+        const char *n = k_formats[i] == FT_DTYPE_FP8_B128 ? "fp8" : ft_row_schema_for(k_formats[i])->name;
+        if (!strcmp(n, name) || !strcmp(ft_row_schema_for(k_formats[i])->name, name)) {
+            *out = k_formats[i];
+            return FT_OK;
+        }
+    }
+    return ft_fail(FT_ERR_INVALID_ARG, "unknown expert format '%s' (known: %s)", name, FORMAT_NAMES);
+}
 
 const char *ft_synthetic_presets(void) {
     return "qwen3-30b-a3b, qwen3.6-35b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b, tiny, tiny-gpt-oss; "
-           "':FORMAT' sets the experts' format: bf16, mxfp4, nvfp4, fp8";
+           "':FORMAT' sets the experts' format: " FORMAT_NAMES;
 }
 
 /* uniform in [-1, 1) from 24 random bits */
@@ -105,8 +118,9 @@ static float *ones(struct ft_model *m, int n) {
 
 /* Expert rows of a packed format: uniformly random codes with scales giving values of about
  * 1/sqrt(fan_in) rms. Uniform e2m1 codes have rms 2.93 ({0, .5, 1, 1.5, 2, 3, 4, 6}: mean square
- * 8.56); FP8 elements are uniform values of rms 64 rounded to e4m3. Each matrix row is seeded
- * by its index, so the weights do not depend on the thread count. */
+ * 8.56); FP8 elements are uniform values of rms 64 rounded to e4m3. GGML blocks: random bytes,
+ * then the scale fields set so the values are centred with the rms wanted (ggml_block_scales).
+ * Each matrix row is seeded by its index, so the weights do not depend on the thread count. */
 struct pack_job {
     const struct ft_bank *b;
     uint64_t seed;
@@ -117,6 +131,46 @@ static void rand_bytes(uint8_t *p, size_t n, uint64_t *s) {
     for (size_t i = 0; i < n; i += 8) {
         uint64_t r = ft_rng_next(s);
         memcpy(p + i, &r, FT_MIN(n - i, (size_t)8));
+    }
+}
+
+static void put_f16(uint8_t *p, float v) {
+    uint16_t h = ft_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* Sets the scale fields of the GGML blocks of one random row of K elements for values of
+ * about rms (codes uniform): the rms of a code c (after the format's offset) is given per type;
+ * types with a min (Q4_1, Q5_1, Q4_K, Q5_K) get the one that centres the values. */
+static void ggml_block_scales(uint8_t *row, enum ft_dtype dt, int K, float rms, uint64_t *s) {
+    int g = ft_dtype_ggml(dt), bs = ft_ggml_block_size(g);
+    size_t tb = ft_ggml_type_size(g);
+    for (int b = 0; b < K / bs; b++) {
+        uint8_t *p = row + (size_t)b * tb;
+        switch (dt) {
+        case FT_DTYPE_Q8_0: put_f16(p, rms / 73.9f); break;            /* int8 codes */
+        case FT_DTYPE_Q4_0: put_f16(p, rms / 4.64f); break;            /* q - 8, q in 0..15 */
+        case FT_DTYPE_Q5_0: put_f16(p, rms / 9.25f); break;            /* q - 16, q in 0..31 */
+        case FT_DTYPE_Q4_1:                                             /* d q + m */
+        case FT_DTYPE_Q5_1: {
+            float d = rms / (dt == FT_DTYPE_Q4_1 ? 4.61f : 9.23f);
+            put_f16(p, d);
+            put_f16(p + 2, -d * (dt == FT_DTYPE_Q4_1 ? 7.5f : 15.5f));
+            break;
+        }
+        case FT_DTYPE_Q4_K: /* d sc q - dmin m, sc, m in 0..63: dmin = mean(q) d centres it */
+        case FT_DTYPE_Q5_K: {
+            float d = rms / (dt == FT_DTYPE_Q4_K ? 259.0f : 529.0f);
+            put_f16(p, d);
+            put_f16(p + 2, d * (dt == FT_DTYPE_Q4_K ? 7.5f : 15.5f));
+            break;
+        }
+        case FT_DTYPE_Q6_K: /* d sc (q - 32), int8 scales in [-20, 20] */
+            for (int j = 0; j < 16; j++) p[192 + j] = (uint8_t)(int8_t)((int)(ft_rng_next(s) % 41) - 20);
+            put_f16(p + 208, rms / 218.0f);
+            break;
+        default: FT_ASSERT(0);
+        }
     }
 }
 
@@ -144,6 +198,9 @@ static void pack_task(void *ctx, int i, int nt) {
                 dst[(size_t)k * 17] = e;
                 rand_bytes(dst + (size_t)k * 17 + 1, 16, &s);
             }
+        } else if (ft_dtype_is_block(dt)) {
+            rand_bytes(dst, rb, &s);
+            ggml_block_scales(dst, dt, K, rms, &s);
         } else if (dt == FT_DTYPE_NVFP4) {
             rand_bytes(codes, ((size_t)K + 1) / 2, &s);
             memset(scales, ft_f32_to_e4m3(1.0f), ((size_t)K + 15) / 16);
@@ -160,7 +217,7 @@ done:
     free(sc);
 }
 
-static enum ft_status rand_experts(struct ft_pool *pool, const struct ft_bank *b, uint64_t *seed) {
+enum ft_status ft_bank_fill_random(struct ft_pool *pool, const struct ft_bank *b, uint64_t *seed) {
     if (b->schema->dtype == FT_DTYPE_BF16) {
         for (int e = 0; e < b->n_experts; e++)
             rand_bf16(pool, ft_bank_expert(b, e), (size_t)b->rows * b->cols, b->cols, seed);
@@ -189,13 +246,10 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
         return ft_fail(FT_ERR_INVALID_ARG, "--synthetic: unknown preset '%.*s' (known: %s)", (int)nlen,
                        preset, ft_synthetic_presets());
     enum ft_dtype xdt = p->experts_dtype;
-    if (colon) {
-        size_t i = 0, n = sizeof k_formats / sizeof k_formats[0];
-        while (i < n && strcmp(k_formats[i].name, colon + 1)) i++;
-        if (i == n)
-            return ft_fail(FT_ERR_INVALID_ARG, "--synthetic: unknown expert format '%s' (known: bf16, "
-                           "mxfp4, nvfp4, fp8)", colon + 1);
-        xdt = k_formats[i].dtype;
+    if (colon && ft_synthetic_format(colon + 1, &xdt) != FT_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", ft_error()); /* ft_fail rewrites the message it reads */
+        return ft_fail(FT_ERR_INVALID_ARG, "--synthetic %s: %s", preset, why);
     }
     struct ft_model *m = calloc(1, sizeof *m);
     if (!m) return ft_fail(FT_ERR_OOM, "out of memory");
@@ -234,9 +288,11 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
     }
     m->arch = ft_arch_find(p->arch);
     FT_TRY(ft_model_shapes(m));
-    if (xdt == FT_DTYPE_MXFP4 && (m->hidden % 32 || m->expert_inter % 32)) { /* whole blocks */
-        st = ft_fail(FT_ERR_INVALID_ARG, "--synthetic %s: MXFP4 experts need widths that are multiples "
-                     "of 32 (%d, %d)", preset, m->hidden, m->expert_inter);
+    int blk = ft_dtype_is_block(xdt) ? ft_ggml_block_size(ft_dtype_ggml(xdt)) : 1;
+    if (m->hidden % blk || m->expert_inter % blk) { /* whole blocks */
+        st = ft_fail(FT_ERR_INVALID_ARG, "--synthetic %s: %s experts need widths that are multiples "
+                     "of %d (%d, %d)", preset, ft_row_schema_for(xdt)->name, blk, m->hidden,
+                     m->expert_inter);
         goto fail;
     }
     /* estimate and check RAM before touching gigabytes */
@@ -281,8 +337,8 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
         L->is_moe = 1;
         FT_TRY(ft_bank_init(&L->bank[0], xs, FT_BANK_GATE_UP, E, 2 * I, H));
         FT_TRY(ft_bank_init(&L->bank[1], xs, FT_BANK_DOWN, E, H, I));
-        FT_TRY(rand_experts(pool, &L->bank[0], &seed));
-        FT_TRY(rand_experts(pool, &L->bank[1], &seed));
+        FT_TRY(ft_bank_fill_random(pool, &L->bank[0], &seed));
+        FT_TRY(ft_bank_fill_random(pool, &L->bank[1], &seed));
         int tenth = (l + 1) * 10 / m->n_layers;
         if (need > 4.0 * (1 << 30) && tenth > l * 10 / m->n_layers) /* large presets take minutes */
             ft_log_info("synthetic %s: %d%% (%d of %d layers)", preset, tenth * 10, l + 1, m->n_layers);
