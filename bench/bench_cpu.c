@@ -1,6 +1,7 @@
 /* bench_cpu.c — standalone CPU backend benchmark (not a test): host DRAM read GB/s, then the
  * bf16 GEMV (T = 1, decode) of ft_cpu_matmul as weight GB/s and the T = 64 GEMM (prefill) as
- * GFLOP/s, each printed next to the DRAM ceiling measured in the same run (DESIGN.md 1.1).
+ * GFLOP/s, each printed next to the DRAM ceiling measured in the same run (DESIGN.md 1.1);
+ * then both again with bf16 activations (--cpu-act fast) where the CPU has AVX512-BF16.
  * Usage: bench_cpu [--mib M] [--k K] [--threads N] [--reps R] [--isa 0-3]
  *   --mib: weight matrix size (default 1024 MiB; use several GiB on the target machine so it
  *   is far larger than the caches), --k: row length (default 4096), --threads: pool size
@@ -39,6 +40,36 @@ static double time_matmul(struct ft_pool *pool, float *y, const float *x, const 
     for (int r = 0; r < reps; r++) {
         int64_t t0 = ft_time_us();
         ft_cpu_matmul(pool, y, x, w, FT_DTYPE_BF16, NULL, T, N, K);
+        double s = (double)(ft_time_us() - t0) * 1e-6;
+        best = s < best ? s : best;
+    }
+    return best;
+}
+
+/* The same with bf16 activations (--cpu-act fast on AVX512-BF16): x rounded once per call,
+ * rows split over the pool as ft_cpu_matmul splits them. */
+struct xq_ctx {
+    float *y;
+    const void *xq, *w;
+    int T, N, K;
+};
+
+static void xq_worker(void *arg, int i, int n) {
+    const struct xq_ctx *c = arg;
+    long lo, hi;
+    ft_split((c->N + 7) / 8, i, n, &lo, &hi);
+    int n0 = (int)(lo * 8), n1 = (int)(hi * 8 < c->N ? hi * 8 : c->N);
+    ft_cpu_matmul_rows_xq(c->y, c->N, c->xq, c->w, FT_DTYPE_BF16, c->T, n0, n1, c->K);
+}
+
+static double time_matmul_xq(struct ft_pool *pool, float *y, const float *x, void *xq,
+                             const uint16_t *w, int T, int N, int K, int reps) {
+    double best = 1e30;
+    struct xq_ctx c = {y, xq, w, T, N, K};
+    for (int r = 0; r < reps; r++) {
+        int64_t t0 = ft_time_us();
+        ft_cpu_xq_quant_pool(pool, FT_DTYPE_BF16, x, K, K, T, xq);
+        ft_pool_run(pool, xq_worker, &c);
         double s = (double)(ft_time_us() - t0) * 1e-6;
         best = s < best ? s : best;
     }
@@ -89,6 +120,18 @@ int main(int argc, char **argv) {
     printf("GEMM bf16 T=%d           : %7.1f GFLOP/s (weights at %.1f GB/s = %.0f%% of DRAM "
            "read; DRAM-bound ceiling %.0f GFLOP/s)\n",
            Tp, gflops, wgbs, 100.0 * wgbs / dram, dram * 1e9 / 2.0 * 2.0 * Tp * 1e-9);
+    void *xq = ft_cpu_xq_bytes(FT_DTYPE_BF16, (int)K) ? malloc((size_t)Tp * K * 2) : NULL;
+    if (xq) { /* --cpu-act fast: bf16 activations, vdpbf16ps */
+        double q1 = time_matmul_xq(pool, y, x, xq, w, 1, N, (int)K, reps);
+        printf("GEMV bf16 T=1, bf16 x    : %7.1f GB/s  (%.0f%% of DRAM read; %.2f ms)\n",
+               (double)bytes / q1 * 1e-9, 100.0 * bytes / q1 * 1e-9 / dram, q1 * 1e3);
+        double q64 = time_matmul_xq(pool, y, x, xq, w, Tp, N, (int)K, reps > 2 ? 2 : reps);
+        printf("GEMM bf16 T=%d, bf16 x   : %7.1f GFLOP/s (%.2fx the fp32-activation GEMM)\n", Tp,
+               2.0 * Tp * (double)N * (double)K / q64 * 1e-9, s64 / q64);
+        free(xq);
+    } else {
+        printf("bf16 activations         : not on this CPU tier (no AVX512-BF16)\n");
+    }
     printf("checksum %g\n", (double)y[0] + y[(size_t)N - 1]);
     ft_sys_free_pages(w, bytes);
     free(x), free(y);

@@ -149,6 +149,42 @@ TEST(matmul_rows_long_k_and_many_rows) {
     ft_cpu_set_isa(FT_ISA_AVX512_BF16);
 }
 
+/* bf16 weights with bf16 activations (ft_cpu_xq_*, vdpbf16ps): exact against the reference
+ * on the rounded x (fp32 accumulation: 1e-5 of sum |x w|), and within 2^-8 of sum |x w| of the
+ * fp32 x (rounding to nearest bf16 moves each x by at most 2^-9 of itself). On a CPU without
+ * AVX512-BF16 the path must be off (ft_cpu_xq_bytes 0): the plain kernels run instead. */
+TEST(matmul_rows_bf16_activations) {
+    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+    if (ft_cpu_isa() < FT_ISA_AVX512_BF16) {
+        EXPECT_EQ(ft_cpu_xq_bytes(FT_DTYPE_BF16, 64), 0);
+        fprintf(stderr, "  no AVX512-BF16 here: bf16 activations are off (checked)\n");
+        return;
+    }
+    static const int Ks[] = {1, 31, 32, 33, 100, 2049};
+    static const int Ts[] = {1, 2, 3, 4, 5, 9};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            int K = Ks[ki], T = Ts[ti], N = 13, ldx = K + 3, ldy = N + 2;
+            EXPECT_EQ(ft_cpu_xq_bytes(FT_DTYPE_BF16, K), (size_t)K * 2);
+            float *x = frand_buf((size_t)T * ldx), *xr = malloc((size_t)T * ldx * sizeof *xr);
+            float *wf = malloc((size_t)N * K * sizeof *wf + 4), *y = malloc((size_t)T * ldy * sizeof *y);
+            uint16_t *xq = malloc((size_t)T * K * 2);
+            const void *w;
+            void *mem = make_weights(FT_DTYPE_BF16, (size_t)N * K, &w, wf);
+            for (int i = 0; i < T * ldx; i++) xr[i] = ft_bf16_to_f32(ft_f32_to_bf16(x[i]));
+            ft_cpu_xq_quant(FT_DTYPE_BF16, x, ldx, K, T, xq);
+            int same = 1;
+            for (int t = 0; t < T; t++)
+                for (int k = 0; k < K; k++) same &= xq[(size_t)t * K + k] == ft_f32_to_bf16(x[(size_t)t * ldx + k]);
+            ft_cpu_matmul_rows_xq(y, ldy, xq, w, FT_DTYPE_BF16, T, 2, N, K);
+            double e = matmul_err(y, ldy, xr, ldx, wf, T, 2, N, K);
+            double e32 = matmul_err(y, ldy, x, ldx, wf, T, 2, N, K) * 1e-5 / 0.00390625;
+            CHECK_(same && e <= 1.0 && e32 <= 1.0, "bf16 x T=%d K=%d: codes %s, err %.3g x tol on "
+                   "the rounded x, %.3g x 2^-8 on fp32 x", T, K, same ? "ok" : "differ", e, e32);
+            free(x), free(xr), free(wf), free(y), free(xq), free(mem);
+        }
+}
+
 /* ft_cpu_matmul on pools of 1, 2, 3 threads, with and without bias. */
 TEST(matmul_pool_split_and_bias) {
     static const int Ns[] = {1, 7, 37, 130};

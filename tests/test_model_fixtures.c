@@ -198,7 +198,7 @@ TEST(gguf_fixtures_match_transformers) {
     ft_pool_free(pool);
 }
 
-/* --cpu-act int8 (the CLI's default): activations quantised to int8 for the quantised weights
+/* --cpu-act fast (the CLI's default): activations quantised to int8 for the quantised weights
  * move the logits off the exact ones by the quantisation of x. The prompt's logits must stay
  * within GGUF_INT8_TOL of transformers' at every position; decode (transformers' greedy
  * tokens fed back one at a time, the T = 1 kernels) within GGUF_INT8_TOL of the exact fp32
@@ -215,11 +215,11 @@ static void check_int8(const char *name, struct ft_pool *pool, int chunk) {
     EXPECT(load_ref(refp, &r) == 0);
     EXPECT_OK(ft_model_load(path, &m));
     if (!m || !r.f) goto done;
-    struct ft_engine_opts eo = {.max_ctx = r.T + r.n_greedy, .max_chunk = 512, .cpu_act_int8 = 1};
+    struct ft_engine_opts eo = {.max_ctx = r.T + r.n_greedy, .max_chunk = 512, .cpu_act_fast = 1};
     EXPECT_OK(ft_engine_init(&e8, m, pool, &eo));
     eo.max_chunk = chunk;
     EXPECT_OK(ft_engine_init(&ec, m, pool, &eo));
-    eo.cpu_act_int8 = 0;
+    eo.cpu_act_fast = 0;
     EXPECT_OK(ft_engine_init(&e32, m, pool, &eo));
     size_t n = (size_t)r.T * m->vocab;
     lg8 = malloc(n * sizeof *lg8), lg32 = malloc(n * sizeof *lg32), lgc = malloc(n * sizeof *lgc);

@@ -1,7 +1,9 @@
 /* test_model_text.c — text in, text out on the qwen3_moe fixture (tiny real tokenizer + Qwen3's
  * chat template): `ft run -p`, `ft run --chat` and an interactive `ft chat` driven in a real
  * terminal (tmux send-keys / capture-pane) must print exactly what transformers generates
- * (tests/data/models/qwen3_moe/text_reference.json, tools/gen_text_refs.py). */
+ * (tests/data/models/qwen3_moe/text_reference.json, tools/gen_text_refs.py), with exact fp32
+ * activations (--cpu-act f32: the random tiny model's top logits nearly tie, so the default
+ * bf16 rounding of activations would change its greedy text). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +40,7 @@ TEST(run_raw_prompt_matches_transformers) {
     for (int i = 0; i < 2; i++) {
         json_t *c = json_array_get(g_ref, (size_t)i);
         char cmd[1024];
-        snprintf(cmd, sizeof cmd, "'%s' run --model '%s' -p '%s' --temp 0 -n %d -t 1 2>/dev/null",
+        snprintf(cmd, sizeof cmd, "'%s' run --model '%s' -p '%s' --temp 0 -n %d -t 1 --cpu-act f32 2>/dev/null",
                  FT_BIN, M, json_string_value(json_object_get(c, "prompt")),
                  (int)json_integer_value(json_object_get(c, "n")));
         char *out = capture(cmd);
@@ -50,13 +52,13 @@ TEST(run_raw_prompt_matches_transformers) {
 TEST(run_chat_matches_transformers) {
     load_ref();
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --chat -p Hello --temp 0 -n 10 -t 1 2>/dev/null",
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --chat -p Hello --temp 0 -n 10 -t 1 --cpu-act f32 2>/dev/null",
              FT_BIN, M);
     char *out = capture(cmd);
     EXPECT_STREQ(out, ref_text(2));
     free(out);
     snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --chat --system 'Be brief.' --no-think "
-             "-p 'How are you today?' --temp 0 -n 10 -t 1 2>/dev/null", FT_BIN, M);
+             "-p 'How are you today?' --temp 0 -n 10 -t 1 --cpu-act f32 2>/dev/null", FT_BIN, M);
     out = capture(cmd);
     EXPECT_STREQ(out, ref_text(3));
     free(out);
@@ -70,7 +72,7 @@ TEST(stop_string_truncates) {
     EXPECT(at != NULL);
     if (!at) return;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' -p 'Once upon a time' --temp 0 -n 12 -t 1 --stop ick 2>/dev/null",
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' -p 'Once upon a time' --temp 0 -n 12 -t 1 --cpu-act f32 --stop ick 2>/dev/null",
              FT_BIN, M);
     char *out = capture(cmd);
     EXPECT(out && strlen(out) == (size_t)(at - full) && !strncmp(out, full, (size_t)(at - full)));
@@ -82,7 +84,7 @@ TEST(flag_like_values_stay_values) {
     load_ref();
     json_t *c = json_array_get(g_ref, 0);
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' -p '%s' --temp 0 -n %d -t 1 --system --temp 2>&1 >/dev/null",
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' -p '%s' --temp 0 -n %d -t 1 --cpu-act f32 --system --temp 2>&1 >/dev/null",
              FT_BIN, M, json_string_value(json_object_get(c, "prompt")), (int)json_integer_value(json_object_get(c, "n")));
     char *err = capture(cmd);
     EXPECT(err && !strstr(err, "not a number"));
@@ -163,7 +165,7 @@ TEST(chat_in_a_terminal) {
     snprintf(g_sess, sizeof g_sess, "ftchat%d", (int)getpid());
     char args[1024];
     snprintf(args, sizeof args, "new-session -d -s %s -x 200 -y 50 \"FT_TEST_SLOW_EMIT_MS=0 '%s' chat "
-             "--model '%s' --temp 0 -n 10 -t 1 2>/dev/null; echo CHAT-EXITED; sleep 30\"", g_sess, FT_BIN, M);
+             "--model '%s' --temp 0 -n 10 -t 1 --cpu-act f32 2>/dev/null; echo CHAT-EXITED; sleep 30\"", g_sess, FT_BIN, M);
     tmux(args);
     EXPECT(wait_prompts(1));
     send_line("Hello");
@@ -199,7 +201,7 @@ TEST(chat_ctrl_c_stops_the_answer) {
     char args[1024];
     /* slow the stream (FT_TESTING hook) so Ctrl-C lands mid-answer */
     snprintf(args, sizeof args, "new-session -d -s %s -x 200 -y 50 \"FT_TEST_SLOW_EMIT_MS=100 '%s' chat "
-             "--model '%s' --temp 0 -n 200 --ignore-eos -t 1 2>/dev/null; echo CHAT-EXITED; sleep 30\"",
+             "--model '%s' --temp 0 -n 200 --ignore-eos -t 1 --cpu-act f32 2>/dev/null; echo CHAT-EXITED; sleep 30\"",
              g_sess, FT_BIN, M);
     tmux(args);
     EXPECT(wait_prompts(1));

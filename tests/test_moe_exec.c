@@ -6,7 +6,7 @@
  * dequantiser (format/ggml_quant.c, bit-exact against the gguf package) says they are.
  * Tolerance: 1e-5 of the sum of |terms| of each output of the down projection (fp32
  * accumulation of exact products; the gate/up error it inherits measured below 1% of that).
- * The int8-activation path (ft_moe_exec_set_int8) is checked against the same reference at
+ * The int8-activation path (ft_moe_exec_set_fast_act) is checked against the same reference at
  * INT8_REL. */
 #include <math.h>
 #include <stdlib.h>
@@ -66,7 +66,7 @@ static void check_formats(enum ft_dtype tg, enum ft_dtype td, struct ft_pool *po
     for (int pass = 0; ex && pass < 1 + quant; pass++)
     for (int tier = FT_ISA_SCALAR; ex && tier <= (int)best; tier++) {
         if ((int)ft_cpu_set_isa((enum ft_cpu_isa)tier) != tier) continue;
-        ft_moe_exec_set_int8(ex, pass);
+        ft_moe_exec_set_fast_act(ex, pass);
         const double rel = pass ? INT8_REL : 1e-5;
         for (int T = 1; T <= Tmax; T += Tmax - 1) {
             memset(out, 0, sizeof out);

@@ -29,10 +29,10 @@
 
 static const char k_usage[] =
     "usage: ft bench bw [--hidden H] [--expert-width I] [-k K] [-t THREADS] [--device N]\n"
-    "                   [--format FMT] [--cpu-act int8|f32]\n"
+    "                   [--format FMT] [--cpu-act fast|f32]\n"
     "  Measures host DRAM read, the CPU expert executor (H=2048 I=768 k=8 by default:\n"
     "  Qwen3-30B-A3B; experts in FMT: bf16 (default), q4_k, q6_k, q8_0, mxfp4, nvfp4, fp8, ...,\n"
-    "  with int8 activations where the format has them, as ft serve computes), pinned\n"
+    "  with int8/bf16 activations where the format has them, as ft serve computes), pinned\n"
     "  host-to-device copies, expert copies by DMA and by the gather kernel, and executor +\n"
     "  copies at once; saves a profile the offload backend's hybrid split starts from when the\n"
     "  model's experts have that format and size ($FREETOKEN_CACHE or ~/.cache/freetoken).\n";
@@ -125,15 +125,15 @@ static const char *rate(double gbps, char *buf) {
 int ft_cmd_bench_bw(int argc, char **argv) {
     long H = 2048, I = 768, k = 8, threads = 0, device = 0;
     enum ft_dtype fmt = FT_DTYPE_BF16;
-    int int8 = 1;
+    int fast = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--format") || !strcmp(a, "--cpu-act")) {
             if (!(v = ft_cli_value(argc, argv, &i))) return 2;
             if (!strcmp(a, "--format") && ft_synthetic_format(v, &fmt) != FT_OK)
                 return ft_cli_usage_error("bench bw", "--format: %s", ft_error());
-            if (!strcmp(a, "--cpu-act") && (int8 = !strcmp(v, "int8") ? 1 : !strcmp(v, "f32") ? 0 : -1) < 0)
-                return ft_cli_usage_error("bench bw", "--cpu-act: '%s' is not int8 or f32", v);
+            if (!strcmp(a, "--cpu-act") && (fast = !strcmp(v, "fast") ? 1 : !strcmp(v, "f32") ? 0 : -1) < 0)
+                return ft_cli_usage_error("bench bw", "--cpu-act: '%s' is not fast or f32", v);
             continue;
         }
         long *t = !strcmp(a, "--hidden") ? &H : !strcmp(a, "--expert-width") ? &I
@@ -164,7 +164,7 @@ int ft_cmd_bench_bw(int argc, char **argv) {
     b.out = calloc((size_t)b.H, sizeof *b.out);
     if (st == FT_OK && (!b.x || !b.out)) st = ft_fail(FT_ERR_OOM, "bench bw: out of memory");
     if (st != FT_OK) return ft_cli_fail(st);
-    ft_moe_exec_set_int8(b.exec, int8);
+    ft_moe_exec_set_fast_act(b.exec, fast);
     for (int h = 0; h < b.H; h++) b.x[h] = (float)((h * 7) % 13) * 0.1f - 0.6f;
     b.expert_bytes = b.gu.row_bytes + b.dn.row_bytes;
     struct ft_bw_profile p = {.expert_bytes = b.expert_bytes, .threads = ft_pool_size(b.pool)};
@@ -238,7 +238,9 @@ int ft_cmd_bench_bw(int argc, char **argv) {
 #endif
     printf("bandwidth profile: %s | %s | %d threads | %s experts of %.2f MiB (H=%d, I=%d), k=%d, "
            "%s activations\n\n", p.gpu, p.cpu, p.threads, p.format, b.expert_bytes / 1048576.0,
-           b.H, b.I, b.k, int8 && (ft_cpu_xq_bytes(fmt, b.H) || ft_cpu_xq_bytes(fmt, b.I)) ? "int8" : "fp32");
+           b.H, b.I, b.k,
+           !fast || !(ft_cpu_xq_bytes(fmt, b.H) || ft_cpu_xq_bytes(fmt, b.I)) ? "fp32"
+           : fmt == FT_DTYPE_BF16                                           ? "bf16" : "int8");
     char c1[32], c2[32], c3[32], c4[32], c5[32];
     printf("| path | alone GB/s | with the other running GB/s |\n|---|---:|---:|\n");
     printf("| host DRAM read (ceiling of the CPU side) | %.1f | - |\n", p.dram_read_gbps);

@@ -217,8 +217,8 @@ const char ft_cli_backend_usage[] =
     "  --moe-backend hybrid|offload|cpu  misses: split between PCIe and the CPU by measured\n"
     "                      cost (default), all fetched, or all computed on the CPU\n"
     "  --pin-budget SIZE / --moe-cpu-layers auto|IDS|N|F|0   host pinning (README: Host memory)\n"
-    "  --cpu-act int8|f32  CPU matmuls on quantised weights: int8 activations (default,\n"
-    "                      fast, ~0.3% per dot) or exact fp32\n";
+    "  --cpu-act fast|f32  CPU matmuls: activations in int8 (block formats) or bf16 (bf16\n"
+    "                      weights, AVX512-BF16) as llama.cpp does (default), or exact fp32\n";
 
 int ft_cli_size(const char *s, size_t *out) {
     char *end;
@@ -289,9 +289,9 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
         }
         eo->pin_budget = v;
     } else if (!strcmp(a, "--cpu-act")) {
-        eo->cpu_act_int8 = !strcmp(v, "int8") ? 1 : !strcmp(v, "f32") ? 0 : -1;
-        if (eo->cpu_act_int8 < 0) {
-            fprintf(stderr, "ft %s: --cpu-act: '%s' is not int8 or f32\n", cmd, v);
+        eo->cpu_act_fast = !strcmp(v, "fast") ? 1 : !strcmp(v, "f32") ? 0 : -1;
+        if (eo->cpu_act_fast < 0) {
+            fprintf(stderr, "ft %s: --cpu-act: '%s' is not fast or f32\n", cmd, v);
             return -1;
         }
     } else if (!strcmp(a, "--moe-cpu-layers")) {
@@ -332,7 +332,7 @@ void ft_cli_backend_init(struct ft_engine_opts *be, int *backend_auto) {
     memset(be, 0, sizeof *be);
     be->verify_copies = -1;
     be->moe_mode = 2;     /* hybrid */
-    be->cpu_act_int8 = 1; /* the CLI's default; a zeroed ft_engine_opts is exact fp32 */
+    be->cpu_act_fast = 1; /* the CLI's default; a zeroed ft_engine_opts is exact fp32 */
     *backend_auto = 1;
 }
 
@@ -349,7 +349,7 @@ void ft_cli_backend_apply(struct ft_engine_opts *eo, const struct ft_engine_opts
     eo->moe_mode = be->moe_mode;
     eo->pin_budget = be->pin_budget;
     eo->cpu_layers = be->cpu_layers;
-    eo->cpu_act_int8 = be->cpu_act_int8;
+    eo->cpu_act_fast = be->cpu_act_fast;
     ft_cli_backend_resolve(eo, backend_auto);
 }
 

@@ -36,7 +36,7 @@ struct ft_engine {
     float *top_w;               /* [chunk, k] */
     int32_t *pos;               /* [chunk] */
     struct ft_moe_exec *moe;
-    void *xq;                   /* [chunk, 2 * max K] int8 activations (--cpu-act int8), or NULL */
+    void *xq;                   /* [chunk, 2 * max K] int8/bf16 activations (--cpu-act fast), or NULL */
     uint64_t rng;
     int *sticky;                /* [L, k] last synthetic ids per layer (sticky routing) */
     double distinct_sum;
@@ -52,7 +52,7 @@ struct mm_job {
     const float *x;
     const struct ft_weight *w;
     int T;
-    const void *xq; /* x quantised for w (int8 activations), or NULL */
+    const void *xq; /* x quantised for w (ft_cpu_xq_quant), or NULL */
 };
 
 static void mm_task(void *ctx, int i, int n) {
@@ -72,7 +72,7 @@ static void mm_task(void *ctx, int i, int n) {
 static void mm(struct ft_engine *e, float *y, int ldy, const float *x, const struct ft_weight *w,
                const float *bias, int T) {
     struct mm_job j = {y, ldy, x, w, T, NULL};
-    if (e->xq && ft_cpu_xq_bytes(w->dtype, w->cols)) { /* --cpu-act int8 */
+    if (e->xq && ft_cpu_xq_bytes(w->dtype, w->cols)) { /* --cpu-act fast */
         ft_cpu_xq_quant_pool(e->pool, w->dtype, x, w->cols, w->cols, T, e->xq);
         j.xq = e->xq;
     }
@@ -324,8 +324,8 @@ enum ft_status ft_engine_prefill(struct ft_engine *e, const int32_t *ids, int T,
     return FT_OK;
 }
 
-/* Matrices of m that --cpu-act int8 computes with int8 activations (for the log line). */
-static int int8_matrices(const struct ft_model *m) {
+/* Matrices of m that --cpu-act fast computes with int8/bf16 activations (the log line). */
+static int fast_matrices(const struct ft_model *m) {
     int n = ft_cpu_xq_bytes(m->lm_head.dtype, m->lm_head.cols) > 0;
     for (int l = 0; l < m->n_layers; l++) {
         const struct ft_layer *L = &m->layers[l];
@@ -420,16 +420,16 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     for (int b = 0; e->free_blocks && b < e->n_blocks; b++) e->free_blocks[b] = e->n_blocks - 1 - b;
     e->n_free = e->n_blocks;
     e->seq0_n_blocks = seq_blocks; /* taken from the pool at the first ft_engine_forward */
-    int n8 = opts->cpu_act_int8 && (!gpu || opts->backend == FT_BACKEND_OFFLOAD) ? int8_matrices(m) : 0;
-    if (n8) ft_log_info("cpu: int8 activations for %d quantised matrices (--cpu-act f32: exact fp32)", n8);
-    if (st == FT_OK && opts->cpu_act_int8) { /* ft_cpu_xq_bytes is at most 2 K */
+    int n8 = opts->cpu_act_fast && (!gpu || opts->backend == FT_BACKEND_OFFLOAD) ? fast_matrices(m) : 0;
+    if (n8) ft_log_info("cpu: int8/bf16 activations for %d matrices (--cpu-act f32: exact fp32)", n8);
+    if (st == FT_OK && opts->cpu_act_fast) { /* ft_cpu_xq_bytes is at most 2 K */
         int max_k = FT_MAX(FT_MAX(H, e->q_dim), FT_MAX(e->max_i, m->expert_inter));
         if (!(e->xq = malloc((size_t)C * 2 * max_k)))
-            st = ft_fail(FT_ERR_OOM, "engine: out of memory for int8 activations");
+            st = ft_fail(FT_ERR_OOM, "engine: out of memory for quantised activations");
     }
     if (st == FT_OK && m->n_experts > 0) {
         st = ft_moe_exec_init(&e->moe, C, m->top_k, m->n_experts, H, m->expert_inter);
-        if (st == FT_OK) ft_moe_exec_set_int8(e->moe, opts->cpu_act_int8);
+        if (st == FT_OK) ft_moe_exec_set_fast_act(e->moe, opts->cpu_act_fast);
     }
     if (st == FT_OK && gpu) {
         struct ft_gpu_opts go = {.device = e->opts.device, .vram_limit = e->opts.vram_limit,
@@ -444,7 +444,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                                  .moe_mode = e->opts.moe_mode, .pool = pool,
                                  .pin_budget = e->opts.pin_budget,
                                  .cpu_layers = e->opts.cpu_layers,
-                                 .cpu_act_int8 = e->opts.cpu_act_int8};
+                                 .cpu_act_fast = e->opts.cpu_act_fast};
         st = ft_gpu_init(&e->gpu, m, &go);
     }
     if (st != FT_OK) {

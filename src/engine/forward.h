@@ -35,8 +35,9 @@ struct ft_engine_opts {
     int moe_mode;         /* enum ft_moe_mode (moe/policy.h): 0 offload, 1 cpu, 2 hybrid */
     const char *pin_budget;  /* --pin-budget SIZE (offload: the residency manager's budget) */
     const char *cpu_layers;  /* --moe-cpu-layers SPEC (offload: layers decoded on the CPU) */
-    int cpu_act_int8;     /* --cpu-act int8: CPU matmuls with K-quant/block weights quantise
-                             their activations to int8 (ops.h); 0 (exact fp32) unless set */
+    int cpu_act_fast;     /* --cpu-act fast: CPU matmuls round their activations to int8 (block
+                             formats) or bf16 (bf16 weights) where ops.h has the kernels
+                             (ft_cpu_xq_bytes); 0 (exact fp32) unless set */
 };
 
 struct ft_engine;

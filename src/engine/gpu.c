@@ -804,7 +804,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
             int R = MAX_GRAPH_T * m->top_k, H = m->hidden;
             if (!o->pool) st = ft_fail(FT_ERR_INTERNAL, "offload: cpu/hybrid mode without a thread pool");
             if (st == FT_OK) st = ft_moe_exec_init(&g->exec, MAX_GRAPH_T, m->top_k, m->n_experts, H, m->expert_inter);
-            if (st == FT_OK) ft_moe_exec_set_int8(g->exec, o->cpu_act_int8);
+            if (st == FT_OK) ft_moe_exec_set_fast_act(g->exec, o->cpu_act_fast);
             g->h_xn = halloc((size_t)MAX_GRAPH_T * H * 4, &st);
             g->h_cpu_out = halloc((size_t)MAX_GRAPH_T * H * 4, &st);
             g->h_topw = halloc((size_t)R * 4, &st);

@@ -31,7 +31,7 @@ struct ft_gpu_opts {
     struct ft_pool *pool;/* the CPU executor's workers (cpu / hybrid) */
     const char *pin_budget;  /* --pin-budget (NULL: env / platform default) */
     const char *cpu_layers;  /* --moe-cpu-layers (NULL: auto) */
-    int cpu_act_int8;        /* the CPU executor quantises its inputs to int8 (--cpu-act) */
+    int cpu_act_fast;        /* the CPU executor rounds its inputs (--cpu-act fast) */
 };
 
 struct ft_gpu_offload_stats {

@@ -23,8 +23,8 @@ struct ft_moe_exec {
     float *gu;       /* [max_rows, 2I] gate/up outputs */
     float *act;      /* [max_rows, I] silu(gate) * up */
     float *y;        /* [max_rows, H] expert outputs */
-    int int8;        /* quantise the pass inputs to int8 where the bank format has a path */
-    void *xq;        /* [max_rows, 2 max(H, I)] those int8 inputs */
+    int fast;        /* round the pass inputs (ft_cpu_xq_quant) where the format has a path */
+    void *xq;        /* [max_rows, 2 max(H, I)] those rounded inputs */
 };
 
 struct pass {
@@ -62,7 +62,7 @@ static void run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct f
     struct pass p = {.x = x, .bank = bank, .in = in, .out = out, .K = bank->cols,
                      .N = bank->rows, .n_active = n_active};
     enum ft_dtype wt = bank->schema->dtype;
-    if (x->int8 && (p.xq_bytes = ft_cpu_xq_bytes(wt, p.K)) > 0) {
+    if (x->fast && (p.xq_bytes = ft_cpu_xq_bytes(wt, p.K)) > 0) {
         ft_cpu_xq_quant_pool(pool, wt, in, p.K, p.K, R, x->xq);
         p.xq = x->xq;
     }
@@ -115,7 +115,7 @@ void ft_moe_exec_free(struct ft_moe_exec *x) {
     free(x);
 }
 
-void ft_moe_exec_set_int8(struct ft_moe_exec *x, int on) { x->int8 = on; }
+void ft_moe_exec_set_fast_act(struct ft_moe_exec *x, int on) { x->fast = on; }
 
 /* Adds each gathered row's expert bias (n wide) to rows (ld apart); NULL bias: nothing. */
 static void add_expert_bias(const struct ft_moe_exec *x, float *rows, int ld, const float *bias,

@@ -14,9 +14,9 @@ struct ft_moe_exec;
 enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int top_k, int n_experts,
                                 int H, int I);
 void ft_moe_exec_free(struct ft_moe_exec *x);
-/* on: quantise each pass's inputs to int8 once when the bank format has an int8 path
- * (backend/cpu/ops.h: ft_cpu_xq_bytes), as --cpu-act int8; off (the default): exact fp32. */
-void ft_moe_exec_set_int8(struct ft_moe_exec *x, int on);
+/* on: round each pass's inputs once to int8 / bf16 where the bank format has such a kernel
+ * (backend/cpu/ops.h: ft_cpu_xq_bytes), as --cpu-act fast; off (the default): exact fp32. */
+void ft_moe_exec_set_fast_act(struct ft_moe_exec *x, int on);
 
 /* out[T, H] += sum_j w[t, j] * expert_{ids[t, j]}(x[t]) with expert(x) = down(silu(gate x) * up x),
  * or with act (may be NULL: that plain form) its biases and clamped SwiGLU.

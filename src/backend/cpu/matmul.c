@@ -150,6 +150,78 @@ T512 static void rows512_bf16(float *y, int ldy, const float *x, int ldx, const 
     rows512(y, ldy, x, ldx, w, FT_DTYPE_BF16, T, n0, n1, K);
 }
 
+/* ---------------------------------------------------------------- AVX-512-BF16 */
+/* bf16 weights with bf16 activations (--cpu-act fast on CPUs with AVX512-BF16): vdpbf16ps
+ * multiplies 32 pairs per instruction straight from the weight bytes (no widening), about 1.9x
+ * the fp32 FMA tile per core when the tile is compute-bound (prefill). x is rounded to bf16
+ * once per matmul (ft_cpu_xq_quant); accumulation stays fp32. Same tiling as tile512. */
+
+#define TBF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
+#define INLBF INL TBF
+
+INLBF __m512bh ldbf(const uint16_t *p, int k, __mmask32 m, int full) {
+    return (__m512bh)(full ? _mm512_loadu_si512((const void *)(p + k))
+                           : _mm512_maskz_loadu_epi16(m, p + k));
+}
+
+INLBF void tilebf(float *y, int ldy, const uint16_t *x, const uint16_t *w, int K, int n, int t,
+                  const int R, const int TT) {
+    const uint16_t *wbase = w + (size_t)n * K, *xbase = x + (size_t)t * K;
+    TILE_RJ(DECL_A)
+#define DP_A(r, j)                                                                                 \
+    if (R > r && TT > j) a##r##j = _mm512_dpbf16_ps(a##r##j, v##r, u##j);
+#define LD_V(r) __m512bh v##r = R > r ? ldbf(wbase + (size_t)r * K, k, m, full) : (__m512bh)_mm512_setzero_si512();
+#define LD_U(j) __m512bh u##j = TT > j ? ldbf(xbase + (size_t)j * K, k, m, full) : (__m512bh)_mm512_setzero_si512();
+    int k = 0;
+    for (; k + 32 <= K; k += 32) {
+        const int full = 1;
+        const __mmask32 m = ~0u;
+        TILE_R(LD_V)
+        TILE_J(LD_U)
+        TILE_RJ(DP_A)
+    }
+    if (k < K) {
+        const int full = 0;
+        const __mmask32 m = (__mmask32)((1u << (K - k)) - 1);
+        TILE_R(LD_V)
+        TILE_J(LD_U)
+        TILE_RJ(DP_A)
+    }
+    TILE_RJ(ST_A)
+}
+
+TBF static void rowsbf(float *y, int ldy, const uint16_t *x, const uint16_t *w, int T, int n0,
+                      int n1, int K) {
+    int n = n0;
+    if (T == 1)
+        for (; n + 8 <= n1; n += 8)
+            tilebf(y, ldy, x, w, K, n, 0, 8, 1);
+    for (; n + 4 <= n1; n += 4) {
+        int t = 0;
+        for (; t + 4 <= T; t += 4)
+            tilebf(y, ldy, x, w, K, n, t, 4, 4);
+        if (t + 2 <= T) tilebf(y, ldy, x, w, K, n, t, 4, 2), t += 2;
+        if (t < T) tilebf(y, ldy, x, w, K, n, t, 4, 1);
+    }
+    for (; n < n1; n++)
+        for (int t = 0; t < T; t++)
+            tilebf(y, ldy, x, w, K, n, t, 1, 1);
+}
+
+/* x [T, K] (stride ldx) rounded to bf16 (nearest even) into xb [T, K]. */
+TBF static void to_bf16_rne(const float *x, int ldx, int K, int T, uint16_t *xb) {
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * ldx;
+        uint16_t *o = xb + (size_t)t * K;
+        int k = 0;
+        for (; k + 32 <= K; k += 32) {
+            __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xt + k + 16), _mm512_loadu_ps(xt + k));
+            _mm512_storeu_si512((void *)(o + k), (__m512i)v);
+        }
+        for (; k < K; k++) o[k] = ft_f32_to_bf16(xt[k]);
+    }
+}
+
 /* ---------------------------------------------------------------- AVX2 ------ */
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
@@ -282,8 +354,19 @@ void ft_cpu_matmul_rows(float *y, int ldy, const float *x, int ldx, const void *
 
 /* ---------------------------------------------------------------- int8 x ---- */
 
+/* bf16 weights take bf16 activations only where vdpbf16ps exists */
+static int bf16_dp(enum ft_dtype wt) {
+#ifdef FT_X86
+    return wt == FT_DTYPE_BF16 && ft_cpu_isa() >= FT_ISA_AVX512_BF16;
+#else
+    return (void)wt, 0;
+#endif
+}
+
 size_t ft_cpu_xq_bytes(enum ft_dtype wt, int K) {
-    if (!ft_dtype_is_block(wt) || K <= 0) return 0;
+    if (K <= 0) return 0;
+    if (bf16_dp(wt)) return (size_t)K * 2;
+    if (!ft_dtype_is_block(wt)) return 0;
     int g = ft_dtype_ggml(wt);
     if (ft_ggml_x8_supported(g)) return ft_ggml_x8_bytes(K);
     return 0;
@@ -291,6 +374,12 @@ size_t ft_cpu_xq_bytes(enum ft_dtype wt, int K) {
 
 void ft_cpu_xq_quant(enum ft_dtype wt, const float *x, int ldx, int K, int T, void *xq) {
     FT_ASSERT(ft_cpu_xq_bytes(wt, K) > 0);
+#ifdef FT_X86
+    if (bf16_dp(wt)) {
+        to_bf16_rne(x, ldx, K, T, xq);
+        return;
+    }
+#endif
     ft_ggml_quant_x8(x, ldx, K, T, xq);
 }
 
@@ -298,6 +387,12 @@ void ft_cpu_matmul_rows_xq(float *y, int ldy, const void *xq, const void *w, enu
                            int T, int n0, int n1, int K) {
     if (T <= 0 || n1 <= n0) return;
     FT_ASSERT(ft_cpu_xq_bytes(wt, K) > 0);
+#ifdef FT_X86
+    if (bf16_dp(wt)) {
+        rowsbf(y, ldy, xq, w, T, n0, n1, K);
+        return;
+    }
+#endif
     size_t rb = ft_dtype_row_bytes(wt, K);
     ft_ggml_dot_rows_x8(ft_dtype_ggml(wt), (const uint8_t *)w + (size_t)n0 * rb, rb, n1 - n0, xq,
                         T, y + n0, ldy);

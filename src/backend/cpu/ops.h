@@ -30,16 +30,18 @@ enum ft_cpu_isa ft_cpu_set_isa(enum ft_cpu_isa isa);
 void ft_cpu_matmul_rows(float *y, int ldy, const float *x, int ldx, const void *w,
                         enum ft_dtype wt, int T, int n0, int n1, int K);
 
-/* ---- int8 activations (`--cpu-act int8`, the default of the CLI) ----
- * For quantised weights, x can be quantised once per step to 8-bit codes with a scale per
- * block of elements (ggml_quant.h states the format and the error bound) and shared by every
- * row that reads it; the rows are then dotted in integers, about twice as fast as decoding the
- * weights to fp32. Approximate: the result is the exact dot of the dequantised weights with
- * the quantised x (typically ~0.3% of the dot's scale from fp32 x). Results do not depend on
- * T, the row range or the thread count, so batched and solo runs stay identical. */
+/* ---- rounded activations (`--cpu-act fast`, the default of the CLI) ----
+ * x can be rounded once per matmul and shared by every row that reads it: for block formats
+ * to 8-bit codes with a scale per block of elements (ggml_quant.h states the format and the
+ * error bound), the rows then dotted in integers; for bf16 weights on CPUs with AVX512-BF16
+ * to bf16 (each x moves by at most 2^-9 of itself), the rows dotted by vdpbf16ps. Each is
+ * about twice as fast per core as the fp32 kernels. Approximate: the result is the exact dot
+ * of the weights with the rounded x (typically ~0.3% of the dot's scale for int8). Results do
+ * not depend on T, the row range or the thread count, so batched and solo runs stay equal. */
 
-/* Bytes of one token of K elements quantised for weights of dtype wt; 0 when wt has no int8
- * path at that K (the caller then uses ft_cpu_matmul_rows). At most 2 * K. */
+/* Bytes of one token of K elements rounded for weights of dtype wt; 0 when there is no such
+ * kernel for wt at that K on this CPU tier (the caller then uses ft_cpu_matmul_rows). At most
+ * 2 * K. */
 size_t ft_cpu_xq_bytes(enum ft_dtype wt, int K);
 /* xq[T, ft_cpu_xq_bytes(wt, K)] = x[T, K] (row stride ldx) quantised; single-threaded. */
 void ft_cpu_xq_quant(enum ft_dtype wt, const float *x, int ldx, int K, int T, void *xq);
