@@ -374,7 +374,7 @@ TEST(block_format_experts) {
         int32_t *dsrc = up(src_of, sizeof src_of);
         uint16_t *ddq = up(NULL, (size_t)3 * N * K * 2);
         cudaMemset(ddq, 0xff, (size_t)3 * N * K * 2);
-        ft_cuda_dequant_experts(ddq, dw, stride, t, dsrc, 0, 3, N, K, 0);
+        ft_cuda_dequant_experts(ddq, dw, stride, t, dsrc, NULL, 0, 3, N, K, 0);
         uint16_t *dq = malloc((size_t)3 * N * K * 2);
         cudaDeviceSynchronize();
         cudaMemcpy(dq, ddq, (size_t)3 * N * K * 2, cudaMemcpyDeviceToHost);
@@ -387,6 +387,23 @@ TEST(block_format_experts) {
             }
         for (size_t i = 0; i < (size_t)N * K; i++) bad += dq[i] != 0xffff; /* skipped: untouched */
         CHECK_(bad == 0, "%s: %ld dequantised elements differ from the CPU's", ft_dtype_name(t), bad);
+        /* with the sorted rows' offsets: expert 1 has no rows, so chunk 1 stays untouched */
+        int32_t offs[4] = {0, 1, 1, 3};
+        int32_t *doffs = up(offs, sizeof offs);
+        cudaMemset(ddq, 0xff, (size_t)3 * N * K * 2);
+        ft_cuda_dequant_experts(ddq, dw, stride, t, dsrc, doffs, 0, 3, N, K, 0);
+        cudaDeviceSynchronize();
+        cudaMemcpy(dq, ddq, (size_t)3 * N * K * 2, cudaMemcpyDeviceToHost);
+        long kept = 0, bad2 = 0;
+        for (size_t i = 0; i < (size_t)N * K; i++) kept += dq[(size_t)N * K + i] == 0xffff;
+        for (int r = 0; r < N; r++) {
+            ft_ggml_dequant_row(ft_dtype_ggml(t), w + (size_t)src_of[2] * stride + (size_t)r * rb, row, K);
+            for (int i = 0; i < K; i++) bad2 += dq[((size_t)2 * N + r) * K + i] != ft_f32_to_bf16(row[i]);
+        }
+        CHECK_(kept == (long)N * K && bad2 == 0, "%s: with offsets, %ld of %ld elements of the expert "
+               "with no rows untouched, %ld of the routed one wrong", ft_dtype_name(t), kept,
+               (long)N * K, bad2);
+        cudaFree(doffs);
         /* decode GEMV: pairs (token p / 2 ... ) with one pair left to the CPU (id -1) */
         int32_t ids[5] = {2, 0, -1, 1, 2};
         float *x = rnd((size_t)3 * K), *ref = calloc((size_t)P * N, 4);

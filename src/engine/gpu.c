@@ -363,7 +363,7 @@ static void expert_gemm(struct ft_gpu *g, float *y, const uint16_t *x, const voi
     for (int e0 = 0; e0 < E; e0 += DEQ_CHUNK) {
         int n = E - e0 < DEQ_CHUNK ? E - e0 : DEQ_CHUNK;
         ft_cuda_chunk_slots(g->chunk_slot_of, slot_of, e0, n, E, s);
-        ft_cuda_dequant_experts(g->deq, w, expert_stride, dt, slot_of, e0, n, N, K, s);
+        ft_cuda_dequant_experts(g->deq, w, expert_stride, dt, slot_of, g->offsets, e0, n, N, K, s);
         ft_cuda_moe_gemm(y, x, g->deq, g->offsets, g->chunk_slot_of, (size_t)N * K, E, N, K, T, s);
     }
 }

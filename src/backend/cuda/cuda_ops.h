@@ -109,10 +109,11 @@ void ft_cuda_moe_gemv_blocks(float *y, const float *x, int x_div, const void *w,
                              size_t expert_stride, int dtype, const int32_t *ids, int P, int N,
                              int K, cudaStream_t s);
 /* dst[c] = bf16 [rows, cols] of expert src_of[first + c] (or first + c when src_of is NULL) for
- * c < n; negative ids are skipped. */
+ * c < n; negative ids are skipped, and with offsets (the sorted rows' [E+1] offsets; NULL: none
+ * skipped) experts no row is routed to (the grouped GEMM reads no slot of theirs). */
 void ft_cuda_dequant_experts(uint16_t *dst, const void *src, size_t expert_stride, int dtype,
-                             const int32_t *src_of, int first, int n, int rows, int cols,
-                             cudaStream_t s);
+                             const int32_t *src_of, const int32_t *offsets, int first, int n,
+                             int rows, int cols, cudaStream_t s);
 /* slot_of[e] = e - first for the experts [first, first + n) present in src_of (or all when NULL),
  * -1 otherwise: the grouped GEMM's map onto a chunk dequantised by ft_cuda_dequant_experts. */
 void ft_cuda_chunk_slots(int32_t *slot_of, const int32_t *src_of, int first, int n, int E,

@@ -131,14 +131,15 @@ __global__ void moe_gemv_q_kernel(float *y, const float *x, int x_div, const uin
     if (lane == 0) y[(size_t)p * N + n] = acc;
 }
 
-/* dst[c] (bf16 [rows, cols]) = expert src_ids[c] of src (format T); a negative id is skipped. */
+/* dst[c] (bf16 [rows, cols]) = expert src_ids[c] of src (format T); a negative id is skipped,
+ * and so is an expert no row is routed to (offsets: the sorted rows' [E+1] offsets, or NULL). */
 template <int T>
 __global__ void dequant_bf16_kernel(uint16_t *dst, const uint8_t *src, size_t expert_stride,
-                                    size_t row_bytes, const int32_t *src_of, int first, int rows,
-                                    int cols) {
+                                    size_t row_bytes, const int32_t *src_of, const int32_t *offsets,
+                                    int first, int rows, int cols) {
     int c = blockIdx.y, e = first + c;
     int id = src_of ? src_of[e] : e;
-    if (id < 0) return;
+    if (id < 0 || (offsets && offsets[e] == offsets[e + 1])) return;
     size_t n8 = (size_t)rows * cols / 8;
     for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < n8; g += (size_t)gridDim.x * blockDim.x) {
         size_t r = g * 8 / cols;
@@ -184,14 +185,14 @@ extern "C" void ft_cuda_moe_gemv_blocks(float *y, const float *x, int x_div, con
 }
 
 extern "C" void ft_cuda_dequant_experts(uint16_t *dst, const void *src, size_t expert_stride,
-                                        int dtype, const int32_t *src_of, int first, int n,
-                                        int rows, int cols, cudaStream_t s) {
+                                        int dtype, const int32_t *src_of, const int32_t *offsets,
+                                        int first, int n, int rows, int cols, cudaStream_t s) {
     dim3 grid(64, n);
     size_t rb = ft_dtype_row_bytes((enum ft_dtype)dtype, cols);
 #define GO(t)                                                                                       \
     if (dtype == t) {                                                                               \
         dequant_bf16_kernel<t><<<grid, 256, 0, s>>>(dst, (const uint8_t *)src, expert_stride, rb,   \
-                                                    src_of, first, rows, cols);                     \
+                                                    src_of, offsets, first, rows, cols);    \
         return;                                                                                     \
     }
     FT_BLOCK_TYPES(GO)
