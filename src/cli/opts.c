@@ -216,6 +216,7 @@ const char ft_cli_backend_usage[] =
     "  --copy-path auto|dma|gather      expert copy path (default: the faster at startup)\n"
     "  --moe-backend hybrid|offload|cpu  misses: split between PCIe and the CPU by measured\n"
     "                      cost (default), all fetched, or all computed on the CPU\n"
+    "  --moe-cpu-threads N  the CPU executor's threads, pinned one per core (default: cores)\n"
     "  --pin-budget SIZE / --moe-cpu-layers auto|IDS|N|F|0   host pinning (README: Host memory)\n"
     "  --cpu-act fast|f32  CPU matmuls: activations in int8 (block formats) or bf16 (bf16\n"
     "                      weights, AVX512-BF16) as llama.cpp does (default), or exact fp32\n";
@@ -249,7 +250,8 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
     if (strcmp(a, "--backend") && strcmp(a, "--device") && strcmp(a, "--vram-limit") &&
         strcmp(a, "--moe-cache-size") && strcmp(a, "--moe-cache-rate") &&
         strcmp(a, "--verify-copies") && strcmp(a, "--copy-path") && strcmp(a, "--moe-backend") &&
-        strcmp(a, "--pin-budget") && strcmp(a, "--moe-cpu-layers") && strcmp(a, "--cpu-act"))
+        strcmp(a, "--pin-budget") && strcmp(a, "--moe-cpu-layers") && strcmp(a, "--cpu-act") &&
+        strcmp(a, "--moe-cpu-threads"))
         return 0;
     if (!(v = ft_cli_value(argc, argv, i))) return -1;
     if (!strcmp(a, "--backend")) {
@@ -288,6 +290,13 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
             return -1;
         }
         eo->pin_budget = v;
+    } else if (!strcmp(a, "--moe-cpu-threads")) {
+        long n;
+        if (ft_cli_int(v, 1, 4096, &n)) {
+            fprintf(stderr, "ft %s: --moe-cpu-threads: '%s' is not a number of threads\n", cmd, v);
+            return -1;
+        }
+        eo->moe_cpu_threads = (int)n;
     } else if (!strcmp(a, "--cpu-act")) {
         eo->cpu_act_fast = !strcmp(v, "fast") ? 1 : !strcmp(v, "f32") ? 0 : -1;
         if (eo->cpu_act_fast < 0) {
@@ -350,6 +359,7 @@ void ft_cli_backend_apply(struct ft_engine_opts *eo, const struct ft_engine_opts
     eo->pin_budget = be->pin_budget;
     eo->cpu_layers = be->cpu_layers;
     eo->cpu_act_fast = be->cpu_act_fast;
+    eo->moe_cpu_threads = be->moe_cpu_threads;
     ft_cli_backend_resolve(eo, backend_auto);
 }
 

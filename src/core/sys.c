@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -47,6 +48,42 @@ int ft_sys_physical_cores(void) {
     }
     free(seen);
     return n > 0 ? n : n_cpu;
+}
+
+/* (package, core) of logical CPU c from sysfs; -1 when unknown */
+static long core_key(int c) {
+    char path[128];
+    long core = -1, pkg = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", c);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    if (fscanf(f, "%ld", &core) != 1) core = -1;
+    fclose(f);
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
+    if ((f = fopen(path, "r"))) {
+        if (fscanf(f, "%ld", &pkg) != 1) pkg = 0;
+        fclose(f);
+    }
+    return core < 0 ? -1 : pkg * 1000000 + core;
+}
+
+int ft_sys_core_cpus(int *out, int cap) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+    int n = 0;
+    long *keys = calloc((size_t)(cap > 0 ? cap : 1), sizeof *keys);
+    if (!keys) return 0;
+    for (int c = 0; c < CPU_SETSIZE && n < cap; c++) {
+        if (!CPU_ISSET(c, &set)) continue;
+        long k = core_key(c);
+        int dup = 0;
+        for (int i = 0; i < n && k >= 0; i++) dup |= keys[i] == k;
+        if (dup) continue; /* an SMT sibling of a core already taken */
+        keys[n] = k;
+        out[n++] = c;
+    }
+    free(keys);
+    return n;
 }
 
 void ft_sys_cpu_model(char *buf, size_t cap) {

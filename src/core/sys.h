@@ -8,6 +8,9 @@
 uint64_t ft_sys_ram_bytes(void);   /* physical RAM */
 int ft_sys_physical_cores(void);   /* physical cores (SMT siblings counted once), >= 1 */
 int ft_sys_logical_cpus(void);     /* online logical CPUs, >= 1 */
+/* One logical CPU per physical core among those this process may run on (sched_getaffinity),
+ * in CPU order, into out[0..cap); returns how many (0 when the affinity cannot be read). */
+int ft_sys_core_cpus(int *out, int cap);
 /* The CPU's model name (/proc/cpuinfo), or "unknown CPU". */
 void ft_sys_cpu_model(char *buf, size_t cap);
 

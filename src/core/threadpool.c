@@ -7,13 +7,15 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "core/log.h"
 #include "core/status.h"
 #include "core/sys.h"
 
 struct ft_pool {
-    int n;
+    int n, pinned;
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -58,7 +60,41 @@ static void *worker_main(void *arg) {
     }
 }
 
+static enum ft_status pool_init(struct ft_pool **out, int n_threads, const int *cpus);
+
 enum ft_status ft_pool_init(struct ft_pool **out, int n_threads) {
+    return pool_init(out, n_threads, NULL);
+}
+
+enum ft_status ft_pool_init_pinned(struct ft_pool **out, int n_threads) {
+    if (n_threads <= 0) n_threads = ft_sys_physical_cores();
+    int *cpus = malloc((size_t)n_threads * sizeof *cpus);
+    int n = cpus ? ft_sys_core_cpus(cpus, n_threads) : 0;
+    if (n < n_threads) {
+        ft_log_info("cpu pool: %d threads unpinned (this process may use %d physical core%s)",
+                    n_threads, n, n == 1 ? "" : "s");
+        free(cpus);
+        return pool_init(out, n_threads, NULL);
+    }
+    enum ft_status st = pool_init(out, n_threads, cpus);
+    if (st == FT_OK) {
+        char list[256] = "";
+        for (int i = 1, o = 0; i < n_threads && o < (int)sizeof list - 12; i++)
+            o += snprintf(list + o, sizeof list - (size_t)o, "%s%d", i > 1 ? "," : "", cpus[i]);
+        if ((*out)->pinned == n_threads - 1)
+            ft_log_info("cpu pool: %d threads, workers pinned to CPUs %s (one per physical core)",
+                        n_threads, n_threads > 1 ? list : "-");
+        else
+            ft_log_info("cpu pool: %d threads, %d of %d workers pinned (the others were refused)",
+                        n_threads, (*out)->pinned, n_threads - 1);
+    }
+    free(cpus);
+    return st;
+}
+
+int ft_pool_pinned(const struct ft_pool *p) { return p ? p->pinned : 0; }
+
+static enum ft_status pool_init(struct ft_pool **out, int n_threads, const int *cpus) {
     *out = NULL;
     if (n_threads <= 0) n_threads = ft_sys_physical_cores();
     struct ft_pool *p = calloc(1, sizeof *p);
@@ -82,6 +118,12 @@ enum ft_status ft_pool_init(struct ft_pool **out, int n_threads) {
             p->n = i;
             ft_pool_free(p);
             return ft_fail(FT_ERR_OOM, "thread pool: cannot start thread %d of %d", i, n_threads);
+        }
+        if (cpus) {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(cpus[i], &set);
+            p->pinned += pthread_setaffinity_np(p->threads[i], sizeof set, &set) == 0;
         }
     }
     *out = p;

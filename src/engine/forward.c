@@ -441,10 +441,11 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                                  .cache_slots = e->opts.moe_cache_slots,
                                  .cache_rate = e->opts.moe_cache_rate,
                                  .verify = e->opts.verify_copies, .copy_path = e->opts.copy_path,
-                                 .moe_mode = e->opts.moe_mode, .pool = pool,
+                                 .moe_mode = e->opts.moe_mode,
                                  .pin_budget = e->opts.pin_budget,
                                  .cpu_layers = e->opts.cpu_layers,
-                                 .cpu_act_fast = e->opts.cpu_act_fast};
+                                 .cpu_act_fast = e->opts.cpu_act_fast,
+                                 .cpu_threads = e->opts.moe_cpu_threads};
         st = ft_gpu_init(&e->gpu, m, &go);
     }
     if (st != FT_OK) {

@@ -35,6 +35,8 @@ struct ft_engine_opts {
     int moe_mode;         /* enum ft_moe_mode (moe/policy.h): 0 offload, 1 cpu, 2 hybrid */
     const char *pin_budget;  /* --pin-budget SIZE (offload: the residency manager's budget) */
     const char *cpu_layers;  /* --moe-cpu-layers SPEC (offload: layers decoded on the CPU) */
+    int moe_cpu_threads;  /* --moe-cpu-threads: the offload backends' CPU executor pool (0:
+                             physical cores; its workers pinned one per core) */
     int cpu_act_fast;     /* --cpu-act fast: CPU matmuls round their activations to int8 (block
                              formats) or bf16 (bf16 weights) where ops.h has the kernels
                              (ft_cpu_xq_bytes); 0 (exact fp32) unless set */

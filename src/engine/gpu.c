@@ -70,6 +70,7 @@ struct ft_gpu {
     struct ft_offload *off;
     int32_t *d_slots, *d_slot_of;
     struct ft_moe_exec *exec;          /* CPU executor for the misses the split keeps (cpu/hybrid) */
+    struct ft_pool *exec_pool;         /* its workers: one per physical core, pinned */
     float *h_xn, *h_cpu_out, *d_cpu_out; /* pinned [8, H] x2, device [8, H] */
     int *cpu_pairs, *cpu_tok, *cpu_ids;
     float *cpu_w, *h_topw;
@@ -536,7 +537,7 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
                 g->cpu_tok[i] = p / k, g->cpu_ids[i] = h_ids[p], g->cpu_w[i] = g->h_topw[p];
             }
             memset(g->h_cpu_out, 0, (size_t)T * H * sizeof(float));
-            nd = ft_moe_exec_run_pairs(g->exec, g->o.pool, &m->layers[l].bank[FT_BANK_GATE_UP],
+            nd = ft_moe_exec_run_pairs(g->exec, g->exec_pool, &m->layers[l].bank[FT_BANK_GATE_UP],
                                        &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act,
                                        g->h_xn, g->cpu_tok,
                                        g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
@@ -802,7 +803,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
         if (st == FT_OK && (o->moe_mode != FT_MOE_OFFLOAD || ft_offload_has_cpu_layers(g->off))) {
             /* the CPU executor's side (cpu / hybrid, and the residency manager's CPU layers) */
             int R = MAX_GRAPH_T * m->top_k, H = m->hidden;
-            if (!o->pool) st = ft_fail(FT_ERR_INTERNAL, "offload: cpu/hybrid mode without a thread pool");
+            st = ft_pool_init_pinned(&g->exec_pool, o->cpu_threads);
             if (st == FT_OK) st = ft_moe_exec_init(&g->exec, MAX_GRAPH_T, m->top_k, m->n_experts, H, m->expert_inter);
             if (st == FT_OK) ft_moe_exec_set_fast_act(g->exec, o->cpu_act_fast);
             g->h_xn = halloc((size_t)MAX_GRAPH_T * H * 4, &st);
@@ -859,6 +860,7 @@ void ft_gpu_free(struct ft_gpu *g) {
     /* the offload buffers exist from before ft_offload_init, which may have failed */
     dfree(g->d_slots), dfree(g->d_slot_of), dfree(g->d_cpu_out), dfree(g->deq), dfree(g->chunk_slot_of);
     ft_moe_exec_free(g->exec);
+    ft_pool_free(g->exec_pool);
     void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw};
     for (size_t i = 0; i < 3; i++)
         if (hp[i]) cudaFreeHost(hp[i]);

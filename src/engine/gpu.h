@@ -28,10 +28,11 @@ struct ft_gpu_opts {
     int copy_path;       /* 0 pick the faster at startup, 1 DMA, 2 gather kernel */
     int moe_mode;        /* enum ft_moe_mode: misses fetched (offload), computed on the CPU
                             (cpu), or split between the two (hybrid) */
-    struct ft_pool *pool;/* the CPU executor's workers (cpu / hybrid) */
     const char *pin_budget;  /* --pin-budget (NULL: env / platform default) */
     const char *cpu_layers;  /* --moe-cpu-layers (NULL: auto) */
     int cpu_act_fast;        /* the CPU executor rounds its inputs (--cpu-act fast) */
+    int cpu_threads;         /* --moe-cpu-threads: the executor's own pinned pool (0: physical
+                                cores) */
 };
 
 struct ft_gpu_offload_stats {

@@ -1,0 +1,114 @@
+/* test_threadpool.c — the thread pool (core/threadpool.c): every worker runs each job once,
+ * and the pinned pool (the offload backends' CPU executor) puts worker i on the i-th physical
+ * core this process may use (core/sys.c: ft_sys_core_cpus), or, when fewer cores are allowed
+ * than threads (checked in a child restricted by sched_setaffinity), stays unpinned with one
+ * log line and still works. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/sys.h"
+#include "core/threadpool.h"
+#include "test.h"
+
+#define MAXW 64
+
+struct probe {
+    atomic_int calls;
+    int n_seen;
+    int ncpu[MAXW]; /* CPUs in each worker's affinity mask */
+    int cpu[MAXW];  /* the one CPU, when ncpu is 1 */
+};
+
+static void probe_task(void *ctx, int i, int n) {
+    struct probe *p = ctx;
+    cpu_set_t set;
+    atomic_fetch_add(&p->calls, 1);
+    p->n_seen = n;
+    if (i >= MAXW || pthread_getaffinity_np(pthread_self(), sizeof set, &set) != 0) return;
+    p->ncpu[i] = CPU_COUNT(&set);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) p->cpu[i] = c;
+}
+
+static char g_line[512];
+static void sink(void *ctx, enum ft_log_level lvl, const char *line) {
+    (void)ctx, (void)lvl;
+    if (strstr(line, "cpu pool:")) snprintf(g_line, sizeof g_line, "%s", line);
+}
+
+TEST(core_cpus_one_per_physical_core_within_affinity) {
+    int cpus[1024];
+    int n = ft_sys_core_cpus(cpus, 1024);
+    cpu_set_t set;
+    EXPECT(sched_getaffinity(0, sizeof set, &set) == 0);
+    EXPECT(n >= 1 && n <= CPU_COUNT(&set));
+    EXPECT(n <= ft_sys_physical_cores());
+    for (int i = 0; i < n; i++) {
+        EXPECT(CPU_ISSET(cpus[i], &set));
+        for (int j = 0; j < i; j++) EXPECT(cpus[i] != cpus[j]);
+    }
+    fprintf(stderr, "  %d physical cores allowed (of %d logical CPUs)\n", n, CPU_COUNT(&set));
+}
+
+TEST(pinned_pool_one_core_per_worker) {
+    int cpus[MAXW];
+    int n = ft_sys_core_cpus(cpus, MAXW);
+    if (n > 8) n = 8;
+    struct ft_pool *p = NULL;
+    ft_log_set_sink(sink, NULL);
+    EXPECT_OK(ft_pool_init_pinned(&p, n));
+    ft_log_set_sink(NULL, NULL);
+    if (!p) return;
+    EXPECT_EQ(ft_pool_pinned(p), n - 1);
+    struct probe pr = {0};
+    for (int rep = 0; rep < 3; rep++) ft_pool_run(p, probe_task, &pr);
+    EXPECT_EQ(atomic_load(&pr.calls), 3 * n);
+    EXPECT_EQ(pr.n_seen, n);
+    for (int i = 1; i < n; i++) {
+        CHECK_(pr.ncpu[i] == 1 && pr.cpu[i] == cpus[i], "worker %d: %d CPUs in its mask (want "
+               "exactly CPU %d, got %d)", i, pr.ncpu[i], cpus[i], pr.cpu[i]);
+    }
+    EXPECT_CONTAINS(g_line, n > 1 ? "workers pinned to CPUs" : "cpu pool: 1 threads");
+    fprintf(stderr, "  %s\n", g_line);
+    ft_pool_free(p);
+    /* a plain pool pins nothing */
+    EXPECT_OK(ft_pool_init(&p, 2));
+    EXPECT_EQ(ft_pool_pinned(p), 0);
+    ft_pool_free(p);
+}
+
+/* In a child allowed one CPU: a pinned pool of 3 cannot have a core per worker, so it stays
+ * unpinned (and says so) and still runs every job on every worker. */
+TEST(pinned_pool_with_too_few_cores_stays_unpinned) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+        if (sched_setaffinity(0, sizeof one, &one) != 0) _exit(10);
+        int cpus[4];
+        if (ft_sys_core_cpus(cpus, 4) != 1) _exit(11);
+        struct ft_pool *p = NULL;
+        ft_log_set_sink(sink, NULL);
+        if (ft_pool_init_pinned(&p, 3) != FT_OK) _exit(12);
+        if (ft_pool_pinned(p) != 0) _exit(13);
+        if (!strstr(g_line, "cpu pool: 3 threads unpinned (this process may use 1 physical core)")) _exit(14);
+        struct probe pr = {0};
+        ft_pool_run(p, probe_task, &pr);
+        if (atomic_load(&pr.calls) != 3) _exit(15);
+        ft_pool_free(p);
+        _exit(0);
+    }
+    int status = 0;
+    EXPECT(waitpid(pid, &status, 0) == pid);
+    CHECK_(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed at step %d",
+           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
+TEST_MAIN("threadpool")
