@@ -393,11 +393,18 @@ static void x32_dot(int type, const uint8_t *w, size_t rb, int R, const void *xq
         ft_ggml_dot_rows_x32(type, w, rb, R, xq, T, y, R);
 }
 
-/* The layout ggml_quant.h documents: token t's codes, scales and sums. */
-static void x32_token(const void *xq, int64_t n, int t, const int8_t **q, const float **d,
-                      const int32_t **s) {
+/* The layout ggml_quant.h documents: token t's codes (back in element order, into q[n]),
+ * scales and half sums. */
+static void x32_token(const void *xq, int64_t n, int t, int8_t *q, const float **d,
+                      const int16_t **h) {
     const uint8_t *p = (const uint8_t *)xq + (size_t)t * ft_ggml_x32_bytes(n);
-    *q = (const int8_t *)p, *d = (const float *)(p + n), *s = (const int32_t *)(p + n + n / 8);
+    const int64_t nb = n / 32;
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t c = b / 16, cb = nb - 16 * c < 16 ? nb - 16 * c : 16;
+        for (int j = 0; j < 32; j++)
+            q[32 * b + j] = (int8_t)p[512 * c + 4 * cb * (j / 4) + 4 * (b % 16) + j % 4];
+    }
+    *d = (const float *)(p + n), *h = (const int16_t *)(p + n + n / 8);
 }
 
 /* Worst errors over all checks, as fractions of their bounds. */
@@ -413,6 +420,7 @@ static void check_x32(int type, int64_t n, int R, int T, struct x32_worst *wst) 
     float *x = rand_x((size_t)T * n), *y = malloc((size_t)T * R * sizeof *y);
     float *yr = malloc((size_t)T * R * sizeof *yr), *wd = malloc(n * sizeof *wd);
     void *xq = malloc(xb * T);
+    int8_t *q = malloc(n);
     for (int64_t i = 0; i < (int64_t)T * n; i++) /* blocks of very different scales */
         x[i] *= (float)(1 << ((i / 32) % 8));
     const enum ft_cpu_isa isa = ft_cpu_isa();
@@ -427,10 +435,9 @@ static void check_x32(int type, int64_t n, int R, int T, struct x32_worst *wst) 
         const uint8_t *row = w + r * rb;
         x32_dequant(type, row, n, wd);
         for (int t = 0; t < T; t++) {
-            const int8_t *q;
             const float *d;
-            const int32_t *s;
-            x32_token(xq, n, t, &q, &d, &s);
+            const int16_t *h;
+            x32_token(xq, n, t, q, &d, &h);
             const float *xt = x + (size_t)t * n;
             double exact_q = 0, mag = 0, exact = 0, qbound = 0, wmag = 0;
             for (int64_t i = 0; i < n; i++) {
@@ -465,7 +472,7 @@ static void check_x32(int type, int64_t n, int R, int T, struct x32_worst *wst) 
     CHECK_(ok, "%s%s x32 %s n=%lld R=%d T=%d", ft_cpu_isa_name(ft_cpu_isa()),
            ft_cpu_isa() >= FT_ISA_AVX512 && !ft_ggml_x32_vnni(-1) ? " (no VNNI)" : "",
            x32_name(type), (long long)n, R, T);
-    free(w), free(x), free(y), free(yr), free(wd), free(xq);
+    free(w), free(x), free(y), free(yr), free(wd), free(xq), free(q);
 }
 
 /* Every tier quantises x to the same bytes, and they are the spec's: d = max|x| / 127,
@@ -490,35 +497,35 @@ TEST(quant_x32_every_tier_same_bytes) {
     ft_cpu_set_isa(FT_ISA_SCALAR);
     ft_ggml_quant_x32(x, ldx, n, T, ref);
     int spec = 1;
+    int8_t *q = malloc(n);
     for (int t = 0; t < T; t++) {
-        const int8_t *q;
         const float *d;
-        const int32_t *s;
-        x32_token(ref, n, t, &q, &d, &s);
+        const int16_t *h;
+        x32_token(ref, n, t, q, &d, &h);
         for (int64_t b = 0; b < n / 32; b++) {
             const float *xt = x + (size_t)t * ldx + 32 * b;
             float amax = 0;
             for (int j = 0; j < 32; j++)
                 amax = fmaxf(amax, fabsf(xt[j]));
             const float id = amax > 0 ? 127.0f / amax : 0.0f;
-            int32_t sum = 0;
+            int sum[2] = {0, 0};
             spec &= same_float(d[b], amax / 127.0f);
             for (int j = 0; j < 32; j++) {
                 const long c = lrintf(xt[j] * id);
                 spec &= q[32 * b + j] == (c > 127 ? 127 : c < -127 ? -127 : c);
-                sum += q[32 * b + j];
+                sum[j / 16] += q[32 * b + j];
             }
-            spec &= s[b] == sum;
+            spec &= h[2 * b] == sum[0] && h[2 * b + 1] == sum[1];
         }
     }
     EXPECT(spec);
     {
-        const int8_t *q;
         const float *d;
-        const int32_t *s;
-        x32_token(ref, n, 0, &q, &d, &s);
-        EXPECT(q[101] == 0 && q[102] == 2 && d[2] == 0.0f && s[2] == 0);
+        const int16_t *h;
+        x32_token(ref, n, 0, q, &d, &h);
+        EXPECT(q[101] == 0 && q[102] == 2 && d[2] == 0.0f && h[4] == 0 && h[5] == 0);
     }
+    free(q);
     for (int a = 1; a < nt; a++) {
         ft_cpu_set_isa(ts[a]);
         memset(got, 0xa5, xb);

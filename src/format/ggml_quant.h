@@ -131,9 +131,12 @@ void ft_ggml_dot_rows_x8(int type, const void *w, size_t row_bytes, int n_rows, 
  * dot product of the dequantised weights with the quantised x to f32 rounding of the
  * per-block terms and their sum (relative ~1e-6 of sum |w_i d c_i| for a few thousand
  * elements); against the fp32 x it is off by at most sum_blocks (d_b / 2) sum_i |w_i|.
- * Layout of one token of n elements (nb = n / 32; 40 bytes per block), three arrays so
- * vectors load codes and scales of several blocks at once:
- *   int8_t q[n] (codes) | float d[nb] (scales) | int32_t s[nb] (sums of each 32 codes) */
+ * Layout of one token of n elements (nb = n / 32; 40 bytes per block), three arrays:
+ *   int8_t q[n]: the codes by chunks of 16 blocks (the last may hold cb < 16), transposed so
+ *     one vector lane holds one block: chunk c at q + 512 c is 8 groups of 4 cb bytes, group k
+ *     holding codes 4k .. 4k+3 of each of the chunk's blocks in turn (code j of block
+ *     16 c + b at 512 c + 4 cb (j / 4) + 4 b + j % 4);
+ *   float d[nb]: the scales;   int16_t h[2 nb]: sums of codes 0..15 and 16..31 of each block. */
 
 /* 1 when ft_ggml_dot_rows_x32 handles `type`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4. */
 int ft_ggml_x32_supported(int type);

@@ -1,7 +1,7 @@
 /* ggml_x32.c — dot products of rows in the 32-element block formats (GGML's Q4_0, Q4_1, Q5_0,
  * Q5_1, Q8_0, MXFP4) and of NVFP4 rows (format/quant.h) with activations quantised to 8 bits
- * per 32 elements (an f32 scale, int8 codes, the codes' sum), multiplied in integers inside
- * each block: the fast, approximate twin of ft_ggml_dot_rows and ft_nvfp4_r_dot_tokens
+ * per 32 elements (an f32 scale, int8 codes, the codes' sums per 16), multiplied in integers
+ * inside each block: the fast, approximate twin of ft_ggml_dot_rows and ft_nvfp4_r_dot_tokens
  * (ggml_quant.h states the accuracy). A scalar reference (the spec), an AVX2 and an AVX-512
  * (F+BW) tier picked by ft_cpu_isa(); on AVX-512 the integer dot is VNNI's vpdpbusd where the
  * CPU has it, else maddubs + madd. Pure functions over caller memory: any thread.
@@ -16,10 +16,16 @@
  * and with activation block (dx, codes c_i, s = sum c_i):
  *   y = sum_blocks [ sum_groups (ws dx) * sum_{i in group} w_i c_i  +  (wm dx) * s ]
  * where the integer sums are exact and the f32 products and the sum over blocks round.
- * The vector tiers multiply |w_i| (unsigned bytes) with c_i carrying w_i's sign (signed
- * bytes): |w| <= 128 and |c| <= 127, so maddubs' pair sums (< 2^15) never saturate. They
- * accumulate each int32 lane group's sum times its own (ws dx) in f32 lanes, reduced at the
- * end of the row. */
+ *
+ * How the vector tiers get there: each weight code is stored as the unsigned byte
+ * u = w + off (off = 8 for Q4_0, 16 for Q5_0, 12 for the e2m1 formats, 128 for Q8_0, 0 for
+ * Q4_1 / Q5_1), so sum w c = sum u c - off s, and u times the signed code is what vpdpbusd and
+ * maddubs multiply (maddubs' int16 pair sums stay below 2^15 for u <= 31; without VNNI, Q8_0
+ * instead multiplies |w| by c carrying w's sign). The activations are stored transposed per
+ * chunk of 16 blocks (below), and the weights of 16 blocks are transposed to match, so that
+ * the 8 multiply-adds of a chunk accumulate every int32 lane over one block: one lane per
+ * block, and the f32 work (convert, times ws dx, add) is one vector per 16 blocks, not one
+ * per 2. */
 #include "format/ggml_kernels.h"
 
 #include <math.h>
@@ -28,23 +34,34 @@
 #include "core/status.h"
 #include "format/fp_formats.h"
 
-/* Activations, token by token: nb = n / 32 blocks take X32_BLOCK_BYTES each, stored as three
- * arrays so vectors load codes and scales of several blocks at once:
- *   int8_t  q[n];   codes round(x / d) in [-127, 127]
- *   float   d[nb];  block scales max|x| / 127
- *   int32_t s[nb];  sums of each block's 32 codes (Q4_1 / Q5_1's min term) */
+/* Activations, token by token: nb = n / 32 blocks take X32_BLOCK_BYTES each, as three arrays:
+ *   int8_t  q[n];       codes round(x / d) in [-127, 127], by chunks of 16 blocks (the last
+ *                       chunk may hold fewer, cb): chunk c's 32 cb codes at q + 512 c, in 8
+ *                       groups k of 4 cb bytes, group k holding codes 4k .. 4k+3 of each of
+ *                       the chunk's blocks in turn (code j of block 16c + b at
+ *                       512 c + 4 cb (j / 4) + 4 b + j % 4);
+ *   float   d[nb];      block scales max|x| / 127;
+ *   int16_t h[2 nb];    h[2b] = sum of block b's codes 0..15, h[2b + 1] of codes 16..31. */
 #define X32_BLOCK_BYTES 40
+#define X32_CHUNK 16
 
 struct x32_tok {
     const int8_t *q;
     const float *d;
-    const int32_t *s;
+    const int16_t *h;
 };
 
 static inline struct x32_tok x32_tok(const void *xq, int64_t nb, int t) {
     const uint8_t *p = (const uint8_t *)xq + (size_t)t * (size_t)nb * X32_BLOCK_BYTES;
     return (struct x32_tok){(const int8_t *)p, (const float *)(p + 32 * nb),
-                            (const int32_t *)(p + 36 * nb)};
+                            (const int16_t *)(p + 36 * nb)};
+}
+
+/* Where code j of block b sits in a token's q (nb blocks). */
+static inline size_t x32_pos(int64_t b, int j, int64_t nb) {
+    const int64_t c = b / X32_CHUNK,
+                  cb = nb - c * X32_CHUNK < X32_CHUNK ? nb - c * X32_CHUNK : X32_CHUNK;
+    return (size_t)(512 * c + 4 * cb * (j / 4) + 4 * (b % X32_CHUNK) + j % 4);
 }
 
 /* The weight formats, as kernels see them. */
@@ -95,8 +112,16 @@ static inline int fqh(int f) {
 static inline int has_min(int f) {
     return f == X_Q4_1 || f == X_Q5_1;
 }
-static inline int is_signed(int f) {
-    return !has_min(f);
+static inline int is_q5(int f) {
+    return f == X_Q5_0 || f == X_Q5_1;
+}
+/* The offset that makes a format's codes unsigned (the header). */
+static inline int foff(int f) {
+    return f == X_Q4_0 ? 8 : f == X_Q5_0 ? 16 : f == X_Q8_0 ? 128 : has_min(f) ? 0 : 12;
+}
+/* Where block i's 16 (Q8_0: 32) code bytes start. */
+static inline const uint8_t *fcodes(int f, struct wrow r, int64_t i) {
+    return f == X_NVFP4 ? r.p + r.coff + 16 * i : r.p + (size_t)i * fbytes(f) + fqs(f);
 }
 
 static inline uint32_t rd32(const uint8_t *p) {
@@ -104,6 +129,9 @@ static inline uint32_t rd32(const uint8_t *p) {
     memcpy(&v, p, 4);
     return v;
 }
+
+/* e2m1 code -> twice its value plus 12 (ft_ggml_lut_mxfp4 + 12: unsigned). */
+static const int8_t k_lut_e2m1_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
 /* round(f) to nearest, ties to even, for |f| < 2^22 (as in ggml_x8.c: the integer lands in the
  * low mantissa bits of f + 1.5 * 2^23; what the vector tiers' conversions do). */
@@ -117,46 +145,47 @@ static inline int32_t round_even(float f) {
 /* ------------------------------------------------------------------ quantise x */
 
 #if defined(__x86_64__) || defined(__i386__)
-static void quant_x32_512(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
-static void quant_x32_256(const float *x, int64_t n, int8_t *q, float *d, int32_t *s);
+static void quant_block_512(const float *x, int8_t *c, float *d);
+static void quant_block_256(const float *x, int8_t *c, float *d);
 #endif
 
-/* One token: d = max|x| / 127, c = round(x * (127 / max)) clamped to +-127, s = sum c. */
-static void quant_x32_ref(const float *x, int64_t n, int8_t *q, float *d, int32_t *s) {
-    for (int64_t b = 0; b < n / 32; b++) {
-        const float *xb = x + 32 * b;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) {
-            const float a = fabsf(xb[j]);
-            amax = a > amax ? a : amax;
-        }
-        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        d[b] = amax / 127.0f;
-        int32_t sum = 0;
-        for (int j = 0; j < 32; j++) {
-            const int32_t c = round_even(xb[j] * id);
-            q[32 * b + j] = (int8_t)(c > 127 ? 127 : c < -127 ? -127 : c);
-            sum += q[32 * b + j];
-        }
-        s[b] = sum;
+/* One block: d = max|x| / 127, c = round(x * (127 / max)) clamped to +-127, in element order. */
+static void quant_block_ref(const float *x, int8_t *c, float *d) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        const float a = fabsf(x[j]);
+        amax = a > amax ? a : amax;
+    }
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    *d = amax / 127.0f;
+    for (int j = 0; j < 32; j++) {
+        const int32_t v = round_even(x[j] * id);
+        c[j] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
     }
 }
 
 void ft_ggml_quant_x32(const float *x, int ldx, int64_t n, int T, void *xq) {
     FT_ASSERT(n > 0 && n % 32 == 0 && T >= 0);
     const int64_t nb = n / 32;
+    void (*block)(const float *, int8_t *, float *) = quant_block_ref;
+#if defined(__x86_64__) || defined(__i386__)
+    const enum ft_cpu_isa isa = ft_cpu_isa();
+    if (isa >= FT_ISA_AVX2) block = isa >= FT_ISA_AVX512 ? quant_block_512 : quant_block_256;
+#endif
     for (int t = 0; t < T; t++) {
         const struct x32_tok o = x32_tok(xq, nb, t);
         const float *xt = x + (size_t)t * ldx;
-#if defined(__x86_64__) || defined(__i386__)
-        const enum ft_cpu_isa isa = ft_cpu_isa();
-        if (isa >= FT_ISA_AVX2) {
-            (isa >= FT_ISA_AVX512 ? quant_x32_512 : quant_x32_256)(xt, n, (int8_t *)o.q,
-                                                                   (float *)o.d, (int32_t *)o.s);
-            continue;
+        for (int64_t b = 0; b < nb; b++) {
+            int8_t c[32];
+            block(xt + 32 * b, c, (float *)o.d + b);
+            int sum[2] = {0, 0};
+            for (int j = 0; j < 32; j++)
+                sum[j / 16] += c[j];
+            ((int16_t *)o.h)[2 * b] = (int16_t)sum[0];
+            ((int16_t *)o.h)[2 * b + 1] = (int16_t)sum[1];
+            for (int k = 0; k < 8; k++) /* the chunk layout: 4 codes at a time */
+                memcpy((int8_t *)o.q + x32_pos(b, 4 * k, nb), c + 4 * k, 4);
         }
-#endif
-        quant_x32_ref(xt, n, (int8_t *)o.q, (float *)o.d, (int32_t *)o.s);
     }
 }
 
@@ -187,7 +216,7 @@ static void block_ref(int f, struct wrow r, int64_t i, int w[32], float ws[2], f
             w[j] = (int8_t)qs[j];
         return;
     }
-    const uint32_t qh = f == X_Q5_0 || f == X_Q5_1 ? rd32(b + fqh(f)) : 0;
+    const uint32_t qh = is_q5(f) ? rd32(b + fqh(f)) : 0;
     for (int j = 0; j < 32; j++) { /* element j < 16: low nibble of qs[j]; else high of j - 16 */
         const int u = (j < 16 ? qs[j] & 15 : qs[j - 16] >> 4) | (int)((qh >> j) & 1) << 4;
         w[j] = f == X_Q4_0 ? u - 8 : f == X_Q5_0 ? u - 16 : f == X_MXFP4 ? ft_ggml_lut_mxfp4[u] : u;
@@ -197,24 +226,19 @@ static void block_ref(int f, struct wrow r, int64_t i, int w[32], float ws[2], f
 static float row_ref(int f, struct wrow r, int64_t nb, struct x32_tok x) {
     float acc = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        int w[32];
+        int w[32], c[32];
         float ws[2], wm;
         block_ref(f, r, i, w, ws, &wm);
-        const int8_t *c = x.q + 32 * i;
-        if (f == X_NVFP4) {
-            for (int h = 0; h < 2; h++) {
-                int32_t isum = 0;
-                for (int j = 16 * h; j < 16 * h + 16; j++)
-                    isum += w[j] * c[j];
-                acc += ws[h] * x.d[i] * (float)isum;
-            }
-        } else {
+        for (int j = 0; j < 32; j++)
+            c[j] = x.q[x32_pos(i, j, nb)];
+        const int groups = f == X_NVFP4 ? 2 : 1, len = 32 / groups;
+        for (int g = 0; g < groups; g++) {
             int32_t isum = 0;
-            for (int j = 0; j < 32; j++)
+            for (int j = len * g; j < len * (g + 1); j++)
                 isum += w[j] * c[j];
-            acc += ws[0] * x.d[i] * (float)isum;
-            if (has_min(f)) acc += wm * x.d[i] * (float)x.s[i];
+            acc += ws[g] * x.d[i] * (float)isum;
         }
+        if (has_min(f)) acc += wm * x.d[i] * (float)(x.h[2 * i] + x.h[2 * i + 1]);
     }
     return acc;
 }
@@ -227,22 +251,20 @@ static float row_ref(int f, struct wrow r, int64_t nb, struct x32_tok x) {
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define INL512 static inline __attribute__((always_inline)) T512
 
-T512 static void quant_x32_512(const float *x, int64_t n, int8_t *q, float *d, int32_t *s) {
+/* quant_block_ref with the same f32 operations (so the same codes); the conversion rounds to
+ * nearest even. */
+T512 static void quant_block_512(const float *x, int8_t *c, float *d) {
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-    for (int64_t b = 0; b < n / 32; b++) {
-        const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
-        const float amax =
-            _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-        const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
-        d[b] = amax / 127.0f;
-        __m512i c0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id));
-        __m512i c1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));
-        c0 = _mm512_max_epi32(_mm512_min_epi32(c0, hi), lo);
-        c1 = _mm512_max_epi32(_mm512_min_epi32(c1, hi), lo);
-        _mm_storeu_si128((__m128i *)(q + 32 * b), _mm512_cvtepi32_epi8(c0));
-        _mm_storeu_si128((__m128i *)(q + 32 * b + 16), _mm512_cvtepi32_epi8(c1));
-        s[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1));
-    }
+    const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    *d = amax / 127.0f;
+    const __m512i c0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id));
+    const __m512i c1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));
+    _mm_storeu_si128((__m128i *)c,
+                     _mm512_cvtepi32_epi8(_mm512_max_epi32(_mm512_min_epi32(c0, hi), lo)));
+    _mm_storeu_si128((__m128i *)(c + 16),
+                     _mm512_cvtepi32_epi8(_mm512_max_epi32(_mm512_min_epi32(c1, hi), lo)));
 }
 
 /* acc + the sums of 4 products u8(a) * s8(b) per int32 lane: VNNI's vpdpbusd, written as asm
@@ -254,41 +276,36 @@ INL512 __m512i dpbusd512(__m512i acc, __m512i a, __m512i b) {
     return acc;
 }
 
-/* The same sums with AVX-512BW: pairs to int16 (never saturating, see the header), then to
- * int32. */
-INL512 __m512i dot_bw512(__m512i a, __m512i b) {
-    return _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), _mm512_set1_epi16(1));
+/* The same with AVX-512BW: pairs to int16 (never saturating, see the header), then int32. */
+INL512 __m512i dot_bw512(__m512i acc, __m512i a, __m512i b) {
+    return _mm512_add_epi32(acc,
+                            _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), _mm512_set1_epi16(1)));
 }
 
-/* Chunks of 16 blocks (8 pairs of 64 codes, one zmm each). Lane scale index tables: pair p of
- * a 32-element format takes block 2p in lanes 0..7 and 2p + 1 in 8..15 (vpdpbusd lane l sums
- * codes 4l..4l+3); NVFP4's pair p takes groups 4p..4p+3, four lanes each, from a table of 16
- * groups (p mod 4); k_dup512 spreads 16 block scales over 32 groups. */
-static const int32_t k_idx2_512[8][16] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
-    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
-    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
-    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
-    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
-    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
-    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
-static const int32_t k_idx4_512[4][16] = {
-    {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3},
-    {4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7},
-    {8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11},
-    {12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15}};
-static const int32_t k_dup512[2][16] = {
-    {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7},
-    {8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15}};
-
-INL512 __m512i ld512(const int32_t *p) {
-    return _mm512_loadu_si512((const void *)p);
+/* v[m] lane b = dword m of the 16 bytes at p[b] (b < cb; lanes past cb 0): a 16 x 4 transpose
+ * (128-bit lane l of z[j] holds block j + 4l; a 4 x 4 dword transpose inside each lane). */
+INL512 void transpose16x4_512(const uint8_t *const p[16], int cb, __m512i v[4]) {
+    __m512i z[4];
+#pragma GCC unroll 16
+    for (int j = 0; j < 4; j++) {
+        __m128i q[4];
+#pragma GCC unroll 16
+        for (int l = 0; l < 4; l++)
+            q[l] = j + 4 * l < cb ? _mm_loadu_si128((const __m128i *)p[j + 4 * l])
+                                  : _mm_setzero_si128();
+        z[j] = _mm512_inserti32x4(_mm512_castsi128_si512(q[0]), q[1], 1);
+        z[j] = _mm512_inserti32x4(z[j], q[2], 2);
+        z[j] = _mm512_inserti32x4(z[j], q[3], 3);
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    v[0] = _mm512_unpacklo_epi64(t0, t2), v[1] = _mm512_unpackhi_epi64(t0, t2);
+    v[2] = _mm512_unpacklo_epi64(t1, t3), v[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-/* 16 e4m3 bytes as f32 (exactly ft_e4m3_to_f32: sign, subnormals m * 2^-9, 0x7f NaN). */
-INL512 __m512 e4m3_512(__m128i bytes) {
-    const __m512i v = _mm512_cvtepu8_epi32(bytes);
+/* 16 e4m3 bytes (one per int32 lane) as f32, exactly ft_e4m3_to_f32 (sign, subnormals
+ * m * 2^-9, 0x7f NaN). */
+INL512 __m512 e4m3_512(__m512i v) {
     const __m512i mag = _mm512_and_si512(v, _mm512_set1_epi32(0x7f));
     const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
     const __m512i nrm = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
@@ -300,180 +317,201 @@ INL512 __m512 e4m3_512(__m128i bytes) {
                                 _mm512_set1_ps(NAN));
 }
 
-/* The chunk's weight scales (blocks c .. c + cb - 1): ws[0] = block scale per block (NVFP4:
- * ws[0], ws[1] = scale per group of 16), wm = mins; lanes past the chunk 0. */
-INL512 void chunk_scales512(const int f, struct wrow r, int64_t c, int cb, __m512 ws[2],
-                            __m512 *wm) {
+/* One chunk of weights (blocks c .. c + cb - 1), decoded once for every token: u[k] lane b =
+ * the unsigned codes 4k .. 4k+3 of block b (Q8_0 without VNNI: |w|, with neg[k] its signs);
+ * ws[0] the block scales (NVFP4: ws[0], ws[1] the scales of each block's halves); wm mins. */
+struct wchunk512 {
+    __m512i u[8];
+    __mmask64 neg[8];
+    __m512 ws[2], wm;
+};
+
+INL512 void chunk512(const int f, const int vnni, struct wrow r, int64_t c, int cb,
+                     struct wchunk512 *k) {
+    const uint8_t *p[16] = {0};
+#pragma GCC unroll 16
+    for (int b = 0; b < cb; b++)
+        p[b] = fcodes(f, r, c + b);
+    /* scales */
     if (f == X_NVFP4) {
         float s2;
         memcpy(&s2, r.p, 4);
         const __m512 h = _mm512_set1_ps(s2 * 0.5f);
-        const __mmask32 k = cb == 16 ? 0xffffffffu : (1u << (2 * cb)) - 1;
-        const __m256i sc = _mm256_maskz_loadu_epi8(k, r.p + 4 + 2 * c);
-        ws[0] = _mm512_mul_ps(e4m3_512(_mm256_castsi256_si128(sc)), h);
-        ws[1] = _mm512_mul_ps(e4m3_512(_mm256_extracti128_si256(sc, 1)), h);
-        return;
-    }
-    const int bs = fbytes(f);
-    const uint8_t *b = r.p + (size_t)c * bs;
-    if (f == X_MXFP4) {
+        const __mmask32 km = cb == 16 ? 0xffffffffu : (1u << (2 * cb)) - 1;
+        const __m512i sc = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi8(km, r.p + 4 + 2 * c));
+        k->ws[0] = _mm512_mul_ps(e4m3_512(_mm512_and_si512(sc, _mm512_set1_epi32(0xff))), h);
+        k->ws[1] = _mm512_mul_ps(e4m3_512(_mm512_srli_epi32(sc, 8)), h);
+    } else if (f == X_MXFP4) {
         _Alignas(64) float e[16] = {0};
-        for (int i = 0; i < cb; i++)
-            e[i] = ft_ggml_e8m0_half(b[i * bs]);
-        ws[0] = _mm512_load_ps(e);
-        return;
-    }
-    _Alignas(32) uint16_t h[16] = {0}, m[16] = {0};
-    for (int i = 0; i < cb; i++) {
-        h[i] = ft_ggml_rd16(b + i * bs);
-        if (has_min(f)) m[i] = ft_ggml_rd16(b + i * bs + 2);
-    }
-    ws[0] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)h));
-    if (has_min(f)) *wm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)m));
-}
-
-/* The 64 codes of blocks i, i + 1 (only i when !two: the upper half 0) in element order:
- * *a = |w| as unsigned bytes, *neg = the lanes where w < 0 (signed formats). */
-INL512 void pair_codes512(const int f, struct wrow r, int64_t i, int two, __m512i *a,
-                          __mmask64 *neg) {
-    const __mmask64 km = two ? ~0ull : 0xffffffffull;
-    __m512i w;
-    if (f == X_NVFP4) { /* 32 bytes; element 2j low nibble, 2j + 1 high: bytes to words lo|hi<<8 */
-        const __m256i v =
-            _mm256_maskz_loadu_epi8((__mmask32)(two ? ~0u : 0xffffu), r.p + r.coff + 16 * i);
-        const __m512i x = _mm512_cvtepu8_epi16(v);
-        const __m512i u = _mm512_and_si512(_mm512_or_si512(x, _mm512_slli_epi16(x, 4)),
-                                           _mm512_set1_epi16(0x0f0f));
-        w = _mm512_shuffle_epi8(
-            _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ft_ggml_lut_mxfp4)), u);
+#pragma GCC unroll 16
+        for (int b = 0; b < cb; b++)
+            e[b] = ft_ggml_e8m0_half(p[b][-1]);
+        k->ws[0] = _mm512_load_ps(e);
     } else {
-        const int bs = fbytes(f);
-        const uint8_t *b = r.p + (size_t)i * bs, *qs = b + fqs(f);
-        if (f == X_Q8_0) {
-            const __m256i lo = _mm256_loadu_si256((const __m256i *)qs);
-            const __m256i hi =
-                two ? _mm256_loadu_si256((const __m256i *)(qs + bs)) : _mm256_setzero_si256();
-            w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        } else { /* 128-bit lanes [qs(i), qs(i), qs(i+1), qs(i+1)]; lanes 1, 3 take high nibbles */
-            const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
-            const __m256i hi =
-                two ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(qs + bs)))
-                    : _mm256_setzero_si256();
-            const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-            __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xff00ff00u, v, 4),
-                                         _mm512_set1_epi8(0x0f));
-            if (f == X_Q5_0 || f == X_Q5_1) {
-                const uint64_t qh =
-                    (uint64_t)rd32(b + fqh(f)) | (two ? (uint64_t)rd32(b + bs + fqh(f)) << 32 : 0);
-                u = _mm512_mask_add_epi8(u, (__mmask64)qh, u, _mm512_set1_epi8(0x10));
-            }
-            if (f == X_Q4_0 || f == X_MXFP4) {
-                const int8_t *lut = f == X_Q4_0 ? ft_ggml_lut_q4_0 : ft_ggml_lut_mxfp4;
-                w = _mm512_shuffle_epi8(
-                    _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut)), u);
-            } else if (f == X_Q5_0) {
-                w = _mm512_sub_epi8(u, _mm512_set1_epi8(16));
+        _Alignas(32) uint16_t h[16] = {0}, m[16] = {0};
+#pragma GCC unroll 16
+        for (int b = 0; b < cb; b++) {
+            h[b] = ft_ggml_rd16(p[b] - fqs(f));
+            if (has_min(f)) m[b] = ft_ggml_rd16(p[b] - fqs(f) + 2);
+        }
+        k->ws[0] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)h));
+        if (has_min(f)) k->wm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)m));
+    }
+    /* codes */
+    __m512i v[4];
+    transpose16x4_512(p, cb, v);
+    if (f == X_Q8_0) { /* dwords 4..7 from the second 16 bytes */
+        const uint8_t *p2[16] = {0};
+#pragma GCC unroll 16
+        for (int b = 0; b < cb; b++)
+            p2[b] = p[b] + 16;
+        __m512i v2[4];
+        transpose16x4_512(p2, cb, v2);
+#pragma GCC unroll 16
+        for (int m = 0; m < 4; m++) {
+            k->u[m] = v[m], k->u[4 + m] = v2[m];
+        }
+#pragma GCC unroll 16
+        for (int m = 0; m < 8; m++) {
+            if (vnni) {
+                k->u[m] = _mm512_xor_si512(k->u[m], _mm512_set1_epi8((char)0x80)); /* w + 128 */
             } else {
-                w = u; /* Q4_1, Q5_1: unsigned */
+                k->neg[m] = _mm512_movepi8_mask(k->u[m]);
+                k->u[m] = _mm512_abs_epi8(k->u[m]);
             }
         }
+        return;
     }
-    w = _mm512_maskz_mov_epi8(km, w);
-    if (is_signed(f)) {
-        *neg = _mm512_movepi8_mask(w);
-        *a = _mm512_abs_epi8(w);
-    } else {
-        *neg = 0;
-        *a = w;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    if (f == X_NVFP4) { /* dword m = elements 8m .. 8m+7 as nibble pairs: split to 2 vectors */
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k_lut_e2m1_u));
+        const __m512i pa = _mm512_broadcast_i32x4(
+            _mm_setr_epi8(0, 0, 1, 1, 4, 4, 5, 5, 8, 8, 9, 9, 12, 12, 13, 13));
+        const __m512i pb = _mm512_add_epi8(pa, _mm512_set1_epi8(2));
+#pragma GCC unroll 16
+        for (int m = 0; m < 4; m++)
+#pragma GCC unroll 16
+            for (int e = 0; e < 2; e++) {
+                const __m512i t = _mm512_shuffle_epi8(v[m], e ? pb : pa);
+                const __m512i n =
+                    _mm512_mask_blend_epi8(0xaaaaaaaaaaaaaaaaull, t, _mm512_srli_epi16(t, 4));
+                k->u[2 * m + e] = _mm512_shuffle_epi8(lut, _mm512_and_si512(n, m4));
+            }
+        return;
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < 4; m++) { /* low nibbles: elements 4m.., high: 16 + 4m.. */
+        k->u[m] = _mm512_and_si512(v[m], m4);
+        k->u[4 + m] = _mm512_and_si512(_mm512_srli_epi16(v[m], 4), m4);
+    }
+    if (is_q5(f)) { /* bit j of qh is code j's bit 4: code 4k + i takes bit i of qh >> 4k */
+        _Alignas(64) uint32_t qh[16] = {0};
+#pragma GCC unroll 16
+        for (int b = 0; b < cb; b++)
+            qh[b] = rd32(p[b] - fqs(f) + fqh(f));
+        const __m512i q = _mm512_load_si512((const void *)qh);
+        const __m512i b16 = _mm512_set1_epi8(0x10);
+        const __m512i base =
+            _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c));
+#pragma GCC unroll 16
+        for (int kk = 0; kk < 8; kk++) { /* byte kk / 2 of each lane's qh to its 4 bytes */
+            const __m512i qb =
+                _mm512_shuffle_epi8(q, _mm512_add_epi8(base, _mm512_set1_epi8((char)(kk / 2))));
+            const __m512i bits = _mm512_set1_epi32(kk & 1 ? (int)0x80402010 : 0x08040201);
+            const __mmask64 on = _mm512_test_epi8_mask(qb, bits);
+            k->u[kk] = _mm512_mask_add_epi8(k->u[kk], on, k->u[kk], b16);
+        }
+    } else if (f == X_MXFP4) {
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k_lut_e2m1_u));
+#pragma GCC unroll 16
+        for (int m = 0; m < 8; m++)
+            k->u[m] = _mm512_shuffle_epi8(lut, k->u[m]);
     }
 }
 
-/* The int32 lane sums of pair codes a with the 64 activation codes at q (upper 32 masked off
- * when !two), as f32. */
-INL512 __m512 pair_dot512(const int f, const int vnni, __m512i a, __mmask64 neg, const int8_t *q,
-                          int two) {
-    __m512i x = _mm512_maskz_loadu_epi8(two ? ~0ull : 0xffffffffull, q);
-    if (is_signed(f)) x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
-    const __m512i s = vnni ? dpbusd512(_mm512_setzero_si512(), a, x) : dot_bw512(a, x);
-    return _mm512_cvtepi32_ps(s);
+/* Token loads: the 8 groups of a chunk's activation codes, and its 16 blocks' half sums. */
+INL512 __m512i xload512(const int8_t *q, int cb, int kk) {
+    if (cb == 16) return _mm512_loadu_si512((const void *)(q + 64 * kk));
+    return _mm512_maskz_loadu_epi8((1ull << (4 * cb)) - 1, q + 4 * cb * kk);
 }
 
-/* Per token and chunk: the products ws dx per block (NVFP4: per group, two vectors). */
-INL512 void scale_table512(const int f, const __m512 ws[2], __m512 dx, __m512 st[2]) {
+/* One token's chunk: acc (f32 lanes, one per block) += the blocks' terms (but the min term,
+ * into accm). */
+INL512 void chunk_dot512(const int f, const int vnni, const struct wchunk512 *k, const int8_t *q,
+                         const float *d, const int16_t *h, int cb, __m512 *acc, __m512 *accm) {
+    const __mmask16 kb = (__mmask16)((1u << cb) - 1);
+    const __m512 dx = _mm512_maskz_loadu_ps(kb, d);
+    const __m512i hs = _mm512_maskz_loadu_epi16((__mmask32)((1ull << (2 * cb)) - 1), h);
+    const int off = foff(f), sgn = f == X_Q8_0 && !vnni;
+    /* four independent sums (a chain of 8 multiply-adds would wait on their latency) */
+    __m512i s[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                    _mm512_setzero_si512()};
+    if (f == X_NVFP4) { /* s[0], s[1]: codes 0..15 (groups kk < 4); s[2], s[3]: 16..31 */
+        const __m512i ho = _mm512_mullo_epi16(hs, _mm512_set1_epi16((short)-off));
+        s[0] = _mm512_srai_epi32(_mm512_slli_epi32(ho, 16), 16);
+        s[2] = _mm512_srai_epi32(ho, 16);
+    } else if (off && !sgn) {
+        s[0] = _mm512_madd_epi16(hs, _mm512_set1_epi16((short)-off));
+    }
+#pragma GCC unroll 8
+    for (int kk = 0; kk < 8; kk++) {
+        __m512i x = xload512(q, cb, kk);
+        if (sgn) x = _mm512_mask_sub_epi8(x, k->neg[kk], _mm512_setzero_si512(), x);
+        const int a = f == X_NVFP4 ? (kk >> 2) * 2 + (kk & 1) : kk & 3;
+        s[a] = vnni ? dpbusd512(s[a], k->u[kk], x) : dot_bw512(s[a], k->u[kk], x);
+    }
     if (f == X_NVFP4) {
-        st[0] = _mm512_mul_ps(ws[0], _mm512_permutexvar_ps(ld512(k_dup512[0]), dx));
-        st[1] = _mm512_mul_ps(ws[1], _mm512_permutexvar_ps(ld512(k_dup512[1]), dx));
-    } else {
-        st[0] = _mm512_mul_ps(ws[0], dx);
+        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[0], s[1])),
+                               _mm512_mul_ps(k->ws[0], dx), *acc);
+        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[2], s[3])),
+                               _mm512_mul_ps(k->ws[1], dx), *acc);
+        return;
     }
-}
-
-INL512 __m512 lane_scale512(const int f, const __m512 st[2], int p) {
-    if (f == X_NVFP4) return _mm512_permutexvar_ps(ld512(k_idx4_512[p & 3]), st[p >> 2]);
-    return _mm512_permutexvar_ps(ld512(k_idx2_512[p]), st[0]);
+    const __m512i st = _mm512_add_epi32(_mm512_add_epi32(s[0], s[1]), _mm512_add_epi32(s[2], s[3]));
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(st), _mm512_mul_ps(k->ws[0], dx), *acc);
+    if (has_min(f))
+        *accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(hs, _mm512_set1_epi16(1))),
+                                _mm512_mul_ps(k->wm, dx), *accm);
 }
 
 #define TOK 16 /* tokens whose accumulators live on the stack per pass over a row */
 #ifndef PF_AHEAD
 #define PF_AHEAD 4096 /* bytes prefetched ahead in the row stream */
 #endif
-#define X32_PF(f, r, c, cb, bs)                                                                    \
-    do {                                                                                           \
-        const uint8_t *pf_ = (f) == X_NVFP4 ? (r).p + (r).coff + 16 * (c) : (r).p + (c) * (bs);    \
-        for (int o_ = 0; o_ < 16 * (bs); o_ += 64)                                                 \
-            __builtin_prefetch(pf_ + PF_AHEAD + o_, 0, 2);                                         \
-    } while (0)
+
+/* Prefetches the row bytes of blocks c .. c + n - 1, PF_AHEAD further on. */
+static inline void prefetch_blocks(int f, struct wrow r, int64_t c, int n) {
+    const uint8_t *p = f == X_NVFP4 ? r.p + r.coff + 16 * c : r.p + (size_t)c * fbytes(f);
+    const int bytes = n * (f == X_NVFP4 ? 16 : fbytes(f));
+    for (int o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + PF_AHEAD + o, 0, 2);
+}
+
+/* One chunk of a row for tokens [t0, t0 + tn): decoded once, then each token's terms. */
+INL512 void chunk_tokens512(const int f, const int vnni, struct wrow r, int64_t c, const int cb,
+                            int64_t nb, const void *xq, int t0, int tn, __m512 *acc, __m512 *accm) {
+    struct wchunk512 k;
+    chunk512(f, vnni, r, c, cb, &k);
+    for (int t = 0; t < tn; t++) {
+        const struct x32_tok x = x32_tok(xq, nb, t0 + t);
+        chunk_dot512(f, vnni, &k, x.q + 32 * c, x.d + c, x.h + 2 * c, cb, &acc[t], &accm[t]);
+    }
+}
 
 /* Tokens [t0, t0 + tn) of one row of nb blocks into y[t * ldy]; inlined with tn = 1 for decode
- * (each pair decoded and used at once, in registers), else each chunk decoded once for tn. */
+ * (the chunk stays in registers), else each chunk decoded once for tn tokens. */
 INL512 void row512(const int f, const int vnni, struct wrow r, int64_t nb, const void *xq, int t0,
                    int tn, float *y, int ldy) {
     __m512 acc[TOK], accm[TOK];
     for (int t = 0; t < tn; t++)
         acc[t] = accm[t] = _mm512_setzero_ps();
-    const int bs = f == X_NVFP4 ? 16 : fbytes(f);
-    for (int64_t c = 0; c < nb; c += 16) {
-        const int cb = nb - c < 16 ? (int)(nb - c) : 16, np = (cb + 1) / 2;
-        const __mmask16 kb = (__mmask16)((1u << cb) - 1);
-        X32_PF(f, r, c, cb, bs);
-        __m512 ws[2], wm = _mm512_setzero_ps(), st[2];
-        chunk_scales512(f, r, c, cb, ws, &wm);
-        if (tn == 1) {
-            const struct x32_tok x = x32_tok(xq, nb, t0);
-            scale_table512(f, ws, _mm512_maskz_loadu_ps(kb, x.d + c), st);
-            for (int p = 0; p < np; p++) {
-                const int two = 2 * p + 1 < cb;
-                __m512i a;
-                __mmask64 neg;
-                pair_codes512(f, r, c + 2 * p, two, &a, &neg);
-                acc[0] = _mm512_fmadd_ps(pair_dot512(f, vnni, a, neg, x.q + 32 * (c + 2 * p), two),
-                                         lane_scale512(f, st, p), acc[0]);
-            }
-            if (has_min(f))
-                accm[0] = _mm512_fmadd_ps(_mm512_mul_ps(wm, _mm512_maskz_loadu_ps(kb, x.d + c)),
-                                          _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(kb, x.s + c)),
-                                          accm[0]);
-            continue;
-        }
-        __m512i a[8];
-        __mmask64 neg[8];
-        for (int p = 0; p < np; p++)
-            pair_codes512(f, r, c + 2 * p, 2 * p + 1 < cb, &a[p], &neg[p]);
-        for (int t = 0; t < tn; t++) {
-            const struct x32_tok x = x32_tok(xq, nb, t0 + t);
-            const __m512 dx = _mm512_maskz_loadu_ps(kb, x.d + c);
-            scale_table512(f, ws, dx, st);
-            for (int p = 0; p < np; p++) {
-                const int two = 2 * p + 1 < cb;
-                acc[t] =
-                    _mm512_fmadd_ps(pair_dot512(f, vnni, a[p], neg[p], x.q + 32 * (c + 2 * p), two),
-                                    lane_scale512(f, st, p), acc[t]);
-            }
-            if (has_min(f))
-                accm[t] = _mm512_fmadd_ps(_mm512_mul_ps(wm, dx),
-                                          _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(kb, x.s + c)),
-                                          accm[t]);
-        }
+    for (int64_t c = 0; c < nb; c += X32_CHUNK) {
+        const int cb = nb - c < X32_CHUNK ? (int)(nb - c) : X32_CHUNK;
+        prefetch_blocks(f, r, c, cb);
+        if (cb == X32_CHUNK) /* the constant lets the loads go unmasked */
+            chunk_tokens512(f, vnni, r, c, X32_CHUNK, nb, xq, t0, tn, acc, accm);
+        else
+            chunk_tokens512(f, vnni, r, c, cb, nb, xq, t0, tn, acc, accm);
     }
     for (int t = 0; t < tn; t++)
         y[(size_t)(t0 + t) * ldy] =
@@ -485,42 +523,50 @@ INL512 void row512(const int f, const int vnni, struct wrow r, int64_t nb, const
 #define T256 __attribute__((target("avx2,fma,f16c")))
 #define INL256 static inline __attribute__((always_inline)) T256
 
-T256 static void quant_x32_256(const float *x, int64_t n, int8_t *q, float *d, int32_t *s) {
+T256 static void quant_block_256(const float *x, int8_t *c, float *d) {
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
-    const __m256i ord = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for (int64_t b = 0; b < n / 32; b++) {
-        __m256 v[4];
-        for (int k = 0; k < 4; k++)
-            v[k] = _mm256_loadu_ps(x + 32 * b + 8 * k);
-        const __m256 m =
-            _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absm), _mm256_and_ps(v[1], absm)),
-                          _mm256_max_ps(_mm256_and_ps(v[2], absm), _mm256_and_ps(v[3], absm)));
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-        const __m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
-        d[b] = amax / 127.0f;
-        __m256i c[4];
-        for (int k = 0; k < 4; k++) {
-            c[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));
-            c[k] = _mm256_max_epi32(_mm256_min_epi32(c[k], hi), lo);
-        }
-        const __m256i p =
-            _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
-        _mm256_storeu_si256((__m256i *)(q + 32 * b), _mm256_permutevar8x32_epi32(p, ord));
-        const __m256i t =
-            _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]), _mm256_add_epi32(c[2], c[3]));
-        __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-        t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0x4e));
-        t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xb1));
-        s[b] = _mm_cvtsi128_si32(t4);
-    }
+    __m256 v[4];
+#pragma GCC unroll 16
+    for (int k = 0; k < 4; k++)
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+    const __m256 m =
+        _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absm), _mm256_and_ps(v[1], absm)),
+                      _mm256_max_ps(_mm256_and_ps(v[2], absm), _mm256_and_ps(v[3], absm)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const __m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    *d = amax / 127.0f;
+    __m256i q[4];
+#pragma GCC unroll 16
+    for (int k = 0; k < 4; k++)
+        q[k] =
+            _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[k], id)), hi), lo);
+    /* packs interleave the 128-bit lanes: dwords [0..3 of q0, q1, q2, q3, 4..7 of each] */
+    const __m256i p =
+        _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256((__m256i *)c,
+                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
-/* Chunks of 8 blocks, one ymm of 32 codes each; maddubs + madd lane l sums codes 4l..4l+3. */
-INL256 __m256 e4m3_256(__m128i bytes8) {
-    const __m256i v = _mm256_cvtepu8_epi32(bytes8);
+/* As transpose16x4_512 for 8 blocks: v[m] lane b = dword m of the 16 bytes at p[b]. */
+INL256 void transpose8x4_256(const uint8_t *const p[8], int cb, __m256i v[4]) {
+    __m256i z[4];
+#pragma GCC unroll 16
+    for (int j = 0; j < 4; j++) {
+        const __m128i a = j < cb ? _mm_loadu_si128((const __m128i *)p[j]) : _mm_setzero_si128();
+        const __m128i b =
+            j + 4 < cb ? _mm_loadu_si128((const __m128i *)p[j + 4]) : _mm_setzero_si128();
+        z[j] = _mm256_setr_m128i(a, b);
+    }
+    const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+    v[0] = _mm256_unpacklo_epi64(t0, t2), v[1] = _mm256_unpackhi_epi64(t0, t2);
+    v[2] = _mm256_unpacklo_epi64(t1, t3), v[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+INL256 __m256 e4m3_256(__m256i v) {
     const __m256i mag = _mm256_and_si256(v, _mm256_set1_epi32(0x7f));
     const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24);
     const __m256i nrm = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
@@ -532,107 +578,159 @@ INL256 __m256 e4m3_256(__m128i bytes8) {
     return _mm256_blendv_ps(r, _mm256_set1_ps(NAN), nan);
 }
 
-INL256 void chunk_scales256(const int f, struct wrow r, int64_t c, int cb, __m256 ws[2],
-                            __m256 *wm) {
+/* Half a chunk (8 blocks, one ymm lane each), as wchunk512; sg[k]: Q8_0's signed codes. */
+struct wchunk256 {
+    __m256i u[8], sg[8];
+    __m256 ws[2], wm;
+};
+
+INL256 void chunk256(const int f, struct wrow r, int64_t c, int cb, struct wchunk256 *k) {
+    const uint8_t *p[8] = {0};
+#pragma GCC unroll 16
+    for (int b = 0; b < cb; b++)
+        p[b] = fcodes(f, r, c + b);
     if (f == X_NVFP4) {
         float s2;
         memcpy(&s2, r.p, 4);
         const __m256 h = _mm256_set1_ps(s2 * 0.5f);
         uint8_t sc[16] = {0};
         memcpy(sc, r.p + 4 + 2 * c, 2 * (size_t)cb);
-        ws[0] = _mm256_mul_ps(e4m3_256(_mm_loadl_epi64((const __m128i *)sc)), h);
-        ws[1] = _mm256_mul_ps(e4m3_256(_mm_loadl_epi64((const __m128i *)(sc + 8))), h);
-        return;
-    }
-    const int bs = fbytes(f);
-    const uint8_t *b = r.p + (size_t)c * bs;
-    if (f == X_MXFP4) {
+        const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)sc));
+        k->ws[0] = _mm256_mul_ps(e4m3_256(_mm256_and_si256(v, _mm256_set1_epi32(0xff))), h);
+        k->ws[1] = _mm256_mul_ps(e4m3_256(_mm256_srli_epi32(v, 8)), h);
+    } else if (f == X_MXFP4) {
         _Alignas(32) float e[8] = {0};
-        for (int i = 0; i < cb; i++)
-            e[i] = ft_ggml_e8m0_half(b[i * bs]);
-        ws[0] = _mm256_load_ps(e);
+#pragma GCC unroll 16
+        for (int b = 0; b < cb; b++)
+            e[b] = ft_ggml_e8m0_half(p[b][-1]);
+        k->ws[0] = _mm256_load_ps(e);
+    } else {
+        _Alignas(16) uint16_t h[8] = {0}, m[8] = {0};
+#pragma GCC unroll 16
+        for (int b = 0; b < cb; b++) {
+            h[b] = ft_ggml_rd16(p[b] - fqs(f));
+            if (has_min(f)) m[b] = ft_ggml_rd16(p[b] - fqs(f) + 2);
+        }
+        k->ws[0] = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)h));
+        if (has_min(f)) k->wm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)m));
+    }
+    __m256i v[4];
+    transpose8x4_256(p, cb, v);
+    if (f == X_Q8_0) {
+        const uint8_t *p2[8] = {0};
+#pragma GCC unroll 16
+        for (int b = 0; b < cb; b++)
+            p2[b] = p[b] + 16;
+        __m256i v2[4];
+        transpose8x4_256(p2, cb, v2);
+#pragma GCC unroll 16
+        for (int m = 0; m < 4; m++) {
+            k->sg[m] = v[m], k->sg[4 + m] = v2[m];
+        }
+#pragma GCC unroll 16
+        for (int m = 0; m < 8; m++)
+            k->u[m] = _mm256_abs_epi8(k->sg[m]);
         return;
     }
-    _Alignas(16) uint16_t h[8] = {0}, m[8] = {0};
-    for (int i = 0; i < cb; i++) {
-        h[i] = ft_ggml_rd16(b + i * bs);
-        if (has_min(f)) m[i] = ft_ggml_rd16(b + i * bs + 2);
-    }
-    ws[0] = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)h));
-    if (has_min(f)) *wm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)m));
-}
-
-/* Block i's 32 codes in element order: *a = |w| (unsigned formats: w), *sg = w (its signs). */
-INL256 void block_codes256(const int f, struct wrow r, int64_t i, __m256i *a, __m256i *sg) {
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    __m256i w;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     if (f == X_NVFP4) {
-        const __m128i v = _mm_loadu_si128((const __m128i *)(r.p + r.coff + 16 * i));
-        const __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
-        const __m256i u = _mm256_setr_m128i(_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi));
-        w = _mm256_shuffle_epi8(
-            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ft_ggml_lut_mxfp4)), u);
-    } else {
-        const uint8_t *b = r.p + (size_t)i * fbytes(f), *qs = b + fqs(f);
-        if (f == X_Q8_0) {
-            w = _mm256_loadu_si256((const __m256i *)qs);
-        } else {
-            const __m128i v = _mm_loadu_si128((const __m128i *)qs);
-            __m256i u =
-                _mm256_setr_m128i(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
-            if (f == X_Q5_0 || f == X_Q5_1) { /* bit j of qh to bit 4 of byte j */
-                const __m256i q = _mm256_set1_epi32((int)rd32(b + fqh(f)));
-                const __m256i bytes = _mm256_shuffle_epi8(
-                    q, _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
-                                        2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-                const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-                const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
-                u = _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+        const __m256i lut =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k_lut_e2m1_u));
+        const __m256i pa = _mm256_broadcastsi128_si256(
+            _mm_setr_epi8(0, 0, 1, 1, 4, 4, 5, 5, 8, 8, 9, 9, 12, 12, 13, 13));
+        const __m256i pb = _mm256_add_epi8(pa, _mm256_set1_epi8(2));
+        const __m256i odd = _mm256_set1_epi16((short)0xff00);
+#pragma GCC unroll 16
+        for (int m = 0; m < 4; m++)
+#pragma GCC unroll 16
+            for (int e = 0; e < 2; e++) {
+                const __m256i t = _mm256_shuffle_epi8(v[m], e ? pb : pa);
+                const __m256i n = _mm256_blendv_epi8(t, _mm256_srli_epi16(t, 4), odd);
+                k->u[2 * m + e] = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, m4));
             }
-            if (f == X_Q4_0 || f == X_MXFP4) {
-                const int8_t *lut = f == X_Q4_0 ? ft_ggml_lut_q4_0 : ft_ggml_lut_mxfp4;
-                w = _mm256_shuffle_epi8(
-                    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lut)), u);
-            } else if (f == X_Q5_0) {
-                w = _mm256_sub_epi8(u, _mm256_set1_epi8(16));
-            } else {
-                w = u;
-            }
+        return;
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < 4; m++) {
+        k->u[m] = _mm256_and_si256(v[m], m4);
+        k->u[4 + m] = _mm256_and_si256(_mm256_srli_epi16(v[m], 4), m4);
+    }
+    if (is_q5(f)) {
+        _Alignas(32) uint32_t qh[8] = {0};
+#pragma GCC unroll 16
+        for (int b = 0; b < cb; b++)
+            qh[b] = rd32(p[b] - fqs(f) + fqh(f));
+        const __m256i q = _mm256_load_si256((const __m256i *)qh);
+        const __m256i b16 = _mm256_set1_epi8(0x10);
+        const __m256i base =
+            _mm256_broadcastsi128_si256(_mm_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c));
+#pragma GCC unroll 16
+        for (int kk = 0; kk < 8; kk++) {
+            const __m256i qb =
+                _mm256_shuffle_epi8(q, _mm256_add_epi8(base, _mm256_set1_epi8((char)(kk / 2))));
+            const __m256i bits = _mm256_set1_epi32(kk & 1 ? (int)0x80402010 : 0x08040201);
+            const __m256i on = _mm256_cmpeq_epi8(_mm256_and_si256(qb, bits), bits);
+            k->u[kk] = _mm256_or_si256(k->u[kk], _mm256_and_si256(on, b16));
         }
+    } else if (f == X_MXFP4) {
+        const __m256i lut =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k_lut_e2m1_u));
+#pragma GCC unroll 16
+        for (int m = 0; m < 8; m++)
+            k->u[m] = _mm256_shuffle_epi8(lut, k->u[m]);
     }
-    *sg = w;
-    *a = is_signed(f) ? _mm256_abs_epi8(w) : w;
 }
 
-INL256 __m256 block_dot256(const int f, __m256i a, __m256i sg, const int8_t *q) {
-    __m256i x = _mm256_loadu_si256((const __m256i *)q);
-    if (is_signed(f)) x = _mm256_sign_epi8(x, sg);
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(a, x), _mm256_set1_epi16(1)));
+/* Group kk of a token's half chunk (nh <= 8 blocks of a chunk of cb). */
+INL256 __m256i xload256(const int8_t *q, int cb, int nh, int kk) {
+    const int8_t *p = q + 4 * cb * kk;
+    if (nh == 8) return _mm256_loadu_si256((const __m256i *)p);
+    const __m256i km =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(nh), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_maskload_epi32((const int *)p, km);
 }
 
-INL256 void scale_table256(const int f, const __m256 ws[2], __m256 dx, __m256 st[2]) {
+INL256 __m256i dot256(__m256i acc, __m256i a, __m256i b) {
+    return _mm256_add_epi32(acc,
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
+}
+
+/* As chunk_dot512 for nh blocks (q, d, h at the half chunk's first block; cb: the chunk's). */
+INL256 void chunk_dot256(const int f, const struct wchunk256 *k, const int8_t *q, const float *d,
+                         const int16_t *h, int cb, int nh, __m256 *acc, __m256 *accm) {
+    const __m256i km =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(nh), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 dx = _mm256_maskload_ps(d, km);
+    const __m256i hs = _mm256_maskload_epi32((const int *)h, km); /* one block's pair per lane */
+    const int off = foff(f);
+    __m256i s[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                    _mm256_setzero_si256()};
     if (f == X_NVFP4) {
-        st[0] = _mm256_mul_ps(
-            ws[0], _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
-        st[1] = _mm256_mul_ps(
-            ws[1], _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));
-    } else {
-        st[0] = _mm256_mul_ps(ws[0], dx);
+        const __m256i ho = _mm256_mullo_epi16(hs, _mm256_set1_epi16((short)-off));
+        s[0] = _mm256_srai_epi32(_mm256_slli_epi32(ho, 16), 16);
+        s[2] = _mm256_srai_epi32(ho, 16);
+    } else if (off && f != X_Q8_0) {
+        s[0] = _mm256_madd_epi16(hs, _mm256_set1_epi16((short)-off));
     }
-}
-
-INL256 __m256 lane_scale256(const int f, const __m256 st[2], int b) {
+#pragma GCC unroll 8
+    for (int kk = 0; kk < 8; kk++) {
+        __m256i x = xload256(q, cb, nh, kk);
+        if (f == X_Q8_0) x = _mm256_sign_epi8(x, k->sg[kk]);
+        const int a = f == X_NVFP4 ? (kk >> 2) * 2 + (kk & 1) : kk & 3;
+        s[a] = dot256(s[a], k->u[kk], x);
+    }
     if (f == X_NVFP4) {
-        const int g = 2 * (b & 3);
-        return _mm256_permutevar8x32_ps(st[b >> 2],
-                                        _mm256_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1));
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s[0], s[1])),
+                               _mm256_mul_ps(k->ws[0], dx), *acc);
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s[2], s[3])),
+                               _mm256_mul_ps(k->ws[1], dx), *acc);
+        return;
     }
-    return _mm256_permutevar8x32_ps(st[0], _mm256_set1_epi32(b));
-}
-
-/* The first cb (<= 8) floats / ints at p, the rest 0. */
-INL256 __m256i first_mask256(int cb) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(cb), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i st = _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]));
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st), _mm256_mul_ps(k->ws[0], dx), *acc);
+    if (has_min(f))
+        *accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(hs, _mm256_set1_epi16(1))),
+                                _mm256_mul_ps(k->wm, dx), *accm);
 }
 
 INL256 float hsum256(__m256 v) {
@@ -646,45 +744,18 @@ INL256 void row256(const int f, struct wrow r, int64_t nb, const void *xq, int t
     __m256 acc[TOK], accm[TOK];
     for (int t = 0; t < tn; t++)
         acc[t] = accm[t] = _mm256_setzero_ps();
-    const int bs = f == X_NVFP4 ? 16 : fbytes(f);
-    for (int64_t c = 0; c < nb; c += 8) {
-        const int cb = nb - c < 8 ? (int)(nb - c) : 8;
-        const __m256i km = first_mask256(cb);
-        for (int o = 0; o < 8 * bs; o += 64)
-            __builtin_prefetch((f == X_NVFP4 ? r.p + r.coff + 16 * c : r.p + c * bs) + PF_AHEAD + o,
-                               0, 2);
-        __m256 ws[2], wm = _mm256_setzero_ps(), st[2];
-        chunk_scales256(f, r, c, cb, ws, &wm);
-        if (tn == 1) {
-            const struct x32_tok x = x32_tok(xq, nb, t0);
-            const __m256 dx = _mm256_maskload_ps(x.d + c, km);
-            scale_table256(f, ws, dx, st);
-            for (int b = 0; b < cb; b++) {
-                __m256i a, sg;
-                block_codes256(f, r, c + b, &a, &sg);
-                acc[0] = _mm256_fmadd_ps(block_dot256(f, a, sg, x.q + 32 * (c + b)),
-                                         lane_scale256(f, st, b), acc[0]);
+    for (int64_t c = 0; c < nb; c += X32_CHUNK) {
+        const int cb = nb - c < X32_CHUNK ? (int)(nb - c) : X32_CHUNK;
+        prefetch_blocks(f, r, c, cb);
+        for (int hf = 0; hf < 2 && 8 * hf < cb; hf++) {
+            const int nh = cb - 8 * hf < 8 ? cb - 8 * hf : 8;
+            struct wchunk256 k;
+            chunk256(f, r, c + 8 * hf, nh, &k);
+            for (int t = 0; t < tn; t++) {
+                const struct x32_tok x = x32_tok(xq, nb, t0 + t);
+                chunk_dot256(f, &k, x.q + 32 * c + 32 * hf, x.d + c + 8 * hf,
+                             x.h + 2 * (c + 8 * hf), cb, nh, &acc[t], &accm[t]);
             }
-            if (has_min(f))
-                accm[0] = _mm256_fmadd_ps(
-                    _mm256_mul_ps(wm, dx),
-                    _mm256_cvtepi32_ps(_mm256_maskload_epi32((const int *)x.s + c, km)), accm[0]);
-            continue;
-        }
-        __m256i a[8], sg[8];
-        for (int b = 0; b < cb; b++)
-            block_codes256(f, r, c + b, &a[b], &sg[b]);
-        for (int t = 0; t < tn; t++) {
-            const struct x32_tok x = x32_tok(xq, nb, t0 + t);
-            const __m256 dx = _mm256_maskload_ps(x.d + c, km);
-            scale_table256(f, ws, dx, st);
-            for (int b = 0; b < cb; b++)
-                acc[t] = _mm256_fmadd_ps(block_dot256(f, a[b], sg[b], x.q + 32 * (c + b)),
-                                         lane_scale256(f, st, b), acc[t]);
-            if (has_min(f))
-                accm[t] = _mm256_fmadd_ps(
-                    _mm256_mul_ps(wm, dx),
-                    _mm256_cvtepi32_ps(_mm256_maskload_epi32((const int *)x.s + c, km)), accm[t]);
         }
     }
     for (int t = 0; t < tn; t++)
