@@ -2,10 +2,11 @@
  * type (and the NVFP4 / FP8_B128 rows of format/quant.h, through ft_cpu_matmul_rows as the MoE
  * executor calls it), ft_ggml_dot_rows over a weight matrix far larger than the caches, as GB/s of
  * quantised bytes read, with T = 1 (decode) on one thread and on every pool thread, and with
- * T = 8 on every thread; then the 8-bit-activation ft_ggml_dot_rows_x8 (K-quants; x
- * quantised once, outside the timing, as the engine does once per step) with T = 1. Each is
- * printed next to the DRAM read ceiling of the same run, for one thread and for all
- * (DESIGN.md 1.1).
+ * T = 8 on every thread; then the same three with int8 activations where the type has such a
+ * path (ft_ggml_dot_rows_x8 for the K-quants, ft_ggml_dot_rows_x32 for the 32-element blocks,
+ * ft_nvfp4_r_dot_rows_x32 for NVFP4 rows; x quantised once, outside the timing, as the engine
+ * does once per step). Each is printed next to the DRAM read ceiling of the same run, for one
+ * thread and for all (DESIGN.md 1.1).
  * Usage: bench_ggml [--mib M] [--k K] [--threads N] [--reps R] [--isa 0-3]
  *   --mib: bytes of blocks per type (default 1024 MiB: several times the last-level cache of a
  *   server part), --k: row length (default 4096, a multiple of 256), --threads: pool size
@@ -31,14 +32,15 @@ struct job {
     uint8_t *w; /* [n_rows, row_bytes] blocks of type */
     size_t row_bytes;
     int n_rows, K, T;
-    const float *x; /* [T, K] */
-    const void *xq; /* x quantised for ft_ggml_dot_rows_x8 */
-    float *y;       /* [T, n_rows] */
-    int mode;       /* FILL: write random blocks into the worker's rows, else the kernel */
+    const float *x;   /* [T, K] */
+    const void *xq;   /* x quantised for ft_ggml_dot_rows_x8 (K-quants) */
+    const void *xq32; /* x quantised for the x32 dots */
+    float *y;         /* [T, n_rows] */
+    int mode;         /* FILL: write random blocks into the worker's rows, else the kernel */
     enum ft_dtype rows; /* FT_DTYPE_NVFP4 / FT_DTYPE_FP8_B128: row formats; else GGML `type` */
 };
 
-enum { FILL, DOT, DOT_X8 };
+enum { FILL, DOT, DOT_X8, DOT_X32 };
 
 /* Random codes; the f16 scales (or MXFP4's exponent) set to plausible finite values so no
  * arithmetic meets NaN, infinities or subnormals. */
@@ -61,7 +63,9 @@ static void fill_blocks(int type, uint8_t *p, size_t n_bytes, uint64_t seed) {
             memcpy(blk + 208, &d, 2);
         else
             memcpy(blk, &d, 2);
-        if (type == FT_GGML_Q4_K || type == FT_GGML_Q5_K) memcpy(blk + 2, &d, 2); /* dmin */
+        if (type == FT_GGML_Q4_K || type == FT_GGML_Q5_K || type == FT_GGML_Q4_1 ||
+            type == FT_GGML_Q5_1)
+            memcpy(blk + 2, &d, 2); /* dmin, m */
     }
 }
 
@@ -91,6 +95,9 @@ static void job_worker(void *arg, int i, int n) {
     uint8_t *w = j->w + (size_t)r0 * j->row_bytes;
     if (j->rows && j->mode == FILL) {
         fill_rows(j->rows, w, j->row_bytes, r1 - r0, j->K, 0x9e3779b97f4a7c15ull ^ (uint64_t)r0);
+    } else if (j->rows && j->mode == DOT_X32) {
+        ft_nvfp4_r_dot_rows_x32(w, j->row_bytes, r1 - r0, j->xq32, j->T, (size_t)j->K, j->y + r0,
+                                j->n_rows);
     } else if (j->rows) {
         ft_cpu_matmul_rows(j->y + r0, j->n_rows, j->x, j->K, w, j->rows, j->T, 0, r1 - r0, j->K);
     } else if (j->mode == FILL)
@@ -98,8 +105,11 @@ static void job_worker(void *arg, int i, int n) {
                     0x9e3779b97f4a7c15ull ^ (uint64_t)r0);
     else if (j->mode == DOT)
         ft_ggml_dot_rows(j->type, w, j->row_bytes, r1 - r0, j->x, j->K, j->T, j->y + r0, j->n_rows);
-    else
+    else if (j->mode == DOT_X8)
         ft_ggml_dot_rows_x8(j->type, w, j->row_bytes, r1 - r0, j->xq, j->T, j->y + r0, j->n_rows);
+    else
+        ft_ggml_dot_rows_x32(j->type, w, j->row_bytes, r1 - r0, j->xq32, j->T, j->y + r0,
+                             j->n_rows);
 }
 
 /* GB/s of weight bytes: best of reps runs of the job on the pool. */
@@ -135,77 +145,72 @@ int main(int argc, char **argv) {
     const double dram1 = ft_cpu_dram_read_gbps(one, bytes, reps);
     const double dramn = ft_cpu_dram_read_gbps(pool, bytes, reps);
     printf("DRAM read ceiling: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n\n", dram1, dramn, n);
-    printf("GB/s of quantised weight bytes read (%% of the DRAM read ceiling)\n");
-    printf("type   bits/w | dot_rows T=1    | dot_rows T=1    | dot_rows T=8    | "
-           "dot_rows_x8 T=1 | dot_rows_x8 T=1\n");
-    printf("              | 1 thread        | %2d threads      | %2d threads      | "
-           "1 thread        | %2d threads\n",
-           n, n, n);
+    printf("GB/s of quantised weight bytes read (%% of the DRAM read ceiling); fp32 x: "
+           "ft_ggml_dot_rows / the row kernels,\nint8 x: the x8 (K-quants) or x32 dots; "
+           "1t: one thread, %dt: %d threads\n\n",
+           n, n);
+    printf("              | fp32 x                                    | int8 x\n");
+    printf("type   bits/w | T=1 1t        T=1 %2dt       T=8 %2dt       | T=1 1t        "
+           "T=1 %2dt       T=8 %2dt\n",
+           n, n, n, n);
 
     uint8_t *w = ft_sys_alloc_pages(bytes);
-    void *xq = malloc(ft_ggml_x8_bytes(K));
+    void *xq = malloc(ft_ggml_x8_bytes(K) * Tb), *xq32 = malloc(ft_ggml_x32_bytes(K) * Tb);
     float *x = malloc((size_t)Tb * K * sizeof *x);
     float *y = malloc((size_t)Tb * (bytes / (size_t)(K / 2)) * sizeof *y); /* >= 4 bits/weight */
-    if (!w || !xq || !x || !y) {
+    if (!w || !xq || !xq32 || !x || !y) {
         fprintf(stderr, "bench_ggml: out of memory (try --mib smaller)\n");
         return 1;
     }
     for (long i = 0; i < Tb * K; i++)
         x[i] = (float)(i % 97) * 0.01f - 0.48f;
-    ft_ggml_quant_x8(x, (int)K, K, 1, xq);
-    static const int types[] = {FT_GGML_Q4_K, FT_GGML_Q6_K, FT_GGML_Q8_0,
-                                FT_GGML_Q5_K, FT_GGML_Q4_0, FT_GGML_MXFP4};
+    ft_ggml_quant_x8(x, (int)K, K, Tb, xq);
+    ft_ggml_quant_x32(x, (int)K, K, Tb, xq32);
+    /* GGML types, then the row formats (type -1: NVFP4, -2: FP8_B128) */
+    static const int types[] = {FT_GGML_Q4_K, FT_GGML_Q5_K, FT_GGML_Q6_K, FT_GGML_Q8_0,
+                                FT_GGML_Q4_0, FT_GGML_Q4_1, FT_GGML_Q5_0, FT_GGML_Q5_1,
+                                FT_GGML_MXFP4, -1, -2};
     double check = 0;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        struct job j = {.type = types[t],
+        const int ty = types[t];
+        const enum ft_dtype rows = ty == -1 ? FT_DTYPE_NVFP4 : ty == -2 ? FT_DTYPE_FP8_B128 : 0;
+        struct job j = {.type = ty,
                         .w = w,
-                        .row_bytes = ft_ggml_row_bytes(types[t], K),
+                        .rows = rows,
+                        .row_bytes = rows ? ft_dtype_row_bytes(rows, K) : ft_ggml_row_bytes(ty, K),
                         .K = (int)K,
                         .T = 1,
                         .x = x,
                         .xq = xq,
+                        .xq32 = xq32,
                         .y = y,
                         .mode = FILL};
         j.n_rows = (int)(bytes / j.row_bytes);
         ft_pool_run(pool, job_worker, &j); /* first touch by the threads that read it */
-        j.mode = DOT;
-        const double g1 = run_gbps(one, &j, reps), gn = run_gbps(pool, &j, reps);
-        j.T = Tb;
-        const double g8 = run_gbps(pool, &j, reps > 2 ? 2 : reps);
-        printf("%-6s %6.2f | %6.2f (%3.0f%%)   | %6.1f (%3.0f%%)   | %6.1f (%3.0f%%)   | ",
-               ft_ggml_type_name(types[t]),
-               8.0 * (double)ft_ggml_type_size(types[t]) / ft_ggml_block_size(types[t]), g1,
-               100.0 * g1 / dram1, gn, 100.0 * gn / dramn, g8, 100.0 * g8 / dramn);
-        if (ft_ggml_x8_supported(types[t])) {
-            j.mode = DOT_X8, j.T = 1;
-            const double q1 = run_gbps(one, &j, reps), qn = run_gbps(pool, &j, reps);
-            printf("%6.2f (%3.0f%%)   | %6.1f (%3.0f%%)\n", q1, 100.0 * q1 / dram1, qn,
-                   100.0 * qn / dramn);
-        } else {
-            printf("%-15s | -\n", "-");
+        const char *name = ty == -1 ? "NVFP4" : ty == -2 ? "FP8B" : ft_ggml_type_name(ty);
+        printf("%-6s %6.2f |", name, 8.0 * (double)j.row_bytes / (double)K);
+        int modes[2] = {DOT, FILL}; /* FILL: no int8 path */
+        if (rows == FT_DTYPE_NVFP4 || (!rows && ft_ggml_x32_supported(ty))) modes[1] = DOT_X32;
+        if (!rows && ft_ggml_x8_supported(ty)) modes[1] = DOT_X8;
+        for (int m = 0; m < 2; m++) {
+            if (modes[m] == FILL) {
+                printf(" %-13s %-13s %-13s", "-", "-", "-");
+                continue;
+            }
+            j.mode = modes[m], j.T = 1;
+            const double g1 = run_gbps(one, &j, reps), gn = run_gbps(pool, &j, reps);
+            j.T = Tb;
+            const double g8 = run_gbps(pool, &j, reps > 2 ? 2 : reps);
+            printf(" %6.2f (%3.0f%%) %6.1f (%3.0f%%) %6.1f (%3.0f%%)%s", g1, 100.0 * g1 / dram1, gn,
+                   100.0 * gn / dramn, g8, 100.0 * g8 / dramn, m == 0 ? " |" : "");
+            check += y[0] + y[j.n_rows - 1];
         }
+        printf("\n");
         fflush(stdout);
-        check += y[0] + y[j.n_rows - 1];
-    }
-    static const enum ft_dtype row_types[] = {FT_DTYPE_NVFP4, FT_DTYPE_FP8_B128};
-    for (size_t t = 0; t < sizeof row_types / sizeof row_types[0]; t++) {
-        struct job j = {.rows = row_types[t], .w = w, .row_bytes = ft_dtype_row_bytes(row_types[t], K),
-                        .K = (int)K, .T = 1, .x = x, .y = y, .mode = FILL};
-        j.n_rows = (int)(bytes / j.row_bytes);
-        ft_pool_run(pool, job_worker, &j);
-        j.mode = DOT;
-        const double g1 = run_gbps(one, &j, reps), gn = run_gbps(pool, &j, reps);
-        j.T = Tb;
-        const double g8 = run_gbps(pool, &j, reps > 2 ? 2 : reps);
-        printf("%-6s %6.2f | %6.2f (%3.0f%%)   | %6.1f (%3.0f%%)   | %6.1f (%3.0f%%)   | %-15s | -\n",
-               row_types[t] == FT_DTYPE_NVFP4 ? "NVFP4" : "FP8B", 8.0 * (double)j.row_bytes / (double)K, g1,
-               100.0 * g1 / dram1, gn, 100.0 * gn / dramn, g8, 100.0 * g8 / dramn, "-");
-        fflush(stdout);
-        check += y[0] + y[j.n_rows - 1];
     }
     printf("checksum %g\n", check);
     ft_sys_free_pages(w, bytes);
-    free(x), free(y), free(xq);
+    free(x), free(y), free(xq), free(xq32);
     ft_pool_free(one);
     ft_pool_free(pool);
     return 0;

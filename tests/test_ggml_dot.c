@@ -5,7 +5,12 @@
  *     and T in {1, 2, 3, 8, 17}, within the fp32 summation bound stated below; a token's result
  *     bit-identical whatever T and the rows around it;
  *   - the 8-bit-activation path (Q4_K, Q5_K, Q6_K) against the exact dot with the quantised x
- *     and within the quantisation bound of the dot with x.
+ *     and within the quantisation bound of the dot with x;
+ *   - the 8-bit-per-32 path (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, NVFP4 rows): quantised bytes
+ *     identical in every tier; every tier (AVX-512 with and without VNNI) against the scalar
+ *     reference to f32 rounding; the reference against the exact dot of the dequantised
+ *     weights with the dequantised x32 activations; and the error against the fp32 x within
+ *     sum_blocks (d_b / 2) sum_i |w_i| (d_b the block's activation scale).
  * Single-threaded. */
 #include <float.h>
 #include <stdint.h>
@@ -13,6 +18,7 @@
 
 #include "backend/cpu/ops.h"
 #include "core/rng.h"
+#include "format/fp_formats.h"
 #include "format/ggml_quant.h"
 #include "format/quant.h"
 #include "test.h"
@@ -57,7 +63,9 @@ static uint8_t *rand_blocks(int type, size_t n_bytes, int edge) {
         case FT_GGML_MXFP4: b[0] = (uint8_t)(100 + b[0] % 40); break;
         case FT_GGML_Q6_K: memcpy(b + 208, h, 2); break;
         case FT_GGML_Q4_K:
-        case FT_GGML_Q5_K: memcpy(b, h, 4); break; /* d and dmin */
+        case FT_GGML_Q5_K:
+        case FT_GGML_Q4_1:
+        case FT_GGML_Q5_1: memcpy(b, h, 4); break; /* d and dmin (or m) */
         default: memcpy(b, h, 2); break;           /* Q8_0, Q4_0, Q5_0 */
         }
     }
@@ -327,6 +335,235 @@ TEST(dot_rows_x8_every_tier) {
                     ft_cpu_isa_name(ts[a]), ft_ggml_type_name(types[k]), worst, typ / count);
         }
     }
+    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+}
+
+/* ---------------------------------------------------------- 8-bit x per 32 --- */
+
+#define X32_NVFP4 (-1) /* NVFP4 rows in the tables below, next to the GGML types */
+
+static const int k_x32_types[] = {FT_GGML_Q4_0, FT_GGML_Q4_1, FT_GGML_Q5_0, FT_GGML_Q5_1,
+                                  FT_GGML_Q8_0, FT_GGML_MXFP4, X32_NVFP4};
+#define N_X32 (int)(sizeof k_x32_types / sizeof k_x32_types[0])
+
+static const char *x32_name(int type) {
+    return type == X32_NVFP4 ? "NVFP4" : ft_ggml_type_name(type);
+}
+
+static size_t x32_row_bytes(int type, int64_t n) {
+    return type == X32_NVFP4 ? ft_nvfp4_r_row_bytes((size_t)n) : ft_ggml_row_bytes(type, n);
+}
+
+/* R random rows of n elements with valid scales (NVFP4: scale_2 and finite e4m3 scales). */
+static uint8_t *x32_rows(int type, int64_t n, int R) {
+    const size_t rb = x32_row_bytes(type, n);
+    if (type != X32_NVFP4) return rand_blocks(type, rb * (size_t)R, 0);
+    uint8_t *p = malloc(rb * (size_t)R);
+    for (size_t i = 0; i < rb * (size_t)R; i++)
+        p[i] = (uint8_t)(ft_rng_next(&g_rng) >> 24);
+    for (int r = 0; r < R; r++) {
+        uint8_t *row = p + (size_t)r * rb;
+        const float s2 = (float)(0.001 + 0.01 * ft_rng_unit(&g_rng));
+        memcpy(row, &s2, 4);
+        for (int64_t g = 0; g < n / 16; g++)
+            if ((row[4 + g] & 0x7f) == 0x7f) row[4 + g] = 0x38; /* no NaN scales */
+    }
+    return p;
+}
+
+static void x32_dequant(int type, const uint8_t *row, int64_t n, float *dst) {
+    if (type == X32_NVFP4)
+        ft_nvfp4_r_dequant_row(row, (size_t)n, dst);
+    else
+        EXPECT_OK(ft_ggml_dequant_row(type, row, dst, n));
+}
+
+/* |min| of the block holding element i (Q4_1 / Q5_1; else 0). */
+static double x32_min(int type, const uint8_t *row, int64_t i) {
+    if (type != FT_GGML_Q4_1 && type != FT_GGML_Q5_1) return 0;
+    const uint8_t *m = row + (i / 32) * ft_ggml_type_size(type) + 2;
+    return fabs(ft_f16_to_f32((uint16_t)(m[0] | m[1] << 8)));
+}
+
+static void x32_dot(int type, const uint8_t *w, size_t rb, int R, const void *xq, int T, int64_t n,
+                    float *y) {
+    if (type == X32_NVFP4)
+        ft_nvfp4_r_dot_rows_x32(w, rb, R, xq, T, (size_t)n, y, R);
+    else
+        ft_ggml_dot_rows_x32(type, w, rb, R, xq, T, y, R);
+}
+
+/* The layout ggml_quant.h documents: token t's codes (back in element order, into q[n]),
+ * scales and half sums. */
+static void x32_token(const void *xq, int64_t n, int t, int8_t *q, const float **d,
+                      const int16_t **h) {
+    const uint8_t *p = (const uint8_t *)xq + (size_t)t * ft_ggml_x32_bytes(n);
+    const int64_t nb = n / 32;
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t c = b / 16, cb = nb - 16 * c < 16 ? nb - 16 * c : 16;
+        for (int j = 0; j < 32; j++)
+            q[32 * b + j] = (int8_t)p[512 * c + 4 * cb * (j / 4) + 4 * (b % 16) + j % 4];
+    }
+    *d = (const float *)(p + n), *h = (const int16_t *)(p + n + n / 8);
+}
+
+/* Worst errors over all checks, as fractions of their bounds. */
+struct x32_worst {
+    double tier, ref, fp32, typ;
+    int count;
+};
+
+static void check_x32(int type, int64_t n, int R, int T, struct x32_worst *wst) {
+    const size_t rb = x32_row_bytes(type, n), xb = ft_ggml_x32_bytes(n);
+    const int64_t nb = n / 32;
+    uint8_t *w = x32_rows(type, n, R);
+    float *x = rand_x((size_t)T * n), *y = malloc((size_t)T * R * sizeof *y);
+    float *yr = malloc((size_t)T * R * sizeof *yr), *wd = malloc(n * sizeof *wd);
+    void *xq = malloc(xb * T);
+    int8_t *q = malloc(n);
+    for (int64_t i = 0; i < (int64_t)T * n; i++) /* blocks of very different scales */
+        x[i] *= (float)(1 << ((i / 32) % 8));
+    const enum ft_cpu_isa isa = ft_cpu_isa();
+    ft_ggml_quant_x32(x, (int)n, n, T, xq);
+    x32_dot(type, w, rb, R, xq, T, n, y);
+    ft_cpu_set_isa(FT_ISA_SCALAR);
+    x32_dot(type, w, rb, R, xq, T, n, yr);
+    ft_cpu_set_isa(isa);
+    const double u = FLT_EPSILON / 2;
+    int ok = 1;
+    for (int r = 0; r < R; r++) {
+        const uint8_t *row = w + r * rb;
+        x32_dequant(type, row, n, wd);
+        for (int t = 0; t < T; t++) {
+            const float *d;
+            const int16_t *h;
+            x32_token(xq, n, t, q, &d, &h);
+            const float *xt = x + (size_t)t * n;
+            double exact_q = 0, mag = 0, exact = 0, qbound = 0, wmag = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const double xh = (double)d[i / 32] * q[i];
+                exact_q += (double)wd[i] * xh;
+                mag += (fabs(wd[i]) + 2 * x32_min(type, row, i)) * fabs(xh);
+                exact += (double)wd[i] * xt[i];
+                qbound += fabs(wd[i]) * d[i / 32] / 2;
+                wmag += fabs((double)wd[i] * xt[i]);
+            }
+            const double got = y[(size_t)t * R + r], ref = yr[(size_t)t * R + r];
+            /* (a) the tier against the scalar reference: both round each block's products
+             * and their running sums (first order, (nb + 4) u of sum |terms| each) */
+            const double ea = fabs(got - ref) / ((2 * (double)nb + 8) * u * mag + 1e-30);
+            /* (b) the reference against the exact dot with xhat: the same, plus the
+             * dequantiser's own rounding of each weight (Q4_1 / Q5_1: two; NVFP4: one) */
+            const double bb = ((double)nb + 8) * u * mag;
+            const double eb = fabs(ref - exact_q) / (bb + 1e-30);
+            /* (c) against the fp32 x: the quantisation bound */
+            const double ec = fabs(got - exact) / (qbound * 1.0001 + 3 * bb + 1e-30);
+            ok &= ea <= 1.0 && eb <= 1.0 && ec <= 1.0;
+            wst->tier = fmax(wst->tier, ea), wst->ref = fmax(wst->ref, eb);
+            wst->fp32 = fmax(wst->fp32, ec);
+            wst->typ += fabs(got - exact) / (wmag + 1e-30);
+            wst->count++;
+        }
+    }
+    /* the last token alone, and row 0 alone, give the same bits */
+    float one;
+    x32_dot(type, w, rb, 1, (const uint8_t *)xq + (T - 1) * xb, 1, n, &one);
+    ok &= same_float(one, y[(size_t)(T - 1) * R]);
+    CHECK_(ok, "%s%s x32 %s n=%lld R=%d T=%d", ft_cpu_isa_name(ft_cpu_isa()),
+           ft_cpu_isa() >= FT_ISA_AVX512 && !ft_ggml_x32_vnni(-1) ? " (no VNNI)" : "",
+           x32_name(type), (long long)n, R, T);
+    free(w), free(x), free(y), free(yr), free(wd), free(xq), free(q);
+}
+
+/* Every tier quantises x to the same bytes, and they are the spec's: d = max|x| / 127,
+ * c = round-to-even(x * (127 / max)) clamped to +-127, s = sum c. */
+TEST(quant_x32_every_tier_same_bytes) {
+    enum ft_cpu_isa ts[3];
+    const int nt = tiers(ts);
+    const int64_t n = 2880;
+    const int T = 3, ldx = (int)n + 7;
+    const size_t xb = ft_ggml_x32_bytes(n) * T;
+    EXPECT_EQ(ft_ggml_x32_bytes(64), 80);
+    EXPECT_EQ(ft_ggml_x32_bytes(48), 0);
+    float *x = rand_x((size_t)T * ldx);
+    x[5] = 0.0f, x[40] = -3.5f; /* a block whose max is negative */
+    for (int i = 64; i < 96; i++)
+        x[i] = 0.0f;                             /* an all-zero block */
+    x[100] = 1.0f, x[101] = 0.5f * (1.0f / 127); /* a tie: x / d = 0.5 exactly, rounds to 0 */
+    x[102] = 1.5f * (1.0f / 127);                /* 1.5 rounds to 2 */
+    for (int i = 128; i < 160; i++)
+        x[i] = (float)(i - 144) * 1e-3f; /* max 0.016, c in +-127 */
+    uint8_t *ref = malloc(xb), *got = malloc(xb);
+    ft_cpu_set_isa(FT_ISA_SCALAR);
+    ft_ggml_quant_x32(x, ldx, n, T, ref);
+    int spec = 1;
+    int8_t *q = malloc(n);
+    for (int t = 0; t < T; t++) {
+        const float *d;
+        const int16_t *h;
+        x32_token(ref, n, t, q, &d, &h);
+        for (int64_t b = 0; b < n / 32; b++) {
+            const float *xt = x + (size_t)t * ldx + 32 * b;
+            float amax = 0;
+            for (int j = 0; j < 32; j++)
+                amax = fmaxf(amax, fabsf(xt[j]));
+            const float id = amax > 0 ? 127.0f / amax : 0.0f;
+            int sum[2] = {0, 0};
+            spec &= same_float(d[b], amax / 127.0f);
+            for (int j = 0; j < 32; j++) {
+                const long c = lrintf(xt[j] * id);
+                spec &= q[32 * b + j] == (c > 127 ? 127 : c < -127 ? -127 : c);
+                sum[j / 16] += q[32 * b + j];
+            }
+            spec &= h[2 * b] == sum[0] && h[2 * b + 1] == sum[1];
+        }
+    }
+    EXPECT(spec);
+    {
+        const float *d;
+        const int16_t *h;
+        x32_token(ref, n, 0, q, &d, &h);
+        EXPECT(q[101] == 0 && q[102] == 2 && d[2] == 0.0f && h[4] == 0 && h[5] == 0);
+    }
+    free(q);
+    for (int a = 1; a < nt; a++) {
+        ft_cpu_set_isa(ts[a]);
+        memset(got, 0xa5, xb);
+        ft_ggml_quant_x32(x, ldx, n, T, got);
+        CHECK_(memcmp(got, ref, xb) == 0, "%s quantises x like the scalar reference",
+               ft_cpu_isa_name(ts[a]));
+    }
+    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+    free(x), free(ref), free(got);
+}
+
+TEST(dot_rows_x32_every_tier) {
+    enum ft_cpu_isa ts[3];
+    const int nt = tiers(ts);
+    EXPECT(ft_ggml_x32_supported(FT_GGML_Q4_0) && ft_ggml_x32_supported(FT_GGML_MXFP4));
+    EXPECT(!ft_ggml_x32_supported(FT_GGML_Q4_K) && !ft_ggml_x32_supported(FT_GGML_F32));
+    static const int64_t ns[] = {32, 64, 96, 2880, 4096};
+    static const int Ts[] = {1, 3, 8, 17};
+    for (int a = 0; a < nt; a++)
+        for (int vnni = 0; vnni < 2; vnni++) {
+            if (ts[a] < FT_ISA_AVX512 && vnni) continue; /* VNNI only matters to AVX-512 */
+            ft_cpu_set_isa(ts[a]);
+            ft_ggml_x32_vnni(vnni || ts[a] < FT_ISA_AVX512);
+            if (vnni && !ft_ggml_x32_vnni(-1)) continue; /* this CPU has none */
+            for (int k = 0; k < N_X32; k++) {
+                struct x32_worst wst = {0};
+                for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
+                    for (size_t j = 0; j < sizeof Ts / sizeof *Ts; j++)
+                        check_x32(k_x32_types[k], ns[i], j % 2 ? 5 : 2, Ts[j], &wst);
+                fprintf(stderr,
+                        "  %s%s x32 %-5s: vs scalar %.3f, ref vs exact %.3f, vs fp32 x %.3f of "
+                        "the bounds; vs fp32 x: mean %.2e of sum|w x|\n",
+                        ft_cpu_isa_name(ts[a]),
+                        ts[a] >= FT_ISA_AVX512 ? (vnni ? "+vnni" : "-vnni") : "",
+                        x32_name(k_x32_types[k]), wst.tier, wst.ref, wst.fp32, wst.typ / wst.count);
+            }
+        }
+    ft_ggml_x32_vnni(1);
     ft_cpu_set_isa(FT_ISA_AVX512_BF16);
 }
 

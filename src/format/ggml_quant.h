@@ -121,4 +121,44 @@ void ft_ggml_quant_x8(const float *x, int ldx, int64_t n, int T, void *xq);
 void ft_ggml_dot_rows_x8(int type, const void *w, size_t row_bytes, int n_rows, const void *xq,
                          int T, float *y, int ldy);
 
+/* ---- 8-bit activations per 32 elements: faster, approximate (32-element blocks, NVFP4) ----
+ * The same idea for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 and NVFP4 rows (ggml_x32.c): x is
+ * quantised per block of 32 elements to an f32 scale d = max|x| / 127, int8 codes
+ * c = round(x / d) (ties to even, clamped to +-127; so |x - d c| <= d / 2) and the codes' sum,
+ * once per step; each weight block is its integer codes times a scale (MXFP4 and NVFP4: twice
+ * the e2m1 value, the half folded into the scale; NVFP4 one scale per 16) plus a min (Q4_1,
+ * Q5_1), multiplied with the codes in integers (exact) and scaled in f32. The result is the
+ * dot product of the dequantised weights with the quantised x to f32 rounding of the
+ * per-block terms and their sum (relative ~1e-6 of sum |w_i d c_i| for a few thousand
+ * elements); against the fp32 x it is off by at most sum_blocks (d_b / 2) sum_i |w_i|.
+ * Layout of one token of n elements (nb = n / 32; 40 bytes per block), three arrays:
+ *   int8_t q[n]: the codes by chunks of 16 blocks (the last may hold cb < 16), transposed so
+ *     one vector lane holds one block: chunk c at q + 512 c is 8 groups of 4 cb bytes, group k
+ *     holding codes 4k .. 4k+3 of each of the chunk's blocks in turn (code j of block
+ *     16 c + b at 512 c + 4 cb (j / 4) + 4 b + j % 4);
+ *   float d[nb]: the scales;   int16_t h[2 nb]: sums of codes 0..15 and 16..31 of each block. */
+
+/* 1 when ft_ggml_dot_rows_x32 handles `type`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4. */
+int ft_ggml_x32_supported(int type);
+/* Bytes of one token of n elements (n a multiple of 32; else 0) in ft_ggml_quant_x32's form. */
+size_t ft_ggml_x32_bytes(int64_t n);
+/* Quantises T tokens x [T, ldx] of n elements each (n % 32 == 0) into xq
+ * [T, ft_ggml_x32_bytes(n)]; every tier (scalar, AVX2, AVX-512) writes the same bytes. */
+void ft_ggml_quant_x32(const float *x, int ldx, int64_t n, int T, void *xq);
+/* y[t * ldy + r] = sum_i w_r[i] * xhat_t[i] (xhat = the dequantised x32 activations), rows
+ * packed row_bytes apart as in ft_ggml_dot_rows (n = the rows' element count, the xq tokens'
+ * n). Scalar reference, AVX2, AVX-512 (vpdpbusd where the CPU has VNNI); a weight chunk is
+ * decoded once per 16 tokens. Single-threaded, reentrant. Asserts ft_ggml_x32_supported. */
+void ft_ggml_dot_rows_x32(int type, const void *w, size_t row_bytes, int n_rows, const void *xq,
+                          int T, float *y, int ldy);
+/* The same for NVFP4 rows of K elements (K % 32 == 0; format/fp_formats.h: [f32 scale_2]
+ * [K/16 e4m3 scales][K/2 e2m1 pairs, element 2j in the low nibble][pad]), row_bytes apart
+ * (>= ft_nvfp4_r_row_bytes(K)). Each weight is (2 e2m1) * fl(e4m3 * scale_2 / 2): within one
+ * f32 rounding of ft_nvfp4_r_dequant_row's value. */
+void ft_nvfp4_r_dot_rows_x32(const void *w, size_t row_bytes, int n_rows, const void *xq, int T,
+                             size_t K, float *y, int ldy);
+/* Whether the AVX-512 tier of the x32 dots uses VNNI: the CPU's answer unless a test said
+ * otherwise; use = 0 / 1 turns it off / back on (process-wide), -1 only asks. */
+int ft_ggml_x32_vnni(int use);
+
 #endif
