@@ -363,39 +363,62 @@ static int bf16_dp(enum ft_dtype wt) {
 #endif
 }
 
-size_t ft_cpu_xq_bytes(enum ft_dtype wt, int K) {
-    if (K <= 0) return 0;
-    if (bf16_dp(wt)) return (size_t)K * 2;
-    if (!ft_dtype_is_block(wt)) return 0;
+/* Which activation form wt takes at K: bf16, x8 (K-quants: per 256), x32 (the other blocks
+ * and NVFP4 rows: per 32), or none. */
+enum xq_kind { XQ_NONE, XQ_BF16, XQ_X8, XQ_X32 };
+
+static enum xq_kind xq_kind(enum ft_dtype wt, int K) {
+    if (K <= 0) return XQ_NONE;
+    if (bf16_dp(wt)) return XQ_BF16;
+    if (wt == FT_DTYPE_NVFP4) return K % 32 ? XQ_NONE : XQ_X32;
+    if (!ft_dtype_is_block(wt)) return XQ_NONE;
     int g = ft_dtype_ggml(wt);
-    if (ft_ggml_x8_supported(g)) return ft_ggml_x8_bytes(K);
-    return 0;
+    if (ft_ggml_x8_supported(g)) return ft_ggml_x8_bytes(K) ? XQ_X8 : XQ_NONE;
+    if (ft_ggml_x32_supported(g)) return ft_ggml_x32_bytes(K) ? XQ_X32 : XQ_NONE;
+    return XQ_NONE;
+}
+
+size_t ft_cpu_xq_bytes(enum ft_dtype wt, int K) {
+    switch (xq_kind(wt, K)) {
+    case XQ_BF16: return (size_t)K * 2;
+    case XQ_X8: return ft_ggml_x8_bytes(K);
+    case XQ_X32: return ft_ggml_x32_bytes(K);
+    default: return 0;
+    }
 }
 
 void ft_cpu_xq_quant(enum ft_dtype wt, const float *x, int ldx, int K, int T, void *xq) {
-    FT_ASSERT(ft_cpu_xq_bytes(wt, K) > 0);
+    enum xq_kind k = xq_kind(wt, K);
+    FT_ASSERT(k != XQ_NONE);
 #ifdef FT_X86
-    if (bf16_dp(wt)) {
+    if (k == XQ_BF16) {
         to_bf16_rne(x, ldx, K, T, xq);
         return;
     }
 #endif
-    ft_ggml_quant_x8(x, ldx, K, T, xq);
+    if (k == XQ_X8) ft_ggml_quant_x8(x, ldx, K, T, xq);
+    else ft_ggml_quant_x32(x, ldx, K, T, xq);
 }
 
 void ft_cpu_matmul_rows_xq(float *y, int ldy, const void *xq, const void *w, enum ft_dtype wt,
                            int T, int n0, int n1, int K) {
     if (T <= 0 || n1 <= n0) return;
-    FT_ASSERT(ft_cpu_xq_bytes(wt, K) > 0);
+    enum xq_kind k = xq_kind(wt, K);
+    FT_ASSERT(k != XQ_NONE);
 #ifdef FT_X86
-    if (bf16_dp(wt)) {
+    if (k == XQ_BF16) {
         rowsbf(y, ldy, xq, w, T, n0, n1, K);
         return;
     }
 #endif
     size_t rb = ft_dtype_row_bytes(wt, K);
-    ft_ggml_dot_rows_x8(ft_dtype_ggml(wt), (const uint8_t *)w + (size_t)n0 * rb, rb, n1 - n0, xq,
-                        T, y + n0, ldy);
+    const uint8_t *w0 = (const uint8_t *)w + (size_t)n0 * rb;
+    if (wt == FT_DTYPE_NVFP4)
+        ft_nvfp4_r_dot_rows_x32(w0, rb, n1 - n0, xq, T, (size_t)K, y + n0, ldy);
+    else if (k == XQ_X8)
+        ft_ggml_dot_rows_x8(ft_dtype_ggml(wt), w0, rb, n1 - n0, xq, T, y + n0, ldy);
+    else
+        ft_ggml_dot_rows_x32(ft_dtype_ggml(wt), w0, rb, n1 - n0, xq, T, y + n0, ldy);
 }
 
 struct xq_ctx {
