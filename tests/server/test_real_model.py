@@ -28,7 +28,7 @@ import tempfile
 import time
 
 LOGIT_TOL = 1e-3  # the same dequantised weights in fp32 on both sides
-FAST_TOL = 0.5    # --cpu-act fast (measured 0.15 on logits of about 20)
+FAST_TOL = 0.5    # --cpu-act fast (measured 0.34 on logits of 10-16; top-1 margins 0.11-4.2)
 
 from harness import check, finish, run_groups, start_server, stop_server
 
