@@ -702,26 +702,41 @@ static int greedy(struct ft_model *m, struct ft_pool *pool, const int32_t *ids, 
     return rc;
 }
 
+/* at_load: the plan is made from the checkpoint's sizes and each layer registered as the
+ * loader fills it (ft_model_load_opts; the model owns the plan), else after the load. */
 static void run_fixture(const char *budget, const struct ft_platform *plat, int fail_call,
                         const int32_t *ids, int T, int n, int32_t *out, struct ft_pool *pool,
-                        struct ft_residency_stats *s, uint64_t *peak) {
+                        struct ft_residency_stats *s, uint64_t *peak, int at_load) {
     struct ft_model *m = NULL;
     struct ft_residency_plan *p = NULL;
     struct ft_pin_fake f;
-    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/qwen3_moe", &m));
-    if (!m) return;
     struct ft_residency_opts o = {.backend = ft_pin_fake_init(&f, 0, fail_call), .platform = plat,
                                   .pin_budget = budget, .budget.env = ""};
-    EXPECT_OK(ft_residency_plan(m, &o, &p));
+    struct ft_load_opts lo = {.residency = at_load ? &o : NULL};
+    EXPECT_OK(ft_model_load_opts(FT_TEST_DATA "/models/qwen3_moe", &lo, &m));
+    if (!m) return;
+    if (at_load) {
+        p = m->residency;
+        EXPECT(p != NULL);
+    } else {
+        EXPECT(m->residency == NULL);
+        EXPECT_OK(ft_residency_plan(m, &o, &p));
+        if (p) EXPECT_OK(ft_residency_apply(p, m));
+    }
     if (p) {
-        EXPECT_OK(ft_residency_apply(p, m));
         ft_residency_get_stats(p, s);
         *peak = f.peak_pinned_bytes;
+        uint64_t banks = 0; /* what was charged is what the banks hold */
+        for (int l = 0; l < m->n_layers; l++)
+            if (ft_residency_layer(p, l)->got == FT_RES_PINNED)
+                banks += m->layers[l].bank[0].bytes + m->layers[l].bank[1].bytes;
+        EXPECT_EQ(s->bytes[FT_RES_PINNED], banks);
+        EXPECT_EQ(f.pinned_bytes, banks);
         EXPECT_EQ(greedy(m, pool, ids, T, n, out), 0);
     }
-    ft_residency_plan_free(p);
+    if (!at_load) ft_residency_plan_free(p);
+    ft_model_free(m); /* frees the model's own plan first: unpinned before the banks go */
     EXPECT_EQ(f.pinned_bytes, 0);
-    ft_model_free(m);
 }
 
 TEST(capped_model_generates_same_tokens) {
@@ -737,28 +752,59 @@ TEST(capped_model_generates_same_tokens) {
     struct ft_residency_stats s0, s1, s2;
     uint64_t peak0 = 0, peak1 = 0, peak2 = 0;
     log_start();
-    /* uncapped: both MoE layers (0 and 2; 1 is dense) pinned */
-    run_fixture(NULL, &k_linux, 0, ids, T, n, base, pool, &s0, &peak0);
-    EXPECT_EQ(s0.n_layers[FT_RES_PINNED], 2);
-    /* faked WSL2, 40 KiB budget < 72 KiB of banks: auto keeps layer 0 on the CPU */
-    run_fixture("40K", &k_wsl, 0, ids, T, n, capped, pool, &s1, &peak1);
-    EXPECT_EQ(s1.n_layers[FT_RES_PINNED], 1);
-    EXPECT_EQ(s1.n_layers[FT_RES_LOCKED], 1);
-    EXPECT_STREQ(s1.cpu_layers, "0");
-    EXPECT(s1.bytes[FT_RES_PINNED] <= s1.budget_bytes);
-    EXPECT(peak1 <= 40 * KIB);
-    EXPECT(s1.bank_bytes > s1.budget_bytes);
-    /* and the one pinned layer refused by the "driver": everything on the CPU */
-    run_fixture("40K", &k_wsl, 1, ids, T, n, refused, pool, &s2, &peak2);
-    EXPECT_EQ(s2.n_layers[FT_RES_LOCKED], 2);
-    EXPECT_EQ(peak2, 0);
+    /* after the load, then (ft_model_load_opts) registering each layer as it is read */
+    for (int at_load = 0; at_load < 2; at_load++) {
+        fprintf(stderr, "  %s\n", at_load ? "registered while loading" : "registered after the load");
+        /* uncapped: both MoE layers (0 and 2; 1 is dense) pinned */
+        run_fixture(NULL, &k_linux, 0, ids, T, n, base, pool, &s0, &peak0, at_load);
+        EXPECT_EQ(s0.n_layers[FT_RES_PINNED], 2);
+        /* faked WSL2, 40 KiB budget < 72 KiB of banks: auto keeps layer 0 on the CPU */
+        run_fixture("40K", &k_wsl, 0, ids, T, n, capped, pool, &s1, &peak1, at_load);
+        EXPECT_EQ(s1.n_layers[FT_RES_PINNED], 1);
+        EXPECT_EQ(s1.n_layers[FT_RES_LOCKED], 1);
+        EXPECT_STREQ(s1.cpu_layers, "0");
+        EXPECT(s1.bytes[FT_RES_PINNED] <= s1.budget_bytes);
+        EXPECT(peak1 <= 40 * KIB);
+        EXPECT(s1.bank_bytes > s1.budget_bytes);
+        /* and the one pinned layer refused by the "driver": everything on the CPU */
+        run_fixture("40K", &k_wsl, 1, ids, T, n, refused, pool, &s2, &peak2, at_load);
+        EXPECT_EQ(s2.n_layers[FT_RES_LOCKED], 2);
+        EXPECT_EQ(peak2, 0);
+        int same = 1;
+        for (int g = 0; g < n; g++)
+            same &= base[g] == want[g] && capped[g] == base[g] && refused[g] == base[g];
+        CHECK_(same, "greedy tokens differ between the uncapped, capped and refused runs (%s)",
+               at_load ? "at load" : "after the load");
+    }
     log_stop();
-    int same = 1;
-    for (int g = 0; g < n; g++)
-        same &= base[g] == want[g] && capped[g] == base[g] && refused[g] == base[g];
-    CHECK_(same, "greedy tokens differ between the uncapped, capped and refused runs");
     ft_pool_free(pool);
     ft_st_close(ref);
+}
+
+/* The sizes a plan made before loading starts from are the banks' payload (bf16 and GGML
+ * blocks are copied as they are; the banks add alignment padding per expert, which
+ * registration charges), for a safetensors and a GGUF checkpoint. */
+TEST(file_expert_bytes_are_the_banks) {
+    static const char *const models[] = {FT_TEST_DATA "/models/qwen3_moe",
+                                         FT_TEST_DATA "/gguf/models/qwen3moe_q4km.gguf"};
+    for (int i = 0; i < 2; i++) {
+        struct ft_model *m = NULL;
+        EXPECT_OK(ft_model_load(models[i], &m));
+        if (!m) continue;
+        uint64_t bank[64] = {0};
+        EXPECT(m->n_layers <= 64);
+        ft_model_file_expert_bytes(m->gguf ? NULL : m->st, m->gguf, m->n_layers, bank);
+        int moe = 0;
+        for (int l = 0; l < m->n_layers; l++) {
+            const struct ft_bank *bk = m->layers[l].bank;
+            uint64_t b = m->layers[l].is_moe ? (uint64_t)bk[0].n_experts * (bk[0].row_bytes + bk[1].row_bytes) : 0;
+            moe += b > 0;
+            CHECK_(bank[l] == b, "%s layer %d: %llu bytes of expert tensors, banks %llu", models[i], l,
+                   (unsigned long long)bank[l], (unsigned long long)b);
+        }
+        EXPECT(moe > 0);
+        ft_model_free(m);
+    }
 }
 
 #endif /* FT_TESTING */

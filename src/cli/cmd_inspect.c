@@ -66,7 +66,6 @@ static enum ft_status st_sizes(const struct ft_st_set *set, int n_layers, struct
     for (int i = 0; i < ft_st_set_count(set); i++) {
         const struct ft_st_tensor *t = ft_st_set_at(set, i);
         uint64_t n = 1;
-        int l;
         for (int d = 0; d < t->n_dims; d++) n *= (uint64_t)t->shape[d];
         size_t nl = strlen(t->name); /* MXFP4 (gpt-oss): two weights per byte, scales are none */
         if (t->dtype == FT_DTYPE_U8 && nl > 7 && !strcmp(t->name + nl - 7, "_blocks")) n *= 2;
@@ -76,9 +75,8 @@ static enum ft_status st_sizes(const struct ft_st_set *set, int n_layers, struct
         if (!strstr(t->name, ".experts.")) continue;
         z->expert_params += n;
         z->expert_bytes += t->n_bytes;
-        if (sscanf(t->name, "model.layers.%d.", &l) == 1 && l >= 0 && l < n_layers)
-            z->bank[l] += t->n_bytes;
     }
+    ft_model_file_expert_bytes(set, NULL, n_layers, z->bank);
     return FT_OK;
 }
 
@@ -89,16 +87,14 @@ static enum ft_status gguf_sizes(const struct ft_gguf_file *f, int n_layers, str
     if (!z->bank) return ft_fail(FT_ERR_OOM, "inspect: out of memory");
     for (int64_t i = 0; i < ft_gguf_tensor_count(f); i++) {
         const struct ft_gguf_tensor *t = ft_gguf_tensor_at(f, i);
-        int l;
-        char fam[32];
         z->params += (uint64_t)t->n_elems;
         z->bytes += t->n_bytes;
         z->by_type[t->type] += t->n_bytes;
-        if (sscanf(t->name, "blk.%d.ffn_%31[a-z]_exps", &l, fam) != 2) continue;
+        if (ft_gguf_expert_layer(t->name) < 0) continue;
         z->expert_params += (uint64_t)t->n_elems;
         z->expert_bytes += t->n_bytes;
-        if (l >= 0 && l < n_layers) z->bank[l] += t->n_bytes;
     }
+    ft_model_file_expert_bytes(NULL, f, n_layers, z->bank);
     return FT_OK;
 }
 

@@ -19,6 +19,7 @@
 #include "core/threadpool.h"
 #include "engine/generate.h"
 #include "engine/sched.h"
+#include "mem/residency.h"
 #include "model/model.h"
 #include "server/http.h"
 #include "server/openai.h"
@@ -124,11 +125,15 @@ static enum ft_status load(const struct serve_opts *o, struct ft_server *srv, st
     FT_TRY(ft_tok_load(o->model, &l->tok));
     FT_TRY(ft_chat_template_detect(ft_tok_chat_template(l->tok), o->tmpl, &l->tmpl));
     FT_TRY(ft_pool_init(&l->pool, (int)o->threads));
-    FT_TRY(ft_model_load_ex(o->model, load_progress, srv, &l->model));
     struct ft_sched_opts so = {.max_running = (int)o->max_running, .max_prefill = (int)o->max_prefill,
                                .ctx_size = (int)o->ctx, .kv_tokens = (int)o->kv,
                                .queue_cap = (int)o->queue, .request_timeout_s = (double)o->req_timeout};
     ft_cli_backend_apply(&so.engine, &o->be, o->be_auto);
+    /* offload: the banks are registered while the checkpoint is read */
+    struct ft_residency_opts ro = {.pin_budget = so.engine.pin_budget, .cpu_layers = so.engine.cpu_layers};
+    struct ft_load_opts lo = {.progress = load_progress, .progress_ctx = srv,
+                              .residency = so.engine.backend == FT_BACKEND_OFFLOAD ? &ro : NULL};
+    FT_TRY(ft_model_load_opts(o->model, &lo, &l->model));
     FT_TRY(ft_sched_init(&l->sched, l->model, l->tok, l->pool, &so));
     struct ft_gen_params gp = {0};
     ft_cli_sampling_defaults(&l->model->cfg, &gp);

@@ -6,6 +6,7 @@
 #include "backend/cpu/ops.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "mem/residency.h"
 
 enum ft_status ft_session_open(struct ft_session *s, const char *model_dir, const char *synthetic,
                                int threads, const struct ft_engine_opts *eo) {
@@ -13,10 +14,13 @@ enum ft_status ft_session_open(struct ft_session *s, const char *model_dir, cons
     int64_t t0 = ft_time_us();
     enum ft_status st = ft_pool_init(&s->pool, threads);
     if (st != FT_OK) return st;
-    if (synthetic)
+    if (synthetic) {
         st = ft_model_synthetic(synthetic, s->pool, eo->seed ? eo->seed : 1, &s->model);
-    else
-        st = ft_model_load(model_dir, &s->model);
+    } else { /* offload: the banks are registered while the checkpoint is read */
+        struct ft_residency_opts ro = {.pin_budget = eo->pin_budget, .cpu_layers = eo->cpu_layers};
+        struct ft_load_opts lo = {.residency = eo->backend == FT_BACKEND_OFFLOAD ? &ro : NULL};
+        st = ft_model_load_opts(model_dir, &lo, &s->model);
+    }
     if (st == FT_OK) st = ft_engine_init(&s->engine, s->model, s->pool, eo);
     if (st != FT_OK) {
         ft_session_close(s);

@@ -49,6 +49,7 @@ struct ft_offload {
     int fault_kind, fault_at;       /* FT_TESTING: 1 no-op, 2 zero, the fault_at-th expert copy */
     struct ft_split split;          /* fetch-vs-compute split (offload / cpu / hybrid) */
     struct ft_residency_plan *plan; /* which banks are pinned (GPU layers) or CPU layers */
+    int own_plan;                   /* 0: the plan is the model's (registered while loading) */
     uint8_t *cpu_layer;             /* [L] 1: decode this layer's misses on the CPU */
     int n_cpu_layers;
     int pending_layer, pending_n;   /* the last copy batch, for the split's feedback */
@@ -294,8 +295,14 @@ static void checksum_banks(struct ft_offload *f) {
  * path. Layers left unpinned are CPU layers: their misses are computed on the CPU. */
 static enum ft_status register_banks(struct ft_offload *f, const struct ft_gpu_opts *o) {
     struct ft_residency_opts ro = {.pin_budget = o->pin_budget, .cpu_layers = o->cpu_layers};
-    enum ft_status st = ft_residency_plan(f->m, &ro, &f->plan);
-    if (st == FT_OK) st = ft_residency_apply(f->plan, (struct ft_model *)f->m);
+    enum ft_status st = FT_OK;
+    if (f->m->residency) { /* the loader registered the banks as it read them */
+        f->plan = f->m->residency;
+    } else {
+        f->own_plan = 1;
+        st = ft_residency_plan(f->m, &ro, &f->plan);
+        if (st == FT_OK) st = ft_residency_apply(f->plan, (struct ft_model *)f->m);
+    }
     if (st != FT_OK) return st;
     for (int l = 0; l < f->n_layers; l++) {
         if (!f->m->layers[l].is_moe) continue;
@@ -459,7 +466,7 @@ fail:
 void ft_offload_free(struct ft_offload *f) {
     if (!f) return;
     if (f->cs) cudaStreamSynchronize(f->cs);
-    ft_residency_plan_free(f->plan); /* unpins and unlocks the banks */
+    if (f->own_plan) ft_residency_plan_free(f->plan); /* unpins and unlocks the banks */
     if (f->cs) cudaStreamDestroy(f->cs);
     if (f->ev_copied) cudaEventDestroy(f->ev_copied);
     if (f->ev_t0) cudaEventDestroy(f->ev_t0);

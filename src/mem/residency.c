@@ -584,6 +584,10 @@ static void memlock_limit_text(char *buf, size_t cap, uint64_t *limit) {
 static void register_layer(struct ft_residency_plan *p, int l) {
     struct ft_residency_layer *y = &p->layers[l];
     const struct ft_pin_backend *be = p->be;
+    /* a plan made from the checkpoint's sizes before loading: charge what the banks hold */
+    uint64_t actual = 0;
+    for (int f = 0; f < FT_BANK_N_FAMILIES; f++) actual += p->m->layers[l].bank[f].bytes;
+    y->bytes = actual;
     if (y->want == FT_RES_PAGEABLE) {
         y->got = FT_RES_PAGEABLE;
         return;

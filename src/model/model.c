@@ -17,6 +17,7 @@
 #include "core/status.h"
 #include "format/fp_formats.h"
 #include "format/gguf.h"
+#include "mem/residency.h"
 #include "model/gguf_model.h"
 
 void *ft_model_alloc(struct ft_model *m, size_t bytes) {
@@ -647,11 +648,61 @@ uint64_t ft_model_bytes_per_token(const struct ft_model *m) {
 }
 
 enum ft_status ft_model_load(const char *dir, struct ft_model **out) {
-    return ft_model_load_ex(dir, NULL, NULL, out);
+    return ft_model_load_opts(dir, NULL, out);
 }
 
 enum ft_status ft_model_load_ex(const char *dir, ft_progress_fn progress, void *ctx,
                                 struct ft_model **out) {
+    struct ft_load_opts o = {.progress = progress, .progress_ctx = ctx};
+    return ft_model_load_opts(dir, &o, out);
+}
+
+int ft_gguf_expert_layer(const char *name) {
+    int l = -1, end = 0;
+    char fam[32];
+    /* %n: sscanf counts the conversions even when the "_exps." after them does not match */
+    if (sscanf(name, "blk.%d.ffn_%31[a-z]_exps.%n", &l, fam, &end) == 2 && end > 0) return l;
+    return -1;
+}
+
+void ft_model_file_expert_bytes(const struct ft_st_set *st, const struct ft_gguf_file *gguf,
+                                int n_layers, uint64_t *bank) {
+    memset(bank, 0, (size_t)n_layers * sizeof *bank);
+    int64_t n = gguf ? ft_gguf_tensor_count(gguf) : st ? ft_st_set_count(st) : 0;
+    for (int64_t i = 0; i < n; i++) {
+        int l = -1;
+        if (gguf) {
+            const struct ft_gguf_tensor *t = ft_gguf_tensor_at(gguf, i);
+            if ((l = ft_gguf_expert_layer(t->name)) >= 0 && l < n_layers) bank[l] += t->n_bytes;
+        } else {
+            const struct ft_st_tensor *t = ft_st_set_at(st, (int)i);
+            if (strstr(t->name, ".experts.") && sscanf(t->name, "model.layers.%d.", &l) == 1 &&
+                l >= 0 && l < n_layers)
+                bank[l] += t->n_bytes;
+        }
+    }
+}
+
+/* Plans the banks' residency from the checkpoint's expert sizes and starts the registration
+ * thread, which takes each layer once ft_residency_layer_filled says so. */
+static enum ft_status residency_start(struct ft_model *m, const struct ft_residency_opts *ro) {
+    uint64_t *bank = calloc((size_t)m->n_layers, sizeof *bank);
+    if (!bank) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
+    ft_model_file_expert_bytes(m->gguf ? NULL : m->st, m->gguf, m->n_layers, bank);
+    for (int l = 0; l < m->n_layers; l++)
+        if (!ft_model_layer_is_moe(m, l)) bank[l] = 0;
+    enum ft_status st = ft_residency_plan_sizes(m->n_layers, bank, ro, &m->residency);
+    free(bank);
+    if (st == FT_OK) st = ft_residency_apply_async(m->residency, m);
+    return st;
+}
+
+enum ft_status ft_model_load_opts(const char *dir, const struct ft_load_opts *o,
+                                  struct ft_model **out) {
+    static const struct ft_load_opts none = {0};
+    if (!o) o = &none;
+    ft_progress_fn progress = o->progress;
+    void *ctx = o->progress_ctx;
     *out = NULL;
     enum ft_status st;
     struct ft_model *m = calloc(1, sizeof *m);
@@ -695,8 +746,10 @@ enum ft_status ft_model_load_ex(const char *dir, ft_progress_fn progress, void *
     for (int64_t i = 0; m->gguf && i < ft_gguf_tensor_count(m->gguf); i++)
         file_bytes += ft_gguf_tensor_at(m->gguf, i)->n_bytes; /* st lacks the experts */
     int talk = file_bytes > ((uint64_t)4 << 30), last_tenth = 0;
+    if (o->residency && (m->arch->flags & FT_ARCH_MOE)) FT_TRY(residency_start(m, o->residency));
     for (int l = 0; l < m->n_layers; l++) {
         FT_TRY(load_layer(m, l));
+        ft_residency_layer_filled(m->residency, l); /* its banks: register while we read on */
         double frac = (double)(l + 1) / m->n_layers;
         if (progress) progress(ctx, frac);
         if (talk && (int)(frac * 10) > last_tenth) { /* long loads say where they are */
@@ -706,6 +759,7 @@ enum ft_status ft_model_load_ex(const char *dir, ft_progress_fn progress, void *
         }
     }
     FT_TRY(check_unused(m));
+    if (m->residency) FT_TRY(ft_residency_wait(m->residency));
     ft_model_sizes(m);
     *out = m;
     return FT_OK;
@@ -716,6 +770,7 @@ fail:
 
 void ft_model_free(struct ft_model *m) {
     if (!m) return;
+    ft_residency_plan_free(m->residency); /* joins its thread, unpins: before the banks go */
     for (int l = 0; m->layers && l < m->n_layers; l++)
         for (int f = 0; f < FT_BANK_N_FAMILIES; f++) ft_bank_free(&m->layers[l].bank[f]);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);

@@ -74,6 +74,8 @@ struct ft_model {
     float attn_scale;           /* q.k scale (Gemma: 1/sqrt(query_pre_attn_scalar)); 0 = 1/sqrt(hd) */
     int gelu_tanh;              /* dense MLP activation: GELU-tanh instead of SiLU */
     int rot_dim;
+    struct ft_residency_plan *residency; /* banks registered as they loaded (ft_load_opts), or
+                                            NULL; freed (unpinned) before the banks */
     /* sizes, for inspect/bench */
     uint64_t n_params, n_params_active, expert_bytes, dense_bytes;
     /* owned buffers */
@@ -89,6 +91,29 @@ enum ft_status ft_model_load(const char *dir, struct ft_model **out);
 typedef void (*ft_progress_fn)(void *ctx, double fraction);
 enum ft_status ft_model_load_ex(const char *dir, ft_progress_fn progress, void *ctx,
                                 struct ft_model **out);
+/* The same with options. residency (may be NULL): plan where the MoE layers' banks will live
+ * (mem/residency.h: pin budget, pinned -> mlock -> pageable) from the checkpoint's expert sizes
+ * before any layer is read, then register each layer on the plan's background thread as soon
+ * as its banks are filled, while the loader reads the next ones; the load waits for the last
+ * registration (the table is logged) and leaves the plan in m->residency for the offload
+ * backend to adopt. */
+struct ft_residency_opts;
+struct ft_load_opts {
+    ft_progress_fn progress;
+    void *progress_ctx;
+    const struct ft_residency_opts *residency;
+};
+enum ft_status ft_model_load_opts(const char *dir, const struct ft_load_opts *o,
+                                  struct ft_model **out);
+/* Bytes of each layer's expert tensors in a checkpoint (GGUF blk.N.ffn_*_exps, or safetensors
+ * model.layers.N.*.experts.*; give one of gguf and st), into bank[0..n_layers) (zeroed first):
+ * what the banks will hold, but for their alignment padding and the scales FP8/NVFP4
+ * repacking moves into rows. */
+struct ft_gguf_file;
+/* The layer of a GGUF routed-expert tensor ("blk.N.ffn_{gate,up,down,...}_exps.*"), else -1. */
+int ft_gguf_expert_layer(const char *name);
+void ft_model_file_expert_bytes(const struct ft_st_set *st, const struct ft_gguf_file *gguf,
+                                int n_layers, uint64_t *bank);
 void ft_model_free(struct ft_model *m);
 
 /* Computes RoPE inverse frequencies and the attention factor from cfg (rot_dim/2 values). */
