@@ -314,6 +314,21 @@ TEST(offload_with_capped_pin_budget) {
     ft_model_free(m);
 }
 
+/* gpt-oss (sinks, alternating windows, router and expert biases, clamped SwiGLU; bf16 and MXFP4
+ * experts) resident, offloaded, and with misses on the CPU: the GPU kernels are behind
+ * FREETOKEN_GPU_GPT_OSS=1 until this passes on the GPU machine. */
+TEST(gpt_oss_through_cuda) {
+    setenv("FREETOKEN_GPU_GPT_OSS", "1", 1);
+    check("gpt_oss", 5e-2, 1e-3);
+    check("gpt_oss_mxfp4", 5e-2, 1e-3);
+    check("gpt_oss_mxfp4.gguf", 5e-2, 1e-3);
+    split_case("gpt_oss", 1);
+    split_case("gpt_oss_mxfp4", 2);
+    offload_case("gpt_oss", 3, 1, NULL);
+    offload_case("gpt_oss_mxfp4", 3, 2, NULL);
+    unsetenv("FREETOKEN_GPU_GPT_OSS");
+}
+
 TEST(cpu_and_hybrid_match_resident) {
     const char *moe[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2_moe", "mixtral"};
     for (int i = 0; i < 4; i++) {

@@ -142,8 +142,13 @@ TEST(paged_attention_matches_cpu) {
         int32_t tables[2 * 4] = {7, 2, 11, 0, 9, 4, 3, 0};
         int32_t pos[T] = {60, 61, 20, 0}, seq[T] = {0, 0, 1, 1};
         const int32_t *blocks[T] = {t0, t0, t1, t1};
-        for (int window = 0; window <= 9; window += 9) {
-            ft_cpu_attention_paged(g_pool, ref, q, kp, vp, pos, blocks, BS, T, NH, NKV, hd, 0.3f, window, NULL);
+        float sinks[NH];
+        for (int h = 0; h < NH; h++) sinks[h] = 2.0f * frand();
+        float *dsinks = up(sinks, sizeof sinks);
+        for (int window = 0; window <= 18; window += 9) { /* 18: no window, with sinks */
+            const float *sk = window == 18 ? sinks : NULL;
+            int win = window == 18 ? 0 : window;
+            ft_cpu_attention_paged(g_pool, ref, q, kp, vp, pos, blocks, BS, T, NH, NKV, hd, 0.3f, win, sk);
             float *dk = up(kp, (size_t)NB * BS * kvd * 4), *dv = up(vp, (size_t)NB * BS * kvd * 4);
             float *dq = up(q, (size_t)T * NH * hd * 4), *dout = up(NULL, (size_t)T * NH * hd * 4);
             int32_t *dpos = up(pos, sizeof pos), *dseq = up(seq, sizeof seq), *dtab = up(tables, sizeof tables);
@@ -151,10 +156,11 @@ TEST(paged_attention_matches_cpu) {
                 float *dpart = up(NULL, ft_cuda_attention_scratch(T, NH, hd, split));
                 cudaMemset(dout, 0, (size_t)T * NH * hd * 4);
                 ft_cuda_attention(dout, dpart, dq, dk, dv, dpos, dseq, dtab, 4, BS, T, NH, NKV, hd,
-                                  0.3f, window, 64, split, 0);
+                                  0.3f, win, sk ? dsinks : NULL, 64, split, 0);
                 float *got = down(dout, (size_t)T * NH * hd);
                 char what[80];
-                snprintf(what, sizeof what, "paged attention hd=%d window=%d split=%d", hd, window, split);
+                snprintf(what, sizeof what, "paged attention hd=%d window=%d%s split=%d", hd, win,
+                         sk ? " sinks" : "", split);
                 EXPECT_NMSE(got, ref, (size_t)T * NH * hd, 1e-10, what);
                 free(got);
                 cudaFree(dpart);
@@ -162,7 +168,51 @@ TEST(paged_attention_matches_cpu) {
             cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dout), cudaFree(dpos), cudaFree(dseq), cudaFree(dtab);
         }
         free(kp), free(vp), free(q), free(ref);
+        cudaFree(dsinks);
     }
+}
+
+/* gpt-oss's expert pieces: the clamped SwiGLU, and expert biases on decode pairs (one pair left
+ * to the CPU) and on prefill rows sorted by expert (empty experts, a batch mask). */
+TEST(gpt_oss_expert_ops) {
+    enum { R = 9, I = 37, E = 5, N = 29 };
+    float *gu = rnd((size_t)R * 2 * I), *ref = malloc((size_t)R * I * 4);
+    for (int i = 0; i < R * 2 * I; i++) gu[i] *= 12.0f; /* beyond the limit on both sides */
+    ft_cpu_swiglu_clamped(ref, gu, R, I, 7.0f, 1.702f);
+    float *dgu = up(gu, (size_t)R * 2 * I * 4), *dout = up(NULL, (size_t)R * I * 4);
+    ft_cuda_swiglu_clamped(dout, dgu, R, I, 7.0f, 1.702f, 0);
+    float *got = down(dout, (size_t)R * I);
+    EXPECT_NMSE(got, ref, (size_t)R * I, 1e-10, "clamped swiglu (limit 7, alpha 1.702)");
+    free(got);
+    float *bias = rnd((size_t)E * N), *y = rnd((size_t)R * N), *want = malloc((size_t)R * N * 4);
+    float *dbias = up(bias, (size_t)E * N * 4), *dy = up(y, (size_t)R * N * 4);
+    /* decode pairs: expert ids, and slots with pair 4 computed on the CPU (-1) */
+    int32_t eids[R] = {4, 0, 2, 2, 1, 3, 0, 4, 1}, mask[R] = {0, 1, 2, 3, -1, 5, 6, 7, 8};
+    int32_t *deids = up(eids, sizeof eids), *dmask = up(mask, sizeof mask);
+    memcpy(want, y, (size_t)R * N * 4);
+    for (int p = 0; p < R; p++)
+        for (int n = 0; n < N && mask[p] >= 0; n++) want[p * N + n] += bias[eids[p] * N + n];
+    ft_cuda_moe_add_bias(dy, dbias, deids, dmask, R, N, 0);
+    got = down(dy, (size_t)R * N);
+    EXPECT_NMSE(got, want, (size_t)R * N, 1e-12, "expert bias on decode pairs");
+    free(got);
+    /* prefill rows sorted by expert: experts 1 and 3 empty; the batch holds 0, 2 and 4 but not
+     * 2's slot (-1), so 2's rows stay as they were */
+    int32_t offs[E + 1] = {0, 3, 3, 6, 6, 9}, slot_of[E] = {0, -1, -1, -1, 1};
+    int32_t *doffs = up(offs, sizeof offs), *dslot = up(slot_of, sizeof slot_of);
+    cudaMemcpy(dy, y, (size_t)R * N * 4, cudaMemcpyHostToDevice);
+    memcpy(want, y, (size_t)R * N * 4);
+    for (int e = 0; e < E; e++)
+        for (int r = offs[e]; r < offs[e + 1]; r++)
+            for (int n = 0; n < N && slot_of[e] >= 0; n++) want[r * N + n] += bias[e * N + n];
+    ft_cuda_moe_add_bias_sorted(dy, dbias, doffs, dslot, E, R, N, 0);
+    got = down(dy, (size_t)R * N);
+    EXPECT_NMSE(got, want, (size_t)R * N, 1e-12, "expert bias on sorted rows, batch mask");
+    free(got);
+    EXPECT_OK(ft_cuda_check("gpt-oss ops"));
+    free(gu), free(ref), free(bias), free(y), free(want);
+    cudaFree(dgu), cudaFree(dout), cudaFree(dbias), cudaFree(dy), cudaFree(deids), cudaFree(dmask);
+    cudaFree(doffs), cudaFree(dslot);
 }
 
 TEST(moe_router_and_experts) {

@@ -343,11 +343,15 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                               struct ft_pool *pool, const struct ft_engine_opts *opts) {
     *out = NULL;
     int gpu = opts->backend == FT_BACKEND_CUDA || opts->backend == FT_BACKEND_OFFLOAD;
-    if (gpu && (m->arch->flags & (FT_ARCH_OAI_MOE | FT_ARCH_GEMMA))) { /* CPU-only archs */
+    /* gpt-oss's GPU kernels (sinks, router and expert biases, clamped SwiGLU) are written but
+     * not yet verified on a GPU: FREETOKEN_GPU_GPT_OSS=1 turns them on (test_gpu_model does) */
+    const char *oai = getenv("FREETOKEN_GPU_GPT_OSS");
+    unsigned cpu_only = FT_ARCH_GEMMA | (oai && !strcmp(oai, "1") ? 0 : FT_ARCH_OAI_MOE);
+    if (gpu && (m->arch->flags & cpu_only)) { /* CPU-only archs */
         if (!opts->backend_auto)
             return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it "
-                           "yet (gpt-oss: attention sinks, expert biases; Gemma 3: extra norms, "
-                           "local RoPE); use --backend cpu", m->arch->name);
+                           "yet (gpt-oss: kernels unverified, FREETOKEN_GPU_GPT_OSS=1 to try them; "
+                           "Gemma 3: extra norms, local RoPE); use --backend cpu", m->arch->name);
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
     }

@@ -36,6 +36,10 @@ struct gpu_layer {
     int gu_dt, dn_dt;                 /* enum ft_dtype of gu / down (bf16 or a block format) */
     uint16_t *sh_gu, *sh_down, *sh_score; /* sh_gu [2Is, H] */
     int is_moe, has_shared, window;
+    /* gpt-oss: attention sinks [n_heads], router bias [E], expert biases [E][2I], [E][H] and
+     * the clamped SwiGLU (act_limit > 0); NULL / 0 otherwise */
+    float *sinks, *router_b, *gu_b, *dn_b;
+    float act_limit, act_alpha;
 };
 
 struct ft_gpu {
@@ -215,6 +219,7 @@ static enum ft_status upload(struct ft_gpu *g) {
         L->bk = up_f(g, hl->bk, kd, &st);
         L->bv = up_f(g, hl->bv, kd, &st);
         L->bo = up_f(g, hl->bo, H, &st);
+        L->sinks = up_f(g, hl->sinks, (size_t)m->n_heads, &st);
         const struct ft_weight *qkv[3] = {&hl->wq, &hl->wk, &hl->wv};
         L->wqkv = up_cat(g, qkv, 3, &st);
         L->wo = up_w(g, &hl->wo, &st);
@@ -228,6 +233,10 @@ static enum ft_status upload(struct ft_gpu *g) {
             continue;
         }
         L->router = up_w(g, &hl->router, &st);
+        L->router_b = up_f(g, hl->router_bias, (size_t)m->n_experts, &st);
+        L->gu_b = up_f(g, hl->act.gu_bias, (size_t)m->n_experts * 2 * m->expert_inter, &st);
+        L->dn_b = up_f(g, hl->act.down_bias, (size_t)m->n_experts * H, &st);
+        L->act_limit = hl->act.limit, L->act_alpha = hl->act.alpha;
         if (!g->o.offload) { /* resident; the offload backend keeps them in the host banks */
             L->gu = up_bank(g, &hl->bank[FT_BANK_GATE_UP], &st);
             L->down = up_bank(g, &hl->bank[FT_BANK_DOWN], &st);
@@ -385,6 +394,13 @@ static size_t expert_stride(const struct ft_gpu *g, int l, int fam) {
     return g->m->layers[l].bank[fam].row_bytes;
 }
 
+/* The experts' activation on [rows, 2I] gate/up rows: SiLU, or gpt-oss's clamped SwiGLU. */
+static void expert_act(struct ft_gpu *g, const struct gpu_layer *L, float *out, const float *gu,
+                       int rows, int I) {
+    if (L->act_limit > 0) ft_cuda_swiglu_clamped(out, gu, rows, I, L->act_limit, L->act_alpha, g->s);
+    else ft_cuda_silu_mul(out, gu, rows, I, g->s);
+}
+
 static enum ft_status moe_prefill_batch(void *ctx, int first, int last) {
     struct prefill_batch *pb = ctx;
     struct ft_gpu *g = pb->g;
@@ -395,10 +411,14 @@ static enum ft_status moe_prefill_batch(void *ctx, int first, int last) {
     const void *gu = g->off ? ft_offload_gu(g->off) : pb->L->gu;
     const void *dn = g->off ? ft_offload_down(g->off) : pb->L->down;
     const int32_t *slot_of = g->off ? g->d_slot_of : NULL;
-    expert_gemm(g, g->mgu, g->xg16, gu, pb->L->gu_dt, expert_stride(g, pb->l, 0), slot_of, 2 * I, H, pb->T);
-    ft_cuda_silu_mul(g->mact, g->mgu, R, I, s); /* rows of later batches are redone with them */
+    const struct gpu_layer *L = pb->L;
+    int E = m->n_experts;
+    expert_gemm(g, g->mgu, g->xg16, gu, L->gu_dt, expert_stride(g, pb->l, 0), slot_of, 2 * I, H, pb->T);
+    if (L->gu_b) ft_cuda_moe_add_bias_sorted(g->mgu, L->gu_b, g->offsets, slot_of, E, R, 2 * I, s);
+    expert_act(g, L, g->mact, g->mgu, R, I); /* rows of later batches are redone with them */
     ft_cuda_to_bf16(g->mact16, g->mact, (size_t)R * I, s);
-    expert_gemm(g, g->my, g->mact16, dn, pb->L->dn_dt, expert_stride(g, pb->l, 1), slot_of, H, I, pb->T);
+    expert_gemm(g, g->my, g->mact16, dn, L->dn_dt, expert_stride(g, pb->l, 1), slot_of, H, I, pb->T);
+    if (L->dn_b) ft_cuda_moe_add_bias_sorted(g->my, L->dn_b, g->offsets, slot_of, E, R, H, s);
     return FT_OK;
 }
 
@@ -484,7 +504,7 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
         ft_cuda_attention(g->att, g->att_part, g->q, g->k_cache + layer_off, g->v_cache + layer_off,
                           g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T,
                           m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window,
-                          g->o.max_ctx, g->att_split_small, s);
+                          L->sinks, g->o.max_ctx, g->att_split_small, s);
         prof_mark(g, P_ATTN);
         struct ft_cuda_gemv_args o = {{g->x, NULL, NULL}, H, 0, H, {L->bo, NULL, NULL}, g->att,
                                       L->wo, NULL, 0.0f, NULL, 1, T, H, qd};
@@ -504,13 +524,14 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
         }
         int I = m->expert_inter;
         /* router logits with the fused ffn norm; the normalised rows land in xn for the experts */
-        struct ft_cuda_gemv_args rt = {{g->router, NULL, NULL}, E, 0, E, {NULL, NULL, NULL}, g->x,
-                                       L->router, L->ffn_norm, eps, g->xn, 0, T, E, H};
+        struct ft_cuda_gemv_args rt = {{g->router, NULL, NULL}, E, 0, E, {L->router_b, NULL, NULL},
+                                       g->x, L->router, L->ffn_norm, eps, g->xn, 0, T, E, H};
         ft_cuda_gemv_ex(&rt, s);
         int32_t *ids = g->d_topk_all + (size_t)l * MAX_GRAPH_T * k; /* kept for the distinct count */
         route(g, l, T, ids);
         prof_mark(g, P_ROUTER);
         const void *gu = L->gu, *dn = L->down;
+        const int32_t *eids = ids; /* expert ids (ids becomes the slots when offloading) */
         int n_cpu = 0;
         const int32_t *h_ids = g->h_topk_all + (size_t)l * MAX_GRAPH_T * k;
         if (g->off) { /* the router's ids come back; misses are copied into cache slots */
@@ -526,8 +547,10 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
             ids = g->d_slots, gu = ft_offload_gu(g->off), dn = ft_offload_down(g->off);
         }
         expert_gemv(g, g->mgu, g->xn, k, gu, L->gu_dt, expert_stride(g, l, 0), ids, T * k, 2 * I, H);
-        ft_cuda_silu_mul(g->mact, g->mgu, T * k, I, s);
+        if (L->gu_b) ft_cuda_moe_add_bias(g->mgu, L->gu_b, eids, ids, T * k, 2 * I, s);
+        expert_act(g, L, g->mact, g->mgu, T * k, I);
         expert_gemv(g, g->my, g->mact, 1, dn, L->dn_dt, expert_stride(g, l, 1), ids, T * k, H, I);
+        if (L->dn_b) ft_cuda_moe_add_bias(g->my, L->dn_b, eids, ids, T * k, H, s);
         ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += routed experts (GPU) */
         if (n_cpu) { /* the rest on the CPU from the host banks, while the GPU works */
             int64_t t0 = ft_time_us();
@@ -587,7 +610,7 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
         ft_cuda_attention(g->att, g->att_part, g->q, g->k_cache + layer_off, g->v_cache + layer_off,
                           g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T,
                           m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window,
-                          max_pos, split, s);
+                          L->sinks, max_pos, split, s);
         ft_cuda_to_bf16(g->att16, g->att, (size_t)T * qd, s);
         if ((st = mm(g, g->y, H, g->att, g->att16, L->wo, L->bo, T, H, qd)) != FT_OK) break;
         ft_cuda_add_rmsnorm(g->x, g->y, g->xn, g->xn16, L->ffn_norm, T, H, m->rms_eps, s);
@@ -599,7 +622,7 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
             if (st == FT_OK) st = mm(g, g->y, H, g->act, g->act16, L->w_down, NULL, T, H, I);
             continue;
         }
-        if ((st = mm(g, g->router, E, g->xn, g->xn16, L->router, NULL, T, E, H)) != FT_OK) break;
+        if ((st = mm(g, g->router, E, g->xn, g->xn16, L->router, L->router_b, T, E, H)) != FT_OK) break;
         route(g, l, T, g->topk);
         if ((st = moe_prefill(g, L, l, T)) != FT_OK) break;
         if (L->has_shared) {
@@ -871,7 +894,7 @@ void ft_gpu_free(struct ft_gpu *g) {
         struct gpu_layer *L = &g->L[l];
         void *ps[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->bq, L->bk, L->bv, L->bo,
                       L->wqkv, L->wo, L->w_gu, L->w_down, L->router, L->gu, L->down, L->sh_gu,
-                      L->sh_down, L->sh_score};
+                      L->sh_down, L->sh_score, L->sinks, L->router_b, L->gu_b, L->dn_b};
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) dfree(ps[i]);
     }
     if (g->lm_head != g->embed) dfree(g->lm_head);

@@ -128,17 +128,6 @@ static void add_expert_bias(const struct ft_moe_exec *x, float *rows, int ld, co
     }
 }
 
-/* gpt-oss: act = (clamp(up, -lim, lim) + 1) * g * sigmoid(alpha g), g = min(gate, lim) */
-static void clamped_swiglu(float *act, const float *gu, int R, int I, float lim, float alpha) {
-    for (int r = 0; r < R; r++)
-        for (int i = 0; i < I; i++) {
-            float g = gu[(size_t)r * 2 * I + i], u = gu[(size_t)r * 2 * I + I + i];
-            g = g < lim ? g : lim;
-            u = u < -lim ? -lim : u > lim ? lim : u;
-            act[(size_t)r * I + i] = (u + 1.0f) * (g * ft_sigmoid(g * alpha));
-        }
-}
-
 int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
                           const struct ft_bank *gate_up, const struct ft_bank *down,
                           const struct ft_expert_act *act, const float *in, const int *tok,
@@ -163,7 +152,7 @@ int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
     }
     run_pass(x, pool, gate_up, x->xg, R, x->gu, n_active);
     add_expert_bias(x, x->gu, 2 * I, act ? act->gu_bias : NULL, 2 * I, n_active);
-    if (act && act->limit > 0) clamped_swiglu(x->act, x->gu, R, I, act->limit, act->alpha);
+    if (act && act->limit > 0) ft_cpu_swiglu_clamped(x->act, x->gu, R, I, act->limit, act->alpha);
     else ft_cpu_silu_mul(x->act, x->gu, R, I);
     run_pass(x, pool, down, x->act, R, x->y, n_active);
     add_expert_bias(x, x->y, H, act ? act->down_bias : NULL, H, n_active);

@@ -66,6 +66,16 @@ void ft_cpu_silu_mul(float *out, const float *gate_up, int T, int I) {
     }
 }
 
+void ft_cpu_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit, float alpha) {
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < I; i++) {
+            float g = gate_up[(size_t)t * 2 * I + i], u = gate_up[(size_t)t * 2 * I + I + i];
+            g = g < limit ? g : limit;
+            u = u < -limit ? -limit : u > limit ? limit : u;
+            out[(size_t)t * I + i] = (u + 1.0f) * (g * ft_sigmoid(g * alpha));
+        }
+}
+
 void ft_cpu_gelu_tanh_mul(float *out, const float *gate_up, int T, int I) {
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
     for (int t = 0; t < T; t++) {

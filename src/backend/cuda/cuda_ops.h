@@ -44,9 +44,20 @@ size_t ft_cuda_attention_scratch(int T, int n_heads, int head_dim, int n_split);
 void ft_cuda_attention(float *out, float *scratch, const float *q, const float *k_cache,
                        const float *v_cache, const int32_t *pos, const int32_t *tok_seq,
                        const int32_t *tables, int max_blocks, int block_size, int T, int n_heads,
-                       int n_kv_heads, int head_dim, float scale, int window, int max_pos,
-                       int n_split, cudaStream_t s);
+                       int n_kv_heads, int head_dim, float scale, int window, const float *sinks,
+                       int max_pos, int n_split, cudaStream_t s);
 void ft_cuda_silu_mul(float *out, const float *gate_up, int T, int I, cudaStream_t s);
+/* ft_cpu_swiglu_clamped's twin (gpt-oss's activation on [gate I | up I] rows) */
+void ft_cuda_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit,
+                            float alpha, cudaStream_t s);
+/* Expert biases (gpt-oss). Decode pairs: y[p, :] += bias[eids[p], :] where mask[p] >= 0 (the
+ * pairs the GPU computed; mask NULL: eids). Prefill rows sorted by expert (ft_cuda_moe_sort's
+ * offsets, R rows): y[r, :] += bias[e(r), :] for the experts with slot_of[e] >= 0 (the batch
+ * being computed; slot_of NULL: all). bias: [E, N]. */
+void ft_cuda_moe_add_bias(float *y, const float *bias, const int32_t *eids, const int32_t *mask,
+                          int P, int N, cudaStream_t s);
+void ft_cuda_moe_add_bias_sorted(float *y, const float *bias, const int32_t *offsets,
+                                 const int32_t *slot_of, int E, int R, int N, cudaStream_t s);
 void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s);
 /* y[t, n] += bias[n] for t < T (row stride ldy) */
 void ft_cuda_add_bias(float *y, int ldy, const float *bias, int T, int N, cudaStream_t s);

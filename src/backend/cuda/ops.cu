@@ -286,15 +286,18 @@ __global__ void attention_split_kernel(float *part, const float *q, const float 
     }
 }
 
-__global__ void attention_merge_kernel(float *out, const float *part, int n_heads, int hd, int n_split) {
+/* sinks (may be NULL): per head a logit that joins the softmax's denominator with no value
+ * (gpt-oss), as ft_cpu_attention_paged */
+__global__ void attention_merge_kernel(float *out, const float *part, const float *sinks,
+                                       int n_heads, int hd, int n_split) {
     pdl_enter();
     int t = blockIdx.x, h = blockIdx.y;
     const float *pp = part + ((size_t)t * n_heads + h) * n_split * (hd + 2);
-    float M = -INFINITY;
+    float M = sinks ? sinks[h] : -INFINITY;
     for (int s = 0; s < n_split; s++) M = fmaxf(M, pp[(size_t)s * (hd + 2)]);
     float *oh = out + ((size_t)t * n_heads + h) * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float L = 0.0f, o = 0.0f;
+        float L = sinks ? __expf(sinks[h] - M) : 0.0f, o = 0.0f;
         for (int s = 0; s < n_split; s++) {
             const float *q = pp + (size_t)s * (hd + 2);
             if (q[1] == 0.0f) continue;
@@ -314,14 +317,14 @@ extern "C" void ft_cuda_attention(float *out, float *scratch, const float *q, co
                                   const float *v_cache, const int32_t *pos, const int32_t *tok_seq,
                                   const int32_t *tables, int max_blocks, int block_size, int T,
                                   int n_heads, int n_kv_heads, int head_dim, float scale, int window,
-                                  int max_pos, int n_split, cudaStream_t s) {
+                                  const float *sinks, int max_pos, int n_split, cudaStream_t s) {
     int ch = (max_pos + n_split - 1) / n_split;
     if (ch < 1) ch = 1;
     launch(attention_split_kernel, dim3(T, n_heads, n_split), ATT_WARPS * WARP, 0, s, scratch, q,
            k_cache, v_cache, pos, tok_seq, tables, max_blocks, block_size, n_heads, n_kv_heads,
            head_dim, scale, window, ch, n_split);
     launch(attention_merge_kernel, dim3(T, n_heads), head_dim <= 128 ? 128 : 256, 0, s, out,
-           scratch, n_heads, head_dim, n_split);
+           scratch, sinks, n_heads, head_dim, n_split);
 }
 
 __global__ void add_bias_kernel(float *y, int ldy, const float *bias, int N) {
@@ -345,6 +348,58 @@ __global__ void silu_mul_kernel(float *out, const float *gu, int I, size_t n) {
 extern "C" void ft_cuda_silu_mul(float *out, const float *gate_up, int T, int I, cudaStream_t s) {
     size_t n = (size_t)T * I;
     launch(silu_mul_kernel, cdiv(n, 256), 256, 0, s, out, gate_up, I, n);
+}
+
+__global__ void swiglu_clamped_kernel(float *out, const float *gu, int I, size_t n, float limit,
+                                      float alpha) {
+    pdl_enter();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    size_t t = i / I, j = i % I;
+    float g = fminf(gu[t * 2 * I + j], limit), u = fminf(fmaxf(gu[t * 2 * I + I + j], -limit), limit);
+    out[i] = (u + 1.0f) * (g / (1.0f + __expf(-alpha * g)));
+}
+
+extern "C" void ft_cuda_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit,
+                                       float alpha, cudaStream_t s) {
+    size_t n = (size_t)T * I;
+    launch(swiglu_clamped_kernel, cdiv(n, 256), 256, 0, s, out, gate_up, I, n, limit, alpha);
+}
+
+/* y[p, :] += bias[eids[p], :] for the pairs the GPU computed (mask[p] >= 0) */
+__global__ void moe_add_bias_kernel(float *y, const float *bias, const int32_t *eids,
+                                    const int32_t *mask, int N) {
+    pdl_enter();
+    int p = blockIdx.x;
+    if (mask[p] < 0) return;
+    const float *b = bias + (size_t)eids[p] * N;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) y[(size_t)p * N + n] += b[n];
+}
+
+extern "C" void ft_cuda_moe_add_bias(float *y, const float *bias, const int32_t *eids,
+                                     const int32_t *mask, int P, int N, cudaStream_t s) {
+    launch(moe_add_bias_kernel, P, 256, 0, s, y, bias, eids, mask ? mask : eids, N);
+}
+
+/* rows sorted by expert: row r belongs to the e with offsets[e] <= r < offsets[e + 1] */
+__global__ void moe_add_bias_sorted_kernel(float *y, const float *bias, const int32_t *offsets,
+                                           const int32_t *slot_of, int E, int N) {
+    pdl_enter();
+    int r = blockIdx.x, lo = 0, hi = E; /* the last e with offsets[e] <= r */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (offsets[mid] <= r) lo = mid;
+        else hi = mid;
+    }
+    if (slot_of && slot_of[lo] < 0) return; /* not in this batch: its rows are done in another */
+    const float *b = bias + (size_t)lo * N;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) y[(size_t)r * N + n] += b[n];
+}
+
+extern "C" void ft_cuda_moe_add_bias_sorted(float *y, const float *bias, const int32_t *offsets,
+                                            const int32_t *slot_of, int E, int R, int N,
+                                            cudaStream_t s) {
+    if (R > 0) launch(moe_add_bias_sorted_kernel, R, 256, 0, s, y, bias, offsets, slot_of, E, N);
 }
 
 __global__ void add_kernel(float *y, const float *x, size_t n) {
