@@ -10,6 +10,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda_ops.h"
 #include "core/threadpool.h"
+#include "format/fp_formats.h"
 #include "format/ggml_quant.h"
 #include "ggml_fill.h"
 #include "test.h"
@@ -402,14 +403,23 @@ TEST(fused_qkv_and_moe_prefill) {
     }
 }
 
-/* Experts in every GGML block format: the prefill dequantiser is bit-identical to the CPU's
+/* Row r's exact values on the CPU: GGML blocks, or the NVFP4 / FP8_B128 rows carrying scales */
+static void cpu_row(enum ft_dtype t, const uint8_t *row, float *out, int K) {
+    if (t == FT_DTYPE_NVFP4) ft_nvfp4_r_dequant_row(row, (size_t)K, out);
+    else if (t == FT_DTYPE_FP8_B128) ft_fp8_b128_dequant_row(row, (size_t)K, out);
+    else ft_ggml_dequant_row(ft_dtype_ggml(t), row, out, K);
+}
+
+/* Experts in every GGML block format (and NVFP4 / FP8_B128 rows, whose GPU kernels are behind
+ * FREETOKEN_GPU_EXPERIMENTAL in the engine): the prefill dequantiser is bit-identical to the CPU's
  * (bf16 of the exact value), skipping experts whose source id is negative and honouring the
  * expert stride; the decode GEMV reads the blocks and matches the CPU's block dot (fp32, only the
  * summation order differs); the chunk map selects the chunk's present experts. */
 TEST(block_format_experts) {
     static const enum ft_dtype fmts[] = {FT_DTYPE_Q8_0, FT_DTYPE_Q4_0, FT_DTYPE_Q4_1,
                                          FT_DTYPE_Q5_0, FT_DTYPE_Q5_1, FT_DTYPE_Q4_K,
-                                         FT_DTYPE_Q5_K, FT_DTYPE_Q6_K, FT_DTYPE_MXFP4};
+                                         FT_DTYPE_Q5_K, FT_DTYPE_Q6_K, FT_DTYPE_MXFP4,
+                                         FT_DTYPE_NVFP4, FT_DTYPE_FP8_B128};
     const int E = 3, N = 40, K = 512, P = 5;
     uint64_t rng = 7;
     for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
@@ -432,7 +442,7 @@ TEST(block_format_experts) {
         float row[512];
         for (int c = 1; c < 3; c++)
             for (int r = 0; r < N; r++) {
-                ft_ggml_dequant_row(ft_dtype_ggml(t), w + (size_t)src_of[c] * stride + (size_t)r * rb, row, K);
+                cpu_row(t, w + (size_t)src_of[c] * stride + (size_t)r * rb, row, K);
                 for (int i = 0; i < K; i++) bad += dq[((size_t)c * N + r) * K + i] != ft_f32_to_bf16(row[i]);
             }
         for (size_t i = 0; i < (size_t)N * K; i++) bad += dq[i] != 0xffff; /* skipped: untouched */
@@ -447,7 +457,7 @@ TEST(block_format_experts) {
         long kept = 0, bad2 = 0;
         for (size_t i = 0; i < (size_t)N * K; i++) kept += dq[(size_t)N * K + i] == 0xffff;
         for (int r = 0; r < N; r++) {
-            ft_ggml_dequant_row(ft_dtype_ggml(t), w + (size_t)src_of[2] * stride + (size_t)r * rb, row, K);
+            cpu_row(t, w + (size_t)src_of[2] * stride + (size_t)r * rb, row, K);
             for (int i = 0; i < K; i++) bad2 += dq[((size_t)2 * N + r) * K + i] != ft_f32_to_bf16(row[i]);
         }
         CHECK_(kept == (long)N * K && bad2 == 0, "%s: with offsets, %ld of %ld elements of the expert "

@@ -344,13 +344,12 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     *out = NULL;
     int gpu = opts->backend == FT_BACKEND_CUDA || opts->backend == FT_BACKEND_OFFLOAD;
     /* gpt-oss's GPU kernels (sinks, router and expert biases, clamped SwiGLU) are written but
-     * not yet verified on a GPU: FREETOKEN_GPU_GPT_OSS=1 turns them on (test_gpu_model does) */
-    const char *oai = getenv("FREETOKEN_GPU_GPT_OSS");
-    unsigned cpu_only = FT_ARCH_GEMMA | (oai && !strcmp(oai, "1") ? 0 : FT_ARCH_OAI_MOE);
+     * not yet verified on a GPU: FREETOKEN_GPU_EXPERIMENTAL=1 turns them on (test_gpu_model) */
+    unsigned cpu_only = FT_ARCH_GEMMA | (ft_gpu_experimental() ? 0 : FT_ARCH_OAI_MOE);
     if (gpu && (m->arch->flags & cpu_only)) { /* CPU-only archs */
         if (!opts->backend_auto)
             return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it "
-                           "yet (gpt-oss: kernels unverified, FREETOKEN_GPU_GPT_OSS=1 to try them; "
+                           "yet (gpt-oss: kernels unverified, FREETOKEN_GPU_EXPERIMENTAL=1 to try them; "
                            "Gemma 3: extra norms, local RoPE); use --backend cpu", m->arch->name);
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
@@ -359,11 +358,12 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
         const struct ft_layer *L = &m->layers[l];
         if (!L->is_moe) continue;
         for (int f = 0; gpu && f < FT_BANK_N_FAMILIES; f++) {
-            if (ft_gpu_takes_experts(L->bank[f].schema->dtype)) continue;
+            if (ft_gpu_takes_experts(L->bank[f].schema->dtype, L->bank[f].cols)) continue;
             if (!opts->backend_auto)
-                return ft_fail(FT_ERR_UNSUPPORTED, "%s experts: the cuda and offload backends do not "
-                               "compute them yet (bf16 and GGML block formats only); use --backend cpu",
-                               L->bank[f].schema->name);
+                return ft_fail(FT_ERR_UNSUPPORTED, "%s experts of width %d: the cuda and offload "
+                               "backends do not compute them yet (bf16 and GGML blocks; NVFP4/FP8 "
+                               "with FREETOKEN_GPU_EXPERIMENTAL=1, widths multiple of 8); use "
+                               "--backend cpu", L->bank[f].schema->name, L->bank[f].cols);
             ft_log_info("%s experts: the GPU backends do not compute them yet; running on the CPU",
                         L->bank[f].schema->name);
             gpu = 0;

@@ -91,6 +91,11 @@ struct ft_gpu {
 
 int ft_gpu_available(void) { return ft_cuda_device_count() > 0; }
 
+int ft_gpu_experimental(void) {
+    const char *v = getenv("FREETOKEN_GPU_EXPERIMENTAL");
+    return v && !strcmp(v, "1");
+}
+
 static void *dalloc(struct ft_gpu *g, size_t bytes, enum ft_status *st) {
     if (*st != FT_OK) return NULL;
     void *p = NULL;
@@ -180,17 +185,20 @@ static uint16_t *up_cat(struct ft_gpu *g, const struct ft_weight *const *ws, int
     return d; /* even on failure: the layer owns it, so ft_gpu_free frees it */
 }
 
-/* 1 when the GPU kernels take experts of dtype t (bf16, or a GGML block format). */
-static int gpu_expert_dtype(enum ft_dtype t) {
+/* 1 when the GPU kernels take experts of dtype t with rows of cols elements (bf16, GGML
+ * blocks; NVFP4 / FP8_B128 rows, which the kernels read 8 elements at a time: cols % 8 == 0). */
+static int gpu_expert_dtype(enum ft_dtype t, int cols) {
+    if (t == FT_DTYPE_NVFP4 || t == FT_DTYPE_FP8_B128) return ft_gpu_experimental() && cols % 8 == 0;
     return t == FT_DTYPE_BF16 || ft_cuda_block_format(t);
 }
 
 /* A whole bank (E expert matrices, host stride >= row bytes) as a dense device array. */
 static void *up_bank(struct ft_gpu *g, const struct ft_bank *b, enum ft_status *st) {
     if (*st != FT_OK) return NULL;
-    if (!gpu_expert_dtype(b->schema->dtype)) {
-        *st = ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s experts are not supported (bf16 and "
-                      "GGML block formats are); use --backend cpu", b->schema->name);
+    if (!gpu_expert_dtype(b->schema->dtype, b->cols)) {
+        *st = ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s experts of width %d are not supported "
+                      "(bf16, GGML blocks, NVFP4/FP8 of widths that are multiples of 8 are); use "
+                      "--backend cpu", b->schema->name, b->cols);
         return NULL;
     }
     uint8_t *d = dalloc(g, b->row_bytes * b->n_experts, st);
@@ -240,11 +248,12 @@ static enum ft_status upload(struct ft_gpu *g) {
         if (!g->o.offload) { /* resident; the offload backend keeps them in the host banks */
             L->gu = up_bank(g, &hl->bank[FT_BANK_GATE_UP], &st);
             L->down = up_bank(g, &hl->bank[FT_BANK_DOWN], &st);
-        } else if (!gpu_expert_dtype(hl->bank[0].schema->dtype) ||
-                   !gpu_expert_dtype(hl->bank[1].schema->dtype)) {
-            st = ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s/%s experts are not supported (bf16 "
-                         "and GGML block formats are); use --backend cpu",
-                         hl->bank[0].schema->name, hl->bank[1].schema->name);
+        } else if (!gpu_expert_dtype(hl->bank[0].schema->dtype, hl->bank[0].cols) ||
+                   !gpu_expert_dtype(hl->bank[1].schema->dtype, hl->bank[1].cols)) {
+            st = ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s/%s experts of widths %d/%d are not "
+                         "supported (bf16, GGML blocks, NVFP4/FP8 of widths that are multiples of "
+                         "8 are); use --backend cpu", hl->bank[0].schema->name,
+                         hl->bank[1].schema->name, hl->bank[0].cols, hl->bank[1].cols);
         }
         L->gu_dt = hl->bank[FT_BANK_GATE_UP].schema->dtype;
         L->dn_dt = hl->bank[FT_BANK_DOWN].schema->dtype;
@@ -929,14 +938,15 @@ int ft_gpu_residency_stats(const struct ft_gpu *g, struct ft_residency_stats *ou
 }
 
 size_t ft_gpu_vram_used(const struct ft_gpu *g) { return g ? g->used : 0; }
-int ft_gpu_takes_experts(enum ft_dtype t) { return gpu_expert_dtype(t); }
+int ft_gpu_takes_experts(enum ft_dtype t, int cols) { return gpu_expert_dtype(t, cols); }
 
 #else /* no CUDA in this build */
 
 #include "core/status.h"
 
 int ft_gpu_available(void) { return 0; }
-int ft_gpu_takes_experts(enum ft_dtype t) { return (void)t, 1; } /* ft_gpu_init refuses */
+int ft_gpu_experimental(void) { return 0; }
+int ft_gpu_takes_experts(enum ft_dtype t, int cols) { return (void)t, (void)cols, 1; } /* ft_gpu_init refuses */
 enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                            const struct ft_gpu_opts *o) {
     (void)m, (void)o;

@@ -42,10 +42,39 @@ __device__ __forceinline__ float e8m0_half(uint8_t e) {
 
 __constant__ int8_t c_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-/* Elements [i, i+8) of a row (i a multiple of 8) in format T into w. */
+/* OCP E4M3 (FP8) to fp32, exact (as ft_e4m3_to_f32): subnormals m * 2^-9, 0x7f/0xff NaN */
+__device__ __forceinline__ float e4m3(uint8_t c) {
+    uint32_t mag = c & 0x7fu, sign = (uint32_t)(c & 0x80u) << 24;
+    if (mag == 0x7fu) return __int_as_float(0x7fc00000);
+    if (mag < 8) {
+        float f = (float)mag * (1.0f / 512);
+        return sign ? -f : f;
+    }
+    return __uint_as_float(sign | ((mag << 20) + (120u << 23)));
+}
+
+/* Elements [i, i+8) of a row of K elements (i a multiple of 8) in format T into w. The rows
+ * carrying their scales (format/quant.h) need K: NVFP4 [f32 scale_2][K/16 e4m3][K/2 e2m1
+ * pairs, element 2j low]; FP8_B128 [ceil(K/128) f32 scale_inv][K e4m3]. */
 template <int T>
-__device__ __forceinline__ void dq8(const uint8_t *row, int i, float w[8]) {
-    if (T == FT_DTYPE_Q8_0) {
+__device__ __forceinline__ void dq8(const uint8_t *row, int i, int K, float w[8]) {
+    if (T == FT_DTYPE_NVFP4) {
+        float s2 = __uint_as_float(rd32(row));
+        /* (e2m1 * e4m3) is exact in fp32; then one rounding by scale_2, as the CPU does */
+        float sc = e4m3(row[4 + i / 16]);
+        const uint8_t *q = row + 4 + (K + 15) / 16 + i / 2;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int v = c_mxfp4[j & 1 ? q[j / 2] >> 4 : q[j / 2] & 0x0f]; /* 2 * e2m1 */
+            w[j] = __fmul_rn(__fmul_rn((float)v * 0.5f, sc), s2);
+        }
+    } else if (T == FT_DTYPE_FP8_B128) {
+        int nb = (K + 127) / 128;
+        float sc = __uint_as_float(rd32(row + (size_t)(i / 128) * 4));
+        const uint8_t *q = row + (size_t)nb * 4 + i;
+#pragma unroll
+        for (int j = 0; j < 8; j++) w[j] = __fmul_rn(e4m3(q[j]), sc);
+    } else if (T == FT_DTYPE_Q8_0) {
         const uint8_t *b = row + (size_t)(i / 32) * 34;
         float d = h2f(b);
         const int8_t *q = (const int8_t *)(b + 2 + i % 32);
@@ -122,7 +151,7 @@ __global__ void moe_gemv_q_kernel(float *y, const float *x, int x_div, const uin
     float acc = 0.0f;
     for (int c = lane * 8; c < K; c += WARP * 8) {
         float wf[8];
-        dq8<T>(row, c, wf);
+        dq8<T>(row, c, K, wf);
         const float4 a = *(const float4 *)(xr + c), b = *(const float4 *)(xr + c + 4);
         acc += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y +
                wf[6] * b.z + wf[7] * b.w;
@@ -145,7 +174,7 @@ __global__ void dequant_bf16_kernel(uint16_t *dst, const uint8_t *src, size_t ex
         size_t r = g * 8 / cols;
         int i = (int)(g * 8 % cols);
         float wf[8];
-        dq8<T>(src + (size_t)id * expert_stride + r * row_bytes, i, wf);
+        dq8<T>(src + (size_t)id * expert_stride + r * row_bytes, i, cols, wf);
         uint16_t *o = dst + (size_t)c * rows * cols + g * 8;
 #pragma unroll
         for (int j = 0; j < 8; j++) o[j] = __bfloat16_as_ushort(__float2bfloat16_rn(wf[j]));
@@ -160,7 +189,8 @@ __global__ void chunk_slots_kernel(int32_t *slot_of, const int32_t *src_of, int 
 }
 
 #define FT_BLOCK_TYPES(X) X(FT_DTYPE_Q8_0) X(FT_DTYPE_Q4_0) X(FT_DTYPE_Q4_1) X(FT_DTYPE_Q5_0) \
-    X(FT_DTYPE_Q5_1) X(FT_DTYPE_Q4_K) X(FT_DTYPE_Q5_K) X(FT_DTYPE_Q6_K) X(FT_DTYPE_MXFP4)
+    X(FT_DTYPE_Q5_1) X(FT_DTYPE_Q4_K) X(FT_DTYPE_Q5_K) X(FT_DTYPE_Q6_K) X(FT_DTYPE_MXFP4)     \
+    X(FT_DTYPE_NVFP4) X(FT_DTYPE_FP8_B128)
 
 extern "C" int ft_cuda_block_format(int dtype) {
 #define IS(t) if (dtype == t) return 1;
