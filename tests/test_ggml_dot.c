@@ -297,6 +297,8 @@ TEST(quant_x8_every_tier_same_bytes) {
     float *x = rand_x((size_t)T * (n + 7));
     x[5] = 0.0f, x[300] = -3.5f; /* a block whose max is negative */
     for (int i = 512; i < 768; i++) x[i] = 0.0f; /* an all-zero block */
+    for (int i = 768; i < 1024; i++) x[i] = 0.0f;
+    x[800] = 1e-39f; /* max below 1e-30: codes 0 in every tier (127 / max would be inf) */
     uint8_t *ref = malloc(xb), *got = malloc(xb);
     ft_cpu_set_isa(FT_ISA_SCALAR);
     ft_ggml_quant_x8(x, (int)n + 7, n, T, ref);
@@ -493,6 +495,9 @@ TEST(quant_x32_every_tier_same_bytes) {
     x[102] = 1.5f * (1.0f / 127);                /* 1.5 rounds to 2 */
     for (int i = 128; i < 160; i++)
         x[i] = (float)(i - 144) * 1e-3f; /* max 0.016, c in +-127 */
+    for (int i = 192; i < 224; i++)
+        x[i] = 0.0f;
+    x[195] = 1e-39f, x[200] = -3e-38f; /* max below 1e-30: 127 / max would be inf, codes 0 */
     uint8_t *ref = malloc(xb), *got = malloc(xb);
     ft_cpu_set_isa(FT_ISA_SCALAR);
     ft_ggml_quant_x32(x, ldx, n, T, ref);
@@ -507,7 +512,7 @@ TEST(quant_x32_every_tier_same_bytes) {
             float amax = 0;
             for (int j = 0; j < 32; j++)
                 amax = fmaxf(amax, fabsf(xt[j]));
-            const float id = amax > 0 ? 127.0f / amax : 0.0f;
+            const float id = amax > 1e-30f ? 127.0f / amax : 0.0f;
             int sum[2] = {0, 0};
             spec &= same_float(d[b], amax / 127.0f);
             for (int j = 0; j < 32; j++) {
@@ -524,6 +529,7 @@ TEST(quant_x32_every_tier_same_bytes) {
         const int16_t *h;
         x32_token(ref, n, 0, q, &d, &h);
         EXPECT(q[101] == 0 && q[102] == 2 && d[2] == 0.0f && h[4] == 0 && h[5] == 0);
+        EXPECT(q[195] == 0 && q[200] == 0 && h[12] == 0 && h[13] == 0);
     }
     free(q);
     for (int a = 1; a < nt; a++) {

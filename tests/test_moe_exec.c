@@ -102,6 +102,17 @@ static void check_formats(enum ft_dtype tg, enum ft_dtype td, struct ft_pool *po
                     worst = err > worst ? err : worst;
                 }
             }
+            if (pass) { /* the rounded path ran exactly where this tier has it */
+                float exact[3 * 256] = {0};
+                int here = ft_cpu_xq_bytes(tg, H) > 0 || ft_cpu_xq_bytes(td, I) > 0;
+                ft_moe_exec_set_fast_act(ex, 0);
+                ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, exact);
+                ft_moe_exec_set_fast_act(ex, 1);
+                int differs = memcmp(exact, out, (size_t)T * H * sizeof(float)) != 0;
+                CHECK_(differs == here, "%s/%s %s T=%d: the fast path %s the exact output",
+                       ft_dtype_name(tg), ft_dtype_name(td), ft_cpu_isa_name((enum ft_cpu_isa)tier),
+                       T, differs ? "differs from" : "gave");
+            }
             int want = T == 1 ? 2 : 4; /* distinct experts: {4,1}, {4,1,3,0} */
             fprintf(stderr, "  %-5s x %-5s %-11s T=%d%s  err/tol %.3f\n", ft_dtype_name(tg),
                     ft_dtype_name(td), ft_cpu_isa_name((enum ft_cpu_isa)tier), T,

@@ -84,7 +84,7 @@ TEST(pinned_pool_one_core_per_worker) {
 }
 
 /* In a child allowed one CPU: a pinned pool of 3 cannot have a core per worker, so it stays
- * unpinned (and says so) and still runs every job on every worker. */
+ * unpinned (and says so) and still runs every job on every worker; the default size is 1. */
 TEST(pinned_pool_with_too_few_cores_stays_unpinned) {
     pid_t pid = fork();
     if (pid == 0) {
@@ -102,6 +102,9 @@ TEST(pinned_pool_with_too_few_cores_stays_unpinned) {
         struct probe pr = {0};
         ft_pool_run(p, probe_task, &pr);
         if (atomic_load(&pr.calls) != 3) _exit(15);
+        ft_pool_free(p);
+        /* the default size follows the CPU set, not the machine: one thread here */
+        if (ft_pool_init_pinned(&p, 0) != FT_OK || ft_pool_size(p) != 1) _exit(16);
         ft_pool_free(p);
         _exit(0);
     }

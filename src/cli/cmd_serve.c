@@ -130,7 +130,8 @@ static enum ft_status load(const struct serve_opts *o, struct ft_server *srv, st
                                .queue_cap = (int)o->queue, .request_timeout_s = (double)o->req_timeout};
     ft_cli_backend_apply(&so.engine, &o->be, o->be_auto);
     /* offload: the banks are registered while the checkpoint is read */
-    struct ft_residency_opts ro = {.pin_budget = so.engine.pin_budget, .cpu_layers = so.engine.cpu_layers};
+    struct ft_residency_opts ro = {.pin_budget = so.engine.pin_budget, .cpu_layers = so.engine.cpu_layers,
+                                   .device = so.engine.device};
     struct ft_load_opts lo = {.progress = load_progress, .progress_ctx = srv,
                               .residency = so.engine.backend == FT_BACKEND_OFFLOAD ? &ro : NULL};
     FT_TRY(ft_model_load_opts(o->model, &lo, &l->model));

@@ -17,7 +17,8 @@ enum ft_status ft_session_open(struct ft_session *s, const char *model_dir, cons
     if (synthetic) {
         st = ft_model_synthetic(synthetic, s->pool, eo->seed ? eo->seed : 1, &s->model);
     } else { /* offload: the banks are registered while the checkpoint is read */
-        struct ft_residency_opts ro = {.pin_budget = eo->pin_budget, .cpu_layers = eo->cpu_layers};
+        struct ft_residency_opts ro = {.pin_budget = eo->pin_budget, .cpu_layers = eo->cpu_layers,
+                                       .device = eo->device};
         struct ft_load_opts lo = {.residency = eo->backend == FT_BACKEND_OFFLOAD ? &ro : NULL};
         st = ft_model_load_opts(model_dir, &lo, &s->model);
     }

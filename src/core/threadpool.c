@@ -67,9 +67,12 @@ enum ft_status ft_pool_init(struct ft_pool **out, int n_threads) {
 }
 
 enum ft_status ft_pool_init_pinned(struct ft_pool **out, int n_threads) {
-    if (n_threads <= 0) n_threads = ft_sys_physical_cores();
-    int *cpus = malloc((size_t)n_threads * sizeof *cpus);
-    int n = cpus ? ft_sys_core_cpus(cpus, n_threads) : 0;
+    int cores = ft_sys_physical_cores(), want = n_threads;
+    int *cpus = malloc((size_t)(cores > n_threads ? cores : n_threads) * sizeof *cpus);
+    int n = cpus ? ft_sys_core_cpus(cpus, cores > n_threads ? cores : n_threads) : 0;
+    /* by default one thread per physical core this process may use (a cpuset or taskset
+     * gives fewer than the machine has) */
+    if (want <= 0) n_threads = n > 0 ? n : cores;
     if (n < n_threads) {
         ft_log_info("cpu pool: %d threads unpinned (this process may use %d physical core%s)",
                     n_threads, n, n == 1 ? "" : "s");

@@ -14,7 +14,7 @@ typedef void (*ft_pool_fn)(void *ctx, int i, int n);
 enum ft_status ft_pool_init(struct ft_pool **out, int n_threads);
 /* The same with worker i (1 <= i < n) pinned to the i-th physical core this process may run on
  * (ft_sys_core_cpus; core 0 is left to the caller, worker 0), so workers neither migrate nor
- * share a core. When fewer cores than threads are allowed, or pinning is refused, the workers
+ * share a core; n_threads <= 0: one per physical core of the process's CPU set. When fewer cores than threads are allowed, or pinning is refused, the workers
  * stay unpinned and one log line says why; never an error. */
 enum ft_status ft_pool_init_pinned(struct ft_pool **out, int n_threads);
 /* Workers pinned by ft_pool_init_pinned (0 for a plain pool). */

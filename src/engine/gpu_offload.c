@@ -294,7 +294,8 @@ static void checksum_banks(struct ft_offload *f) {
  * pageable chain) and records the mapped device pointers of the pinned ones for the gather
  * path. Layers left unpinned are CPU layers: their misses are computed on the CPU. */
 static enum ft_status register_banks(struct ft_offload *f, const struct ft_gpu_opts *o) {
-    struct ft_residency_opts ro = {.pin_budget = o->pin_budget, .cpu_layers = o->cpu_layers};
+    struct ft_residency_opts ro = {.pin_budget = o->pin_budget, .cpu_layers = o->cpu_layers,
+                                   .device = o->device};
     enum ft_status st = FT_OK;
     if (f->m->residency) { /* the loader registered the banks as it read them */
         f->plan = f->m->residency;

@@ -149,14 +149,16 @@ static void quant_block_512(const float *x, int8_t *c, float *d);
 static void quant_block_256(const float *x, int8_t *c, float *d);
 #endif
 
-/* One block: d = max|x| / 127, c = round(x * (127 / max)) clamped to +-127, in element order. */
+/* One block: d = max|x| / 127, c = round(x * (127 / max)) clamped to +-127, in element order.
+ * A block whose max is below 1e-30 gets codes 0 (127 / max would overflow to inf, and inf * 0
+ * is NaN, which the tiers convert differently). */
 static void quant_block_ref(const float *x, int8_t *c, float *d) {
     float amax = 0.0f;
     for (int j = 0; j < 32; j++) {
         const float a = fabsf(x[j]);
         amax = a > amax ? a : amax;
     }
-    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const float id = amax > 1e-30f ? 127.0f / amax : 0.0f;
     *d = amax / 127.0f;
     for (int j = 0; j < 32; j++) {
         const int32_t v = round_even(x[j] * id);
@@ -257,7 +259,7 @@ T512 static void quant_block_512(const float *x, int8_t *c, float *d) {
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
     const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-    const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    const __m512 id = _mm512_set1_ps(amax > 1e-30f ? 127.0f / amax : 0.0f);
     *d = amax / 127.0f;
     const __m512i c0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id));
     const __m512i c1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));
@@ -536,7 +538,7 @@ T256 static void quant_block_256(const float *x, int8_t *c, float *d) {
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-    const __m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    const __m256 id = _mm256_set1_ps(amax > 1e-30f ? 127.0f / amax : 0.0f);
     *d = amax / 127.0f;
     __m256i q[4];
 #pragma GCC unroll 16

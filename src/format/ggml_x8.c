@@ -65,7 +65,7 @@ void ft_ggml_quant_x8(const float *x, int ldx, int64_t n, int T, void *xq) {
                 const float a = fabsf(xt[i + j]);
                 amax = a > amax ? a : amax;
             }
-            const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+            const float id = amax > 1e-30f ? 127.0f / amax : 0.0f;
             b->d = amax / 127.0f;
             for (int j = 0; j < FT_QK_K; j++) {
                 const int32_t c = nearest_int(xt[i + j] * id);
@@ -258,7 +258,7 @@ T512 static void quant_x8_512(const float *x, int ldx, int64_t n, int T, struct 
             for (int j = 0; j < FT_QK_K; j += 16)
                 m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xt + i + j)));
             const float amax = _mm512_reduce_max_ps(m);
-            const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+            const __m512 id = _mm512_set1_ps(amax > 1e-30f ? 127.0f / amax : 0.0f);
             b->d = amax / 127.0f;
             for (int g = 0; g < 16; g++) {
                 __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xt + i + 16 * g), id));

@@ -188,10 +188,14 @@ static void cuda_clear(void *ctx) {
     (void)ctx;
     ft_cuda_clear_error();
 }
+static void cuda_bind(void *ctx, int device) {
+    (void)ctx;
+    ft_cuda_bind_device(device);
+}
 static const struct ft_pin_backend k_cuda = {
     .name = "cuda", .can_pin = 1, .pin = cuda_pin, .unpin = cuda_unpin, .lock = os_lock,
     .unlock = os_unlock, .probe_alloc = cuda_probe_alloc, .probe_free = cuda_probe_free,
-    .clear_error = cuda_clear,
+    .clear_error = cuda_clear, .bind = cuda_bind,
 };
 #endif
 
@@ -373,6 +377,8 @@ struct ft_residency_plan {
     int n_layers, n_moe;
     struct ft_residency_layer *layers;   /* [n_layers] */
     uint64_t bank_bytes;
+    int all_pinned;                      /* --moe-cpu-layers 0 */
+    int device;                          /* bound on the registration thread */
     /* registration thread */
     struct ft_model *m;
     pthread_t thread;
@@ -469,6 +475,8 @@ enum ft_status ft_residency_plan_sizes(int n_layers, const uint64_t *layer_bytes
     else ft_platform_detect(&p->platform);
     ft_platform_log(&p->platform);
     p->be = o->backend ? o->backend : ft_pin_backend_default();
+    p->device = o->device;
+    if (p->be->bind) p->be->bind(p->be->ctx, p->device); /* the probe pins in its context */
     p->n_layers = n_layers;
     for (int l = 0; l < n_layers; l++) {
         p->layers[l].is_moe = layer_bytes[l] > 0;
@@ -494,6 +502,7 @@ enum ft_status ft_residency_plan_sizes(int n_layers, const uint64_t *layer_bytes
         return FT_OK;
     }
     FT_TRY(choose_cpu_layers(p, spec, text));
+    p->all_pinned = spec->mode == FT_CPU_LAYERS_NONE;
     unsigned char *mask = calloc((size_t)n_layers + 1, 1);
     int n_cpu = 0, head = 0;
     uint64_t gpu_bytes = 0;
@@ -624,6 +633,7 @@ static void register_layer(struct ft_residency_plan *p, int l) {
 
 static void *registration_thread(void *arg) {
     struct ft_residency_plan *p = arg;
+    if (p->be->bind) p->be->bind(p->be->ctx, p->device);
     for (int l = 0; l < p->n_layers; l++) {
         struct ft_residency_layer *y = &p->layers[l];
         if (!y->is_moe) continue;
@@ -691,6 +701,18 @@ enum ft_status ft_residency_wait(struct ft_residency_plan *p) {
     pthread_join(p->thread, NULL);
     p->started = 0;
     p->applied = 1;
+    /* a plan made from the checkpoint's sizes now knows the banks' own (registration charged
+     * those); "0" was checked against the estimate, so say so if a layer did not make it */
+    p->bank_bytes = 0;
+    for (int l = 0; l < p->n_layers; l++) {
+        const struct ft_residency_layer *y = &p->layers[l];
+        if (!y->is_moe) continue;
+        p->bank_bytes += y->bytes;
+        if (p->all_pinned && y->got != FT_RES_PINNED)
+            ft_log_warn("--moe-cpu-layers 0: layer %d could not be pinned (%.2f GiB; pin budget "
+                        "%.2f GiB charged of its limit); it decodes on the CPU", l, gib(y->bytes),
+                        gib(atomic_load(&p->budget.used_bytes)));
+    }
     int n[3];
     uint64_t b[3];
     count_classes(p, 1, n, b);

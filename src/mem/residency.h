@@ -77,6 +77,9 @@ struct ft_pin_backend {
     void *(*probe_alloc)(void *ctx, size_t bytes);
     void (*probe_free)(void *ctx, void *ptr, size_t bytes);
     void (*clear_error)(void *ctx);
+    /* make `device` current for the calling thread (may be NULL): the probe and the
+     * registration thread pin in the context of the GPU the engine will use */
+    void (*bind)(void *ctx, int device);
 };
 /* "cuda" when built with CUDA and a device exists, else "none". Static storage. */
 const struct ft_pin_backend *ft_pin_backend_default(void);
@@ -155,6 +158,7 @@ struct ft_residency_opts {
     const struct ft_pin_backend *backend;  /* NULL = ft_pin_backend_default() */
     const struct ft_platform *platform;    /* NULL = ft_platform_detect() */
     struct ft_pin_budget_opts budget;      /* .flag is taken from pin_budget */
+    int device;                            /* --device: the GPU whose context pins */
 };
 
 struct ft_residency_layer {

@@ -41,6 +41,9 @@ __device__ __forceinline__ float e8m0_half(uint8_t e) {
 }
 
 __constant__ int8_t c_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+/* E2M1 values as ft_e2m1_to_f32 gives them: code 8 is -0 (GGML's MXFP4 table above has +0) */
+__constant__ float c_e2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                 -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 /* OCP E4M3 (FP8) to fp32, exact (as ft_e4m3_to_f32): subnormals m * 2^-9, 0x7f/0xff NaN */
 __device__ __forceinline__ float e4m3(uint8_t c) {
@@ -65,8 +68,8 @@ __device__ __forceinline__ void dq8(const uint8_t *row, int i, int K, float w[8]
         const uint8_t *q = row + 4 + (K + 15) / 16 + i / 2;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            int v = c_mxfp4[j & 1 ? q[j / 2] >> 4 : q[j / 2] & 0x0f]; /* 2 * e2m1 */
-            w[j] = __fmul_rn(__fmul_rn((float)v * 0.5f, sc), s2);
+            float v = c_e2m1[j & 1 ? q[j / 2] >> 4 : q[j / 2] & 0x0f];
+            w[j] = __fmul_rn(__fmul_rn(v, sc), s2);
         }
     } else if (T == FT_DTYPE_FP8_B128) {
         int nb = (K + 127) / 128;

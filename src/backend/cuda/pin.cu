@@ -40,3 +40,7 @@ extern "C" void ft_cuda_free_host(void *ptr) {
 }
 
 extern "C" void ft_cuda_clear_error(void) { cudaGetLastError(); }
+
+extern "C" void ft_cuda_bind_device(int device) {
+    if (cudaSetDevice(device) != cudaSuccess) cudaGetLastError();
+}

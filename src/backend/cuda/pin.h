@@ -26,6 +26,9 @@ void *ft_cuda_host_alloc_pinned(size_t bytes);
 void ft_cuda_free_host(void *ptr);
 /* cudaGetLastError(): clears the sticky error of a refused pin or allocation. */
 void ft_cuda_clear_error(void);
+/* cudaSetDevice for the calling thread (a refusal is cleared and ignored: the calls that
+ * follow report it), so the pins' context is the device the engine will use. */
+void ft_cuda_bind_device(int device);
 
 #ifdef __cplusplus
 }
