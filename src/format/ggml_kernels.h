@@ -39,6 +39,16 @@ struct ft_ggml_tier {
     ft_ggml_acc_fn acc;
 };
 
+/* round(f) to nearest, ties to even, for |f| < 2^22: adding 1.5 * 2^23 leaves the integer in
+ * the low mantissa bits (what lrintf does in the default rounding mode and the vector tiers'
+ * conversions do, without a call, so the int8-activation quantisers' loops vectorise). */
+static inline int32_t ft_ggml_round_even(float f) {
+    const float v = f + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &v, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
 /* The little-endian 16 bits at p. */
 static inline uint16_t ft_ggml_rd16(const uint8_t *p) {
     return (uint16_t)(p[0] | p[1] << 8);

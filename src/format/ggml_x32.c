@@ -133,15 +133,6 @@ static inline uint32_t rd32(const uint8_t *p) {
 /* e2m1 code -> twice its value plus 12 (ft_ggml_lut_mxfp4 + 12: unsigned). */
 static const int8_t k_lut_e2m1_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
-/* round(f) to nearest, ties to even, for |f| < 2^22 (as in ggml_x8.c: the integer lands in the
- * low mantissa bits of f + 1.5 * 2^23; what the vector tiers' conversions do). */
-static inline int32_t round_even(float f) {
-    const float v = f + 12582912.0f;
-    int32_t i;
-    memcpy(&i, &v, 4);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
 /* ------------------------------------------------------------------ quantise x */
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -161,7 +152,7 @@ static void quant_block_ref(const float *x, int8_t *c, float *d) {
     const float id = amax > 1e-30f ? 127.0f / amax : 0.0f;
     *d = amax / 127.0f;
     for (int j = 0; j < 32; j++) {
-        const int32_t v = round_even(x[j] * id);
+        const int32_t v = ft_ggml_round_even(x[j] * id);
         c[j] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
     }
 }

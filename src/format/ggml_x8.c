@@ -34,16 +34,6 @@ size_t ft_ggml_x8_bytes(int64_t n) {
     return n > 0 && n % FT_QK_K == 0 ? (size_t)(n / FT_QK_K) * sizeof(struct x8_block) : 0;
 }
 
-/* round(f) to nearest, ties to even, for |f| < 2^22: adding 1.5 * 2^23 leaves the integer in
- * the low mantissa bits (what lrintf does in the default rounding mode, without a call, so the
- * loops below vectorise). */
-static inline int32_t nearest_int(float f) {
-    const float v = f + 12582912.0f;
-    int32_t i;
-    memcpy(&i, &v, 4);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
 #if defined(__x86_64__) || defined(__i386__)
 static void quant_x8_512(const float *x, int ldx, int64_t n, int T, struct x8_block *b);
 #endif
@@ -68,7 +58,7 @@ void ft_ggml_quant_x8(const float *x, int ldx, int64_t n, int T, void *xq) {
             const float id = amax > 1e-30f ? 127.0f / amax : 0.0f;
             b->d = amax / 127.0f;
             for (int j = 0; j < FT_QK_K; j++) {
-                const int32_t c = nearest_int(xt[i + j] * id);
+                const int32_t c = ft_ggml_round_even(xt[i + j] * id);
                 b->q[j] = (int8_t)(c > 127 ? 127 : c < -127 ? -127 : c);
             }
             for (int g = 0; g < 16; g++) {
