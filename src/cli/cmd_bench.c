@@ -212,8 +212,9 @@ int ft_cmd_bench(int argc, char **argv) {
     b.ceiling_gbps = gpu ? ft_gpu_hbm_gbps() : b.dram_gbps;
     const struct ft_model *m = b.s.model;
     printf("model: %s, %.2f B params (%.2f B active per token), %.2f MiB per expert; "
-           "%d threads, ISA %s\n", m->label, m->n_params / 1e9, m->n_params_active / 1e9,
-           m->expert_bytes / 1048576.0, b.threads, ft_cpu_isa_name(ft_cpu_isa()));
+           "%d threads, ISA %s, CPU activations %s\n", m->label, m->n_params / 1e9,
+           m->n_params_active / 1e9, m->expert_bytes / 1048576.0, b.threads,
+           ft_cpu_isa_name(ft_cpu_isa()), eo.cpu_act_fast ? "fast (int8/bf16)" : "f32");
     if (gpu)
         printf("ceiling: GPU HBM %.0f GB/s (device-to-device copy, read + write, measured now); "
                "engine holds %.2f GiB of device memory\n\n", b.ceiling_gbps,
