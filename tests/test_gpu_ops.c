@@ -284,6 +284,60 @@ TEST(moe_router_and_experts) {
     cudaFree(dmgu), cudaFree(dmact), cudaFree(dmy), cudaFree(dout), cudaFree(dlg), cudaFree(dam);
 }
 
+/* Synthetic routing on the GPU: distinct ids per token; zipf:1.2 puts rank 1's expert (the
+ * layer's permutation of rank 0) at its probability 1/H(E, 1.2) within a few sd; sticky:1.0
+ * repeats the first token's ids for every later token (and sticky:0.0 does not). */
+TEST(synthetic_routing_zipf_and_sticky) {
+    enum { T = 512, E = 16, K = 2, LAYER = 3 };
+    float *logits = rnd((size_t)T * E);
+    float *dl = up(logits, sizeof(float) * T * E), *dw = up(NULL, sizeof(float) * T * K);
+    int32_t *dids = up(NULL, sizeof(int32_t) * T * K), ids[T * K];
+    uint32_t *dstep = up(NULL, 4);
+    double z = 0;
+    float cdf[E];
+    for (int r = 1; r <= E; r++) z += pow(r, -1.2);
+    double a = 0;
+    for (int r = 1; r <= E; r++) cdf[r - 1] = (float)((a += pow(r, -1.2)) / z);
+    cdf[E - 1] = 1.0f;
+    struct ft_cuda_synth sy = {.zipf_cdf = up(cdf, sizeof cdf)};
+    ft_cuda_synthetic_route(dids, dw, dl, T, E, K, 7, dstep, LAYER, 1, &sy, 0);
+    cudaDeviceSynchronize();
+    cudaMemcpy(ids, dids, sizeof ids, cudaMemcpyDeviceToHost);
+    int top = (int)(((uint64_t)0 * 2654435761u + (uint64_t)LAYER * 40503u) % E), n_top = 0, distinct = 1;
+    for (int t = 0; t < T; t++) {
+        distinct &= ids[t * K] != ids[t * K + 1] && ids[t * K] >= 0 && ids[t * K] < E;
+        n_top += ids[t * K] == top; /* first choice: one plain zipf draw */
+    }
+    double p = 1.0 / z, sd = sqrt(T * p * (1 - p));
+    fprintf(stderr, "  zipf:1.2 over %d experts: rank-1 expert %d first in %d of %d tokens (expected "
+            "%.0f +- %.0f)\n", E, top, n_top, T, T * p, sd);
+    EXPECT(distinct);
+    CHECK_(fabs(n_top - T * p) <= 5 * sd, "zipf: %d rank-1 draws, expected %.0f", n_top, T * p);
+    int32_t *dsticky = up(NULL, 4 * 8 * K);
+    float *dstats = up(NULL, sizeof(float) * 2 * T);
+    for (int keep = 1; keep >= 0; keep--) {
+        cudaMemset(dsticky, 0xff, 4 * 8 * K);
+        struct ft_cuda_synth ss = {.sticky = dsticky, .stats = dstats, .keep = (float)keep};
+        ft_cuda_synthetic_route(dids, dw, dl, T, E, K, 7, dstep, LAYER, 1, &ss, 0);
+        cudaDeviceSynchronize();
+        cudaMemcpy(ids, dids, sizeof ids, cudaMemcpyDeviceToHost);
+        int same = 0;
+        distinct = 1;
+        for (int t = 1; t < T; t++) {
+            same += ids[t * K] == ids[0] && ids[t * K + 1] == ids[1];
+            distinct &= ids[t * K] != ids[t * K + 1];
+        }
+        fprintf(stderr, "  sticky:%d: %d of %d tokens repeat the first token's ids\n", keep, same, T - 1);
+        EXPECT(distinct);
+        if (keep) EXPECT_EQ(same, T - 1);
+        else CHECK_(same < T / 10, "sticky:0 repeated the first ids %d times", same);
+    }
+    EXPECT_OK(ft_cuda_check("synthetic routing"));
+    free(logits);
+    cudaFree(dl), cudaFree(dw), cudaFree(dids), cudaFree(dstep), cudaFree((void *)sy.zipf_cdf);
+    cudaFree(dsticky), cudaFree(dstats);
+}
+
 /* Fused q/k norm + RoPE + cache write, and the fused residual add + norm, against the CPU ops. */
 TEST(fused_norm_rope_kv_and_add_norm) {
     enum { T = 3, NH = 6, NKV = 2, HD = 24, ROT = 16, BS = 16 };

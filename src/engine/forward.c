@@ -369,9 +369,6 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
             gpu = 0;
         }
     }
-    if (gpu && (opts->routing == FT_ROUTING_ZIPF || opts->routing == FT_ROUTING_STICKY))
-        return ft_fail(FT_ERR_UNSUPPORTED, "--synthetic-routing zipf/sticky: the cuda and offload "
-                       "backends draw only uniform synthetic routing (use uniform or --backend cpu)");
     struct ft_engine *e = calloc(1, sizeof *e);
     if (!e) return ft_fail(FT_ERR_OOM, "engine: out of memory");
     e->m = m;
@@ -440,6 +437,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                                  .max_ctx = e->opts.max_ctx, .max_chunk = C,
                                  .n_blocks = e->n_blocks, .max_seqs = FT_MIN(C, 64),
                                  .graphs = !e->opts.no_graphs, .routing = e->opts.routing,
+                                 .routing_param = e->opts.routing_param,
                                  .seed = e->rng,
                                  .offload = e->opts.backend == FT_BACKEND_OFFLOAD,
                                  .cache_slots = e->opts.moe_cache_slots,

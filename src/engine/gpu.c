@@ -78,6 +78,10 @@ struct ft_gpu {
     float *h_xn, *h_cpu_out, *d_cpu_out; /* pinned [8, H] x2, device [8, H] */
     int *cpu_pairs, *cpu_tok, *cpu_ids;
     float *cpu_w, *h_topw;
+    /* synthetic zipf / sticky routing: the zipf CDF, the sticky ids [L, k], stats scratch */
+    struct ft_cuda_synth synth;
+    float *d_zipf_cdf, *d_synth_stats;
+    int32_t *d_sticky;
     /* FT_GPU_PROFILE=1: decode steps run eagerly with an event between op groups */
     int prof;
     cudaEvent_t ev[1024];
@@ -345,6 +349,23 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     size_t a2 = ft_cuda_attention_scratch(g->C, m->n_heads, m->head_dim, g->att_split_big);
     g->att_part = dalloc(g, a1 > a2 ? a1 : a2, &st);
     if (st == FT_OK) cudaMemset(g->d_step, 0, 4);
+    if (E && g->o.routing == FT_ROUTING_ZIPF) { /* the CPU's zipf:S over ranks 1..E */
+        double s = g->o.routing_param > 0 ? g->o.routing_param : 1.0, z = 0, acc = 0;
+        float *cdf = malloc(E * sizeof *cdf);
+        for (size_t r = 1; r <= E; r++) z += pow((double)r, -s);
+        for (size_t r = 1; cdf && r <= E; r++) cdf[r - 1] = (float)((acc += pow((double)r, -s)) / z);
+        if (cdf) cdf[E - 1] = 1.0f;
+        g->d_zipf_cdf = cdf ? up_f(g, cdf, E, &st) : NULL;
+        if (!cdf && st == FT_OK) st = ft_fail(FT_ERR_OOM, "GPU: out of host memory");
+        free(cdf);
+        g->synth.zipf_cdf = g->d_zipf_cdf;
+    } else if (E && g->o.routing == FT_ROUTING_STICKY) {
+        g->d_sticky = dalloc(g, (size_t)m->n_layers * k * 4, &st);
+        g->d_synth_stats = dalloc(g, C * 2 * 4, &st);
+        if (st == FT_OK) cudaMemset(g->d_sticky, 0xff, (size_t)m->n_layers * k * 4); /* -1 */
+        g->synth.sticky = g->d_sticky, g->synth.stats = g->d_synth_stats;
+        g->synth.keep = (float)(g->o.routing_param > 0 ? g->o.routing_param : 0.7);
+    }
     return st;
 }
 
@@ -483,7 +504,7 @@ static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
         ft_cuda_router_topk(g->router, T, m->n_experts, m->top_k, m->norm_topk, ids, g->topw, g->s);
     else
         ft_cuda_synthetic_route(ids, g->topw, g->router, T, m->n_experts, m->top_k, g->o.seed,
-                                g->d_step, l, m->norm_topk, g->s);
+                                g->d_step, l, m->norm_topk, &g->synth, g->s);
 }
 
 /* Decode-sized steps (T <= 8): GEMV kernels only, each input norm fused into the GEMV that
@@ -891,6 +912,7 @@ void ft_gpu_free(struct ft_gpu *g) {
     }
     /* the offload buffers exist from before ft_offload_init, which may have failed */
     dfree(g->d_slots), dfree(g->d_slot_of), dfree(g->d_cpu_out), dfree(g->deq), dfree(g->chunk_slot_of);
+    dfree(g->d_zipf_cdf), dfree(g->d_sticky), dfree(g->d_synth_stats);
     ft_moe_exec_free(g->exec);
     ft_pool_free(g->exec_pool);
     void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw};

@@ -92,11 +92,21 @@ void ft_cuda_moe_combine(float *out, const float *y, const float *wts, int T, in
 /* softmax over E, top-k (ties: lower id), optional renormalisation; E <= 1024, k <= 32. */
 void ft_cuda_router_topk(const float *logits, int T, int E, int k, int norm, int32_t *ids,
                          float *w, cudaStream_t s);
-/* Synthetic routing for benchmarks: k distinct uniform ids per token from a hash of (seed,
- * *step, layer, token); router weights kept from w's softmax rows (probs [T, E]). */
-void ft_cuda_synthetic_route(int32_t *ids, float *w, const float *probs, int T, int E, int k,
+/* Synthetic routing for benchmarks: k distinct ids per token from a hash of (seed, *step,
+ * layer, token); router weights kept from the softmax of the router logits [T, E]. sy NULL (or
+ * with neither table): uniform. zipf_cdf [E]: the cumulative probabilities of ranks 1..E, each
+ * rank mapped to an expert by the layer's permutation (as the CPU's zipf:S). sticky [L, k]
+ * (-1 to start; stats: [T, 2] scratch): each choice keeps the layer's previous id with
+ * probability keep, token after token (the CPU's sticky:P). */
+struct ft_cuda_synth {
+    const float *zipf_cdf;
+    int32_t *sticky;
+    float *stats;
+    float keep;
+};
+void ft_cuda_synthetic_route(int32_t *ids, float *w, const float *logits, int T, int E, int k,
                              uint64_t seed, const uint32_t *step, int layer, int norm,
-                             cudaStream_t s);
+                             const struct ft_cuda_synth *sy, cudaStream_t s);
 void ft_cuda_step_incr(uint32_t *step, cudaStream_t s);
 /* y[t, :] += sigmoid(score[t]) * x[t, :] (Qwen2-MoE shared expert) */
 void ft_cuda_sigmoid_scale_add(float *y, const float *x, const float *score, int T, int H,

@@ -634,25 +634,49 @@ extern "C" void ft_cuda_router_topk(const float *logits, int T, int E, int k, in
 
 /* One warp per token: softmax statistics over E by the warp, then lane 0 draws k distinct ids
  * by rejection; weights = the router's softmax at those ids. */
+/* uniform in [0, 1) from the top 24 bits */
+__device__ __forceinline__ float unit24(uint64_t s) { return (float)(s >> 40) * (1.0f / 16777216.0f); }
+
+/* One id: uniform, or zipf (cdf: [E] cumulative probabilities of ranks 1..E) mapped through the
+ * layer's permutation of experts (rank r -> (r * 2654435761 + layer * 40503) mod E, as the CPU) */
+__device__ __forceinline__ int synth_draw(uint64_t *st, int E, const float *cdf, int layer) {
+    *st = ft_mix64(*st + 0x9e3779b97f4a7c15ull);
+    if (!cdf) return (int)(*st % (uint64_t)E);
+    float u = unit24(*st);
+    int lo = 0, hi = E - 1; /* the first rank whose cdf reaches u */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (cdf[mid] >= u) hi = mid;
+        else lo = mid + 1;
+    }
+    return (int)(((uint64_t)lo * 2654435761u + (uint64_t)layer * 40503u) % (uint64_t)E);
+}
+
+/* softmax statistics of each token's router logits (max, sum of exp) into stats[t] */
+__device__ __forceinline__ void router_stats(const float *l, int E, int lane, float *mx, float *z) {
+    float m = -INFINITY, s = 0.0f;
+    for (int e = lane; e < E; e += WARP) m = fmaxf(m, l[e]);
+    m = warp_max(m);
+    for (int e = lane; e < E; e += WARP) s += __expf(l[e] - m);
+    *mx = m, *z = warp_sum(s);
+}
+
 __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, int T, int E,
-                                   int k, uint64_t seed, const uint32_t *step, int layer, int norm) {
+                                   int k, uint64_t seed, const uint32_t *step, int layer, int norm,
+                                   const float *cdf) {
     pdl_enter();
     int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (t >= T) return;
     const float *l = logits + (size_t)t * E;
-    float mx = -INFINITY, z = 0.0f;
-    for (int e = lane; e < E; e += WARP) mx = fmaxf(mx, l[e]);
-    mx = warp_max(mx);
-    for (int e = lane; e < E; e += WARP) z += __expf(l[e] - mx);
-    z = warp_sum(z);
+    float mx, z;
+    router_stats(l, E, lane, &mx, &z);
     if (lane) return;
     uint64_t st = ft_mix64(seed ^ ft_mix64(((uint64_t)*step << 40) ^ ((uint64_t)layer << 20) ^ (uint64_t)t));
     float sum = 0.0f;
     for (int j = 0; j < k; j++) {
         int id, dup;
         do {
-            st = ft_mix64(st + 0x9e3779b97f4a7c15ull);
-            id = (int)(st % (uint64_t)E);
+            id = synth_draw(&st, E, cdf, layer);
             dup = 0;
             for (int i = 0; i < j; i++) dup |= ids[t * k + i] == id;
         } while (dup);
@@ -664,11 +688,62 @@ __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, 
         for (int j = 0; j < k; j++) w[t * k + j] /= sum;
 }
 
+/* Sticky routing (temporally correlated): each of the k choices keeps the layer's previous id
+ * with probability keep, else draws a new uniform one, token after token (the state carries
+ * across tokens, as on the CPU); a duplicate forgets its slot and redraws. Statistics first, a
+ * warp per token; then one thread walks the tokens in order. */
+__global__ void synth_stats_kernel(float *stats, const float *logits, int T, int E) {
+    pdl_enter();
+    int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (t >= T) return;
+    float mx, z;
+    router_stats(logits + (size_t)t * E, E, lane, &mx, &z);
+    if (!lane) stats[2 * t] = mx, stats[2 * t + 1] = z;
+}
+
+__global__ void synth_sticky_kernel(int32_t *ids, float *w, const float *logits, const float *stats,
+                                    int T, int E, int k, uint64_t seed, const uint32_t *step,
+                                    int layer, int norm, float keep, int32_t *prev) {
+    pdl_enter();
+    if (threadIdx.x || blockIdx.x) return;
+    uint64_t st = ft_mix64(seed ^ ft_mix64(((uint64_t)*step << 40) ^ ((uint64_t)layer << 20)));
+    for (int t = 0; t < T; t++) {
+        const float *l = logits + (size_t)t * E;
+        float sum = 0.0f;
+        for (int j = 0; j < k; j++) {
+            int id, dup;
+            do {
+                st = ft_mix64(st + 0x9e3779b97f4a7c15ull);
+                if (prev[j] >= 0 && unit24(st) < keep) {
+                    id = prev[j];
+                } else {
+                    st = ft_mix64(st + 0x9e3779b97f4a7c15ull);
+                    id = prev[j] = (int)(st % (uint64_t)E);
+                }
+                dup = 0;
+                for (int i = 0; i < j; i++) dup |= ids[t * k + i] == id;
+                if (dup) prev[j] = -1;
+            } while (dup);
+            ids[t * k + j] = id;
+            w[t * k + j] = __expf(l[id] - stats[2 * t]) / stats[2 * t + 1];
+            sum += w[t * k + j];
+        }
+        if (norm)
+            for (int j = 0; j < k; j++) w[t * k + j] /= sum;
+    }
+}
+
 extern "C" void ft_cuda_synthetic_route(int32_t *ids, float *w, const float *logits, int T, int E,
                                         int k, uint64_t seed, const uint32_t *step, int layer,
-                                        int norm, cudaStream_t s) {
+                                        int norm, const struct ft_cuda_synth *sy, cudaStream_t s) {
+    if (sy && sy->sticky) {
+        launch(synth_stats_kernel, cdiv(T, 4), 4 * WARP, 0, s, sy->stats, logits, T, E);
+        launch(synth_sticky_kernel, 1, 32, 0, s, ids, w, logits, (const float *)sy->stats, T, E, k,
+               seed, step, layer, norm, sy->keep, sy->sticky + (size_t)layer * k);
+        return;
+    }
     launch(synth_route_kernel, cdiv(T, 4), 4 * WARP, 0, s, ids, w, logits, T, E, k, seed, step,
-           layer, norm);
+           layer, norm, sy ? (const float *)sy->zipf_cdf : (const float *)NULL);
 }
 
 __global__ void step_incr_kernel(uint32_t *step) {
