@@ -25,10 +25,11 @@ static const char k_usage[] =
     "  -t, --threads N      CPU threads (default: physical cores)\n"
     "  --synthetic PRESET[:FMT]  random weights of a real shape: qwen3-30b-a3b,\n"
     "                       qwen3.6-35b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b, tiny,\n"
-    "                       tiny-gpt-oss; FMT: experts as bf16, mxfp4, nvfp4 or fp8\n"
+    "                       tiny-gpt-oss; FMT: experts as bf16, mxfp4, nvfp4, fp8, q4_k,\n"
+    "                       q5_k, q6_k, q8_0, q4_0, q4_1, q5_0 or q5_1\n"
     "  --synthetic-routing R  uniform (default for synthetic), zipf:S, sticky:P (keep an\n"
-    "                       expert with probability P; zipf/sticky on --backend cpu only), or\n"
-    "                       model (the router; default for --model)\n"
+    "                       expert with probability P), or model (the router; default for\n"
+    "                       --model)\n"
     "  --seed N             seed of weights, prompt and routing (default 1)\n";
 
 static int parse_routing(const char *s, struct ft_engine_opts *eo) {
