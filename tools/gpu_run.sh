@@ -10,7 +10,7 @@
 #            test_gpu_residency                                                   -> tests.log
 #   bench    #5 resident tg/pp; #9 the CPU executor on the host's 16 cores for MXFP4/NVFP4/Q4_K;
 #            bench_ggml; ft bench bw for bf16 and q4_k                            -> bench.log
-#   offload  #8 offload/cpu/hybrid at 24G and 12G (uniform routing)               -> offload.log
+#   offload  #8 offload/cpu/hybrid at 24G and 12G (uniform routing), #7 sticky:0.8 -> offload.log
 # Each command's exit status is logged; a failing one does not stop the rest.
 set -u
 cd "$(dirname "$0")/.."
@@ -54,6 +54,9 @@ for part in "$@"; do
                     --backend offload --vram-limit "$v" --moe-backend "$mode"
             done
         done
+        # #7's skewed, temporally correlated run (zipf/sticky kernels: written blind, check first)
+        step offload.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 64 -r 1 \
+            --backend offload --vram-limit 24G --synthetic-routing sticky:0.8
         ;;
     *) echo "gpu_run: unknown part '$part' (tests, bench, offload)" >&2 ;;
     esac
