@@ -323,6 +323,25 @@ TEST(bad_flags) {
     snprintf(cmd, sizeof cmd, "'%s' frobnicate 2>/dev/null", FT_BIN);
     rc = system(cmd);
     EXPECT(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+    /* this session's flags: a bad value is exit 2 with a line naming the flag and the choices */
+    static const char *const bad[][2] = {
+        {"run --model '%s' -p hi --cpu-act int4", "--cpu-act: 'int4' is not fast or f32"},
+        {"run --model '%s' -p hi --moe-cpu-threads 0", "--moe-cpu-threads: '0' is not a number"},
+        {"bench bw --format q3_k%.0s", "unknown expert format 'q3_k'"},
+        {"bench bw --cpu-act x%.0s", "--cpu-act: 'x' is not fast or f32"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[256], err[512] = "";
+        snprintf(args, sizeof args, bad[i][0], GOOD);
+        snprintf(cmd, sizeof cmd, "'%s' %s 2>&1 >/dev/null", FT_BIN, args);
+        FILE *f = popen(cmd, "r");
+        size_t got = f ? fread(err, 1, sizeof err - 1, f) : 0;
+        err[got] = 0;
+        rc = f ? pclose(f) : -1;
+        CHECK_(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "ft %s: exit %d, want 2", args,
+               WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+        EXPECT_CONTAINS(err, bad[i][1]);
+    }
 }
 
 int main(int argc, char **argv) {
