@@ -304,15 +304,27 @@ TEST(synthetic_routing_zipf_and_sticky) {
     cudaDeviceSynchronize();
     cudaMemcpy(ids, dids, sizeof ids, cudaMemcpyDeviceToHost);
     int top = (int)(((uint64_t)0 * 2654435761u + (uint64_t)LAYER * 40503u) % E), n_top = 0, distinct = 1;
+    int rank_of[E], count[E] = {0}, sums = 1;
+    for (int r = 0; r < E; r++) rank_of[(int)(((uint64_t)r * 2654435761u + (uint64_t)LAYER * 40503u) % E)] = r;
+    float wts[T * K];
+    cudaMemcpy(wts, dw, sizeof wts, cudaMemcpyDeviceToHost);
     for (int t = 0; t < T; t++) {
-        distinct &= ids[t * K] != ids[t * K + 1] && ids[t * K] >= 0 && ids[t * K] < E;
+        distinct &= ids[t * K] != ids[t * K + 1] && ids[t * K] >= 0 && ids[t * K] < E &&
+                    ids[t * K + 1] >= 0 && ids[t * K + 1] < E;
         n_top += ids[t * K] == top; /* first choice: one plain zipf draw */
+        if (ids[t * K] >= 0 && ids[t * K] < E) count[rank_of[ids[t * K]]]++;
+        sums &= fabsf(wts[t * K] + wts[t * K + 1] - 1.0f) < 1e-5f; /* renormalised */
     }
-    double p = 1.0 / z, sd = sqrt(T * p * (1 - p));
+    double p = 1.0 / z, sd = sqrt(T * p * (1 - p)), chi2 = 0;
+    for (int r = 0; r < E; r++) { /* every rank at its probability (15 dof; 37.7 is p = 0.001) */
+        double e = T * pow(r + 1, -1.2) / z;
+        chi2 += (count[r] - e) * (count[r] - e) / e;
+    }
     fprintf(stderr, "  zipf:1.2 over %d experts: rank-1 expert %d first in %d of %d tokens (expected "
-            "%.0f +- %.0f)\n", E, top, n_top, T, T * p, sd);
-    EXPECT(distinct);
+            "%.0f +- %.0f), chi-square over the ranks %.1f\n", E, top, n_top, T, T * p, sd, chi2);
+    EXPECT(distinct && sums);
     CHECK_(fabs(n_top - T * p) <= 5 * sd, "zipf: %d rank-1 draws, expected %.0f", n_top, T * p);
+    CHECK_(chi2 <= 37.7, "zipf: chi-square %.1f over 16 ranks (p < 0.001)", chi2);
     int32_t *dsticky = up(NULL, 4 * 8 * K);
     float *dstats = up(NULL, sizeof(float) * 2 * T);
     for (int keep = 1; keep >= 0; keep--) {
@@ -331,6 +343,19 @@ TEST(synthetic_routing_zipf_and_sticky) {
         EXPECT(distinct);
         if (keep) EXPECT_EQ(same, T - 1);
         else CHECK_(same < T / 10, "sticky:0 repeated the first ids %d times", same);
+        int32_t state[8 * K];
+        cudaMemcpy(state, dsticky, sizeof state, cudaMemcpyDeviceToHost);
+        int others = 1; /* only layer LAYER's slots move */
+        for (int i = 0; i < 8 * K; i++)
+            if (i / K != LAYER) others &= state[i] == -1;
+        EXPECT(others);
+        if (keep) { /* the state carries to the next step: the same ids again */
+            int first[K] = {ids[0], ids[1]};
+            ft_cuda_synthetic_route(dids, dw, dl, 4, E, K, 7, dstep, LAYER, 1, &ss, 0);
+            cudaDeviceSynchronize();
+            cudaMemcpy(ids, dids, sizeof(int32_t) * 4 * K, cudaMemcpyDeviceToHost);
+            for (int t = 0; t < 4; t++) EXPECT(ids[t * K] == first[0] && ids[t * K + 1] == first[1]);
+        }
     }
     EXPECT_OK(ft_cuda_check("synthetic routing"));
     free(logits);

@@ -3,7 +3,7 @@
 # (tools/gpu_pack.sh builds it here): every GPU test, then the benchmarks the open issues ask for,
 # each under a time limit, all output under $OUT (default ./gpu-out). A device call runs at most
 # 600 s, so give each part its own call (tests ~5 min; bench ~8 min: every synthetic model is
-# generated anew; offload ~9 min):
+# generated anew; offload: 7 runs of ~1.5 min, which may pass 600 s: the last ones get cut):
 #   run(command="tools/gpu_run.sh tests", carry=[".gpu"])
 # Parts (any order, several at once):
 #   tests    test_gpu_ops, test_gpu_model (FREETOKEN_GPU_EXPERIMENTAL kernels included),
@@ -48,15 +48,15 @@ for part in "$@"; do
         step bench.log 120 $G/ft bench bw --format q4_k
         ;;
     offload)
+        # #7's skewed, temporally correlated run first (zipf/sticky kernels: written blind)
+        step offload.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 64 -r 1 \
+            --backend offload --vram-limit 24G --synthetic-routing sticky:0.8
         for v in 24G 12G; do
             for mode in hybrid cpu offload; do
                 step offload.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 64 -r 1 \
                     --backend offload --vram-limit "$v" --moe-backend "$mode"
             done
         done
-        # #7's skewed, temporally correlated run (zipf/sticky kernels: written blind, check first)
-        step offload.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 64 -r 1 \
-            --backend offload --vram-limit 24G --synthetic-routing sticky:0.8
         ;;
     *) echo "gpu_run: unknown part '$part' (tests, bench, offload)" >&2 ;;
     esac

@@ -215,7 +215,9 @@ int ft_cmd_bench(int argc, char **argv) {
     printf("model: %s, %.2f B params (%.2f B active per token), %.2f MiB per expert; "
            "%d threads, ISA %s, CPU activations %s\n", m->label, m->n_params / 1e9,
            m->n_params_active / 1e9, m->expert_bytes / 1048576.0, b.threads,
-           ft_cpu_isa_name(ft_cpu_isa()), eo.cpu_act_fast ? "fast (int8/bf16)" : "f32");
+           ft_cpu_isa_name(ft_cpu_isa()),
+           gpu && strcmp(ft_engine_backend(b.s.engine), "offload") ? "unused (all on the GPU)"
+           : eo.cpu_act_fast ? "fast (int8/bf16)" : "f32");
     if (gpu)
         printf("ceiling: GPU HBM %.0f GB/s (device-to-device copy, read + write, measured now); "
                "engine holds %.2f GiB of device memory\n\n", b.ceiling_gbps,

@@ -95,11 +95,23 @@ static int synth_id(struct ft_engine *e, int l, int j, int E) {
     }
     if (e->opts.routing == FT_ROUTING_STICKY) {
         int *prev = &e->sticky[l * e->m->top_k + j];
-        double keep = e->opts.routing_param > 0 ? e->opts.routing_param : 0.7;
+        double keep = e->opts.routing_param; /* sticky:P, 0 <= P < 1 (0 keeps none) */
         if (*prev >= 0 && ft_rng_unit(&e->rng) < keep) return *prev;
         return *prev = (int)(ft_rng_next(&e->rng) % (uint64_t)E);
     }
     return (int)(ft_rng_next(&e->rng) % (uint64_t)E);
+}
+
+/* The first expert not among ids[0..j) in rank order (zipf: the layer's permutation of ranks,
+ * as synth_id maps them) or id order: what a draw falls back to after 64 duplicates. */
+static int synth_unused(const int *ids, int j, int l, int E, int zipf) {
+    for (int r = 0; r < E; r++) {
+        int id = zipf ? (int)(((uint64_t)r * 2654435761u + (uint64_t)l * 40503u) % (uint64_t)E) : r;
+        int used = 0;
+        for (int i = 0; i < j; i++) used |= ids[i] == id;
+        if (!used) return id;
+    }
+    return 0; /* not reached: j < k <= E */
 }
 
 /* Router: softmax over all experts, top-k, optional renormalisation (fp32, as transformers). */
@@ -115,13 +127,17 @@ static void route(struct ft_engine *e, int l, int T) {
             ft_cpu_topk(p, E, k, ids, w);
         } else { /* distinct synthetic ids, weights from the router's probabilities */
             for (int j = 0; j < k; j++) {
-                int id, dup;
+                int id, dup, tries = 0;
                 do {
                     id = synth_id(e, l, j, E);
                     dup = 0;
                     for (int i = 0; i < j; i++) dup |= ids[i] == id;
                     if (dup && e->opts.routing == FT_ROUTING_STICKY)
                         e->sticky[l * k + j] = -1;
+                    if (dup && ++tries >= 64) { /* a steep zipf leaves too few reachable ranks */
+                        id = synth_unused(ids, j, l, E, e->opts.routing == FT_ROUTING_ZIPF);
+                        dup = 0;
+                    }
                 } while (dup);
                 ids[j] = id;
                 w[j] = p[id];

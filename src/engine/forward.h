@@ -19,7 +19,8 @@ struct ft_engine_opts {
     int max_chunk;    /* tokens per forward call, all sequences together (default 512) */
     int kv_tokens;    /* positions in the paged KV pool (default max_ctx: one sequence) */
     enum ft_routing routing;
-    double routing_param; /* zipf exponent S, or sticky probability of keeping an expert */
+    double routing_param; /* zipf exponent S (0: 1), or sticky probability of keeping an expert
+                             (0 <= P < 1; 0 keeps none) */
     uint64_t seed;
     enum ft_backend { FT_BACKEND_CPU, FT_BACKEND_CUDA, FT_BACKEND_OFFLOAD } backend;
     int backend_auto;     /* backend was chosen by --backend auto: may fall back to the CPU for

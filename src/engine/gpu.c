@@ -348,7 +348,7 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     size_t a1 = ft_cuda_attention_scratch(MAX_GRAPH_T, m->n_heads, m->head_dim, g->att_split_small);
     size_t a2 = ft_cuda_attention_scratch(g->C, m->n_heads, m->head_dim, g->att_split_big);
     g->att_part = dalloc(g, a1 > a2 ? a1 : a2, &st);
-    if (st == FT_OK) cudaMemset(g->d_step, 0, 4);
+    if (st == FT_OK) cudaMemsetAsync(g->d_step, 0, 4, g->s); /* on g->s: it is non-blocking */
     if (E && g->o.routing == FT_ROUTING_ZIPF) { /* the CPU's zipf:S over ranks 1..E */
         double s = g->o.routing_param > 0 ? g->o.routing_param : 1.0, z = 0, acc = 0;
         float *cdf = malloc(E * sizeof *cdf);
@@ -362,9 +362,9 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     } else if (E && g->o.routing == FT_ROUTING_STICKY) {
         g->d_sticky = dalloc(g, (size_t)m->n_layers * k * 4, &st);
         g->d_synth_stats = dalloc(g, C * 2 * 4, &st);
-        if (st == FT_OK) cudaMemset(g->d_sticky, 0xff, (size_t)m->n_layers * k * 4); /* -1 */
+        if (st == FT_OK) cudaMemsetAsync(g->d_sticky, 0xff, (size_t)m->n_layers * k * 4, g->s); /* -1 */
         g->synth.sticky = g->d_sticky, g->synth.stats = g->d_synth_stats;
-        g->synth.keep = (float)(g->o.routing_param > 0 ? g->o.routing_param : 0.7);
+        g->synth.keep = (float)g->o.routing_param; /* sticky:P (0 keeps none), as the CPU */
     }
     return st;
 }

@@ -19,7 +19,7 @@ struct ft_gpu_opts {
     int max_ctx, max_chunk, n_blocks, max_seqs;
     int graphs;          /* capture decode steps in CUDA graphs */
     enum ft_routing routing;
-    double routing_param;    /* zipf exponent S / sticky probability (0: the CPU's defaults) */
+    double routing_param;    /* zipf exponent S (0: 1) / sticky probability of keeping (as given) */
     uint64_t seed;
     /* offload: experts stay in host banks; a GPU cache of slots holds the hot ones */
     int offload;

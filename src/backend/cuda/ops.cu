@@ -632,8 +632,6 @@ extern "C" void ft_cuda_router_topk(const float *logits, int T, int E, int k, in
     launch(router_topk_kernel, cdiv(T, 4), 4 * WARP, 0, s, logits, T, E, k, norm, ids, w);
 }
 
-/* One warp per token: softmax statistics over E by the warp, then lane 0 draws k distinct ids
- * by rejection; weights = the router's softmax at those ids. */
 /* uniform in [0, 1) from the top 24 bits */
 __device__ __forceinline__ float unit24(uint64_t s) { return (float)(s >> 40) * (1.0f / 16777216.0f); }
 
@@ -652,6 +650,19 @@ __device__ __forceinline__ int synth_draw(uint64_t *st, int E, const float *cdf,
     return (int)(((uint64_t)lo * 2654435761u + (uint64_t)layer * 40503u) % (uint64_t)E);
 }
 
+/* The first expert not among ids[0..j) in rank order (zipf: through the layer's permutation)
+ * or id order: a draw's fallback after 64 duplicates (a steep zipf leaves too few reachable
+ * ranks to fill k without it), as the CPU's synth_unused. */
+__device__ __forceinline__ int synth_unused(const int32_t *ids, int j, int layer, int E, int zipf) {
+    for (int r = 0; r < E; r++) {
+        int id = zipf ? (int)(((uint64_t)r * 2654435761u + (uint64_t)layer * 40503u) % (uint64_t)E) : r;
+        int used = 0;
+        for (int i = 0; i < j; i++) used |= ids[i] == id;
+        if (!used) return id;
+    }
+    return 0;
+}
+
 /* softmax statistics of each token's router logits (max, sum of exp) into stats[t] */
 __device__ __forceinline__ void router_stats(const float *l, int E, int lane, float *mx, float *z) {
     float m = -INFINITY, s = 0.0f;
@@ -661,6 +672,8 @@ __device__ __forceinline__ void router_stats(const float *l, int E, int lane, fl
     *mx = m, *z = warp_sum(s);
 }
 
+/* One warp per token: softmax statistics over E by the warp, then lane 0 draws k distinct ids
+ * by rejection; weights = the router's softmax at those ids. */
 __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, int T, int E,
                                    int k, uint64_t seed, const uint32_t *step, int layer, int norm,
                                    const float *cdf) {
@@ -674,11 +687,12 @@ __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, 
     uint64_t st = ft_mix64(seed ^ ft_mix64(((uint64_t)*step << 40) ^ ((uint64_t)layer << 20) ^ (uint64_t)t));
     float sum = 0.0f;
     for (int j = 0; j < k; j++) {
-        int id, dup;
+        int id, dup, tries = 0;
         do {
             id = synth_draw(&st, E, cdf, layer);
             dup = 0;
             for (int i = 0; i < j; i++) dup |= ids[t * k + i] == id;
+            if (dup && ++tries >= 64) id = synth_unused(ids + t * k, j, layer, E, cdf != NULL), dup = 0;
         } while (dup);
         ids[t * k + j] = id;
         w[t * k + j] = __expf(l[id] - mx) / z;
@@ -707,30 +721,35 @@ __global__ void synth_sticky_kernel(int32_t *ids, float *w, const float *logits,
     pdl_enter();
     if (threadIdx.x || blockIdx.x) return;
     uint64_t st = ft_mix64(seed ^ ft_mix64(((uint64_t)*step << 40) ^ ((uint64_t)layer << 20)));
+    int pv[32], cur[32]; /* the layer's state and the token's ids in registers (k <= 32) */
+    for (int j = 0; j < k; j++) pv[j] = prev[j];
     for (int t = 0; t < T; t++) {
         const float *l = logits + (size_t)t * E;
-        float sum = 0.0f;
+        float sum = 0.0f, wt[32];
         for (int j = 0; j < k; j++) {
             int id, dup;
             do {
                 st = ft_mix64(st + 0x9e3779b97f4a7c15ull);
-                if (prev[j] >= 0 && unit24(st) < keep) {
-                    id = prev[j];
+                if (pv[j] >= 0 && unit24(st) < keep) {
+                    id = pv[j];
                 } else {
                     st = ft_mix64(st + 0x9e3779b97f4a7c15ull);
-                    id = prev[j] = (int)(st % (uint64_t)E);
+                    id = pv[j] = (int)(st % (uint64_t)E);
                 }
                 dup = 0;
-                for (int i = 0; i < j; i++) dup |= ids[t * k + i] == id;
-                if (dup) prev[j] = -1;
-            } while (dup);
-            ids[t * k + j] = id;
-            w[t * k + j] = __expf(l[id] - stats[2 * t]) / stats[2 * t + 1];
-            sum += w[t * k + j];
+                for (int i = 0; i < j; i++) dup |= cur[i] == id;
+                if (dup) pv[j] = -1;
+            } while (dup); /* uniform redraws: E >= k distinct ids are always reachable */
+            cur[j] = id;
+            wt[j] = __expf(l[id] - stats[2 * t]) / stats[2 * t + 1];
+            sum += wt[j];
         }
-        if (norm)
-            for (int j = 0; j < k; j++) w[t * k + j] /= sum;
+        for (int j = 0; j < k; j++) {
+            ids[t * k + j] = cur[j];
+            w[t * k + j] = norm ? wt[j] / sum : wt[j];
+        }
     }
+    for (int j = 0; j < k; j++) prev[j] = pv[j];
 }
 
 extern "C" void ft_cuda_synthetic_route(int32_t *ids, float *w, const float *logits, int T, int E,
