@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/threadpool.h"
+#include "engine/forward.h"
 #include "format/fp_formats.h"
 #include "format/ggml_quant.h"
 #include "model/model.h"
@@ -85,6 +86,34 @@ TEST(synthetic_preset_errors) {
     EXPECT_EQ(ft_model_synthetic("tiny-gpt-oss:q4_k", pool, 1, &m), FT_ERR_INVALID_ARG);
     EXPECT_CONTAINS(ft_error(), "q4_k experts need widths that are multiples of 256 (256, 128)");
     EXPECT_EQ(ft_model_synthetic("tiny:", pool, 1, &m), FT_ERR_INVALID_ARG);
+    ft_pool_free(pool);
+}
+
+/* A steep zipf (S = 30: every rank past the first few has probability below 2^-53, so the
+ * draws cannot find top-4 distinct experts) completes: after 64 duplicates a draw takes the
+ * first unused expert in rank order (it used to loop for ever). sticky:0 keeps nothing. */
+TEST(synthetic_routing_steep_zipf_and_sticky_zero) {
+    struct ft_pool *pool;
+    EXPECT_OK(ft_pool_init(&pool, 1));
+    struct ft_model *m = NULL;
+    EXPECT_OK(ft_model_synthetic("tiny", pool, 1, &m));
+    for (int r = 0; m && r < 2; r++) {
+        struct ft_engine_opts eo = {.max_ctx = 32, .max_chunk = 16,
+                                    .routing = r ? FT_ROUTING_STICKY : FT_ROUTING_ZIPF,
+                                    .routing_param = r ? 0.0 : 30.0};
+        struct ft_engine *e = NULL;
+        EXPECT_OK(ft_engine_init(&e, m, pool, &eo));
+        int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        float *lg = malloc((size_t)m->vocab * sizeof *lg);
+        if (e && lg) {
+            EXPECT_OK(ft_engine_forward(e, ids, 8, lg, 0));
+            EXPECT_OK(ft_engine_forward(e, ids, 1, lg, 0));
+            EXPECT(isfinite(lg[0]));
+        }
+        free(lg);
+        ft_engine_free(e);
+    }
+    ft_model_free(m);
     ft_pool_free(pool);
 }
 
