@@ -164,7 +164,6 @@ int main(int argc, char **argv) {
     }
     for (long i = 0; i < Tb * K; i++)
         x[i] = (float)(i % 97) * 0.01f - 0.48f;
-    ft_ggml_quant_x8(x, (int)K, K, Tb, xq);
     ft_ggml_quant_x32(x, (int)K, K, Tb, xq32);
     /* GGML types, then the row formats (type -1: NVFP4, -2: FP8_B128) */
     static const int types[] = {FT_GGML_Q4_K, FT_GGML_Q5_K, FT_GGML_Q6_K, FT_GGML_Q8_0,
@@ -191,7 +190,10 @@ int main(int argc, char **argv) {
         printf("%-6s %6.2f |", name, 8.0 * (double)j.row_bytes / (double)K);
         int modes[2] = {DOT, FILL}; /* FILL: no int8 path */
         if (rows == FT_DTYPE_NVFP4 || (!rows && ft_ggml_x32_supported(ty))) modes[1] = DOT_X32;
-        if (!rows && ft_ggml_x8_supported(ty)) modes[1] = DOT_X8;
+        if (!rows && ft_ggml_x8_supported(ty)) {
+            modes[1] = DOT_X8;
+            ft_ggml_quant_x8(ty, x, (int)K, K, Tb, xq); /* in the type's code order */
+        }
         for (int m = 0; m < 2; m++) {
             if (modes[m] == FILL) {
                 printf(" %-13s %-13s %-13s", "-", "-", "-");

@@ -248,7 +248,7 @@ static void check_x8(int type, int64_t n, int R, int T, double *worst_q, double 
     void *xq = malloc(xb * T);
     for (int64_t i = 0; i < (int64_t)T * n; i++) /* blocks of very different scales */
         x[i] *= (float)(1 << ((i / 256) % 8));
-    ft_ggml_quant_x8(x, (int)n, n, T, xq);
+    ft_ggml_quant_x8(type, x, (int)n, n, T, xq);
     ft_ggml_dot_rows_x8(type, w, rb, R, xq, T, y, R);
     int ok = 1;
     for (int r = 0; r < R; r++) {
@@ -299,18 +299,38 @@ TEST(quant_x8_every_tier_same_bytes) {
     for (int i = 512; i < 768; i++) x[i] = 0.0f; /* an all-zero block */
     for (int i = 768; i < 1024; i++) x[i] = 0.0f;
     x[800] = 1e-39f; /* max below 1e-30: codes 0 in every tier (127 / max would be inf) */
-    uint8_t *ref = malloc(xb), *got = malloc(xb);
-    ft_cpu_set_isa(FT_ISA_SCALAR);
-    ft_ggml_quant_x8(x, (int)n + 7, n, T, ref);
-    for (int a = 1; a < nt; a++) {
-        ft_cpu_set_isa(ts[a]);
-        memset(got, 0xa5, xb);
-        ft_ggml_quant_x8(x, (int)n + 7, n, T, got);
-        CHECK_(memcmp(got, ref, xb) == 0, "%s quantises x like the scalar reference",
-               ft_cpu_isa_name(ts[a]));
+    uint8_t *ref = malloc(xb), *got = malloc(xb), *q6 = malloc(xb);
+    static const int types[2] = {FT_GGML_Q6_K, FT_GGML_Q4_K}; /* element order, nibble order */
+    for (int ty = 0; ty < 2; ty++) {
+        ft_cpu_set_isa(FT_ISA_SCALAR);
+        ft_ggml_quant_x8(types[ty], x, (int)n + 7, n, T, ref);
+        for (int a = 1; a < nt; a++) {
+            ft_cpu_set_isa(ts[a]);
+            memset(got, 0xa5, xb);
+            ft_ggml_quant_x8(types[ty], x, (int)n + 7, n, T, got);
+            CHECK_(memcmp(got, ref, xb) == 0, "%s quantises x for %s like the scalar reference",
+                   ft_cpu_isa_name(ts[a]), ft_ggml_type_name(types[ty]));
+        }
+        if (ty == 0) {
+            memcpy(q6, ref, xb);
+            continue;
+        }
+        /* Q4_K's blocks are Q6_K's with chunks [32..63] and [64..95] of each 128 swapped; the
+         * scale and the per-16 sums (element order) are the same bytes */
+        const size_t bb = ft_ggml_x8_bytes(256);
+        int same = 1;
+        for (size_t b = 0; b < xb / bb; b++) {
+            const uint8_t *k4 = ref + b * bb, *e = q6 + b * bb;
+            same &= !memcmp(k4, e, 4) && !memcmp(k4 + 4 + 256, e + 4 + 256, bb - 4 - 256);
+            for (int j = 0; j < 256; j++) {
+                int c = (j >> 5) & 3, at = (j & 128) | (c == 1 ? 2 : c == 2 ? 1 : c) << 5 | (j & 31);
+                same &= k4[4 + at] == e[4 + j];
+            }
+        }
+        EXPECT(same);
     }
     ft_cpu_set_isa(FT_ISA_AVX512_BF16);
-    free(x), free(ref), free(got);
+    free(x), free(ref), free(got), free(q6);
 }
 
 TEST(dot_rows_x8_every_tier) {

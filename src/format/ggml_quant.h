@@ -113,8 +113,9 @@ int ft_ggml_x8_supported(int type);
 /* Bytes of one token of n elements (n a multiple of 256; else 0) in ft_ggml_quant_x8's form. */
 size_t ft_ggml_x8_bytes(int64_t n);
 /* Quantises T tokens x [T, ldx] of n elements each (n a multiple of 256) into xq
- * [T, ft_ggml_x8_bytes(n)] (scalar code; about n * T * 1 ns). */
-void ft_ggml_quant_x8(const float *x, int ldx, int64_t n, int T, void *xq);
+ * [T, ft_ggml_x8_bytes(n)] for rows of `type` (Q4_K/Q5_K store the codes in their nibble
+ * order, Q6_K in element order: quantise for the type the dot will read). */
+void ft_ggml_quant_x8(int type, const float *x, int ldx, int64_t n, int T, void *xq);
 /* y[t * ldy + r] = sum_i w_r[i] * xhat_t[i], xhat_t being token t of xq (ft_ggml_quant_x8 with
  * the rows' n), rows as in ft_ggml_dot_rows. AVX-512 (F+BW) tier, else the scalar reference.
  * Single-threaded and reentrant. Asserts ft_ggml_x8_supported(type). */

@@ -396,7 +396,7 @@ void ft_cpu_xq_quant(enum ft_dtype wt, const float *x, int ldx, int K, int T, vo
         return;
     }
 #endif
-    if (k == XQ_X8) ft_ggml_quant_x8(x, ldx, K, T, xq);
+    if (k == XQ_X8) ft_ggml_quant_x8(ft_dtype_ggml(wt), x, ldx, K, T, xq);
     else ft_ggml_quant_x32(x, ldx, K, T, xq);
 }
 
