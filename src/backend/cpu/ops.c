@@ -281,12 +281,74 @@ static void attn_one(const struct attn_ctx *c, int t, int h) {
     if (l > 0.0f) c->ops.scale(acc, 1.0f / l, hd);
 }
 
+#ifdef FT_X86
+/* attn_one for head_dim 16 * NV on AVX-512 (64 and 128: every supported model but odd test
+ * shapes): q (pre-scaled) and the output accumulate in NV registers, each cached row is read
+ * with NV loads and no call or mask, which makes long-context attention about twice as fast
+ * as the generic loop of dot/axpy calls. Same online softmax and the same expf, so it differs
+ * from attn_one only in the summation order of each q.k (and q * scale rounded first). */
+#define ATT_SPEC(NV)                                                                               \
+    T512 static void attn_one_512_##NV(const struct attn_ctx *c, int t, int h) {                  \
+        const int hd = 16 * NV, kvh = h / (c->n_heads / c->n_kv_heads);                           \
+        const size_t kv_stride = (size_t)c->n_kv_heads * hd;                                       \
+        const float *qh = c->q + ((size_t)t * c->n_heads + h) * hd;                                \
+        const float *kb = c->k + (size_t)kvh * hd, *vb = c->v + (size_t)kvh * hd;                  \
+        float *out = c->out + ((size_t)t * c->n_heads + h) * hd;                                   \
+        const int p1 = c->pos[t] + 1, p0 = c->window > 0 ? FT_MAX(0, p1 - c->window) : 0;         \
+        const __m512 sc = _mm512_set1_ps(c->scale);                                                \
+        __m512 q[NV], acc[NV];                                                                     \
+        _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) {                                     \
+            q[v] = _mm512_mul_ps(_mm512_loadu_ps(qh + 16 * v), sc);                                \
+            acc[v] = _mm512_setzero_ps();                                                          \
+        }                                                                                          \
+        float m = -INFINITY, l = 0.0f, s[ATT_BLOCK];                                               \
+        for (int b = p0; b < p1; b += ATT_BLOCK) {                                                 \
+            const int nb = FT_MIN(ATT_BLOCK, p1 - b);                                              \
+            float bm = -INFINITY;                                                                  \
+            for (int j = 0; j < nb; j++) {                                                         \
+                const float *kr = kb + kv_row(c, t, b + j) * kv_stride;                            \
+                __m512 d = _mm512_mul_ps(q[0], _mm512_loadu_ps(kr));                               \
+                _Pragma("GCC unroll 8") for (int v = 1; v < NV; v++)                               \
+                    d = _mm512_fmadd_ps(q[v], _mm512_loadu_ps(kr + 16 * v), d);                    \
+                s[j] = _mm512_reduce_add_ps(d);                                                    \
+                bm = s[j] > bm ? s[j] : bm;                                                        \
+            }                                                                                      \
+            if (bm > m) { /* rescale what was accumulated under the old max */                     \
+                const float corr = expf(m - bm);                                                   \
+                l *= corr;                                                                         \
+                const __m512 cv = _mm512_set1_ps(corr);                                            \
+                _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) acc[v] = _mm512_mul_ps(acc[v], cv); \
+                m = bm;                                                                            \
+            }                                                                                      \
+            for (int j = 0; j < nb; j++) {                                                         \
+                const float e = expf(s[j] - m);                                                    \
+                const float *vr = vb + kv_row(c, t, b + j) * kv_stride;                            \
+                const __m512 ev = _mm512_set1_ps(e);                                               \
+                l += e;                                                                            \
+                _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)                               \
+                    acc[v] = _mm512_fmadd_ps(ev, _mm512_loadu_ps(vr + 16 * v), acc[v]);            \
+            }                                                                                      \
+        }                                                                                          \
+        if (c->sinks) l += expf(c->sinks[h] - m);                                                  \
+        const __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);                              \
+        _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)                                       \
+            _mm512_storeu_ps(out + 16 * v, _mm512_mul_ps(acc[v], il));                             \
+    }
+ATT_SPEC(4)
+ATT_SPEC(8)
+#endif
+
 /* (t, h) pairs dealt round-robin so causal prefill (later tokens cost more) stays balanced. */
 static void attn_worker(void *arg, int i, int n) {
     const struct attn_ctx *c = arg;
     long pairs = (long)c->T * c->n_heads;
+    void (*one)(const struct attn_ctx *, int, int) = attn_one;
+#ifdef FT_X86
+    if (ft_cpu_isa() >= FT_ISA_AVX512 && (c->head_dim == 64 || c->head_dim == 128))
+        one = c->head_dim == 64 ? attn_one_512_4 : attn_one_512_8;
+#endif
     for (long p = i; p < pairs; p += n)
-        attn_one(c, (int)(p / c->n_heads), (int)(p % c->n_heads));
+        one(c, (int)(p / c->n_heads), (int)(p % c->n_heads));
 }
 
 void ft_cpu_attention(struct ft_pool *pool, float *out, const float *q, const float *k,
