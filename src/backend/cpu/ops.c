@@ -283,72 +283,105 @@ static void attn_one(const struct attn_ctx *c, int t, int h) {
 
 #ifdef FT_X86
 /* attn_one for head_dim 16 * NV on AVX-512 (64 and 128: every supported model but odd test
- * shapes): q (pre-scaled) and the output accumulate in NV registers, each cached row is read
- * with NV loads and no call or mask, which makes long-context attention about twice as fast
- * as the generic loop of dot/axpy calls. Same online softmax and the same expf, so it differs
- * from attn_one only in the summation order of each q.k (and q * scale rounded first). */
-#define ATT_SPEC(NV)                                                                               \
-    T512 static void attn_one_512_##NV(const struct attn_ctx *c, int t, int h) {                  \
-        const int hd = 16 * NV, kvh = h / (c->n_heads / c->n_kv_heads);                           \
+ * shapes), for up to R query heads of one token that share a KV head (GQA) at once: each
+ * cached K and V row is loaded once for all of them (R = 4 at hd 64, 2 at hd 128; a group of
+ * G heads is done in ceil(G / R) passes), the outputs accumulate in registers, and there is no
+ * call or mask per row. Long-context attention reads the cache from L2/L3 for every head, so
+ * sharing each row across heads is most of the gain. Same online softmax and the same expf
+ * as attn_one; q is scaled first and each q.k summed in another order. */
+#define ATT_SPEC(NV, R)                                                                            \
+    T512 static void attn_rows_512_##NV(const struct attn_ctx *c, int t, int h0, int nr) {        \
+        const int hd = 16 * NV, kvh = h0 / (c->n_heads / c->n_kv_heads);                          \
         const size_t kv_stride = (size_t)c->n_kv_heads * hd;                                       \
-        const float *qh = c->q + ((size_t)t * c->n_heads + h) * hd;                                \
         const float *kb = c->k + (size_t)kvh * hd, *vb = c->v + (size_t)kvh * hd;                  \
-        float *out = c->out + ((size_t)t * c->n_heads + h) * hd;                                   \
         const int p1 = c->pos[t] + 1, p0 = c->window > 0 ? FT_MAX(0, p1 - c->window) : 0;         \
+        __m512 acc[R][NV];                                                                         \
+        _Alignas(64) float qs[R][16 * NV]; /* the rows' q, scaled */                               \
+        float m[R], l[R], s[R][ATT_BLOCK];                                                         \
         const __m512 sc = _mm512_set1_ps(c->scale);                                                \
-        __m512 q[NV], acc[NV];                                                                     \
-        _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) {                                     \
-            q[v] = _mm512_mul_ps(_mm512_loadu_ps(qh + 16 * v), sc);                                \
-            acc[v] = _mm512_setzero_ps();                                                          \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                      \
+            const float *qh = c->q + ((size_t)t * c->n_heads + h0 + (r < nr ? r : 0)) * hd;         \
+            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) {                                 \
+                _mm512_store_ps(qs[r] + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(qh + 16 * v), sc)); \
+                acc[r][v] = _mm512_setzero_ps();                                                   \
+            }                                                                                      \
+            m[r] = -INFINITY, l[r] = 0.0f;                                                         \
         }                                                                                          \
-        float m = -INFINITY, l = 0.0f, s[ATT_BLOCK];                                               \
         for (int b = p0; b < p1; b += ATT_BLOCK) {                                                 \
             const int nb = FT_MIN(ATT_BLOCK, p1 - b);                                              \
-            float bm = -INFINITY;                                                                  \
+            float bm[R];                                                                           \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) bm[r] = -INFINITY;                 \
             for (int j = 0; j < nb; j++) {                                                         \
                 const float *kr = kb + kv_row(c, t, b + j) * kv_stride;                            \
-                __m512 d = _mm512_mul_ps(q[0], _mm512_loadu_ps(kr));                               \
-                _Pragma("GCC unroll 8") for (int v = 1; v < NV; v++)                               \
-                    d = _mm512_fmadd_ps(q[v], _mm512_loadu_ps(kr + 16 * v), d);                    \
-                s[j] = _mm512_reduce_add_ps(d);                                                    \
-                bm = s[j] > bm ? s[j] : bm;                                                        \
+                __m512 kv[NV];                                                                     \
+                _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) kv[v] = _mm512_loadu_ps(kr + 16 * v); \
+                _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                              \
+                    __m512 d = _mm512_mul_ps(_mm512_load_ps(qs[r]), kv[0]);                        \
+                    _Pragma("GCC unroll 8") for (int v = 1; v < NV; v++)                           \
+                        d = _mm512_fmadd_ps(_mm512_load_ps(qs[r] + 16 * v), kv[v], d);             \
+                    s[r][j] = _mm512_reduce_add_ps(d);                                             \
+                    bm[r] = s[r][j] > bm[r] ? s[r][j] : bm[r];                                     \
+                }                                                                                  \
             }                                                                                      \
-            if (bm > m) { /* rescale what was accumulated under the old max */                     \
-                const float corr = expf(m - bm);                                                   \
-                l *= corr;                                                                         \
-                const __m512 cv = _mm512_set1_ps(corr);                                            \
-                _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) acc[v] = _mm512_mul_ps(acc[v], cv); \
-                m = bm;                                                                            \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                  \
+                if (bm[r] > m[r]) { /* rescale what was accumulated under the old max */           \
+                    const float corr = expf(m[r] - bm[r]);                                         \
+                    const __m512 cv = _mm512_set1_ps(corr);                                        \
+                    l[r] *= corr;                                                                  \
+                    _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)                           \
+                        acc[r][v] = _mm512_mul_ps(acc[r][v], cv);                                  \
+                    m[r] = bm[r];                                                                  \
+                }                                                                                  \
+                for (int j = 0; j < nb; j++) { /* the weights, in place of the scores */           \
+                    s[r][j] = expf(s[r][j] - m[r]);                                                \
+                    l[r] += s[r][j];                                                               \
+                }                                                                                  \
             }                                                                                      \
             for (int j = 0; j < nb; j++) {                                                         \
-                const float e = expf(s[j] - m);                                                    \
                 const float *vr = vb + kv_row(c, t, b + j) * kv_stride;                            \
-                const __m512 ev = _mm512_set1_ps(e);                                               \
-                l += e;                                                                            \
-                _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)                               \
-                    acc[v] = _mm512_fmadd_ps(ev, _mm512_loadu_ps(vr + 16 * v), acc[v]);            \
+                __m512 vv[NV];                                                                     \
+                _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) vv[v] = _mm512_loadu_ps(vr + 16 * v); \
+                _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                              \
+                    const __m512 ev = _mm512_set1_ps(s[r][j]);                                     \
+                    _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)                           \
+                        acc[r][v] = _mm512_fmadd_ps(ev, vv[v], acc[r][v]);                         \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
-        if (c->sinks) l += expf(c->sinks[h] - m);                                                  \
-        const __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);                              \
-        _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)                                       \
-            _mm512_storeu_ps(out + 16 * v, _mm512_mul_ps(acc[v], il));                             \
+        for (int r = 0; r < nr; r++) {                                                             \
+            float lr = l[r];                                                                       \
+            if (c->sinks) lr += expf(c->sinks[h0 + r] - m[r]);                                     \
+            const __m512 il = _mm512_set1_ps(lr > 0.0f ? 1.0f / lr : 0.0f);                        \
+            float *out = c->out + ((size_t)t * c->n_heads + h0 + r) * hd;                          \
+            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)                                   \
+                _mm512_storeu_ps(out + 16 * v, _mm512_mul_ps(acc[r][v], il));                      \
+        }                                                                                          \
     }
-ATT_SPEC(4)
-ATT_SPEC(8)
+ATT_SPEC(4, 4)
+ATT_SPEC(8, 2)
 #endif
 
 /* (t, h) pairs dealt round-robin so causal prefill (later tokens cost more) stays balanced. */
 static void attn_worker(void *arg, int i, int n) {
     const struct attn_ctx *c = arg;
-    long pairs = (long)c->T * c->n_heads;
-    void (*one)(const struct attn_ctx *, int, int) = attn_one;
 #ifdef FT_X86
-    if (ft_cpu_isa() >= FT_ISA_AVX512 && (c->head_dim == 64 || c->head_dim == 128))
-        one = c->head_dim == 64 ? attn_one_512_4 : attn_one_512_8;
+    if (ft_cpu_isa() >= FT_ISA_AVX512 && (c->head_dim == 64 || c->head_dim == 128)) {
+        /* units: (token, up to R heads of one KV group), dealt round-robin like the pairs */
+        const int R = c->head_dim == 64 ? 4 : 2, G = c->n_heads / c->n_kv_heads;
+        const int per_group = (G + R - 1) / R, units_t = c->n_kv_heads * per_group;
+        void (*rows)(const struct attn_ctx *, int, int, int) =
+            c->head_dim == 64 ? attn_rows_512_4 : attn_rows_512_8;
+        for (long u = i; u < (long)c->T * units_t; u += n) {
+            const int t = (int)(u / units_t), w = (int)(u % units_t);
+            const int g = w / per_group, h0 = g * G + (w % per_group) * R;
+            rows(c, t, h0, FT_MIN(R, g * G + G - h0));
+        }
+        return;
+    }
 #endif
+    long pairs = (long)c->T * c->n_heads;
     for (long p = i; p < pairs; p += n)
-        one(c, (int)(p / c->n_heads), (int)(p % c->n_heads));
+        attn_one(c, (int)(p / c->n_heads), (int)(p % c->n_heads));
 }
 
 void ft_cpu_attention(struct ft_pool *pool, float *out, const float *q, const float *k,
