@@ -283,12 +283,13 @@ static void attn_one(const struct attn_ctx *c, int t, int h) {
 
 #ifdef FT_X86
 /* attn_one for head_dim 16 * NV on AVX-512 (64 and 128: every supported model but odd test
- * shapes), for up to R query heads of one token that share a KV head (GQA) at once: each
- * cached K and V row is loaded once for all of them (R = 4 at hd 64, 2 at hd 128; a group of
- * G heads is done in ceil(G / R) passes), the outputs accumulate in registers, and there is no
- * call or mask per row. Long-context attention reads the cache from L2/L3 for every head, so
- * sharing each row across heads is most of the gain. Same online softmax and the same expf
- * as attn_one; q is scaled first and each q.k summed in another order. */
+ * shapes), for up to R = 4 query heads of one token that share a KV head (GQA) at once: each
+ * cached K and V row is loaded once for all of them (a group of G heads is done in
+ * ceil(G / R) passes), the outputs accumulate in registers (a little spilled at hd 128, still
+ * 27% faster there than R = 2; R = 8 spills too much at either size), and there is no call or
+ * mask per row. Long-context attention reads the cache from L2/L3 for every head, so sharing
+ * each row across heads is most of the gain. Same online softmax and the same expf as
+ * attn_one; q is scaled first and each q.k summed in another order. */
 #define ATT_SPEC(NV, R)                                                                            \
     T512 static void attn_rows_512_##NV(const struct attn_ctx *c, int t, int h0, int nr) {        \
         const int hd = 16 * NV, kvh = h0 / (c->n_heads / c->n_kv_heads);                          \
@@ -358,7 +359,7 @@ static void attn_one(const struct attn_ctx *c, int t, int h) {
         }                                                                                          \
     }
 ATT_SPEC(4, 4)
-ATT_SPEC(8, 2)
+ATT_SPEC(8, 4)
 #endif
 
 /* (t, h) pairs dealt round-robin so causal prefill (later tokens cost more) stays balanced. */
@@ -367,7 +368,7 @@ static void attn_worker(void *arg, int i, int n) {
 #ifdef FT_X86
     if (ft_cpu_isa() >= FT_ISA_AVX512 && (c->head_dim == 64 || c->head_dim == 128)) {
         /* units: (token, up to R heads of one KV group), dealt round-robin like the pairs */
-        const int R = c->head_dim == 64 ? 4 : 2, G = c->n_heads / c->n_kv_heads;
+        const int R = 4, G = c->n_heads / c->n_kv_heads;
         const int per_group = (G + R - 1) / R, units_t = c->n_kv_heads * per_group;
         void (*rows)(const struct attn_ctx *, int, int, int) =
             c->head_dim == 64 ? attn_rows_512_4 : attn_rows_512_8;
