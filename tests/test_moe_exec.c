@@ -21,7 +21,7 @@
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
 
-#define INT8_REL 1e-2 /* int8 activations: of the sum of |terms| (see check_formats) */
+#define INT8_REL 1e-2 /* fast (int8 / bf16) activations: of the sum of |terms| (see check_formats) */
 
 static float frand(void) { return fill_frand(&g_rng); }
 
@@ -58,10 +58,11 @@ static void check_formats(enum ft_dtype tg, enum ft_dtype td, struct ft_pool *po
     struct ft_moe_exec *ex = NULL;
     EXPECT_OK(ft_moe_exec_init(&ex, Tmax, k, E, H, I));
     enum ft_cpu_isa best = ft_cpu_isa();
-    /* int8 activations (where the format has the path): within INT8_REL of the same sum of
-     * |terms| instead: x is quantised to 8 bits (per-element error <= max|x| / 254 of its block)
-     * before each projection, the weights still exact (test_ggml_dot checks the integer dots
-     * exactly against the dequantised weights and activations). */
+    /* fast activations (where the format has the path; bf16 weights on AVX512-BF16 tiers):
+     * within INT8_REL of the same sum of |terms| instead: x is rounded to 8 bits (per-element
+     * error <= max|x| / 254 of its block) or to bf16 before each projection, the weights still
+     * exact (test_ggml_dot and test_cpu_ops check those dots exactly against the dequantised
+     * weights and rounded activations). */
     const int quant = ft_cpu_xq_bytes(tg, H) > 0 || ft_cpu_xq_bytes(td, I) > 0;
     for (int pass = 0; ex && pass < 1 + quant; pass++)
     for (int tier = FT_ISA_SCALAR; ex && tier <= (int)best; tier++) {
