@@ -360,6 +360,83 @@ static void attn_one(const struct attn_ctx *c, int t, int h) {
     }
 ATT_SPEC(4, 4)
 ATT_SPEC(8, 4)
+
+/* The AVX2 twin, block by block instead of row by row (16 ymm registers cannot hold several
+ * heads' outputs): for each block of ATT_BLOCK positions, every head of the group (up to
+ * ATT_GROUP) scores it and then accumulates its V rows into an output held in 8 registers
+ * per 64 dims; the block's K and V rows come from memory once, for the first head, and from
+ * L1/L2 for the others. Same online softmax and expf. */
+#define ATT_GROUP 16
+static inline __attribute__((always_inline)) T256 float hsum256(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+T256 static void attn_group_256(const struct attn_ctx *c, int t, int h0, int nr) {
+    const int hd = c->head_dim, kvh = h0 / (c->n_heads / c->n_kv_heads);
+    const size_t kv_stride = (size_t)c->n_kv_heads * hd;
+    const float *kb = c->k + (size_t)kvh * hd, *vb = c->v + (size_t)kvh * hd;
+    const int p1 = c->pos[t] + 1, p0 = c->window > 0 ? FT_MAX(0, p1 - c->window) : 0;
+    _Alignas(32) float qs[ATT_GROUP][128], acc[ATT_GROUP][128];
+    float m[ATT_GROUP], l[ATT_GROUP], s[ATT_BLOCK];
+    const float *rows[ATT_BLOCK]; /* the block's K rows, then its V rows */
+    const __m256 sc = _mm256_set1_ps(c->scale);
+    for (int r = 0; r < nr; r++) {
+        const float *qh = c->q + ((size_t)t * c->n_heads + h0 + r) * hd;
+        for (int d = 0; d < hd; d += 8) {
+            _mm256_store_ps(qs[r] + d, _mm256_mul_ps(_mm256_loadu_ps(qh + d), sc));
+            _mm256_store_ps(acc[r] + d, _mm256_setzero_ps());
+        }
+        m[r] = -INFINITY, l[r] = 0.0f;
+    }
+    for (int b = p0; b < p1; b += ATT_BLOCK) {
+        const int nb = FT_MIN(ATT_BLOCK, p1 - b);
+        for (int r = 0; r < nr; r++) {
+            for (int j = 0; j < nb; j++) rows[j] = kb + kv_row(c, t, b + j) * kv_stride;
+            float bm = -INFINITY;
+            for (int j = 0; j < nb; j++) { /* q.k: two accumulators over the 8-float pieces */
+                __m256 d0 = _mm256_setzero_ps(), d1 = _mm256_setzero_ps();
+                for (int d = 0; d < hd; d += 16) {
+                    d0 = _mm256_fmadd_ps(_mm256_load_ps(qs[r] + d), _mm256_loadu_ps(rows[j] + d), d0);
+                    d1 = _mm256_fmadd_ps(_mm256_load_ps(qs[r] + d + 8),
+                                         _mm256_loadu_ps(rows[j] + d + 8), d1);
+                }
+                s[j] = hsum256(_mm256_add_ps(d0, d1));
+                bm = s[j] > bm ? s[j] : bm;
+            }
+            float corr = 1.0f;
+            if (bm > m[r]) { /* rescale what was accumulated under the old max */
+                corr = expf(m[r] - bm);
+                l[r] *= corr;
+                m[r] = bm;
+            }
+            for (int j = 0; j < nb; j++) {
+                s[j] = expf(s[j] - m[r]);
+                l[r] += s[j];
+                rows[j] = vb + kv_row(c, t, b + j) * kv_stride;
+            }
+            for (int h = 0; h < hd; h += 64) { /* 64 dims of the output in 8 registers */
+                const __m256 cv = _mm256_set1_ps(corr);
+                __m256 a[8];
+                for (int v = 0; v < 8; v++) a[v] = _mm256_mul_ps(_mm256_load_ps(acc[r] + h + 8 * v), cv);
+                for (int j = 0; j < nb; j++) {
+                    const __m256 ev = _mm256_set1_ps(s[j]);
+                    for (int v = 0; v < 8; v++)
+                        a[v] = _mm256_fmadd_ps(ev, _mm256_loadu_ps(rows[j] + h + 8 * v), a[v]);
+                }
+                for (int v = 0; v < 8; v++) _mm256_store_ps(acc[r] + h + 8 * v, a[v]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        float lr = l[r];
+        if (c->sinks) lr += expf(c->sinks[h0 + r] - m[r]);
+        const __m256 il = _mm256_set1_ps(lr > 0.0f ? 1.0f / lr : 0.0f);
+        float *out = c->out + ((size_t)t * c->n_heads + h0 + r) * hd;
+        for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_load_ps(acc[r] + d), il));
+    }
+}
 #endif
 
 /* (t, h) pairs dealt round-robin so causal prefill (later tokens cost more) stays balanced. */
@@ -376,6 +453,16 @@ static void attn_worker(void *arg, int i, int n) {
             const int t = (int)(u / units_t), w = (int)(u % units_t);
             const int g = w / per_group, h0 = g * G + (w % per_group) * R;
             rows(c, t, h0, FT_MIN(R, g * G + G - h0));
+        }
+        return;
+    }
+    if (ft_cpu_isa() == FT_ISA_AVX2 && (c->head_dim == 64 || c->head_dim == 128)) {
+        const int G = c->n_heads / c->n_kv_heads, per_group = (G + ATT_GROUP - 1) / ATT_GROUP;
+        const int units_t = c->n_kv_heads * per_group;
+        for (long u = i; u < (long)c->T * units_t; u += n) {
+            const int t = (int)(u / units_t), w = (int)(u % units_t);
+            const int g = w / per_group, h0 = g * G + (w % per_group) * ATT_GROUP;
+            attn_group_256(c, t, h0, FT_MIN(ATT_GROUP, g * G + G - h0));
         }
         return;
     }
