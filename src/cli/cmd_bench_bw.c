@@ -153,7 +153,7 @@ int ft_cmd_bench_bw(int argc, char **argv) {
     if (!ft_dtype_row_bytes(fmt, H) || !ft_dtype_row_bytes(fmt, I))
         return ft_cli_usage_error("bench bw", "--format %s: --hidden %ld and --expert-width %ld must "
                                   "be whole blocks of the format", sch->name, H, I);
-    enum ft_status st = ft_pool_init(&b.pool, (int)threads);
+    enum ft_status st = ft_pool_init_pinned(&b.pool, (int)threads); /* as the offload executor */
     if (st == FT_OK) st = ft_bank_init(&b.gu, sch, FT_BANK_GATE_UP, N_EXPERTS, 2 * b.I, b.H);
     if (st == FT_OK) st = ft_bank_init(&b.dn, sch, FT_BANK_DOWN, N_EXPERTS, b.H, b.I);
     if (st == FT_OK) st = ft_moe_exec_init(&b.exec, 1, b.k, N_EXPERTS, b.H, b.I);
