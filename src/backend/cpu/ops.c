@@ -186,15 +186,19 @@ T512 static void scale_512(float *y, float a, int n) {
     }
 }
 
+/* the sum of v's 8 lanes, pairwise */
+static inline __attribute__((always_inline)) T256 float hsum256(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
 T256 static float dot_256(const float *a, const float *b, int n) {
     __m256 s = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= n; i += 8)
         s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    float r = _mm_cvtss_f32(h);
+    float r = hsum256(s);
     for (; i < n; i++)
         r += a[i] * b[i];
     return r;
@@ -367,11 +371,6 @@ ATT_SPEC(8, 4)
  * per 64 dims; the block's K and V rows come from memory once, for the first head, and from
  * L1/L2 for the others. Same online softmax and expf. */
 #define ATT_GROUP 16
-static inline __attribute__((always_inline)) T256 float hsum256(__m256 v) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-}
 
 T256 static void attn_group_256(const struct attn_ctx *c, int t, int h0, int nr) {
     const int hd = c->head_dim, kvh = h0 / (c->n_heads / c->n_kv_heads);
