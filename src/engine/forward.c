@@ -39,6 +39,7 @@ struct ft_engine {
     void *xq;                   /* [chunk, 2 * max K] int8/bf16 activations (--cpu-act fast), or NULL */
     uint64_t rng;
     int *sticky;                /* [L, k] last synthetic ids per layer (sticky routing) */
+    double *zipf_cum;           /* [E] running sums of r^-S, r = 1..E (zipf routing), or NULL */
     double distinct_sum;
     long distinct_n;
     struct ft_gpu *gpu;         /* CUDA backend, or NULL */
@@ -82,16 +83,23 @@ static void mm(struct ft_engine *e, float *y, int ldy, const float *x, const str
             for (int n = 0; n < w->rows; n++) y[(size_t)t * ldy + n] += bias[n];
 }
 
+/* The expert that zipf rank r0 (0: the most likely) stands for in layer l: a per-layer
+ * permutation, so layers favour different experts. */
+static int zipf_expert(int r0, int l, int E) {
+    return (int)(((uint64_t)r0 * 2654435761u + (uint64_t)l * 40503u) % (uint64_t)E);
+}
+
 /* One synthetic expert id: uniform, zipf(S) over a per-layer permutation, or sticky. */
 static int synth_id(struct ft_engine *e, int l, int j, int E) {
-    if (e->opts.routing == FT_ROUTING_ZIPF) {
-        double s = e->opts.routing_param > 0 ? e->opts.routing_param : 1.0, z = 0, u;
-        for (int r = 1; r <= E; r++) z += pow(r, -s);
-        u = ft_rng_unit(&e->rng) * z;
-        int r = 1;
-        for (double acc = 0; r <= E; r++)
-            if ((acc += pow(r, -s)) >= u) break;
-        return (int)(((uint64_t)(r - 1) * 2654435761u + (uint64_t)l * 40503u) % (uint64_t)E);
+    if (e->opts.routing == FT_ROUTING_ZIPF) { /* the first rank whose running sum reaches u */
+        const double u = ft_rng_unit(&e->rng) * e->zipf_cum[E - 1];
+        int lo = 0, hi = E; /* hi = E: none (not reached: u < the total) */
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (e->zipf_cum[mid] >= u) hi = mid;
+            else lo = mid + 1;
+        }
+        return zipf_expert(lo, l, E);
     }
     if (e->opts.routing == FT_ROUTING_STICKY) {
         int *prev = &e->sticky[l * e->m->top_k + j];
@@ -106,7 +114,7 @@ static int synth_id(struct ft_engine *e, int l, int j, int E) {
  * as synth_id maps them) or id order: what a draw falls back to after 64 duplicates. */
 static int synth_unused(const int *ids, int j, int l, int E, int zipf) {
     for (int r = 0; r < E; r++) {
-        int id = zipf ? (int)(((uint64_t)r * 2654435761u + (uint64_t)l * 40503u) % (uint64_t)E) : r;
+        int id = zipf ? zipf_expert(r, l, E) : r;
         int used = 0;
         for (int i = 0; i < j; i++) used |= ids[i] == id;
         if (!used) return id;
@@ -439,7 +447,14 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->seq0_n_blocks = seq_blocks; /* taken from the pool at the first ft_engine_forward */
     int n8 = opts->cpu_act_fast && (!gpu || opts->backend == FT_BACKEND_OFFLOAD) ? fast_matrices(m) : 0;
     if (n8) ft_log_info("cpu: int8/bf16 activations for %d matrices (--cpu-act f32: exact fp32)", n8);
-    if (st == FT_OK && opts->cpu_act_fast) { /* ft_cpu_xq_bytes is at most 2 K */
+    if (st == FT_OK && !gpu && m->n_experts > 0 && opts->routing == FT_ROUTING_ZIPF) {
+        /* synth_id's running sums of r^-S, once (the GPU draws from its own table) */
+        double s = opts->routing_param > 0 ? opts->routing_param : 1.0, acc = 0;
+        if (!(e->zipf_cum = malloc((size_t)m->n_experts * sizeof *e->zipf_cum)))
+            st = ft_fail(FT_ERR_OOM, "engine: out of memory");
+        for (int r = 1; e->zipf_cum && r <= m->n_experts; r++) e->zipf_cum[r - 1] = acc += pow(r, -s);
+    }
+    if (st == FT_OK && !gpu && opts->cpu_act_fast) { /* mm()'s buffer; ft_cpu_xq_bytes <= 2 K */
         int max_k = FT_MAX(FT_MAX(H, e->q_dim), FT_MAX(e->max_i, m->expert_inter));
         if (!(e->xq = malloc((size_t)C * 2 * max_k)))
             st = ft_fail(FT_ERR_OOM, "engine: out of memory for quantised activations");
@@ -492,6 +507,7 @@ void ft_engine_free(struct ft_engine *e) {
     free(e->top_w);
     free(e->pos);
     free(e->sticky);
+    free(e->zipf_cum);
     free(e->free_blocks);
     free(e->seq0_blocks);
     free(e->tok_blocks);
