@@ -19,37 +19,6 @@ int ft_sys_logical_cpus(void) {
     return n > 0 ? (int)n : 1;
 }
 
-/* Counts distinct (package, core) pairs in sysfs; falls back to logical CPUs. */
-int ft_sys_physical_cores(void) {
-    int n_cpu = ft_sys_logical_cpus();
-    int n = 0;
-    long *seen = calloc((size_t)n_cpu, sizeof *seen);
-    if (!seen) return n_cpu;
-    for (int c = 0; c < n_cpu; c++) {
-        char path[128];
-        long core = -1, pkg = 0;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", c);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        if (fscanf(f, "%ld", &core) != 1) core = -1;
-        fclose(f);
-        snprintf(path, sizeof path,
-                 "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
-        f = fopen(path, "r");
-        if (f) {
-            if (fscanf(f, "%ld", &pkg) != 1) pkg = 0;
-            fclose(f);
-        }
-        if (core < 0) continue;
-        long key = pkg * 1000000 + core;
-        int dup = 0;
-        for (int i = 0; i < n; i++) dup |= seen[i] == key;
-        if (!dup) seen[n++] = key;
-    }
-    free(seen);
-    return n > 0 ? n : n_cpu;
-}
-
 /* (package, core) of logical CPU c from sysfs; -1 when unknown */
 static long core_key(int c) {
     char path[128];
@@ -65,6 +34,23 @@ static long core_key(int c) {
         fclose(f);
     }
     return core < 0 ? -1 : pkg * 1000000 + core;
+}
+
+/* Counts distinct (package, core) pairs in sysfs; falls back to logical CPUs. */
+int ft_sys_physical_cores(void) {
+    int n_cpu = ft_sys_logical_cpus();
+    int n = 0;
+    long *seen = calloc((size_t)n_cpu, sizeof *seen);
+    if (!seen) return n_cpu;
+    for (int c = 0; c < n_cpu; c++) {
+        long key = core_key(c);
+        if (key < 0) continue;
+        int dup = 0;
+        for (int i = 0; i < n; i++) dup |= seen[i] == key;
+        if (!dup) seen[n++] = key;
+    }
+    free(seen);
+    return n > 0 ? n : n_cpu;
 }
 
 int ft_sys_core_cpus(int *out, int cap) {
