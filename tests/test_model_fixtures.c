@@ -208,22 +208,6 @@ TEST(gguf_fixtures_match_transformers) {
  * same logits bit for bit (per-token rounding and accumulation do not depend on T).
  * Tolerances: 0.1 for hidden sizes of 256 or more; 0.3 for gpt_oss_mxfp4, whose hidden size 32
  * is a single int8 block per row (its logits have sd 2). */
-static double pos_err(const float *a, const float *b, int V) { return max_err(a, b, (size_t)V); }
-
-/* 1 when some matrix of m has a rounded-activation kernel on this CPU tier */
-static int has_fast_path(const struct ft_model *m) {
-    int n = ft_cpu_xq_bytes(m->lm_head.dtype, m->lm_head.cols) > 0;
-    for (int l = 0; l < m->n_layers; l++) {
-        const struct ft_layer *L = &m->layers[l];
-        const struct ft_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-            n |= w[i]->data && ft_cpu_xq_bytes(w[i]->dtype, w[i]->cols) > 0;
-        for (int f = 0; L->is_moe && f < FT_BANK_N_FAMILIES; f++)
-            n |= ft_cpu_xq_bytes(L->bank[f].schema->dtype, L->bank[f].cols) > 0;
-    }
-    return n;
-}
-
 static void check_int8(const char *name, double tol, struct ft_pool *pool, int chunk) {
     char path[512], refp[512];
     gguf_paths(&name, path, refp, sizeof path);
@@ -249,19 +233,19 @@ static void check_int8(const char *name, double tol, struct ft_pool *pool, int c
     double worst = 0, dec_worst = 0, chunked = max_err(lg8, lgc, n);
     int over = 0, dec_over = 0, steps = r.n_greedy - 1;
     for (int t = 0; t < r.T; t++) {
-        double d = pos_err(lg8 + (size_t)t * V, r.logits + (size_t)t * V, V);
+        double d = max_err(lg8 + (size_t)t * V, r.logits + (size_t)t * V, (size_t)V);
         over += !(d <= tol);
         if (!(d <= worst)) worst = d;
     }
     EXPECT_OK(ft_engine_prefill(e32, r.ids, r.T, lg32, 1));
     double moved = max_err(lg8, lg32, n); /* the rounded path ran where it exists */
-    CHECK_(has_fast_path(m) ? moved > 0 : moved == 0, "%s fast: logits moved by %g from fp32 "
-           "(this tier %s rounded activations for it)", name, moved,
-           has_fast_path(m) ? "has" : "has no");
+    const int fast = ft_engine_fast_matrices(m) > 0;
+    CHECK_(fast ? moved > 0 : moved == 0, "%s fast: logits moved by %g from fp32 (this tier %s "
+           "rounded activations for it)", name, moved, fast ? "has" : "has no");
     for (int g = 0; g < steps; g++) { /* lg8 / lg32 rows 0 hold the decode logits */
         EXPECT_OK(ft_engine_forward(e8, &r.greedy[g], 1, lg8, 0));
         EXPECT_OK(ft_engine_forward(e32, &r.greedy[g], 1, lg32, 0));
-        double d = pos_err(lg8, lg32, V);
+        double d = max_err(lg8, lg32, (size_t)V);
         dec_over += !(d <= tol);
         if (!(d <= dec_worst)) dec_worst = d;
     }

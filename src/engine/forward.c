@@ -348,8 +348,7 @@ enum ft_status ft_engine_prefill(struct ft_engine *e, const int32_t *ids, int T,
     return FT_OK;
 }
 
-/* Matrices of m that --cpu-act fast computes with int8/bf16 activations (the log line). */
-static int fast_matrices(const struct ft_model *m) {
+int ft_engine_fast_matrices(const struct ft_model *m) {
     int n = ft_cpu_xq_bytes(m->lm_head.dtype, m->lm_head.cols) > 0;
     for (int l = 0; l < m->n_layers; l++) {
         const struct ft_layer *L = &m->layers[l];
@@ -445,7 +444,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     for (int b = 0; e->free_blocks && b < e->n_blocks; b++) e->free_blocks[b] = e->n_blocks - 1 - b;
     e->n_free = e->n_blocks;
     e->seq0_n_blocks = seq_blocks; /* taken from the pool at the first ft_engine_forward */
-    int n8 = opts->cpu_act_fast && (!gpu || opts->backend == FT_BACKEND_OFFLOAD) ? fast_matrices(m) : 0;
+    int n8 = opts->cpu_act_fast && (!gpu || opts->backend == FT_BACKEND_OFFLOAD) ? ft_engine_fast_matrices(m) : 0;
     if (n8) ft_log_info("cpu: int8/bf16 activations for %d matrices (--cpu-act f32: exact fp32)", n8);
     if (st == FT_OK && !gpu && m->n_experts > 0 && opts->routing == FT_ROUTING_ZIPF) {
         /* synth_id's running sums of r^-S, once (the GPU draws from its own table) */

@@ -59,6 +59,9 @@ struct ft_seg {
 
 enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                               struct ft_pool *pool, const struct ft_engine_opts *opts);
+/* How many of m's matrices --cpu-act fast computes with int8/bf16 activations on this CPU tier
+ * (backend/cpu/ops.h: ft_cpu_xq_bytes); 0: fast and f32 give the same numbers. */
+int ft_engine_fast_matrices(const struct ft_model *m);
 void ft_engine_free(struct ft_engine *e);
 
 /* One forward over several sequences (continuous batching): sum of n <= max_chunk. logits
