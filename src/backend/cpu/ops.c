@@ -438,37 +438,32 @@ T256 static void attn_group_256(const struct attn_ctx *c, int t, int h0, int nr)
 }
 #endif
 
-/* (t, h) pairs dealt round-robin so causal prefill (later tokens cost more) stays balanced. */
+/* attn_one as a rows kernel of one head per call */
+static void attn_one_rows(const struct attn_ctx *c, int t, int h0, int nr) {
+    for (int r = 0; r < nr; r++) attn_one(c, t, h0 + r);
+}
+
+/* Units of (token, up to R heads of one KV group) dealt round-robin, so causal prefill (later
+ * tokens cost more) stays balanced; the tier's kernel decides R (1 for the generic one). */
 static void attn_worker(void *arg, int i, int n) {
     const struct attn_ctx *c = arg;
+    void (*rows)(const struct attn_ctx *, int, int, int) = attn_one_rows;
+    int R = 1;
 #ifdef FT_X86
-    if (ft_cpu_isa() >= FT_ISA_AVX512 && (c->head_dim == 64 || c->head_dim == 128)) {
-        /* units: (token, up to R heads of one KV group), dealt round-robin like the pairs */
-        const int R = 4, G = c->n_heads / c->n_kv_heads;
-        const int per_group = (G + R - 1) / R, units_t = c->n_kv_heads * per_group;
-        void (*rows)(const struct attn_ctx *, int, int, int) =
-            c->head_dim == 64 ? attn_rows_512_4 : attn_rows_512_8;
-        for (long u = i; u < (long)c->T * units_t; u += n) {
-            const int t = (int)(u / units_t), w = (int)(u % units_t);
-            const int g = w / per_group, h0 = g * G + (w % per_group) * R;
-            rows(c, t, h0, FT_MIN(R, g * G + G - h0));
-        }
-        return;
-    }
-    if (ft_cpu_isa() == FT_ISA_AVX2 && (c->head_dim == 64 || c->head_dim == 128)) {
-        const int G = c->n_heads / c->n_kv_heads, per_group = (G + ATT_GROUP - 1) / ATT_GROUP;
-        const int units_t = c->n_kv_heads * per_group;
-        for (long u = i; u < (long)c->T * units_t; u += n) {
-            const int t = (int)(u / units_t), w = (int)(u % units_t);
-            const int g = w / per_group, h0 = g * G + (w % per_group) * ATT_GROUP;
-            attn_group_256(c, t, h0, FT_MIN(ATT_GROUP, g * G + G - h0));
-        }
-        return;
+    if (c->head_dim == 64 || c->head_dim == 128) {
+        if (ft_cpu_isa() >= FT_ISA_AVX512)
+            rows = c->head_dim == 64 ? attn_rows_512_4 : attn_rows_512_8, R = 4;
+        else if (ft_cpu_isa() == FT_ISA_AVX2)
+            rows = attn_group_256, R = ATT_GROUP;
     }
 #endif
-    long pairs = (long)c->T * c->n_heads;
-    for (long p = i; p < pairs; p += n)
-        attn_one(c, (int)(p / c->n_heads), (int)(p % c->n_heads));
+    const int G = c->n_heads / c->n_kv_heads, per_group = (G + R - 1) / R;
+    const int units_t = c->n_kv_heads * per_group;
+    for (long u = i; u < (long)c->T * units_t; u += n) {
+        const int t = (int)(u / units_t), w = (int)(u % units_t);
+        const int g = w / per_group, h0 = g * G + (w % per_group) * R;
+        rows(c, t, h0, FT_MIN(R, g * G + G - h0));
+    }
 }
 
 void ft_cpu_attention(struct ft_pool *pool, float *out, const float *q, const float *k,
