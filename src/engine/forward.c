@@ -83,6 +83,11 @@ static void mm(struct ft_engine *e, float *y, int ldy, const float *x, const str
             for (int n = 0; n < w->rows; n++) y[(size_t)t * ldy + n] += bias[n];
 }
 
+void ft_zipf_sums(int E, double param, double *cum) {
+    double s = param > 0 ? param : 1.0, acc = 0;
+    for (int r = 1; r <= E; r++) cum[r - 1] = acc += pow(r, -s);
+}
+
 /* The expert that zipf rank r0 (0: the most likely) stands for in layer l: a per-layer
  * permutation, so layers favour different experts. */
 static int zipf_expert(int r0, int l, int E) {
@@ -448,10 +453,10 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     if (n8) ft_log_info("cpu: int8/bf16 activations for %d matrices (--cpu-act f32: exact fp32)", n8);
     if (st == FT_OK && !gpu && m->n_experts > 0 && opts->routing == FT_ROUTING_ZIPF) {
         /* synth_id's running sums of r^-S, once (the GPU draws from its own table) */
-        double s = opts->routing_param > 0 ? opts->routing_param : 1.0, acc = 0;
         if (!(e->zipf_cum = malloc((size_t)m->n_experts * sizeof *e->zipf_cum)))
             st = ft_fail(FT_ERR_OOM, "engine: out of memory");
-        for (int r = 1; e->zipf_cum && r <= m->n_experts; r++) e->zipf_cum[r - 1] = acc += pow(r, -s);
+        else
+            ft_zipf_sums(m->n_experts, opts->routing_param, e->zipf_cum);
     }
     if (st == FT_OK && !gpu && opts->cpu_act_fast) { /* mm()'s buffer; ft_cpu_xq_bytes <= 2 K */
         int max_k = FT_MAX(FT_MAX(H, e->q_dim), FT_MAX(e->max_i, m->expert_inter));

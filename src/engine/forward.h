@@ -62,6 +62,10 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
 /* How many of m's matrices --cpu-act fast computes with int8/bf16 activations on this CPU tier
  * (backend/cpu/ops.h: ft_cpu_xq_bytes); 0: fast and f32 give the same numbers. */
 int ft_engine_fast_matrices(const struct ft_model *m);
+/* Synthetic zipf:S routing over E expert ranks: cum[r] = sum of (i + 1)^-S for i <= r, in that
+ * order (S = param, or 1 when param <= 0); the CPU draws from these sums, the GPU from a CDF
+ * made of them. */
+void ft_zipf_sums(int E, double param, double *cum);
 void ft_engine_free(struct ft_engine *e);
 
 /* One forward over several sequences (continuous batching): sum of n <= max_chunk. logits

@@ -350,14 +350,17 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     g->att_part = dalloc(g, a1 > a2 ? a1 : a2, &st);
     if (st == FT_OK) cudaMemsetAsync(g->d_step, 0, 4, g->s); /* on g->s: it is non-blocking */
     if (E && g->o.routing == FT_ROUTING_ZIPF) { /* the CPU's zipf:S over ranks 1..E */
-        double s = g->o.routing_param > 0 ? g->o.routing_param : 1.0, z = 0, acc = 0;
+        double *cum = malloc(E * sizeof *cum);
         float *cdf = malloc(E * sizeof *cdf);
-        for (size_t r = 1; r <= E; r++) z += pow((double)r, -s);
-        for (size_t r = 1; cdf && r <= E; r++) cdf[r - 1] = (float)((acc += pow((double)r, -s)) / z);
-        if (cdf) cdf[E - 1] = 1.0f;
-        g->d_zipf_cdf = cdf ? up_f(g, cdf, E, &st) : NULL;
-        if (!cdf && st == FT_OK) st = ft_fail(FT_ERR_OOM, "GPU: out of host memory");
-        free(cdf);
+        if (cum && cdf) {
+            ft_zipf_sums((int)E, g->o.routing_param, cum);
+            for (size_t r = 0; r < E; r++) cdf[r] = (float)(cum[r] / cum[E - 1]);
+            cdf[E - 1] = 1.0f;
+            g->d_zipf_cdf = up_f(g, cdf, E, &st);
+        } else if (st == FT_OK) {
+            st = ft_fail(FT_ERR_OOM, "GPU: out of host memory");
+        }
+        free(cum), free(cdf);
         g->synth.zipf_cdf = g->d_zipf_cdf;
     } else if (E && g->o.routing == FT_ROUTING_STICKY) {
         g->d_sticky = dalloc(g, (size_t)m->n_layers * k * 4, &st);
