@@ -132,8 +132,7 @@ int ft_cmd_bench_bw(int argc, char **argv) {
             if (!(v = ft_cli_value(argc, argv, &i))) return 2;
             if (!strcmp(a, "--format") && ft_synthetic_format(v, &fmt) != FT_OK)
                 return ft_cli_usage_error("bench bw", "--format: %s", ft_error());
-            if (!strcmp(a, "--cpu-act") && (fast = !strcmp(v, "fast") ? 1 : !strcmp(v, "f32") ? 0 : -1) < 0)
-                return ft_cli_usage_error("bench bw", "--cpu-act: '%s' is not fast or f32", v);
+            if (!strcmp(a, "--cpu-act") && (fast = ft_cli_cpu_act("bench bw", v)) < 0) return 2;
             continue;
         }
         long *t = !strcmp(a, "--hidden") ? &H : !strcmp(a, "--expert-width") ? &I

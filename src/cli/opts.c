@@ -240,6 +240,13 @@ int ft_cli_size(const char *s, size_t *out) {
     return 0;
 }
 
+int ft_cli_cpu_act(const char *cmd, const char *v) {
+    if (!strcmp(v, "fast")) return 1;
+    if (!strcmp(v, "f32")) return 0;
+    fprintf(stderr, "ft %s: --cpu-act: '%s' is not fast or f32\n", cmd, v);
+    return -1;
+}
+
 int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct ft_engine_opts *eo,
                         int *backend_auto) {
     const char *a = argv[*i], *v;
@@ -298,11 +305,7 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
         }
         eo->moe_cpu_threads = (int)n;
     } else if (!strcmp(a, "--cpu-act")) {
-        eo->cpu_act_fast = !strcmp(v, "fast") ? 1 : !strcmp(v, "f32") ? 0 : -1;
-        if (eo->cpu_act_fast < 0) {
-            fprintf(stderr, "ft %s: --cpu-act: '%s' is not fast or f32\n", cmd, v);
-            return -1;
-        }
+        if ((eo->cpu_act_fast = ft_cli_cpu_act(cmd, v)) < 0) return -1;
     } else if (!strcmp(a, "--moe-cpu-layers")) {
         eo->cpu_layers = v; /* checked against the model by the residency manager */
     } else if (!strcmp(a, "--moe-backend")) {

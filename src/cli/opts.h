@@ -43,6 +43,9 @@ void ft_cli_apply_sampling(const struct ft_cli_sampling *s, struct ft_gen_params
 /* The usage lines of those flags. */
 extern const char ft_cli_sampling_usage[];
 
+/* --cpu-act's value: 1 fast, 0 f32; -1 with "ft <cmd>: --cpu-act: ..." printed otherwise. */
+int ft_cli_cpu_act(const char *cmd, const char *v);
+
 struct ft_engine_opts;
 /* --backend cpu|cuda|auto, --device N, --vram-limit SIZE, --no-graphs: like the sampling flags
  * (1 consumed, 0 not one, -1 bad value). Call ft_cli_backend_resolve after parsing. */
