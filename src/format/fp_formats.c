@@ -20,20 +20,6 @@ static float minifloat_mag(unsigned mag, int mbits, int bias) {
     return ldexpf((float)((1u << mbits) | m), (int)e - bias - mbits);
 }
 
-float ft_e4m3_to_f32(uint8_t c) {
-    uint32_t mag = c & 0x7fu, sign = (uint32_t)(c & 0x80u) << 24;
-    if (mag == 0x7fu) return NAN;
-    float f;
-    if (mag < 8) { /* subnormal: m * 2^-9, exact */
-        f = (float)mag * (1.0f / 512);
-        return sign ? -f : f;
-    }
-    /* normal: exponent field e -> e - 7 + 127, mantissa bits to the top of f32's */
-    uint32_t u = sign | ((mag << 20) + (120u << 23));
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 float ft_e5m2_to_f32(uint8_t c) {
     unsigned mag = c & 0x7fu;
     float v;

@@ -18,9 +18,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+#ifdef __CUDACC__
+#define FT_FP_HD __host__ __device__ /* the GPU kernels decode e4m3 the same way */
+#else
+#define FT_FP_HD
 #endif
 
 /* ---- scalar codes ----
@@ -29,7 +36,20 @@ extern "C" {
  * E2M1 (bias 1, no inf/NaN: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; code 8 is -0).
  * E8M0 (unsigned power of two 2^(e-127); 0xFF is NaN; e = 0 gives the f32 subnormal 2^-127).
  * UE4M3 (NVFP4 block scale: E4M3 without a sign; the sign bit is ignored: 0x7F/0xFF are NaN). */
-float ft_e4m3_to_f32(uint8_t c);
+static inline FT_FP_HD float ft_e4m3_to_f32(uint8_t c) {
+    uint32_t mag = c & 0x7fu, sign = (uint32_t)(c & 0x80u) << 24, u;
+    float f;
+    if (mag == 0x7fu) { /* NaN (the quiet one, whatever the sign) */
+        u = 0x7fc00000u;
+    } else if (mag < 8) { /* subnormal: m * 2^-9, exact */
+        f = (float)mag * (1.0f / 512);
+        return sign ? -f : f;
+    } else { /* normal: exponent field e -> e - 7 + 127, mantissa bits to the top of f32's */
+        u = sign | ((mag << 20) + (120u << 23));
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
 float ft_e5m2_to_f32(uint8_t c);
 float ft_e2m1_to_f32(uint8_t c); /* low 4 bits */
 float ft_e8m0_to_f32(uint8_t c);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_ops.h"
+#include "format/fp_formats.h"
 #include "format/quant.h"
 
 #define WARP 32
@@ -45,17 +46,6 @@ __constant__ int8_t c_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -
 __constant__ float c_e2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                  -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-/* OCP E4M3 (FP8) to fp32, exact (as ft_e4m3_to_f32): subnormals m * 2^-9, 0x7f/0xff NaN */
-__device__ __forceinline__ float e4m3(uint8_t c) {
-    uint32_t mag = c & 0x7fu, sign = (uint32_t)(c & 0x80u) << 24;
-    if (mag == 0x7fu) return __int_as_float(0x7fc00000);
-    if (mag < 8) {
-        float f = (float)mag * (1.0f / 512);
-        return sign ? -f : f;
-    }
-    return __uint_as_float(sign | ((mag << 20) + (120u << 23)));
-}
-
 /* Elements [i, i+8) of a row of K elements (i a multiple of 8) in format T into w. The rows
  * carrying their scales (format/quant.h) need K: NVFP4 [f32 scale_2][K/16 e4m3][K/2 e2m1
  * pairs, element 2j low]; FP8_B128 [ceil(K/128) f32 scale_inv][K e4m3]. */
@@ -64,7 +54,7 @@ __device__ __forceinline__ void dq8(const uint8_t *row, int i, int K, float w[8]
     if (T == FT_DTYPE_NVFP4) {
         float s2 = __uint_as_float(rd32(row));
         /* (e2m1 * e4m3) is exact in fp32; then one rounding by scale_2, as the CPU does */
-        float sc = e4m3(row[4 + i / 16]);
+        float sc = ft_e4m3_to_f32(row[4 + i / 16]);
         const uint8_t *q = row + 4 + (K + 15) / 16 + i / 2;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -76,7 +66,7 @@ __device__ __forceinline__ void dq8(const uint8_t *row, int i, int K, float w[8]
         float sc = __uint_as_float(rd32(row + (size_t)(i / 128) * 4));
         const uint8_t *q = row + (size_t)nb * 4 + i;
 #pragma unroll
-        for (int j = 0; j < 8; j++) w[j] = __fmul_rn(e4m3(q[j]), sc);
+        for (int j = 0; j < 8; j++) w[j] = __fmul_rn(ft_e4m3_to_f32(q[j]), sc);
     } else if (T == FT_DTYPE_Q8_0) {
         const uint8_t *b = row + (size_t)(i / 32) * 34;
         float d = h2f(b);
