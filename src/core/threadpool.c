@@ -67,9 +67,9 @@ enum ft_status ft_pool_init(struct ft_pool **out, int n_threads) {
 }
 
 enum ft_status ft_pool_init_pinned(struct ft_pool **out, int n_threads) {
-    int cores = ft_sys_physical_cores(), want = n_threads;
-    int *cpus = malloc((size_t)(cores > n_threads ? cores : n_threads) * sizeof *cpus);
-    int n = cpus ? ft_sys_core_cpus(cpus, cores > n_threads ? cores : n_threads) : 0;
+    int cores = ft_sys_physical_cores(), want = n_threads, cap = FT_MAX(cores, n_threads);
+    int *cpus = malloc((size_t)cap * sizeof *cpus);
+    int n = cpus ? ft_sys_core_cpus(cpus, cap) : 0;
     /* by default one thread per physical core this process may use (a cpuset or taskset
      * gives fewer than the machine has) */
     if (want <= 0) n_threads = n > 0 ? n : cores;
