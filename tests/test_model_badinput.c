@@ -279,12 +279,12 @@ TEST(gguf_two_files_in_a_directory) {
     EXPECT_CONTAINS(ft_error(), "--model");
 }
 
-/* gpt-oss runs on the CPU only for now: an explicit GPU backend is a one-line error that says
+/* Gemma 3 runs on the CPU only for now: an explicit GPU backend is a one-line error that says
  * so, and --backend auto falls back to the CPU. */
-TEST(gpt_oss_refused_by_gpu_backends) {
+TEST(gemma3_refused_by_gpu_backends) {
     struct ft_model *m = NULL;
     struct ft_pool *pool = NULL;
-    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/gpt_oss", &m));
+    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/gemma3", &m));
     EXPECT_OK(ft_pool_init(&pool, 1));
     if (!m || !pool) goto done;
     struct ft_engine_opts o = {.max_ctx = 32, .max_chunk = 32, .backend = FT_BACKEND_OFFLOAD};

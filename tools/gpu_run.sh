@@ -6,11 +6,14 @@
 # generated anew; offload: 7 runs of ~1.5 min, which may pass 600 s: the last ones get cut):
 #   run(command="tools/gpu_run.sh tests", carry=[".gpu"])
 # Parts (any order, several at once):
-#   tests    test_gpu_ops, test_gpu_model (FREETOKEN_GPU_EXPERIMENTAL kernels included),
+#   tests    test_gpu_ops, test_gpu_model,
 #            test_gpu_residency                                                   -> tests.log
 #   bench    #5 resident tg/pp; #9 the CPU executor on the host's 16 cores for MXFP4/NVFP4/Q4_K;
 #            bench_ggml; ft bench bw for bf16 and q4_k                            -> bench.log
-#   offload  #8 offload/cpu/hybrid at 24G and 12G (uniform routing), #7 sticky:0.8 -> offload.log
+#   oss      #9 gpt-oss-20b / 120b (MXFP4) offloaded under a VRAM limit     -> oss.log
+#   real     #10 the real model (parts from tools/gpu_model_chunks.sh; carry .gpu and .whl):
+#            test_real_model.py --backend cuda, ft bench on it (cuda; cpu 16 threads) -> real.log
+#   offload  #7 sticky:0.8 routing at 24G; #8 hybrid and cpu at 12G (uniform)  -> offload.log
 # Each command's exit status is logged; a failing one does not stop the rest.
 set -u
 cd "$(dirname "$0")/.."
@@ -47,18 +50,35 @@ for part in "$@"; do
         step bench.log 120 $G/ft bench bw
         step bench.log 120 $G/ft bench bw --format q4_k
         ;;
+    oss)
+        # #9: gpt-oss (MXFP4 experts) offloaded: a VRAM limit below the experts' size
+        step oss.log 240 $G/ft bench --synthetic gpt-oss-20b -p 512 -n 64 -r 1 \
+            --backend offload --vram-limit 8G
+        step oss.log 300 $G/ft bench --synthetic gpt-oss-120b -p 512 -n 64 -r 1 \
+            --backend offload --vram-limit 24G
+        ;;
     offload)
-        # #7's skewed, temporally correlated run first (zipf/sticky kernels: written blind)
-        step offload.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 64 -r 1 \
+        # #7's skewed, temporally correlated routing, then #8's split at 12G
+        step offload.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 64 -r 1 \
             --backend offload --vram-limit 24G --synthetic-routing sticky:0.8
-        for v in 24G 12G; do
-            for mode in hybrid cpu offload; do
-                step offload.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 64 -r 1 \
-                    --backend offload --vram-limit "$v" --moe-backend "$mode"
-            done
+        for mode in hybrid cpu; do
+            step offload.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 64 -r 1 \
+                --backend offload --vram-limit 12G --moe-backend "$mode"
         done
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, offload)" >&2 ;;
+    real)
+        # #10: the default real model through ft serve on the GPU (tools/gpu_model_chunks.sh put
+        # its parts there; openai's wheels travel in .whl)
+        step real.log 60 tools/gpu_model_chunks.sh join
+        step real.log 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+            --upgrade --target /tmp/site .whl/*.whl
+        M=models/qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+        PYTHONPATH=/tmp/site step real.log 300 python3 tests/server/test_real_model.py --ft $G/ft \
+            --model $M --ref tests/data/real/qwen2.5-coder-0.5b-instruct.json --backend cuda
+        step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
+        step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
+        ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, real)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

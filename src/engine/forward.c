@@ -371,14 +371,11 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                               struct ft_pool *pool, const struct ft_engine_opts *opts) {
     *out = NULL;
     int gpu = opts->backend == FT_BACKEND_CUDA || opts->backend == FT_BACKEND_OFFLOAD;
-    /* gpt-oss's GPU kernels (sinks, router and expert biases, clamped SwiGLU) are written but
-     * not yet verified on a GPU: FREETOKEN_GPU_EXPERIMENTAL=1 turns them on (test_gpu_model) */
-    unsigned cpu_only = FT_ARCH_GEMMA | (ft_gpu_experimental() ? 0 : FT_ARCH_OAI_MOE);
-    if (gpu && (m->arch->flags & cpu_only)) { /* CPU-only archs */
+    if (gpu && (m->arch->flags & FT_ARCH_GEMMA)) { /* CPU-only archs */
         if (!opts->backend_auto)
             return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it "
-                           "yet (gpt-oss: kernels unverified, FREETOKEN_GPU_EXPERIMENTAL=1 to try them; "
-                           "Gemma 3: extra norms, local RoPE); use --backend cpu", m->arch->name);
+                           "yet (Gemma 3: extra norms, local RoPE); use --backend cpu",
+                           m->arch->name);
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
     }
@@ -390,7 +387,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
             if (!opts->backend_auto)
                 return ft_fail(FT_ERR_UNSUPPORTED, "%s experts of width %d: the cuda and offload "
                                "backends do not compute them yet (bf16 and GGML blocks; NVFP4/FP8 "
-                               "with FREETOKEN_GPU_EXPERIMENTAL=1, widths multiple of 8); use "
+                               "rows of widths multiple of 8); use "
                                "--backend cpu", L->bank[f].schema->name, L->bank[f].cols);
             ft_log_info("%s experts: the GPU backends do not compute them yet; running on the CPU",
                         L->bank[f].schema->name);

@@ -95,11 +95,6 @@ struct ft_gpu {
 
 int ft_gpu_available(void) { return ft_cuda_device_count() > 0; }
 
-int ft_gpu_experimental(void) {
-    const char *v = getenv("FREETOKEN_GPU_EXPERIMENTAL");
-    return v && !strcmp(v, "1");
-}
-
 static void *dalloc(struct ft_gpu *g, size_t bytes, enum ft_status *st) {
     if (*st != FT_OK) return NULL;
     void *p = NULL;
@@ -192,7 +187,7 @@ static uint16_t *up_cat(struct ft_gpu *g, const struct ft_weight *const *ws, int
 /* 1 when the GPU kernels take experts of dtype t with rows of cols elements (bf16, GGML
  * blocks; NVFP4 / FP8_B128 rows, which the kernels read 8 elements at a time: cols % 8 == 0). */
 static int gpu_expert_dtype(enum ft_dtype t, int cols) {
-    if (t == FT_DTYPE_NVFP4 || t == FT_DTYPE_FP8_B128) return ft_gpu_experimental() && cols % 8 == 0;
+    if (t == FT_DTYPE_NVFP4 || t == FT_DTYPE_FP8_B128) return cols % 8 == 0;
     return t == FT_DTYPE_BF16 || ft_cuda_block_format(t);
 }
 
@@ -970,7 +965,6 @@ int ft_gpu_takes_experts(enum ft_dtype t, int cols) { return gpu_expert_dtype(t,
 #include "core/status.h"
 
 int ft_gpu_available(void) { return 0; }
-int ft_gpu_experimental(void) { return 0; }
 int ft_gpu_takes_experts(enum ft_dtype t, int cols) { return (void)t, (void)cols, 1; } /* ft_gpu_init refuses */
 enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                            const struct ft_gpu_opts *o) {

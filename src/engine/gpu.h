@@ -58,10 +58,6 @@ int ft_gpu_available(void);
  * GGML block formats, and NVFP4 / FP8_B128 rows when cols is a multiple of 8); 1 in a build
  * without CUDA, whose ft_gpu_init refuses every model. */
 int ft_gpu_takes_experts(enum ft_dtype t, int cols);
-/* 1 when FREETOKEN_GPU_EXPERIMENTAL=1: GPU kernels written but not yet verified on a GPU are
- * used (gpt-oss's sinks/biases/clamped SwiGLU, NVFP4 and FP8_B128 experts); otherwise those
- * models run on the CPU under --backend auto and are refused by --backend cuda/offload. */
-int ft_gpu_experimental(void);
 enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                            const struct ft_gpu_opts *o);
 void ft_gpu_free(struct ft_gpu *g);

@@ -15,6 +15,10 @@ outputs tools/gguf_reference.py stored in tests/data/real/<name>.json:
   with f32, /v1/completions continues the raw prompt with transformers' 16 greedy tokens (its
   greedy path nearly ties after "Paris.", which rounded activations may flip).
 
+With --backend cuda|offload (the GPU machine), `ft logits` and `ft serve` run on that backend
+instead: the same top-1 tokens, logits within GPU_TOL (prefill GEMMs take bf16 activations), and
+the served chat answer and raw completion equal transformers'.
+
 Run by ctest (label server): test_real_model.py --ft build/ft --model MODEL.gguf --ref REF.json
 Exits 1 on any failure, including a missing model file or openai package: a skipped test must
 not pass (tools/setup.sh test fetches the model and installs openai).
@@ -30,6 +34,7 @@ import time
 
 LOGIT_TOL = 1e-3  # the same dequantised weights in fp32 on both sides
 FAST_TOL = 0.5    # --cpu-act fast (measured 0.34 on logits of 10-16; top-1 margins 0.11-4.2)
+GPU_TOL = 0.5     # --backend cuda: bf16 activations in the prefill GEMMs
 
 from harness import check, finish, run_groups, start_server, stop_server
 
@@ -54,19 +59,24 @@ def read_f32_safetensors(path, name):
     return t["shape"], struct.unpack(f"<{(b - a) // 4}f", raw)
 
 
-def test_tokens_and_logits(ft, model, ref):
+def test_tokens_and_logits(ft, model, ref, backend):
     ids = ft_ids(ft, model, ref["prompt"])
     check(ids == ref["prompt_ids"], f"prompt ids {ids} == transformers {ref['prompt_ids']}")
     cids = ft_ids(ft, model, ref["chat_text"])
     check(cids == ref["chat_ids"], "chat rendering's ids == transformers'")
+    if backend != "cpu":
+        check_logits(ft, model, ref, backend, GPU_TOL)
+        return
     for act, tol in (("f32", LOGIT_TOL), ("fast", FAST_TOL)):
         check_logits(ft, model, ref, act, tol)
 
 
 def check_logits(ft, model, ref, act, tol):
+    """act: f32 or fast (CPU activations), or a GPU backend's name"""
+    flags = ["--cpu-act", act] if act in ("f32", "fast") else ["--backend", act]
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "logits.safetensors")
-        r = subprocess.run([ft, "logits", "--model", model, "--cpu-act", act, "--ids",
+        r = subprocess.run([ft, "logits", "--model", model] + flags + ["--ids",
                             ",".join(map(str, ref["prompt_ids"])), "--out", out],
                            capture_output=True, text=True, timeout=300)
         check(r.returncode == 0, f"ft logits --cpu-act {act} runs ({r.stderr.strip()[-200:]})")
@@ -88,16 +98,17 @@ def check_logits(ft, model, ref, act, tol):
     check(worst <= tol, f"{act}: max |dlogit| {worst:.4f} <= {tol}")
 
 
-def test_serve(ft, model, ref):
+def test_serve(ft, model, ref, backend):
     """The default (--cpu-act fast) server answers the chat question as transformers does; the
     16-token raw continuation, whose greedy path nearly ties after "Paris.", is compared
     token for token on a second server with exact fp32 activations."""
     from openai import OpenAI
     want_chat = ref["chat_greedy"]["text"].replace("<|im_end|>", "")
     want_raw = ref["greedy"]["text"]
-    for act in ("fast", "f32"):
-        proc, base = start_server(ft, model, ["--threads", "2", "--served-model-name", "default",
-                                              "--cpu-act", act], "test_real_model", timeout=180)
+    for act in (("fast", "f32") if backend == "cpu" else (backend,)):
+        flags = ["--cpu-act", act] if backend == "cpu" else ["--backend", backend]
+        proc, base = start_server(ft, model, ["--threads", "2", "--served-model-name", "default"]
+                                  + flags, "test_real_model", timeout=180)
         try:
             c = OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=300)
             msgs = ref["chat_messages"]
@@ -113,11 +124,11 @@ def test_serve(ft, model, ref):
                 if ch.choices:
                     text += ch.choices[0].delta.content or ""
             check(text == want_chat, f"{act}: streamed answer {text!r} == the same")
-            if act == "f32":
+            if act != "fast":
                 r = c.completions.create(model="default", prompt=ref["prompt"], temperature=0,
                                          max_tokens=len(ref["greedy"]["ids"]))
                 got = r.choices[0].text
-                print(f"  completion (f32): {got!r}", flush=True)
+                print(f"  completion ({act}): {got!r}", flush=True)
                 check(got == want_raw, f"completion {got!r} == transformers' {want_raw!r}")
         finally:
             rc = stop_server(proc)
@@ -129,6 +140,7 @@ def main():
     ap.add_argument("--ft", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--ref", required=True)
+    ap.add_argument("--backend", default="cpu", choices=("cpu", "cuda", "offload"))
     a = ap.parse_args()
     if not os.path.exists(a.model):
         print(f"test_real_model: FAIL: {a.model} is missing; run tools/get_model.sh (tools/setup.sh "
@@ -142,8 +154,8 @@ def main():
         sys.exit(1)
     ref = json.load(open(a.ref))
     t0 = time.time()
-    run_groups([("tokens_and_logits", lambda: test_tokens_and_logits(a.ft, a.model, ref)),
-                ("serve", lambda: test_serve(a.ft, a.model, ref))])
+    run_groups([("tokens_and_logits", lambda: test_tokens_and_logits(a.ft, a.model, ref, a.backend)),
+                ("serve", lambda: test_serve(a.ft, a.model, ref, a.backend))])
     finish("test_real_model", t0)
 
 
