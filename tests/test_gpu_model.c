@@ -3,6 +3,7 @@
  * (fp32 GEMV path) within 1e-3, identical greedy tokens, CUDA graph replay bit-identical to eager,
  * and three sequences batched in one step equal to each run alone. The GGUF fixtures too, at
  * tolerances for bf16 copies of weights transformers holds in fp32. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,7 +66,14 @@ static void check(const char *name, double prefill_tol, double decode_tol) {
     if (!e || !eager) goto done2;
     float *lg = malloc((size_t)T * V * 4), *l1 = malloc((size_t)V * 4), *l2 = malloc((size_t)V * 4);
     EXPECT_OK(ft_engine_prefill(e, ids, T, lg, 1));
-    double pe = max_err(lg, ref, (size_t)T * V);
+    double pe = max_err(lg, ref, (size_t)T * V), mean = 0, var = 0;
+    for (size_t i = 0; i < (size_t)T * V; i++) mean += ref[i];
+    mean /= (double)T * V;
+    for (size_t i = 0; i < (size_t)T * V; i++) var += (ref[i] - mean) * (ref[i] - mean);
+    /* bf16 activations err relative to the values: the tolerance is for logits of sd 1 (most
+     * fixtures) and scales with a larger sd (2 for gpt_oss and the NVFP4/FP8 fixtures) */
+    double sd = sqrt(var / ((double)T * V));
+    if (sd > 1) prefill_tol *= sd;
     if (pe > prefill_tol) /* where it is off: a router near-tie moves one position, a bug most */
         for (int t = 0; t < T; t++)
             fprintf(stderr, "    %s prefill position %d: max |dlogit| %.3e\n", name, t,
@@ -269,29 +277,46 @@ static void split_case(const char *name, int mode) {
 
 /* The residency manager under a pin budget smaller than the banks (real cudaHostRegister): one
  * layer stays unpinned and decodes on the CPU, pinned bytes stay under the budget, and the
- * tokens are the resident backend's. */
-TEST(offload_with_capped_pin_budget) {
+ * tokens are the resident backend's. at_load: the banks are registered while the checkpoint is
+ * read (ft_model_load_opts with a residency, as `ft run/serve --backend offload` load), and the
+ * offload engine adopts that plan instead of registering again. */
+static void capped_case(const char *name, int at_load) {
+    char dir[512], ref[512];
+    fixture(name, dir, sizeof dir, ref, sizeof ref);
     struct ft_model *m = NULL;
-    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/qwen3_moe", &m));
+    EXPECT_OK(ft_model_load(dir, &m)); /* the resident reference, and the banks' size */
     if (!m) return;
-    int V = m->vocab;
     uint64_t banks = 0;
     for (int l = 0; l < m->n_layers; l++)
         if (m->layers[l].is_moe) banks += m->layers[l].bank[0].bytes + m->layers[l].bank[1].bytes;
     char budget[32];
     snprintf(budget, sizeof budget, "%lluK", (unsigned long long)(banks * 6 / 10 / 1024));
+    struct ft_model *om = m;
+    if (at_load) {
+        struct ft_residency_opts ro = {.pin_budget = budget};
+        struct ft_load_opts lo = {.residency = &ro};
+        om = NULL;
+        EXPECT_OK(ft_model_load_opts(dir, &lo, &om));
+        if (!om) {
+            ft_model_free(m);
+            return;
+        }
+    }
+    int V = m->vocab;
     struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
     struct ft_engine_opts oo = ro;
     oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = 4, oo.moe_mode = 0, oo.pin_budget = budget;
     struct ft_engine *re = NULL, *oe = NULL;
     EXPECT_OK(ft_engine_init(&re, m, g_pool, &ro));
-    EXPECT_OK(ft_engine_init(&oe, m, g_pool, &oo));
+    EXPECT_OK(ft_engine_init(&oe, om, g_pool, &oo));
     if (re && oe) {
         struct ft_residency_stats rs;
         EXPECT(ft_engine_residency_stats(oe, &rs));
-        fprintf(stderr, "  budget %s of %.1f KiB of banks: %d pinned, %d locked, %d pageable, "
-                "%.1f KiB charged, cpu layers '%s'\n", budget, banks / 1024.0, rs.n_layers[0],
-                rs.n_layers[1], rs.n_layers[2], rs.charged_bytes / 1024.0, rs.cpu_layers);
+        fprintf(stderr, "  %-18s %s: budget %s of %.1f KiB of banks: %d pinned, %d locked, "
+                "%d pageable, %.1f KiB charged, cpu layers '%s'\n", name,
+                at_load ? "registered at load" : "registered by the engine", budget, banks / 1024.0,
+                rs.n_layers[0], rs.n_layers[1], rs.n_layers[2], rs.charged_bytes / 1024.0,
+                rs.cpu_layers);
         EXPECT(rs.charged_bytes <= rs.budget_bytes);
         EXPECT_EQ(rs.n_layers[0], 1);
         EXPECT_EQ(rs.n_layers[1] + rs.n_layers[2], 1);
@@ -309,41 +334,43 @@ TEST(offload_with_capped_pin_budget) {
         }
         struct ft_gpu_offload_stats os;
         ft_engine_offload_stats(oe, &os);
-        CHECK_(same, "capped budget: greedy tokens differ from the resident backend");
-        CHECK_(os.cpu_experts > 0, "the unpinned layer's misses were not computed on the CPU");
+        CHECK_(same, "%s capped budget: greedy tokens differ from the resident backend", name);
+        CHECK_(os.cpu_experts > 0, "%s: the unpinned layer's misses were not computed on the CPU",
+               name);
         free(a), free(b);
     }
     ft_engine_free(re);
     ft_engine_free(oe);
+    if (om != m) ft_model_free(om);
     ft_model_free(m);
+}
+
+TEST(offload_with_capped_pin_budget) {
+    capped_case("qwen3_moe", 0);
+    capped_case("qwen3_moe", 1);
+    capped_case("qwen3moe_q4km.gguf", 1);
 }
 
 /* gpt-oss (sinks, alternating windows, router and expert biases, clamped SwiGLU; bf16 and MXFP4
  * experts) resident, offloaded, and with misses on the CPU; NVFP4 experts (read in place by the
- * GEMV, dequantised to bf16 for prefill); FP8 experts of width 42 (not a multiple of 8) are
- * refused by --backend cuda with a one-line error.
- * gpt-oss's prefill tolerance is 0.2, not 0.05: its tiny router nearly ties and its logits have
- * sd 2, so bf16 activations move it more. Measured 2026-11-30: the GPU's bf16 prefill is off
+ * GEMV, dequantised to bf16 for prefill); FP8 128x128-block experts of widths 42 and 20 (the
+ * element-wise paths for widths that are not a multiple of 8).
+ * gpt-oss's prefill tolerance is 0.1 (0.2 at its logits' sd of 2), not 0.05: its tiny router
+ * nearly ties, so bf16 activations move it more. Measured 2026-11-30: the GPU's bf16 prefill is off
  * transformers by at most 0.158 (position 1; 0.01-0.11 elsewhere), and the CPU engine with bf16
  * activations (`ft logits --cpu-act fast` on an AVX512-BF16 host) gives the same per-position
  * profile (0.158 at position 1, max 0.11 elsewhere), so the GPU adds no error of its own;
  * exact fp32 decode stays within 1e-3. */
-TEST(gpt_oss_and_fp4_experts_through_cuda) {
+TEST(gpt_oss_nvfp4_fp8_through_cuda) {
     check("qwen3_moe_nvfp4", 5e-2, 3e-2);
     split_case("qwen3_moe_nvfp4", 2);
     offload_case("qwen3_moe_nvfp4", 3, 1, NULL);
-    struct ft_model *m = NULL;
-    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/qwen3_moe_fp8", &m));
-    if (m) {
-        struct ft_engine_opts eo = {.max_ctx = 32, .max_chunk = 16, .backend = FT_BACKEND_CUDA};
-        struct ft_engine *e = NULL;
-        EXPECT_EQ(ft_engine_init(&e, m, g_pool, &eo), FT_ERR_UNSUPPORTED);
-        EXPECT_CONTAINS(ft_error(), "fp8_b128 experts of width 42");
-        ft_model_free(m);
-    }
-    check("gpt_oss", 0.2, 1e-3);
-    check("gpt_oss_mxfp4", 0.2, 1e-3);
-    check("gpt_oss_mxfp4.gguf", 0.2, 1e-3);
+    check("qwen3_moe_fp8", 5e-2, 3e-2);
+    split_case("qwen3_moe_fp8", 2);
+    offload_case("qwen3_moe_fp8", 3, 1, NULL);
+    check("gpt_oss", 0.1, 1e-3);
+    check("gpt_oss_mxfp4", 0.1, 1e-3);
+    check("gpt_oss_mxfp4.gguf", 0.1, 1e-3);
     split_case("gpt_oss", 1);
     split_case("gpt_oss_mxfp4", 2);
     offload_case("gpt_oss", 3, 1, NULL);

@@ -489,7 +489,7 @@ static void cpu_row(enum ft_dtype t, const uint8_t *row, float *out, int K) {
     else ft_ggml_dequant_row(ft_dtype_ggml(t), row, out, K);
 }
 
-/* Experts in every GGML block format (and NVFP4 / FP8_B128 rows of widths multiple of 8): the prefill dequantiser is bit-identical to the CPU's
+/* Experts in every GGML block format (and NVFP4 / FP8_B128 rows, also of odd widths): the prefill dequantiser is bit-identical to the CPU's
  * (bf16 of the exact value), skipping experts whose source id is negative and honouring the
  * expert stride; the decode GEMV reads the blocks and matches the CPU's block dot (fp32, only the
  * summation order differs); the chunk map selects the chunk's present experts. */
@@ -497,11 +497,15 @@ TEST(block_format_experts) {
     static const enum ft_dtype fmts[] = {FT_DTYPE_Q8_0, FT_DTYPE_Q4_0, FT_DTYPE_Q4_1,
                                          FT_DTYPE_Q5_0, FT_DTYPE_Q5_1, FT_DTYPE_Q4_K,
                                          FT_DTYPE_Q5_K, FT_DTYPE_Q6_K, FT_DTYPE_MXFP4,
-                                         FT_DTYPE_NVFP4, FT_DTYPE_FP8_B128};
-    const int E = 3, N = 40, K = 512, P = 5;
+                                         FT_DTYPE_NVFP4, FT_DTYPE_FP8_B128,
+                                         FT_DTYPE_NVFP4, FT_DTYPE_FP8_B128, FT_DTYPE_FP8_B128};
+    /* the last three: rows of widths that are not a multiple of 8 (the element-wise paths) */
+    static const int widths[] = {512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 42, 42, 20};
+    const int E = 3, N = 40, P = 5;
     uint64_t rng = 7;
     for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
         enum ft_dtype t = fmts[f];
+        const int K = widths[f];
         EXPECT(ft_cuda_block_format(t));
         size_t rb = ft_dtype_row_bytes(t, K), stride = rb * N + 64; /* padded like a slot pitch */
         uint8_t *w = calloc((size_t)E, stride);
@@ -554,7 +558,7 @@ TEST(block_format_experts) {
         ft_cuda_moe_gemv_blocks(dy, dx, 2, dw, stride, t, dids, P, N, K, 0);
         float *got = down(dy, (size_t)P * N);
         char what[64];
-        snprintf(what, sizeof what, "moe gemv %s blocks", ft_dtype_name(t));
+        snprintf(what, sizeof what, "moe gemv %s blocks, K %d", ft_dtype_name(t), K);
         EXPECT_NMSE(got, ref, (size_t)P * N, 1e-10, what);
         free(w), free(dq), free(x), free(ref), free(got);
         cudaFree(dw), cudaFree(dsrc), cudaFree(ddq), cudaFree(dids), cudaFree(dx), cudaFree(dy);

@@ -2,18 +2,20 @@
 # gpu_run.sh — runs ON the GPU machine (device tool), from the repository root, with .gpu/ carried
 # (tools/gpu_pack.sh builds it here): every GPU test, then the benchmarks the open issues ask for,
 # each under a time limit, all output under $OUT (default ./gpu-out). A device call runs at most
-# 600 s, so give each part its own call (tests ~5 min; bench ~8 min: every synthetic model is
-# generated anew; offload: 7 runs of ~1.5 min, which may pass 600 s: the last ones get cut):
+# 600 s; measured 2026-11-30: tests 15 s, bench 4 min (every synthetic model is generated anew),
+# oss 50 s, real 20 s, bw 30 s, offload ~7 min (give it its own call):
 #   run(command="tools/gpu_run.sh tests", carry=[".gpu"])
 # Parts (any order, several at once):
-#   tests    test_gpu_ops, test_gpu_model,
-#            test_gpu_residency                                                   -> tests.log
+#   tests    test_gpu_ops, test_gpu_model, test_gpu_residency                 -> tests.log
 #   bench    #5 resident tg/pp; #9 the CPU executor on the host's 16 cores for MXFP4/NVFP4/Q4_K;
-#            bench_ggml; ft bench bw for bf16 and q4_k                            -> bench.log
+#            bench_ggml                                                    -> bench.log
 #   oss      #9 gpt-oss-20b / 120b (MXFP4) offloaded under a VRAM limit     -> oss.log
 #   real     #10 the real model (parts from tools/gpu_model_chunks.sh; carry .gpu and .whl):
 #            test_real_model.py --backend cuda, ft bench on it (cuda; cpu 16 threads) -> real.log
-#   offload  #7 sticky:0.8 routing at 24G; #8 hybrid and cpu at 12G (uniform)  -> offload.log
+#   offload  #8 hybrid/cpu/offload at 30G, hybrid at 12G (uniform routing, tg128);
+#            #7 sticky:0.8 routing at 24G                                    -> offload.log
+#   long     #7 pp4096 at 30G, 512- and 4096-token passes (-b)            -> long.log
+#   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts                -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
 set -u
 cd "$(dirname "$0")/.."
@@ -47,8 +49,6 @@ for part in "$@"; do
             step bench.log 300 $G/ft bench --synthetic "$f" --backend cpu -t 16 -p 512 -n 64 -r 2
         done
         step bench.log 200 $G/bench_ggml --threads 16 --mib 2048
-        step bench.log 120 $G/ft bench bw
-        step bench.log 120 $G/ft bench bw --format q4_k
         ;;
     oss)
         # #9: gpt-oss (MXFP4 experts) offloaded: a VRAM limit below the experts' size
@@ -58,13 +58,27 @@ for part in "$@"; do
             --backend offload --vram-limit 24G
         ;;
     offload)
-        # #7's skewed, temporally correlated routing, then #8's split at 12G
+        # #8's three backends at 30G (llama.cpp's --n-cpu-moe 24 point), then hybrid at 24G/12G;
+        # #7's skewed, temporally correlated routing at 24G
+        for mode in hybrid cpu offload; do
+            step offload.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 128 -r 1 \
+                --backend offload --vram-limit 30G --moe-backend "$mode"
+        done
+        step offload.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 128 -r 1 \
+            --backend offload --vram-limit 12G
         step offload.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 64 -r 1 \
             --backend offload --vram-limit 24G --synthetic-routing sticky:0.8
-        for mode in hybrid cpu; do
-            step offload.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 64 -r 1 \
-                --backend offload --vram-limit 12G --moe-backend "$mode"
+        ;;
+    long)
+        # #7: a 4096-token prompt at 30G (prefill streams the uncached experts once per chunk)
+        for b in 512 4096; do
+            step long.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 4096 -n 16 -r 1 -b $b \
+                --backend offload --vram-limit 30G
         done
+        ;;
+    bw)
+        # #8/#9: ft bench bw per expert format (the CPU executor alone and next to copies)
+        for f in bf16 mxfp4 nvfp4 q4_k; do step bw.log 120 $G/ft bench bw --format $f; done
         ;;
     real)
         # #10: the default real model through ft serve on the GPU (tools/gpu_model_chunks.sh put
@@ -78,7 +92,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, real)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, bw, real)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

@@ -22,6 +22,8 @@ static const char k_usage[] =
     "  -p N                 prompt tokens for the prefill test (default 512; 0 skips)\n"
     "  -n N                 generated tokens for the decode test (default 128; 0 skips)\n"
     "  -r N                 repetitions (default 3)\n"
+    "  -b, --batch N        prompt tokens per forward pass (default 512; offload streams the\n"
+    "                       uncached experts once per pass, so larger passes copy less)\n"
     "  -t, --threads N      CPU threads (default: physical cores)\n"
     "  --synthetic PRESET[:FMT]  random weights of a real shape: qwen3-30b-a3b,\n"
     "                       qwen3.6-35b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b, tiny,\n"
@@ -56,7 +58,7 @@ static void stats(const double *v, int n, double *mean, double *sd) {
 struct bench {
     struct ft_session s;
     const char *routing;
-    int threads;
+    int threads, batch;
     double dram_gbps;
     double ceiling_gbps; /* DRAM read (cpu) or HBM (cuda), measured in this run */
     struct ft_gpu_offload_stats last; /* offload: counters at the previous row */
@@ -127,7 +129,7 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
         }
         char test[32];
         snprintf(test, sizeof test, "pp%d", p);
-        int chunks = (p + 511) / 512;
+        int chunks = (p + b->batch - 1) / b->batch;
         row(b, test, tps, reps, step_bytes(m, distinct) * chunks / p, distinct);
         offload_line(b, test);
     }
@@ -164,7 +166,7 @@ int ft_cmd_bench(int argc, char **argv) {
     int be_auto;
     ft_cli_backend_init(&be, &be_auto);
     const char *model = NULL, *synthetic = NULL, *routing = NULL;
-    long p = 512, n = 128, reps = 3, threads = 0, seed = 1;
+    long p = 512, n = 128, reps = 3, threads = 0, seed = 1, batch = 512;
     for (int i = 1; i < argc; i++) {
         int rb = ft_cli_backend_flag("bench", argc, argv, &i, &be, &be_auto);
         if (rb < 0) return 2;
@@ -185,6 +187,8 @@ int ft_cmd_bench(int argc, char **argv) {
             target = &p;
         } else if (!strcmp(a, "-n")) {
             target = &n;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
+            target = &batch, lo = 1, hi = 1 << 16;
         } else if (!strcmp(a, "-r")) {
             target = &reps, lo = 1, hi = 1000;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -199,11 +203,12 @@ int ft_cmd_bench(int argc, char **argv) {
     if (!!model == !!synthetic)
         return ft_cli_usage_error("bench", "give exactly one of --model DIR or --synthetic PRESET");
     if (!routing) routing = synthetic ? "uniform" : "model";
-    struct ft_engine_opts eo = {.max_ctx = (int)(p + n + 8), .max_chunk = 512, .seed = (uint64_t)seed};
+    struct ft_engine_opts eo = {.max_ctx = (int)(p + n + 8), .max_chunk = (int)batch,
+                              .seed = (uint64_t)seed};
     if (parse_routing(routing, &eo))
         return ft_cli_usage_error("bench", "--synthetic-routing: '%s' is not uniform, model, "
                                   "zipf:S (S > 0) or sticky:P (0 <= P < 1)", routing);
-    struct bench b = {.routing = routing};
+    struct bench b = {.routing = routing, .batch = (int)batch};
     ft_cli_backend_apply(&eo, &be, be_auto);
     enum ft_status st = ft_session_open(&b.s, model, synthetic, (int)threads, &eo);
     if (st != FT_OK) return ft_cli_fail(st);

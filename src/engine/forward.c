@@ -386,8 +386,8 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
             if (ft_gpu_takes_experts(L->bank[f].schema->dtype, L->bank[f].cols)) continue;
             if (!opts->backend_auto)
                 return ft_fail(FT_ERR_UNSUPPORTED, "%s experts of width %d: the cuda and offload "
-                               "backends do not compute them yet (bf16 and GGML blocks; NVFP4/FP8 "
-                               "rows of widths multiple of 8); use "
+                               "backends do not compute them yet (bf16, GGML blocks, NVFP4, FP8 "
+                               "blocks); use "
                                "--backend cpu", L->bank[f].schema->name, L->bank[f].cols);
             ft_log_info("%s experts: the GPU backends do not compute them yet; running on the CPU",
                         L->bank[f].schema->name);

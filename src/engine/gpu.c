@@ -184,10 +184,10 @@ static uint16_t *up_cat(struct ft_gpu *g, const struct ft_weight *const *ws, int
     return d; /* even on failure: the layer owns it, so ft_gpu_free frees it */
 }
 
-/* 1 when the GPU kernels take experts of dtype t with rows of cols elements (bf16, GGML
- * blocks; NVFP4 / FP8_B128 rows, which the kernels read 8 elements at a time: cols % 8 == 0). */
+/* 1 when the GPU kernels take experts of dtype t (bf16, GGML blocks, NVFP4 and FP8_B128 rows
+ * of any width); cols is kept for a format whose kernels need some width. */
 static int gpu_expert_dtype(enum ft_dtype t, int cols) {
-    if (t == FT_DTYPE_NVFP4 || t == FT_DTYPE_FP8_B128) return cols % 8 == 0;
+    (void)cols;
     return t == FT_DTYPE_BF16 || ft_cuda_block_format(t);
 }
 

@@ -33,6 +33,10 @@ struct ft_offload {
     struct ft_cache *cache;
     cudaStream_t cs;                /* copy stream */
     cudaEvent_t ev_copied, ev_t0, ev_t1;
+    cudaEvent_t ev_stage[2], ev_free[2]; /* prefill streaming: buffer copied / buffer read */
+    cudaEvent_t ev_pf0, ev_pf1;     /* a layer's prefill copies, first start to last end */
+    int pf_pending, pf_copying;
+    int32_t *pf_slot_of;            /* [E] pageable: a prefill batch's slot map */
     int timing_pending;
     uint64_t *sums;                 /* [L][E][2] host checksums (verify != off) */
     const uint8_t **map_gu, **map_dn;/* [L] device pointers of mapped banks, NULL if unregistered */
@@ -136,16 +140,33 @@ static void collect_timing(struct ft_offload *f) {
     f->timing_pending = 0;
 }
 
-/* Copies the fills, verifies (all or a rotating sample), repairs through the other path. */
+/* The last prefill layer's copy time (its copies done once the caller has synchronised: the
+ * compute stream waited for each of them), into the copy statistics only: its span includes
+ * waits for a staging buffer, so it is not a per-expert cost for the split. */
+static void collect_prefill_timing(struct ft_offload *f) {
+    if (!f->pf_pending) return;
+    float ms = 0;
+    if (cudaEventSynchronize(f->ev_pf1) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, f->ev_pf0, f->ev_pf1) == cudaSuccess)
+        f->copy_s += ms / 1e3;
+    f->pf_pending = 0;
+}
+
+/* Copies the fills, verifies (all or a rotating sample), repairs through the other path.
+ * Decode batches are timed one by one for the split; prefill's (pf_copying) as a whole. */
 static enum ft_status copy_and_verify(struct ft_offload *f, const struct ft_cache_fill *fl, int n) {
     if (n == 0) return FT_OK;
-    collect_timing(f);
-    cudaEventRecord(f->ev_t0, f->cs);
+    if (!f->pf_copying) {
+        collect_timing(f);
+        cudaEventRecord(f->ev_t0, f->cs);
+    }
     enum ft_status st = issue(f, fl, n, f->path);
     if (st != FT_OK) return st;
-    cudaEventRecord(f->ev_t1, f->cs);
-    f->timing_pending = 1;
-    f->pending_layer = fl[0].layer, f->pending_n = n;
+    if (!f->pf_copying) {
+        cudaEventRecord(f->ev_t1, f->cs);
+        f->timing_pending = 1;
+        f->pending_layer = fl[0].layer, f->pending_n = n;
+    }
     if (f->verify) {
         struct ft_cache_fill chk[n];
         int m = 0;
@@ -182,6 +203,7 @@ static enum ft_status copy_fills(struct ft_offload *f, const struct ft_cache_fil
 enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t *ids, int n,
                                  int32_t *d_slots, cudaStream_t s, int *cpu_pairs, int *n_cpu) {
     collect_timing(f);
+    collect_prefill_timing(f);
     ft_cache_probe(f->cache, layer, ids, n, f->slots_tmp);
     int m = 0; /* distinct misses */
     for (int i = 0; i < n; i++) {
@@ -228,23 +250,101 @@ void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, doub
     ft_split_observe(&f->split, layer, 0, 0, n_experts, seconds);
 }
 
+/* Uploads the slot map of one prefill batch (experts[i] -> slots[i], the rest -1) on s and
+ * runs it. The map goes from pageable memory, which cudaMemcpyAsync copies out before it
+ * returns, so the next batch may rewrite it while this one is still queued. */
+static enum ft_status run_batch(struct ft_offload *f, const int32_t *experts, const int32_t *slots,
+                                int n, int32_t *d_slot_of, cudaStream_t s,
+                                ft_offload_batch_fn fn, void *ctx) {
+    for (int e = 0; e < f->E; e++) f->pf_slot_of[e] = -1;
+    for (int i = 0; i < n; i++) f->pf_slot_of[experts[i]] = slots[i];
+    cudaMemcpyAsync(d_slot_of, f->pf_slot_of, (size_t)f->E * 4, cudaMemcpyHostToDevice, s);
+    return fn(ctx, 0, n);
+}
+
+/* Copies miss batch j (miss[j*b ..]) into staging buffer j % nbuf on the copy stream, after
+ * the compute that last read that buffer. */
+static enum ft_status stage_batch(struct ft_offload *f, int layer, const int32_t *miss, int j,
+                                  int b, int nbuf, int m, const int32_t *stage) {
+    int buf = j % nbuf, lo = j * b, hi = lo + b < m ? lo + b : m;
+    if (j >= nbuf) cudaStreamWaitEvent(f->cs, f->ev_free[buf], 0);
+    for (int i = lo; i < hi; i++)
+        f->fills[i - lo] = (struct ft_cache_fill){layer, miss[i], stage[buf * b + i - lo]};
+    if (j == 0 && !f->pf_pending) cudaEventRecord(f->ev_pf0, f->cs);
+    f->pf_copying = 1;
+    enum ft_status st = copy_fills(f, f->fills, hi - lo);
+    f->pf_copying = 0;
+    cudaEventRecord(f->ev_stage[buf], f->cs);
+    cudaEventRecord(f->ev_pf1, f->cs);
+    f->pf_pending = 1;
+    return st;
+}
+
+/* Prefill: the layer's cached experts are computed where they are (no copy, and they stay
+ * cached); misses go into free slots while the pool has any (admitted: a cold cache fills up
+ * during the first prompts), and the rest stream through slots borrowed from the pool, two
+ * buffers of up to PF_BATCH experts, the copy of batch j+1 overlapping the compute of batch j.
+ * Streamed experts are not admitted: a long prompt touches every expert of every layer, and
+ * admitting them would evict, in LRU order, everything decode had cached (the whole pool, for
+ * a model larger than it) and leave the prompt itself a hit rate near 0. */
+#define PF_BATCH 16
 enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t *experts, int n,
                                   int32_t *d_slot_of, cudaStream_t s, ft_offload_batch_fn fn,
                                   void *ctx) {
-    for (int first = 0; first < n;) {
-        int last = first + f->n_slots < n ? first + f->n_slots : n, nf = 0;
-        /* the previous batch's kernels may still read slots this batch evicts */
-        if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("offload prefill");
-        enum ft_status st = ft_cache_lookup(f->cache, layer, experts + first, last - first,
-                                            f->slots_tmp, f->fills, &nf);
-        if (st == FT_OK) st = copy_fills(f, f->fills, nf);
-        if (st != FT_OK) return st;
-        for (int e = 0; e < f->E; e++) f->h_slot_of[e] = -1;
-        for (int i = first; i < last; i++) f->h_slot_of[experts[i]] = f->slots_tmp[i - first];
-        cudaMemcpyAsync(d_slot_of, f->h_slot_of, (size_t)f->E * 4, cudaMemcpyHostToDevice, s);
-        if (nf) cudaStreamWaitEvent(s, f->ev_copied, 0);
-        if ((st = fn(ctx, first, last)) != FT_OK) return st;
-        first = last;
+    collect_timing(f);
+    collect_prefill_timing(f);
+    ft_cache_probe(f->cache, layer, experts, n, f->slots_tmp); /* experts are distinct */
+    int nh = 0, m = 0;
+    int32_t hit_e[n > 0 ? n : 1], hit_s[n > 0 ? n : 1], stage[2 * PF_BATCH], sl[PF_BATCH];
+    for (int i = 0; i < n; i++) {
+        if (f->slots_tmp[i] >= 0) hit_e[nh] = experts[i], hit_s[nh++] = f->slots_tmp[i];
+        else f->miss[m++] = experts[i];
+    }
+    /* misses into free slots: copied, then computed with the hits */
+    int nfree = ft_cache_free_slots(f->cache), adm = m < nfree ? m : nfree, nf = 0;
+    enum ft_status st = ft_cache_admit(f->cache, layer, f->miss, adm, f->fills, &nf);
+    if (st == FT_OK && nf) {
+        f->pf_copying = 1;
+        cudaEventRecord(f->ev_pf0, f->cs);
+        st = copy_fills(f, f->fills, nf);
+        cudaEventRecord(f->ev_pf1, f->cs);
+        f->pf_copying = 0, f->pf_pending = 1;
+        /* s's next work (their batch) waits for these copies alone: the wait takes ev_copied
+         * as recorded now, before the staging copies re-record it */
+        cudaStreamWaitEvent(s, f->ev_copied, 0);
+    }
+    if (st != FT_OK) return st;
+    for (int i = 0; i < nf; i++) hit_e[nh] = f->fills[i].expert, hit_s[nh++] = f->fills[i].slot;
+    const int32_t *rest = f->miss + adm;
+    m -= adm;
+    f->cache->misses[layer] += (uint64_t)m;
+    int want = m < 2 * PF_BATCH ? m : 2 * PF_BATCH, got = m ? ft_cache_borrow(f->cache, want, stage) : 0;
+    int first_done = 0;
+    if (m && got < 2 && got < m) { /* the step's experts hold the pool: run them, then borrow */
+        if (nh && (st = run_batch(f, hit_e, hit_s, nh, d_slot_of, s, fn, ctx)) != FT_OK) return st;
+        cudaEventRecord(f->ev_free[0], s);
+        cudaStreamWaitEvent(f->cs, f->ev_free[0], 0); /* the borrowed slots may be theirs */
+        first_done = 1;
+        ft_cache_new_step(f->cache);
+        got = ft_cache_borrow(f->cache, want, stage);
+        if (got < 1)
+            return ft_fail(FT_ERR_BUSY, "expert cache: no slot to stream layer %d's experts "
+                           "through (raise --moe-cache-size)", layer);
+    }
+    int nbuf = got >= 2 ? 2 : 1, b = got >= 2 ? got / 2 : 1, nb = m ? (m + b - 1) / b : 0;
+    if (nb && (st = stage_batch(f, layer, rest, 0, b, nbuf, m, stage)) != FT_OK) return st;
+    if (!first_done && nh && (st = run_batch(f, hit_e, hit_s, nh, d_slot_of, s, fn, ctx)) != FT_OK)
+        return st; /* overlaps the first staging copy */
+    for (int j = 0; j < nb; j++) {
+        int buf = j % nbuf, lo = j * b, cnt = lo + b < m ? b : m - lo;
+        if (nbuf == 2 && j + 1 < nb && (st = stage_batch(f, layer, rest, j + 1, b, nbuf, m, stage)) != FT_OK)
+            return st; /* the other buffer, while this batch computes */
+        cudaStreamWaitEvent(s, f->ev_stage[buf], 0);
+        for (int i = 0; i < cnt; i++) sl[i] = stage[buf * b + i];
+        if ((st = run_batch(f, rest + lo, sl, cnt, d_slot_of, s, fn, ctx)) != FT_OK) return st;
+        cudaEventRecord(f->ev_free[buf], s);
+        if (nbuf == 1 && j + 1 < nb && (st = stage_batch(f, layer, rest, j + 1, b, nbuf, m, stage)) != FT_OK)
+            return st;
     }
     return FT_OK;
 }
@@ -373,6 +473,7 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     f->fills = calloc((size_t)nf, sizeof *f->fills);
     f->miss = calloc((size_t)nf, sizeof *f->miss);
     f->slots_tmp = calloc((size_t)nf, sizeof *f->slots_tmp);
+    f->pf_slot_of = calloc((size_t)f->E, sizeof *f->pf_slot_of);
     f->cp_dst = calloc((size_t)2 * nf, sizeof *f->cp_dst);
     f->cp_src = calloc((size_t)2 * nf, sizeof *f->cp_src);
     f->cp_bytes = calloc((size_t)2 * nf, sizeof *f->cp_bytes);
@@ -380,7 +481,7 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     f->map_dn = calloc((size_t)f->n_layers, sizeof *f->map_dn);
     f->cpu_layer = calloc((size_t)f->n_layers, 1);
     f->sums = calloc(total ? (size_t)f->n_layers * f->E * 2 : 1, sizeof *f->sums);
-    if (!f->fills || !f->miss || !f->slots_tmp || !f->cp_dst || !f->cp_src || !f->cp_bytes || !f->map_gu ||
+    if (!f->fills || !f->miss || !f->slots_tmp || !f->pf_slot_of || !f->cp_dst || !f->cp_src || !f->cp_bytes || !f->map_gu ||
         !f->map_dn || !f->cpu_layer || !f->sums ||
         cudaMallocHost((void **)&f->h_slots, (size_t)nf * 4) != cudaSuccess ||
         cudaMallocHost((void **)&f->h_slot_of, (size_t)f->E * 4) != cudaSuccess ||
@@ -391,6 +492,11 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     }
     if (cudaStreamCreateWithFlags(&f->cs, cudaStreamNonBlocking) != cudaSuccess ||
         cudaEventCreateWithFlags(&f->ev_copied, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&f->ev_stage[0], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&f->ev_stage[1], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&f->ev_free[0], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&f->ev_free[1], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreate(&f->ev_pf0) != cudaSuccess || cudaEventCreate(&f->ev_pf1) != cudaSuccess ||
         cudaEventCreate(&f->ev_t0) != cudaSuccess ||
         cudaEventCreate(&f->ev_t1) != cudaSuccess) {
         st = ft_cuda_check("offload streams/events");
@@ -472,12 +578,18 @@ void ft_offload_free(struct ft_offload *f) {
     if (f->ev_copied) cudaEventDestroy(f->ev_copied);
     if (f->ev_t0) cudaEventDestroy(f->ev_t0);
     if (f->ev_t1) cudaEventDestroy(f->ev_t1);
+    if (f->ev_pf0) cudaEventDestroy(f->ev_pf0);
+    if (f->ev_pf1) cudaEventDestroy(f->ev_pf1);
+    for (int i = 0; i < 2; i++) {
+        if (f->ev_stage[i]) cudaEventDestroy(f->ev_stage[i]);
+        if (f->ev_free[i]) cudaEventDestroy(f->ev_free[i]);
+    }
     if (f->h_slots) cudaFreeHost(f->h_slots);
     if (f->h_slot_of) cudaFreeHost(f->h_slot_of);
     if (f->h_dsums) cudaFreeHost(f->h_dsums);
     ft_cache_free(f->cache);
     ft_split_free(&f->split);
-    free(f->fills), free(f->miss), free(f->slots_tmp), free(f->cp_dst), free(f->cp_src), free(f->cp_bytes);
+    free(f->fills), free(f->miss), free(f->slots_tmp), free(f->pf_slot_of), free(f->cp_dst), free(f->cp_src), free(f->cp_bytes);
     free(f->map_gu), free(f->map_dn), free(f->cpu_layer), free(f->sums);
     if (f->slot_gu) cudaFree(f->slot_gu); /* allocated through the backend's counted allocator */
     if (f->slot_dn) cudaFree(f->slot_dn);

@@ -30,9 +30,11 @@ enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t 
                                  int32_t *d_slots, cudaStream_t s, int *cpu_pairs, int *n_cpu);
 /* The CPU side of a layer step took `seconds` for n_experts distinct experts (hybrid feedback). */
 void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds);
-/* Prefill: experts[0..n) (distinct, ascending) of this layer in batches that fit the pool;
- * for each batch, d_slot_of [E] is uploaded (slot or -1) and fn(ctx, first, last) runs the
- * batch's kernels on s (experts[first..last)). */
+/* Prefill: experts[0..n) (distinct, ascending) of this layer: the cached ones where they are,
+ * the others streamed through slots borrowed from the pool (not admitted to the cache), in
+ * batches; for each batch, d_slot_of [E] is uploaded on s (slot or -1) and fn(ctx, 0, k)
+ * runs the batch's kernels on s for the experts d_slot_of maps. The caller has synchronised s
+ * (the layer's routing counts came back). */
 typedef enum ft_status (*ft_offload_batch_fn)(void *ctx, int first, int last);
 enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t *experts, int n,
                                   int32_t *d_slot_of, cudaStream_t s, ft_offload_batch_fn fn,

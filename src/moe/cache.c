@@ -117,6 +117,28 @@ enum ft_status ft_cache_lookup(struct ft_cache *c, int layer, const int32_t *ids
     return st;
 }
 
+int ft_cache_borrow(struct ft_cache *c, int n, int32_t *slots) {
+    int got = 0;
+    for (; got < n; got++) {
+        int s = c->policy->victim(c, c->step);
+        if (s < 0) break;
+        if (c->key_of[s] >= 0) c->slot_of[c->key_of[s]] = -1;
+        c->key_of[s] = -1;
+        c->last_use[s] = 0;
+        c->step_of[s] = c->step; /* not taken twice */
+        slots[got] = s;
+    }
+    return got;
+}
+
+void ft_cache_new_step(struct ft_cache *c) { c->step++; }
+
+int ft_cache_free_slots(const struct ft_cache *c) {
+    int n = 0;
+    for (int s = 0; s < c->n_slots; s++) n += c->key_of[s] < 0;
+    return n;
+}
+
 void ft_cache_drop(struct ft_cache *c, int layer, int expert) {
     size_t key = (size_t)layer * c->n_experts + expert;
     int32_t s = c->slot_of[key];

@@ -57,6 +57,15 @@ enum ft_status ft_cache_lookup(struct ft_cache *c, int layer, const int32_t *ids
 void ft_cache_probe(struct ft_cache *c, int layer, const int32_t *ids, int n, int32_t *slots);
 enum ft_status ft_cache_admit(struct ft_cache *c, int layer, const int32_t *experts, int n,
                               struct ft_cache_fill *fills, int *n_fills);
+/* Prefill streaming: takes up to n slots out of the cache as scratch for the current step
+ * (ft_cache_probe started it): each is the policy's victim among the slots the step does not
+ * use (free ones first), its expert forgotten; they come back free (never-used, so the next
+ * victims: the next borrow takes the same slots). Returns how many it got. */
+int ft_cache_borrow(struct ft_cache *c, int n, int32_t *slots);
+/* Slots holding no expert (never used, dropped, or returned by a borrow). */
+int ft_cache_free_slots(const struct ft_cache *c);
+/* Starts a new step without a lookup: the previous step's slots become evictable. */
+void ft_cache_new_step(struct ft_cache *c);
 /* Forgets a key (after a failed copy). */
 void ft_cache_drop(struct ft_cache *c, int layer, int expert);
 /* Hit rate over all lookups so far (0 when none). */

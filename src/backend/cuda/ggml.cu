@@ -1,6 +1,7 @@
 /* ggml.cu — experts in GGML block formats on the GPU (GGUF files keep them in the banks as
- * Q4_K, Q6_K, Q5_0, ...): a decode GEMV that reads the blocks directly (one warp per output row
- * and (token, expert) pair, 8 elements per lane step), and for prefill a dequantiser into bf16
+ * Q4_K, Q6_K, Q5_0, ...) and in NVFP4 / FP8_B128 rows: a decode GEMV that reads the blocks
+ * directly (one warp per output row and (token, expert) pair, 8 elements per lane step; one for
+ * NVFP4/FP8 rows of widths not a multiple of 8), and for prefill a dequantiser into bf16
  * scratch for the tensor-core grouped GEMM, a chunk of experts at a time.
  * Each element gets exactly the value format/ggml_quant.c gives it (the same fp32 operations in
  * the same order, with __fmul_rn/__fadd_rn so nothing is contracted into an FMA), which is
@@ -128,6 +129,24 @@ __device__ __forceinline__ void dq8(const uint8_t *row, int i, int K, float w[8]
     }
 }
 
+/* Element i of a row of K elements, for the formats whose rows may have any width (NVFP4 and
+ * FP8_B128 take the checkpoint's; the GGML blocks are whole blocks of 32 or 256): the value dq8
+ * gives it. Used when K % 8 != 0, where dq8's 8-element steps and 16-byte x loads do not fit. */
+template <int T>
+__device__ __forceinline__ float dq1(const uint8_t *row, int i, int K) {
+    if (T == FT_DTYPE_NVFP4) {
+        float s2 = __uint_as_float(rd32(row)), sc = ft_e4m3_to_f32(row[4 + i / 16]);
+        uint8_t q = row[4 + (K + 15) / 16 + i / 2];
+        return __fmul_rn(__fmul_rn(c_e2m1[i & 1 ? q >> 4 : q & 0x0f], sc), s2);
+    }
+    int nb = (K + 127) / 128; /* FP8_B128 */
+    return __fmul_rn(ft_e4m3_to_f32(row[(size_t)nb * 4 + i]), __uint_as_float(rd32(row + (size_t)(i / 128) * 4)));
+}
+
+template <int T> __device__ __forceinline__ constexpr bool any_width() {
+    return T == FT_DTYPE_NVFP4 || T == FT_DTYPE_FP8_B128;
+}
+
 /* y[p, n] = row n of expert ids[p] (format T) . x[p / x_div]; ids[p] < 0: 0 (the CPU's pair). */
 template <int T>
 __global__ void moe_gemv_q_kernel(float *y, const float *x, int x_div, const uint8_t *w,
@@ -142,6 +161,9 @@ __global__ void moe_gemv_q_kernel(float *y, const float *x, int x_div, const uin
     const uint8_t *row = w + (size_t)ids[p] * expert_stride + (size_t)n * row_bytes;
     const float *xr = x + (size_t)(p / x_div) * K;
     float acc = 0.0f;
+    if (any_width<T>() && (K & 7)) /* odd widths: one element per lane step */
+        for (int c = lane; c < K; c += WARP) acc += dq1<T>(row, c, K) * xr[c];
+    else
     for (int c = lane * 8; c < K; c += WARP * 8) {
         float wf[8];
         dq8<T>(row, c, K, wf);
@@ -162,6 +184,15 @@ __global__ void dequant_bf16_kernel(uint16_t *dst, const uint8_t *src, size_t ex
     int c = blockIdx.y, e = first + c;
     int id = src_of ? src_of[e] : e;
     if (id < 0 || (offsets && offsets[e] == offsets[e + 1])) return;
+    if (any_width<T>() && (cols & 7)) { /* odd widths: one element at a time */
+        size_t n = (size_t)rows * cols;
+        for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < n; g += (size_t)gridDim.x * blockDim.x) {
+            size_t r = g / cols;
+            float v = dq1<T>(src + (size_t)id * expert_stride + r * row_bytes, (int)(g % cols), cols);
+            dst[(size_t)c * rows * cols + g] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+        }
+        return;
+    }
     size_t n8 = (size_t)rows * cols / 8;
     for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < n8; g += (size_t)gridDim.x * blockDim.x) {
         size_t r = g * 8 / cols;
