@@ -318,8 +318,8 @@ static void capped_case(const char *name, int at_load) {
                 rs.n_layers[0], rs.n_layers[1], rs.n_layers[2], rs.charged_bytes / 1024.0,
                 rs.cpu_layers);
         EXPECT(rs.charged_bytes <= rs.budget_bytes);
-        EXPECT_EQ(rs.n_layers[0], 1);
-        EXPECT_EQ(rs.n_layers[1] + rs.n_layers[2], 1);
+        EXPECT(rs.n_layers[0] >= 1);                  /* some layers pinned */
+        EXPECT(rs.n_layers[1] + rs.n_layers[2] >= 1); /* and some left to the CPU */
         int32_t ids[24];
         for (int t = 0; t < 24; t++) ids[t] = (t * 53 + 7) % V;
         float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
@@ -349,6 +349,10 @@ TEST(offload_with_capped_pin_budget) {
     capped_case("qwen3_moe", 0);
     capped_case("qwen3_moe", 1);
     capped_case("qwen3moe_q4km.gguf", 1);
+    /* the quantised formats and gpt-oss with CPU layers (#9) */
+    capped_case("gpt_oss_mxfp4", 1);
+    capped_case("qwen3_moe_nvfp4", 0);
+    capped_case("qwen3_moe_fp8", 1);
 }
 
 /* gpt-oss (sinks, alternating windows, router and expert biases, clamped SwiGLU; bf16 and MXFP4

@@ -9,8 +9,25 @@
 
 #include "backend/cpu/ops.h"
 #include "core/status.h"
+#include "format/quant.h"
 
-enum { TILE_ROWS = 32 };
+/* Rows per task: about TILE_BYTES of weights, so each task streams one contiguous stretch
+ * long enough for the hardware prefetcher, halved while a step would have fewer than 4 tasks
+ * per worker. FT_EXEC_TILE_KB overrides TILE_BYTES (for measuring; 0 = default). */
+enum { TILE_BYTES = 64 << 10, TILE_MIN = 8, TILE_MAX = 512 };
+
+static int tile_rows(size_t row_bytes, int rows, int n_active, int workers) {
+    static int kb = -1;
+    if (kb < 0) {
+        const char *v = getenv("FT_EXEC_TILE_KB");
+        kb = v ? atoi(v) : 0;
+    }
+    size_t target = kb > 0 ? (size_t)kb << 10 : TILE_BYTES;
+    int t = (int)(target / (row_bytes ? row_bytes : 1));
+    t = t < TILE_MIN ? TILE_MIN : t > TILE_MAX ? TILE_MAX : t;
+    while (t > TILE_MIN && (long)n_active * ((rows + t - 1) / t) < 4L * workers) t /= 2;
+    return t;
+}
 
 struct ft_moe_exec {
     int max_rows, n_experts, H, I;
@@ -34,7 +51,7 @@ struct pass {
     const uint8_t *xq; /* in quantised (xq_bytes per row), or NULL */
     size_t xq_bytes;
     float *out;       /* [rows, N] */
-    int K, N, n_active, tiles_per_expert;
+    int K, N, n_active, tiles_per_expert, tile;
     atomic_int next;
 };
 
@@ -45,7 +62,7 @@ static void pass_task(void *ctx, int i, int n) {
     for (int t; (t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < total;) {
         int a = t / p->tiles_per_expert, tile = t % p->tiles_per_expert;
         int e = x->active[a], r0 = x->offset[e], nr = x->count[e];
-        int n0 = tile * TILE_ROWS, n1 = FT_MIN(n0 + TILE_ROWS, p->N);
+        int n0 = tile * p->tile, n1 = FT_MIN(n0 + p->tile, p->N);
         if (p->xq)
             ft_cpu_matmul_rows_xq(p->out + (size_t)r0 * p->N, p->N, p->xq + r0 * p->xq_bytes,
                                   ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr, n0, n1,
@@ -66,7 +83,8 @@ static void run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct f
         ft_cpu_xq_quant_pool(pool, wt, in, p.K, p.K, R, x->xq);
         p.xq = x->xq;
     }
-    p.tiles_per_expert = (p.N + TILE_ROWS - 1) / TILE_ROWS;
+    p.tile = tile_rows(ft_dtype_row_bytes(wt, p.K), p.N, n_active, ft_pool_size(pool));
+    p.tiles_per_expert = (p.N + p.tile - 1) / p.tile;
     atomic_init(&p.next, 0);
     ft_pool_run(pool, pass_task, &p);
 }

@@ -441,7 +441,8 @@ static void xq_worker(void *arg, int i, int n) {
 void ft_cpu_xq_quant_pool(struct ft_pool *pool, enum ft_dtype wt, const float *x, int ldx, int K,
                           int T, void *xq) {
     struct xq_ctx c = {wt, x, ldx, K, T, xq, ft_cpu_xq_bytes(wt, K)};
-    if (T <= 1) { /* decode: not worth waking the pool */
+    if (T <= 1 || (size_t)T * K <= 32768) { /* decode, or the CPU executor's few rows of one
+                                              * token: not worth waking the pool */
         ft_cpu_xq_quant(wt, x, ldx, K, T, xq);
         return;
     }
