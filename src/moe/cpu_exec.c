@@ -11,10 +11,13 @@
 #include "core/status.h"
 #include "format/quant.h"
 
-/* Rows per task: about TILE_BYTES of weights, so each task streams one contiguous stretch
- * long enough for the hardware prefetcher, halved while a step would have fewer than 4 tasks
- * per worker. FT_EXEC_TILE_KB overrides TILE_BYTES (for measuring; 0 = default). */
-enum { TILE_BYTES = 64 << 10, TILE_MIN = 8, TILE_MAX = 512 };
+/* Rows per task: about TILE_BYTES of weights, so each task streams one contiguous stretch for
+ * the hardware prefetcher, halved while a step would have fewer than 8 tasks per worker (the
+ * pass ends at a barrier: with 6 tasks per worker, one extra task is a 15% longer pass).
+ * FT_EXEC_TILE_KB overrides TILE_BYTES (for measuring; 0 = default). On the H200 host (a
+ * gVisor VM) `ft bench bw` runs of 16, 64 and 256 KB differed less than run-to-run noise:
+ * some runs show a 0.2 ms stall per step whatever the tile (2026-11-30). */
+enum { TILE_BYTES = 32 << 10, TILE_MIN = 8, TILE_MAX = 512 };
 
 static int tile_rows(size_t row_bytes, int rows, int n_active, int workers) {
     static int kb = -1;
@@ -25,7 +28,7 @@ static int tile_rows(size_t row_bytes, int rows, int n_active, int workers) {
     size_t target = kb > 0 ? (size_t)kb << 10 : TILE_BYTES;
     int t = (int)(target / (row_bytes ? row_bytes : 1));
     t = t < TILE_MIN ? TILE_MIN : t > TILE_MAX ? TILE_MAX : t;
-    while (t > TILE_MIN && (long)n_active * ((rows + t - 1) / t) < 4L * workers) t /= 2;
+    while (t > TILE_MIN && (long)n_active * ((rows + t - 1) / t) < 8L * workers) t /= 2;
     return t;
 }
 
