@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_ops.h"
 #include "core/status.h"
@@ -512,9 +513,75 @@ __global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a) {
     }
 }
 
+/* Few output rows (the router: N = E = 128): one block per row, its 256 threads splitting K
+ * (one 16-byte load each per 2048 elements), so the GEMV spreads over N SMs instead of N / 8
+ * and each thread waits for one load round instead of a warp for K / 256. Same fused norm,
+ * outputs and epilogue as gemv_fused_kernel; K % 8 == 0. The block's partial sums are added in
+ * a fixed order: deterministic. */
+template <int TT>
+__global__ void gemv_splitk_kernel(struct ft_cuda_gemv_args a) {
+    int n = blockIdx.x, tid = threadIdx.x, n8 = a.K / 8;
+    const uint16_t *wr = a.w + (size_t)n * a.K;
+    if ((size_t)tid * 128 < (size_t)a.K * 2) prefetch_l2((const char *)wr + (size_t)tid * 128);
+    pdl_enter();
+    __shared__ float r_s[8];
+    __shared__ float part[TT][GEMV_WARPS];
+    if (a.nw) { /* per-token 1/rms, as gemv_fused_kernel */
+        for (int t = 0; t < a.T; t++) {
+            float ss = 0.0f;
+            for (int k = tid; k < a.K; k += blockDim.x) {
+                float v = a.x[(size_t)t * a.K + k];
+                ss += v * v;
+            }
+            ss = block_sum(ss);
+            if (tid == 0) r_s[t] = rsqrtf(ss / (float)a.K + a.eps);
+        }
+        __syncthreads();
+        if (blockIdx.x == 0 && a.xn_out)
+            for (int t = 0; t < a.T; t++)
+                for (int k = tid; k < a.K; k += blockDim.x)
+                    a.xn_out[(size_t)t * a.K + k] = a.x[(size_t)t * a.K + k] * r_s[t] * a.nw[k];
+    }
+    float acc[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) acc[t] = 0.0f;
+    const uint4 *w4 = (const uint4 *)wr;
+    for (int c = tid; c < n8; c += blockDim.x) dot8<TT>(acc, __ldg(w4 + c), a.x, a.K, c * 8, a.T, a.nw);
+    int lane = tid % WARP, w = tid / WARP;
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        float v = warp_sum(acc[t]);
+        if (lane == 0) part[t][w] = v;
+    }
+    __syncthreads();
+    if (tid >= TT || tid >= a.T) return;
+    int t = tid;
+    float v = 0.0f;
+    for (int i = 0; i < GEMV_WARPS; i++) v += part[t][i];
+    float *y = a.y[0];
+    const float *b = a.b[0];
+    int col = n, ld = a.ldy0;
+    if (n >= a.n0 + a.n1) y = a.y[2], b = a.b[2], col = n - a.n0 - a.n1, ld = a.N - a.n0 - a.n1;
+    else if (n >= a.n0) y = a.y[1], b = a.b[1], col = n - a.n0, ld = a.n1;
+    v = v * (a.nw ? r_s[t] : 1.0f) + (b ? b[col] : 0.0f);
+    float *o = y + (size_t)t * ld + col;
+    *o = a.accumulate ? *o + v : v;
+}
+
+/* FT_GEMV_SPLITK=0 keeps every GEMV on one warp per row (A/B runs) */
+static int splitk_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("FT_GEMV_SPLITK");
+        on = !(v && !strcmp(v, "0"));
+    }
+    return on;
+}
+
 extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream_t s) {
     dim3 grid(cdiv(args->N, GEMV_WARPS));
     int th = GEMV_WARPS * WARP;
+    const int splitk = args->N <= 512 && args->K % 8 == 0 && splitk_on();
     for (int t0 = 0; t0 < args->T; t0 += 8) { /* 8 tokens per launch */
         struct ft_cuda_gemv_args a = *args;
         a.T = args->T - t0 < 8 ? args->T - t0 : 8;
@@ -523,7 +590,12 @@ extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream
         a.y[0] += (size_t)t0 * a.ldy0;
         if (a.y[1]) a.y[1] += (size_t)t0 * a.n1;
         if (a.y[2]) a.y[2] += (size_t)t0 * (a.N - a.n0 - a.n1);
-        if (a.T == 1)
+        if (splitk) {
+            if (a.T == 1) launch(gemv_splitk_kernel<1>, args->N, th, 0, s, a);
+            else if (a.T == 2) launch(gemv_splitk_kernel<2>, args->N, th, 0, s, a);
+            else if (a.T <= 4) launch(gemv_splitk_kernel<4>, args->N, th, 0, s, a);
+            else launch(gemv_splitk_kernel<8>, args->N, th, 0, s, a);
+        } else if (a.T == 1)
             launch(gemv_fused_kernel<1>, grid, th, 0, s, a);
         else if (a.T == 2)
             launch(gemv_fused_kernel<2>, grid, th, 0, s, a);
