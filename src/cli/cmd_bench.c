@@ -4,6 +4,7 @@
  * measured in the same run (the ceiling of a CPU decode), plus the mean distinct experts per
  * MoE layer per step (routing controls what a figure means; see llama-baseline.md). */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,21 +63,50 @@ struct bench {
     double dram_gbps;
     double ceiling_gbps; /* DRAM read (cpu) or HBM (cuda), measured in this run */
     struct ft_gpu_offload_stats last; /* offload: counters at the previous row */
-    char notes[1024];
+    char notes[2048];
     int offload_notes;
 };
 
-/* Offload: hit rate and copy rate since the previous snapshot, printed under a row. */
-static void offload_line(struct bench *b, const char *test) {
+/* Appends a line to the notes printed under the table (dropped once they are full). */
+static void note(struct bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(struct bench *b, const char *fmt, ...) {
+    size_t cap = sizeof b->notes, used = (size_t)b->offload_notes;
+    if (used + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->notes + used, cap - used, fmt, ap);
+    va_end(ap);
+    if (n > 0) b->offload_notes = (int)(used + (size_t)n < cap - 1 ? used + (size_t)n : cap - 1);
+}
+
+/* Offload: hit rate and copy rate since the previous snapshot, printed under a row. For a
+ * prefill row (passes > 0) also its ceiling: every pass streams each MoE layer's touched
+ * experts (distinct per layer per pass, as measured) but the share of them the slots could
+ * hold (slots / MoE layers) over PCIe at the rate probed at startup; tps is the row's mean. */
+static void offload_line(struct bench *b, const char *test, double tps, double distinct,
+                         int passes, int tokens) {
     struct ft_gpu_offload_stats os;
     ft_engine_offload_stats(b->s.engine, &os);
     if (!os.active) return;
     long h = os.hits - b->last.hits, m = os.misses - b->last.misses;
     double gb = (os.copy_bytes - b->last.copy_bytes) / 1e9, s = os.copy_s - b->last.copy_s;
-    b->offload_notes += snprintf(b->notes + b->offload_notes, sizeof b->notes - (size_t)b->offload_notes,
-        "%s: expert cache hit rate %.1f%% (%ld of %ld lookups), %.2f GB of expert copies at "
+    note(b, "%s: expert cache hit rate %.1f%% (%ld of %ld lookups), %.2f GB of expert copies at "
         "%.1f GB/s\n", test, h + m ? 100.0 * h / (h + m) : 0.0, h, h + m, gb, s > 0 ? gb / s : 0.0);
     b->last = os;
+    const struct ft_model *md = b->s.model;
+    int moe = 0;
+    for (int l = 0; l < md->n_layers; l++) moe += md->layers[l].is_moe;
+    double uncached = moe ? distinct - (double)os.n_slots / moe : 0;
+    if (passes <= 0 || moe == 0 || os.pcie_gbps <= 0) return;
+    if (uncached <= 0) {
+        note(b, "%s: the slots could hold every expert it touches: no PCIe ceiling\n", test);
+        return;
+    }
+    double secs = passes * moe * uncached * (double)md->expert_bytes / (os.pcie_gbps * 1e9);
+    double bound = tokens / secs;
+    note(b, "%s: ceiling %.0f tok/s if only the %.1f uncached experts per layer (of %.1f touched) "
+        "stream, once per %d-token pass, at the %.1f GB/s PCIe probe; this run: %.0f%%\n",
+        test, bound, uncached, distinct, b->batch, os.pcie_gbps, 100.0 * tps / bound);
 }
 
 static void row(const struct bench *b, const char *test, const double *tps, int reps,
@@ -131,7 +161,9 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
         snprintf(test, sizeof test, "pp%d", p);
         int chunks = (p + b->batch - 1) / b->batch;
         row(b, test, tps, reps, step_bytes(m, distinct) * chunks / p, distinct);
-        offload_line(b, test);
+        double mean, sd;
+        stats(tps, reps, &mean, &sd);
+        offload_line(b, test, mean, distinct, chunks, p);
     }
     if (n > 0) {
         double distinct = 0;
@@ -151,7 +183,7 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
         char test[32];
         snprintf(test, sizeof test, "tg%d", n);
         row(b, test, tps, reps, step_bytes(m, distinct), distinct);
-        offload_line(b, test);
+        offload_line(b, test, 0, distinct, 0, n);
     }
 done:
     free(ids);
