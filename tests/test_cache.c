@@ -73,12 +73,12 @@ TEST(borrow_takes_lru_slots_and_reuses_them) {
     EXPECT_EQ(ft_cache_borrow(c, 2, got), 2); /* the LRU two: experts 0 and 1 */
     EXPECT(got[0] == f[0].slot && got[1] == f[1].slot);
     EXPECT(c->slot_of[0] < 0 && c->slot_of[1] < 0 && c->slot_of[2] >= 0 && c->slot_of[3] >= 0);
-    EXPECT_EQ(ft_cache_borrow(c, 4, got + 2), 1); /* expert 3's slot; never the step's hit */
+    EXPECT_EQ(ft_cache_borrow(c, 2, got + 2), 1); /* expert 3's slot; never the step's hit */
     EXPECT_EQ(got[2], f[3].slot);
     int32_t none[1] = {5};
     ft_cache_probe(c, 1, none, 1, slots); /* next layer: a miss; the freed slots come first */
     EXPECT_EQ(slots[0], -1);
-    int32_t again[2];
+    int32_t again[4];
     EXPECT_EQ(ft_cache_borrow(c, 2, again), 2);
     EXPECT(again[0] == got[0] && again[1] == got[1]);
     EXPECT(c->slot_of[2] >= 0); /* expert 2 stays cached throughout */
