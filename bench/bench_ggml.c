@@ -34,7 +34,7 @@ struct job {
     int n_rows, K, T;
     const float *x;   /* [T, K] */
     const void *xq;   /* x quantised for ft_ggml_dot_rows_x8 (K-quants) */
-    const void *xq32; /* x quantised for the x32 dots */
+    const void *xq32; /* x quantised for the x32 dots (NVFP4 rows: in its nibble order) */
     float *y;         /* [T, n_rows] */
     int mode;         /* FILL: write random blocks into the worker's rows, else the kernel */
     enum ft_dtype rows; /* FT_DTYPE_NVFP4 / FT_DTYPE_FP8_B128: row formats; else GGML `type` */
@@ -156,15 +156,17 @@ int main(int argc, char **argv) {
 
     uint8_t *w = ft_sys_alloc_pages(bytes);
     void *xq = malloc(ft_ggml_x8_bytes(K) * Tb), *xq32 = malloc(ft_ggml_x32_bytes(K) * Tb);
+    void *xq32nv = malloc(ft_ggml_x32_bytes(K) * Tb);
     float *x = malloc((size_t)Tb * K * sizeof *x);
     float *y = malloc((size_t)Tb * (bytes / (size_t)(K / 2)) * sizeof *y); /* >= 4 bits/weight */
-    if (!w || !xq || !xq32 || !x || !y) {
+    if (!w || !xq || !xq32 || !xq32nv || !x || !y) {
         fprintf(stderr, "bench_ggml: out of memory (try --mib smaller)\n");
         return 1;
     }
     for (long i = 0; i < Tb * K; i++)
         x[i] = (float)(i % 97) * 0.01f - 0.48f;
     ft_ggml_quant_x32(x, (int)K, K, Tb, xq32);
+    ft_nvfp4_quant_x32(x, (int)K, K, Tb, xq32nv);
     /* GGML types, then the row formats (type -1: NVFP4, -2: FP8_B128) */
     static const int types[] = {FT_GGML_Q4_K, FT_GGML_Q5_K, FT_GGML_Q6_K, FT_GGML_Q8_0,
                                 FT_GGML_Q4_0, FT_GGML_Q4_1, FT_GGML_Q5_0, FT_GGML_Q5_1,
@@ -181,7 +183,7 @@ int main(int argc, char **argv) {
                         .T = 1,
                         .x = x,
                         .xq = xq,
-                        .xq32 = xq32,
+                        .xq32 = rows == FT_DTYPE_NVFP4 ? xq32nv : xq32,
                         .y = y,
                         .mode = FILL};
         j.n_rows = (int)(bytes / j.row_bytes);
@@ -212,7 +214,7 @@ int main(int argc, char **argv) {
     }
     printf("checksum %g\n", check);
     ft_sys_free_pages(w, bytes);
-    free(x), free(y), free(xq), free(xq32);
+    free(x), free(y), free(xq), free(xq32), free(xq32nv);
     ft_pool_free(one);
     ft_pool_free(pool);
     return 0;

@@ -416,15 +416,19 @@ static void x32_dot(int type, const uint8_t *w, size_t rb, int R, const void *xq
 }
 
 /* The layout ggml_quant.h documents: token t's codes (back in element order, into q[n]),
- * scales and half sums. */
+ * scales and half sums. nv: ft_nvfp4_quant_x32's order, where slot s of a block (group s / 4,
+ * byte s % 4) holds element 8 (s / 4) + 2 (s % 4) for s < 16, and 8 ((s - 16) / 4) +
+ * 2 (s % 4) + 1 above (ggml_quant.h's words, written out independently of the library). */
 static void x32_token(const void *xq, int64_t n, int t, int8_t *q, const float **d,
-                      const int16_t **h) {
+                      const int16_t **h, int nv) {
     const uint8_t *p = (const uint8_t *)xq + (size_t)t * ft_ggml_x32_bytes(n);
     const int64_t nb = n / 32;
     for (int64_t b = 0; b < nb; b++) {
         const int64_t c = b / 16, cb = nb - 16 * c < 16 ? nb - 16 * c : 16;
-        for (int j = 0; j < 32; j++)
-            q[32 * b + j] = (int8_t)p[512 * c + 4 * cb * (j / 4) + 4 * (b % 16) + j % 4];
+        for (int s = 0; s < 32; s++) {
+            const int e = !nv ? s : s < 16 ? 8 * (s / 4) + 2 * (s % 4) : 8 * ((s - 16) / 4) + 2 * (s % 4) + 1;
+            q[32 * b + e] = (int8_t)p[512 * c + 4 * cb * (s / 4) + 4 * (b % 16) + s % 4];
+        }
     }
     *d = (const float *)(p + n), *h = (const int16_t *)(p + n + n / 8);
 }
@@ -446,7 +450,8 @@ static void check_x32(int type, int64_t n, int R, int T, struct x32_worst *wst) 
     for (int64_t i = 0; i < (int64_t)T * n; i++) /* blocks of very different scales */
         x[i] *= (float)(1 << ((i / 32) % 8));
     const enum ft_cpu_isa isa = ft_cpu_isa();
-    ft_ggml_quant_x32(x, (int)n, n, T, xq);
+    if (type == X32_NVFP4) ft_nvfp4_quant_x32(x, (int)n, n, T, xq);
+    else ft_ggml_quant_x32(x, (int)n, n, T, xq);
     x32_dot(type, w, rb, R, xq, T, n, y);
     ft_cpu_set_isa(FT_ISA_SCALAR);
     x32_dot(type, w, rb, R, xq, T, n, yr);
@@ -459,7 +464,7 @@ static void check_x32(int type, int64_t n, int R, int T, struct x32_worst *wst) 
         for (int t = 0; t < T; t++) {
             const float *d;
             const int16_t *h;
-            x32_token(xq, n, t, q, &d, &h);
+            x32_token(xq, n, t, q, &d, &h, type == X32_NVFP4);
             const float *xt = x + (size_t)t * n;
             double exact_q = 0, mag = 0, exact = 0, qbound = 0, wmag = 0;
             for (int64_t i = 0; i < n; i++) {
@@ -526,7 +531,7 @@ TEST(quant_x32_every_tier_same_bytes) {
     for (int t = 0; t < T; t++) {
         const float *d;
         const int16_t *h;
-        x32_token(ref, n, t, q, &d, &h);
+        x32_token(ref, n, t, q, &d, &h, 0);
         for (int64_t b = 0; b < n / 32; b++) {
             const float *xt = x + (size_t)t * ldx + 32 * b;
             float amax = 0;
@@ -547,7 +552,7 @@ TEST(quant_x32_every_tier_same_bytes) {
     {
         const float *d;
         const int16_t *h;
-        x32_token(ref, n, 0, q, &d, &h);
+        x32_token(ref, n, 0, q, &d, &h, 0);
         EXPECT(q[101] == 0 && q[102] == 2 && d[2] == 0.0f && h[4] == 0 && h[5] == 0);
         EXPECT(q[195] == 0 && q[200] == 0 && h[12] == 0 && h[13] == 0);
     }
@@ -558,6 +563,24 @@ TEST(quant_x32_every_tier_same_bytes) {
         ft_ggml_quant_x32(x, ldx, n, T, got);
         CHECK_(memcmp(got, ref, xb) == 0, "%s quantises x like the scalar reference",
                ft_cpu_isa_name(ts[a]));
+    }
+    /* NVFP4 order: the same codes, scales and sums, only moved within each block */
+    for (int a = 0; a < nt; a++) {
+        ft_cpu_set_isa(ts[a]);
+        memset(got, 0xa5, xb);
+        ft_nvfp4_quant_x32(x, ldx, n, T, got);
+        int same = 1;
+        int8_t *q1 = malloc(n), *q2 = malloc(n);
+        for (int t = 0; t < T; t++) {
+            const float *d1, *d2;
+            const int16_t *h1, *h2;
+            x32_token(ref, n, t, q1, &d1, &h1, 0);
+            x32_token(got, n, t, q2, &d2, &h2, 1);
+            same &= !memcmp(q1, q2, n) && !memcmp(d1, d2, (n / 32) * 4) && !memcmp(h1, h2, (n / 16) * 2);
+        }
+        CHECK_(same, "%s: ft_nvfp4_quant_x32 holds ft_ggml_quant_x32's codes in NVFP4 nibble order",
+               ft_cpu_isa_name(ts[a]));
+        free(q1), free(q2);
     }
     ft_cpu_set_isa(FT_ISA_AVX512_BF16);
     free(x), free(ref), free(got);

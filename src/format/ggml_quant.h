@@ -146,13 +146,18 @@ size_t ft_ggml_x32_bytes(int64_t n);
 /* Quantises T tokens x [T, ldx] of n elements each (n % 32 == 0) into xq
  * [T, ft_ggml_x32_bytes(n)]; every tier (scalar, AVX2, AVX-512) writes the same bytes. */
 void ft_ggml_quant_x32(const float *x, int ldx, int64_t n, int T, void *xq);
+/* ft_ggml_quant_x32 with each block's codes in NVFP4 nibble order, for ft_nvfp4_r_dot_rows_x32:
+ * group k < 4 holds elements 8k, 8k+2, 8k+4, 8k+6 and group 4 + k elements 8k+1, 8k+3, 8k+5,
+ * 8k+7 (the low and high nibbles of an NVFP4 block's dword k), so the kernels split its nibbles
+ * as they do MXFP4's, with no byte shuffles; d and h as ft_ggml_quant_x32's. */
+void ft_nvfp4_quant_x32(const float *x, int ldx, int64_t n, int T, void *xq);
 /* y[t * ldy + r] = sum_i w_r[i] * xhat_t[i] (xhat = the dequantised x32 activations), rows
  * packed row_bytes apart as in ft_ggml_dot_rows (n = the rows' element count, the xq tokens'
  * n). Scalar reference, AVX2, AVX-512 (vpdpbusd where the CPU has VNNI); a weight chunk is
  * decoded once per 16 tokens. Single-threaded, reentrant. Asserts ft_ggml_x32_supported. */
 void ft_ggml_dot_rows_x32(int type, const void *w, size_t row_bytes, int n_rows, const void *xq,
                           int T, float *y, int ldy);
-/* The same for NVFP4 rows of K elements (K % 32 == 0; format/fp_formats.h: [f32 scale_2]
+/* The same for NVFP4 rows of K elements, xq from ft_nvfp4_quant_x32 (K % 32 == 0; format/fp_formats.h: [f32 scale_2]
  * [K/16 e4m3 scales][K/2 e2m1 pairs, element 2j in the low nibble][pad]), row_bytes apart
  * (>= ft_nvfp4_r_row_bytes(K)). Each weight is (2 e2m1) * fl(e4m3 * scale_2 / 2): within one
  * f32 rounding of ft_nvfp4_r_dequant_row's value. */

@@ -157,7 +157,11 @@ static void quant_block_ref(const float *x, int8_t *c, float *d) {
     }
 }
 
-void ft_ggml_quant_x32(const float *x, int ldx, int64_t n, int T, void *xq) {
+/* The slot (position in the block's 8 groups of 4) of element e in NVFP4 nibble order:
+ * e = 8k + 2i -> 4k + i, e = 8k + 2i + 1 -> 16 + 4k + i. */
+static inline int nv_slot(int e) { return (e & 1) * 16 + 4 * (e >> 3) + ((e & 7) >> 1); }
+
+static void quant_x32(const float *x, int ldx, int64_t n, int T, void *xq, int nv) {
     FT_ASSERT(n > 0 && n % 32 == 0 && T >= 0);
     const int64_t nb = n / 32;
     void (*block)(const float *, int8_t *, float *) = quant_block_ref;
@@ -176,10 +180,22 @@ void ft_ggml_quant_x32(const float *x, int ldx, int64_t n, int T, void *xq) {
                 sum[j / 16] += c[j];
             ((int16_t *)o.h)[2 * b] = (int16_t)sum[0];
             ((int16_t *)o.h)[2 * b + 1] = (int16_t)sum[1];
+            int8_t s[32];
+            if (nv)
+                for (int j = 0; j < 32; j++)
+                    s[nv_slot(j)] = c[j];
             for (int k = 0; k < 8; k++) /* the chunk layout: 4 codes at a time */
-                memcpy((int8_t *)o.q + x32_pos(b, 4 * k, nb), c + 4 * k, 4);
+                memcpy((int8_t *)o.q + x32_pos(b, 4 * k, nb), (nv ? s : c) + 4 * k, 4);
         }
     }
+}
+
+void ft_ggml_quant_x32(const float *x, int ldx, int64_t n, int T, void *xq) {
+    quant_x32(x, ldx, n, T, xq, 0);
+}
+
+void ft_nvfp4_quant_x32(const float *x, int ldx, int64_t n, int T, void *xq) {
+    quant_x32(x, ldx, n, T, xq, 1);
 }
 
 /* ------------------------------------------------------------------ reference */
@@ -223,7 +239,7 @@ static float row_ref(int f, struct wrow r, int64_t nb, struct x32_tok x) {
         float ws[2], wm;
         block_ref(f, r, i, w, ws, &wm);
         for (int j = 0; j < 32; j++)
-            c[j] = x.q[x32_pos(i, j, nb)];
+            c[j] = x.q[x32_pos(i, f == X_NVFP4 ? nv_slot(j) : j, nb)];
         const int groups = f == X_NVFP4 ? 2 : 1, len = 32 / groups;
         for (int g = 0; g < groups; g++) {
             int32_t isum = 0;
@@ -376,24 +392,9 @@ INL512 void chunk512(const int f, const int vnni, struct wrow r, int64_t c, int 
         return;
     }
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    if (f == X_NVFP4) { /* dword m = elements 8m .. 8m+7 as nibble pairs: split to 2 vectors */
-        const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k_lut_e2m1_u));
-        const __m512i pa = _mm512_broadcast_i32x4(
-            _mm_setr_epi8(0, 0, 1, 1, 4, 4, 5, 5, 8, 8, 9, 9, 12, 12, 13, 13));
-        const __m512i pb = _mm512_add_epi8(pa, _mm512_set1_epi8(2));
 #pragma GCC unroll 16
-        for (int m = 0; m < 4; m++)
-#pragma GCC unroll 16
-            for (int e = 0; e < 2; e++) {
-                const __m512i t = _mm512_shuffle_epi8(v[m], e ? pb : pa);
-                const __m512i n =
-                    _mm512_mask_blend_epi8(0xaaaaaaaaaaaaaaaaull, t, _mm512_srli_epi16(t, 4));
-                k->u[2 * m + e] = _mm512_shuffle_epi8(lut, _mm512_and_si512(n, m4));
-            }
-        return;
-    }
-#pragma GCC unroll 16
-    for (int m = 0; m < 4; m++) { /* low nibbles: elements 4m.., high: 16 + 4m.. */
+    for (int m = 0; m < 4; m++) { /* low nibbles: elements 4m.., high: 16 + 4m.. (NVFP4: the
+                                   * even and odd elements of 8m..8m+7, as its x is ordered) */
         k->u[m] = _mm512_and_si512(v[m], m4);
         k->u[4 + m] = _mm512_and_si512(_mm512_srli_epi16(v[m], 4), m4);
     }
@@ -414,7 +415,7 @@ INL512 void chunk512(const int f, const int vnni, struct wrow r, int64_t c, int 
             const __mmask64 on = _mm512_test_epi8_mask(qb, bits);
             k->u[kk] = _mm512_mask_add_epi8(k->u[kk], on, k->u[kk], b16);
         }
-    } else if (f == X_MXFP4) {
+    } else if (f == X_MXFP4 || f == X_NVFP4) {
         const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k_lut_e2m1_u));
 #pragma GCC unroll 16
         for (int m = 0; m < 8; m++)
@@ -439,7 +440,7 @@ INL512 void chunk_dot512(const int f, const int vnni, const struct wchunk512 *k,
     /* four independent sums (a chain of 8 multiply-adds would wait on their latency) */
     __m512i s[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                     _mm512_setzero_si512()};
-    if (f == X_NVFP4) { /* s[0], s[1]: codes 0..15 (groups kk < 4); s[2], s[3]: 16..31 */
+    if (f == X_NVFP4) { /* s[0], s[1]: elements 0..15 (groups 0, 1, 4, 5); s[2], s[3]: 16..31 */
         const __m512i ho = _mm512_mullo_epi16(hs, _mm512_set1_epi16((short)-off));
         s[0] = _mm512_srai_epi32(_mm512_slli_epi32(ho, 16), 16);
         s[2] = _mm512_srai_epi32(ho, 16);
@@ -450,7 +451,7 @@ INL512 void chunk_dot512(const int f, const int vnni, const struct wchunk512 *k,
     for (int kk = 0; kk < 8; kk++) {
         __m512i x = xload512(q, cb, kk);
         if (sgn) x = _mm512_mask_sub_epi8(x, k->neg[kk], _mm512_setzero_si512(), x);
-        const int a = f == X_NVFP4 ? (kk >> 2) * 2 + (kk & 1) : kk & 3;
+        const int a = f == X_NVFP4 ? ((kk >> 1) & 1) * 2 + (kk & 1) : kk & 3;
         s[a] = vnni ? dpbusd512(s[a], k->u[kk], x) : dot_bw512(s[a], k->u[kk], x);
     }
     if (f == X_NVFP4) {
@@ -478,6 +479,9 @@ static inline void prefetch_blocks(int f, struct wrow r, int64_t c, int n) {
     const int bytes = n * (f == X_NVFP4 ? 16 : fbytes(f));
     for (int o = 0; o < bytes; o += 64)
         __builtin_prefetch(p + PF_AHEAD + o, 0, 2);
+    /* NVFP4 keeps a row's scales apart from its codes: the codes alone, PF_AHEAD on, leave
+     * the rows' scale stretches (K/16 bytes each) to demand misses */
+    if (f == X_NVFP4) __builtin_prefetch(r.p + 4 + 2 * c + PF_AHEAD, 0, 2);
 }
 
 /* One chunk of a row for tokens [t0, t0 + tn): decoded once, then each token's terms. */
@@ -626,23 +630,6 @@ INL256 void chunk256(const int f, struct wrow r, int64_t c, int cb, struct wchun
         return;
     }
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    if (f == X_NVFP4) {
-        const __m256i lut =
-            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k_lut_e2m1_u));
-        const __m256i pa = _mm256_broadcastsi128_si256(
-            _mm_setr_epi8(0, 0, 1, 1, 4, 4, 5, 5, 8, 8, 9, 9, 12, 12, 13, 13));
-        const __m256i pb = _mm256_add_epi8(pa, _mm256_set1_epi8(2));
-        const __m256i odd = _mm256_set1_epi16((short)0xff00);
-#pragma GCC unroll 16
-        for (int m = 0; m < 4; m++)
-#pragma GCC unroll 16
-            for (int e = 0; e < 2; e++) {
-                const __m256i t = _mm256_shuffle_epi8(v[m], e ? pb : pa);
-                const __m256i n = _mm256_blendv_epi8(t, _mm256_srli_epi16(t, 4), odd);
-                k->u[2 * m + e] = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, m4));
-            }
-        return;
-    }
 #pragma GCC unroll 16
     for (int m = 0; m < 4; m++) {
         k->u[m] = _mm256_and_si256(v[m], m4);
@@ -665,7 +652,7 @@ INL256 void chunk256(const int f, struct wrow r, int64_t c, int cb, struct wchun
             const __m256i on = _mm256_cmpeq_epi8(_mm256_and_si256(qb, bits), bits);
             k->u[kk] = _mm256_or_si256(k->u[kk], _mm256_and_si256(on, b16));
         }
-    } else if (f == X_MXFP4) {
+    } else if (f == X_MXFP4 || f == X_NVFP4) {
         const __m256i lut =
             _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k_lut_e2m1_u));
 #pragma GCC unroll 16
@@ -709,7 +696,7 @@ INL256 void chunk_dot256(const int f, const struct wchunk256 *k, const int8_t *q
     for (int kk = 0; kk < 8; kk++) {
         __m256i x = xload256(q, cb, nh, kk);
         if (f == X_Q8_0) x = _mm256_sign_epi8(x, k->sg[kk]);
-        const int a = f == X_NVFP4 ? (kk >> 2) * 2 + (kk & 1) : kk & 3;
+        const int a = f == X_NVFP4 ? ((kk >> 1) & 1) * 2 + (kk & 1) : kk & 3;
         s[a] = dot256(s[a], k->u[kk], x);
     }
     if (f == X_NVFP4) {

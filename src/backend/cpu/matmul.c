@@ -397,6 +397,7 @@ void ft_cpu_xq_quant(enum ft_dtype wt, const float *x, int ldx, int K, int T, vo
     }
 #endif
     if (k == XQ_X8) ft_ggml_quant_x8(ft_dtype_ggml(wt), x, ldx, K, T, xq);
+    else if (wt == FT_DTYPE_NVFP4) ft_nvfp4_quant_x32(x, ldx, K, T, xq);
     else ft_ggml_quant_x32(x, ldx, K, T, xq);
 }
 
