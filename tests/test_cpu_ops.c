@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "core/threadpool.h"
+#include "format/fp_formats.h"
 #include "test.h"
 
 /* ---------------------------------------------------------------- helpers -- */
@@ -182,6 +183,51 @@ TEST(matmul_rows_bf16_activations) {
             CHECK_(same && e <= 1.0 && e32 <= 1.0, "bf16 x T=%d K=%d: codes %s, err %.3g x tol on "
                    "the rounded x, %.3g x 2^-8 on fp32 x", T, K, same ? "ok" : "differ", e, e32);
             free(x), free(xr), free(wf), free(y), free(xq), free(mem);
+        }
+}
+
+/* FP8_B128 rows with bf16 activations (ft_cpu_xq_*: every e4m3 widened to bf16 exactly,
+ * vdpbf16ps): within 1e-5 of sum |x w| of the exact dot of the dequantised rows with the rounded
+ * x, and within 2^-8 of it with the fp32 x; every e4m3 code (subnormals, both signs, the
+ * largest) appears. Rows of widths around the 128-block and the 32-lane steps, 1-9 tokens.
+ * Without AVX512-BF16 the path is off (ft_cpu_xq_bytes 0). */
+TEST(matmul_rows_fp8_bf16_activations) {
+    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+    if (ft_cpu_isa() < FT_ISA_AVX512_BF16) {
+        EXPECT_EQ(ft_cpu_xq_bytes(FT_DTYPE_FP8_B128, 128), 0);
+        fprintf(stderr, "  no AVX512-BF16 here: FP8 bf16 activations are off (checked)\n");
+        return;
+    }
+    static const int Ks[] = {20, 32, 127, 128, 129, 300, 2048};
+    static const int Ts[] = {1, 2, 3, 4, 5, 9};
+    unsigned code = 0;
+    for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            int K = Ks[ki], T = Ts[ti], N = 13, ldx = K + 3, ldy = N + 2;
+            EXPECT_EQ(ft_cpu_xq_bytes(FT_DTYPE_FP8_B128, K), (size_t)K * 2);
+            size_t nbk = ((size_t)K + 127) / 128, rb = ft_fp8_b128_row_bytes((size_t)K);
+            uint8_t *codes = malloc((size_t)N * K), *rows = malloc(rb * N);
+            float *sinv = malloc(((size_t)N + 127) / 128 * nbk * sizeof *sinv);
+            for (size_t i = 0; i < (size_t)N * K; i++) { /* every code but the NaNs, in turn */
+                do code = (code + 1) & 0xff;
+                while ((code & 0x7f) == 0x7f);
+                codes[i] = (uint8_t)code;
+            }
+            for (size_t i = 0; i < ((size_t)N + 127) / 128 * nbk; i++) sinv[i] = 1e-3f * (1.0f + (float)i);
+            ft_fp8_b128_pack(rows, codes, sinv, (size_t)N, (size_t)K);
+            float *wf = malloc((size_t)N * K * sizeof *wf);
+            for (int n = 0; n < N; n++) ft_fp8_b128_dequant_row(rows + (size_t)n * rb, (size_t)K, wf + (size_t)n * K);
+            float *x = frand_buf((size_t)T * ldx), *xr = malloc((size_t)T * ldx * sizeof *xr);
+            float *y = malloc((size_t)T * ldy * sizeof *y);
+            uint16_t *xq = malloc((size_t)T * K * 2);
+            for (int i = 0; i < T * ldx; i++) xr[i] = ft_bf16_to_f32(ft_f32_to_bf16(x[i]));
+            ft_cpu_xq_quant(FT_DTYPE_FP8_B128, x, ldx, K, T, xq);
+            ft_cpu_matmul_rows_xq(y, ldy, xq, rows, FT_DTYPE_FP8_B128, T, 2, N, K);
+            double e = matmul_err(y, ldy, xr, ldx, wf, T, 2, N, K);
+            double e32 = matmul_err(y, ldy, x, ldx, wf, T, 2, N, K) * 1e-5 / 0.00390625;
+            CHECK_(e <= 1.0 && e32 <= 1.0, "fp8 bf16 x T=%d K=%d: err %.3g x tol on the rounded x, "
+                   "%.3g x 2^-8 on fp32 x", T, K, e, e32);
+            free(codes), free(rows), free(sinv), free(wf), free(x), free(xr), free(y), free(xq);
         }
 }
 

@@ -248,7 +248,7 @@ int ft_cmd_bench_bw(int argc, char **argv) {
            "%s activations\n\n", p.gpu, p.cpu, p.threads, p.format, b.expert_bytes / 1048576.0,
            b.H, b.I, b.k,
            !fast || !(ft_cpu_xq_bytes(fmt, b.H) || ft_cpu_xq_bytes(fmt, b.I)) ? "fp32"
-           : fmt == FT_DTYPE_BF16                                           ? "bf16" : "int8");
+           : ft_cpu_xq_bytes(fmt, b.H) == 2 * (size_t)b.H                   ? "bf16" : "int8");
     char c1[32], c2[32], c3[32], c4[32], c5[32];
     printf("| path | alone GB/s | with the other running GB/s |\n|---|---:|---:|\n");
     printf("| host DRAM read (ceiling of the CPU side) | %.1f | - |\n", p.dram_read_gbps);

@@ -208,6 +208,58 @@ TBF static void rowsbf(float *y, int ldy, const uint16_t *x, const uint16_t *w, 
             tilebf(y, ldy, x, w, K, n, t, 1, 1);
 }
 
+/* FP8_B128 rows ([ceil(K/128) f32 scale_inv][K e4m3 codes][pad]) with bf16 activations: every
+ * e4m3 value is exactly a bf16 (3 mantissa bits, exponents 2^-9 .. 2^8), so 32 codes widen to
+ * bf16 with integer operations and go straight into vdpbf16ps; each 128-block's sum is scaled
+ * by its scale_inv at the block's end (fp32). Weights exact, x rounded as for bf16 weights. */
+INLBF __m512i e4m3_to_bf16x32(__m256i c) {
+    const __m512i w = _mm512_cvtepu8_epi16(c);
+    const __m512i m = _mm512_and_si512(w, _mm512_set1_epi16(0x7f));
+    /* normal (exponent field e >= 1): bf16 exponent e + 120, mantissa f << 4 */
+    __m512i r = _mm512_add_epi16(_mm512_slli_epi16(m, 4), _mm512_set1_epi16(0x3c00));
+    /* m < 8: zero and the subnormals f * 2^-9 (f = 1 .. 7) */
+    const __m512i sub = _mm512_setr_epi64(0x3bc03b803b000000ll, 0x3c603c403c203c00ll, 0, 0, 0, 0, 0, 0);
+    r = _mm512_mask_blend_epi16(_mm512_cmplt_epu16_mask(m, _mm512_set1_epi16(8)), r,
+                                _mm512_permutexvar_epi16(m, sub));
+    r = _mm512_mask_blend_epi16(_mm512_cmpeq_epi16_mask(m, _mm512_set1_epi16(0x7f)), r,
+                                _mm512_set1_epi16(0x7fc0)); /* NaN */
+    return _mm512_or_si512(r, _mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x80)), 8));
+}
+
+/* y[j * ldy] = row . x_j for TT <= 4 tokens (x [TT, K] bf16). */
+INLBF void fp8_tile_bf(float *y, int ldy, const uint16_t *x, int K, const uint8_t *row, const int TT) {
+    const int nb = (K + 127) / 128;
+    const uint8_t *q = row + 4 * (size_t)nb;
+    __m512 tot[4], acc[4];
+    for (int j = 0; j < TT; j++) tot[j] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        for (int j = 0; j < TT; j++) acc[j] = _mm512_setzero_ps();
+        const int k1 = K < 128 * b + 128 ? K : 128 * b + 128;
+        for (int k = 128 * b; k < k1; k += 32) {
+            const __mmask32 m = k1 - k >= 32 ? ~0u : (__mmask32)((1u << (k1 - k)) - 1);
+            const __m512bh wv = (__m512bh)e4m3_to_bf16x32(_mm256_maskz_loadu_epi8(m, q + k));
+            for (int j = 0; j < TT; j++)
+                acc[j] = _mm512_dpbf16_ps(acc[j], wv, (__m512bh)_mm512_maskz_loadu_epi16(m, x + (size_t)j * K + k));
+        }
+        float sc;
+        memcpy(&sc, row + 4 * (size_t)b, 4);
+        for (int j = 0; j < TT; j++) tot[j] = _mm512_fmadd_ps(acc[j], _mm512_set1_ps(sc), tot[j]);
+    }
+    for (int j = 0; j < TT; j++) y[(size_t)j * ldy] = _mm512_reduce_add_ps(tot[j]);
+}
+
+TBF static void rowsfp8bf(float *y, int ldy, const uint16_t *x, const void *w, int T, int n0,
+                          int n1, int K) {
+    const size_t rb = ft_fp8_b128_row_bytes((size_t)K);
+    for (int n = n0; n < n1; n++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)n * rb;
+        int t = 0;
+        for (; t + 4 <= T; t += 4) fp8_tile_bf(y + (size_t)t * ldy + n, ldy, x + (size_t)t * K, K, row, 4);
+        if (t + 2 <= T) fp8_tile_bf(y + (size_t)t * ldy + n, ldy, x + (size_t)t * K, K, row, 2), t += 2;
+        if (t < T) fp8_tile_bf(y + (size_t)t * ldy + n, ldy, x + (size_t)t * K, K, row, 1);
+    }
+}
+
 /* x [T, K] (stride ldx) rounded to bf16 (nearest even) into xb [T, K]. */
 TBF static void to_bf16_rne(const float *x, int ldx, int K, int T, uint16_t *xb) {
     for (int t = 0; t < T; t++) {
@@ -354,10 +406,10 @@ void ft_cpu_matmul_rows(float *y, int ldy, const float *x, int ldx, const void *
 
 /* ---------------------------------------------------------------- int8 x ---- */
 
-/* bf16 weights take bf16 activations only where vdpbf16ps exists */
+/* bf16 and FP8_B128 weights take bf16 activations only where vdpbf16ps exists */
 static int bf16_dp(enum ft_dtype wt) {
 #ifdef FT_X86
-    return wt == FT_DTYPE_BF16 && ft_cpu_isa() >= FT_ISA_AVX512_BF16;
+    return (wt == FT_DTYPE_BF16 || wt == FT_DTYPE_FP8_B128) && ft_cpu_isa() >= FT_ISA_AVX512_BF16;
 #else
     return (void)wt, 0;
 #endif
@@ -408,7 +460,8 @@ void ft_cpu_matmul_rows_xq(float *y, int ldy, const void *xq, const void *w, enu
     FT_ASSERT(k != XQ_NONE);
 #ifdef FT_X86
     if (k == XQ_BF16) {
-        rowsbf(y, ldy, xq, w, T, n0, n1, K);
+        if (wt == FT_DTYPE_FP8_B128) rowsfp8bf(y, ldy, xq, w, T, n0, n1, K);
+        else rowsbf(y, ldy, xq, w, T, n0, n1, K);
         return;
     }
 #endif
