@@ -154,13 +154,19 @@ TEST(matmul_rows_long_k_and_many_rows) {
  * on the rounded x (fp32 accumulation: 1e-5 of sum |x w|), and within 2^-8 of sum |x w| of the
  * fp32 x (rounding to nearest bf16 moves each x by at most 2^-9 of itself). On a CPU without
  * AVX512-BF16 the path must be off (ft_cpu_xq_bytes 0): the plain kernels run instead. */
-TEST(matmul_rows_bf16_activations) {
+/* 1 when this CPU has AVX512-BF16 (the tier is selected); else checks that weights of wt take
+ * no bf16 activations and says so. */
+static int bf16_path(enum ft_dtype wt) {
     ft_cpu_set_isa(FT_ISA_AVX512_BF16);
-    if (ft_cpu_isa() < FT_ISA_AVX512_BF16) {
-        EXPECT_EQ(ft_cpu_xq_bytes(FT_DTYPE_BF16, 64), 0);
-        fprintf(stderr, "  no AVX512-BF16 here: bf16 activations are off (checked)\n");
-        return;
-    }
+    if (ft_cpu_isa() >= FT_ISA_AVX512_BF16) return 1;
+    EXPECT_EQ(ft_cpu_xq_bytes(wt, 128), 0);
+    fprintf(stderr, "  no AVX512-BF16 here: %s weights take no bf16 activations (checked)\n",
+            ft_dtype_name(wt));
+    return 0;
+}
+
+TEST(matmul_rows_bf16_activations) {
+    if (!bf16_path(FT_DTYPE_BF16)) return;
     static const int Ks[] = {1, 31, 32, 33, 100, 2049};
     static const int Ts[] = {1, 2, 3, 4, 5, 9};
     for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
@@ -192,12 +198,7 @@ TEST(matmul_rows_bf16_activations) {
  * largest) appears. Rows of widths around the 128-block and the 32-lane steps, 1-9 tokens.
  * Without AVX512-BF16 the path is off (ft_cpu_xq_bytes 0). */
 TEST(matmul_rows_fp8_bf16_activations) {
-    ft_cpu_set_isa(FT_ISA_AVX512_BF16);
-    if (ft_cpu_isa() < FT_ISA_AVX512_BF16) {
-        EXPECT_EQ(ft_cpu_xq_bytes(FT_DTYPE_FP8_B128, 128), 0);
-        fprintf(stderr, "  no AVX512-BF16 here: FP8 bf16 activations are off (checked)\n");
-        return;
-    }
+    if (!bf16_path(FT_DTYPE_FP8_B128)) return;
     static const int Ks[] = {20, 32, 127, 128, 129, 300, 2048};
     static const int Ts[] = {1, 2, 3, 4, 5, 9};
     unsigned code = 0;
