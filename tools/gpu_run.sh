@@ -15,7 +15,8 @@
 #   offload  #8 hybrid/cpu/offload at 30G, hybrid at 12G (uniform routing, tg128);
 #            #7 sticky:0.8 routing at 24G                                    -> offload.log
 #   long     #7 pp4096 at 30G, 512- and 4096-token passes (-b)            -> long.log
-#   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts                -> bw.log
+#   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
+#            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
 set -u
 cd "$(dirname "$0")/.."
@@ -79,6 +80,10 @@ for part in "$@"; do
     bw)
         # #8/#9: ft bench bw per expert format (the CPU executor alone and next to copies)
         for f in bf16 mxfp4 nvfp4 q4_k; do step bw.log 120 $G/ft bench bw --format $f; done
+        # the executor sustained (mean over 400 steps, twice: that host's runs vary)
+        for f in mxfp4 nvfp4 fp8 q4_k bf16 mxfp4 nvfp4; do
+            step bw.log 120 $G/bench_exec --format $f --steps 400
+        done
         ;;
     real)
         # #10: the default real model through ft serve on the GPU (tools/gpu_model_chunks.sh put

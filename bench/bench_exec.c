@@ -1,0 +1,102 @@
+/* bench_exec.c — the CPU expert executor sustained over many decode steps (not a test): each
+ * step computes k experts of one token (ft_moe_exec_run_pairs, --cpu-act fast), the experts
+ * rotating over 64 so no step finds its weights in the last-level cache, and the figure is the
+ * mean over all steps (ft bench bw reports the best of 12, the number the hybrid split starts
+ * from). Printed as GB/s of expert weights read, next to the host DRAM read bandwidth measured
+ * in the same run (DESIGN.md 1.1).
+ * Usage: bench_exec [--format FMT] [--threads N] [--hidden H] [--expert-width I] [-k K]
+ *                   [--steps S] [--isa 0-3]
+ *   FMT as ft bench's synthetic formats (bf16, mxfp4, nvfp4, fp8, q4_k, ...; default mxfp4);
+ *   H and I default to Qwen3-30B-A3B's 2048 and 768; --threads: the pinned pool's size
+ *   (default: one per physical core); --steps (default 400).
+ * Threading: main thread drives one pinned pool, as the offload backend's executor. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "core/threadpool.h"
+#include "core/timer.h"
+#include "mem/bank.h"
+#include "model/model.h"
+#include "moe/cpu_exec.h"
+
+#define N_EXPERTS 64
+
+static int usage(void) {
+    fprintf(stderr, "usage: bench_exec [--format FMT] [--threads N] [--hidden H] "
+                    "[--expert-width I] [-k K] [--steps S] [--isa 0-3]\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    const char *fmt_name = "mxfp4";
+    int threads = 0, H = 2048, I = 768, k = 8, steps = 400;
+    for (int i = 1; i < argc; i += 2) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) return usage();
+        if (!strcmp(f, "--format")) fmt_name = v;
+        else if (!strcmp(f, "--threads")) threads = atoi(v);
+        else if (!strcmp(f, "--hidden")) H = atoi(v);
+        else if (!strcmp(f, "--expert-width")) I = atoi(v);
+        else if (!strcmp(f, "-k")) k = atoi(v);
+        else if (!strcmp(f, "--steps")) steps = atoi(v);
+        else if (!strcmp(f, "--isa")) ft_cpu_set_isa((enum ft_cpu_isa)atoi(v));
+        else return usage();
+    }
+    enum ft_dtype fmt;
+    if (ft_synthetic_format(fmt_name, &fmt) != FT_OK || H <= 0 || I <= 0 || k < 1 || k > 32 ||
+        steps < 1) {
+        fprintf(stderr, "bench_exec: %s\n", ft_error());
+        return usage();
+    }
+    struct ft_pool *pool = NULL;
+    struct ft_bank gu = {0}, dn = {0};
+    struct ft_moe_exec *ex = NULL;
+    const struct ft_row_schema *sch = ft_row_schema_for(fmt);
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    enum ft_status st = ft_pool_init_pinned(&pool, threads);
+    if (st == FT_OK) st = ft_bank_init(&gu, sch, FT_BANK_GATE_UP, N_EXPERTS, 2 * I, H);
+    if (st == FT_OK) st = ft_bank_init(&dn, sch, FT_BANK_DOWN, N_EXPERTS, H, I);
+    if (st == FT_OK) st = ft_moe_exec_init(&ex, 1, k, N_EXPERTS, H, I);
+    if (st == FT_OK) st = ft_bank_fill_random(pool, &gu, &seed);
+    if (st == FT_OK) st = ft_bank_fill_random(pool, &dn, &seed);
+    float *x = malloc((size_t)H * sizeof *x), *out = calloc((size_t)H, sizeof *out);
+    if (st != FT_OK || !x || !out) {
+        fprintf(stderr, "bench_exec: %s\n", st != FT_OK ? ft_error() : "out of memory");
+        return 1;
+    }
+    ft_moe_exec_set_fast_act(ex, 1);
+    for (int h = 0; h < H; h++) x[h] = (float)((h * 7) % 13) * 0.1f - 0.6f;
+    double dram = ft_cpu_dram_read_gbps(pool, (size_t)1 << 30, 3);
+    int tok[32] = {0}, ids[32];
+    float w[32];
+    double best = 1e30;
+    int64_t t_all = 0;
+    for (int s = -8; s < steps; s++) { /* 8 warm-up steps */
+        for (int j = 0; j < k; j++) ids[j] = (s * k + j + 8 * k) % N_EXPERTS, w[j] = 1.0f / k;
+        int64_t t0 = ft_time_us();
+        ft_moe_exec_run_pairs(ex, pool, &gu, &dn, NULL, x, tok, ids, w, k, out);
+        int64_t dt = ft_time_us() - t0;
+        if (s < 0) continue;
+        t_all += dt;
+        best = (double)dt < best ? (double)dt : best;
+    }
+    double bytes = (double)k * (double)(gu.row_bytes + dn.row_bytes);
+    double mean_gbps = bytes * steps / (t_all * 1e3), best_gbps = bytes / (best * 1e3);
+    printf("bench_exec: %s experts of %.2f MiB (H=%d, I=%d), %d per step, %d threads, ISA %s\n",
+           sch->name, (gu.row_bytes + dn.row_bytes) / 1048576.0, H, I, k, ft_pool_size(pool),
+           ft_cpu_isa_name(ft_cpu_isa()));
+    printf("host DRAM read (ceiling, measured now): %.1f GB/s\n", dram);
+    printf("executor over %d steps: mean %.1f GB/s (%.0f%% of DRAM), best step %.1f GB/s "
+           "(%.0f%%); %.1f us per step\n", steps, mean_gbps, 100 * mean_gbps / dram, best_gbps,
+           100 * best_gbps / dram, (double)t_all / steps);
+    printf("checksum %.6g\n", (double)out[0] + out[H / 2]);
+    free(x), free(out);
+    ft_moe_exec_free(ex);
+    ft_bank_free(&gu);
+    ft_bank_free(&dn);
+    ft_pool_free(pool);
+    return 0;
+}
