@@ -464,6 +464,41 @@ __device__ __forceinline__ void row_dot(float acc[TT], const uint16_t *wr, const
     }
 }
 
+/* The fused input RMSNorm of the GEMV kernels (a.nw set): every block computes each token's
+ * 1/rms into r_s (x rows are small, L2 resident), and block 0 stores the normalised input in
+ * a.xn_out when asked. Every thread of the block calls it. */
+__device__ void gemv_norm(const struct ft_cuda_gemv_args &a, float *r_s) {
+    if (!a.nw) return;
+    for (int t = 0; t < a.T; t++) {
+        float ss = 0.0f;
+        for (int k = threadIdx.x; k < a.K; k += blockDim.x) {
+            float v = a.x[(size_t)t * a.K + k];
+            ss += v * v;
+        }
+        ss = block_sum(ss);
+        if (threadIdx.x == 0) r_s[t] = rsqrtf(ss / (float)a.K + a.eps);
+    }
+    __syncthreads();
+    if (blockIdx.x == 0 && a.xn_out)
+        for (int t = 0; t < a.T; t++)
+            for (int k = threadIdx.x; k < a.K; k += blockDim.x)
+                a.xn_out[(size_t)t * a.K + k] = a.x[(size_t)t * a.K + k] * r_s[t] * a.nw[k];
+}
+
+/* Stores row n's dot v for token t: through 1/rms (fused norm), plus the bias, into whichever
+ * of the up to three outputs row n belongs to, added to it when a.accumulate. */
+__device__ __forceinline__ void gemv_store(const struct ft_cuda_gemv_args &a, int n, int t,
+                                           float v, const float *r_s) {
+    float *y = a.y[0];
+    const float *b = a.b[0];
+    int col = n, ld = a.ldy0;
+    if (n >= a.n0 + a.n1) y = a.y[2], b = a.b[2], col = n - a.n0 - a.n1, ld = a.N - a.n0 - a.n1;
+    else if (n >= a.n0) y = a.y[1], b = a.b[1], col = n - a.n0, ld = a.n1;
+    v = v * (a.nw ? r_s[t] : 1.0f) + (b ? b[col] : 0.0f);
+    float *o = y + (size_t)t * ld + col;
+    *o = a.accumulate ? *o + v : v;
+}
+
 /* One warp per output row over concatenated weights whose rows go to up to three outputs
  * (fused q/k/v), with an optional fused input RMSNorm (norm weight folded into the weights,
  * 1/rms per token applied at the end; block 0 also stores the normalised input) and an
@@ -476,40 +511,16 @@ __global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a) {
             prefetch_l2((const char *)(a.w + (size_t)n * a.K) + off);
     pdl_enter();
     __shared__ float r_s[8];
-    if (a.nw) { /* per-token 1/rms, computed by every block (x rows are small, L2 resident) */
-        for (int t = 0; t < a.T; t++) {
-            float ss = 0.0f;
-            for (int k = threadIdx.x; k < a.K; k += blockDim.x) {
-                float v = a.x[(size_t)t * a.K + k];
-                ss += v * v;
-            }
-            ss = block_sum(ss);
-            if (threadIdx.x == 0) r_s[t] = rsqrtf(ss / (float)a.K + a.eps);
-        }
-        __syncthreads();
-        if (blockIdx.x == 0 && a.xn_out)
-            for (int t = 0; t < a.T; t++)
-                for (int k = threadIdx.x; k < a.K; k += blockDim.x)
-                    a.xn_out[(size_t)t * a.K + k] = a.x[(size_t)t * a.K + k] * r_s[t] * a.nw[k];
-    }
+    gemv_norm(a, r_s);
     if (n >= a.N) return;
     float acc[TT];
 #pragma unroll
     for (int t = 0; t < TT; t++) acc[t] = 0.0f;
     row_dot<TT>(acc, a.w + (size_t)n * a.K, a.x, a.K, a.K, lane, a.T, a.nw);
-    float *y = a.y[0];
-    const float *b = a.b[0];
-    int col = n, ld = a.ldy0;
-    if (n >= a.n0 + a.n1) y = a.y[2], b = a.b[2], col = n - a.n0 - a.n1, ld = a.N - a.n0 - a.n1;
-    else if (n >= a.n0) y = a.y[1], b = a.b[1], col = n - a.n0, ld = a.n1;
 #pragma unroll
     for (int t = 0; t < TT; t++) {
         float v = warp_sum(acc[t]);
-        if (lane == 0 && t < a.T) {
-            v = v * (a.nw ? r_s[t] : 1.0f) + (b ? b[col] : 0.0f);
-            float *o = y + (size_t)t * ld + col;
-            *o = a.accumulate ? *o + v : v;
-        }
+        if (lane == 0 && t < a.T) gemv_store(a, n, t, v, r_s);
     }
 }
 
@@ -526,22 +537,7 @@ __global__ void gemv_splitk_kernel(struct ft_cuda_gemv_args a) {
     pdl_enter();
     __shared__ float r_s[8];
     __shared__ float part[TT][GEMV_WARPS];
-    if (a.nw) { /* per-token 1/rms, as gemv_fused_kernel */
-        for (int t = 0; t < a.T; t++) {
-            float ss = 0.0f;
-            for (int k = tid; k < a.K; k += blockDim.x) {
-                float v = a.x[(size_t)t * a.K + k];
-                ss += v * v;
-            }
-            ss = block_sum(ss);
-            if (tid == 0) r_s[t] = rsqrtf(ss / (float)a.K + a.eps);
-        }
-        __syncthreads();
-        if (blockIdx.x == 0 && a.xn_out)
-            for (int t = 0; t < a.T; t++)
-                for (int k = tid; k < a.K; k += blockDim.x)
-                    a.xn_out[(size_t)t * a.K + k] = a.x[(size_t)t * a.K + k] * r_s[t] * a.nw[k];
-    }
+    gemv_norm(a, r_s);
     float acc[TT];
 #pragma unroll
     for (int t = 0; t < TT; t++) acc[t] = 0.0f;
@@ -555,17 +551,9 @@ __global__ void gemv_splitk_kernel(struct ft_cuda_gemv_args a) {
     }
     __syncthreads();
     if (tid >= TT || tid >= a.T) return;
-    int t = tid;
     float v = 0.0f;
-    for (int i = 0; i < GEMV_WARPS; i++) v += part[t][i];
-    float *y = a.y[0];
-    const float *b = a.b[0];
-    int col = n, ld = a.ldy0;
-    if (n >= a.n0 + a.n1) y = a.y[2], b = a.b[2], col = n - a.n0 - a.n1, ld = a.N - a.n0 - a.n1;
-    else if (n >= a.n0) y = a.y[1], b = a.b[1], col = n - a.n0, ld = a.n1;
-    v = v * (a.nw ? r_s[t] : 1.0f) + (b ? b[col] : 0.0f);
-    float *o = y + (size_t)t * ld + col;
-    *o = a.accumulate ? *o + v : v;
+    for (int i = 0; i < GEMV_WARPS; i++) v += part[tid][i];
+    gemv_store(a, n, tid, v, r_s);
 }
 
 /* FT_GEMV_SPLITK=0 keeps every GEMV on one warp per row (A/B runs) */
