@@ -40,7 +40,7 @@ struct ft_offload {
     int timing_pending;
     uint64_t *sums;                 /* [L][E][2] host checksums (verify != off) */
     const uint8_t **map_gu, **map_dn;/* [L] device pointers of mapped banks, NULL if unregistered */
-    int32_t *h_slots, *h_slot_of;   /* pinned staging [max_pairs], [E] */
+    int32_t *h_slots;               /* pinned staging [max_pairs] */
     int32_t *slots_tmp;             /* [max(E, max_pairs)] */
     struct ft_cache_fill *fills;
     uint64_t *d_sums, *h_dsums;     /* [2 * max fills] */
@@ -262,6 +262,18 @@ static enum ft_status run_batch(struct ft_offload *f, const int32_t *experts, co
     return fn(ctx, 0, n);
 }
 
+/* copy_fills for prefill: timed as one span per layer (ev_pf0 at the layer's first copy, ev_pf1
+ * after its latest), not per batch for the split. */
+static enum ft_status prefill_copy(struct ft_offload *f, const struct ft_cache_fill *fl, int n) {
+    if (!f->pf_pending) cudaEventRecord(f->ev_pf0, f->cs);
+    f->pf_copying = 1;
+    enum ft_status st = copy_fills(f, fl, n);
+    f->pf_copying = 0;
+    cudaEventRecord(f->ev_pf1, f->cs);
+    f->pf_pending = 1;
+    return st;
+}
+
 /* Copies miss batch j (miss[j*b ..]) into staging buffer j % nbuf on the copy stream, after
  * the compute that last read that buffer. */
 static enum ft_status stage_batch(struct ft_offload *f, int layer, const int32_t *miss, int j,
@@ -270,13 +282,8 @@ static enum ft_status stage_batch(struct ft_offload *f, int layer, const int32_t
     if (j >= nbuf) cudaStreamWaitEvent(f->cs, f->ev_free[buf], 0);
     for (int i = lo; i < hi; i++)
         f->fills[i - lo] = (struct ft_cache_fill){layer, miss[i], stage[buf * b + i - lo]};
-    if (j == 0 && !f->pf_pending) cudaEventRecord(f->ev_pf0, f->cs);
-    f->pf_copying = 1;
-    enum ft_status st = copy_fills(f, f->fills, hi - lo);
-    f->pf_copying = 0;
+    enum ft_status st = prefill_copy(f, f->fills, hi - lo);
     cudaEventRecord(f->ev_stage[buf], f->cs);
-    cudaEventRecord(f->ev_pf1, f->cs);
-    f->pf_pending = 1;
     return st;
 }
 
@@ -304,11 +311,7 @@ enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t
     int nfree = ft_cache_free_slots(f->cache), adm = m < nfree ? m : nfree, nf = 0;
     enum ft_status st = ft_cache_admit(f->cache, layer, f->miss, adm, f->fills, &nf);
     if (st == FT_OK && nf) {
-        f->pf_copying = 1;
-        cudaEventRecord(f->ev_pf0, f->cs);
-        st = copy_fills(f, f->fills, nf);
-        cudaEventRecord(f->ev_pf1, f->cs);
-        f->pf_copying = 0, f->pf_pending = 1;
+        st = prefill_copy(f, f->fills, nf);
         /* s's next work (their batch) waits for these copies alone: the wait takes ev_copied
          * as recorded now, before the staging copies re-record it */
         cudaStreamWaitEvent(s, f->ev_copied, 0);
@@ -452,7 +455,7 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
                                     : avail_bytes / slot_bytes;
     if (want > total) want = total;
     /* one token's experts must fit; a batched decode step that needs more than the pool is
-     * refused with a message naming --moe-cache-size (ft_cache_lookup) */
+     * refused with a message naming --moe-cache-size (ft_cache_admit) */
     size_t need = (size_t)m->top_k;
     if (want < need) {
         st = ft_fail(FT_ERR_OOM, "offload: %zu expert slots (%.1f MiB each) fit, but one token "
@@ -484,7 +487,6 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     if (!f->fills || !f->miss || !f->slots_tmp || !f->pf_slot_of || !f->cp_dst || !f->cp_src || !f->cp_bytes || !f->map_gu ||
         !f->map_dn || !f->cpu_layer || !f->sums ||
         cudaMallocHost((void **)&f->h_slots, (size_t)nf * 4) != cudaSuccess ||
-        cudaMallocHost((void **)&f->h_slot_of, (size_t)f->E * 4) != cudaSuccess ||
         cudaMallocHost((void **)&f->h_dsums, (size_t)2 * nf * 8) != cudaSuccess ||
         !(f->d_sums = dalloc(dctx, (size_t)2 * nf * 8))) {
         st = ft_fail(FT_ERR_OOM, "offload: out of memory for its staging buffers");
@@ -585,7 +587,6 @@ void ft_offload_free(struct ft_offload *f) {
         if (f->ev_free[i]) cudaEventDestroy(f->ev_free[i]);
     }
     if (f->h_slots) cudaFreeHost(f->h_slots);
-    if (f->h_slot_of) cudaFreeHost(f->h_slot_of);
     if (f->h_dsums) cudaFreeHost(f->h_dsums);
     ft_cache_free(f->cache);
     ft_split_free(&f->split);
