@@ -383,12 +383,11 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
         const struct ft_layer *L = &m->layers[l];
         if (!L->is_moe) continue;
         for (int f = 0; gpu && f < FT_BANK_N_FAMILIES; f++) {
-            if (ft_gpu_takes_experts(L->bank[f].schema->dtype, L->bank[f].cols)) continue;
+            if (ft_gpu_takes_experts(L->bank[f].schema->dtype)) continue;
             if (!opts->backend_auto)
-                return ft_fail(FT_ERR_UNSUPPORTED, "%s experts of width %d: the cuda and offload "
-                               "backends do not compute them yet (bf16, GGML blocks, NVFP4, FP8 "
-                               "blocks); use "
-                               "--backend cpu", L->bank[f].schema->name, L->bank[f].cols);
+                return ft_fail(FT_ERR_UNSUPPORTED, "%s experts: the cuda and offload backends do "
+                               "not compute them yet (bf16, GGML blocks, NVFP4, FP8 blocks); use "
+                               "--backend cpu", L->bank[f].schema->name);
             ft_log_info("%s experts: the GPU backends do not compute them yet; running on the CPU",
                         L->bank[f].schema->name);
             gpu = 0;

@@ -185,19 +185,15 @@ static uint16_t *up_cat(struct ft_gpu *g, const struct ft_weight *const *ws, int
 }
 
 /* 1 when the GPU kernels take experts of dtype t (bf16, GGML blocks, NVFP4 and FP8_B128 rows
- * of any width); cols is kept for a format whose kernels need some width. */
-static int gpu_expert_dtype(enum ft_dtype t, int cols) {
-    (void)cols;
-    return t == FT_DTYPE_BF16 || ft_cuda_block_format(t);
-}
+ * of any width). */
+static int gpu_expert_dtype(enum ft_dtype t) { return t == FT_DTYPE_BF16 || ft_cuda_block_format(t); }
 
 /* A whole bank (E expert matrices, host stride >= row bytes) as a dense device array. */
 static void *up_bank(struct ft_gpu *g, const struct ft_bank *b, enum ft_status *st) {
     if (*st != FT_OK) return NULL;
-    if (!gpu_expert_dtype(b->schema->dtype, b->cols)) {
-        *st = ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s experts of width %d are not supported "
-                      "(bf16, GGML blocks, NVFP4/FP8 of widths that are multiples of 8 are); use "
-                      "--backend cpu", b->schema->name, b->cols);
+    if (!gpu_expert_dtype(b->schema->dtype)) {
+        *st = ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s experts are not supported (bf16, GGML "
+                      "blocks, NVFP4 and FP8 blocks are); use --backend cpu", b->schema->name);
         return NULL;
     }
     uint8_t *d = dalloc(g, b->row_bytes * b->n_experts, st);
@@ -247,12 +243,11 @@ static enum ft_status upload(struct ft_gpu *g) {
         if (!g->o.offload) { /* resident; the offload backend keeps them in the host banks */
             L->gu = up_bank(g, &hl->bank[FT_BANK_GATE_UP], &st);
             L->down = up_bank(g, &hl->bank[FT_BANK_DOWN], &st);
-        } else if (!gpu_expert_dtype(hl->bank[0].schema->dtype, hl->bank[0].cols) ||
-                   !gpu_expert_dtype(hl->bank[1].schema->dtype, hl->bank[1].cols)) {
-            st = ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s/%s experts of widths %d/%d are not "
-                         "supported (bf16, GGML blocks, NVFP4/FP8 of widths that are multiples of "
-                         "8 are); use --backend cpu", hl->bank[0].schema->name,
-                         hl->bank[1].schema->name, hl->bank[0].cols, hl->bank[1].cols);
+        } else if (!gpu_expert_dtype(hl->bank[0].schema->dtype) ||
+                   !gpu_expert_dtype(hl->bank[1].schema->dtype)) {
+            st = ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s/%s experts are not supported (bf16, "
+                         "GGML blocks, NVFP4 and FP8 blocks are); use --backend cpu",
+                         hl->bank[0].schema->name, hl->bank[1].schema->name);
         }
         L->gu_dt = hl->bank[FT_BANK_GATE_UP].schema->dtype;
         L->dn_dt = hl->bank[FT_BANK_DOWN].schema->dtype;
@@ -958,14 +953,14 @@ int ft_gpu_residency_stats(const struct ft_gpu *g, struct ft_residency_stats *ou
 }
 
 size_t ft_gpu_vram_used(const struct ft_gpu *g) { return g ? g->used : 0; }
-int ft_gpu_takes_experts(enum ft_dtype t, int cols) { return gpu_expert_dtype(t, cols); }
+int ft_gpu_takes_experts(enum ft_dtype t) { return gpu_expert_dtype(t); }
 
 #else /* no CUDA in this build */
 
 #include "core/status.h"
 
 int ft_gpu_available(void) { return 0; }
-int ft_gpu_takes_experts(enum ft_dtype t, int cols) { return (void)t, (void)cols, 1; } /* ft_gpu_init refuses */
+int ft_gpu_takes_experts(enum ft_dtype t) { return (void)t, 1; } /* ft_gpu_init refuses */
 enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                            const struct ft_gpu_opts *o) {
     (void)m, (void)o;

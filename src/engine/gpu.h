@@ -54,10 +54,10 @@ int ft_gpu_residency_stats(const struct ft_gpu *g, struct ft_residency_stats *ou
 
 /* 1 if this build has CUDA and a device is present. */
 int ft_gpu_available(void);
-/* 1 if this build's GPU kernels compute experts stored as t with rows of `cols` elements (bf16,
- * GGML block formats, NVFP4 and FP8_B128 rows of any width); 1 in a build
- * without CUDA, whose ft_gpu_init refuses every model. */
-int ft_gpu_takes_experts(enum ft_dtype t, int cols);
+/* 1 if this build's GPU kernels compute experts stored as t (bf16, GGML block formats, NVFP4
+ * and FP8_B128 rows of any width); 1 in a build without CUDA, whose ft_gpu_init refuses every
+ * model. */
+int ft_gpu_takes_experts(enum ft_dtype t);
 enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                            const struct ft_gpu_opts *o);
 void ft_gpu_free(struct ft_gpu *g);
