@@ -329,6 +329,8 @@ TEST(bad_flags) {
         {"run --model '%s' -p hi --moe-cpu-threads 0", "--moe-cpu-threads: '0' is not a number"},
         {"bench bw --format q3_k%.0s", "unknown expert format 'q3_k'"},
         {"bench bw --cpu-act x%.0s", "--cpu-act: 'x' is not fast or f32"},
+        {"bench --synthetic tiny -b 0%.0s", "-b: '0' is not a number in [1, 65536]"},
+        {"bench --synthetic tiny --batch 99999999%.0s", "--batch: '99999999' is not a number in [1, 65536]"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char args[256], err[512] = "";
