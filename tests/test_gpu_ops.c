@@ -132,6 +132,57 @@ TEST(norm_embed_elementwise) { /* RoPE: see fused_norm_rope_kv_and_add_norm */
     cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dy16), cudaFree(dtab), cudaFree(dids), cudaFree(dgu);
 }
 
+/* The tensor-core prefill attention against the CPU twin: two sequences in one step (the
+ * second continues a cached prefix, so its queries start at position 30), tiles that end
+ * mid-sequence, sliding windows, sinks, and head dims that need padding (24) up to 256.
+ * bf16 Q/K/V/P carry about 3 significant digits: the threshold is NMSE 1e-4 (measured
+ * errors are near 1e-5; an indexing or masking bug gives NMSE near 1). */
+TEST(prefill_attention_matches_cpu) {
+    enum { NH = 4, NKV = 2, BS = 16, MB = 8, NB = 2 * MB, T0 = 100, T1 = 70, T = T0 + T1 };
+    int hds[] = {24, 64, 128, 256};
+    for (int hi = 0; hi < 4; hi++) {
+        int hd = hds[hi], kvd = NKV * hd;
+        float *kp = rnd((size_t)NB * BS * kvd), *vp = rnd((size_t)NB * BS * kvd);
+        float *q = rnd((size_t)T * NH * hd), *ref = malloc((size_t)T * NH * hd * 4);
+        int32_t tables[2 * MB], pos[T], seq[T], lens[2] = {T0, T1}, tiles[2 * 8];
+        for (int b = 0; b < MB; b++) tables[b] = 2 * b + 1, tables[MB + b] = 2 * b; /* interleaved */
+        const int32_t *blocks[T];
+        for (int t = 0; t < T; t++) {
+            seq[t] = t >= T0;
+            pos[t] = t < T0 ? t : 30 + (t - T0);
+            blocks[t] = tables + seq[t] * MB;
+        }
+        int nt = ft_cuda_attention_tiles(tiles, lens, 2);
+        CHECK_(nt == 4 && tiles[2] == 64 && tiles[3] == 36 && tiles[4] == 100 && tiles[7] == 6,
+               "attention tiles: %d tiles, second (%d, %d)", nt, tiles[2], tiles[3]);
+        float sinks[NH];
+        for (int h = 0; h < NH; h++) sinks[h] = 2.0f * frand();
+        float *dsinks = up(sinks, sizeof sinks), *dk = up(kp, (size_t)NB * BS * kvd * 4);
+        float *dv = up(vp, (size_t)NB * BS * kvd * 4), *dq = up(q, (size_t)T * NH * hd * 4);
+        float *dout = up(NULL, (size_t)T * NH * hd * 4);
+        int32_t *dpos = up(pos, sizeof pos), *dseq = up(seq, sizeof seq), *dtab = up(tables, sizeof tables);
+        int32_t *dtiles = up(tiles, sizeof tiles);
+        for (int variant = 0; variant < 3; variant++) { /* full, window 9, window 70 with sinks */
+            int win = variant == 0 ? 0 : variant == 1 ? 9 : 70;
+            const float *sk = variant == 2 ? sinks : NULL;
+            float scale = 3.0f / sqrtf((float)hd); /* scores of sd ~1: peaked enough to show a mask error */
+            ft_cpu_attention_paged(g_pool, ref, q, kp, vp, pos, blocks, BS, T, NH, NKV, hd, scale, win, sk);
+            cudaMemset(dout, 0, (size_t)T * NH * hd * 4);
+            ft_cuda_attention_prefill(dout, dq, dk, dv, dpos, dseq, dtab, MB, BS, dtiles, nt, NH, NKV,
+                                      hd, scale, win, sk ? dsinks : NULL, 0);
+            EXPECT_OK(ft_cuda_check("prefill attention"));
+            float *got = down(dout, (size_t)T * NH * hd);
+            char what[80];
+            snprintf(what, sizeof what, "prefill attention hd=%d window=%d%s", hd, win, sk ? " sinks" : "");
+            EXPECT_NMSE(got, ref, (size_t)T * NH * hd, 1e-4, what);
+            free(got);
+        }
+        cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dout), cudaFree(dpos), cudaFree(dseq);
+        cudaFree(dtab), cudaFree(dtiles), cudaFree(dsinks);
+        free(kp), free(vp), free(q), free(ref);
+    }
+}
+
 TEST(paged_attention_matches_cpu) {
     enum { NH = 6, NKV = 2, BS = 16, NB = 12, T = 4 };
     int hds[] = {24, 128};
@@ -433,14 +484,17 @@ TEST(fused_qkv_and_moe_prefill) {
     EXPECT_NMSE(got, ref, (size_t)T * N, 1e-10, "gemv3 fused q/k/v with bias");
     free(w), free(x), free(b1), free(ref), free(y0), free(y1), free(y2), free(got);
     cudaFree(dw), cudaFree(dx), cudaFree(db1), cudaFree(dy0), cudaFree(dy1), cudaFree(dy2);
-    /* MoE prefill: 70 tokens, 9 experts, top-3, H = 136 (K % 8 == 0 path) and H = 42 (tails) */
+    /* MoE prefill: 70 tokens, 9 experts, top-3, H = 136 (K % 8 == 0 path) and H = 42 (tails);
+     * with H = 136 every token's first choice is expert 0, whose 70 rows take three row tiles */
     int Hs[2] = {136, 42};
     for (int hi = 0; hi < 2; hi++) {
         int TT = 70, E = 9, k = 3, H = Hs[hi], I = 40, R = TT * k;
         int32_t *ids = malloc((size_t)R * 4);
         float *wts = rnd(R);
         for (int t = 0; t < TT; t++)
-            for (int j = 0; j < k; j++) ids[t * k + j] = (t * 7 + j * 2 + (t % 3 == 0 ? 0 : 1)) % E;
+            for (int j = 0; j < k; j++)
+                ids[t * k + j] = hi == 0 ? (j == 0 ? 0 : 1 + (t * 7 + j * 2) % (E - 1))
+                                         : (t * 7 + j * 2 + (t % 3 == 0 ? 0 : 1)) % E;
         uint16_t *gu = rnd_bf16((size_t)E * 2 * I * H, 0.2f), *dn = rnd_bf16((size_t)E * H * I, 0.2f);
         uint16_t *x16 = rnd_bf16((size_t)TT * H, 1.0f);
         float *xf = malloc((size_t)TT * H * 4), *ref2 = calloc((size_t)TT * H, 4);
@@ -456,7 +510,7 @@ TEST(fused_qkv_and_moe_prefill) {
                 ft_cpu_matmul_rows(y, H, a, I, dn + (size_t)e * H * I, FT_DTYPE_BF16, 1, 0, H, I);
                 for (int h = 0; h < H; h++) ref2[t * H + h] += wts[t * k + j] * y[h];
             }
-        int32_t *dids = up(ids, (size_t)R * 4), *dcnt = up(NULL, E * 4), *doff = up(NULL, (E + 1) * 4);
+        int32_t *dids = up(ids, (size_t)R * 4), *dcnt = up(NULL, E * 4), *doff = up(NULL, ft_cuda_moe_offsets_len(E, R) * 4);
         int32_t *dcur = up(NULL, E * 4), *drtok = up(NULL, (size_t)R * 4), *dpd = up(NULL, (size_t)R * 4);
         uint16_t *dgu = up(gu, (size_t)E * 2 * I * H * 2), *ddn = up(dn, (size_t)E * H * I * 2);
         uint16_t *dx16 = up(x16, (size_t)TT * H * 2), *dxg = up(NULL, (size_t)R * H * 2);
@@ -465,10 +519,10 @@ TEST(fused_qkv_and_moe_prefill) {
         float *dmy = up(NULL, (size_t)R * H * 4), *dout = up(NULL, (size_t)TT * H * 4), *dw2 = up(wts, (size_t)R * 4);
         ft_cuda_moe_sort(dcnt, doff, dcur, drtok, dpd, dids, TT, k, E, 0);
         ft_cuda_gather_bf16(dxg, dx16, drtok, R, H, 0);
-        ft_cuda_moe_gemm(dmgu, dxg, dgu, doff, NULL, 0, E, 2 * I, H, TT, 0);
+        ft_cuda_moe_gemm(dmgu, dxg, dgu, doff, NULL, 0, E, 2 * I, H, R, 0);
         ft_cuda_silu_mul(dact, dmgu, R, I, 0);
         ft_cuda_to_bf16(dact16, dact, (size_t)R * I, 0);
-        ft_cuda_moe_gemm(dmy, dact16, ddn, doff, NULL, 0, E, H, I, TT, 0);
+        ft_cuda_moe_gemm(dmy, dact16, ddn, doff, NULL, 0, E, H, I, R, 0);
         ft_cuda_moe_unsort(dout, dmy, dpd, dw2, TT, k, H, 0);
         float *got2 = down(dout, (size_t)TT * H);
         char what[64];

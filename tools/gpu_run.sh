@@ -15,6 +15,8 @@
 #   offload  #8 hybrid/cpu/offload at 30G, hybrid at 12G (uniform routing, tg128);
 #            #7 sticky:0.8 routing at 24G                                    -> offload.log
 #   long     #7 pp4096 at 30G, 512- and 4096-token passes (-b)            -> long.log
+#   profile  #5/#7 per-op GPU time (FT_GPU_PROFILE=1) of decode and prefill: resident pp512,
+#            offloaded pp4096 at 30G in one 4096-token pass                  -> profile.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
@@ -77,6 +79,12 @@ for part in "$@"; do
                 --backend offload --vram-limit 30G
         done
         ;;
+    profile)
+        FT_GPU_PROFILE=1 step profile.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 32 -r 1 \
+            --backend cuda
+        FT_GPU_PROFILE=1 step profile.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 4096 -n 8 -r 1 \
+            -b 4096 --backend offload --vram-limit 30G
+        ;;
     bw)
         # #8/#9: ft bench bw per expert format (the CPU executor alone and next to copies)
         for f in bf16 mxfp4 nvfp4 q4_k; do step bw.log 120 $G/ft bench bw --format $f; done
@@ -97,7 +105,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, bw, real)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, bw, real)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

@@ -54,8 +54,9 @@ struct ft_gpu {
     float *k_cache, *v_cache;          /* [L, n_blocks*16, kv_dim] */
     int max_blocks, kv_dim, q_dim, max_i, C, logit_rows;
     /* step inputs */
-    int32_t *d_ids, *d_pos, *d_tok_seq, *d_tables, *d_rows, *d_topk_all;
-    int32_t *h_ids, *h_pos, *h_tok_seq, *h_tables, *h_rows, *h_topk_all; /* pinned */
+    int32_t *d_ids, *d_pos, *d_tok_seq, *d_tables, *d_rows, *d_topk_all, *d_att_tiles;
+    int32_t *h_ids, *h_pos, *h_tok_seq, *h_tables, *h_rows, *h_topk_all, *h_att_tiles; /* pinned */
+    int n_att_tiles; /* prefill attention's query tiles this step */
     uint32_t *d_step;
     /* activations */
     float *x, *xn, *q, *k, *v, *att, *y, *gu, *act, *router, *topw, *xl, *logits, *sh, *score;
@@ -82,12 +83,13 @@ struct ft_gpu {
     struct ft_cuda_synth synth;
     float *d_zipf_cdf, *d_synth_stats;
     int32_t *d_sticky;
-    /* FT_GPU_PROFILE=1: decode steps run eagerly with an event between op groups */
-    int prof;
+    /* FT_GPU_PROFILE=1: steps run eagerly with an event between op groups; the sums are kept
+     * apart for decode (0) and prefill (1) steps */
+    int prof, prof_kind;
     cudaEvent_t ev[1024];
     int n_ev, ev_cat[1024];
-    double prof_ms[16];
-    long prof_steps;
+    double prof_ms[2][16];
+    long prof_steps[2];
     /* graphs per decode batch size */
     cudaGraphExec_t graph[MAX_GRAPH_T + 1];
     int graph_seen[MAX_GRAPH_T + 1];
@@ -276,6 +278,9 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     g->d_pos = dalloc(g, C * 4, &st);
     g->d_tok_seq = dalloc(g, C * 4, &st);
     g->d_rows = dalloc(g, C * 4, &st);
+    size_t n_tiles = C / FT_CUDA_ATT_TILE + (size_t)g->o.max_seqs + 1;
+    g->d_att_tiles = dalloc(g, n_tiles * 2 * 4, &st);
+    g->h_att_tiles = halloc(n_tiles * 2 * 4, &st);
     g->d_tables = dalloc(g, (size_t)g->o.max_seqs * g->max_blocks * 4, &st);
     g->d_topk_all = dalloc(g, (size_t)m->n_layers * MAX_GRAPH_T * k * 4, &st); /* decode only */
     g->d_step = dalloc(g, 4, &st);
@@ -317,7 +322,7 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
         g->xg16 = dalloc(g, R * H * 2, &st);
         g->rtok = dalloc(g, R * 4, &st);
         g->pair_dst = dalloc(g, R * 4, &st);
-        g->offsets = dalloc(g, (E + 1) * 4, &st);
+        g->offsets = dalloc(g, ft_cuda_moe_offsets_len((int)E, (int)R) * 4, &st);
         g->cursor = dalloc(g, E * 4, &st);
         g->d_counts_all = dalloc(g, (size_t)m->n_layers * E * 4, &st);
         g->h_counts_all = halloc((size_t)m->n_layers * E * 4, &st);
@@ -381,23 +386,37 @@ struct prefill_batch {
     int T, l;
 };
 
+enum { P_NORM, P_QKV, P_ROPE_KV, P_ATTN, P_OPROJ, P_ROUTER, P_SORT, P_EXPERTS, P_SHARED, P_DENSE,
+       P_HEAD, P_N };
+static const char *const k_prof_names[P_N] = {"norms+residual", "qkv proj", "qk-norm+rope+kv write",
+                                              "attention", "o proj", "router+top-k", "moe sort+gather",
+                                              "routed experts", "shared expert", "dense mlp",
+                                              "final norm+lm_head"};
+
+/* Marks the end of an op group (profiling only). */
+static void prof_mark(struct ft_gpu *g, int cat) {
+    if (g->prof <= 0 || g->n_ev >= 1024) return;
+    cudaEventRecord(g->ev[g->n_ev], g->s);
+    g->ev_cat[g->n_ev++] = cat;
+}
+
 /* One batch of experts (offload) or all of them (resident): gate_up, SiLU, down. */
 /* y = the grouped GEMM of the sorted rows x against one family of experts (w: the layer's
  * device bank, or with slot_of the offload slots, expert_stride bytes apart, format dt).
  * Block formats go through bf16 scratch a chunk of experts at a time. */
 static void expert_gemm(struct ft_gpu *g, float *y, const uint16_t *x, const void *w, int dt,
-                        size_t expert_stride, const int32_t *slot_of, int N, int K, int T) {
+                        size_t expert_stride, const int32_t *slot_of, int N, int K, int R) {
     int E = g->m->n_experts;
     cudaStream_t s = g->s;
     if (dt == FT_DTYPE_BF16) {
-        ft_cuda_moe_gemm(y, x, w, g->offsets, slot_of, expert_stride / 2, E, N, K, T, s);
+        ft_cuda_moe_gemm(y, x, w, g->offsets, slot_of, expert_stride / 2, E, N, K, R, s);
         return;
     }
     for (int e0 = 0; e0 < E; e0 += DEQ_CHUNK) {
         int n = E - e0 < DEQ_CHUNK ? E - e0 : DEQ_CHUNK;
         ft_cuda_chunk_slots(g->chunk_slot_of, slot_of, e0, n, E, s);
         ft_cuda_dequant_experts(g->deq, w, expert_stride, dt, slot_of, g->offsets, e0, n, N, K, s);
-        ft_cuda_moe_gemm(y, x, g->deq, g->offsets, g->chunk_slot_of, (size_t)N * K, E, N, K, T, s);
+        ft_cuda_moe_gemm(y, x, g->deq, g->offsets, g->chunk_slot_of, (size_t)N * K, E, N, K, R, s);
     }
 }
 
@@ -436,11 +455,11 @@ static enum ft_status moe_prefill_batch(void *ctx, int first, int last) {
     const int32_t *slot_of = g->off ? g->d_slot_of : NULL;
     const struct gpu_layer *L = pb->L;
     int E = m->n_experts;
-    expert_gemm(g, g->mgu, g->xg16, gu, L->gu_dt, expert_stride(g, pb->l, 0), slot_of, 2 * I, H, pb->T);
+    expert_gemm(g, g->mgu, g->xg16, gu, L->gu_dt, expert_stride(g, pb->l, 0), slot_of, 2 * I, H, R);
     if (L->gu_b) ft_cuda_moe_add_bias_sorted(g->mgu, L->gu_b, g->offsets, slot_of, E, R, 2 * I, s);
     expert_act(g, L, g->mact, g->mgu, R, I); /* rows of later batches are redone with them */
     ft_cuda_to_bf16(g->mact16, g->mact, (size_t)R * I, s);
-    expert_gemm(g, g->my, g->mact16, dn, L->dn_dt, expert_stride(g, pb->l, 1), slot_of, H, I, pb->T);
+    expert_gemm(g, g->my, g->mact16, dn, L->dn_dt, expert_stride(g, pb->l, 1), slot_of, H, I, R);
     if (L->dn_b) ft_cuda_moe_add_bias_sorted(g->my, L->dn_b, g->offsets, slot_of, E, R, H, s);
     return FT_OK;
 }
@@ -452,6 +471,7 @@ static enum ft_status moe_prefill(struct ft_gpu *g, const struct gpu_layer *L, i
     int32_t *counts = g->d_counts_all + (size_t)l * E;
     ft_cuda_moe_sort(counts, g->offsets, g->cursor, g->rtok, g->pair_dst, g->topk, T, k, E, s);
     ft_cuda_gather_bf16(g->xg16, g->xn16, g->rtok, R, H, s);
+    prof_mark(g, P_SORT);
     struct prefill_batch pb = {g, L, T, l};
     enum ft_status st = FT_OK;
     if (!g->off) {
@@ -465,20 +485,8 @@ static enum ft_status moe_prefill(struct ft_gpu *g, const struct gpu_layer *L, i
         st = ft_offload_prefill(g->off, l, experts, n, g->d_slot_of, s, moe_prefill_batch, &pb);
     }
     if (st == FT_OK) ft_cuda_moe_unsort(g->y, g->my, g->pair_dst, g->topw, T, k, H, s);
+    prof_mark(g, P_EXPERTS);
     return st;
-}
-
-enum { P_NORM, P_QKV, P_ROPE_KV, P_ATTN, P_OPROJ, P_ROUTER, P_EXPERTS, P_SHARED, P_DENSE, P_HEAD,
-       P_N };
-static const char *const k_prof_names[P_N] = {"norms+residual", "qkv proj", "qk-norm+rope+kv write",
-                                              "attention", "o proj", "router+top-k", "routed experts",
-                                              "shared expert", "dense mlp", "final norm+lm_head"};
-
-/* Marks the end of an op group (profiling only). */
-static void prof_mark(struct ft_gpu *g, int cat) {
-    if (g->prof <= 0 || g->n_ev >= 1024) return;
-    cudaEventRecord(g->ev[g->n_ev], g->s);
-    g->ev_cat[g->n_ev++] = cat;
 }
 
 static void prof_collect(struct ft_gpu *g) {
@@ -486,9 +494,9 @@ static void prof_collect(struct ft_gpu *g) {
     for (int i = 1; i < g->n_ev; i++) {
         float ms = 0;
         cudaEventElapsedTime(&ms, g->ev[i - 1], g->ev[i]);
-        g->prof_ms[g->ev_cat[i]] += ms;
+        g->prof_ms[g->prof_kind][g->ev_cat[i]] += ms;
     }
-    g->prof_steps++;
+    g->prof_steps[g->prof_kind]++;
 }
 
 static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
@@ -616,37 +624,44 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
     enum ft_status st = FT_OK;
     if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, s);
     ft_cuda_embed(g->x, g->embed, g->d_ids, T, H, s);
+    prof_mark(g, P_NORM);
     for (int l = 0; l < m->n_layers && st == FT_OK; l++) {
         const struct gpu_layer *L = &g->L[l];
         ft_cuda_add_rmsnorm(g->x, l ? g->y : NULL, g->xn, g->xn16, L->attn_norm, T, H, m->rms_eps, s);
+        prof_mark(g, P_NORM);
         st = mm(g, g->q, qd, g->xn, g->xn16, L->wqkv, L->bq, T, qd, H);
         if (st == FT_OK) st = mm(g, g->k, kd, g->xn, g->xn16, L->wqkv + (size_t)qd * H, L->bk, T, kd, H);
         if (st == FT_OK) st = mm(g, g->v, kd, g->xn, g->xn16, L->wqkv + (size_t)(qd + kd) * H, L->bv, T, kd, H);
         if (st != FT_OK) break;
+        prof_mark(g, P_QKV);
         size_t layer_off = (size_t)l * g->o.n_blocks * FT_KV_BLOCK * kd;
         ft_cuda_qk_rope_kv(g->q, g->k, g->v, g->k_cache + layer_off, g->v_cache + layer_off,
                            L->q_norm, L->k_norm, m->rms_eps, g->d_pos, g->inv_freq, m->rope_mscale,
                            g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, m->n_heads,
                            m->n_kv_heads, hd, m->rot_dim, s);
-        int split = (max_pos + 63) / 64;
-        if (split > g->att_split_big) split = g->att_split_big;
-        ft_cuda_attention(g->att, g->att_part, g->q, g->k_cache + layer_off, g->v_cache + layer_off,
-                          g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T,
-                          m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window,
-                          L->sinks, max_pos, split, s);
+        prof_mark(g, P_ROPE_KV);
+        ft_cuda_attention_prefill(g->att, g->q, g->k_cache + layer_off, g->v_cache + layer_off,
+                                  g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK,
+                                  g->d_att_tiles, g->n_att_tiles, m->n_heads, m->n_kv_heads, hd,
+                                  1.0f / sqrtf((float)hd), L->window, L->sinks, s);
         ft_cuda_to_bf16(g->att16, g->att, (size_t)T * qd, s);
+        prof_mark(g, P_ATTN);
         if ((st = mm(g, g->y, H, g->att, g->att16, L->wo, L->bo, T, H, qd)) != FT_OK) break;
+        prof_mark(g, P_OPROJ);
         ft_cuda_add_rmsnorm(g->x, g->y, g->xn, g->xn16, L->ffn_norm, T, H, m->rms_eps, s);
+        prof_mark(g, P_NORM);
         if (!L->is_moe) {
             int I = L->I;
             st = mm(g, g->gu, 2 * I, g->xn, g->xn16, L->w_gu, NULL, T, 2 * I, H);
             ft_cuda_silu_mul(g->act, g->gu, T, I, s);
             ft_cuda_to_bf16(g->act16, g->act, (size_t)T * I, s);
             if (st == FT_OK) st = mm(g, g->y, H, g->act, g->act16, L->w_down, NULL, T, H, I);
+            prof_mark(g, P_DENSE);
             continue;
         }
         if ((st = mm(g, g->router, E, g->xn, g->xn16, L->router, L->router_b, T, E, H)) != FT_OK) break;
         route(g, l, T, g->topk);
+        prof_mark(g, P_ROUTER);
         if ((st = moe_prefill(g, L, l, T)) != FT_OK) break;
         if (L->has_shared) {
             int Is = m->shared_inter;
@@ -656,6 +671,7 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
             if (st == FT_OK) st = mm(g, g->sh, H, g->act, g->act16, L->sh_down, NULL, T, H, Is);
             ft_cuda_gemv(g->score, 1, g->xn, L->sh_score, NULL, T, 1, H, s);
             ft_cuda_sigmoid_scale_add(g->y, g->sh, g->score, T, H, s);
+            prof_mark(g, P_SHARED);
         }
     }
     return st;
@@ -718,13 +734,19 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
     cudaMemcpyAsync(g->d_rows, g->h_rows, (size_t)(rows ? rows : 1) * 4, cudaMemcpyHostToDevice, s);
     cudaMemcpyAsync(g->d_tables, g->h_tables, (size_t)n_segs * g->max_blocks * 4,
                     cudaMemcpyHostToDevice, s);
+    if (T > MAX_GRAPH_T) { /* prefill attention's query tiles: per segment, 64 tokens each */
+        int len[n_segs];
+        for (int i = 0; i < n_segs; i++) len[i] = segs[i].n;
+        g->n_att_tiles = ft_cuda_attention_tiles(g->h_att_tiles, len, n_segs);
+        cudaMemcpyAsync(g->d_att_tiles, g->h_att_tiles, (size_t)g->n_att_tiles * 8, cudaMemcpyHostToDevice, s);
+    }
     double distinct = 0;
     enum ft_status st = FT_OK;
     int use_graph = decode && g->o.graphs && T <= MAX_GRAPH_T && !g->prof && !g->off;
     g->n_ev = 0;
-    if (g->prof && decode) prof_mark(g, P_NORM); /* step start */
-    int prof_step = g->prof && decode;
-    if (!prof_step) g->prof = -g->prof; /* marks only for decode steps */
+    g->prof_kind = T > MAX_GRAPH_T;
+    if (g->prof) prof_mark(g, P_NORM); /* step start */
+    int prof_step = g->prof;
     if (use_graph && g->graph[T]) {
         if (cudaGraphLaunch(g->graph[T], s) != cudaSuccess) st = ft_cuda_check("cudaGraphLaunch");
     } else if (use_graph && g->graph_seen[T]) { /* second time at this size: capture, then replay */
@@ -744,7 +766,6 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         if (use_graph) g->graph_seen[T] = 1;
         st = layers(g, T, max_pos, rows);
     }
-    if (!prof_step) g->prof = -g->prof;
     if (st != FT_OK) return st;
     if (prof_step && g->n_ev > 1) prof_collect(g);
     if (logits && rows > g->logit_rows) { /* all-position logits: lm_head in passes */
@@ -883,15 +904,17 @@ static void dfree(void *p) {
 void ft_gpu_free(struct ft_gpu *g) {
     if (!g) return;
     cudaDeviceSynchronize();
-    if (g->prof && g->prof_steps) {
+    for (int kind = 0; g->prof && kind < 2; kind++) {
+        const double *ms = g->prof_ms[kind];
+        long n = g->prof_steps[kind];
         double tot = 0;
-        for (int c = 0; c < P_N; c++) tot += g->prof_ms[c];
-        ft_log_info("GPU decode profile over %ld eager steps: %.3f ms per step", g->prof_steps,
-                    tot / g->prof_steps);
+        for (int c = 0; c < P_N; c++) tot += ms[c];
+        if (!n || tot <= 0) continue;
+        ft_log_info("GPU %s profile over %ld eager steps: %.3f ms per step",
+                    kind ? "prefill" : "decode", n, tot / n);
         for (int c = 0; c < P_N; c++)
-            if (g->prof_ms[c] > 0)
-                ft_log_info("  %-24s %8.3f ms  %5.1f%%", k_prof_names[c], g->prof_ms[c] / g->prof_steps,
-                            100.0 * g->prof_ms[c] / tot);
+            if (ms[c] > 0)
+                ft_log_info("  %-24s %8.3f ms  %5.1f%%", k_prof_names[c], ms[c] / n, 100.0 * ms[c] / tot);
     }
     for (int i = 0; g->prof && i < 1024; i++) cudaEventDestroy(g->ev[i]);
     if (g->off) {
@@ -927,10 +950,10 @@ void ft_gpu_free(struct ft_gpu *g) {
                   g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
                   g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,
                   g->mgu, g->mact, g->my, g->xg16, g->mact16, g->rtok, g->pair_dst, g->offsets,
-                  g->cursor, g->d_counts_all, g->att_part};
+                  g->cursor, g->d_counts_all, g->att_part, g->d_att_tiles};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
     void *hs[] = {g->h_ids, g->h_pos, g->h_tok_seq, g->h_tables, g->h_rows, g->h_topk_all,
-                  g->h_counts_all, g->h_logits};
+                  g->h_counts_all, g->h_logits, g->h_att_tiles};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
         if (hs[i]) cudaFreeHost(hs[i]);
     ft_blas_free(g->blas);

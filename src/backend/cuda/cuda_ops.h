@@ -46,6 +46,16 @@ void ft_cuda_attention(float *out, float *scratch, const float *q, const float *
                        const int32_t *tables, int max_blocks, int block_size, int T, int n_heads,
                        int n_kv_heads, int head_dim, float scale, int window, const float *sinks,
                        int max_pos, int n_split, cudaStream_t s);
+/* The same attention for prefill (tensor cores, bf16 Q/K/V/P with fp32 accumulation and
+ * softmax): tiles [n_tiles][2] = (first token, count <= 64) from ft_cuda_attention_tiles, each
+ * tile's tokens of one sequence with ascending positions. head_dim <= 256. */
+#define FT_CUDA_ATT_TILE 64
+int ft_cuda_attention_tiles(int32_t *tiles, const int *seg_len, int n_segs); /* host; returns n_tiles */
+void ft_cuda_attention_prefill(float *out, const float *q, const float *k_cache, const float *v_cache,
+                               const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
+                               int max_blocks, int block_size, const int32_t *tiles, int n_tiles,
+                               int n_heads, int n_kv_heads, int head_dim, float scale, int window,
+                               const float *sinks, cudaStream_t s);
 void ft_cuda_silu_mul(float *out, const float *gate_up, int T, int I, cudaStream_t s);
 /* ft_cpu_swiglu_clamped's twin (gpt-oss's activation on [gate I | up I] rows) */
 void ft_cuda_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit,
@@ -142,17 +152,20 @@ void ft_cuda_chunk_slots(int32_t *slot_of, const int32_t *src_of, int first, int
 
 /* --- MoE prefill on the device (moe.cu): routing sort without a host round trip, then one
  * tensor-core GEMM launch per projection over all experts' token groups. --- */
-/* counts [E] (zeroed here), offsets [E+1], rtok [R] (token of each sorted row), pair_dst [R]
- * (sorted row of each (token, slot) pair) from ids [R = T*k]. */
+/* counts [E] (zeroed here), offsets [ft_cuda_moe_offsets_len(E, T*k)] (offsets[0..E] the
+ * sorted rows' starts, then the grouped GEMM's row tiles), rtok [R] (token of each sorted
+ * row), pair_dst [R] (sorted row of each (token, slot) pair) from ids [R = T*k]; each
+ * expert's rows in token order. */
+size_t ft_cuda_moe_offsets_len(int E, int R);
 void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *cursor, int32_t *rtok,
                       int32_t *pair_dst, const int32_t *ids, int T, int k, int E, cudaStream_t s);
 /* Y[offsets[e] + i, :] = X[offsets[e] + i, :] · W_e^T for every expert e and i < counts[e];
- * X bf16 [R, K], W bf16 [E][N, K], Y fp32 [R, N]; max_rows bounds any expert's count.
+ * X bf16 [R, K], W bf16 [E][N, K], Y fp32 [R, N]; offsets from ft_cuda_moe_sort of R rows.
  * slot_of (device [E], may be NULL): expert e's matrix is w + slot_of[e] * w_stride elements,
  * and experts with slot_of[e] < 0 are skipped (the offload backend's batches); NULL means
  * w + e * N * K. */
 void ft_cuda_moe_gemm(float *y, const uint16_t *x, const uint16_t *w, const int32_t *offsets,
-                      const int32_t *slot_of, size_t w_stride, int E, int N, int K, int max_rows,
+                      const int32_t *slot_of, size_t w_stride, int E, int N, int K, int R,
                       cudaStream_t s);
 /* out[t, :] = sum_j wts[t*k + j] * y[pair_dst[t*k + j], :] (deterministic order) */
 void ft_cuda_moe_unsort(float *out, const float *y, const int32_t *pair_dst, const float *wts,

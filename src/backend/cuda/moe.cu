@@ -16,38 +16,68 @@ __global__ void moe_count_kernel(int32_t *counts, const int32_t *ids, int R) {
     if (r < R) atomicAdd(counts + ids[r], 1);
 }
 
-/* one block: exclusive scan of counts into offsets and cursor (E <= 1024) */
-__global__ void moe_scan_kernel(int32_t *offsets, int32_t *cursor, const int32_t *counts, int E) {
-    __shared__ int32_t buf[1024];
+#define MG_TM 32 /* rows (tokens) per tile: an expert sees ~T*k/E rows, often fewer than 64 */
+
+/* Inclusive scan of buf[0..1024) by one block of 1024 threads (Hillis-Steele). */
+__device__ void block_scan_1024(int32_t *buf) {
     int i = threadIdx.x;
-    buf[i] = i < E ? counts[i] : 0;
-    __syncthreads();
-    for (int o = 1; o < 1024; o <<= 1) { /* Hillis-Steele inclusive scan */
+    for (int o = 1; o < 1024; o <<= 1) {
         int v = i >= o ? buf[i - o] : 0;
         __syncthreads();
         buf[i] += v;
         __syncthreads();
     }
-    if (i < E) {
-        int ex = i ? buf[i - 1] : 0;
-        offsets[i] = ex;
-        cursor[i] = ex;
-    }
-    if (i == E - 1) offsets[E] = buf[i];
 }
 
-/* Pairs are placed in token order within each expert: the single-thread-per-expert loop keeps
- * the layout deterministic (R is small: T * k <= a few thousand). */
-__global__ void moe_place_kernel(int32_t *rtok, int32_t *pair_dst, int32_t *cursor,
-                                 const int32_t *ids, int R, int k, int E) {
-    int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= E) return;
-    int c = cursor[e];
-    for (int r = 0; r < R; r++)
-        if (ids[r] == e) {
+/* One block (E <= 1024): offsets [E+1] = exclusive scan of counts, cursor = offsets, and the
+ * GEMM's row tiles after them: offsets[E+1] = their number, then (expert, first row) pairs, an
+ * expert's tiles adjacent and in row order. */
+__global__ void moe_scan_kernel(int32_t *offsets, int32_t *cursor, const int32_t *counts, int E) {
+    __shared__ int32_t buf[1024];
+    int i = threadIdx.x, c = i < E ? counts[i] : 0;
+    buf[i] = c;
+    __syncthreads();
+    block_scan_1024(buf);
+    int ex = i ? buf[i - 1] : 0;
+    if (i < E) offsets[i] = ex, cursor[i] = ex;
+    if (i == E - 1) offsets[E] = buf[i];
+    __syncthreads();
+    int nt = (c + MG_TM - 1) / MG_TM;
+    buf[i] = nt;
+    __syncthreads();
+    block_scan_1024(buf);
+    int32_t *tiles = offsets + E + 2;
+    for (int j = 0, t = buf[i] - nt; j < nt; j++, t++) tiles[2 * t] = i, tiles[2 * t + 1] = ex + j * MG_TM;
+    if (i == E - 1) offsets[E + 1] = buf[i];
+}
+
+/* One block per expert: its pairs found in chunks of blockDim.x and placed in pair (token)
+ * order, a chunk's matches after the previous chunk's (ballots within warps, the warps'
+ * counts in order): deterministic, and R / blockDim.x steps instead of R per expert. */
+__global__ void moe_place_kernel(int32_t *rtok, int32_t *pair_dst, const int32_t *offsets,
+                                 const int32_t *ids, int R, int k) {
+    __shared__ int wcount[32];
+    int e = blockIdx.x, tid = threadIdx.x, lane = tid % 32, w = tid / 32, nw = blockDim.x / 32;
+    int base = offsets[e];
+    for (int r0 = 0; r0 < R; r0 += blockDim.x) {
+        int r = r0 + tid, hit = r < R && ids[r] == e;
+        unsigned b = __ballot_sync(0xffffffffu, hit);
+        if (lane == 0) wcount[w] = __popc(b);
+        __syncthreads();
+        int before = 0, total = 0;
+        for (int i = 0; i < nw; i++) before += i < w ? wcount[i] : 0, total += wcount[i];
+        if (hit) {
+            int c = base + before + __popc(b & ((1u << lane) - 1u));
             rtok[c] = r / k;
-            pair_dst[r] = c++;
+            pair_dst[r] = c;
         }
+        base += total;
+        __syncthreads();
+    }
+}
+
+extern "C" size_t ft_cuda_moe_offsets_len(int E, int R) {
+    return (size_t)E + 2 + 2 * ((size_t)R / MG_TM + (size_t)E);
 }
 
 extern "C" void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *cursor, int32_t *rtok,
@@ -57,10 +87,9 @@ extern "C" void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *cur
     cudaMemsetAsync(counts, 0, (size_t)E * sizeof(int32_t), s);
     moe_count_kernel<<<(R + 255) / 256, 256, 0, s>>>(counts, ids, R);
     moe_scan_kernel<<<1, 1024, 0, s>>>(offsets, cursor, counts, E);
-    moe_place_kernel<<<(E + 127) / 128, 128, 0, s>>>(rtok, pair_dst, cursor, ids, R, k, E);
+    moe_place_kernel<<<E, 256, 0, s>>>(rtok, pair_dst, offsets, ids, R, k);
 }
 
-#define MG_TM 32 /* rows (tokens) per tile: an expert sees ~T*k/E rows, often fewer than 64 */
 #define MG_TN 64
 #define MG_TK 32
 #define MG_LD (MG_TK + 8) /* bf16 elements per smem row (multiple of 8, breaks bank conflicts) */
@@ -83,10 +112,10 @@ __device__ __forceinline__ uint4 load8(const __nv_bfloat16 *m, int r, int rows, 
  * K slice is fetched into registers while tensor cores work on the current one. */
 __global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                                const int32_t *offsets, const int32_t *slot_of, size_t w_stride,
-                               int N, int K) {
-    int e = blockIdx.x, n0 = blockIdx.y * MG_TN;
-    int r0 = offsets[e] + blockIdx.z * MG_TM, r1 = offsets[e + 1];
-    if (r0 >= r1) return;
+                               int E, int N, int K) {
+    const int32_t *tile = offsets + E + 2 + 2 * blockIdx.x;
+    if ((int)blockIdx.x >= offsets[E + 1]) return;
+    int e = tile[0], n0 = blockIdx.y * MG_TN, r0 = tile[1], r1 = offsets[e + 1];
     int slot = slot_of ? slot_of[e] : e;
     if (slot < 0) return; /* not in this batch */
     const __nv_bfloat16 *we = w + (size_t)slot * (slot_of ? w_stride : (size_t)N * K);
@@ -138,10 +167,10 @@ __global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const __nv_bfl
 
 extern "C" void ft_cuda_moe_gemm(float *y, const uint16_t *x, const uint16_t *w,
                                  const int32_t *offsets, const int32_t *slot_of, size_t w_stride,
-                                 int E, int N, int K, int max_rows, cudaStream_t s) {
-    dim3 grid(E, (N + MG_TN - 1) / MG_TN, (max_rows + MG_TM - 1) / MG_TM);
+                                 int E, int N, int K, int R, cudaStream_t s) {
+    dim3 grid((unsigned)(R / MG_TM + E), (N + MG_TN - 1) / MG_TN); /* bounds the tile count */
     moe_gemm_kernel<<<grid, 128, 0, s>>>(y, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w,
-                                         offsets, slot_of, w_stride, N, K);
+                                         offsets, slot_of, w_stride, E, N, K);
 }
 
 __global__ void moe_unsort_kernel(float *out, const float *y, const int32_t *pair_dst,

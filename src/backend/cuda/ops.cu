@@ -3,7 +3,9 @@
  * output row in the GEMVs (decode is bound by weight bytes), block-level reductions for norms,
  * a warp-per-position-stripe online softmax for attention over the paged cache.
  * Every launcher only enqueues on its stream, so a decode step can be captured in a graph. */
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +17,8 @@
 #include "moe/checksum.h"
 
 #define WARP 32
+
+using namespace nvcuda;
 
 extern "C" enum ft_status ft_cuda_check(const char *what) {
     cudaError_t e = cudaGetLastError();
@@ -326,6 +330,198 @@ extern "C" void ft_cuda_attention(float *out, float *scratch, const float *q, co
            head_dim, scale, window, ch, n_split);
     launch(attention_merge_kernel, dim3(T, n_heads), head_dim <= 128 ? 128 : 256, 0, s, out,
            scratch, sinks, n_heads, head_dim, n_split);
+}
+
+/* --- attention for prefill: a tensor-core flash-attention. A block takes one tile of up to
+ * FA_BQ query tokens of one sequence (ascending positions) and one head, and walks the
+ * sequence's paged K/V in FA_BK-position steps: K and V are converted to bf16 in shared memory,
+ * S = Q K^T and O += P V run on WMMA (bf16 in, fp32 accumulation), and each warp keeps the
+ * online softmax of its own 16 query rows (running max and sum in shared memory, O in shared
+ * memory so rows can be rescaled), so warps only meet at the K/V loads. HD is head_dim rounded
+ * up to 32/64/128/256 (the padding columns are zeros). Unlike the flash-decoding kernel above,
+ * each K/V position is read once per 64 query tokens instead of once per token. --- */
+#define FA_BQ FT_CUDA_ATT_TILE
+#define FA_BK 64
+
+template <int HD>
+struct fa_smem {
+    static constexpr int LDH = HD + 8, LDP = FA_BK + 8, LDS = FA_BK + 4, LDO = HD + 4;
+    static constexpr size_t bytes = (size_t)(FA_BQ + 2 * FA_BK) * LDH * 2 + (size_t)FA_BQ * LDP * 2 +
+                                    (size_t)FA_BQ * (LDS + LDO) * 4;
+};
+
+/* n floats of row `src` (hd valid, the rest zero) scaled, as bf16 into dst[0..HD) */
+template <int HD>
+__device__ __forceinline__ void fa_row_load(__nv_bfloat16 *dst, const float *src, int hd, int c, float scale) {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (src && c + 3 < hd && (hd & 3) == 0) {
+        v = *(const float4 *)(src + c);
+    } else if (src) {
+        v.x = c < hd ? src[c] : 0.f, v.y = c + 1 < hd ? src[c + 1] : 0.f;
+        v.z = c + 2 < hd ? src[c + 2] : 0.f, v.w = c + 3 < hd ? src[c + 3] : 0.f;
+    }
+    dst[c] = __float2bfloat16(v.x * scale), dst[c + 1] = __float2bfloat16(v.y * scale);
+    dst[c + 2] = __float2bfloat16(v.z * scale), dst[c + 3] = __float2bfloat16(v.w * scale);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(128) flash_prefill_kernel(
+    float *out, const float *q, const float *kc, const float *vc, const int32_t *pos,
+    const int32_t *tok_seq, const int32_t *tables, int max_blocks, int bs, const int32_t *tiles,
+    int n_heads, int n_kv_heads, int hd, float scale, int window, const float *sinks) {
+    using SM = fa_smem<HD>;
+    extern __shared__ __align__(128) unsigned char fa_raw[];
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)fa_raw, *Ks = Qs + FA_BQ * SM::LDH, *Vs = Ks + FA_BK * SM::LDH;
+    __nv_bfloat16 *Ps = Vs + FA_BK * SM::LDH;
+    float *Ss = (float *)(Ps + FA_BQ * SM::LDP), *Os = Ss + FA_BQ * SM::LDS;
+    __shared__ float row_m[FA_BQ], row_l[FA_BQ];
+    __shared__ int row_p[FA_BQ];
+    pdl_enter();
+    int t0 = tiles[2 * blockIdx.x], n = tiles[2 * blockIdx.x + 1], h = blockIdx.y;
+    int kvh = h / (n_heads / n_kv_heads), seq = tok_seq[t0];
+    int tid = threadIdx.x, w = tid / WARP, lane = tid % WARP;
+    size_t kv_stride = (size_t)n_kv_heads * hd;
+    for (int i = tid; i < FA_BQ * HD / 4; i += blockDim.x) {
+        int r = i / (HD / 4), c = (i % (HD / 4)) * 4;
+        const float *src = r < n ? q + ((size_t)(t0 + r) * n_heads + h) * hd : NULL;
+        fa_row_load<HD>(Qs + r * SM::LDH, src, hd, c, scale);
+        *(float4 *)(Os + r * SM::LDO + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (tid < FA_BQ) row_m[tid] = -INFINITY, row_l[tid] = 0.f, row_p[tid] = tid < n ? pos[t0 + tid] : -1;
+    int p_first = pos[t0], hi = pos[t0 + n - 1] + 1;
+    int lo = window > 0 ? max(0, p_first + 1 - window) : 0;
+    int r = 16 * w + lane / 2, half = lane & 1; /* this lane's softmax row and half of it */
+    for (int k0 = lo; k0 < hi; k0 += FA_BK) {
+        __syncthreads(); /* everyone is done with the previous K/V (and Q/row_p are written) */
+        for (int i = tid; i < FA_BK * HD / 4; i += blockDim.x) {
+            int rr = i / (HD / 4), c = (i % (HD / 4)) * 4, p = k0 + rr;
+            const float *ks = NULL, *vs = NULL;
+            if (p < hi) {
+                size_t row = cache_row(tables, max_blocks, seq, p, bs) * kv_stride + (size_t)kvh * hd;
+                ks = kc + row, vs = vc + row;
+            }
+            fa_row_load<HD>(Ks + rr * SM::LDH, ks, hd, c, 1.0f);
+            fa_row_load<HD>(Vs + rr * SM::LDH, vs, hd, c, 1.0f);
+        }
+        __syncthreads();
+        { /* S = Q K^T for this warp's 16 rows */
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FA_BK / 16];
+#pragma unroll
+            for (int j = 0; j < FA_BK / 16; j++) wmma::fill_fragment(acc[j], 0.0f);
+#pragma unroll
+            for (int kk = 0; kk < HD; kk += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+                wmma::load_matrix_sync(a, Qs + 16 * w * SM::LDH + kk, SM::LDH);
+#pragma unroll
+                for (int j = 0; j < FA_BK / 16; j++) {
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+                    wmma::load_matrix_sync(b, Ks + 16 * j * SM::LDH + kk, SM::LDH);
+                    wmma::mma_sync(acc[j], a, b, acc[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < FA_BK / 16; j++)
+                wmma::store_matrix_sync(Ss + 16 * w * SM::LDS + 16 * j, acc[j], SM::LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+        { /* online softmax of row r (two lanes per row, 32 columns each) */
+            int pr = row_p[r];
+            float *srow = Ss + r * SM::LDS;
+            float mx = -INFINITY;
+            for (int c = half * 32; c < half * 32 + 32; c++) {
+                int p = k0 + c;
+                int ok = pr >= 0 && p <= pr && p < hi && (window <= 0 || p > pr - window);
+                float v = ok ? srow[c] : -INFINITY;
+                srow[c] = v;
+                mx = fmaxf(mx, v);
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            float m_old = row_m[r], m_new = fmaxf(m_old, mx);
+            float corr = m_new == -INFINITY ? 1.0f : __expf(m_old - m_new), sum = 0.0f;
+            for (int c = half * 32; c < half * 32 + 32; c++) {
+                float e = srow[c] == -INFINITY ? 0.0f : __expf(srow[c] - m_new);
+                Ps[r * SM::LDP + c] = __float2bfloat16(e);
+                sum += e;
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            for (int c = half * (HD / 2); c < half * (HD / 2) + HD / 2; c++) Os[r * SM::LDO + c] *= corr;
+            __syncwarp();
+            if (!half) row_m[r] = m_new, row_l[r] = row_l[r] * corr + sum;
+        }
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < HD / 16; j++) { /* O += P V for this warp's rows */
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> o;
+            float *op = Os + 16 * w * SM::LDO + 16 * j;
+            wmma::load_matrix_sync(o, op, SM::LDO, wmma::mem_row_major);
+#pragma unroll
+            for (int kk = 0; kk < FA_BK; kk += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
+                wmma::load_matrix_sync(a, Ps + 16 * w * SM::LDP + kk, SM::LDP);
+                wmma::load_matrix_sync(b, Vs + kk * SM::LDH + 16 * j, SM::LDH);
+                wmma::mma_sync(o, a, b, o);
+            }
+            wmma::store_matrix_sync(op, o, SM::LDO, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+    __syncwarp();
+    if (r < n) { /* the sink joins the denominator; each lane writes half of its row */
+        float m = row_m[r], L = row_l[r], f = 1.0f;
+        if (sinks) {
+            float ms = fmaxf(m, sinks[h]), sc = m == -INFINITY ? 0.0f : __expf(m - ms);
+            L = L * sc + __expf(sinks[h] - ms);
+            f = sc;
+        }
+        f = L > 0.0f ? f / L : 0.0f;
+        float *o = out + ((size_t)(t0 + r) * n_heads + h) * hd;
+        for (int c = half * (HD / 2); c < half * (HD / 2) + HD / 2 && c < hd; c++) o[c] = Os[r * SM::LDO + c] * f;
+    }
+}
+
+template <int HD>
+static void flash_launch(float *out, const float *q, const float *kc, const float *vc,
+                         const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
+                         int max_blocks, int bs, const int32_t *tiles, int n_tiles, int n_heads,
+                         int n_kv_heads, int hd, float scale, int window, const float *sinks,
+                         cudaStream_t s) {
+    static int attr_set; /* per instance: opt in to more than 48 KiB of dynamic shared memory */
+    if (!attr_set) {
+        cudaFuncSetAttribute(flash_prefill_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)fa_smem<HD>::bytes);
+        attr_set = 1;
+    }
+    launch(flash_prefill_kernel<HD>, dim3(n_tiles, n_heads), 128, fa_smem<HD>::bytes, s, out, q, kc,
+           vc, pos, tok_seq, tables, max_blocks, bs, tiles, n_heads, n_kv_heads, hd, scale, window, sinks);
+}
+
+extern "C" int ft_cuda_attention_tiles(int32_t *tiles, const int *seg_len, int n_segs) {
+    int n = 0, t = 0;
+    for (int i = 0; i < n_segs; t += seg_len[i++])
+        for (int o = 0; o < seg_len[i]; o += FA_BQ, n++) {
+            tiles[2 * n] = t + o;
+            tiles[2 * n + 1] = seg_len[i] - o < FA_BQ ? seg_len[i] - o : FA_BQ;
+        }
+    return n;
+}
+
+
+extern "C" void ft_cuda_attention_prefill(float *out, const float *q, const float *k_cache,
+                                          const float *v_cache, const int32_t *pos,
+                                          const int32_t *tok_seq, const int32_t *tables,
+                                          int max_blocks, int block_size, const int32_t *tiles,
+                                          int n_tiles, int n_heads, int n_kv_heads, int head_dim,
+                                          float scale, int window, const float *sinks,
+                                          cudaStream_t s) {
+    if (n_tiles <= 0) return;
+#define FA_ARGS out, q, k_cache, v_cache, pos, tok_seq, tables, max_blocks, block_size, tiles, n_tiles, \
+                n_heads, n_kv_heads, head_dim, scale, window, sinks, s
+    if (head_dim <= 32) flash_launch<32>(FA_ARGS);
+    else if (head_dim <= 64) flash_launch<64>(FA_ARGS);
+    else if (head_dim <= 128) flash_launch<128>(FA_ARGS);
+    else flash_launch<256>(FA_ARGS);
+#undef FA_ARGS
 }
 
 __global__ void add_bias_kernel(float *y, int ldy, const float *bias, int N) {
