@@ -57,9 +57,9 @@ TEST(drop_forgets_a_failed_fill) {
 }
 
 /* Prefill streaming borrows scratch slots: never the step's hits, the least recently used
- * first (its expert forgotten), and the same slots again on the next layer's borrow, so a long
- * prompt's misses evict only what the first borrow took. */
-TEST(borrow_takes_lru_slots_and_reuses_them) {
+ * first (its expert forgotten); they stay borrowed across layers (not free, never a victim),
+ * so a long prompt's layers evict only what the first borrow took, and come back free. */
+TEST(borrow_takes_lru_slots_and_holds_them) {
     struct ft_cache *c;
     EXPECT_OK(ft_cache_init(&c, 4, 2, 8, NULL));
     int32_t slots[4], got[4];
@@ -67,23 +67,29 @@ TEST(borrow_takes_lru_slots_and_reuses_them) {
     int nf;
     int32_t a[4] = {0, 1, 2, 3}; /* layer 0: experts 0..3 fill the 4 slots, 0 the LRU */
     EXPECT_OK(ft_cache_lookup(c, 0, a, 4, slots, f, &nf));
+    EXPECT_EQ(ft_cache_free_slots(c), 0);
     int32_t hit[1] = {2};
     ft_cache_probe(c, 0, hit, 1, slots); /* a prefill step: expert 2 hits */
     EXPECT_EQ(slots[0], f[2].slot);
     EXPECT_EQ(ft_cache_borrow(c, 2, got), 2); /* the LRU two: experts 0 and 1 */
     EXPECT(got[0] == f[0].slot && got[1] == f[1].slot);
     EXPECT(c->slot_of[0] < 0 && c->slot_of[1] < 0 && c->slot_of[2] >= 0 && c->slot_of[3] >= 0);
+    EXPECT_EQ(ft_cache_free_slots(c), 0); /* borrowed slots are not free */
     EXPECT_EQ(ft_cache_borrow(c, 2, got + 2), 1); /* expert 3's slot; never the step's hit */
     EXPECT_EQ(got[2], f[3].slot);
-    int32_t none[1] = {5};
-    ft_cache_probe(c, 1, none, 1, slots); /* next layer: a miss; the freed slots come first */
+    int32_t miss[1] = {5};
+    ft_cache_probe(c, 1, miss, 1, slots); /* next layer: a miss; no borrowed slot is a victim */
     EXPECT_EQ(slots[0], -1);
+    EXPECT_OK(ft_cache_admit(c, 1, miss, 1, f, &nf));
+    EXPECT(nf == 1 && f[0].slot == c->slot_of[1 * 8 + 5]);
+    EXPECT(f[0].slot != got[0] && f[0].slot != got[1] && f[0].slot != got[2]); /* expert 2's */
+    EXPECT(c->slot_of[2] < 0);
+    ft_cache_return(c);
+    EXPECT_EQ(ft_cache_free_slots(c), 3); /* back, free, and the next victims */
     int32_t again[4];
-    EXPECT_EQ(ft_cache_borrow(c, 2, again), 2);
-    EXPECT(again[0] == got[0] && again[1] == got[1]);
-    EXPECT(c->slot_of[2] >= 0); /* expert 2 stays cached throughout */
-    ft_cache_new_step(c); /* now even the last step's slots may go */
-    EXPECT_EQ(ft_cache_borrow(c, 4, again), 4);
+    ft_cache_new_step(c);
+    EXPECT_EQ(ft_cache_borrow(c, 3, again), 3);
+    EXPECT(again[0] == got[0] && again[1] == got[1] && again[2] == got[2]);
     ft_cache_free(c);
 }
 

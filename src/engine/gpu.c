@@ -89,7 +89,7 @@ struct ft_gpu {
     cudaEvent_t ev[1024];
     int n_ev, ev_cat[1024];
     double prof_ms[2][16];
-    long prof_steps[2];
+    long prof_steps[2], prof_seen[2]; /* the first step of each kind (lazy module loads) is not summed */
     /* graphs per decode batch size */
     cudaGraphExec_t graph[MAX_GRAPH_T + 1];
     int graph_seen[MAX_GRAPH_T + 1];
@@ -386,9 +386,10 @@ struct prefill_batch {
     int T, l;
 };
 
-enum { P_NORM, P_QKV, P_ROPE_KV, P_ATTN, P_OPROJ, P_ROUTER, P_SORT, P_EXPERTS, P_SHARED, P_DENSE,
-       P_HEAD, P_N };
-static const char *const k_prof_names[P_N] = {"norms+residual", "qkv proj", "qk-norm+rope+kv write",
+enum { P_NORM, P_QKV, P_KV, P_ROPE_KV, P_ATTN, P_OPROJ, P_ROUTER, P_SORT, P_EXPERTS, P_SHARED,
+       P_DENSE, P_HEAD, P_N };
+static const char *const k_prof_names[P_N] = {"norms+residual", "q(kv) proj", "k+v proj",
+                                              "qk-norm+rope+kv write",
                                               "attention", "o proj", "router+top-k", "moe sort+gather",
                                               "routed experts", "shared expert", "dense mlp",
                                               "final norm+lm_head"};
@@ -491,6 +492,7 @@ static enum ft_status moe_prefill(struct ft_gpu *g, const struct gpu_layer *L, i
 
 static void prof_collect(struct ft_gpu *g) {
     cudaEventSynchronize(g->ev[g->n_ev - 1]);
+    if (g->prof_seen[g->prof_kind]++ == 0) return;
     for (int i = 1; i < g->n_ev; i++) {
         float ms = 0;
         cudaEventElapsedTime(&ms, g->ev[i - 1], g->ev[i]);
@@ -630,10 +632,11 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
         ft_cuda_add_rmsnorm(g->x, l ? g->y : NULL, g->xn, g->xn16, L->attn_norm, T, H, m->rms_eps, s);
         prof_mark(g, P_NORM);
         st = mm(g, g->q, qd, g->xn, g->xn16, L->wqkv, L->bq, T, qd, H);
+        prof_mark(g, P_QKV);
         if (st == FT_OK) st = mm(g, g->k, kd, g->xn, g->xn16, L->wqkv + (size_t)qd * H, L->bk, T, kd, H);
         if (st == FT_OK) st = mm(g, g->v, kd, g->xn, g->xn16, L->wqkv + (size_t)(qd + kd) * H, L->bv, T, kd, H);
         if (st != FT_OK) break;
-        prof_mark(g, P_QKV);
+        prof_mark(g, P_KV);
         size_t layer_off = (size_t)l * g->o.n_blocks * FT_KV_BLOCK * kd;
         ft_cuda_qk_rope_kv(g->q, g->k, g->v, g->k_cache + layer_off, g->v_cache + layer_off,
                            L->q_norm, L->k_norm, m->rms_eps, g->d_pos, g->inv_freq, m->rope_mscale,
@@ -702,6 +705,7 @@ static enum ft_status layers(struct ft_gpu *g, int T, int max_pos, int rows) {
         st = decode_layers(g, T);
     else
         st = prefill_layers(g, T, max_pos);
+    if (g->off && T > MAX_GRAPH_T) ft_offload_prefill_end(g->off, g->s);
     if (st != FT_OK || rows > g->logit_rows) return st; /* many rows: ft_gpu_forward does passes */
     return head(g, g->d_rows, rows, T > MAX_GRAPH_T);
 }

@@ -37,6 +37,8 @@ struct ft_offload {
     cudaEvent_t ev_pf0, ev_pf1;     /* a layer's prefill copies, first start to last end */
     int pf_pending, pf_copying;
     int32_t *pf_slot_of;            /* [E] pageable: a prefill batch's slot map */
+    int32_t pf_stage[32];           /* prefill's borrowed slots (2 * PF_BATCH), held for the step */
+    int pf_held;
     int timing_pending;
     uint64_t *sums;                 /* [L][E][2] host checksums (verify != off) */
     const uint8_t **map_gu, **map_dn;/* [L] device pointers of mapped banks, NULL if unregistered */
@@ -302,12 +304,16 @@ enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t
     collect_prefill_timing(f);
     ft_cache_probe(f->cache, layer, experts, n, f->slots_tmp); /* experts are distinct */
     int nh = 0, m = 0;
-    int32_t hit_e[n > 0 ? n : 1], hit_s[n > 0 ? n : 1], stage[2 * PF_BATCH], sl[PF_BATCH];
+    int32_t hit_e[n > 0 ? n : 1], hit_s[n > 0 ? n : 1], sl[PF_BATCH];
+    int32_t *stage = f->pf_stage;
     for (int i = 0; i < n; i++) {
         if (f->slots_tmp[i] >= 0) hit_e[nh] = experts[i], hit_s[nh++] = f->slots_tmp[i];
         else f->miss[m++] = experts[i];
     }
-    /* misses into free slots: copied, then computed with the hits */
+    /* the streaming buffers first (free slots first, held for the whole step: ft_offload_
+     * prefill_end gives them back), then misses into what is still free */
+    int want = m < 2 * PF_BATCH ? m : 2 * PF_BATCH;
+    if (f->pf_held < want) f->pf_held += ft_cache_borrow(f->cache, want - f->pf_held, stage + f->pf_held);
     int nfree = ft_cache_free_slots(f->cache), adm = m < nfree ? m : nfree, nf = 0;
     enum ft_status st = ft_cache_admit(f->cache, layer, f->miss, adm, f->fills, &nf);
     if (st == FT_OK && nf) {
@@ -321,19 +327,19 @@ enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t
     const int32_t *rest = f->miss + adm;
     m -= adm;
     f->cache->misses[layer] += (uint64_t)m;
-    int want = m < 2 * PF_BATCH ? m : 2 * PF_BATCH, got = m ? ft_cache_borrow(f->cache, want, stage) : 0;
     int first_done = 0;
-    if (m && got < 2 && got < m) { /* the step's experts hold the pool: run them, then borrow */
+    if (m && f->pf_held < 2 && f->pf_held < m) { /* the step's experts hold the pool: run them, then borrow */
         if (nh && (st = run_batch(f, hit_e, hit_s, nh, d_slot_of, s, fn, ctx)) != FT_OK) return st;
         cudaEventRecord(f->ev_free[0], s);
         cudaStreamWaitEvent(f->cs, f->ev_free[0], 0); /* the borrowed slots may be theirs */
         first_done = 1;
         ft_cache_new_step(f->cache);
-        got = ft_cache_borrow(f->cache, want, stage);
-        if (got < 1)
+        f->pf_held += ft_cache_borrow(f->cache, want - f->pf_held, stage + f->pf_held);
+        if (f->pf_held < 1)
             return ft_fail(FT_ERR_BUSY, "expert cache: no slot to stream layer %d's experts "
                            "through (raise --moe-cache-size)", layer);
     }
+    int got = f->pf_held < want ? f->pf_held : want;
     int nbuf = got >= 2 ? 2 : 1, b = got >= 2 ? got / 2 : 1, nb = m ? (m + b - 1) / b : 0;
     if (nb && (st = stage_batch(f, layer, rest, 0, b, nbuf, m, stage)) != FT_OK) return st;
     if (!first_done && nh && (st = run_batch(f, hit_e, hit_s, nh, d_slot_of, s, fn, ctx)) != FT_OK)
@@ -350,6 +356,15 @@ enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t
             return st;
     }
     return FT_OK;
+}
+
+void ft_offload_prefill_end(struct ft_offload *f, cudaStream_t s) {
+    if (!f->pf_held) return;
+    /* copies into these slots (decode's, once they are free) wait for the step's last read */
+    cudaEventRecord(f->ev_free[0], s);
+    cudaStreamWaitEvent(f->cs, f->ev_free[0], 0);
+    ft_cache_return(f->cache);
+    f->pf_held = 0;
 }
 
 /* Times n experts of layer l through `path` (2 reps, the second timed); 0 when unusable. */

@@ -39,6 +39,9 @@ typedef enum ft_status (*ft_offload_batch_fn)(void *ctx, int first, int last);
 enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t *experts, int n,
                                   int32_t *d_slot_of, cudaStream_t s, ft_offload_batch_fn fn,
                                   void *ctx);
+/* The end of a prefill step: the streaming buffers go back to the pool (copies on the copy
+ * stream wait for s's work so far). */
+void ft_offload_prefill_end(struct ft_offload *f, cudaStream_t s);
 const void *ft_offload_gu(const struct ft_offload *f);   /* [S][2I, H] in each layer's format */
 const void *ft_offload_down(const struct ft_offload *f); /* [S][H, I] */
 /* Bytes between slots of family fam (0 gate_up, 1 down): the largest expert matrix. */

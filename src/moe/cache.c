@@ -11,7 +11,7 @@
 static int lru_victim(const struct ft_cache *c, uint64_t step) {
     int best = -1;
     for (int s = 0; s < c->n_slots; s++) {
-        if (c->step_of[s] == step) continue;
+        if (c->step_of[s] == step || c->held[s]) continue;
         if (best < 0 || c->last_use[s] < c->last_use[best]) best = s;
     }
     return best;
@@ -39,7 +39,9 @@ enum ft_status ft_cache_init(struct ft_cache **out, int n_slots, int n_layers, i
     c->hits = calloc((size_t)n_layers, sizeof *c->hits);
     c->freq = calloc(keys, sizeof *c->freq);
     c->misses = calloc((size_t)n_layers, sizeof *c->misses);
-    if (!c->slot_of || !c->key_of || !c->last_use || !c->step_of || !c->freq || !c->hits || !c->misses) {
+    c->held = calloc((size_t)n_slots, 1);
+    if (!c->slot_of || !c->key_of || !c->last_use || !c->step_of || !c->freq || !c->hits || !c->misses ||
+        !c->held) {
         ft_cache_free(c);
         return ft_fail(FT_ERR_OOM, "expert cache: out of memory");
     }
@@ -58,6 +60,7 @@ void ft_cache_free(struct ft_cache *c) {
     free(c->hits);
     free(c->misses);
     free(c->freq);
+    free(c->held);
     free(c);
 }
 
@@ -125,17 +128,22 @@ int ft_cache_borrow(struct ft_cache *c, int n, int32_t *slots) {
         if (c->key_of[s] >= 0) c->slot_of[c->key_of[s]] = -1;
         c->key_of[s] = -1;
         c->last_use[s] = 0;
-        c->step_of[s] = c->step; /* not taken twice */
+        c->held[s] = 1;
         slots[got] = s;
     }
     return got;
+}
+
+void ft_cache_return(struct ft_cache *c) {
+    for (int s = 0; s < c->n_slots; s++)
+        if (c->held[s]) c->held[s] = 0, c->step_of[s] = 0;
 }
 
 void ft_cache_new_step(struct ft_cache *c) { c->step++; }
 
 int ft_cache_free_slots(const struct ft_cache *c) {
     int n = 0;
-    for (int s = 0; s < c->n_slots; s++) n += c->key_of[s] < 0;
+    for (int s = 0; s < c->n_slots; s++) n += c->key_of[s] < 0 && !c->held[s];
     return n;
 }
 

@@ -32,6 +32,7 @@ struct ft_cache {
     uint64_t step;          /* the current step (a layer's lookup) */
     uint64_t *hits, *misses;/* [n_layers] */
     uint32_t *freq;         /* [n_layers * n_experts] uses so far (hybrid: fetch the most used) */
+    uint8_t *held;          /* [n_slots] 1: borrowed (prefill scratch), out of circulation */
 };
 
 /* A miss to fill: copy expert `expert` of `layer` into `slot`. */
@@ -57,12 +58,15 @@ enum ft_status ft_cache_lookup(struct ft_cache *c, int layer, const int32_t *ids
 void ft_cache_probe(struct ft_cache *c, int layer, const int32_t *ids, int n, int32_t *slots);
 enum ft_status ft_cache_admit(struct ft_cache *c, int layer, const int32_t *experts, int n,
                               struct ft_cache_fill *fills, int *n_fills);
-/* Prefill streaming: takes up to n slots out of the cache as scratch for the current step
- * (ft_cache_probe started it): each is the policy's victim among the slots the step does not
- * use (free ones first), its expert forgotten; they come back free (never-used, so the next
- * victims: the next borrow takes the same slots). Returns how many it got. */
+/* Prefill streaming: takes up to n slots out of the cache as scratch (ft_cache_probe started
+ * the step): each is the policy's victim among the slots the step does not use (free ones
+ * first), its expert forgotten. Borrowed slots stay out of circulation (no lookup or admit
+ * takes them, and they do not count as free) until ft_cache_return, so a prompt's layers reuse
+ * one set of scratch slots instead of each evicting its own. Returns how many it got. */
 int ft_cache_borrow(struct ft_cache *c, int n, int32_t *slots);
-/* Slots holding no expert (never used, dropped, or returned by a borrow). */
+/* Gives every borrowed slot back, free and never-used (the next victims). */
+void ft_cache_return(struct ft_cache *c);
+/* Slots holding no expert and not borrowed (never used, dropped, or returned). */
 int ft_cache_free_slots(const struct ft_cache *c);
 /* Starts a new step without a lookup: the previous step's slots become evictable. */
 void ft_cache_new_step(struct ft_cache *c);

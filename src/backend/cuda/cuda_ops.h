@@ -46,7 +46,7 @@ void ft_cuda_attention(float *out, float *scratch, const float *q, const float *
                        const int32_t *tables, int max_blocks, int block_size, int T, int n_heads,
                        int n_kv_heads, int head_dim, float scale, int window, const float *sinks,
                        int max_pos, int n_split, cudaStream_t s);
-/* The same attention for prefill (tensor cores, bf16 Q/K/V/P with fp32 accumulation and
+/* The same attention for prefill (tensor cores, fp16 Q/K/V/P with fp32 accumulation and
  * softmax): tiles [n_tiles][2] = (first token, count <= 64) from ft_cuda_attention_tiles, each
  * tile's tokens of one sequence with ascending positions. head_dim <= 256. */
 #define FT_CUDA_ATT_TILE 64

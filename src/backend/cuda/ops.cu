@@ -4,6 +4,7 @@
  * a warp-per-position-stripe online softmax for attention over the paged cache.
  * Every launcher only enqueues on its stream, so a decode step can be captured in a graph. */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
 #include <math.h>
@@ -334,8 +335,10 @@ extern "C" void ft_cuda_attention(float *out, float *scratch, const float *q, co
 
 /* --- attention for prefill: a tensor-core flash-attention. A block takes one tile of up to
  * FA_BQ query tokens of one sequence (ascending positions) and one head, and walks the
- * sequence's paged K/V in FA_BK-position steps: K and V are converted to bf16 in shared memory,
- * S = Q K^T and O += P V run on WMMA (bf16 in, fp32 accumulation), and each warp keeps the
+ * sequence's paged K/V in FA_BK-position steps: K and V are converted to fp16 in shared memory,
+ * S = Q K^T and O += P V run on WMMA (fp16 in, fp32 accumulation; fp16 rather than bf16 for
+ * its 3 more mantissa bits: bf16 scores moved gpt-oss's prefill logits 1.5x further from
+ * transformers; inputs are clamped to fp16's range), and each warp keeps the
  * online softmax of its own 16 query rows (running max and sum in shared memory, O in shared
  * memory so rows can be rescaled), so warps only meet at the K/V loads. HD is head_dim rounded
  * up to 32/64/128/256 (the padding columns are zeros). Unlike the flash-decoding kernel above,
@@ -350,9 +353,11 @@ struct fa_smem {
                                     (size_t)FA_BQ * (LDS + LDO) * 4;
 };
 
-/* n floats of row `src` (hd valid, the rest zero) scaled, as bf16 into dst[0..HD) */
+__device__ __forceinline__ __half fa_h(float v) { return __float2half_rn(fminf(fmaxf(v, -65504.f), 65504.f)); }
+
+/* 4 floats of row `src` from column c (hd valid, the rest zero) scaled, as fp16 into dst */
 template <int HD>
-__device__ __forceinline__ void fa_row_load(__nv_bfloat16 *dst, const float *src, int hd, int c, float scale) {
+__device__ __forceinline__ void fa_row_load(__half *dst, const float *src, int hd, int c, float scale) {
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (src && c + 3 < hd && (hd & 3) == 0) {
         v = *(const float4 *)(src + c);
@@ -360,8 +365,8 @@ __device__ __forceinline__ void fa_row_load(__nv_bfloat16 *dst, const float *src
         v.x = c < hd ? src[c] : 0.f, v.y = c + 1 < hd ? src[c + 1] : 0.f;
         v.z = c + 2 < hd ? src[c + 2] : 0.f, v.w = c + 3 < hd ? src[c + 3] : 0.f;
     }
-    dst[c] = __float2bfloat16(v.x * scale), dst[c + 1] = __float2bfloat16(v.y * scale);
-    dst[c + 2] = __float2bfloat16(v.z * scale), dst[c + 3] = __float2bfloat16(v.w * scale);
+    dst[c] = fa_h(v.x * scale), dst[c + 1] = fa_h(v.y * scale);
+    dst[c + 2] = fa_h(v.z * scale), dst[c + 3] = fa_h(v.w * scale);
 }
 
 template <int HD>
@@ -371,8 +376,8 @@ __global__ void __launch_bounds__(128) flash_prefill_kernel(
     int n_heads, int n_kv_heads, int hd, float scale, int window, const float *sinks) {
     using SM = fa_smem<HD>;
     extern __shared__ __align__(128) unsigned char fa_raw[];
-    __nv_bfloat16 *Qs = (__nv_bfloat16 *)fa_raw, *Ks = Qs + FA_BQ * SM::LDH, *Vs = Ks + FA_BK * SM::LDH;
-    __nv_bfloat16 *Ps = Vs + FA_BK * SM::LDH;
+    __half *Qs = (__half *)fa_raw, *Ks = Qs + FA_BQ * SM::LDH, *Vs = Ks + FA_BK * SM::LDH;
+    __half *Ps = Vs + FA_BK * SM::LDH;
     float *Ss = (float *)(Ps + FA_BQ * SM::LDP), *Os = Ss + FA_BQ * SM::LDS;
     __shared__ float row_m[FA_BQ], row_l[FA_BQ];
     __shared__ int row_p[FA_BQ];
@@ -410,11 +415,11 @@ __global__ void __launch_bounds__(128) flash_prefill_kernel(
             for (int j = 0; j < FA_BK / 16; j++) wmma::fill_fragment(acc[j], 0.0f);
 #pragma unroll
             for (int kk = 0; kk < HD; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
                 wmma::load_matrix_sync(a, Qs + 16 * w * SM::LDH + kk, SM::LDH);
 #pragma unroll
                 for (int j = 0; j < FA_BK / 16; j++) {
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b;
                     wmma::load_matrix_sync(b, Ks + 16 * j * SM::LDH + kk, SM::LDH);
                     wmma::mma_sync(acc[j], a, b, acc[j]);
                 }
@@ -440,7 +445,7 @@ __global__ void __launch_bounds__(128) flash_prefill_kernel(
             float corr = m_new == -INFINITY ? 1.0f : __expf(m_old - m_new), sum = 0.0f;
             for (int c = half * 32; c < half * 32 + 32; c++) {
                 float e = srow[c] == -INFINITY ? 0.0f : __expf(srow[c] - m_new);
-                Ps[r * SM::LDP + c] = __float2bfloat16(e);
+                Ps[r * SM::LDP + c] = __float2half_rn(e);
                 sum += e;
             }
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
@@ -456,8 +461,8 @@ __global__ void __launch_bounds__(128) flash_prefill_kernel(
             wmma::load_matrix_sync(o, op, SM::LDO, wmma::mem_row_major);
 #pragma unroll
             for (int kk = 0; kk < FA_BK; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> b;
                 wmma::load_matrix_sync(a, Ps + 16 * w * SM::LDP + kk, SM::LDP);
                 wmma::load_matrix_sync(b, Vs + kk * SM::LDH + 16 * j, SM::LDH);
                 wmma::mma_sync(o, a, b, o);
