@@ -14,7 +14,7 @@
 #            test_real_model.py --backend cuda, ft bench on it (cuda; cpu 16 threads) -> real.log
 #   offload  #8 hybrid/cpu/offload at 30G, hybrid at 12G (uniform routing, tg128);
 #            #7 sticky:0.8 routing at 24G                                    -> offload.log
-#   long     #7 pp4096 at 30G, 512- and 4096-token passes (-b)            -> long.log
+#   long     #7 pp4096 at 30G with 512-, 2048- and 4096-token passes (-b); at 24G, 12G -> long.log
 #   profile  #5/#7 per-op GPU time (FT_GPU_PROFILE=1) of decode and prefill: resident pp512,
 #            offloaded pp4096 at 30G in one 4096-token pass                  -> profile.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
@@ -74,9 +74,13 @@ for part in "$@"; do
         ;;
     long)
         # #7: a 4096-token prompt at 30G (prefill streams the uncached experts once per chunk)
-        for b in 512 4096; do
+        for b in 512 2048 4096; do
             step long.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 4096 -n 16 -r 1 -b $b \
                 --backend offload --vram-limit 30G
+        done
+        for v in 24G 12G; do
+            step long.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 4096 -n 16 -r 1 \
+                --backend offload --vram-limit $v
         done
         ;;
     profile)

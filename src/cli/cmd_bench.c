@@ -23,8 +23,9 @@ static const char k_usage[] =
     "  -p N                 prompt tokens for the prefill test (default 512; 0 skips)\n"
     "  -n N                 generated tokens for the decode test (default 128; 0 skips)\n"
     "  -r N                 repetitions (default 3)\n"
-    "  -b, --batch N        prompt tokens per forward pass (default 512; offload streams the\n"
-    "                       uncached experts once per pass, so larger passes copy less)\n"
+    "  -b, --batch N        prompt tokens per forward pass (default 2048, as ft serve's\n"
+    "                       --max-prefill-length; offload streams the uncached experts\n"
+    "                       once per pass, so larger passes copy less)\n"
     "  -t, --threads N      CPU threads (default: physical cores)\n"
     "  --synthetic PRESET[:FMT]  random weights of a real shape: qwen3-30b-a3b,\n"
     "                       qwen3.6-35b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b, tiny,\n"
@@ -198,7 +199,7 @@ int ft_cmd_bench(int argc, char **argv) {
     int be_auto;
     ft_cli_backend_init(&be, &be_auto);
     const char *model = NULL, *synthetic = NULL, *routing = NULL;
-    long p = 512, n = 128, reps = 3, threads = 0, seed = 1, batch = 512;
+    long p = 512, n = 128, reps = 3, threads = 0, seed = 1, batch = 2048;
     for (int i = 1; i < argc; i++) {
         int rb = ft_cli_backend_flag("bench", argc, argv, &i, &be, &be_auto);
         if (rb < 0) return 2;

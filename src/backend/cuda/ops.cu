@@ -381,6 +381,7 @@ __global__ void __launch_bounds__(128) flash_prefill_kernel(
     float *Ss = (float *)(Ps + FA_BQ * SM::LDP), *Os = Ss + FA_BQ * SM::LDS;
     __shared__ float row_m[FA_BQ], row_l[FA_BQ];
     __shared__ int row_p[FA_BQ];
+    __shared__ long long row_off[FA_BK];
     pdl_enter();
     int t0 = tiles[2 * blockIdx.x], n = tiles[2 * blockIdx.x + 1], h = blockIdx.y;
     int kvh = h / (n_heads / n_kv_heads), seq = tok_seq[t0];
@@ -398,15 +399,38 @@ __global__ void __launch_bounds__(128) flash_prefill_kernel(
     int r = 16 * w + lane / 2, half = lane & 1; /* this lane's softmax row and half of it */
     for (int k0 = lo; k0 < hi; k0 += FA_BK) {
         __syncthreads(); /* everyone is done with the previous K/V (and Q/row_p are written) */
-        for (int i = tid; i < FA_BK * HD / 4; i += blockDim.x) {
-            int rr = i / (HD / 4), c = (i % (HD / 4)) * 4, p = k0 + rr;
-            const float *ks = NULL, *vs = NULL;
-            if (p < hi) {
-                size_t row = cache_row(tables, max_blocks, seq, p, bs) * kv_stride + (size_t)kvh * hd;
-                ks = kc + row, vs = vc + row;
+        if (tid < FA_BK) /* the tile's cache rows, looked up once (-1: past the end) */
+            row_off[tid] = k0 + tid < hi ? (long long)(cache_row(tables, max_blocks, seq, k0 + tid, bs) *
+                                                       kv_stride + (size_t)kvh * hd) : -1;
+        __syncthreads();
+        if (hd == HD) { /* whole rows: G chunks of K and of V in flight before any conversion */
+            constexpr int PER = FA_BK * HD / 4 / 128, G = PER < 8 ? PER : 8;
+#pragma unroll
+            for (int g0 = 0; g0 < PER; g0 += G) {
+                float4 kr[G], vr[G];
+#pragma unroll
+                for (int j = 0; j < G; j++) {
+                    int i = tid + (g0 + j) * 128, rr = i / (HD / 4), c = (i % (HD / 4)) * 4;
+                    long long o = row_off[rr];
+                    kr[j] = vr[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+                    if (o >= 0) kr[j] = __ldg((const float4 *)(kc + o + c)), vr[j] = __ldg((const float4 *)(vc + o + c));
+                }
+#pragma unroll
+                for (int j = 0; j < G; j++) {
+                    int i = tid + (g0 + j) * 128, rr = i / (HD / 4), c = (i % (HD / 4)) * 4;
+                    __half2 k01 = __halves2half2(fa_h(kr[j].x), fa_h(kr[j].y)), k23 = __halves2half2(fa_h(kr[j].z), fa_h(kr[j].w));
+                    __half2 v01 = __halves2half2(fa_h(vr[j].x), fa_h(vr[j].y)), v23 = __halves2half2(fa_h(vr[j].z), fa_h(vr[j].w));
+                    *(__half2 *)(Ks + rr * SM::LDH + c) = k01, *(__half2 *)(Ks + rr * SM::LDH + c + 2) = k23;
+                    *(__half2 *)(Vs + rr * SM::LDH + c) = v01, *(__half2 *)(Vs + rr * SM::LDH + c + 2) = v23;
+                }
             }
-            fa_row_load<HD>(Ks + rr * SM::LDH, ks, hd, c, 1.0f);
-            fa_row_load<HD>(Vs + rr * SM::LDH, vs, hd, c, 1.0f);
+        } else {
+            for (int i = tid; i < FA_BK * HD / 4; i += blockDim.x) {
+                int rr = i / (HD / 4), c = (i % (HD / 4)) * 4;
+                long long o = row_off[rr];
+                fa_row_load<HD>(Ks + rr * SM::LDH, o >= 0 ? kc + o : NULL, hd, c, 1.0f);
+                fa_row_load<HD>(Vs + rr * SM::LDH, o >= 0 ? vc + o : NULL, hd, c, 1.0f);
+            }
         }
         __syncthreads();
         { /* S = Q K^T for this warp's 16 rows */
@@ -449,7 +473,8 @@ __global__ void __launch_bounds__(128) flash_prefill_kernel(
                 sum += e;
             }
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            for (int c = half * (HD / 2); c < half * (HD / 2) + HD / 2; c++) Os[r * SM::LDO + c] *= corr;
+            if (corr != 1.0f) /* the row's max moved: rescale what it has summed so far */
+                for (int c = half * (HD / 2); c < half * (HD / 2) + HD / 2; c++) Os[r * SM::LDO + c] *= corr;
             __syncwarp();
             if (!half) row_m[r] = m_new, row_l[r] = row_l[r] * corr + sum;
         }
