@@ -39,6 +39,10 @@ struct ft_offload {
     int32_t *pf_slot_of;            /* [E] pageable: a prefill batch's slot map */
     int32_t pf_stage[32];           /* prefill's borrowed slots (2 * PF_BATCH), held for the step */
     int pf_held;
+    /* a batch of the next layer's uncached experts, copied into buffer pre_buf (pre_b slots a
+     * buffer) while this layer computed; pre_layer -1: none */
+    int pre_layer, pre_n, pre_buf, pre_b;
+    int32_t pre_e[16];
     int timing_pending;
     uint64_t *sums;                 /* [L][E][2] host checksums (verify != off) */
     const uint8_t **map_gu, **map_dn;/* [L] device pointers of mapped banks, NULL if unregistered */
@@ -142,11 +146,12 @@ static void collect_timing(struct ft_offload *f) {
     f->timing_pending = 0;
 }
 
-/* The last prefill layer's copy time (its copies done once the caller has synchronised: the
- * compute stream waited for each of them), into the copy statistics only: its span includes
- * waits for a staging buffer, so it is not a per-expert cost for the split. */
-static void collect_prefill_timing(struct ft_offload *f) {
-    if (!f->pf_pending) return;
+/* The span of prefill copies since the last collection (first start to latest end), into the
+ * copy statistics only: it includes waits for a staging buffer, so it is not a per-expert
+ * cost for the split. !wait: while a copy is still running (the next layer's prefetch) the
+ * span is left open and grows with the next copies. */
+static void collect_prefill_timing(struct ft_offload *f, int wait) {
+    if (!f->pf_pending || (!wait && cudaEventQuery(f->ev_pf1) != cudaSuccess)) return;
     float ms = 0;
     if (cudaEventSynchronize(f->ev_pf1) == cudaSuccess &&
         cudaEventElapsedTime(&ms, f->ev_pf0, f->ev_pf1) == cudaSuccess)
@@ -205,7 +210,7 @@ static enum ft_status copy_fills(struct ft_offload *f, const struct ft_cache_fil
 enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t *ids, int n,
                                  int32_t *d_slots, cudaStream_t s, int *cpu_pairs, int *n_cpu) {
     collect_timing(f);
-    collect_prefill_timing(f);
+    collect_prefill_timing(f, 1);
     ft_cache_probe(f->cache, layer, ids, n, f->slots_tmp);
     int m = 0; /* distinct misses */
     for (int i = 0; i < n; i++) {
@@ -276,38 +281,53 @@ static enum ft_status prefill_copy(struct ft_offload *f, const struct ft_cache_f
     return st;
 }
 
-/* Copies miss batch j (miss[j*b ..]) into staging buffer j % nbuf on the copy stream, after
- * the compute that last read that buffer. */
-static enum ft_status stage_batch(struct ft_offload *f, int layer, const int32_t *miss, int j,
-                                  int b, int nbuf, int m, const int32_t *stage) {
-    int buf = j % nbuf, lo = j * b, hi = lo + b < m ? lo + b : m;
-    if (j >= nbuf) cudaStreamWaitEvent(f->cs, f->ev_free[buf], 0);
-    for (int i = lo; i < hi; i++)
-        f->fills[i - lo] = (struct ft_cache_fill){layer, miss[i], stage[buf * b + i - lo]};
-    enum ft_status st = prefill_copy(f, f->fills, hi - lo);
+/* Copies n experts of `layer` into buffer buf's first n slots (b slots a buffer) on the copy
+ * stream, after the compute that last read that buffer when `wait`. */
+static enum ft_status stage_copy(struct ft_offload *f, int layer, const int32_t *experts, int n,
+                                 int buf, int b, int wait) {
+    if (wait) cudaStreamWaitEvent(f->cs, f->ev_free[buf], 0);
+    for (int i = 0; i < n; i++)
+        f->fills[i] = (struct ft_cache_fill){layer, experts[i], f->pf_stage[buf * b + i]};
+    enum ft_status st = prefill_copy(f, f->fills, n);
     cudaEventRecord(f->ev_stage[buf], f->cs);
     return st;
 }
 
+/* The next MoE layer this backend streams (not a CPU layer), or -1. */
+static int next_gpu_moe_layer(const struct ft_offload *f, int layer) {
+    for (int l = layer + 1; l < f->n_layers; l++)
+        if (f->m->layers[l].is_moe) return f->cpu_layer[l] ? -1 : l;
+    return -1;
+}
+
 /* Prefill: the layer's cached experts are computed where they are (no copy, and they stay
  * cached); misses go into free slots while the pool has any (admitted: a cold cache fills up
- * during the first prompts), and the rest stream through slots borrowed from the pool, two
- * buffers of up to PF_BATCH experts, the copy of batch j+1 overlapping the compute of batch j.
- * Streamed experts are not admitted: a long prompt touches every expert of every layer, and
- * admitting them would evict, in LRU order, everything decode had cached (the whole pool, for
- * a model larger than it) and leave the prompt itself a hit rate near 0. */
+ * during the first prompts), and the rest stream through slots borrowed from the pool for the
+ * whole step, two buffers of up to PF_BATCH experts, the copy of batch j+1 overlapping the
+ * compute of batch j. Streamed experts are not admitted: a long prompt touches every expert
+ * of every layer, and admitting them would evict, in LRU order, everything decode had cached
+ * (the whole pool, for a model larger than it) and leave the prompt itself a hit rate near 0.
+ * When a pass touches nearly every expert of a layer, the next layer's will be touched too:
+ * its first uncached experts (in id order) are copied into the free buffer while this layer's
+ * last batch computes and the next layer's attention and router run, when the copy stream
+ * would otherwise idle (a layer's misses are known only after its router). */
 #define PF_BATCH 16
 enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t *experts, int n,
                                   int32_t *d_slot_of, cudaStream_t s, ft_offload_batch_fn fn,
                                   void *ctx) {
     collect_timing(f);
-    collect_prefill_timing(f);
+    collect_prefill_timing(f, 0);
     ft_cache_probe(f->cache, layer, experts, n, f->slots_tmp); /* experts are distinct */
-    int nh = 0, m = 0;
-    int32_t hit_e[n > 0 ? n : 1], hit_s[n > 0 ? n : 1], sl[PF_BATCH];
+    int nh = 0, m = 0, np = 0, has_pre = f->pre_layer == layer && f->pre_n > 0;
+    int32_t hit_e[n > 0 ? n : 1], hit_s[n > 0 ? n : 1], sl[PF_BATCH], pre_e[PF_BATCH], pre_s[PF_BATCH];
     int32_t *stage = f->pf_stage;
+    f->pre_layer = -1;
     for (int i = 0; i < n; i++) {
+        int pi = -1;
+        for (int j = 0; has_pre && j < f->pre_n; j++)
+            if (f->pre_e[j] == experts[i]) pi = j;
         if (f->slots_tmp[i] >= 0) hit_e[nh] = experts[i], hit_s[nh++] = f->slots_tmp[i];
+        else if (pi >= 0) pre_e[np] = experts[i], pre_s[np++] = stage[f->pre_buf * f->pre_b + pi];
         else f->miss[m++] = experts[i];
     }
     /* the streaming buffers first (free slots first, held for the whole step: ft_offload_
@@ -326,7 +346,7 @@ enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t
     for (int i = 0; i < nf; i++) hit_e[nh] = f->fills[i].expert, hit_s[nh++] = f->fills[i].slot;
     const int32_t *rest = f->miss + adm;
     m -= adm;
-    f->cache->misses[layer] += (uint64_t)m;
+    f->cache->misses[layer] += (uint64_t)(m + np);
     int first_done = 0;
     if (m && f->pf_held < 2 && f->pf_held < m) { /* the step's experts hold the pool: run them, then borrow */
         if (nh && (st = run_batch(f, hit_e, hit_s, nh, d_slot_of, s, fn, ctx)) != FT_OK) return st;
@@ -340,31 +360,72 @@ enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t
                            "through (raise --moe-cache-size)", layer);
     }
     int got = f->pf_held < want ? f->pf_held : want;
-    int nbuf = got >= 2 ? 2 : 1, b = got >= 2 ? got / 2 : 1, nb = m ? (m + b - 1) / b : 0;
-    if (nb && (st = stage_batch(f, layer, rest, 0, b, nbuf, m, stage)) != FT_OK) return st;
+    int nbuf = got >= 2 ? 2 : 1, b = got >= 2 ? got / 2 : 1;
+    /* a prefetched batch sits in buffer pre_buf: it runs first, batch 0 goes to the other
+     * buffer, and buffers keep pre_b slots so the two never overlap */
+    int shift = 0;
+    if (has_pre) nbuf = 2, b = f->pre_b, shift = 1 - f->pre_buf;
+    int nb = m ? (m + b - 1) / b : 0;
+#define BUF(j) (((j) + shift) % nbuf)
+#define CNT(j) ((j) * b + b < m ? b : m - (j) * b)
+#define STAGE(j) stage_copy(f, layer, rest + (j) * b, CNT(j), BUF(j), b, (j) + has_pre >= nbuf)
+    if (nb && (st = STAGE(0)) != FT_OK) return st;
     if (!first_done && nh && (st = run_batch(f, hit_e, hit_s, nh, d_slot_of, s, fn, ctx)) != FT_OK)
         return st; /* overlaps the first staging copy */
+    if (np) { /* copied while the previous layer computed */
+        cudaStreamWaitEvent(s, f->ev_stage[f->pre_buf], 0);
+        if ((st = run_batch(f, pre_e, pre_s, np, d_slot_of, s, fn, ctx)) != FT_OK) return st;
+    }
+    if (has_pre) cudaEventRecord(f->ev_free[f->pre_buf], s);
     for (int j = 0; j < nb; j++) {
-        int buf = j % nbuf, lo = j * b, cnt = lo + b < m ? b : m - lo;
-        if (nbuf == 2 && j + 1 < nb && (st = stage_batch(f, layer, rest, j + 1, b, nbuf, m, stage)) != FT_OK)
+        int buf = BUF(j), cnt = CNT(j);
+        if (nbuf == 2 && j + 1 < nb && (st = STAGE(j + 1)) != FT_OK)
             return st; /* the other buffer, while this batch computes */
         cudaStreamWaitEvent(s, f->ev_stage[buf], 0);
         for (int i = 0; i < cnt; i++) sl[i] = stage[buf * b + i];
-        if ((st = run_batch(f, rest + lo, sl, cnt, d_slot_of, s, fn, ctx)) != FT_OK) return st;
+        if ((st = run_batch(f, rest + j * b, sl, cnt, d_slot_of, s, fn, ctx)) != FT_OK) return st;
         cudaEventRecord(f->ev_free[buf], s);
-        if (nbuf == 1 && j + 1 < nb && (st = stage_batch(f, layer, rest, j + 1, b, nbuf, m, stage)) != FT_OK)
-            return st;
+        if (nbuf == 1 && j + 1 < nb && (st = STAGE(j + 1)) != FT_OK) return st;
     }
+    /* prefetch into a buffer of pb slots: the one the last batch did not use, whose last
+     * reader recorded ev_free; where this layer's buffers had another size (few misses) the
+     * regions may overlap, so the copy waits for everything queued on s */
+    int nl = next_gpu_moe_layer(f, layer);
+    if (nl >= 0 && f->pf_held >= 2 && 8 * n >= 7 * f->E) {
+        int pb = f->pf_held / 2 < PF_BATCH ? f->pf_held / 2 : PF_BATCH, buf = 0, safe, k = 0;
+        if (nb == 0) {
+            safe = !has_pre || f->pre_b == pb;
+            buf = has_pre && safe ? 1 - f->pre_buf : 0;
+        } else {
+            safe = nbuf == 2 && b == pb;
+            buf = safe ? BUF(nb) : 0;
+        }
+        int32_t e_pre[PF_BATCH];
+        const int32_t *so = f->cache->slot_of + (size_t)nl * f->E;
+        for (int e = 0; e < f->E && k < pb; e++)
+            if (so[e] < 0) e_pre[k++] = e;
+        if (k) {
+            if (!safe) cudaEventRecord(f->ev_free[buf], s);
+            if ((st = stage_copy(f, nl, e_pre, k, buf, pb, 1)) != FT_OK) return st;
+            memcpy(f->pre_e, e_pre, (size_t)k * sizeof *e_pre);
+            f->pre_layer = nl, f->pre_n = k, f->pre_buf = buf, f->pre_b = pb;
+        }
+    }
+#undef BUF
+#undef CNT
+#undef STAGE
     return FT_OK;
 }
 
 void ft_offload_prefill_end(struct ft_offload *f, cudaStream_t s) {
+    collect_prefill_timing(f, 1);
     if (!f->pf_held) return;
     /* copies into these slots (decode's, once they are free) wait for the step's last read */
     cudaEventRecord(f->ev_free[0], s);
     cudaStreamWaitEvent(f->cs, f->ev_free[0], 0);
     ft_cache_return(f->cache);
     f->pf_held = 0;
+    f->pre_layer = -1;
 }
 
 /* Times n experts of layer l through `path` (2 reps, the second timed); 0 when unusable. */
@@ -498,6 +559,7 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     f->map_gu = calloc((size_t)f->n_layers, sizeof *f->map_gu);
     f->map_dn = calloc((size_t)f->n_layers, sizeof *f->map_dn);
     f->cpu_layer = calloc((size_t)f->n_layers, 1);
+    f->pre_layer = -1;
     f->sums = calloc(total ? (size_t)f->n_layers * f->E * 2 : 1, sizeof *f->sums);
     if (!f->fills || !f->miss || !f->slots_tmp || !f->pf_slot_of || !f->cp_dst || !f->cp_src || !f->cp_bytes || !f->map_gu ||
         !f->map_dn || !f->cpu_layer || !f->sums ||
