@@ -1,6 +1,7 @@
 /* bench_exec.c — the CPU expert executor sustained over many decode steps (not a test): each
  * step computes k experts of one token (ft_moe_exec_run_pairs, --cpu-act fast), the experts
- * rotating over 64 so no step finds its weights in the last-level cache, and the figure is the
+ * rotating over enough for 3x the last-level cache (ft_bw_rotation_experts) so no step finds
+ * its weights there, and the figure is the
  * mean over all steps (ft bench bw reports the best of 12, the number the hybrid split starts
  * from). Printed as GB/s of expert weights read, next to the host DRAM read bandwidth measured
  * in the same run (DESIGN.md 1.1).
@@ -16,13 +17,13 @@
 #include <string.h>
 
 #include "backend/cpu/ops.h"
+#include "core/sys.h"
 #include "core/threadpool.h"
 #include "core/timer.h"
 #include "mem/bank.h"
 #include "model/model.h"
+#include "moe/bw_profile.h"
 #include "moe/cpu_exec.h"
-
-#define N_EXPERTS 64
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_exec [--format FMT] [--threads N] [--hidden H] "
@@ -56,6 +57,8 @@ int main(int argc, char **argv) {
     struct ft_moe_exec *ex = NULL;
     const struct ft_row_schema *sch = ft_row_schema_for(fmt);
     uint64_t seed = 0x9e3779b97f4a7c15ull;
+    uint64_t expert_bytes = (uint64_t)2 * I * ft_dtype_row_bytes(fmt, H) + (uint64_t)H * ft_dtype_row_bytes(fmt, I);
+    const int N_EXPERTS = ft_bw_rotation_experts(expert_bytes);
     enum ft_status st = ft_pool_init_pinned(&pool, threads);
     if (st == FT_OK) st = ft_bank_init(&gu, sch, FT_BANK_GATE_UP, N_EXPERTS, 2 * I, H);
     if (st == FT_OK) st = ft_bank_init(&dn, sch, FT_BANK_DOWN, N_EXPERTS, H, I);
@@ -85,9 +88,11 @@ int main(int argc, char **argv) {
     }
     double bytes = (double)k * (double)(gu.row_bytes + dn.row_bytes);
     double mean_gbps = bytes * steps / (t_all * 1e3), best_gbps = bytes / (best * 1e3);
-    printf("bench_exec: %s experts of %.2f MiB (H=%d, I=%d), %d per step, %d threads, ISA %s\n",
-           sch->name, (gu.row_bytes + dn.row_bytes) / 1048576.0, H, I, k, ft_pool_size(pool),
-           ft_cpu_isa_name(ft_cpu_isa()));
+    printf("bench_exec: %s experts of %.2f MiB (H=%d, I=%d), %d per step over %d (%.0f MiB; "
+           "last-level cache %.0f MiB), %d threads, ISA %s\n", sch->name,
+           (gu.row_bytes + dn.row_bytes) / 1048576.0, H, I, k, N_EXPERTS,
+           N_EXPERTS * (gu.row_bytes + dn.row_bytes) / 1048576.0, ft_sys_llc_bytes() / 1048576.0,
+           ft_pool_size(pool), ft_cpu_isa_name(ft_cpu_isa()));
     printf("host DRAM read (ceiling, measured now): %.1f GB/s\n", dram);
     printf("executor over %d steps: mean %.1f GB/s (%.0f%% of DRAM), best step %.1f GB/s "
            "(%.0f%%); %.1f us per step\n", steps, mean_gbps, 100 * mean_gbps / dram, best_gbps,

@@ -37,17 +37,15 @@ static const char k_usage[] =
     "  copies at once; saves a profile the offload backend's hybrid split starts from when the\n"
     "  model's experts have that format and size ($FREETOKEN_CACHE or ~/.cache/freetoken).\n";
 
-/* 64 experts (~600 MB at Qwen3-30B-A3B's shape) read in rotating sets of k, so no rep finds
- * its experts in the last-level cache (16 were too few on the H200 machine: the executor showed
- * 110% of DRAM bandwidth) */
-#define N_EXPERTS 64
-
+/* Experts read in rotating sets of k over ft_bw_rotation_experts (3x the last-level cache), so
+ * no rep finds its experts there (16, then 64, were too few on the H200 machine: its L3 is
+ * 300 MiB, and the executor showed 100-110% of DRAM bandwidth) */
 struct bw {
     struct ft_pool *pool;
     struct ft_moe_exec *exec;
     struct ft_bank gu, dn;
     float *x, *out;
-    int H, I, k;
+    int H, I, k, n_rot;
     uint64_t expert_bytes;
 };
 
@@ -55,7 +53,7 @@ struct bw {
 static double exec_once(struct bw *b, int n, int set) {
     int tok[64], ids[64];
     float w[64];
-    for (int j = 0; j < n; j++) tok[j] = 0, ids[j] = (set * b->k + j) % N_EXPERTS, w[j] = 1.0f / n;
+    for (int j = 0; j < n; j++) tok[j] = 0, ids[j] = (set * b->k + j) % b->n_rot, w[j] = 1.0f / n;
     memset(b->out, 0, (size_t)b->H * sizeof(float));
     int64_t t0 = ft_time_us();
     ft_moe_exec_run_pairs(b->exec, b->pool, &b->gu, &b->dn, NULL, b->x, tok, ids, w, n, b->out);
@@ -93,7 +91,7 @@ static double copy_k(struct bw *b, void *slots, int set, int gather, const void 
     int c = 0;
     size_t gub = b->gu.row_bytes, dnb = b->dn.row_bytes;
     for (int j = 0; j < b->k; j++) {
-        int e = (set * b->k + j) % N_EXPERTS;
+        int e = (set * b->k + j) % b->n_rot;
         dst[c] = (char *)slots + (size_t)j * (gub + dnb);
         src[c] = gather ? (const char *)map_gu + (size_t)e * b->gu.stride
                         : (const char *)ft_bank_expert(&b->gu, e);
@@ -161,10 +159,12 @@ int ft_cmd_bench_bw(int argc, char **argv) {
     if (!ft_dtype_row_bytes(fmt, H) || !ft_dtype_row_bytes(fmt, I))
         return ft_cli_usage_error("bench bw", "--format %s: --hidden %ld and --expert-width %ld must "
                                   "be whole blocks of the format", sch->name, H, I);
+    b.n_rot = ft_bw_rotation_experts((uint64_t)2 * I * ft_dtype_row_bytes(fmt, H) +
+                                     (uint64_t)H * ft_dtype_row_bytes(fmt, I));
     enum ft_status st = ft_pool_init_pinned(&b.pool, (int)threads); /* as the offload executor */
-    if (st == FT_OK) st = ft_bank_init(&b.gu, sch, FT_BANK_GATE_UP, N_EXPERTS, 2 * b.I, b.H);
-    if (st == FT_OK) st = ft_bank_init(&b.dn, sch, FT_BANK_DOWN, N_EXPERTS, b.H, b.I);
-    if (st == FT_OK) st = ft_moe_exec_init(&b.exec, 1, b.k, N_EXPERTS, b.H, b.I);
+    if (st == FT_OK) st = ft_bank_init(&b.gu, sch, FT_BANK_GATE_UP, b.n_rot, 2 * b.I, b.H);
+    if (st == FT_OK) st = ft_bank_init(&b.dn, sch, FT_BANK_DOWN, b.n_rot, b.H, b.I);
+    if (st == FT_OK) st = ft_moe_exec_init(&b.exec, 1, b.k, b.n_rot, b.H, b.I);
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     if (st == FT_OK) st = ft_bank_fill_random(b.pool, &b.gu, &seed);
     if (st == FT_OK) st = ft_bank_fill_random(b.pool, &b.dn, &seed);
@@ -244,9 +244,10 @@ int ft_cmd_bench_bw(int argc, char **argv) {
         cudaGetLastError();
     }
 #endif
-    printf("bandwidth profile: %s | %s | %d threads | %s experts of %.2f MiB (H=%d, I=%d), k=%d, "
-           "%s activations\n\n", p.gpu, p.cpu, p.threads, p.format, b.expert_bytes / 1048576.0,
-           b.H, b.I, b.k,
+    printf("bandwidth profile: %s | %s | %d threads | %s experts of %.2f MiB (H=%d, I=%d), k=%d of %d "
+           "rotating (at least 3x the %.0f MiB last-level cache), %s activations\n\n", p.gpu, p.cpu,
+           p.threads, p.format, b.expert_bytes / 1048576.0, b.H, b.I, b.k, b.n_rot,
+           ft_sys_llc_bytes() / 1048576.0,
            !fast || !(ft_cpu_xq_bytes(fmt, b.H) || ft_cpu_xq_bytes(fmt, b.I)) ? "fp32"
            : ft_cpu_xq_bytes(fmt, b.H) == 2 * (size_t)b.H                   ? "bf16" : "int8");
     char c1[32], c2[32], c3[32], c4[32], c5[32];

@@ -89,6 +89,24 @@ void ft_sys_cpu_model(char *buf, size_t cap) {
     fclose(f);
 }
 
+uint64_t ft_sys_llc_bytes(void) {
+    uint64_t best = 0;
+    for (int i = 0; i < 8; i++) {
+        char path[96], buf[64];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(buf, sizeof buf, f)) {
+            char *end;
+            unsigned long long v = strtoull(buf, &end, 10);
+            v *= *end == 'K' ? 1024ull : *end == 'M' ? 1048576ull : *end == 'G' ? 1073741824ull : 1ull;
+            if (v > best) best = v;
+        }
+        fclose(f);
+    }
+    return best ? best : (uint64_t)32 << 20;
+}
+
 void *ft_sys_alloc_pages(size_t bytes) {
     if (bytes == 0) bytes = 1;
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

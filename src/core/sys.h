@@ -13,6 +13,8 @@ int ft_sys_logical_cpus(void);     /* online logical CPUs, >= 1 */
 int ft_sys_core_cpus(int *out, int cap);
 /* The CPU's model name (/proc/cpuinfo), or "unknown CPU". */
 void ft_sys_cpu_model(char *buf, size_t cap);
+/* Bytes of the largest (last-level) CPU cache, from sysfs; 32 MiB when unknown. */
+uint64_t ft_sys_llc_bytes(void);
 
 /* Page-aligned allocation (zeroed lazily by the kernel); free with ft_sys_free_pages. */
 void *ft_sys_alloc_pages(size_t bytes);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "core/status.h"
+#include "core/sys.h"
 
 static void sanitize(const char *in, char *out, size_t cap) {
     size_t n = 0;
@@ -90,4 +91,9 @@ enum ft_status ft_bw_profile_load(const struct ft_bw_profile *key, struct ft_bw_
     out->conc_cpu_expert_gbps = cc;
     out->conc_copy_gbps = cg;
     return FT_OK;
+}
+
+int ft_bw_rotation_experts(uint64_t expert_bytes) {
+    uint64_t need = 3 * ft_sys_llc_bytes(), n = expert_bytes ? (need + expert_bytes - 1) / expert_bytes : 64;
+    return n < 64 ? 64 : n > 4096 ? 4096 : (int)n;
 }

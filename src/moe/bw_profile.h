@@ -22,6 +22,11 @@ struct ft_bw_profile {
     double conc_cpu_expert_gbps, conc_copy_gbps; /* both at once */
 };
 
+/* Experts to rotate over when timing the executor, so that no step finds its weights in the
+ * last-level cache: at least 64, and enough to span 3x the LLC (the H200 host's L3 is 300 MiB:
+ * 64 MXFP4 experts of Qwen3-30B-A3B's shape, 160 MB, fit in it and measured L3, not DRAM). */
+int ft_bw_rotation_experts(uint64_t expert_bytes);
+
 /* The file a profile with this key lives in ($FREETOKEN_CACHE, else $XDG_CACHE_HOME/freetoken,
  * else ~/.cache/freetoken). */
 void ft_bw_profile_path(const struct ft_bw_profile *key, char *buf, size_t cap);
