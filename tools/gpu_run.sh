@@ -17,8 +17,6 @@
 #   long     #7 pp4096 at 30G with 512-, 2048- and 4096-token passes (-b); at 24G, 12G -> long.log
 #   profile  #5/#7 per-op GPU time (FT_GPU_PROFILE=1) of decode and prefill: resident pp512,
 #            offloaded pp4096 at 30G in one 4096-token pass                  -> profile.log
-#   decode   #5 resident tg128/pp512 with routing and the attention merge fused into the
-#            kernels before them, then FT_ROUTE_FUSED=0 FT_ATT_FUSED=0, then fused again -> decode.log
 #   exec     #9 the executor's scaling: bench_exec mxfp4 at 1, 8, 16 threads, nvfp4 and bf16 at 16
 #            (experts rotating over 3x the L3)                              -> exec.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
@@ -93,13 +91,6 @@ for part in "$@"; do
         FT_GPU_PROFILE=1 step profile.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 4096 -n 8 -r 1 \
             -b 4096 --backend offload --vram-limit 30G
         ;;
-    decode)
-        for env in "" "FT_ROUTE_FUSED=0 FT_ATT_FUSED=0" ""; do
-            echo "--- env: ${env:-(fused)}" >>"$OUT/decode.log"
-            env $env $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 128 -r 3 --backend cuda \
-                >>"$OUT/decode.log" 2>&1
-        done
-        ;;
     exec)
         for t in 1 8 16; do step exec.log 120 $G/bench_exec --format mxfp4 --threads $t --steps 300; done
         for f in nvfp4 bf16; do step exec.log 120 $G/bench_exec --format $f --threads 16 --steps 300; done
@@ -124,7 +115,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, decode, exec, bw, real)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, exec, bw, real)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

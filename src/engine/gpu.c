@@ -58,8 +58,6 @@ struct ft_gpu {
     int32_t *h_ids, *h_pos, *h_tok_seq, *h_tables, *h_rows, *h_topk_all, *h_att_tiles; /* pinned */
     int n_att_tiles; /* prefill attention's query tiles this step */
     uint32_t *d_step;
-    int *d_route_counter; /* the fused routing's block counter (0 between uses) */
-    int *d_att_counters;  /* decode attention's merge counters [MAX_GRAPH_T * n_heads] (0 between uses) */
     /* activations */
     float *x, *xn, *q, *k, *v, *att, *y, *gu, *act, *router, *topw, *xl, *logits, *sh, *score;
     uint16_t *xn16, *att16, *act16, *xl16;
@@ -286,8 +284,6 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     g->d_tables = dalloc(g, (size_t)g->o.max_seqs * g->max_blocks * 4, &st);
     g->d_topk_all = dalloc(g, (size_t)m->n_layers * MAX_GRAPH_T * k * 4, &st); /* decode only */
     g->d_step = dalloc(g, 4, &st);
-    g->d_route_counter = dalloc(g, 4, &st);
-    g->d_att_counters = dalloc(g, (size_t)MAX_GRAPH_T * m->n_heads * 4, &st);
     g->h_ids = halloc(C * 4, &st);
     g->h_pos = halloc(C * 4, &st);
     g->h_tok_seq = halloc(C * 4, &st);
@@ -347,8 +343,6 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     g->att_part = dalloc(g, ft_cuda_attention_scratch(MAX_GRAPH_T, m->n_heads, m->head_dim,
                                                       g->att_split_small), &st);
     if (st == FT_OK) cudaMemsetAsync(g->d_step, 0, 4, g->s); /* on g->s: it is non-blocking */
-    if (st == FT_OK) cudaMemsetAsync(g->d_route_counter, 0, 4, g->s);
-    if (st == FT_OK) cudaMemsetAsync(g->d_att_counters, 0, (size_t)MAX_GRAPH_T * m->n_heads * 4, g->s);
     if (E && g->o.routing == FT_ROUTING_ZIPF) { /* the CPU's zipf:S over ranks 1..E */
         double *cum = malloc(E * sizeof *cum);
         float *cdf = malloc(E * sizeof *cdf);
@@ -530,7 +524,7 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
     for (int l = 0; l < m->n_layers; l++) {
         const struct gpu_layer *L = &g->L[l];
         struct ft_cuda_gemv_args qkv = {{g->q, g->k, g->v}, qd, kd, qd, {L->bq, L->bk, L->bv},
-                                        g->x, L->wqkv, L->attn_norm, eps, NULL, 0, T, qd + 2 * kd, H, {0}};
+                                        g->x, L->wqkv, L->attn_norm, eps, NULL, 0, T, qd + 2 * kd, H};
         ft_cuda_gemv_ex(&qkv, s);
         prof_mark(g, P_QKV);
         size_t layer_off = (size_t)l * g->o.n_blocks * FT_KV_BLOCK * kd;
@@ -542,20 +536,20 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
         ft_cuda_attention(g->att, g->att_part, g->q, g->k_cache + layer_off, g->v_cache + layer_off,
                           g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T,
                           m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window,
-                          L->sinks, g->o.max_ctx, g->att_split_small, g->d_att_counters, s);
+                          L->sinks, g->o.max_ctx, g->att_split_small, s);
         prof_mark(g, P_ATTN);
         struct ft_cuda_gemv_args o = {{g->x, NULL, NULL}, H, 0, H, {L->bo, NULL, NULL}, g->att,
-                                      L->wo, NULL, 0.0f, NULL, 1, T, H, qd, {0}};
+                                      L->wo, NULL, 0.0f, NULL, 1, T, H, qd};
         ft_cuda_gemv_ex(&o, s); /* x += o_proj(att) */
         prof_mark(g, P_OPROJ);
         if (!L->is_moe) {
             int I = L->I;
             struct ft_cuda_gemv_args gu = {{g->gu, NULL, NULL}, 2 * I, 0, 2 * I, {NULL, NULL, NULL},
-                                           g->x, L->w_gu, L->ffn_norm, eps, NULL, 0, T, 2 * I, H, {0}};
+                                           g->x, L->w_gu, L->ffn_norm, eps, NULL, 0, T, 2 * I, H};
             ft_cuda_gemv_ex(&gu, s);
             ft_cuda_silu_mul(g->act, g->gu, T, I, s);
             struct ft_cuda_gemv_args dn = {{g->x, NULL, NULL}, H, 0, H, {NULL, NULL, NULL}, g->act,
-                                           L->w_down, NULL, 0.0f, NULL, 1, T, H, I, {0}};
+                                           L->w_down, NULL, 0.0f, NULL, 1, T, H, I};
             ft_cuda_gemv_ex(&dn, s);
             prof_mark(g, P_DENSE);
             continue;
@@ -563,14 +557,10 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
         int I = m->expert_inter;
         /* router logits with the fused ffn norm; the normalised rows land in xn for the experts */
         struct ft_cuda_gemv_args rt = {{g->router, NULL, NULL}, E, 0, E, {L->router_b, NULL, NULL},
-                                       g->x, L->router, L->ffn_norm, eps, g->xn, 0, T, E, H, {0}};
-        int32_t *ids = g->d_topk_all + (size_t)l * MAX_GRAPH_T * k; /* kept for the distinct count */
-        if (g->o.routing != FT_ROUTING_STICKY) /* routing fused into the router GEMV */
-            rt.route = (struct ft_cuda_route){ids, g->topw, g->d_route_counter, k, m->norm_topk,
-                                              g->o.routing != FT_ROUTING_MODEL, l, g->o.seed,
-                                              g->d_step, g->synth.zipf_cdf};
+                                       g->x, L->router, L->ffn_norm, eps, g->xn, 0, T, E, H};
         ft_cuda_gemv_ex(&rt, s);
-        if (!rt.route.ids) route(g, l, T, ids);
+        int32_t *ids = g->d_topk_all + (size_t)l * MAX_GRAPH_T * k; /* kept for the distinct count */
+        route(g, l, T, ids);
         prof_mark(g, P_ROUTER);
         const void *gu = L->gu, *dn = L->down;
         const int32_t *eids = ids; /* expert ids (ids becomes the slots when offloading) */
@@ -697,7 +687,7 @@ static enum ft_status head(struct ft_gpu *g, const int32_t *d_rows, int rows, in
     ft_cuda_gather_f32(g->xl, g->x, pending_y ? g->y : NULL, d_rows, rows, H, g->s);
     if (rows <= MAX_GRAPH_T) { /* final norm fused into the lm_head GEMV */
         struct ft_cuda_gemv_args a = {{g->logits, NULL, NULL}, V, 0, V, {NULL, NULL, NULL}, g->xl,
-                                      g->lm_head, g->final_norm, m->rms_eps, NULL, 0, rows, V, H, {0}};
+                                      g->lm_head, g->final_norm, m->rms_eps, NULL, 0, rows, V, H};
         ft_cuda_gemv_ex(&a, g->s);
     } else {
         ft_cuda_rmsnorm(g->xl, g->xl16, g->xl, g->final_norm, rows, H, m->rms_eps, g->s);
@@ -959,7 +949,7 @@ void ft_gpu_free(struct ft_gpu *g) {
     }
     if (g->lm_head != g->embed) dfree(g->lm_head);
     void *ds[] = {g->embed, g->final_norm, g->inv_freq, g->k_cache, g->v_cache, g->d_ids, g->d_pos,
-                  g->d_tok_seq, g->d_tables, g->d_rows, g->d_topk_all, g->d_step, g->d_route_counter, g->d_att_counters, g->x, g->xn,
+                  g->d_tok_seq, g->d_tables, g->d_rows, g->d_topk_all, g->d_step, g->x, g->xn,
                   g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
                   g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,
                   g->mgu, g->mact, g->my, g->xg16, g->mact16, g->rtok, g->pair_dst, g->offsets,

@@ -39,15 +39,13 @@ void ft_cuda_qk_rope_kv(float *q, const float *k, const float *v, float *k_cache
 /* Causal GQA attention over the paged caches (same masking as ft_cpu_attention_paged), split
  * over positions (flash-decoding): positions [0, max_pos) are cut into n_split chunks, each a
  * block per (token, head); `scratch` holds ft_cuda_attention_scratch() bytes of partials.
- * max_pos bounds pos[t] + 1 of every token (a graph passes the context size). counters
- * (device [T * n_heads] ints, zero between calls; NULL: a second kernel merges): the last
- * chunk of each (token, head) merges them. */
+ * max_pos bounds pos[t] + 1 of every token (a graph passes the context size). */
 size_t ft_cuda_attention_scratch(int T, int n_heads, int head_dim, int n_split);
 void ft_cuda_attention(float *out, float *scratch, const float *q, const float *k_cache,
                        const float *v_cache, const int32_t *pos, const int32_t *tok_seq,
                        const int32_t *tables, int max_blocks, int block_size, int T, int n_heads,
                        int n_kv_heads, int head_dim, float scale, int window, const float *sinks,
-                       int max_pos, int n_split, int *counters, cudaStream_t s);
+                       int max_pos, int n_split, cudaStream_t s);
 /* The same attention for prefill (tensor cores, fp16 Q/K/V/P with fp32 accumulation and
  * softmax): tiles [n_tiles][2] = (first token, count <= 64) from ft_cuda_attention_tiles, each
  * tile's tokens of one sequence with ascending positions. head_dim <= 256. */
@@ -80,19 +78,6 @@ void ft_cuda_gemv(float *y, int ldy, const float *x, const uint16_t *w, const fl
  * ldy0), [n0, n0+n1) -> y[1] (stride n1), the rest -> y[2]; biases b[i] may be NULL. With nw,
  * the input is RMS-normalised on the fly (x * rsqrt(mean(x^2) + eps) * nw) and, if xn_out is
  * set, stored there. accumulate: y[0] += result (residual adds). */
-/* Routing fused into the router GEMV (decode, ids set): the GEMV's last block to finish turns
- * the T rows of logits it wrote (y[0], E = N wide) into k ids and weights per token, as
- * ft_cuda_router_topk or (synthetic) ft_cuda_synthetic_route's uniform / zipf draw would, so
- * routing costs no kernel of its own. counter: a device int that is 0 between uses. */
-struct ft_cuda_route {
-    int32_t *ids;
-    float *w;
-    int *counter;
-    int k, norm, synthetic, layer;
-    uint64_t seed;
-    const uint32_t *step;
-    const float *zipf_cdf;
-};
 struct ft_cuda_gemv_args {
     float *y[3];
     int n0, n1, ldy0;
@@ -104,7 +89,6 @@ struct ft_cuda_gemv_args {
     float *xn_out;
     int accumulate;
     int T, N, K;
-    struct ft_cuda_route route; /* route.ids NULL: none */
 };
 void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *a, cudaStream_t s);
 /* Routed experts for P = T*k (token, expert) pairs, decode-sized:

@@ -220,41 +220,16 @@ extern "C" void ft_cuda_to_bf16(uint16_t *y, const float *x, size_t n, cudaStrea
 
 /* --- attention: flash-decoding. Positions are split into chunks of `ch`; a block per
  * (token, head, chunk) runs an online softmax with each warp on a stripe of positions, merges
- * its warps, and writes a partial (max, sum, acc); the last block of each (token, head) to
- * finish merges the chunks (a counter per pair; without counters, or FT_ATT_FUSED=0, a second
- * kernel does). This keeps the GPU busy even for one token at a long context.
- * head_dim <= 256. --- */
+ * its warps, and writes a partial (max, sum, acc); a second kernel merges the chunks. This keeps
+ * the GPU busy even for one token at a long context. head_dim <= 256. --- */
 #define ATT_WARPS 4
 #define ATT_MAXD 8 /* head_dim / 32 rounded up */
-
-/* sinks (may be NULL): per head a logit that joins the softmax's denominator with no value
- * (gpt-oss), as ft_cpu_attention_paged. The block's threads merge (token t, head h)'s partials,
- * read through L2 (other blocks of the split kernel may have written them). */
-__device__ void attention_merge_one(float *out, const float *part, const float *sinks, int t,
-                                    int h, int n_heads, int hd, int n_split) {
-    const float *pp = part + ((size_t)t * n_heads + h) * n_split * (hd + 2);
-    float M = sinks ? sinks[h] : -INFINITY;
-    for (int s = 0; s < n_split; s++) M = fmaxf(M, __ldcg(pp + (size_t)s * (hd + 2)));
-    float *oh = out + ((size_t)t * n_heads + h) * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float L = sinks ? __expf(sinks[h] - M) : 0.0f, o = 0.0f;
-        for (int s = 0; s < n_split; s++) {
-            const float *q = pp + (size_t)s * (hd + 2);
-            float qs = __ldcg(q + 1);
-            if (qs == 0.0f) continue;
-            float c = __expf(__ldcg(q) - M);
-            L += qs * c;
-            o += __ldcg(q + 2 + d) * c;
-        }
-        oh[d] = L > 0.0f ? o / L : 0.0f;
-    }
-}
 
 __global__ void attention_split_kernel(float *part, const float *q, const float *kc, const float *vc,
                                        const int32_t *pos, const int32_t *tok_seq,
                                        const int32_t *tables, int max_blocks, int bs, int n_heads,
                                        int n_kv_heads, int hd, float scale, int window, int ch,
-                                       int n_split, float *out, const float *sinks, int *counters) {
+                                       int n_split) {
     pdl_enter();
     int t = blockIdx.x, h = blockIdx.y, sp = blockIdx.z, lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
     int kvh = h / (n_heads / n_kv_heads), seq = tok_seq[t];
@@ -264,106 +239,98 @@ __global__ void attention_split_kernel(float *part, const float *q, const float 
     int a = p0 + sp * ch, b = min(p1, a + ch);
     if (a >= b) {
         if (threadIdx.x == 0) pp[0] = -INFINITY, pp[1] = 0.0f;
-    } else {
-        const float *qh = q + ((size_t)t * n_heads + h) * hd;
-        float qr[ATT_MAXD], acc[ATT_MAXD];
-#pragma unroll
-        for (int j = 0; j < ATT_MAXD; j++) {
-            int d = lane + j * WARP;
-            qr[j] = d < hd ? qh[d] * scale : 0.0f;
-            acc[j] = 0.0f;
-        }
-        float m = -INFINITY, l = 0.0f;
-        for (int p = a + w; p < b; p += ATT_WARPS) {
-            size_t row = cache_row(tables, max_blocks, seq, p, bs) * kv_stride + (size_t)kvh * hd;
-            float kr[ATT_MAXD], vr[ATT_MAXD], sc = 0.0f;
-#pragma unroll
-            for (int j = 0; j < ATT_MAXD; j++) { /* K and V loads issued together */
-                int d = lane + j * WARP;
-                kr[j] = d < hd ? kc[row + d] : 0.0f;
-                vr[j] = d < hd ? vc[row + d] : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < ATT_MAXD; j++) sc += qr[j] * kr[j];
-            sc = warp_sum(sc);
-            float mn = fmaxf(m, sc), corr = __expf(m - mn), e = __expf(sc - mn);
-            l = l * corr + e;
-#pragma unroll
-            for (int j = 0; j < ATT_MAXD; j++) acc[j] = acc[j] * corr + e * vr[j];
-            m = mn;
-        }
-        __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][ATT_MAXD * WARP];
-        if (lane == 0) sm[w] = m, sl[w] = l;
-#pragma unroll
-        for (int j = 0; j < ATT_MAXD; j++) sacc[w][lane + j * WARP] = acc[j];
-        __syncthreads();
-        if (w == 0) {
-            float M = -INFINITY;
-            for (int i = 0; i < ATT_WARPS; i++) M = fmaxf(M, sm[i]);
-            float L = 0.0f, o[ATT_MAXD] = {0};
-            for (int i = 0; i < ATT_WARPS; i++) {
-                if (sl[i] == 0.0f) continue;
-                float c = __expf(sm[i] - M);
-                L += sl[i] * c;
-#pragma unroll
-                for (int j = 0; j < ATT_MAXD; j++) o[j] += sacc[i][lane + j * WARP] * c;
-            }
-            if (lane == 0) pp[0] = M, pp[1] = L;
-#pragma unroll
-            for (int j = 0; j < ATT_MAXD; j++) {
-                int d = lane + j * WARP;
-                if (d < hd) pp[2 + d] = o[j];
-            }
-        }
+        return;
     }
-    if (!counters) return;
-    __shared__ int last; /* the last chunk of (t, h) to finish merges them all */
-    __threadfence();
+    const float *qh = q + ((size_t)t * n_heads + h) * hd;
+    float qr[ATT_MAXD], acc[ATT_MAXD];
+#pragma unroll
+    for (int j = 0; j < ATT_MAXD; j++) {
+        int d = lane + j * WARP;
+        qr[j] = d < hd ? qh[d] * scale : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int p = a + w; p < b; p += ATT_WARPS) {
+        size_t row = cache_row(tables, max_blocks, seq, p, bs) * kv_stride + (size_t)kvh * hd;
+        float kr[ATT_MAXD], vr[ATT_MAXD], sc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < ATT_MAXD; j++) { /* K and V loads issued together */
+            int d = lane + j * WARP;
+            kr[j] = d < hd ? kc[row + d] : 0.0f;
+            vr[j] = d < hd ? vc[row + d] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < ATT_MAXD; j++) sc += qr[j] * kr[j];
+        sc = warp_sum(sc);
+        float mn = fmaxf(m, sc), corr = __expf(m - mn), e = __expf(sc - mn);
+        l = l * corr + e;
+#pragma unroll
+        for (int j = 0; j < ATT_MAXD; j++) acc[j] = acc[j] * corr + e * vr[j];
+        m = mn;
+    }
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][ATT_MAXD * WARP];
+    if (lane == 0) sm[w] = m, sl[w] = l;
+#pragma unroll
+    for (int j = 0; j < ATT_MAXD; j++) sacc[w][lane + j * WARP] = acc[j];
     __syncthreads();
-    int *cnt = counters + (size_t)t * n_heads + h;
-    if (threadIdx.x == 0) last = atomicAdd(cnt, 1) == n_split - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (threadIdx.x == 0) *cnt = 0;
-    attention_merge_one(out, part, sinks, t, h, n_heads, hd, n_split);
+    if (w != 0) return;
+    float M = -INFINITY;
+    for (int i = 0; i < ATT_WARPS; i++) M = fmaxf(M, sm[i]);
+    float L = 0.0f, o[ATT_MAXD] = {0};
+    for (int i = 0; i < ATT_WARPS; i++) {
+        if (sl[i] == 0.0f) continue;
+        float c = __expf(sm[i] - M);
+        L += sl[i] * c;
+#pragma unroll
+        for (int j = 0; j < ATT_MAXD; j++) o[j] += sacc[i][lane + j * WARP] * c;
+    }
+    if (lane == 0) pp[0] = M, pp[1] = L;
+#pragma unroll
+    for (int j = 0; j < ATT_MAXD; j++) {
+        int d = lane + j * WARP;
+        if (d < hd) pp[2 + d] = o[j];
+    }
 }
 
+/* sinks (may be NULL): per head a logit that joins the softmax's denominator with no value
+ * (gpt-oss), as ft_cpu_attention_paged */
 __global__ void attention_merge_kernel(float *out, const float *part, const float *sinks,
                                        int n_heads, int hd, int n_split) {
     pdl_enter();
-    attention_merge_one(out, part, sinks, blockIdx.x, blockIdx.y, n_heads, hd, n_split);
+    int t = blockIdx.x, h = blockIdx.y;
+    const float *pp = part + ((size_t)t * n_heads + h) * n_split * (hd + 2);
+    float M = sinks ? sinks[h] : -INFINITY;
+    for (int s = 0; s < n_split; s++) M = fmaxf(M, pp[(size_t)s * (hd + 2)]);
+    float *oh = out + ((size_t)t * n_heads + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float L = sinks ? __expf(sinks[h] - M) : 0.0f, o = 0.0f;
+        for (int s = 0; s < n_split; s++) {
+            const float *q = pp + (size_t)s * (hd + 2);
+            if (q[1] == 0.0f) continue;
+            float c = __expf(q[0] - M);
+            L += q[1] * c;
+            o += q[2 + d] * c;
+        }
+        oh[d] = L > 0.0f ? o / L : 0.0f;
+    }
 }
 
 extern "C" size_t ft_cuda_attention_scratch(int T, int n_heads, int head_dim, int n_split) {
     return (size_t)T * n_heads * n_split * (head_dim + 2) * sizeof(float);
 }
 
-/* FT_ATT_FUSED=0 merges the chunks in a kernel of its own (A/B runs) */
-static int att_fused_on(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("FT_ATT_FUSED");
-        on = !(v && !strcmp(v, "0"));
-    }
-    return on;
-}
-
 extern "C" void ft_cuda_attention(float *out, float *scratch, const float *q, const float *k_cache,
                                   const float *v_cache, const int32_t *pos, const int32_t *tok_seq,
                                   const int32_t *tables, int max_blocks, int block_size, int T,
                                   int n_heads, int n_kv_heads, int head_dim, float scale, int window,
-                                  const float *sinks, int max_pos, int n_split, int *counters,
-                                  cudaStream_t s) {
+                                  const float *sinks, int max_pos, int n_split, cudaStream_t s) {
     int ch = (max_pos + n_split - 1) / n_split;
     if (ch < 1) ch = 1;
-    if (!att_fused_on()) counters = NULL;
     launch(attention_split_kernel, dim3(T, n_heads, n_split), ATT_WARPS * WARP, 0, s, scratch, q,
            k_cache, v_cache, pos, tok_seq, tables, max_blocks, block_size, n_heads, n_kv_heads,
-           head_dim, scale, window, ch, n_split, out, sinks, counters);
-    if (!counters)
-        launch(attention_merge_kernel, dim3(T, n_heads), head_dim <= 128 ? 128 : 256, 0, s, out,
-               scratch, sinks, n_heads, head_dim, n_split);
+           head_dim, scale, window, ch, n_split);
+    launch(attention_merge_kernel, dim3(T, n_heads), head_dim <= 128 ? 128 : 256, 0, s, out,
+           scratch, sinks, n_heads, head_dim, n_split);
 }
 
 /* --- attention for prefill: a tensor-core flash-attention. A block takes one tile of up to
@@ -723,140 +690,6 @@ __device__ __forceinline__ void row_dot(float acc[TT], const uint16_t *wr, const
     }
 }
 
-/* --- router: one warp per token; values kept in registers (E <= 1024). Logits are read
- * through L2 (__ldcg): in the fused epilogue other blocks of the same kernel wrote them. --- */
-#define RT_MAX (1024 / WARP)
-
-__device__ void route_topk_warp(const float *l, int E, int k, int norm, int32_t *ids, float *w,
-                                int lane) {
-    float v[RT_MAX];
-    float mx = -INFINITY;
-    for (int j = 0; j < RT_MAX; j++) {
-        int e = lane + j * WARP;
-        v[j] = e < E ? __ldcg(l + e) : -INFINITY;
-        mx = fmaxf(mx, v[j]);
-    }
-    mx = warp_max(mx);
-    float z = 0.0f;
-    for (int j = 0; j < RT_MAX; j++) {
-        int e = lane + j * WARP;
-        v[j] = e < E ? __expf(v[j] - mx) : -1.0f;
-        z += e < E ? v[j] : 0.0f;
-    }
-    z = warp_sum(z);
-    float sum = 0.0f;
-    for (int r = 0; r < k; r++) {
-        float best = -1.0f;
-        int bi = 1 << 30;
-        for (int j = 0; j < RT_MAX; j++) {
-            int e = lane + j * WARP;
-            if (v[j] > best || (v[j] == best && e < bi)) best = v[j], bi = e;
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ob > best || (ob == best && oi < bi)) best = ob, bi = oi;
-        }
-        if (bi % WARP == lane) v[bi / WARP] = -1.0f;
-        if (lane == 0) {
-            ids[r] = bi;
-            w[r] = best / z;
-        }
-        sum += best / z;
-    }
-    if (norm && lane == 0)
-        for (int r = 0; r < k; r++) w[r] /= sum;
-}
-
-__global__ void router_topk_kernel(const float *logits, int T, int E, int k, int norm, int32_t *ids,
-                                   float *w) {
-    pdl_enter();
-    int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    if (t >= T) return;
-    route_topk_warp(logits + (size_t)t * E, E, k, norm, ids + t * k, w + t * k, lane);
-}
-
-extern "C" void ft_cuda_router_topk(const float *logits, int T, int E, int k, int norm,
-                                    int32_t *ids, float *w, cudaStream_t s) {
-    launch(router_topk_kernel, cdiv(T, 4), 4 * WARP, 0, s, logits, T, E, k, norm, ids, w);
-}
-
-/* uniform in [0, 1) from the top 24 bits */
-__device__ __forceinline__ float unit24(uint64_t s) { return (float)(s >> 40) * (1.0f / 16777216.0f); }
-
-/* One id: uniform, or zipf (cdf: [E] cumulative probabilities of ranks 1..E) mapped through the
- * layer's permutation of experts (rank r -> (r * 2654435761 + layer * 40503) mod E, as the CPU) */
-__device__ __forceinline__ int synth_draw(uint64_t *st, int E, const float *cdf, int layer) {
-    *st = ft_mix64(*st + 0x9e3779b97f4a7c15ull);
-    if (!cdf) return (int)(*st % (uint64_t)E);
-    float u = unit24(*st);
-    int lo = 0, hi = E - 1; /* the first rank whose cdf reaches u */
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (cdf[mid] >= u) hi = mid;
-        else lo = mid + 1;
-    }
-    return (int)(((uint64_t)lo * 2654435761u + (uint64_t)layer * 40503u) % (uint64_t)E);
-}
-
-/* The first expert not among ids[0..j) in rank order (zipf: through the layer's permutation)
- * or id order: a draw's fallback after 64 duplicates (a steep zipf leaves too few reachable
- * ranks to fill k without it), as the CPU's synth_unused. */
-__device__ __forceinline__ int synth_unused(const int32_t *ids, int j, int layer, int E, int zipf) {
-    for (int r = 0; r < E; r++) {
-        int id = zipf ? (int)(((uint64_t)r * 2654435761u + (uint64_t)layer * 40503u) % (uint64_t)E) : r;
-        int used = 0;
-        for (int i = 0; i < j; i++) used |= ids[i] == id;
-        if (!used) return id;
-    }
-    return 0;
-}
-
-/* softmax statistics of each token's router logits (max, sum of exp) into stats[t] */
-__device__ __forceinline__ void router_stats(const float *l, int E, int lane, float *mx, float *z) {
-    float m = -INFINITY, s = 0.0f;
-    for (int e = lane; e < E; e += WARP) m = fmaxf(m, __ldcg(l + e));
-    m = warp_max(m);
-    for (int e = lane; e < E; e += WARP) s += __expf(__ldcg(l + e) - m);
-    *mx = m, *z = warp_sum(s);
-}
-
-/* One warp per token: softmax statistics over E by the warp, then lane 0 draws k distinct ids
- * by rejection; weights = the router's softmax at those ids. */
-__device__ void route_synth_warp(const float *l, int E, int k, int norm, int32_t *ids, float *w,
-                                 uint64_t seed, uint32_t step, int layer, int t, const float *cdf,
-                                 int lane) {
-    float mx, z;
-    router_stats(l, E, lane, &mx, &z);
-    if (lane) return;
-    uint64_t st = ft_mix64(seed ^ ft_mix64(((uint64_t)step << 40) ^ ((uint64_t)layer << 20) ^ (uint64_t)t));
-    float sum = 0.0f;
-    for (int j = 0; j < k; j++) {
-        int id, dup, tries = 0;
-        do {
-            id = synth_draw(&st, E, cdf, layer);
-            dup = 0;
-            for (int i = 0; i < j; i++) dup |= ids[i] == id;
-            if (dup && ++tries >= 64) id = synth_unused(ids, j, layer, E, cdf != NULL), dup = 0;
-        } while (dup);
-        ids[j] = id;
-        w[j] = __expf(__ldcg(l + id) - mx) / z;
-        sum += w[j];
-    }
-    if (norm)
-        for (int j = 0; j < k; j++) w[j] /= sum;
-}
-
-__global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, int T, int E,
-                                   int k, uint64_t seed, const uint32_t *step, int layer, int norm,
-                                   const float *cdf) {
-    pdl_enter();
-    int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    if (t >= T) return;
-    route_synth_warp(logits + (size_t)t * E, E, k, norm, ids + t * k, w + t * k, seed, *step, layer,
-                     t, cdf, lane);
-}
-
 /* The fused input RMSNorm of the GEMV kernels (a.nw set): every block computes each token's
  * 1/rms into r_s (x rows are small, L2 resident), and block 0 stores the normalised input in
  * a.xn_out when asked. Every thread of the block calls it. */
@@ -917,28 +750,6 @@ __global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a) {
     }
 }
 
-/* The fused routing (a.route): every block publishes its logits and counts itself done; the
- * last one resets the counter and routes each token with one warp, reading the logits through
- * L2. Every thread of the block calls it. */
-__device__ void gemv_route_epilogue(const struct ft_cuda_gemv_args &a) {
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(a.route.counter, 1) == (int)gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (threadIdx.x == 0) *a.route.counter = 0;
-    int t = threadIdx.x / WARP, lane = threadIdx.x % WARP, k = a.route.k;
-    if (t >= a.T) return;
-    const float *l = a.y[0] + (size_t)t * a.ldy0;
-    if (a.route.synthetic)
-        route_synth_warp(l, a.N, k, a.route.norm, a.route.ids + t * k, a.route.w + t * k,
-                         a.route.seed, *a.route.step, a.route.layer, t, a.route.zipf_cdf, lane);
-    else
-        route_topk_warp(l, a.N, k, a.route.norm, a.route.ids + t * k, a.route.w + t * k, lane);
-}
-
 /* Few output rows (the router: N = E = 128): one block per row, its 256 threads splitting K
  * (one 16-byte load each per 2048 elements), so the GEMV spreads over N SMs instead of N / 8
  * and each thread waits for one load round instead of a warp for K / 256. Same fused norm,
@@ -965,12 +776,10 @@ __global__ void gemv_splitk_kernel(struct ft_cuda_gemv_args a) {
         if (lane == 0) part[t][w] = v;
     }
     __syncthreads();
-    if (tid < TT && tid < a.T) {
-        float v = 0.0f;
-        for (int i = 0; i < GEMV_WARPS; i++) v += part[tid][i];
-        gemv_store(a, n, tid, v, r_s);
-    }
-    if (a.route.ids) gemv_route_epilogue(a);
+    if (tid >= TT || tid >= a.T) return;
+    float v = 0.0f;
+    for (int i = 0; i < GEMV_WARPS; i++) v += part[tid][i];
+    gemv_store(a, n, tid, v, r_s);
 }
 
 /* FT_GEMV_SPLITK=0 keeps every GEMV on one warp per row (A/B runs) */
@@ -983,35 +792,10 @@ static int splitk_on(void) {
     return on;
 }
 
-/* FT_ROUTE_FUSED=0 routes in a kernel of its own after the router GEMV (A/B runs) */
-static int route_fused_on(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("FT_ROUTE_FUSED");
-        on = !(v && !strcmp(v, "0"));
-    }
-    return on;
-}
-
 extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream_t s) {
     dim3 grid(cdiv(args->N, GEMV_WARPS));
     int th = GEMV_WARPS * WARP;
     const int splitk = args->N <= 512 && args->K % 8 == 0 && splitk_on();
-    const struct ft_cuda_route *rt = &args->route;
-    if (rt->ids && !(splitk && args->T <= 8 && args->T <= GEMV_WARPS && route_fused_on())) {
-        /* not fusable here: the GEMV, then routing in its own kernel */
-        struct ft_cuda_gemv_args plain = *args;
-        plain.route.ids = NULL;
-        ft_cuda_gemv_ex(&plain, s);
-        if (rt->synthetic) {
-            struct ft_cuda_synth sy = {rt->zipf_cdf, NULL, NULL, 0.0f};
-            ft_cuda_synthetic_route(rt->ids, rt->w, args->y[0], args->T, args->N, rt->k, rt->seed,
-                                    rt->step, rt->layer, rt->norm, &sy, s);
-        } else {
-            ft_cuda_router_topk(args->y[0], args->T, args->N, rt->k, rt->norm, rt->ids, rt->w, s);
-        }
-        return;
-    }
     for (int t0 = 0; t0 < args->T; t0 += 8) { /* 8 tokens per launch */
         struct ft_cuda_gemv_args a = *args;
         a.T = args->T - t0 < 8 ? args->T - t0 : 8;
@@ -1038,7 +822,7 @@ extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream
 
 extern "C" void ft_cuda_gemv(float *y, int ldy, const float *x, const uint16_t *w,
                              const float *bias, int T, int N, int K, cudaStream_t s) {
-    struct ft_cuda_gemv_args a = {{y, NULL, NULL}, N, 0, ldy, {bias, NULL, NULL}, x, w, NULL, 0.0f, NULL, 0, T, N, K, {}};
+    struct ft_cuda_gemv_args a = {{y, NULL, NULL}, N, 0, ldy, {bias, NULL, NULL}, x, w, NULL, 0.0f, NULL, 0, T, N, K};
     ft_cuda_gemv_ex(&a, s);
 }
 
@@ -1079,6 +863,129 @@ __global__ void moe_combine_kernel(float *out, const float *y, const float *wts,
 extern "C" void ft_cuda_moe_combine(float *out, const float *y, const float *wts, int T, int k,
                                     int H, int accumulate, cudaStream_t s) {
     launch(moe_combine_kernel, T, 256, 0, s, out, y, wts, k, H, accumulate);
+}
+
+/* --- router: one warp per token; values kept in registers (E <= 1024) --- */
+#define RT_MAX (1024 / WARP)
+
+__global__ void router_topk_kernel(const float *logits, int T, int E, int k, int norm, int32_t *ids,
+                                   float *w) {
+    pdl_enter();
+    int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (t >= T) return;
+    const float *l = logits + (size_t)t * E;
+    float v[RT_MAX];
+    float mx = -INFINITY;
+    for (int j = 0; j < RT_MAX; j++) {
+        int e = lane + j * WARP;
+        v[j] = e < E ? l[e] : -INFINITY;
+        mx = fmaxf(mx, v[j]);
+    }
+    mx = warp_max(mx);
+    float z = 0.0f;
+    for (int j = 0; j < RT_MAX; j++) {
+        int e = lane + j * WARP;
+        v[j] = e < E ? __expf(v[j] - mx) : -1.0f;
+        z += e < E ? v[j] : 0.0f;
+    }
+    z = warp_sum(z);
+    float sum = 0.0f;
+    for (int r = 0; r < k; r++) {
+        float best = -1.0f;
+        int bi = 1 << 30;
+        for (int j = 0; j < RT_MAX; j++) {
+            int e = lane + j * WARP;
+            if (v[j] > best || (v[j] == best && e < bi)) best = v[j], bi = e;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ob > best || (ob == best && oi < bi)) best = ob, bi = oi;
+        }
+        if (bi % WARP == lane) v[bi / WARP] = -1.0f;
+        if (lane == 0) {
+            ids[t * k + r] = bi;
+            w[t * k + r] = best / z;
+        }
+        sum += best / z;
+    }
+    if (norm && lane == 0)
+        for (int r = 0; r < k; r++) w[t * k + r] /= sum;
+}
+
+extern "C" void ft_cuda_router_topk(const float *logits, int T, int E, int k, int norm,
+                                    int32_t *ids, float *w, cudaStream_t s) {
+    launch(router_topk_kernel, cdiv(T, 4), 4 * WARP, 0, s, logits, T, E, k, norm, ids, w);
+}
+
+/* uniform in [0, 1) from the top 24 bits */
+__device__ __forceinline__ float unit24(uint64_t s) { return (float)(s >> 40) * (1.0f / 16777216.0f); }
+
+/* One id: uniform, or zipf (cdf: [E] cumulative probabilities of ranks 1..E) mapped through the
+ * layer's permutation of experts (rank r -> (r * 2654435761 + layer * 40503) mod E, as the CPU) */
+__device__ __forceinline__ int synth_draw(uint64_t *st, int E, const float *cdf, int layer) {
+    *st = ft_mix64(*st + 0x9e3779b97f4a7c15ull);
+    if (!cdf) return (int)(*st % (uint64_t)E);
+    float u = unit24(*st);
+    int lo = 0, hi = E - 1; /* the first rank whose cdf reaches u */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (cdf[mid] >= u) hi = mid;
+        else lo = mid + 1;
+    }
+    return (int)(((uint64_t)lo * 2654435761u + (uint64_t)layer * 40503u) % (uint64_t)E);
+}
+
+/* The first expert not among ids[0..j) in rank order (zipf: through the layer's permutation)
+ * or id order: a draw's fallback after 64 duplicates (a steep zipf leaves too few reachable
+ * ranks to fill k without it), as the CPU's synth_unused. */
+__device__ __forceinline__ int synth_unused(const int32_t *ids, int j, int layer, int E, int zipf) {
+    for (int r = 0; r < E; r++) {
+        int id = zipf ? (int)(((uint64_t)r * 2654435761u + (uint64_t)layer * 40503u) % (uint64_t)E) : r;
+        int used = 0;
+        for (int i = 0; i < j; i++) used |= ids[i] == id;
+        if (!used) return id;
+    }
+    return 0;
+}
+
+/* softmax statistics of each token's router logits (max, sum of exp) into stats[t] */
+__device__ __forceinline__ void router_stats(const float *l, int E, int lane, float *mx, float *z) {
+    float m = -INFINITY, s = 0.0f;
+    for (int e = lane; e < E; e += WARP) m = fmaxf(m, l[e]);
+    m = warp_max(m);
+    for (int e = lane; e < E; e += WARP) s += __expf(l[e] - m);
+    *mx = m, *z = warp_sum(s);
+}
+
+/* One warp per token: softmax statistics over E by the warp, then lane 0 draws k distinct ids
+ * by rejection; weights = the router's softmax at those ids. */
+__global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, int T, int E,
+                                   int k, uint64_t seed, const uint32_t *step, int layer, int norm,
+                                   const float *cdf) {
+    pdl_enter();
+    int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (t >= T) return;
+    const float *l = logits + (size_t)t * E;
+    float mx, z;
+    router_stats(l, E, lane, &mx, &z);
+    if (lane) return;
+    uint64_t st = ft_mix64(seed ^ ft_mix64(((uint64_t)*step << 40) ^ ((uint64_t)layer << 20) ^ (uint64_t)t));
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        int id, dup, tries = 0;
+        do {
+            id = synth_draw(&st, E, cdf, layer);
+            dup = 0;
+            for (int i = 0; i < j; i++) dup |= ids[t * k + i] == id;
+            if (dup && ++tries >= 64) id = synth_unused(ids + t * k, j, layer, E, cdf != NULL), dup = 0;
+        } while (dup);
+        ids[t * k + j] = id;
+        w[t * k + j] = __expf(l[id] - mx) / z;
+        sum += w[t * k + j];
+    }
+    if (norm)
+        for (int j = 0; j < k; j++) w[t * k + j] /= sum;
 }
 
 /* Sticky routing (temporally correlated): each of the k choices keeps the layer's previous id
