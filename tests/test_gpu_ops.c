@@ -487,8 +487,9 @@ TEST(fused_qkv_and_moe_prefill) {
     /* MoE prefill: 70 tokens, 9 experts, top-3, H = 136 (K % 8 == 0 path) and H = 42 (tails);
      * with H = 136 every token's first choice is expert 0, whose 70 rows take three row tiles */
     int Hs[2] = {136, 42};
-    for (int hi = 0; hi < 2; hi++) {
-        int TT = 70, E = 9, k = 3, H = Hs[hi], I = 40, R = TT * k;
+    for (int hv = 0; hv < 4; hv++) { /* each H with 32- and 64-row tiles */
+        int hi = hv / 2, TT = 70, E = 9, k = 3, H = Hs[hi], I = 40, R = TT * k, tm = hv % 2 ? 64 : 32;
+        ft_cuda_moe_set_tile_rows(tm);
         int32_t *ids = malloc((size_t)R * 4);
         float *wts = rnd(R);
         for (int t = 0; t < TT; t++)
@@ -526,7 +527,7 @@ TEST(fused_qkv_and_moe_prefill) {
         ft_cuda_moe_unsort(dout, dmy, dpd, dw2, TT, k, H, 0);
         float *got2 = down(dout, (size_t)TT * H);
         char what[64];
-        snprintf(what, sizeof what, "moe prefill sort+wmma gemm H=%d", H);
+        snprintf(what, sizeof what, "moe prefill sort+wmma gemm H=%d tile %d", H, tm);
         EXPECT_NMSE(got2, ref2, (size_t)TT * H, 1e-5, what);
         EXPECT_OK(ft_cuda_check("moe prefill"));
         free(ids), free(wts), free(gu), free(dn), free(x16), free(xf), free(ref2), free(got2);
@@ -534,6 +535,7 @@ TEST(fused_qkv_and_moe_prefill) {
         cudaFree(dgu), cudaFree(ddn), cudaFree(dx16), cudaFree(dxg), cudaFree(dact16), cudaFree(dmgu);
         cudaFree(dact), cudaFree(dmy), cudaFree(dout), cudaFree(dw2);
     }
+    ft_cuda_moe_set_tile_rows(0);
 }
 
 /* Row r's exact values on the CPU: GGML blocks, or the NVFP4 / FP8_B128 rows carrying scales */

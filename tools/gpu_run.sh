@@ -17,6 +17,8 @@
 #   long     #7 pp4096 at 30G with 512-, 2048- and 4096-token passes (-b); at 24G, 12G -> long.log
 #   profile  #5/#7 per-op GPU time (FT_GPU_PROFILE=1) of decode and prefill: resident pp512,
 #            offloaded pp4096 at 30G in one 4096-token pass                  -> profile.log
+#   tm64     #5 the grouped GEMM with 64-row tiles (FT_MOE_TM=64): test_gpu_model with it, then
+#            resident pp512 with 32- and 64-row tiles alternated, and the 30G pp4096 pass -> tm64.log
 #   exec     #9 the executor's scaling: bench_exec mxfp4 at 1, 8, 16 threads, nvfp4 and bf16 at 16
 #            (experts rotating over 3x the L3)                              -> exec.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
@@ -91,6 +93,17 @@ for part in "$@"; do
         FT_GPU_PROFILE=1 step profile.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 4096 -n 8 -r 1 \
             -b 4096 --backend offload --vram-limit 30G
         ;;
+    tm64)
+        FT_MOE_TM=64 step tm64.log 400 $G/test_gpu_model
+        for tm in 32 64 32 64; do
+            FT_MOE_TM=$tm step tm64.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 0 -r 3 \
+                --backend cuda
+        done
+        for tm in 32 64; do
+            FT_MOE_TM=$tm step tm64.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 4096 -n 0 -r 1 \
+                -b 4096 --backend offload --vram-limit 30G
+        done
+        ;;
     exec)
         for t in 1 8 16; do step exec.log 120 $G/bench_exec --format mxfp4 --threads $t --steps 300; done
         for f in nvfp4 bf16; do step exec.log 120 $G/bench_exec --format $f --threads 16 --steps 300; done
@@ -115,7 +128,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, exec, bw, real)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, bw, real)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_ops.h"
 
@@ -16,7 +17,22 @@ __global__ void moe_count_kernel(int32_t *counts, const int32_t *ids, int R) {
     if (r < R) atomicAdd(counts + ids[r], 1);
 }
 
-#define MG_TM 32 /* rows (tokens) per tile: an expert sees ~T*k/E rows, often fewer than 64 */
+#define MG_TM 32 /* the smallest row tile (the tile list's bound is R / MG_TM + E) */
+
+/* Rows (tokens) per tile of the grouped GEMM: 32 (the default), or 64 (FT_MOE_TM=64, or
+ * ft_cuda_moe_set_tile_rows): an expert with 33-64 rows then reads its weights once, not twice
+ * (at pp512, ~32 rows per expert, spread). The sort's tile list and the GEMM use the same. */
+static int g_tile_rows;
+
+extern "C" void ft_cuda_moe_set_tile_rows(int tm) { g_tile_rows = tm == 64 || tm == 32 ? tm : 0; }
+
+static int moe_tile_rows(void) {
+    if (!g_tile_rows) {
+        const char *v = getenv("FT_MOE_TM");
+        g_tile_rows = v && atoi(v) == 64 ? 64 : 32;
+    }
+    return g_tile_rows;
+}
 
 /* Inclusive scan of buf[0..1024) by one block of 1024 threads (Hillis-Steele). */
 __device__ void block_scan_1024(int32_t *buf) {
@@ -32,7 +48,8 @@ __device__ void block_scan_1024(int32_t *buf) {
 /* One block (E <= 1024): offsets [E+1] = exclusive scan of counts, cursor = offsets, and the
  * GEMM's row tiles after them: offsets[E+1] = their number, then (expert, first row) pairs, an
  * expert's tiles adjacent and in row order. */
-__global__ void moe_scan_kernel(int32_t *offsets, int32_t *cursor, const int32_t *counts, int E) {
+__global__ void moe_scan_kernel(int32_t *offsets, int32_t *cursor, const int32_t *counts, int E,
+                                int tm) {
     __shared__ int32_t buf[1024];
     int i = threadIdx.x, c = i < E ? counts[i] : 0;
     buf[i] = c;
@@ -42,12 +59,12 @@ __global__ void moe_scan_kernel(int32_t *offsets, int32_t *cursor, const int32_t
     if (i < E) offsets[i] = ex, cursor[i] = ex;
     if (i == E - 1) offsets[E] = buf[i];
     __syncthreads();
-    int nt = (c + MG_TM - 1) / MG_TM;
+    int nt = (c + tm - 1) / tm;
     buf[i] = nt;
     __syncthreads();
     block_scan_1024(buf);
     int32_t *tiles = offsets + E + 2;
-    for (int j = 0, t = buf[i] - nt; j < nt; j++, t++) tiles[2 * t] = i, tiles[2 * t + 1] = ex + j * MG_TM;
+    for (int j = 0, t = buf[i] - nt; j < nt; j++, t++) tiles[2 * t] = i, tiles[2 * t + 1] = ex + j * tm;
     if (i == E - 1) offsets[E + 1] = buf[i];
 }
 
@@ -86,7 +103,7 @@ extern "C" void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *cur
     int R = T * k;
     cudaMemsetAsync(counts, 0, (size_t)E * sizeof(int32_t), s);
     moe_count_kernel<<<(R + 255) / 256, 256, 0, s>>>(counts, ids, R);
-    moe_scan_kernel<<<1, 1024, 0, s>>>(offsets, cursor, counts, E);
+    moe_scan_kernel<<<1, 1024, 0, s>>>(offsets, cursor, counts, E, moe_tile_rows());
     moe_place_kernel<<<E, 256, 0, s>>>(rtok, pair_dst, offsets, ids, R, k);
 }
 
@@ -108,58 +125,70 @@ __device__ __forceinline__ uint4 load8(const __nv_bfloat16 *m, int r, int rows, 
     return v.u;
 }
 
-/* Block: 4 warps, a 32x64 output tile of one expert (each warp 16x32: two fragments); the next
- * K slice is fetched into registers while tensor cores work on the current one. */
+/* Block: 4 warps (2 x 2), a TM x 64 output tile of one expert (each warp TM/2 x 32: TM/32 x 2
+ * fragments); the next K slice is fetched into registers while tensor cores work on the
+ * current one. */
+template <int TM>
 __global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                                const int32_t *offsets, const int32_t *slot_of, size_t w_stride,
                                int E, int N, int K) {
+    constexpr int FM = TM / 32, LA = TM / 32; /* fragments per warp in M; A loads per thread */
     const int32_t *tile = offsets + E + 2 + 2 * blockIdx.x;
     if ((int)blockIdx.x >= offsets[E + 1]) return;
     int e = tile[0], n0 = blockIdx.y * MG_TN, r0 = tile[1], r1 = offsets[e + 1];
     int slot = slot_of ? slot_of[e] : e;
     if (slot < 0) return; /* not in this batch */
     const __nv_bfloat16 *we = w + (size_t)slot * (slot_of ? w_stride : (size_t)N * K);
-    __shared__ __align__(32) __nv_bfloat16 As[MG_TM * MG_LD];
+    __shared__ __align__(32) __nv_bfloat16 As[TM * MG_LD];
     __shared__ __align__(32) __nv_bfloat16 Bs[MG_TN * MG_LD];
-    __shared__ __align__(32) float Cs[MG_TM * (MG_TN + 4)];
+    __shared__ __align__(32) float Cs[TM * (MG_TN + 4)];
     int tid = threadIdx.x, warp = tid / 32, wy = warp / 2, wx = warp % 2, vec = (K % 8) == 0;
-    /* thread's chunks: A row tid/4, col (tid%4)*8; B rows tid/4 and 32 + tid/4 */
+    /* thread's chunks: A rows tid/4 + 32 i, col (tid%4)*8; B rows tid/4 and 32 + tid/4 */
     int ar = tid / 4, ac = (tid % 4) * 8;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c[2];
-    wmma::fill_fragment(c[0], 0.0f);
-    wmma::fill_fragment(c[1], 0.0f);
-    uint4 ra = load8(x, r0 + ar, r1, ac, K, vec);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c[FM][2];
+#pragma unroll
+    for (int i = 0; i < FM; i++) wmma::fill_fragment(c[i][0], 0.0f), wmma::fill_fragment(c[i][1], 0.0f);
+    uint4 ra[LA];
+#pragma unroll
+    for (int i = 0; i < LA; i++) ra[i] = load8(x, r0 + ar + 32 * i, r1, ac, K, vec);
     uint4 rb0 = load8(we, n0 + ar, N, ac, K, vec), rb1 = load8(we, n0 + 32 + ar, N, ac, K, vec);
     for (int k0 = 0; k0 < K; k0 += MG_TK) {
-        *(uint4 *)(As + ar * MG_LD + ac) = ra;
+#pragma unroll
+        for (int i = 0; i < LA; i++) *(uint4 *)(As + (ar + 32 * i) * MG_LD + ac) = ra[i];
         *(uint4 *)(Bs + ar * MG_LD + ac) = rb0;
         *(uint4 *)(Bs + (32 + ar) * MG_LD + ac) = rb1;
         __syncthreads();
         if (k0 + MG_TK < K) { /* prefetch the next slice while the tensor cores run */
             int kk = k0 + MG_TK + ac;
-            ra = load8(x, r0 + ar, r1, kk, K, vec);
+#pragma unroll
+            for (int i = 0; i < LA; i++) ra[i] = load8(x, r0 + ar + 32 * i, r1, kk, K, vec);
             rb0 = load8(we, n0 + ar, N, kk, K, vec);
             rb1 = load8(we, n0 + 32 + ar, N, kk, K, vec);
         }
 #pragma unroll
         for (int ks = 0; ks < MG_TK; ks += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[FM];
             wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[2];
-            wmma::load_matrix_sync(a, As + (wy * 16) * MG_LD + ks, MG_LD);
+#pragma unroll
+            for (int i = 0; i < FM; i++)
+                wmma::load_matrix_sync(a[i], As + (wy * 16 * FM + 16 * i) * MG_LD + ks, MG_LD);
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 wmma::load_matrix_sync(b[j], Bs + (wx * 32 + j * 16) * MG_LD + ks, MG_LD);
-                wmma::mma_sync(c[j], a, b[j], c[j]);
+#pragma unroll
+                for (int i = 0; i < FM; i++) wmma::mma_sync(c[i][j], a[i], b[j], c[i][j]);
             }
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int j = 0; j < 2; j++)
-        wmma::store_matrix_sync(Cs + (wy * 16) * (MG_TN + 4) + wx * 32 + j * 16, c[j], MG_TN + 4,
-                                wmma::mem_row_major);
+    for (int i = 0; i < FM; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            wmma::store_matrix_sync(Cs + (wy * 16 * FM + 16 * i) * (MG_TN + 4) + wx * 32 + j * 16,
+                                    c[i][j], MG_TN + 4, wmma::mem_row_major);
     __syncthreads();
-    for (int ci = tid; ci < MG_TM * MG_TN; ci += blockDim.x) {
+    for (int ci = tid; ci < TM * MG_TN; ci += blockDim.x) {
         int row = ci / MG_TN, col = ci % MG_TN;
         if (r0 + row < r1 && n0 + col < N) y[(size_t)(r0 + row) * N + n0 + col] = Cs[row * (MG_TN + 4) + col];
     }
@@ -168,9 +197,14 @@ __global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const __nv_bfl
 extern "C" void ft_cuda_moe_gemm(float *y, const uint16_t *x, const uint16_t *w,
                                  const int32_t *offsets, const int32_t *slot_of, size_t w_stride,
                                  int E, int N, int K, int R, cudaStream_t s) {
-    dim3 grid((unsigned)(R / MG_TM + E), (N + MG_TN - 1) / MG_TN); /* bounds the tile count */
-    moe_gemm_kernel<<<grid, 128, 0, s>>>(y, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w,
-                                         offsets, slot_of, w_stride, E, N, K);
+    int tm = moe_tile_rows();
+    dim3 grid((unsigned)(R / tm + E), (N + MG_TN - 1) / MG_TN); /* bounds the tile count */
+    if (tm == 64)
+        moe_gemm_kernel<64><<<grid, 128, 0, s>>>(y, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w,
+                                                 offsets, slot_of, w_stride, E, N, K);
+    else
+        moe_gemm_kernel<32><<<grid, 128, 0, s>>>(y, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w,
+                                                 offsets, slot_of, w_stride, E, N, K);
 }
 
 __global__ void moe_unsort_kernel(float *out, const float *y, const int32_t *pair_dst,
