@@ -1,11 +1,13 @@
 /* test_bw_profile.c — `ft bench bw` profiles: save/load round trip keyed by GPU, CPU, format and
- * expert bytes; a missing profile is FT_ERR_IO, a corrupt one FT_ERR_FORMAT naming the file; and
+ * expert bytes; a missing profile is FT_ERR_IO, a corrupt one FT_ERR_FORMAT naming the file; the
+ * benchmarks' rotation spans 3x the last-level cache; and
  * `ft bench bw` itself runs (CPU rows) and writes one. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/sys.h"
 #include "moe/bw_profile.h"
 #include "test.h"
 
@@ -40,6 +42,21 @@ TEST(round_trip_missing_and_corrupt) {
     if (f) fputs("{\"version\": 1, \"cpu_expert_gbps\": \"fast\"}", f), fclose(f);
     EXPECT_EQ(ft_bw_profile_load(&p, &q, path2, sizeof path2), FT_ERR_FORMAT);
     EXPECT_CONTAINS(ft_error(), path);
+}
+
+/* The executor benchmarks rotate over enough experts that a pass over them spans 3x the
+ * last-level cache (so no step reads its experts from it), at least 64, at most 4096. */
+TEST(rotation_spans_three_last_level_caches) {
+    uint64_t llc = ft_sys_llc_bytes(), sizes[] = {196608, 2506752, 9437184, (uint64_t)1 << 30};
+    EXPECT(llc >= ((uint64_t)256 << 10));
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        int n = ft_bw_rotation_experts(sizes[i]);
+        EXPECT(n >= 64 && n <= 4096);
+        CHECK_(n == 4096 || (uint64_t)n * sizes[i] >= 3 * llc, "%d experts of %llu bytes under 3x "
+               "the %llu-byte LLC", n, (unsigned long long)sizes[i], (unsigned long long)llc);
+        CHECK_(n == 64 || (uint64_t)(n - 1) * sizes[i] < 3 * llc, "%d experts of %llu bytes: more "
+               "than 3x the LLC needs", n, (unsigned long long)sizes[i]);
+    }
 }
 
 TEST(bench_bw_writes_a_profile) {
