@@ -512,13 +512,13 @@ TEST(fused_qkv_and_moe_prefill) {
                 for (int h = 0; h < H; h++) ref2[t * H + h] += wts[t * k + j] * y[h];
             }
         int32_t *dids = up(ids, (size_t)R * 4), *dcnt = up(NULL, E * 4), *doff = up(NULL, ft_cuda_moe_offsets_len(E, R) * 4);
-        int32_t *dcur = up(NULL, E * 4), *drtok = up(NULL, (size_t)R * 4), *dpd = up(NULL, (size_t)R * 4);
+        int32_t *drtok = up(NULL, (size_t)R * 4), *dpd = up(NULL, (size_t)R * 4);
         uint16_t *dgu = up(gu, (size_t)E * 2 * I * H * 2), *ddn = up(dn, (size_t)E * H * I * 2);
         uint16_t *dx16 = up(x16, (size_t)TT * H * 2), *dxg = up(NULL, (size_t)R * H * 2);
         uint16_t *dact16 = up(NULL, (size_t)R * I * 2);
         float *dmgu = up(NULL, (size_t)R * 2 * I * 4), *dact = up(NULL, (size_t)R * I * 4);
         float *dmy = up(NULL, (size_t)R * H * 4), *dout = up(NULL, (size_t)TT * H * 4), *dw2 = up(wts, (size_t)R * 4);
-        ft_cuda_moe_sort(dcnt, doff, dcur, drtok, dpd, dids, TT, k, E, 0);
+        ft_cuda_moe_sort(dcnt, doff, drtok, dpd, dids, TT, k, E, 0);
         ft_cuda_gather_bf16(dxg, dx16, drtok, R, H, 0);
         ft_cuda_moe_gemm(dmgu, dxg, dgu, doff, NULL, 0, E, 2 * I, H, R, 0);
         ft_cuda_silu_mul(dact, dmgu, R, I, 0);
@@ -531,7 +531,7 @@ TEST(fused_qkv_and_moe_prefill) {
         EXPECT_NMSE(got2, ref2, (size_t)TT * H, 1e-5, what);
         EXPECT_OK(ft_cuda_check("moe prefill"));
         free(ids), free(wts), free(gu), free(dn), free(x16), free(xf), free(ref2), free(got2);
-        cudaFree(dids), cudaFree(dcnt), cudaFree(doff), cudaFree(dcur), cudaFree(drtok), cudaFree(dpd);
+        cudaFree(dids), cudaFree(dcnt), cudaFree(doff), cudaFree(drtok), cudaFree(dpd);
         cudaFree(dgu), cudaFree(ddn), cudaFree(dx16), cudaFree(dxg), cudaFree(dact16), cudaFree(dmgu);
         cudaFree(dact), cudaFree(dmy), cudaFree(dout), cudaFree(dw2);
     }

@@ -67,7 +67,7 @@ struct ft_gpu {
     uint16_t *xg16, *mact16;
     uint16_t *deq;                     /* block-format experts: DEQ_CHUNK experts dequantised */
     int32_t *chunk_slot_of;            /* [E] the grouped GEMM's map onto deq */
-    int32_t *rtok, *pair_dst, *offsets, *cursor, *d_counts_all, *h_counts_all;
+    int32_t *rtok, *pair_dst, *offsets, *d_counts_all, *h_counts_all;
     float *att_part;                   /* flash-decoding partials */
     int att_split_small;
     float *h_logits;                   /* pinned [C, vocab] */
@@ -323,7 +323,6 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
         g->rtok = dalloc(g, R * 4, &st);
         g->pair_dst = dalloc(g, R * 4, &st);
         g->offsets = dalloc(g, ft_cuda_moe_offsets_len((int)E, (int)R) * 4, &st);
-        g->cursor = dalloc(g, E * 4, &st);
         g->d_counts_all = dalloc(g, (size_t)m->n_layers * E * 4, &st);
         g->h_counts_all = halloc((size_t)m->n_layers * E * 4, &st);
         int blocks = 0; /* block-format experts: prefill dequantises a chunk of them at a time */
@@ -469,7 +468,7 @@ static enum ft_status moe_prefill(struct ft_gpu *g, const struct gpu_layer *L, i
     int E = m->n_experts, k = m->top_k, H = m->hidden, R = T * k;
     cudaStream_t s = g->s;
     int32_t *counts = g->d_counts_all + (size_t)l * E;
-    ft_cuda_moe_sort(counts, g->offsets, g->cursor, g->rtok, g->pair_dst, g->topk, T, k, E, s);
+    ft_cuda_moe_sort(counts, g->offsets, g->rtok, g->pair_dst, g->topk, T, k, E, s);
     ft_cuda_gather_bf16(g->xg16, g->xn16, g->rtok, R, H, s);
     prof_mark(g, P_SORT);
     struct prefill_batch pb = {g, L, T, l};
@@ -953,7 +952,7 @@ void ft_gpu_free(struct ft_gpu *g) {
                   g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
                   g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,
                   g->mgu, g->mact, g->my, g->xg16, g->mact16, g->rtok, g->pair_dst, g->offsets,
-                  g->cursor, g->d_counts_all, g->att_part, g->d_att_tiles};
+                  g->d_counts_all, g->att_part, g->d_att_tiles};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
     void *hs[] = {g->h_ids, g->h_pos, g->h_tok_seq, g->h_tables, g->h_rows, g->h_topk_all,
                   g->h_counts_all, g->h_logits, g->h_att_tiles};

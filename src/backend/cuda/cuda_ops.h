@@ -160,8 +160,8 @@ size_t ft_cuda_moe_offsets_len(int E, int R);
 /* Rows per tile of the grouped GEMM (32 or 64; 0: the default, 32 unless FT_MOE_TM=64 is in
  * the environment): set before the sort whose tile list the GEMM will use. Tests, A/B runs. */
 void ft_cuda_moe_set_tile_rows(int tm);
-void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *cursor, int32_t *rtok,
-                      int32_t *pair_dst, const int32_t *ids, int T, int k, int E, cudaStream_t s);
+void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *rtok, int32_t *pair_dst,
+                      const int32_t *ids, int T, int k, int E, cudaStream_t s);
 /* Y[offsets[e] + i, :] = X[offsets[e] + i, :] · W_e^T for every expert e and i < counts[e];
  * X bf16 [R, K], W bf16 [E][N, K], Y fp32 [R, N]; offsets from ft_cuda_moe_sort of R rows.
  * slot_of (device [E], may be NULL): expert e's matrix is w + slot_of[e] * w_stride elements,

@@ -45,18 +45,17 @@ __device__ void block_scan_1024(int32_t *buf) {
     }
 }
 
-/* One block (E <= 1024): offsets [E+1] = exclusive scan of counts, cursor = offsets, and the
+/* One block (E <= 1024): offsets [E+1] = exclusive scan of counts, and the
  * GEMM's row tiles after them: offsets[E+1] = their number, then (expert, first row) pairs, an
  * expert's tiles adjacent and in row order. */
-__global__ void moe_scan_kernel(int32_t *offsets, int32_t *cursor, const int32_t *counts, int E,
-                                int tm) {
+__global__ void moe_scan_kernel(int32_t *offsets, const int32_t *counts, int E, int tm) {
     __shared__ int32_t buf[1024];
     int i = threadIdx.x, c = i < E ? counts[i] : 0;
     buf[i] = c;
     __syncthreads();
     block_scan_1024(buf);
     int ex = i ? buf[i - 1] : 0;
-    if (i < E) offsets[i] = ex, cursor[i] = ex;
+    if (i < E) offsets[i] = ex;
     if (i == E - 1) offsets[E] = buf[i];
     __syncthreads();
     int nt = (c + tm - 1) / tm;
@@ -97,13 +96,13 @@ extern "C" size_t ft_cuda_moe_offsets_len(int E, int R) {
     return (size_t)E + 2 + 2 * ((size_t)R / MG_TM + (size_t)E);
 }
 
-extern "C" void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *cursor, int32_t *rtok,
+extern "C" void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *rtok,
                                  int32_t *pair_dst, const int32_t *ids, int T, int k, int E,
                                  cudaStream_t s) {
     int R = T * k;
     cudaMemsetAsync(counts, 0, (size_t)E * sizeof(int32_t), s);
     moe_count_kernel<<<(R + 255) / 256, 256, 0, s>>>(counts, ids, R);
-    moe_scan_kernel<<<1, 1024, 0, s>>>(offsets, cursor, counts, E, moe_tile_rows());
+    moe_scan_kernel<<<1, 1024, 0, s>>>(offsets, counts, E, moe_tile_rows());
     moe_place_kernel<<<E, 256, 0, s>>>(rtok, pair_dst, offsets, ids, R, k);
 }
 
