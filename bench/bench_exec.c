@@ -31,6 +31,8 @@ static int usage(void) {
     return 2;
 }
 
+static void noop_task(void *ctx, int i, int n) { (void)ctx, (void)i, (void)n; }
+
 int main(int argc, char **argv) {
     const char *fmt_name = "mxfp4";
     int threads = 0, H = 2048, I = 768, k = 8, steps = 400;
@@ -79,6 +81,7 @@ int main(int argc, char **argv) {
     int64_t t_all = 0;
     for (int s = -8; s < steps; s++) { /* 8 warm-up steps */
         for (int j = 0; j < k; j++) ids[j] = (s * k + j + 8 * k) % N_EXPERTS, w[j] = 1.0f / k;
+        if (s == 0) ft_moe_exec_set_timing(ex, 1);
         int64_t t0 = ft_time_us();
         ft_moe_exec_run_pairs(ex, pool, &gu, &dn, NULL, x, tok, ids, w, k, out);
         int64_t dt = ft_time_us() - t0;
@@ -97,6 +100,27 @@ int main(int argc, char **argv) {
     printf("executor over %d steps: mean %.1f GB/s (%.0f%% of DRAM), best step %.1f GB/s "
            "(%.0f%%); %.1f us per step\n", steps, mean_gbps, 100 * mean_gbps / dram, best_gbps,
            100 * best_gbps / dram, (double)t_all / steps);
+    /* where a step goes: the phases, and per pass the workers' start, busy and end wait */
+    struct ft_moe_exec_timing tm = ft_moe_exec_timing(ex);
+    static const char *phase[FT_EXEC_PHASES] = {"gather", "pass1", "act", "pass2", "combine"};
+    double c = (double)(tm.calls ? tm.calls : 1) * 1e3;
+    printf("per step (us):");
+    for (int i = 0; i < FT_EXEC_PHASES; i++) printf(" %s %.1f", phase[i], tm.ns[i] / c);
+    printf("\n");
+    for (int i = 0; i < 2; i++) {
+        double wall = tm.ns[i ? FT_EXEC_PASS2 : FT_EXEC_PASS1] / c;
+        double pb = (double)k * (double)(i ? dn.row_bytes : gu.row_bytes);
+        printf("%s pass: %.0f stretches, wall %.1f us (%.1f GB/s), last worker started after %.1f us, "
+               "busy mean %.1f max %.1f us (%.1f GB/s while busy)\n", i ? "down" : "gate/up",
+               (double)tm.tasks[i] / (double)tm.calls, wall, pb / (wall * 1e3),
+               tm.start_max_ns[i] / c, tm.busy_mean_ns[i] / c, tm.busy_max_ns[i] / c,
+               pb / (tm.busy_mean_ns[i] / c * 1e3));
+    }
+    ft_moe_exec_set_timing(ex, 0);
+    /* the pool's own cost: empty jobs */
+    int64_t e0 = ft_time_ns();
+    for (int i = 0; i < 2000; i++) ft_pool_run(pool, noop_task, NULL);
+    printf("empty pool job: %.2f us\n", (ft_time_ns() - e0) / 2000 / 1e3);
     printf("checksum %.6g\n", (double)out[0] + out[H / 2]);
     free(x), free(out);
     ft_moe_exec_free(ex);

@@ -1,4 +1,4 @@
-/* timer.h — monotonic wall clock in microseconds. */
+/* timer.h — monotonic wall clock in microseconds (and nanoseconds). */
 #ifndef FT_CORE_TIMER_H
 #define FT_CORE_TIMER_H
 
@@ -9,6 +9,12 @@ static inline int64_t ft_time_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static inline int64_t ft_time_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 #endif

@@ -29,6 +29,7 @@
 #include "format/ggml_kernels.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "backend/cpu/ops.h"
 #include "core/status.h"
@@ -472,19 +473,27 @@ INL512 void chunk_dot512(const int f, const int vnni, const struct wchunk512 *k,
 /* Bytes prefetched ahead in the row stream. bench_exec (the executor, one thread, dev VM,
  * 2026-11-30, alternated three times): MXFP4 9.5-12.1 GB/s at 4096, 12.2-13.1 at 16384;
  * NVFP4 9.4-9.6 -> 10.1-11.2; two threads (DRAM-bound there) unchanged. */
-#ifndef PF_AHEAD
-#define PF_AHEAD 16384
-#endif
+enum { PF_AHEAD = 16384 };
+/* FT_X32_PF (bytes) overrides PF_AHEAD, for measuring on other hosts; cached on first use (a
+ * racing first call stores the same value) */
+static int pf_ahead(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("FT_X32_PF");
+        v = e && atoi(e) > 0 ? atoi(e) : PF_AHEAD;
+    }
+    return v;
+}
 
-/* Prefetches the row bytes of blocks c .. c + n - 1, PF_AHEAD further on. */
-static inline void prefetch_blocks(int f, struct wrow r, int64_t c, int n) {
+/* Prefetches the row bytes of blocks c .. c + n - 1, pf bytes further on. */
+static inline void prefetch_blocks(int f, struct wrow r, int64_t c, int n, int pf) {
     const uint8_t *p = f == X_NVFP4 ? r.p + r.coff + 16 * c : r.p + (size_t)c * fbytes(f);
     const int bytes = n * (f == X_NVFP4 ? 16 : fbytes(f));
     for (int o = 0; o < bytes; o += 64)
-        __builtin_prefetch(p + PF_AHEAD + o, 0, 2);
-    /* NVFP4 keeps a row's scales apart from its codes: the codes alone, PF_AHEAD on, leave
-     * the rows' scale stretches (K/16 bytes each) to demand misses */
-    if (f == X_NVFP4) __builtin_prefetch(r.p + 4 + 2 * c + PF_AHEAD, 0, 2);
+        __builtin_prefetch(p + pf + o, 0, 2);
+    /* NVFP4 keeps a row's scales apart from its codes: the codes alone, pf on, leave the rows'
+     * scale stretches (K/16 bytes each) to demand misses */
+    if (f == X_NVFP4) __builtin_prefetch(r.p + 4 + 2 * c + pf, 0, 2);
 }
 
 /* One chunk of a row for tokens [t0, t0 + tn): decoded once, then each token's terms. */
@@ -505,9 +514,10 @@ INL512 void row512(const int f, const int vnni, struct wrow r, int64_t nb, const
     __m512 acc[TOK], accm[TOK];
     for (int t = 0; t < tn; t++)
         acc[t] = accm[t] = _mm512_setzero_ps();
+    const int pf = pf_ahead();
     for (int64_t c = 0; c < nb; c += X32_CHUNK) {
         const int cb = nb - c < X32_CHUNK ? (int)(nb - c) : X32_CHUNK;
-        prefetch_blocks(f, r, c, cb);
+        prefetch_blocks(f, r, c, cb, pf);
         if (cb == X32_CHUNK) /* the constant lets the loads go unmasked */
             chunk_tokens512(f, vnni, r, c, X32_CHUNK, nb, xq, t0, tn, acc, accm);
         else
@@ -727,9 +737,10 @@ INL256 void row256(const int f, struct wrow r, int64_t nb, const void *xq, int t
     __m256 acc[TOK], accm[TOK];
     for (int t = 0; t < tn; t++)
         acc[t] = accm[t] = _mm256_setzero_ps();
+    const int pf = pf_ahead();
     for (int64_t c = 0; c < nb; c += X32_CHUNK) {
         const int cb = nb - c < X32_CHUNK ? (int)(nb - c) : X32_CHUNK;
-        prefetch_blocks(f, r, c, cb);
+        prefetch_blocks(f, r, c, cb, pf);
         for (int hf = 0; hf < 2 && 8 * hf < cb; hf++) {
             const int nh = cb - 8 * hf < 8 ? cb - 8 * hf : 8;
             struct wchunk256 k;

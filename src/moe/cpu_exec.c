@@ -1,6 +1,7 @@
-/* cpu_exec.c — CPU expert executor: groups the step's tokens by expert, then runs two pool
- * passes (gate_up tiles, down tiles) whose tasks are (expert, row range) pairs claimed through
- * an atomic counter so uneven experts balance across workers. Engine thread only. */
+/* cpu_exec.c — CPU expert executor: groups the step's (token, expert) pairs by expert, rounds
+ * each token's input once, then four pool jobs: the gate/up pass and the down pass, whose rows
+ * are claimed in guided stretches through an atomic cursor, and between and after them the
+ * activation and the weighted combine, split over rows and columns. Engine thread only. */
 #include "moe/cpu_exec.h"
 
 #include <stdatomic.h>
@@ -9,17 +10,21 @@
 
 #include "backend/cpu/ops.h"
 #include "core/status.h"
+#include "core/timer.h"
 #include "format/quant.h"
 
-/* Rows per task: about TILE_BYTES of weights, so each task streams one contiguous stretch for
- * the hardware prefetcher, halved while a step would have fewer than 8 tasks per worker (the
- * pass ends at a barrier: with 6 tasks per worker, one extra task is a 15% longer pass).
- * FT_EXEC_TILE_KB overrides TILE_BYTES (for measuring; 0 = default). On the H200 host (a
- * gVisor VM) `ft bench bw` runs of 16, 64 and 256 KB differed less than run-to-run noise:
- * some runs show a 0.2 ms stall per step whatever the tile (2026-11-30). */
+/* Rows are handed out guided: a pass's rows (its active experts' rows one after another) are
+ * claimed through an atomic cursor in chunks of what is left / (2 x workers), never fewer than
+ * about TILE_BYTES of weights. The first claims give every worker a long contiguous stretch
+ * (the hardware prefetcher and the kernels' prefetch run ahead undisturbed); the shrinking
+ * tail keeps workers finishing together (the pass ends at a barrier).
+ * On the H200 host (16 threads, MXFP4, 2026-11-30) fixed 32 KB tiles read 75-79 GB/s in the
+ * gate/up pass, 128 KB tiles 95 GB/s but with workers idle at the end (mean busy 126 us of
+ * 139). FT_EXEC_TILE_KB overrides TILE_BYTES; FT_EXEC_GUIDE=0 hands out fixed tiles (for
+ * measuring). */
 enum { TILE_BYTES = 32 << 10, TILE_MIN = 8, TILE_MAX = 512 };
 
-static int tile_rows(size_t row_bytes, int rows, int n_active, int workers) {
+static int min_rows(size_t row_bytes) {
     static int kb = -1;
     if (kb < 0) {
         const char *v = getenv("FT_EXEC_TILE_KB");
@@ -27,25 +32,47 @@ static int tile_rows(size_t row_bytes, int rows, int n_active, int workers) {
     }
     size_t target = kb > 0 ? (size_t)kb << 10 : TILE_BYTES;
     int t = (int)(target / (row_bytes ? row_bytes : 1));
-    t = t < TILE_MIN ? TILE_MIN : t > TILE_MAX ? TILE_MAX : t;
-    while (t > TILE_MIN && (long)n_active * ((rows + t - 1) / t) < 8L * workers) t /= 2;
-    return t;
+    return t < TILE_MIN ? TILE_MIN : t > TILE_MAX ? TILE_MAX : t;
+}
+
+static int guided(void) {
+    static int g = -1;
+    if (g < 0) {
+        const char *v = getenv("FT_EXEC_GUIDE");
+        g = !(v && !strcmp(v, "0"));
+    }
+    return g;
 }
 
 struct ft_moe_exec {
-    int max_rows, n_experts, H, I;
+    int max_tokens, max_rows, n_experts, H, I;
     int *count;      /* [E] tokens per expert this step */
     int *offset;     /* [E+1] first row of each expert in the gathered buffers */
     int *active;     /* [E] ids of active experts, in order */
     int *row_token;  /* [max_rows] source token of each gathered row */
+    int *row_e;      /* [max_rows] expert of each gathered row */
     float *row_w;    /* [max_rows] router weight of each gathered row */
-    float *xg;       /* [max_rows, H] gathered inputs */
+    float *xg;       /* [max_rows, H] gathered inputs (exact path) */
     float *gu;       /* [max_rows, 2I] gate/up outputs */
     float *act;      /* [max_rows, I] silu(gate) * up */
     float *y;        /* [max_rows, H] expert outputs */
     int fast;        /* round the pass inputs (ft_cpu_xq_quant) where the format has a path */
-    void *xq;        /* [max_rows, 2 max(H, I)] those rounded inputs */
+    void *xq;        /* [max_rows, 2 max(H, I)] those rounded inputs, gathered */
+    void *xqt;       /* [max_tokens, 2 H] each token's input rounded once (gate/up) */
+    int timing;      /* ft_moe_exec_set_timing */
+    int64_t t_mark;  /* timing: when the current phase began */
+    struct ft_moe_exec_timing tm;
 };
+
+enum { TIMED_WORKERS = 256 };
+
+/* timing: the phase that just ended gets the time since the last mark */
+static void mark(struct ft_moe_exec *x, int phase) {
+    if (!x->timing) return;
+    int64_t now = ft_time_ns();
+    x->tm.ns[phase] += now - x->t_mark;
+    x->t_mark = now;
+}
 
 struct pass {
     struct ft_moe_exec *x;
@@ -54,49 +81,174 @@ struct pass {
     const uint8_t *xq; /* in quantised (xq_bytes per row), or NULL */
     size_t xq_bytes;
     float *out;       /* [rows, N] */
-    int K, N, n_active, tiles_per_expert, tile;
-    atomic_int next;
+    int K, N, chunk_min, parts; /* parts: 2 x workers (guided), 0: fixed chunk_min tiles */
+    long total;       /* n_active * N rows */
+    atomic_long next;
+    atomic_int tasks;
+    int64_t launch_ns, *span; /* timing: launch time; [2 * worker] first start, last end */
 };
+
+/* Claims the next rows [*g0, *g0 + return) of the pass; 0 when none are left. */
+static long claim(struct pass *p, long *g0) {
+    long cur = atomic_load_explicit(&p->next, memory_order_relaxed);
+    for (;;) {
+        long rem = p->total - cur;
+        if (rem <= 0) return 0;
+        long c = p->parts ? rem / p->parts : 0;
+        c = c < p->chunk_min ? p->chunk_min : (c + 7) & ~7L;
+        if (c > rem) c = rem;
+        if (atomic_compare_exchange_weak_explicit(&p->next, &cur, cur + c, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *g0 = cur;
+            return c;
+        }
+    }
+}
 
 static void pass_task(void *ctx, int i, int n) {
     struct pass *p = ctx;
     struct ft_moe_exec *x = p->x;
-    int total = p->n_active * p->tiles_per_expert;
-    for (int t; (t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < total;) {
-        int a = t / p->tiles_per_expert, tile = t % p->tiles_per_expert;
-        int e = x->active[a], r0 = x->offset[e], nr = x->count[e];
-        int n0 = tile * p->tile, n1 = FT_MIN(n0 + p->tile, p->N);
-        if (p->xq)
-            ft_cpu_matmul_rows_xq(p->out + (size_t)r0 * p->N, p->N, p->xq + r0 * p->xq_bytes,
-                                  ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr, n0, n1,
-                                  p->K);
-        else
-            ft_cpu_matmul_rows(p->out + (size_t)r0 * p->N, p->N, p->in + (size_t)r0 * p->K, p->K,
-                               ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr, n0, n1,
-                               p->K);
+    int64_t t_in = p->span ? ft_time_ns() : 0;
+    (void)n;
+    long g0, c;
+    while ((c = claim(p, &g0)) > 0) {
+        if (p->span) atomic_fetch_add_explicit(&p->tasks, 1, memory_order_relaxed);
+        for (long g = g0, end = g0 + c; g < end;) { /* the stretch, split at experts */
+            int a = (int)(g / p->N), n0 = (int)(g % p->N);
+            int n1 = (int)FT_MIN((long)p->N, n0 + (end - g));
+            int e = x->active[a], r0 = x->offset[e], nr = x->count[e];
+            if (p->xq)
+                ft_cpu_matmul_rows_xq(p->out + (size_t)r0 * p->N, p->N, p->xq + r0 * p->xq_bytes,
+                                      ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr, n0,
+                                      n1, p->K);
+            else
+                ft_cpu_matmul_rows(p->out + (size_t)r0 * p->N, p->N, p->in + (size_t)r0 * p->K,
+                                   p->K, ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr,
+                                   n0, n1, p->K);
+            g += n1 - n0;
+        }
+    }
+    if (p->span && i < TIMED_WORKERS) p->span[2 * i] = t_in, p->span[2 * i + 1] = ft_time_ns();
+}
+
+/* Sums one pass's worker spans into x->tm (which = 0: gate/up, 1: down). */
+static void add_spans(struct ft_moe_exec *x, struct pass *p, int workers, int which) {
+    int64_t start_max = 0, busy_sum = 0, busy_max = 0;
+    for (int i = 0; i < workers; i++) {
+        int64_t s = p->span[2 * i] - p->launch_ns, b = p->span[2 * i + 1] - p->span[2 * i];
+        start_max = FT_MAX(start_max, s);
+        busy_max = FT_MAX(busy_max, b);
+        busy_sum += b;
+    }
+    x->tm.start_max_ns[which] += start_max;
+    x->tm.busy_mean_ns[which] += busy_sum / FT_MAX(workers, 1);
+    x->tm.busy_max_ns[which] += busy_max;
+    x->tm.tasks[which] += atomic_load(&p->tasks);
+}
+
+/* out[rows, N] = the bank's experts applied to their gathered rows: from xq (rounded, bytes
+ * per row xq_bytes) when given, else from in [rows, K]. */
+static void run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *bank,
+                     const float *in, const void *xq, size_t xq_bytes, float *out, int n_active,
+                     int which) {
+    struct pass p = {.x = x, .bank = bank, .in = in, .xq = xq, .xq_bytes = xq_bytes, .out = out,
+                     .K = bank->cols, .N = bank->rows};
+    int workers = ft_pool_size(pool);
+    p.chunk_min = min_rows(ft_dtype_row_bytes(bank->schema->dtype, p.K));
+    p.parts = guided() ? 2 * workers : 0;
+    p.total = (long)n_active * p.N;
+    atomic_init(&p.next, 0);
+    atomic_init(&p.tasks, 0);
+    int timed = FT_MIN(workers, TIMED_WORKERS);
+    int64_t span[2 * TIMED_WORKERS];
+    if (x->timing) {
+        p.launch_ns = x->t_mark;
+        for (int i = 0; i < 2 * timed; i++) span[i] = p.launch_ns;
+        p.span = span;
+    }
+    ft_pool_run(pool, pass_task, &p);
+    if (x->timing) {
+        add_spans(x, &p, timed, which);
+        mark(x, which ? FT_EXEC_PASS2 : FT_EXEC_PASS1);
     }
 }
 
-static void run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *bank,
-                     const float *in, int R, float *out, int n_active) {
-    struct pass p = {.x = x, .bank = bank, .in = in, .out = out, .K = bank->cols,
-                     .N = bank->rows, .n_active = n_active};
-    enum ft_dtype wt = bank->schema->dtype;
-    if (x->fast && (p.xq_bytes = ft_cpu_xq_bytes(wt, p.K)) > 0) {
-        ft_cpu_xq_quant_pool(pool, wt, in, p.K, p.K, R, x->xq);
-        p.xq = x->xq;
+/* Between the passes, rows split over the workers: the gate/up bias, the activation, and (fast
+ * path) the down pass's rounded input. */
+struct act_job {
+    struct ft_moe_exec *x;
+    const struct ft_expert_act *act;
+    int R;
+    enum ft_dtype down_dt;
+    size_t xq_bytes; /* of a down input row; 0: the exact path */
+};
+
+static void act_rows(const struct act_job *j, int r0, int r1) {
+    struct ft_moe_exec *x = j->x;
+    int I = x->I;
+    for (int r = r0; r < r1; r++) {
+        float *gu = x->gu + (size_t)r * 2 * I, *a = x->act + (size_t)r * I;
+        if (j->act && j->act->gu_bias) {
+            const float *b = j->act->gu_bias + (size_t)x->row_e[r] * 2 * I;
+            for (int i = 0; i < 2 * I; i++) gu[i] += b[i];
+        }
+        if (j->act && j->act->limit > 0)
+            ft_cpu_swiglu_clamped(a, gu, 1, I, j->act->limit, j->act->alpha);
+        else
+            ft_cpu_silu_mul(a, gu, 1, I);
+        if (j->xq_bytes)
+            ft_cpu_xq_quant(j->down_dt, a, I, I, 1, (uint8_t *)x->xq + (size_t)r * j->xq_bytes);
     }
-    p.tile = tile_rows(ft_dtype_row_bytes(wt, p.K), p.N, n_active, ft_pool_size(pool));
-    p.tiles_per_expert = (p.N + p.tile - 1) / p.tile;
-    atomic_init(&p.next, 0);
-    ft_pool_run(pool, pass_task, &p);
 }
+
+static void act_task(void *ctx, int i, int n) {
+    const struct act_job *j = ctx;
+    long lo, hi;
+    ft_split(j->R, i, n, &lo, &hi);
+    act_rows(j, (int)lo, (int)hi);
+}
+
+/* out[token] += w * (y + down bias) for every gathered row, columns split over the workers
+ * (rows added in order per column: the same sums whatever the split). */
+struct combine_job {
+    struct ft_moe_exec *x;
+    const float *bias;
+    float *out;
+    int R;
+};
+
+static void combine_cols(const struct combine_job *j, int h0, int h1) {
+    const struct ft_moe_exec *x = j->x;
+    int H = x->H;
+    for (int r = 0; r < j->R; r++) {
+        float *o = j->out + (size_t)x->row_token[r] * H;
+        const float *y = x->y + (size_t)r * H;
+        const float *b = j->bias ? j->bias + (size_t)x->row_e[r] * H : NULL;
+        float wr = x->row_w[r];
+        if (b)
+            for (int h = h0; h < h1; h++) o[h] += wr * (y[h] + b[h]);
+        else
+            for (int h = h0; h < h1; h++) o[h] += wr * y[h];
+    }
+}
+
+static void combine_task(void *ctx, int i, int n) {
+    const struct combine_job *j = ctx;
+    long lo, hi;
+    ft_split((j->x->H + 15) / 16, i, n, &lo, &hi); /* 16-column pieces: whole cache lines */
+    combine_cols(j, (int)lo * 16, (int)FT_MIN(hi * 16, (long)j->x->H));
+}
+
+/* Below this many output elements a step's act or combine runs on the engine thread: a pool
+ * job costs about 4 us on the H200 host, a few thousand elements about as much. */
+enum { POOL_MIN_ELEMS = 4096 };
 
 enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int top_k,
                                 int n_experts, int H, int I) {
     struct ft_moe_exec *x = calloc(1, sizeof *x);
     *out = NULL;
     if (!x) return ft_fail(FT_ERR_OOM, "moe executor: out of memory");
+    x->max_tokens = max_tokens;
     x->max_rows = max_tokens * top_k;
     x->n_experts = n_experts;
     x->H = H;
@@ -106,14 +258,16 @@ enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int to
     x->offset = calloc((size_t)n_experts + 1, sizeof *x->offset);
     x->active = calloc((size_t)n_experts, sizeof *x->active);
     x->row_token = calloc(R, sizeof *x->row_token);
+    x->row_e = calloc(R, sizeof *x->row_e);
     x->row_w = calloc(R, sizeof *x->row_w);
     x->xg = malloc(R * H * sizeof(float));
     x->gu = malloc(R * 2 * I * sizeof(float));
     x->act = malloc(R * I * sizeof(float));
     x->y = malloc(R * H * sizeof(float));
     x->xq = malloc(R * 2 * (size_t)FT_MAX(H, I)); /* ft_cpu_xq_bytes <= 2 K */
-    if (!x->xq ||!x->count || !x->offset || !x->active || !x->row_token || !x->row_w || !x->xg ||
-        !x->gu || !x->act || !x->y) {
+    x->xqt = malloc((size_t)max_tokens * 2 * (size_t)H);
+    if (!x->xq || !x->xqt || !x->count || !x->offset || !x->active || !x->row_token ||
+        !x->row_e || !x->row_w || !x->xg || !x->gu || !x->act || !x->y) {
         ft_moe_exec_free(x);
         return ft_fail(FT_ERR_OOM, "moe executor: out of memory for %d tokens", max_tokens);
     }
@@ -127,27 +281,25 @@ void ft_moe_exec_free(struct ft_moe_exec *x) {
     free(x->offset);
     free(x->active);
     free(x->row_token);
+    free(x->row_e);
     free(x->row_w);
     free(x->xg);
     free(x->gu);
     free(x->act);
     free(x->y);
     free(x->xq);
+    free(x->xqt);
     free(x);
 }
 
 void ft_moe_exec_set_fast_act(struct ft_moe_exec *x, int on) { x->fast = on; }
 
-/* Adds each gathered row's expert bias (n wide) to rows (ld apart); NULL bias: nothing. */
-static void add_expert_bias(const struct ft_moe_exec *x, float *rows, int ld, const float *bias,
-                            int n, int n_active) {
-    if (!bias) return;
-    for (int a = 0; a < n_active; a++) {
-        int e = x->active[a];
-        for (int r = x->offset[e]; r < x->offset[e + 1]; r++)
-            for (int i = 0; i < n; i++) rows[(size_t)r * ld + i] += bias[(size_t)e * n + i];
-    }
+void ft_moe_exec_set_timing(struct ft_moe_exec *x, int on) {
+    x->timing = on;
+    memset(&x->tm, 0, sizeof x->tm);
 }
+
+struct ft_moe_exec_timing ft_moe_exec_timing(const struct ft_moe_exec *x) { return x->tm; }
 
 int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
                           const struct ft_bank *gate_up, const struct ft_bank *down,
@@ -155,34 +307,49 @@ int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
                           const int *ids, const float *w, int n_pairs, float *out) {
     int E = x->n_experts, H = x->H, I = x->I, R = n_pairs;
     FT_ASSERT(R <= x->max_rows && gate_up->rows == 2 * I && down->cols == I);
+    if (x->timing) x->t_mark = ft_time_ns(), x->tm.calls++;
     memset(x->count, 0, (size_t)E * sizeof *x->count);
-    for (int i = 0; i < R; i++) x->count[ids[i]]++;
+    int n_tok = 0;
+    for (int i = 0; i < R; i++) x->count[ids[i]]++, n_tok = FT_MAX(n_tok, tok[i] + 1);
+    FT_ASSERT(n_tok <= x->max_tokens);
     int n_active = 0;
     x->offset[0] = 0;
     for (int e = 0; e < E; e++) {
         x->offset[e + 1] = x->offset[e] + x->count[e];
         if (x->count[e]) x->active[n_active++] = e;
     }
-    /* gather rows expert by expert (count reused as a fill cursor) */
+    /* rows expert by expert (count reused as a fill cursor) */
     for (int e = 0; e < E; e++) x->count[e] = 0;
     for (int p = 0; p < R; p++) {
         int e = ids[p], r = x->offset[e] + x->count[e]++;
         x->row_token[r] = tok[p];
+        x->row_e[r] = e;
         x->row_w[r] = w[p];
-        memcpy(x->xg + (size_t)r * H, in + (size_t)tok[p] * H, (size_t)H * sizeof(float));
     }
-    run_pass(x, pool, gate_up, x->xg, R, x->gu, n_active);
-    add_expert_bias(x, x->gu, 2 * I, act ? act->gu_bias : NULL, 2 * I, n_active);
-    if (act && act->limit > 0) ft_cpu_swiglu_clamped(x->act, x->gu, R, I, act->limit, act->alpha);
-    else ft_cpu_silu_mul(x->act, x->gu, R, I);
-    run_pass(x, pool, down, x->act, R, x->y, n_active);
-    add_expert_bias(x, x->y, H, act ? act->down_bias : NULL, H, n_active);
-    for (int r = 0; r < R; r++) {
-        float *o = out + (size_t)x->row_token[r] * H;
-        const float *y = x->y + (size_t)r * H;
-        float wr = x->row_w[r];
-        for (int h = 0; h < H; h++) o[h] += wr * y[h];
+    /* gate/up inputs: each token rounded once (decode's k rows share one token), then copied
+     * to its rows; the exact path copies the floats */
+    enum ft_dtype gdt = gate_up->schema->dtype, ddt = down->schema->dtype;
+    size_t gxb = x->fast ? ft_cpu_xq_bytes(gdt, H) : 0, dxb = x->fast ? ft_cpu_xq_bytes(ddt, I) : 0;
+    if (gxb) {
+        ft_cpu_xq_quant_pool(pool, gdt, in, H, H, n_tok, x->xqt);
+        for (int r = 0; r < R; r++)
+            memcpy((uint8_t *)x->xq + (size_t)r * gxb,
+                   (const uint8_t *)x->xqt + (size_t)x->row_token[r] * gxb, gxb);
+    } else {
+        for (int r = 0; r < R; r++)
+            memcpy(x->xg + (size_t)r * H, in + (size_t)x->row_token[r] * H, (size_t)H * sizeof(float));
     }
+    mark(x, FT_EXEC_GATHER);
+    run_pass(x, pool, gate_up, x->xg, gxb ? x->xq : NULL, gxb, x->gu, n_active, 0);
+    struct act_job aj = {x, act, R, ddt, dxb};
+    if ((size_t)R * I < POOL_MIN_ELEMS) act_rows(&aj, 0, R);
+    else ft_pool_run(pool, act_task, &aj);
+    mark(x, FT_EXEC_ACT);
+    run_pass(x, pool, down, x->act, dxb ? x->xq : NULL, dxb, x->y, n_active, 1);
+    struct combine_job cj = {x, act ? act->down_bias : NULL, out, R};
+    if ((size_t)R * H < POOL_MIN_ELEMS) combine_cols(&cj, 0, H);
+    else ft_pool_run(pool, combine_task, &cj);
+    mark(x, FT_EXEC_COMBINE);
     return n_active;
 }
 

@@ -18,6 +18,23 @@ void ft_moe_exec_free(struct ft_moe_exec *x);
  * (backend/cpu/ops.h: ft_cpu_xq_bytes), as --cpu-act fast; off (the default): exact fp32. */
 void ft_moe_exec_set_fast_act(struct ft_moe_exec *x, int on);
 
+/* Where a call's time goes (for bench_exec; off by default): phase wall times summed over
+ * calls, and per pass how long the workers took to start, were busy and waited at its end. */
+enum { FT_EXEC_GATHER, /* rows by expert, the gate/up inputs (rounded once per token) */
+       FT_EXEC_PASS1, FT_EXEC_ACT /* bias, activation, the down inputs rounded */, FT_EXEC_PASS2,
+       FT_EXEC_COMBINE, FT_EXEC_PHASES };
+struct ft_moe_exec_timing {
+    int64_t calls;
+    int64_t ns[FT_EXEC_PHASES];
+    /* [0]: gate/up pass, [1]: down pass; summed over calls */
+    int64_t start_max_ns[2];  /* launch to the last worker's first task */
+    int64_t busy_mean_ns[2];  /* a worker's first task start to its last task end, mean */
+    int64_t busy_max_ns[2];   /* the same, the slowest worker */
+    int64_t tasks[2];         /* stretches claimed */
+};
+void ft_moe_exec_set_timing(struct ft_moe_exec *x, int on); /* on also zeroes the sums */
+struct ft_moe_exec_timing ft_moe_exec_timing(const struct ft_moe_exec *x);
+
 /* out[T, H] += sum_j w[t, j] * expert_{ids[t, j]}(x[t]) with expert(x) = down(silu(gate x) * up x),
  * or with act (may be NULL: that plain form) its biases and clamped SwiGLU.
  * ids, w: [T, k]. Returns the number of distinct experts used. */
