@@ -20,7 +20,7 @@
 #   tm64     #5 the grouped GEMM with 64-row tiles (FT_MOE_TM=64): test_gpu_model with it, then
 #            resident pp512 with 32- and 64-row tiles alternated, and the 30G pp4096 pass -> tm64.log
 #   exec     #9 the executor's scaling: bench_exec mxfp4 at 1, 8, 16 threads, nvfp4 and bf16 at 16
-#            (experts rotating over 3x the L3); then stretch schedule x prefetch distance -> exec.log
+#            (experts rotating over 3x the L3); then row pairs on/off alternated -> exec.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
@@ -107,14 +107,13 @@ for part in "$@"; do
     exec)
         for t in 1 8 16; do step exec.log 120 $G/bench_exec --format mxfp4 --threads $t --steps 300; done
         for f in nvfp4 bf16; do step exec.log 120 $G/bench_exec --format $f --threads 16 --steps 300; done
-        # guided stretches (default) against fixed tiles (FT_EXEC_GUIDE=0), the smallest stretch
-        # (FT_EXEC_TILE_KB) and the prefetch distance (FT_X32_PF); bench_exec's phase breakdown
-        for cfg in "1 32 16384" "0 32 16384" "1 32 4096" "1 32 32768" "1 64 16384" "0 32 16384" \
-                   "1 32 16384"; do
-            read -r guide kb pf <<<"$cfg"
+        # row pairs for one token's short rows (default) against FT_X32_PAIR=0, alternated;
+        # fixed tiles (FT_EXEC_GUIDE=0) once; bench_exec's phase breakdown in each
+        for cfg in "1 1" "0 1" "1 1" "0 1" "1 1" "0 1" "1 0"; do
+            read -r pair guide <<<"$cfg"
             for f in mxfp4 nvfp4; do
-                echo "### guide $guide min ${kb}K pf $pf $f" >>"$OUT/exec.log"
-                FT_EXEC_GUIDE=$guide FT_EXEC_TILE_KB=$kb FT_X32_PF=$pf step exec.log 60 \
+                echo "### pair $pair guide $guide $f" >>"$OUT/exec.log"
+                FT_X32_PAIR=$pair FT_EXEC_GUIDE=$guide step exec.log 60 \
                     $G/bench_exec --format $f --threads 16 --steps 300
             done
         done

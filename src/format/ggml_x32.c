@@ -30,6 +30,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/ops.h"
 #include "core/status.h"
@@ -292,17 +293,18 @@ INL512 __m512i dot_bw512(__m512i acc, __m512i a, __m512i b) {
                             _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), _mm512_set1_epi16(1)));
 }
 
-/* v[m] lane b = dword m of the 16 bytes at p[b] (b < cb; lanes past cb 0): a 16 x 4 transpose
- * (128-bit lane l of z[j] holds block j + 4l; a 4 x 4 dword transpose inside each lane). */
-INL512 void transpose16x4_512(const uint8_t *const p[16], int cb, __m512i v[4]) {
+/* v[m] lane b = dword m of the 16 bytes at p[b] (lanes b set in lm; the others 0): a 16 x 4
+ * transpose (128-bit lane l of z[j] holds block j + 4l; a 4 x 4 dword transpose inside each
+ * lane). */
+INL512 void transpose16x4_512(const uint8_t *const p[16], unsigned lm, __m512i v[4]) {
     __m512i z[4];
 #pragma GCC unroll 16
     for (int j = 0; j < 4; j++) {
         __m128i q[4];
 #pragma GCC unroll 16
         for (int l = 0; l < 4; l++)
-            q[l] = j + 4 * l < cb ? _mm_loadu_si128((const __m128i *)p[j + 4 * l])
-                                  : _mm_setzero_si128();
+            q[l] = lm >> (j + 4 * l) & 1 ? _mm_loadu_si128((const __m128i *)p[j + 4 * l])
+                                         : _mm_setzero_si128();
         z[j] = _mm512_inserti32x4(_mm512_castsi128_si512(q[0]), q[1], 1);
         z[j] = _mm512_inserti32x4(z[j], q[2], 2);
         z[j] = _mm512_inserti32x4(z[j], q[3], 3);
@@ -336,31 +338,26 @@ struct wchunk512 {
     __m512 ws[2], wm;
 };
 
-INL512 void chunk512(const int f, const int vnni, struct wrow r, int64_t c, int cb,
-                     struct wchunk512 *k) {
-    const uint8_t *p[16] = {0};
-#pragma GCC unroll 16
-    for (int b = 0; b < cb; b++)
-        p[b] = fcodes(f, r, c + b);
+/* The chunk whose lane b (set in lm) is the block whose codes start at p[b]; NVFP4: nv_sc the
+ * lanes' scale bytes (16-bit pairs), nv_h half their rows' global scale. */
+INL512 void chunk512_lanes(const int f, const int vnni, const uint8_t *const p[16], unsigned lm,
+                           __m256i nv_sc, __m512 nv_h, struct wchunk512 *k) {
     /* scales */
     if (f == X_NVFP4) {
-        float s2;
-        memcpy(&s2, r.p, 4);
-        const __m512 h = _mm512_set1_ps(s2 * 0.5f);
-        const __mmask32 km = cb == 16 ? 0xffffffffu : (1u << (2 * cb)) - 1;
-        const __m512i sc = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi8(km, r.p + 4 + 2 * c));
-        k->ws[0] = _mm512_mul_ps(e4m3_512(_mm512_and_si512(sc, _mm512_set1_epi32(0xff))), h);
-        k->ws[1] = _mm512_mul_ps(e4m3_512(_mm512_srli_epi32(sc, 8)), h);
+        const __m512i sc = _mm512_cvtepu16_epi32(nv_sc);
+        k->ws[0] = _mm512_mul_ps(e4m3_512(_mm512_and_si512(sc, _mm512_set1_epi32(0xff))), nv_h);
+        k->ws[1] = _mm512_mul_ps(e4m3_512(_mm512_srli_epi32(sc, 8)), nv_h);
     } else if (f == X_MXFP4) {
         _Alignas(64) float e[16] = {0};
 #pragma GCC unroll 16
-        for (int b = 0; b < cb; b++)
-            e[b] = ft_ggml_e8m0_half(p[b][-1]);
+        for (int b = 0; b < 16; b++)
+            if (lm >> b & 1) e[b] = ft_ggml_e8m0_half(p[b][-1]);
         k->ws[0] = _mm512_load_ps(e);
     } else {
         _Alignas(32) uint16_t h[16] = {0}, m[16] = {0};
 #pragma GCC unroll 16
-        for (int b = 0; b < cb; b++) {
+        for (int b = 0; b < 16; b++) {
+            if (!(lm >> b & 1)) continue;
             h[b] = ft_ggml_rd16(p[b] - fqs(f));
             if (has_min(f)) m[b] = ft_ggml_rd16(p[b] - fqs(f) + 2);
         }
@@ -369,14 +366,14 @@ INL512 void chunk512(const int f, const int vnni, struct wrow r, int64_t c, int 
     }
     /* codes */
     __m512i v[4];
-    transpose16x4_512(p, cb, v);
+    transpose16x4_512(p, lm, v);
     if (f == X_Q8_0) { /* dwords 4..7 from the second 16 bytes */
         const uint8_t *p2[16] = {0};
 #pragma GCC unroll 16
-        for (int b = 0; b < cb; b++)
-            p2[b] = p[b] + 16;
+        for (int b = 0; b < 16; b++)
+            if (lm >> b & 1) p2[b] = p[b] + 16;
         __m512i v2[4];
-        transpose16x4_512(p2, cb, v2);
+        transpose16x4_512(p2, lm, v2);
 #pragma GCC unroll 16
         for (int m = 0; m < 4; m++) {
             k->u[m] = v[m], k->u[4 + m] = v2[m];
@@ -402,8 +399,8 @@ INL512 void chunk512(const int f, const int vnni, struct wrow r, int64_t c, int 
     if (is_q5(f)) { /* bit j of qh is code j's bit 4: code 4k + i takes bit i of qh >> 4k */
         _Alignas(64) uint32_t qh[16] = {0};
 #pragma GCC unroll 16
-        for (int b = 0; b < cb; b++)
-            qh[b] = rd32(p[b] - fqs(f) + fqh(f));
+        for (int b = 0; b < 16; b++)
+            if (lm >> b & 1) qh[b] = rd32(p[b] - fqs(f) + fqh(f));
         const __m512i q = _mm512_load_si512((const void *)qh);
         const __m512i b16 = _mm512_set1_epi8(0x10);
         const __m512i base =
@@ -424,8 +421,54 @@ INL512 void chunk512(const int f, const int vnni, struct wrow r, int64_t c, int 
     }
 }
 
-/* Token loads: the 8 groups of a chunk's activation codes, and its 16 blocks' half sums. */
-INL512 __m512i xload512(const int8_t *q, int cb, int kk) {
+/* Blocks c .. c + cb - 1 of one row, in lanes 0 .. cb - 1. */
+INL512 void chunk512(const int f, const int vnni, struct wrow r, int64_t c, int cb,
+                     struct wchunk512 *k) {
+    const uint8_t *p[16] = {0};
+#pragma GCC unroll 16
+    for (int b = 0; b < cb; b++)
+        p[b] = fcodes(f, r, c + b);
+    __m256i sc = _mm256_setzero_si256();
+    __m512 h = _mm512_setzero_ps();
+    if (f == X_NVFP4) {
+        float s2;
+        memcpy(&s2, r.p, 4);
+        h = _mm512_set1_ps(s2 * 0.5f);
+        const __mmask32 km = cb == 16 ? 0xffffffffu : (1u << (2 * cb)) - 1;
+        sc = _mm256_maskz_loadu_epi8(km, r.p + 4 + 2 * c);
+    }
+    chunk512_lanes(f, vnni, p, cb == 16 ? 0xffffu : (1u << cb) - 1, sc, h, k);
+}
+
+/* The last tb <= 8 blocks (from c) of two rows: a's in lanes 0 .. tb - 1, b's in 8 .. 8 + tb - 1. */
+INL512 void chunk512_pair(const int f, const int vnni, struct wrow a, struct wrow b, int64_t c,
+                          int tb, struct wchunk512 *k) {
+    const uint8_t *p[16] = {0};
+#pragma GCC unroll 16
+    for (int j = 0; j < tb; j++)
+        p[j] = fcodes(f, a, c + j), p[8 + j] = fcodes(f, b, c + j);
+    __m256i sc = _mm256_setzero_si256();
+    __m512 h = _mm512_setzero_ps();
+    if (f == X_NVFP4) {
+        float sa, sb;
+        memcpy(&sa, a.p, 4);
+        memcpy(&sb, b.p, 4);
+        h = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(sa * 0.5f), _mm512_set1_ps(sb * 0.5f));
+        const __mmask16 km = (__mmask16)((1u << (2 * tb)) - 1);
+        sc = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_maskz_loadu_epi8(km, a.p + 4 + 2 * c)),
+            _mm_maskz_loadu_epi8(km, b.p + 4 + 2 * c), 1);
+    }
+    const unsigned lm = (1u << tb) - 1;
+    chunk512_lanes(f, vnni, p, lm | lm << 8, sc, h, k);
+}
+
+/* Token loads: the 8 groups of a chunk's activation codes, and its 16 blocks' half sums.
+ * dup: the chunk is a pair's tail (chunk512_pair): cb <= 8 blocks, the same in both halves. */
+INL512 __m512i xload512(const int8_t *q, int cb, int kk, const int dup) {
+    if (dup)
+        return _mm512_broadcast_i64x4(
+            _mm256_maskz_loadu_epi8((__mmask32)((1ull << (4 * cb)) - 1), q + 4 * cb * kk));
     if (cb == 16) return _mm512_loadu_si512((const void *)(q + 64 * kk));
     return _mm512_maskz_loadu_epi8((1ull << (4 * cb)) - 1, q + 4 * cb * kk);
 }
@@ -433,10 +476,20 @@ INL512 __m512i xload512(const int8_t *q, int cb, int kk) {
 /* One token's chunk: acc (f32 lanes, one per block) += the blocks' terms (but the min term,
  * into accm). */
 INL512 void chunk_dot512(const int f, const int vnni, const struct wchunk512 *k, const int8_t *q,
-                         const float *d, const int16_t *h, int cb, __m512 *acc, __m512 *accm) {
+                         const float *d, const int16_t *h, int cb, const int dup, __m512 *acc,
+                         __m512 *accm) {
     const __mmask16 kb = (__mmask16)((1u << cb) - 1);
-    const __m512 dx = _mm512_maskz_loadu_ps(kb, d);
-    const __m512i hs = _mm512_maskz_loadu_epi16((__mmask32)((1ull << (2 * cb)) - 1), h);
+    __m512 dx;
+    __m512i hs;
+    if (dup) {
+        dx = _mm512_castsi512_ps(_mm512_broadcast_i64x4(
+            _mm256_castps_si256(_mm256_maskz_loadu_ps((__mmask8)kb, d))));
+        hs = _mm512_broadcast_i64x4(
+            _mm256_maskz_loadu_epi16((__mmask16)((1u << (2 * cb)) - 1), h));
+    } else {
+        dx = _mm512_maskz_loadu_ps(kb, d);
+        hs = _mm512_maskz_loadu_epi16((__mmask32)((1ull << (2 * cb)) - 1), h);
+    }
     const int off = foff(f), sgn = f == X_Q8_0 && !vnni;
     /* four independent sums (a chain of 8 multiply-adds would wait on their latency) */
     __m512i s[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
@@ -450,7 +503,7 @@ INL512 void chunk_dot512(const int f, const int vnni, const struct wchunk512 *k,
     }
 #pragma GCC unroll 8
     for (int kk = 0; kk < 8; kk++) {
-        __m512i x = xload512(q, cb, kk);
+        __m512i x = xload512(q, cb, kk, dup);
         if (sgn) x = _mm512_mask_sub_epi8(x, k->neg[kk], _mm512_setzero_si512(), x);
         const int a = f == X_NVFP4 ? ((kk >> 1) & 1) * 2 + (kk & 1) : kk & 3;
         s[a] = vnni ? dpbusd512(s[a], k->u[kk], x) : dot_bw512(s[a], k->u[kk], x);
@@ -503,7 +556,7 @@ INL512 void chunk_tokens512(const int f, const int vnni, struct wrow r, int64_t 
     chunk512(f, vnni, r, c, cb, &k);
     for (int t = 0; t < tn; t++) {
         const struct x32_tok x = x32_tok(xq, nb, t0 + t);
-        chunk_dot512(f, vnni, &k, x.q + 32 * c, x.d + c, x.h + 2 * c, cb, &acc[t], &accm[t]);
+        chunk_dot512(f, vnni, &k, x.q + 32 * c, x.d + c, x.h + 2 * c, cb, 0, &acc[t], &accm[t]);
     }
 }
 
@@ -526,6 +579,54 @@ INL512 void row512(const int f, const int vnni, struct wrow r, int64_t nb, const
     for (int t = 0; t < tn; t++)
         y[(size_t)(t0 + t) * ldy] =
             _mm512_reduce_add_ps(acc[t]) + (has_min(f) ? _mm512_reduce_add_ps(accm[t]) : 0.0f);
+}
+
+/* FT_X32_PAIR=0 turns row512_pair off (for measuring); cached on first use. */
+static int pair_rows(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("FT_X32_PAIR");
+        v = !(e && !strcmp(e, "0"));
+    }
+    return v;
+}
+
+/* Two rows of one token whose last chunks hold tb = nb % 16 <= 8 blocks (Qwen3-30B-A3B's down
+ * rows: 24 blocks): each row's full chunks, then both tails as one chunk (chunk512_pair), so
+ * the tails fill one chunk's 16 lanes instead of half of two. The same bits as row512 for each
+ * row: the tails' terms are added into the lanes (and so the sums) row512 adds them to. */
+INL512 void row512_pair(const int f, const int vnni, struct wrow a, struct wrow b, int64_t nb,
+                        const void *xq, float *ya, float *yb) {
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 accm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    const int pf = pf_ahead();
+    const int64_t nf = nb & ~(int64_t)(X32_CHUNK - 1);
+    const int tb = (int)(nb - nf);
+    const struct x32_tok x = x32_tok(xq, nb, 0);
+    struct wchunk512 k;
+    for (int64_t c = 0; c < nf; c += X32_CHUNK) {
+        prefetch_blocks(f, a, c, X32_CHUNK, pf);
+        prefetch_blocks(f, b, c, X32_CHUNK, pf);
+        chunk512(f, vnni, a, c, X32_CHUNK, &k);
+        chunk_dot512(f, vnni, &k, x.q + 32 * c, x.d + c, x.h + 2 * c, X32_CHUNK, 0, &acc[0],
+                     &accm[0]);
+        chunk512(f, vnni, b, c, X32_CHUNK, &k);
+        chunk_dot512(f, vnni, &k, x.q + 32 * c, x.d + c, x.h + 2 * c, X32_CHUNK, 0, &acc[1],
+                     &accm[1]);
+    }
+    prefetch_blocks(f, a, nf, tb, pf);
+    prefetch_blocks(f, b, nf, tb, pf);
+    chunk512_pair(f, vnni, a, b, nf, tb, &k);
+    /* lanes 0..7: a's accumulators; 8..15: b's lanes 0..7 (where row512 adds b's tail) */
+    __m512 t = _mm512_mask_blend_ps(0xff00, acc[0], _mm512_shuffle_f32x4(acc[1], acc[1], 0x4e));
+    __m512 tm = _mm512_mask_blend_ps(0xff00, accm[0], _mm512_shuffle_f32x4(accm[1], accm[1], 0x4e));
+    chunk_dot512(f, vnni, &k, x.q + 32 * nf, x.d + nf, x.h + 2 * nf, tb, 1, &t, &tm);
+    acc[0] = _mm512_mask_blend_ps(0xff00, t, acc[0]);
+    acc[1] = _mm512_mask_blend_ps(0xff00, _mm512_shuffle_f32x4(t, t, 0x4e), acc[1]);
+    accm[0] = _mm512_mask_blend_ps(0xff00, tm, accm[0]);
+    accm[1] = _mm512_mask_blend_ps(0xff00, _mm512_shuffle_f32x4(tm, tm, 0x4e), accm[1]);
+    *ya = _mm512_reduce_add_ps(acc[0]) + (has_min(f) ? _mm512_reduce_add_ps(accm[0]) : 0.0f);
+    *yb = _mm512_reduce_add_ps(acc[1]) + (has_min(f) ? _mm512_reduce_add_ps(accm[1]) : 0.0f);
 }
 
 /* ------------------------------------------------------------------ AVX2 */
@@ -770,6 +871,17 @@ INL256 void row256(const int f, struct wrow r, int64_t nb, const void *xq, int t
         for (int t0 = 0; t0 < T; t0 += TOK)                                                        \
             call(row, nb, xq, t0, T - t0 < TOK ? T - t0 : TOK, y + r, ldy);                        \
     }
+/* The AVX-512 tiers: for one token, rows two at a time through row512_pair where it applies. */
+#define ROWS_BODY512(call, pair)                                                                   \
+    if (T == 1 && nb % X32_CHUNK && nb % X32_CHUNK <= 8 && pair_rows()) {                          \
+        int r = 0;                                                                                 \
+        for (; r + 1 < n_rows; r += 2)                                                             \
+            pair((struct wrow){w + r * rb, coff}, (struct wrow){w + (r + 1) * rb, coff}, nb, xq,   \
+                 y + r, y + r + 1);                                                                \
+        if (r < n_rows) call((struct wrow){w + r * rb, coff}, nb, xq, 0, 1, y + r, ldy);          \
+        return;                                                                                    \
+    }                                                                                              \
+    ROWS_BODY(call)
 #define ROWS_ARGS                                                                                  \
     const uint8_t *w, size_t rb, size_t coff, int n_rows, int64_t nb, const void *xq, int T,       \
         float *y, int ldy
@@ -782,11 +894,17 @@ INL256 void row256(const int f, struct wrow r, int64_t nb, const void *xq, int t
                               int ldy) {                                                           \
         row512(f, 0, r, nb, xq, t0, tn, y, ldy);                                                   \
     }                                                                                              \
-    T512 static void rows512v_##sfx(ROWS_ARGS){                                                    \
-        ROWS_BODY(row512v_##sfx)} T512 static void rows512b_##sfx(ROWS_ARGS){                      \
-        ROWS_BODY(row512b_##sfx)} T256 static void rows256_##sfx(ROWS_ARGS) {                      \
-        ROWS_BODY(row256_one_##sfx)                                                                \
-    }
+    INL512 void pair512v_##sfx(struct wrow a, struct wrow b, int64_t nb, const void *xq,           \
+                               float *ya, float *yb) {                                             \
+        row512_pair(f, 1, a, b, nb, xq, ya, yb);                                                   \
+    }                                                                                              \
+    INL512 void pair512b_##sfx(struct wrow a, struct wrow b, int64_t nb, const void *xq,           \
+                               float *ya, float *yb) {                                             \
+        row512_pair(f, 0, a, b, nb, xq, ya, yb);                                                   \
+    }                                                                                              \
+    T512 static void rows512v_##sfx(ROWS_ARGS) { ROWS_BODY512(row512v_##sfx, pair512v_##sfx) }     \
+    T512 static void rows512b_##sfx(ROWS_ARGS) { ROWS_BODY512(row512b_##sfx, pair512b_##sfx) }     \
+    T256 static void rows256_##sfx(ROWS_ARGS) { ROWS_BODY(row256_one_##sfx) }
 
 #define ROW256_FMT(f, sfx)                                                                         \
     INL256 void row256_one_##sfx(struct wrow r, int64_t nb, const void *xq, int t0, int tn,        \
