@@ -18,6 +18,7 @@ cmake --build "$B" -j"$(nproc)" >/dev/null
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 rm -rf .gpu && mkdir -p .gpu
 cp "$B"/ft "$B"/bench_cpu "$B"/bench_ggml "$B"/bench_exec "$B"/test_gpu_* .gpu/
+strip -g .gpu/* # debug info is most of each binary; the device tool carries 64 MiB in all
 for lib in libjansson.so.4 libpcre2-8.so.0 libutf8proc.so.2 libmicrohttpd.so.12 libgnutls.so.30 \
            libp11-kit.so.0 libidn2.so.0 libunistring.so.2 libtasn1.so.6 libnettle.so.8 \
            libhogweed.so.6 libgmp.so.10 libffi.so.8; do
