@@ -21,6 +21,8 @@
 #            resident pp512 with 32- and 64-row tiles alternated, and the 30G pp4096 pass -> tm64.log
 #   exec     #9 the executor's scaling: bench_exec mxfp4 at 1, 8, 16 threads, nvfp4 and bf16 at 16
 #            (experts rotating over 3x the L3); then row pairs on/off alternated -> exec.log
+#   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
+#            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
@@ -118,6 +120,17 @@ for part in "$@"; do
             done
         done
         ;;
+    ncu)
+        # #5: each kernel of resident decode, timed by Nsight Compute with its DRAM bytes (run on
+        # a Firecracker kind, nvidia-h200-x2: under gVisor ncu cannot read the counters), and the
+        # GPU op tests under compute-sanitizer's memcheck
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        step ncu.log 330 "$NCU" --clock-control none --launch-skip 1500 --launch-count 700 --csv \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
+            $G/ft bench --synthetic qwen3-30b-a3b -p 0 -n 48 -r 1 --backend cuda
+        SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+        step sanitize.log 200 "$SAN" --tool memcheck --leak-check no $G/test_gpu_ops
+        ;;
     bw)
         # #8/#9: ft bench bw per expert format (the CPU executor alone and next to copies)
         for f in bf16 mxfp4 nvfp4 q4_k; do step bw.log 120 $G/ft bench bw --format $f; done
@@ -138,7 +151,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, bw, real)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, ncu, bw, real)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"
