@@ -23,6 +23,8 @@
 #            (experts rotating over 3x the L3); then row pairs on/off alternated -> exec.log
 #   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
+#   decab    #5 resident decode, .gpu/ft against .gpu/ft_old and the GEMV switches, alternated
+#                                                                            -> decab.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
@@ -131,6 +133,18 @@ for part in "$@"; do
         SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
         step sanitize.log 200 "$SAN" --tool memcheck --leak-check no $G/test_gpu_ops
         ;;
+    decab)
+        # #5 decode A/B in one call: .gpu/ft against .gpu/ft_old (a build of the commit before,
+        # copied there by hand, stripped) and the GEMV switches, alternated
+        for cfg in "ft FT_AB=new" "ft_old FT_AB=old" "ft FT_GEMV_UNROLL=4,FT_GEMV_PRELOAD=0" "ft FT_GEMV_PRELOAD=0" \
+                   "ft FT_AB=new" "ft_old FT_AB=old"; do
+            read -r bin envs <<<"$cfg"
+            [ -x "$G/$bin" ] || continue
+            echo "### $bin $envs" >>"$OUT/decab.log"
+            step decab.log 200 env ${envs//,/ } $G/$bin bench --synthetic qwen3-30b-a3b -p 512 -n 128 \
+                -r 3 --backend cuda
+        done
+        ;;
     bw)
         # #8/#9: ft bench bw per expert format (the CPU executor alone and next to copies)
         for f in bf16 mxfp4 nvfp4 q4_k; do step bw.log 120 $G/ft bench bw --format $f; done
@@ -151,7 +165,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, ncu, bw, real)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, ncu, decab, bw, real)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"
