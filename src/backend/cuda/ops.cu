@@ -664,35 +664,20 @@ __device__ __forceinline__ void dot8(float acc[TT], uint4 u, const float *x, int
     }
 }
 
-/* U 16-byte weight loads in flight per lane before any arithmetic: a row of K = 2048 (qkv)
- * is then one round of loads at U = 8, two at U = 4 (each round a DRAM latency when too few
- * warps share an SM: o_proj's 2048 rows are 16 warps per SM). */
-template <int U>
-__device__ __forceinline__ void load_round(uint4 u[U], const uint4 *w4, int c, int n8) {
-#pragma unroll
-    for (int j = 0; j < U; j++)
-        u[j] = c + j * WARP < n8 ? __ldg(w4 + c + j * WARP) : make_uint4(0, 0, 0, 0);
-}
-
-/* pre: the first round's weights, loaded by the caller (gemv_fused_kernel issues them before
- * waiting on the previous kernel), or NULL. */
-template <int TT, int U>
+template <int TT>
 __device__ __forceinline__ void row_dot(float acc[TT], const uint16_t *wr, const float *x, int ldx,
-                                        int K, int lane, int T, const float *nw,
-                                        const uint4 *pre = NULL) {
+                                        int K, int lane, int T, const float *nw) {
     if ((K & 7) == 0) {
         const uint4 *w4 = (const uint4 *)wr;
         int n8 = K / 8;
-        for (int c = lane; c < n8; c += U * WARP) {
-            uint4 u[U];
-            if (pre && c == lane) {
+        /* up to four 16-byte loads in flight per lane before any arithmetic */
+        for (int c = lane; c < n8; c += 4 * WARP) {
+            uint4 u[4];
 #pragma unroll
-                for (int j = 0; j < U; j++) u[j] = pre[j];
-            } else {
-                load_round<U>(u, w4, c, n8);
-            }
+            for (int j = 0; j < 4; j++)
+                u[j] = c + j * WARP < n8 ? __ldg(w4 + c + j * WARP) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-            for (int j = 0; j < U; j++)
+            for (int j = 0; j < 4; j++)
                 if (c + j * WARP < n8) dot8<TT>(acc, u[j], x, ldx, (c + j * WARP) * 8, T, nw);
         }
     } else {
@@ -744,17 +729,11 @@ __device__ __forceinline__ void gemv_store(const struct ft_cuda_gemv_args &a, in
  * (fused q/k/v), with an optional fused input RMSNorm (norm weight folded into the weights,
  * 1/rms per token applied at the end; block 0 also stores the normalised input) and an
  * optional accumulate epilogue (y += result: the residual add of o_proj / down_proj). */
-template <int TT, int U>
-__global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a, int preload) {
+template <int TT>
+__global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a) {
     int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP;
-    /* weights do not depend on the previous kernel: the first round of this warp's row into
-     * registers (FT_GEMV_PRELOAD=0: not), the rest into L2, while that kernel finishes */
-    const bool pre = preload && (a.K & 7) == 0 && n < a.N;
-    uint4 u0[U];
-    if (pre) load_round<U>(u0, (const uint4 *)(a.w + (size_t)n * a.K), lane, a.K / 8);
-    if (n < a.N)
-        for (size_t off = (pre ? (size_t)U * WARP * 16 : 0) + (size_t)lane * 128;
-             off < (size_t)a.K * 2; off += WARP * 128)
+    if (n < a.N) /* this warp's weight row into L2 while the previous kernel finishes */
+        for (size_t off = (size_t)lane * 128; off < (size_t)a.K * 2; off += WARP * 128)
             prefetch_l2((const char *)(a.w + (size_t)n * a.K) + off);
     pdl_enter();
     __shared__ float r_s[8];
@@ -763,7 +742,7 @@ __global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a, int preload) {
     float acc[TT];
 #pragma unroll
     for (int t = 0; t < TT; t++) acc[t] = 0.0f;
-    row_dot<TT, U>(acc, a.w + (size_t)n * a.K, a.x, a.K, a.K, lane, a.T, a.nw, pre ? u0 : NULL);
+    row_dot<TT>(acc, a.w + (size_t)n * a.K, a.x, a.K, a.K, lane, a.T, a.nw);
 #pragma unroll
     for (int t = 0; t < TT; t++) {
         float v = warp_sum(acc[t]);
@@ -777,15 +756,10 @@ __global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a, int preload) {
  * outputs and epilogue as gemv_fused_kernel; K % 8 == 0. The block's partial sums are added in
  * a fixed order: deterministic. */
 template <int TT>
-__global__ void gemv_splitk_kernel(struct ft_cuda_gemv_args a, int preload) {
+__global__ void gemv_splitk_kernel(struct ft_cuda_gemv_args a) {
     int n = blockIdx.x, tid = threadIdx.x, n8 = a.K / 8;
     const uint16_t *wr = a.w + (size_t)n * a.K;
-    const uint4 *w4 = (const uint4 *)wr;
-    /* the first 16 bytes of this thread's share into a register before waiting on the previous
-     * kernel (FT_GEMV_PRELOAD=0: into L2 only) */
-    uint4 u0 = make_uint4(0, 0, 0, 0);
-    if (preload && tid < n8) u0 = __ldg(w4 + tid);
-    else if ((size_t)tid * 128 < (size_t)a.K * 2) prefetch_l2((const char *)wr + (size_t)tid * 128);
+    if ((size_t)tid * 128 < (size_t)a.K * 2) prefetch_l2((const char *)wr + (size_t)tid * 128);
     pdl_enter();
     __shared__ float r_s[8];
     __shared__ float part[TT][GEMV_WARPS];
@@ -793,8 +767,8 @@ __global__ void gemv_splitk_kernel(struct ft_cuda_gemv_args a, int preload) {
     float acc[TT];
 #pragma unroll
     for (int t = 0; t < TT; t++) acc[t] = 0.0f;
-    for (int c = tid; c < n8; c += blockDim.x)
-        dot8<TT>(acc, preload && c == tid ? u0 : __ldg(w4 + c), a.x, a.K, c * 8, a.T, a.nw);
+    const uint4 *w4 = (const uint4 *)wr;
+    for (int c = tid; c < n8; c += blockDim.x) dot8<TT>(acc, __ldg(w4 + c), a.x, a.K, c * 8, a.T, a.nw);
     int lane = tid % WARP, w = tid / WARP;
 #pragma unroll
     for (int t = 0; t < TT; t++) {
@@ -806,26 +780,6 @@ __global__ void gemv_splitk_kernel(struct ft_cuda_gemv_args a, int preload) {
     float v = 0.0f;
     for (int i = 0; i < GEMV_WARPS; i++) v += part[tid][i];
     gemv_store(a, n, tid, v, r_s);
-}
-
-/* FT_GEMV_UNROLL=4 keeps four loads in flight per lane (A/B runs; default 8) */
-static int unroll8(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("FT_GEMV_UNROLL");
-        on = !(v && !strcmp(v, "4"));
-    }
-    return on;
-}
-
-/* FT_GEMV_PRELOAD=0: GEMV weights go only into L2 before the previous kernel ends (A/B runs) */
-static int preload_on(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("FT_GEMV_PRELOAD");
-        on = !(v && !strcmp(v, "0"));
-    }
-    return on;
 }
 
 /* FT_GEMV_SPLITK=0 keeps every GEMV on one warp per row (A/B runs) */
@@ -841,7 +795,7 @@ static int splitk_on(void) {
 extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream_t s) {
     dim3 grid(cdiv(args->N, GEMV_WARPS));
     int th = GEMV_WARPS * WARP;
-    const int splitk = args->N <= 512 && args->K % 8 == 0 && splitk_on(), pre = preload_on();
+    const int splitk = args->N <= 512 && args->K % 8 == 0 && splitk_on();
     for (int t0 = 0; t0 < args->T; t0 += 8) { /* 8 tokens per launch */
         struct ft_cuda_gemv_args a = *args;
         a.T = args->T - t0 < 8 ? args->T - t0 : 8;
@@ -851,20 +805,18 @@ extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream
         if (a.y[1]) a.y[1] += (size_t)t0 * a.n1;
         if (a.y[2]) a.y[2] += (size_t)t0 * (a.N - a.n0 - a.n1);
         if (splitk) {
-            if (a.T == 1) launch(gemv_splitk_kernel<1>, args->N, th, 0, s, a, pre);
-            else if (a.T == 2) launch(gemv_splitk_kernel<2>, args->N, th, 0, s, a, pre);
-            else if (a.T <= 4) launch(gemv_splitk_kernel<4>, args->N, th, 0, s, a, pre);
-            else launch(gemv_splitk_kernel<8>, args->N, th, 0, s, a, pre);
-        } else if (a.T == 1) {
-            if (unroll8()) launch(gemv_fused_kernel<1, 8>, grid, th, 0, s, a, pre);
-            else launch(gemv_fused_kernel<1, 4>, grid, th, 0, s, a, pre);
-        } else if (a.T == 2) {
-            launch(gemv_fused_kernel<2, 4>, grid, th, 0, s, a, pre);
-        } else if (a.T <= 4) {
-            launch(gemv_fused_kernel<4, 4>, grid, th, 0, s, a, pre);
-        } else {
-            launch(gemv_fused_kernel<8, 4>, grid, th, 0, s, a, pre);
-        }
+            if (a.T == 1) launch(gemv_splitk_kernel<1>, args->N, th, 0, s, a);
+            else if (a.T == 2) launch(gemv_splitk_kernel<2>, args->N, th, 0, s, a);
+            else if (a.T <= 4) launch(gemv_splitk_kernel<4>, args->N, th, 0, s, a);
+            else launch(gemv_splitk_kernel<8>, args->N, th, 0, s, a);
+        } else if (a.T == 1)
+            launch(gemv_fused_kernel<1>, grid, th, 0, s, a);
+        else if (a.T == 2)
+            launch(gemv_fused_kernel<2>, grid, th, 0, s, a);
+        else if (a.T <= 4)
+            launch(gemv_fused_kernel<4>, grid, th, 0, s, a);
+        else
+            launch(gemv_fused_kernel<8>, grid, th, 0, s, a);
     }
 }
 
@@ -874,7 +826,6 @@ extern "C" void ft_cuda_gemv(float *y, int ldy, const float *x, const uint16_t *
     ft_cuda_gemv_ex(&a, s);
 }
 
-template <int U>
 __global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint16_t *w,
                                 size_t expert_stride, const int32_t *ids, int N, int K) {
     pdl_enter();
@@ -885,8 +836,8 @@ __global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint1
         return;
     }
     float acc[1] = {0.0f};
-    row_dot<1, U>(acc, w + (size_t)ids[p] * expert_stride + (size_t)n * K,
-                  x + (size_t)(p / x_div) * K, K, K, lane, 1, NULL);
+    row_dot<1>(acc, w + (size_t)ids[p] * expert_stride + (size_t)n * K, x + (size_t)(p / x_div) * K,
+               K, K, lane, 1, NULL);
     float v = warp_sum(acc[0]);
     if (lane == 0) y[(size_t)p * N + n] = v;
 }
@@ -894,11 +845,8 @@ __global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint1
 extern "C" void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w,
                                  size_t expert_stride, const int32_t *ids, int P, int N, int K,
                                  cudaStream_t s) {
-    dim3 grid(cdiv(N, GEMV_WARPS), P);
-    if (unroll8())
-        launch(moe_gemv_kernel<8>, grid, GEMV_WARPS * WARP, 0, s, y, x, x_div, w, expert_stride, ids, N, K);
-    else
-        launch(moe_gemv_kernel<4>, grid, GEMV_WARPS * WARP, 0, s, y, x, x_div, w, expert_stride, ids, N, K);
+    launch(moe_gemv_kernel, dim3(cdiv(N, GEMV_WARPS), P), GEMV_WARPS * WARP, 0, s, y, x, x_div, w,
+           expert_stride, ids, N, K);
 }
 
 /* One thread per (token, column), blocks along the columns: one block per token (the old
@@ -1012,9 +960,9 @@ __device__ __forceinline__ void router_stats(const float *l, int E, int lane, fl
 }
 
 /* One warp per token: softmax statistics over E by the warp, then lane 0 draws k distinct ids
- * by rejection; weights = the router's softmax at those ids. k <= SYNTH_MAX_K (the launcher
- * checks). */
-#define SYNTH_MAX_K 32 /* as the GPU backend allows (gpu.c) */
+ * by rejection; weights = the router's softmax at those ids. k <= SYNTH_MAX_K (the GPU
+ * backend allows 32: gpu.c). */
+#define SYNTH_MAX_K 32
 __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, int T, int E,
                                    int k, uint64_t seed, const uint32_t *step, int layer, int norm,
                                    const float *cdf) {
@@ -1022,14 +970,15 @@ __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, 
     int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (t >= T) return;
     const float *l = logits + (size_t)t * E;
+    const uint32_t s0 = *step; /* its load overlaps the statistics' */
     float mx, z;
     router_stats(l, E, lane, &mx, &z);
     if (lane) return;
-    uint64_t st = ft_mix64(seed ^ ft_mix64(((uint64_t)*step << 40) ^ ((uint64_t)layer << 20) ^ (uint64_t)t));
-    /* the draws so far and their weights stay in this thread (local memory, L1), not re-read
-     * from ids in global memory: that cost 7.9 us of a decode layer under ncu */
+    uint64_t st = ft_mix64(seed ^ ft_mix64(((uint64_t)s0 << 40) ^ ((uint64_t)layer << 20) ^ (uint64_t)t));
+    /* all k draws first (no memory traffic but the chosen ids, kept in this thread), then
+     * their k logits loaded at once: a load per draw cost a cache latency each (7.9 us a
+     * decode layer under ncu) */
     int32_t got[SYNTH_MAX_K];
-    float gw[SYNTH_MAX_K], sum = 0.0f;
     for (int j = 0; j < k; j++) {
         int id, dup, tries = 0;
         do {
@@ -1039,9 +988,10 @@ __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, 
             if (dup && ++tries >= 64) id = synth_unused(got, j, layer, E, cdf != NULL), dup = 0;
         } while (dup);
         got[j] = id;
-        gw[j] = __expf(l[id] - mx) / z;
-        sum += gw[j];
     }
+    float gw[SYNTH_MAX_K], sum = 0.0f;
+    for (int j = 0; j < k; j++) gw[j] = l[got[j]];
+    for (int j = 0; j < k; j++) gw[j] = __expf(gw[j] - mx) / z, sum += gw[j];
     for (int j = 0; j < k; j++) ids[t * k + j] = got[j], w[t * k + j] = norm ? gw[j] / sum : gw[j];
 }
 
