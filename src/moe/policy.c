@@ -18,8 +18,7 @@ enum ft_status ft_split_init(struct ft_split *s, enum ft_moe_mode mode, int n_la
     s->layer = calloc((size_t)n_layers, sizeof *s->layer);
     if (!s->layer) return ft_fail(FT_ERR_OOM, "split policy: out of memory");
     for (int l = 0; l < n_layers; l++)
-        s->layer[l] = (struct ft_split_costs){.copy_s = copy_s, .cpu_s = cpu_s,
-                                              .cpu_fixed_s = cpu_fixed_s};
+        s->layer[l] = (struct ft_split_costs){copy_s, cpu_s, cpu_fixed_s, 0, 0};
     return FT_OK;
 }
 
@@ -55,29 +54,10 @@ void ft_split_observe(struct ft_split *s, int layer, int n_copied, double copy_s
         c->copy_s += a * (copy_s / n_copied - c->copy_s);
         c->samples_copy++;
     }
-    if (n_cpu > 0 && cpu_s > 0) {
-        double n = n_cpu, am = 0.3 * a; /* the line needs more samples than an average */
-        if (c->samples_cpu++ == 0) {
-            c->m_n = n, c->m_t = cpu_s, c->m_nn = n * n, c->m_nt = n * cpu_s;
-        } else {
-            c->m_n += am * (n - c->m_n);
-            c->m_t += am * (cpu_s - c->m_t);
-            c->m_nn += am * (n * n - c->m_nn);
-            c->m_nt += am * (n * cpu_s - c->m_nt);
-        }
-        double var = c->m_nn - c->m_n * c->m_n, cov = c->m_nt - c->m_n * c->m_t;
-        /* the line, once the counts spread (a standard deviation of 1/4 of their mean; decode
-         * misses vary 1-6 per layer) and its slope is sane; else the fixed part stays and the
-         * rest of this sample is per expert */
-        double slope = var > 0 ? cov / var : 0;
-        if (c->samples_cpu >= 16 && var >= 0.0625 * c->m_n * c->m_n && slope > 0.1 * c->cpu_s) {
-            double fixed = c->m_t - slope * c->m_n;
-            c->cpu_fixed_s = fixed < 0 ? 0 : fixed > c->m_t ? c->m_t : fixed;
-            c->cpu_s = fixed < 0 ? c->m_t / c->m_n : slope;
-        } else {
-            double per = (cpu_s - c->cpu_fixed_s) / n_cpu;
-            if (per < 0.1 * c->cpu_s) per = 0.1 * c->cpu_s; /* a noisy sample cannot flip the sign */
-            c->cpu_s += a * (per - c->cpu_s);
-        }
+    if (n_cpu > 0 && cpu_s > 0) { /* the fixed part stays; the rest is per expert */
+        double per = (cpu_s - c->cpu_fixed_s) / n_cpu;
+        if (per < 0.1 * c->cpu_s) per = 0.1 * c->cpu_s; /* a noisy sample cannot flip the sign */
+        c->cpu_s += a * (per - c->cpu_s);
+        c->samples_cpu++;
     }
 }

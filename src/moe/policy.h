@@ -2,8 +2,7 @@
  * of a step's M missing experts, fetch F over PCIe into cache slots and compute M - F on the
  * CPU, concurrently, choosing F to minimise the slower side. The costs are learnt while the
  * engine runs (running averages per layer): seconds to copy one expert, seconds of CPU time per
- * expert, and the CPU side's fixed cost per layer (a running least-squares line through the
- * CPU samples once their expert counts vary). Pure C; engine thread only. */
+ * expert, and the CPU side's fixed cost per layer. Pure C; engine thread only. */
 #ifndef FT_MOE_POLICY_H
 #define FT_MOE_POLICY_H
 
@@ -16,9 +15,6 @@ struct ft_split_costs {
     double cpu_s;       /* per expert computed on the CPU */
     double cpu_fixed_s; /* per layer step with any CPU expert */
     long samples_copy, samples_cpu;
-    /* running moments of the CPU samples (n experts, t seconds): once n has varied enough,
-     * cpu_s and cpu_fixed_s are the least-squares line t = fixed + n * cpu through them */
-    double m_n, m_t, m_nn, m_nt;
 };
 
 struct ft_split {
