@@ -595,7 +595,8 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
                                        &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act,
                                        g->h_xn, g->cpu_tok,
                                        g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
-            ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6);
+            ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6,
+                                   ft_moe_exec_last_work_s(g->exec));
             cudaMemcpyAsync(g->d_cpu_out, g->h_cpu_out, (size_t)T * H * sizeof(float),
                             cudaMemcpyHostToDevice, s);
             ft_cuda_add(g->x, g->d_cpu_out, (size_t)T * H, s); /* x += CPU experts */

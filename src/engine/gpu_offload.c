@@ -252,9 +252,10 @@ enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t 
     return FT_OK;
 }
 
-void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds) {
+void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds,
+                            double work_s) {
     f->cpu_s += seconds;
-    ft_split_observe(&f->split, layer, 0, 0, n_experts, seconds);
+    ft_split_observe_cpu(&f->split, layer, n_experts, seconds, work_s);
 }
 
 /* Uploads the slot map of one prefill batch (experts[i] -> slots[i], the rest -1) on s and

@@ -59,6 +59,7 @@ struct ft_moe_exec {
     int fast;        /* round the pass inputs (ft_cpu_xq_quant) where the format has a path */
     void *xq;        /* [max_rows, 2 max(H, I)] those rounded inputs, gathered */
     void *xqt;       /* [max_tokens, 2 H] each token's input rounded once (gate/up) */
+    int64_t work_ns; /* this call: the passes' mean worker busy time (ft_moe_exec_last_work_s) */
     int timing;      /* ft_moe_exec_set_timing */
     int64_t t_mark;  /* timing: when the current phase began */
     struct ft_moe_exec_timing tm;
@@ -85,7 +86,7 @@ struct pass {
     long total;       /* n_active * N rows */
     atomic_long next;
     atomic_int tasks;
-    int64_t launch_ns, *span; /* timing: launch time; [2 * worker] first start, last end */
+    int64_t launch_ns, *span; /* launch time; [2 * worker] first start, last end */
 };
 
 /* Claims the next rows [*g0, *g0 + return) of the pass; 0 when none are left. */
@@ -108,11 +109,11 @@ static long claim(struct pass *p, long *g0) {
 static void pass_task(void *ctx, int i, int n) {
     struct pass *p = ctx;
     struct ft_moe_exec *x = p->x;
-    int64_t t_in = p->span ? ft_time_ns() : 0;
+    int64_t t_in = ft_time_ns();
     (void)n;
     long g0, c;
     while ((c = claim(p, &g0)) > 0) {
-        if (p->span) atomic_fetch_add_explicit(&p->tasks, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->tasks, 1, memory_order_relaxed);
         for (long g = g0, end = g0 + c; g < end;) { /* the stretch, split at experts */
             int a = (int)(g / p->N), n0 = (int)(g % p->N);
             int n1 = (int)FT_MIN((long)p->N, n0 + (end - g));
@@ -128,10 +129,11 @@ static void pass_task(void *ctx, int i, int n) {
             g += n1 - n0;
         }
     }
-    if (p->span && i < TIMED_WORKERS) p->span[2 * i] = t_in, p->span[2 * i + 1] = ft_time_ns();
+    if (i < TIMED_WORKERS) p->span[2 * i] = t_in, p->span[2 * i + 1] = ft_time_ns();
 }
 
-/* Sums one pass's worker spans into x->tm (which = 0: gate/up, 1: down). */
+/* One pass's worker spans: its mean busy time goes to x->work_ns, and with timing on the
+ * start, busy and task figures to x->tm (which = 0: gate/up, 1: down). */
 static void add_spans(struct ft_moe_exec *x, struct pass *p, int workers, int which) {
     int64_t start_max = 0, busy_sum = 0, busy_max = 0;
     for (int i = 0; i < workers; i++) {
@@ -140,6 +142,8 @@ static void add_spans(struct ft_moe_exec *x, struct pass *p, int workers, int wh
         busy_max = FT_MAX(busy_max, b);
         busy_sum += b;
     }
+    x->work_ns += busy_sum / FT_MAX(workers, 1);
+    if (!x->timing) return;
     x->tm.start_max_ns[which] += start_max;
     x->tm.busy_mean_ns[which] += busy_sum / FT_MAX(workers, 1);
     x->tm.busy_max_ns[which] += busy_max;
@@ -161,16 +165,12 @@ static void run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct f
     atomic_init(&p.tasks, 0);
     int timed = FT_MIN(workers, TIMED_WORKERS);
     int64_t span[2 * TIMED_WORKERS];
-    if (x->timing) {
-        p.launch_ns = x->t_mark;
-        for (int i = 0; i < 2 * timed; i++) span[i] = p.launch_ns;
-        p.span = span;
-    }
+    p.launch_ns = x->timing ? x->t_mark : ft_time_ns();
+    for (int i = 0; i < 2 * timed; i++) span[i] = p.launch_ns;
+    p.span = span;
     ft_pool_run(pool, pass_task, &p);
-    if (x->timing) {
-        add_spans(x, &p, timed, which);
-        mark(x, which ? FT_EXEC_PASS2 : FT_EXEC_PASS1);
-    }
+    add_spans(x, &p, timed, which);
+    mark(x, which ? FT_EXEC_PASS2 : FT_EXEC_PASS1);
 }
 
 /* Between the passes, rows split over the workers: the gate/up bias, the activation, and (fast
@@ -301,12 +301,15 @@ void ft_moe_exec_set_timing(struct ft_moe_exec *x, int on) {
 
 struct ft_moe_exec_timing ft_moe_exec_timing(const struct ft_moe_exec *x) { return x->tm; }
 
+double ft_moe_exec_last_work_s(const struct ft_moe_exec *x) { return (double)x->work_ns / 1e9; }
+
 int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
                           const struct ft_bank *gate_up, const struct ft_bank *down,
                           const struct ft_expert_act *act, const float *in, const int *tok,
                           const int *ids, const float *w, int n_pairs, float *out) {
     int E = x->n_experts, H = x->H, I = x->I, R = n_pairs;
     FT_ASSERT(R <= x->max_rows && gate_up->rows == 2 * I && down->cols == I);
+    x->work_ns = 0;
     if (x->timing) x->t_mark = ft_time_ns(), x->tm.calls++;
     memset(x->count, 0, (size_t)E * sizeof *x->count);
     int n_tok = 0;

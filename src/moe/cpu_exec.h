@@ -34,6 +34,10 @@ struct ft_moe_exec_timing {
 };
 void ft_moe_exec_set_timing(struct ft_moe_exec *x, int on); /* on also zeroes the sums */
 struct ft_moe_exec_timing ft_moe_exec_timing(const struct ft_moe_exec *x);
+/* Seconds of the last call that scale with its experts: the two passes' mean worker busy
+ * time (always measured). The rest of the call (grouping, rounding, activation, combine, pool
+ * wake-ups and barriers) is the hybrid split's fixed per-layer cost. */
+double ft_moe_exec_last_work_s(const struct ft_moe_exec *x);
 
 /* out[T, H] += sum_j w[t, j] * expert_{ids[t, j]}(x[t]) with expert(x) = down(silu(gate x) * up x),
  * or with act (may be NULL: that plain form) its biases and clamped SwiGLU.

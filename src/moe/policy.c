@@ -61,3 +61,12 @@ void ft_split_observe(struct ft_split *s, int layer, int n_copied, double copy_s
         c->samples_cpu++;
     }
 }
+
+void ft_split_observe_cpu(struct ft_split *s, int layer, int n_cpu, double cpu_s, double work_s) {
+    if (n_cpu <= 0 || cpu_s <= 0 || work_s <= 0) return;
+    struct ft_split_costs *c = &s->layer[layer];
+    double a = s->alpha, fixed = cpu_s - work_s;
+    c->cpu_s += a * (work_s / n_cpu - c->cpu_s);
+    c->cpu_fixed_s += a * ((fixed > 0 ? fixed : 0) - c->cpu_fixed_s);
+    c->samples_cpu++;
+}

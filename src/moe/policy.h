@@ -2,7 +2,8 @@
  * of a step's M missing experts, fetch F over PCIe into cache slots and compute M - F on the
  * CPU, concurrently, choosing F to minimise the slower side. The costs are learnt while the
  * engine runs (running averages per layer): seconds to copy one expert, seconds of CPU time per
- * expert, and the CPU side's fixed cost per layer. Pure C; engine thread only. */
+ * expert, and the CPU side's fixed cost per layer (each measured, not fitted: the executor
+ * times the part of a call that scales with its experts). Pure C; engine thread only. */
 #ifndef FT_MOE_POLICY_H
 #define FT_MOE_POLICY_H
 
@@ -30,9 +31,13 @@ enum ft_status ft_split_init(struct ft_split *s, enum ft_moe_mode mode, int n_la
 void ft_split_free(struct ft_split *s);
 /* How many of m misses to fetch (the rest go to the CPU). */
 int ft_split_fetch_count(const struct ft_split *s, int layer, int m);
-/* Feedback from a finished step: n_copied experts took copy_s seconds; n_cpu took cpu_s. */
+/* Feedback from a finished step: n_copied experts took copy_s seconds; n_cpu took cpu_s
+ * (of which the fixed part is taken to be the current estimate). */
 void ft_split_observe(struct ft_split *s, int layer, int n_copied, double copy_s, int n_cpu,
                       double cpu_s);
+/* The CPU side measured in two parts: n_cpu experts in cpu_s seconds, work_s of which scaled
+ * with the experts (ft_moe_exec_last_work_s); the rest is a sample of the fixed cost. */
+void ft_split_observe_cpu(struct ft_split *s, int layer, int n_cpu, double cpu_s, double work_s);
 const char *ft_moe_mode_name(enum ft_moe_mode m);
 
 #endif
