@@ -84,6 +84,44 @@ TEST(gemv_matches_cpu) {
     EXPECT_OK(ft_cuda_check("gemv"));
 }
 
+/* One token, rows split over 1, 2 and 4 warps (ft_cuda_gemv_set_split), with the fused input
+ * norm (its normalised input stored too), a bias and the accumulate epilogue, against the CPU
+ * on the input normalised in double. */
+TEST(gemv_split_rows_fused_norm) {
+    int Ks[] = {2048, 4096, 264}, N = 300;
+    for (size_t a = 0; a < 3; a++)
+        for (int S = 1; S <= 4; S *= 2) {
+            int K = Ks[a];
+            uint16_t *w = rnd_bf16((size_t)N * K, 0.1f);
+            float *x = rnd(K), *nw = rnd(K), *bias = rnd(N), *y0 = rnd(N);
+            float *xn = malloc((size_t)K * 4), *ref = malloc((size_t)N * 4);
+            double ss = 0;
+            for (int k = 0; k < K; k++) ss += (double)x[k] * x[k];
+            double r = 1.0 / sqrt(ss / K + 1e-6);
+            for (int k = 0; k < K; k++) xn[k] = (float)(x[k] * r * nw[k]);
+            ft_cpu_matmul(g_pool, ref, xn, w, FT_DTYPE_BF16, bias, 1, N, K);
+            for (int n = 0; n < N; n++) ref[n] += y0[n];
+            float *dx = up(x, (size_t)K * 4), *dnw = up(nw, (size_t)K * 4), *db = up(bias, (size_t)N * 4);
+            float *dy = up(y0, (size_t)N * 4), *dxn = up(NULL, (size_t)K * 4);
+            uint16_t *dw = up(w, (size_t)N * K * 2);
+            struct ft_cuda_gemv_args ga = {{dy, NULL, NULL}, N, 0, N, {db, NULL, NULL}, dx, dw, dnw,
+                                           1e-6f, dxn, 1, 1, N, K};
+            ft_cuda_gemv_set_split(S);
+            ft_cuda_gemv_ex(&ga, 0);
+            ft_cuda_gemv_set_split(1);
+            float *got = down(dy, (size_t)N), *gxn = down(dxn, (size_t)K);
+            char what[80];
+            snprintf(what, sizeof what, "gemv K=%d split over %d warps, fused norm", K, S);
+            EXPECT_NMSE(got, ref, (size_t)N, 1e-10, what);
+            snprintf(what, sizeof what, "gemv K=%d split %d: the normalised input", K, S);
+            EXPECT_NMSE(gxn, xn, (size_t)K, 1e-12, what);
+            free(w), free(x), free(nw), free(bias), free(y0), free(xn), free(ref), free(got), free(gxn);
+            cudaFree(dx), cudaFree(dnw), cudaFree(db), cudaFree(dy), cudaFree(dxn), cudaFree(dw);
+        }
+    ft_cuda_gemv_set_split(0);
+    EXPECT_OK(ft_cuda_check("gemv split rows"));
+}
+
 TEST(gemm_bf16_matches_cpu) {
     struct ft_blas *b;
     EXPECT_OK(ft_blas_init(&b, 0));

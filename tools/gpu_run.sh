@@ -23,7 +23,7 @@
 #            (experts rotating over 3x the L3); then row pairs on/off alternated -> exec.log
 #   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
-#   decab    #5 resident decode, .gpu/ft against .gpu/ft_old and FT_GEMV_NORM=split, alternated
+#   decab    #5 resident decode: FT_GEMV_SPLIT=2|4, FT_GEMV_NORM=split, .gpu/ft_old, alternated
 #                                                                            -> decab.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
@@ -134,17 +134,18 @@ for part in "$@"; do
         step sanitize.log 200 "$SAN" --tool memcheck --leak-check no $G/test_gpu_ops
         ;;
     decab)
-        # #5 decode A/B in one call: .gpu/ft against .gpu/ft_old (a build of the commit before,
-        # copied there by hand, stripped, when there is one) and FT_GEMV_NORM=split (each input
-        # norm computed once instead of in every GEMV block), alternated; the model tests with
-        # the split norm first
-        FT_GEMV_NORM=split step decab.log 400 $G/test_gpu_model
-        for cfg in "ft FT_AB=new" "ft FT_GEMV_NORM=split" "ft_old FT_AB=old" "ft FT_AB=new" \
+        # #5 decode A/B in one call, alternated: .gpu/ft as built, with rows split over 2 or 4
+        # warps (FT_GEMV_SPLIT), with each input norm computed once (FT_GEMV_NORM=split), and
+        # .gpu/ft_old when one is there (a build of an older commit, copied by hand, stripped);
+        # the model tests with both switches first
+        FT_GEMV_NORM=split FT_GEMV_SPLIT=2 step decab.log 400 $G/test_gpu_model
+        for cfg in "ft FT_AB=new" "ft FT_GEMV_SPLIT=2" "ft FT_GEMV_SPLIT=4" "ft FT_GEMV_NORM=split" \
+                   "ft_old FT_AB=old" "ft FT_AB=new" "ft FT_GEMV_SPLIT=2" "ft FT_GEMV_SPLIT=4" \
                    "ft FT_GEMV_NORM=split" "ft_old FT_AB=old"; do
             read -r bin envs <<<"$cfg"
             [ -x "$G/$bin" ] || continue
             echo "### $bin $envs" >>"$OUT/decab.log"
-            step decab.log 200 env "$envs" $G/$bin bench --synthetic qwen3-30b-a3b -p 512 -n 128 \
+            step decab.log 200 env "$envs" $G/$bin bench --synthetic qwen3-30b-a3b -p 0 -n 128 \
                 -r 3 --backend cuda
         done
         ;;

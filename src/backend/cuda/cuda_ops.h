@@ -91,6 +91,8 @@ struct ft_cuda_gemv_args {
     int T, N, K;
 };
 void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *a, cudaStream_t s);
+/* Warps per output row of the one-token GEMV: 1, 2 or 4 (0: FT_GEMV_SPLIT, else 1). */
+void ft_cuda_gemv_set_split(int S);
 /* Routed experts for P = T*k (token, expert) pairs, decode-sized:
  * y[p, :] = W_{ids[p]} · x[p / x_div, :] with W_e = w + e * expert_stride (elements);
  * ids[p] < 0 gives a zero row (a pair computed elsewhere). */

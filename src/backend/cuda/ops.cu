@@ -750,6 +750,51 @@ __global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a) {
     }
 }
 
+/* The same for one token with each row split over S warps of the block (8 / S rows a block),
+ * each warp dotting K / S of it; the S partial sums added in a fixed order (deterministic).
+ * More warps per row means fewer load rounds per warp: o_proj's 2048 rows were 16 warps an SM
+ * and four rounds of loads (10.8 us, 1.6 TB/s under ncu). FT_GEMV_SPLIT=2|4 turns it on for an
+ * A/B on the GPU machine (K % (8 S) == 0 only). */
+template <int S>
+__global__ void gemv_split_rows_kernel(struct ft_cuda_gemv_args a) {
+    const int lane = threadIdx.x % WARP, wib = threadIdx.x / WARP;
+    const int n = blockIdx.x * (GEMV_WARPS / S) + wib / S, part = wib % S, ks = a.K / S;
+    const uint16_t *wr = a.w + (size_t)n * a.K + (size_t)part * ks;
+    if (n < a.N)
+        for (size_t off = (size_t)lane * 128; off < (size_t)ks * 2; off += WARP * 128)
+            prefetch_l2((const char *)wr + off);
+    pdl_enter();
+    __shared__ float r_s[8];
+    __shared__ float psum[GEMV_WARPS];
+    gemv_norm(a, r_s);
+    float acc[1] = {0.0f};
+    if (n < a.N)
+        row_dot<1>(acc, wr, a.x + (size_t)part * ks, a.K, ks, lane, 1,
+                   a.nw ? a.nw + (size_t)part * ks : NULL);
+    float v = warp_sum(acc[0]);
+    if (lane == 0) psum[wib] = v;
+    __syncthreads();
+    if (part || lane || n >= a.N) return;
+    float tot = 0.0f;
+    for (int i = 0; i < S; i++) tot += psum[wib + i];
+    gemv_store(a, n, 0, tot, r_s);
+}
+
+/* Warps per row of the one-token fused GEMV: 1 (the default: gemv_fused_kernel), 2 or 4
+ * (FT_GEMV_SPLIT, or ft_cuda_gemv_set_split) */
+static int g_split;
+
+extern "C" void ft_cuda_gemv_set_split(int S) { g_split = S == 1 || S == 2 || S == 4 ? S : 0; }
+
+static int split_rows(void) {
+    if (!g_split) {
+        const char *e = getenv("FT_GEMV_SPLIT");
+        int v = e ? atoi(e) : 1;
+        g_split = v == 2 || v == 4 ? v : 1;
+    }
+    return g_split;
+}
+
 /* Few output rows (the router: N = E = 128): one block per row, its 256 threads splitting K
  * (one 16-byte load each per 2048 elements), so the GEMV spreads over N SMs instead of N / 8
  * and each thread waits for one load round instead of a warp for K / 256. Same fused norm,
@@ -809,6 +854,11 @@ extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream
             else if (a.T == 2) launch(gemv_splitk_kernel<2>, args->N, th, 0, s, a);
             else if (a.T <= 4) launch(gemv_splitk_kernel<4>, args->N, th, 0, s, a);
             else launch(gemv_splitk_kernel<8>, args->N, th, 0, s, a);
+        } else if (a.T == 1 && split_rows() > 1 && a.K % (8 * split_rows()) == 0) {
+            int S = split_rows();
+            dim3 g2(cdiv(args->N, GEMV_WARPS / S));
+            if (S == 2) launch(gemv_split_rows_kernel<2>, g2, th, 0, s, a);
+            else launch(gemv_split_rows_kernel<4>, g2, th, 0, s, a);
         } else if (a.T == 1)
             launch(gemv_fused_kernel<1>, grid, th, 0, s, a);
         else if (a.T == 2)
