@@ -25,6 +25,7 @@
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
 #   decab    #5 resident decode: FT_GEMV_SPLIT=2|4, FT_GEMV_NORM=split, .gpu/ft_old, alternated
 #                                                                            -> decab.log
+#   hybab    #8 hybrid at 30G, fixed CPU cost measured vs FT_SPLIT_FIXED=start, alternated -> hybab.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
@@ -149,6 +150,15 @@ for part in "$@"; do
                 -r 3 --backend cuda
         done
         ;;
+    hybab)
+        # #8 hybrid at 30G: the fixed per-layer CPU cost measured (default) against kept at its
+        # start (FT_SPLIT_FIXED=start), alternated
+        for e in FT_AB=measured FT_SPLIT_FIXED=start FT_AB=measured FT_SPLIT_FIXED=start; do
+            echo "### $e" >>"$OUT/hybab.log"
+            step hybab.log 200 env "$e" $G/ft bench --synthetic qwen3-30b-a3b -p 0 -n 128 -r 1 \
+                --backend offload --vram-limit 30G --moe-backend hybrid
+        done
+        ;;
     bw)
         # #8/#9: ft bench bw per expert format (the CPU executor alone and next to copies)
         for f in bf16 mxfp4 nvfp4 q4_k; do step bw.log 120 $G/ft bench bw --format $f; done
@@ -169,7 +179,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, ncu, decab, bw, real)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, ncu, decab, hybab, bw, real)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

@@ -252,10 +252,22 @@ enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t 
     return FT_OK;
 }
 
+/* FT_SPLIT_FIXED=start keeps the fixed per-layer CPU cost where it started (the bw profile's,
+ * or 50 us) and learns only the per-expert cost, as before it was measured (A/B runs). */
+static int measure_fixed(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("FT_SPLIT_FIXED");
+        v = !(e && !strcmp(e, "start"));
+    }
+    return v;
+}
+
 void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds,
                             double work_s) {
     f->cpu_s += seconds;
-    ft_split_observe_cpu(&f->split, layer, n_experts, seconds, work_s);
+    if (measure_fixed()) ft_split_observe_cpu(&f->split, layer, n_experts, seconds, work_s);
+    else ft_split_observe(&f->split, layer, 0, 0, n_experts, seconds);
 }
 
 /* Uploads the slot map of one prefill batch (experts[i] -> slots[i], the rest -1) on s and
