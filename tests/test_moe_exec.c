@@ -35,16 +35,22 @@ static void row_f32(enum ft_dtype t, const uint8_t *p, int r, int cols, float *o
     ft_to_f32(out, row, t, (size_t)cols);
 }
 
+/* E experts of hidden H and width I with random rows: gate_up in format tg, down in td. */
+static void random_banks(struct ft_bank *gu, struct ft_bank *dn, enum ft_dtype tg,
+                         enum ft_dtype td, int E, int H, int I) {
+    EXPECT_OK(ft_bank_init(gu, ft_row_schema_for(tg), FT_BANK_GATE_UP, E, 2 * I, H));
+    EXPECT_OK(ft_bank_init(dn, ft_row_schema_for(td), FT_BANK_DOWN, E, H, I));
+    for (int e = 0; e < E; e++) {
+        fill_matrix(tg, ft_bank_expert(gu, e), 2 * I, H, &g_rng);
+        fill_matrix(td, ft_bank_expert(dn, e), H, I, &g_rng);
+    }
+}
+
 /* One case: experts with gate_up in format tg and down in td. */
 static void check_formats(enum ft_dtype tg, enum ft_dtype td, struct ft_pool *pool) {
     const int E = 5, H = 256, I = 512, k = 2, Tmax = 3;
     struct ft_bank gu, dn;
-    EXPECT_OK(ft_bank_init(&gu, ft_row_schema_for(tg), FT_BANK_GATE_UP, E, 2 * I, H));
-    EXPECT_OK(ft_bank_init(&dn, ft_row_schema_for(td), FT_BANK_DOWN, E, H, I));
-    for (int e = 0; e < E; e++) {
-        fill_matrix(tg, ft_bank_expert(&gu, e), 2 * I, H, &g_rng);
-        fill_matrix(td, ft_bank_expert(&dn, e), H, I, &g_rng);
-    }
+    random_banks(&gu, &dn, tg, td, E, H, I);
     /* dequantised reference weights */
     float *wg = malloc((size_t)E * 2 * I * H * sizeof *wg), *wd = malloc((size_t)E * H * I * sizeof *wd);
     for (int e = 0; e < E; e++) {
@@ -150,12 +156,7 @@ TEST(executor_matches_dequantised_reference_every_format) {
 TEST(executor_same_bits_any_pool_split_or_pair_order) {
     enum { E = 6, H = 512, I = 256, k = 4, T = 5 };
     struct ft_bank gu, dn;
-    EXPECT_OK(ft_bank_init(&gu, ft_row_schema_for(FT_DTYPE_MXFP4), FT_BANK_GATE_UP, E, 2 * I, H));
-    EXPECT_OK(ft_bank_init(&dn, ft_row_schema_for(FT_DTYPE_BF16), FT_BANK_DOWN, E, H, I));
-    for (int e = 0; e < E; e++) {
-        fill_matrix(FT_DTYPE_MXFP4, ft_bank_expert(&gu, e), 2 * I, H, &g_rng);
-        fill_matrix(FT_DTYPE_BF16, ft_bank_expert(&dn, e), H, I, &g_rng);
-    }
+    random_banks(&gu, &dn, FT_DTYPE_MXFP4, FT_DTYPE_BF16, E, H, I);
     static float gub[E * 2 * I], dnb[E * H], x[T * H], out[3][T * H], shuf[T * H];
     for (int i = 0; i < E * 2 * I; i++) gub[i] = frand();
     for (int i = 0; i < E * H; i++) dnb[i] = frand();

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,6 +41,21 @@ static char g_line[512];
 static void sink(void *ctx, enum ft_log_level lvl, const char *line) {
     (void)ctx, (void)lvl;
     if (strstr(line, "cpu pool:")) snprintf(g_line, sizeof g_line, "%s", line);
+}
+
+/* The measuring switches' reader: a number, or the default when unset, empty or not numeric. */
+TEST(env_int_reads_numbers_else_default) {
+    unsetenv("FT_TEST_ENV_INT");
+    EXPECT_EQ(ft_sys_env_int("FT_TEST_ENV_INT", 7), 7);
+    setenv("FT_TEST_ENV_INT", "0", 1);
+    EXPECT_EQ(ft_sys_env_int("FT_TEST_ENV_INT", 7), 0);
+    setenv("FT_TEST_ENV_INT", "-12", 1);
+    EXPECT_EQ(ft_sys_env_int("FT_TEST_ENV_INT", 7), -12);
+    setenv("FT_TEST_ENV_INT", "", 1);
+    EXPECT_EQ(ft_sys_env_int("FT_TEST_ENV_INT", 7), 7);
+    setenv("FT_TEST_ENV_INT", "split", 1);
+    EXPECT_EQ(ft_sys_env_int("FT_TEST_ENV_INT", 7), 7);
+    unsetenv("FT_TEST_ENV_INT");
 }
 
 TEST(core_cpus_one_per_physical_core_within_affinity) {

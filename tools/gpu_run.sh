@@ -23,9 +23,9 @@
 #            (experts rotating over 3x the L3); then row pairs on/off alternated -> exec.log
 #   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
-#   decab    #5 resident decode: FT_GEMV_SPLIT=2|4, FT_GEMV_NORM=split, .gpu/ft_old, alternated
+#   decab    #5 resident decode: FT_GEMV_SPLIT=2|4, FT_GEMV_NORM_SPLIT=1, .gpu/ft_old, alternated
 #                                                                            -> decab.log
-#   hybab    #8 hybrid at 30G, fixed CPU cost measured vs FT_SPLIT_FIXED=start, alternated -> hybab.log
+#   hybab    #8 hybrid at 30G, fixed CPU cost measured vs FT_SPLIT_MEASURE_FIXED=0, alternated -> hybab.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
@@ -136,13 +136,13 @@ for part in "$@"; do
         ;;
     decab)
         # #5 decode A/B in one call, alternated: .gpu/ft as built, with rows split over 2 or 4
-        # warps (FT_GEMV_SPLIT), with each input norm computed once (FT_GEMV_NORM=split), and
+        # warps (FT_GEMV_SPLIT), with each input norm computed once (FT_GEMV_NORM_SPLIT=1), and
         # .gpu/ft_old when one is there (a build of an older commit, copied by hand, stripped);
         # the model tests with both switches first
-        FT_GEMV_NORM=split FT_GEMV_SPLIT=2 step decab.log 400 $G/test_gpu_model
-        for cfg in "ft FT_AB=new" "ft FT_GEMV_SPLIT=2" "ft FT_GEMV_SPLIT=4" "ft FT_GEMV_NORM=split" \
+        FT_GEMV_NORM_SPLIT=1 FT_GEMV_SPLIT=2 step decab.log 400 $G/test_gpu_model
+        for cfg in "ft FT_AB=new" "ft FT_GEMV_SPLIT=2" "ft FT_GEMV_SPLIT=4" "ft FT_GEMV_NORM_SPLIT=1" \
                    "ft_old FT_AB=old" "ft FT_AB=new" "ft FT_GEMV_SPLIT=2" "ft FT_GEMV_SPLIT=4" \
-                   "ft FT_GEMV_NORM=split" "ft_old FT_AB=old"; do
+                   "ft FT_GEMV_NORM_SPLIT=1" "ft_old FT_AB=old"; do
             read -r bin envs <<<"$cfg"
             [ -x "$G/$bin" ] || continue
             echo "### $bin $envs" >>"$OUT/decab.log"
@@ -152,8 +152,8 @@ for part in "$@"; do
         ;;
     hybab)
         # #8 hybrid at 30G: the fixed per-layer CPU cost measured (default) against kept at its
-        # start (FT_SPLIT_FIXED=start), alternated
-        for e in FT_AB=measured FT_SPLIT_FIXED=start FT_AB=measured FT_SPLIT_FIXED=start; do
+        # start (FT_SPLIT_MEASURE_FIXED=0), alternated
+        for e in FT_AB=measured FT_SPLIT_MEASURE_FIXED=0 FT_AB=measured FT_SPLIT_MEASURE_FIXED=0; do
             echo "### $e" >>"$OUT/hybab.log"
             step hybab.log 200 env "$e" $G/ft bench --synthetic qwen3-30b-a3b -p 0 -n 128 -r 1 \
                 --backend offload --vram-limit 30G --moe-backend hybrid

@@ -116,3 +116,10 @@ void *ft_sys_alloc_pages(size_t bytes) {
 void ft_sys_free_pages(void *p, size_t bytes) {
     if (p) munmap(p, bytes ? bytes : 1);
 }
+
+int ft_sys_env_int(const char *name, int dflt) {
+    const char *v = getenv(name);
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    return v && end != v ? (int)x : dflt;
+}

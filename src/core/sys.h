@@ -16,6 +16,10 @@ void ft_sys_cpu_model(char *buf, size_t cap);
 /* Bytes of the largest (last-level) CPU cache, from sysfs; 32 MiB when unknown. */
 uint64_t ft_sys_llc_bytes(void);
 
+/* Environment variable name as an integer (the measuring switches, FT_*), or dflt when it is
+ * unset or does not start with a number. */
+int ft_sys_env_int(const char *name, int dflt);
+
 /* Page-aligned allocation (zeroed lazily by the kernel); free with ft_sys_free_pages. */
 void *ft_sys_alloc_pages(size_t bytes);
 void ft_sys_free_pages(void *p, size_t bytes);

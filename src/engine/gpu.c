@@ -22,6 +22,7 @@
 #include "core/timer.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "core/sys.h"
 
 #define MAX_GRAPH_T 8
 #define DEQ_CHUNK 16 /* experts per chunk when block-format experts are dequantised for prefill */
@@ -508,16 +509,13 @@ static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
                                 g->d_step, l, m->norm_topk, &g->synth, g->s);
 }
 
-/* FT_GEMV_NORM=split: decode computes each input norm once (ft_cuda_rmsnorm into xn) and the
+/* FT_GEMV_NORM_SPLIT=1: decode computes each input norm once (ft_cuda_rmsnorm into xn) and the
  * GEMVs read xn, instead of every GEMV block re-reading x and reducing it (ncu: the qkv GEMV
  * with its fused norm reads at 1.2 TB/s, the expert GEMVs without one at 2.9). For an A/B on
  * the GPU machine; the default stays fused until it is measured. */
 static int norm_split(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("FT_GEMV_NORM");
-        v = e && !strcmp(e, "split");
-    }
+    if (v < 0) v = ft_sys_env_int("FT_GEMV_NORM_SPLIT", 0) != 0;
     return v;
 }
 

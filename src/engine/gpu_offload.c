@@ -252,14 +252,11 @@ enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t 
     return FT_OK;
 }
 
-/* FT_SPLIT_FIXED=start keeps the fixed per-layer CPU cost where it started (the bw profile's,
- * or 50 us) and learns only the per-expert cost, as before it was measured (A/B runs). */
+/* FT_SPLIT_MEASURE_FIXED=0 keeps the fixed per-layer CPU cost where it started (the bw
+ * profile's, or 50 us) and learns only the per-expert cost, as before it was measured (A/B). */
 static int measure_fixed(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("FT_SPLIT_FIXED");
-        v = !(e && !strcmp(e, "start"));
-    }
+    if (v < 0) v = ft_sys_env_int("FT_SPLIT_MEASURE_FIXED", 1) != 0;
     return v;
 }
 

@@ -34,6 +34,7 @@
 
 #include "backend/cpu/ops.h"
 #include "core/status.h"
+#include "core/sys.h"
 #include "format/fp_formats.h"
 
 /* Activations, token by token: nb = n / 32 blocks take X32_BLOCK_BYTES each, as three arrays:
@@ -531,10 +532,7 @@ enum { PF_AHEAD = 16384 };
  * racing first call stores the same value) */
 static int pf_ahead(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("FT_X32_PF");
-        v = e && atoi(e) > 0 ? atoi(e) : PF_AHEAD;
-    }
+    if (v < 0) v = ft_sys_env_int("FT_X32_PF", 0) > 0 ? ft_sys_env_int("FT_X32_PF", 0) : PF_AHEAD;
     return v;
 }
 
@@ -584,10 +582,7 @@ INL512 void row512(const int f, const int vnni, struct wrow r, int64_t nb, const
 /* FT_X32_PAIR=0 turns row512_pair off (for measuring); cached on first use. */
 static int pair_rows(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("FT_X32_PAIR");
-        v = !(e && !strcmp(e, "0"));
-    }
+    if (v < 0) v = ft_sys_env_int("FT_X32_PAIR", 1) != 0;
     return v;
 }
 

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/ops.h"
 #include "core/status.h"
+#include "core/sys.h"
 #include "core/timer.h"
 #include "format/quant.h"
 
@@ -26,10 +27,7 @@ enum { TILE_BYTES = 32 << 10, TILE_MIN = 8, TILE_MAX = 512 };
 
 static int min_rows(size_t row_bytes) {
     static int kb = -1;
-    if (kb < 0) {
-        const char *v = getenv("FT_EXEC_TILE_KB");
-        kb = v ? atoi(v) : 0;
-    }
+    if (kb < 0) kb = FT_MAX(ft_sys_env_int("FT_EXEC_TILE_KB", 0), 0);
     size_t target = kb > 0 ? (size_t)kb << 10 : TILE_BYTES;
     int t = (int)(target / (row_bytes ? row_bytes : 1));
     return t < TILE_MIN ? TILE_MIN : t > TILE_MAX ? TILE_MAX : t;
@@ -37,10 +35,7 @@ static int min_rows(size_t row_bytes) {
 
 static int guided(void) {
     static int g = -1;
-    if (g < 0) {
-        const char *v = getenv("FT_EXEC_GUIDE");
-        g = !(v && !strcmp(v, "0"));
-    }
+    if (g < 0) g = ft_sys_env_int("FT_EXEC_GUIDE", 1) != 0;
     return g;
 }
 
