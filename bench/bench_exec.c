@@ -4,7 +4,8 @@
  * its weights there, and the figure is the
  * mean over all steps (ft bench bw reports the best of 12, the number the hybrid split starts
  * from). Printed as GB/s of expert weights read, next to the host DRAM read bandwidth measured
- * in the same run (DESIGN.md 1.1).
+ * in the same run (DESIGN.md 1.1), then where a step goes: its phases (ft_moe_exec_timing), each
+ * pass's worker start, busy and end-wait times, and the cost of an empty pool job.
  * Usage: bench_exec [--format FMT] [--threads N] [--hidden H] [--expert-width I] [-k K]
  *                   [--steps S] [--isa 0-3]
  *   FMT as ft bench's synthetic formats (bf16, mxfp4, nvfp4, fp8, q4_k, ...; default mxfp4);

@@ -1,7 +1,7 @@
 /* cpu_exec.h — the CPU expert executor (DESIGN.md section 6): computes routed experts for a
- * batch of tokens straight from the host banks. Two passes over the pool: gate/up for every
- * (expert, row tile) handed out by an atomic counter, then down; each weight byte is read once
- * per call. Engine thread only (it drives the pool). */
+ * batch of tokens straight from the host banks. Two passes over the pool, gate/up then down,
+ * their rows claimed in guided stretches through an atomic cursor; each weight byte is read
+ * once per call. Engine thread only (it drives the pool). */
 #ifndef FT_MOE_CPU_EXEC_H
 #define FT_MOE_CPU_EXEC_H
 
