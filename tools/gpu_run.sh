@@ -25,7 +25,7 @@
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
 #   decab    #5 resident decode: FT_GEMV_SPLIT=2|4, FT_GEMV_NORM_SPLIT=1, .gpu/ft_old, alternated
 #                                                                            -> decab.log
-#   hybab    #8 hybrid at 30G, fixed CPU cost measured vs FT_SPLIT_MEASURE_FIXED=0, alternated -> hybab.log
+#   hybab    #8 hybrid at 30G, fixed CPU cost as started vs FT_SPLIT_MEASURE_FIXED=1, alternated -> hybab.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
@@ -151,9 +151,9 @@ for part in "$@"; do
         done
         ;;
     hybab)
-        # #8 hybrid at 30G: the fixed per-layer CPU cost measured (default) against kept at its
-        # start (FT_SPLIT_MEASURE_FIXED=0), alternated
-        for e in FT_AB=measured FT_SPLIT_MEASURE_FIXED=0 FT_AB=measured FT_SPLIT_MEASURE_FIXED=0; do
+        # #8 hybrid at 30G: the fixed per-layer CPU cost kept at its start (default) against
+        # measured by the executor (FT_SPLIT_MEASURE_FIXED=1), alternated
+        for e in FT_AB=start FT_SPLIT_MEASURE_FIXED=1 FT_AB=start FT_SPLIT_MEASURE_FIXED=1; do
             echo "### $e" >>"$OUT/hybab.log"
             step hybab.log 200 env "$e" $G/ft bench --synthetic qwen3-30b-a3b -p 0 -n 128 -r 1 \
                 --backend offload --vram-limit 30G --moe-backend hybrid

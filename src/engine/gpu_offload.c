@@ -252,11 +252,13 @@ enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t 
     return FT_OK;
 }
 
-/* FT_SPLIT_MEASURE_FIXED=0 keeps the fixed per-layer CPU cost where it started (the bw
- * profile's, or 50 us) and learns only the per-expert cost, as before it was measured (A/B). */
+/* FT_SPLIT_MEASURE_FIXED=1 learns the fixed per-layer CPU cost from the executor's own
+ * timing (ft_split_observe_cpu); the default keeps it where it started (the bw profile's, or
+ * 50 us) and learns only the per-expert cost. Off until an A/B on the GPU machine says it
+ * helps: a line fit of the same cost measured worse there (see bench/README.md). */
 static int measure_fixed(void) {
     static int v = -1;
-    if (v < 0) v = ft_sys_env_int("FT_SPLIT_MEASURE_FIXED", 1) != 0;
+    if (v < 0) v = ft_sys_env_int("FT_SPLIT_MEASURE_FIXED", 0) != 0;
     return v;
 }
 
