@@ -122,6 +122,39 @@ TEST(gemv_split_rows_fused_norm) {
     EXPECT_OK(ft_cuda_check("gemv split rows"));
 }
 
+/* Expert GEMVs two rows a warp (ft_cuda_moe_gemv_set_rows(2)) give the bits of one row a warp,
+ * on Qwen3-30B-A3B's down shape (K = 768) and an odd N, with a pair the CPU computes (id -1);
+ * and match the CPU. */
+TEST(moe_gemv_two_rows_same_bits) {
+    int E = 4, P = 6, N = 301, K = 768;
+    uint16_t *w = rnd_bf16((size_t)E * N * K, 0.1f);
+    float *x = rnd((size_t)P * K), *ref = malloc((size_t)P * N * 4);
+    int32_t ids[6] = {3, 0, -1, 2, 3, 1};
+    for (int p = 0; p < P; p++) {
+        if (ids[p] < 0) {
+            memset(ref + (size_t)p * N, 0, (size_t)N * 4);
+            continue;
+        }
+        ft_cpu_matmul_rows(ref + (size_t)p * N, N, x + (size_t)p * K, K,
+                           w + (size_t)ids[p] * N * K, FT_DTYPE_BF16, 1, 0, N, K);
+    }
+    uint16_t *dw = up(w, (size_t)E * N * K * 2);
+    float *dx = up(x, (size_t)P * K * 4), *dy = up(NULL, (size_t)P * N * 4);
+    int32_t *dids = up(ids, sizeof ids);
+    float *got[2];
+    for (int r = 1; r <= 2; r++) {
+        ft_cuda_moe_gemv_set_rows(r);
+        ft_cuda_moe_gemv(dy, dx, 1, dw, (size_t)N * K, dids, P, N, K, 0);
+        got[r - 1] = down(dy, (size_t)P * N);
+    }
+    ft_cuda_moe_gemv_set_rows(0);
+    EXPECT_NMSE(got[1], ref, (size_t)P * N, 1e-10, "moe gemv, two rows a warp");
+    EXPECT(!memcmp(got[0], got[1], (size_t)P * N * 4));
+    free(w), free(x), free(ref), free(got[0]), free(got[1]);
+    cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dids);
+    EXPECT_OK(ft_cuda_check("moe gemv two rows"));
+}
+
 TEST(gemm_bf16_matches_cpu) {
     struct ft_blas *b;
     EXPECT_OK(ft_blas_init(&b, 0));

@@ -23,7 +23,8 @@
 #            (experts rotating over 3x the L3); then row pairs on/off alternated -> exec.log
 #   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
-#   decab    #5 resident decode: FT_GEMV_SPLIT=2|4, FT_GEMV_NORM_SPLIT=1, .gpu/ft_old, alternated
+#   decab    #5 resident decode: FT_GEMV_SPLIT=2|4, FT_GEMV_NORM_SPLIT=1, FT_MOE_GEMV_ROWS=2,
+#            .gpu/ft_old, alternated (~7 min: give it its own call)
 #                                                                            -> decab.log
 #   hybab    #8 hybrid at 30G, fixed CPU cost as started vs FT_SPLIT_MEASURE_FIXED=1, alternated -> hybab.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
@@ -136,18 +137,20 @@ for part in "$@"; do
         ;;
     decab)
         # #5 decode A/B in one call, alternated: .gpu/ft as built, with rows split over 2 or 4
-        # warps (FT_GEMV_SPLIT), with each input norm computed once (FT_GEMV_NORM_SPLIT=1), and
-        # .gpu/ft_old when one is there (a build of an older commit, copied by hand, stripped);
-        # the model tests with both switches first
-        FT_GEMV_NORM_SPLIT=1 FT_GEMV_SPLIT=2 step decab.log 400 $G/test_gpu_model
-        for cfg in "ft FT_AB=new" "ft FT_GEMV_SPLIT=2" "ft FT_GEMV_SPLIT=4" "ft FT_GEMV_NORM_SPLIT=1" \
-                   "ft_old FT_AB=old" "ft FT_AB=new" "ft FT_GEMV_SPLIT=2" "ft FT_GEMV_SPLIT=4" \
-                   "ft FT_GEMV_NORM_SPLIT=1" "ft_old FT_AB=old"; do
-            read -r bin envs <<<"$cfg"
-            [ -x "$G/$bin" ] || continue
-            echo "### $bin $envs" >>"$OUT/decab.log"
-            step decab.log 200 env "$envs" $G/$bin bench --synthetic qwen3-30b-a3b -p 0 -n 128 \
-                -r 3 --backend cuda
+        # warps (FT_GEMV_SPLIT), with each input norm computed once (FT_GEMV_NORM_SPLIT=1), with
+        # two expert rows a warp (FT_MOE_GEMV_ROWS=2), and .gpu/ft_old when one is there (a
+        # build of an older commit, copied by hand, stripped); the model tests with the switches
+        # first. About 35 s a run (the synthetic model is made anew each time).
+        FT_GEMV_NORM_SPLIT=1 FT_GEMV_SPLIT=2 FT_MOE_GEMV_ROWS=2 step decab.log 400 $G/test_gpu_model
+        for round in 1 2; do
+            for cfg in "ft FT_AB=new" "ft FT_GEMV_SPLIT=2" "ft FT_GEMV_SPLIT=4" \
+                       "ft FT_GEMV_NORM_SPLIT=1" "ft FT_MOE_GEMV_ROWS=2" "ft_old FT_AB=old"; do
+                read -r bin envs <<<"$cfg"
+                [ -x "$G/$bin" ] || continue
+                echo "### $round $bin $envs" >>"$OUT/decab.log"
+                step decab.log 200 env "$envs" $G/$bin bench --synthetic qwen3-30b-a3b -p 0 \
+                    -n 128 -r 3 --backend cuda
+            done
         done
         ;;
     hybab)

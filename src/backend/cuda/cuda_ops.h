@@ -98,6 +98,8 @@ void ft_cuda_gemv_set_split(int S);
  * ids[p] < 0 gives a zero row (a pair computed elsewhere). */
 void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w, size_t expert_stride,
                       const int32_t *ids, int P, int N, int K, cudaStream_t s);
+/* Rows a warp of ft_cuda_moe_gemv: 1 or 2 (0: FT_MOE_GEMV_ROWS, else 1); the same results. */
+void ft_cuda_moe_gemv_set_rows(int r);
 /* out[t, :] (+)= sum_j wts[t*k + j] * y[t*k + j, :]  (accumulate: residual add) */
 void ft_cuda_moe_combine(float *out, const float *y, const float *wts, int T, int k, int H,
                          int accumulate, cudaStream_t s);
