@@ -15,8 +15,9 @@
 #   offload  #8 hybrid/cpu/offload at 30G, hybrid at 12G (uniform routing, tg128);
 #            #7 sticky:0.8 routing at 24G                                    -> offload.log
 #   long     #7 pp4096 at 30G with 512-, 2048- and 4096-token passes (-b); at 24G, 12G -> long.log
-#   profile  #5/#7 per-op GPU time (FT_GPU_PROFILE=1) of decode and prefill: resident pp512,
-#            offloaded pp4096 at 30G in one 4096-token pass                  -> profile.log
+#   profile  #5/#7/#8 per-op GPU time (FT_GPU_PROFILE=1) of decode and prefill: resident pp512,
+#            offloaded pp4096 at 30G in one 4096-token pass; hybrid decode at 30G with the host
+#            side of each layer step                                          -> profile.log
 #   tm64     #5 the grouped GEMM with 64-row tiles (FT_MOE_TM=64): test_gpu_model with it, then
 #            resident pp512 with 32- and 64-row tiles alternated, and the 30G pp4096 pass -> tm64.log
 #   exec     #9 the executor's scaling: bench_exec mxfp4 at 1, 8, 16 threads, nvfp4 and bf16 at 16
@@ -98,6 +99,9 @@ for part in "$@"; do
             --backend cuda
         FT_GPU_PROFILE=1 step profile.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 4096 -n 8 -r 1 \
             -b 4096 --backend offload --vram-limit 30G
+        # #8: hybrid decode at 30G, with the host side of each layer step
+        FT_GPU_PROFILE=1 step profile.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 0 -n 64 -r 1 \
+            --backend offload --vram-limit 30G --moe-backend hybrid
         ;;
     tm64)
         FT_MOE_TM=64 step tm64.log 400 $G/test_gpu_model

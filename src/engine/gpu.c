@@ -91,6 +91,11 @@ struct ft_gpu {
     int n_ev, ev_cat[1024];
     double prof_ms[2][16];
     long prof_steps[2], prof_seen[2]; /* the first step of each kind (lazy module loads) is not summed */
+    /* offload decode, host side of each layer step (printed with FT_GPU_PROFILE): ns spent
+     * launching before the router sync, waiting for it, on the cache lookup and copies, on the
+     * expert launches, and on the CPU experts; layer steps counted, those with CPU experts */
+    int64_t hp_ns[5], hp_last;
+    long hp_n, hp_cpu;
     /* graphs per decode batch size */
     cudaGraphExec_t graph[MAX_GRAPH_T + 1];
     int graph_seen[MAX_GRAPH_T + 1];
@@ -594,10 +599,15 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
                 cudaMemcpyAsync(g->h_xn, g->xn, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToHost, s);
                 cudaMemcpyAsync(g->h_topw, g->topw, (size_t)T * k * sizeof(float), cudaMemcpyDeviceToHost, s);
             }
+            int64_t ta = ft_time_ns();
             if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("router ids");
+            int64_t tb = ft_time_ns();
             enum ft_status st = ft_offload_decode(g->off, l, h_ids, T * k, g->d_slots, s,
                                                   g->cpu_pairs, &n_cpu);
             if (st != FT_OK) return st;
+            if (l > 0) g->hp_ns[0] += ta - g->hp_last;
+            g->hp_ns[1] += tb - ta, g->hp_ns[2] += ft_time_ns() - tb, g->hp_n++;
+            g->hp_last = ft_time_ns(); /* the expert launches start */
             ids = g->d_slots, gu = ft_offload_gu(g->off), dn = ft_offload_down(g->off);
         }
         expert_gemv(g, g->mgu, g->xn, k, gu, L->gu_dt, expert_stride(g, l, 0), ids, T * k, 2 * I, H);
@@ -606,6 +616,10 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
         expert_gemv(g, g->my, g->mact, 1, dn, L->dn_dt, expert_stride(g, l, 1), ids, T * k, H, I);
         if (L->dn_b) ft_cuda_moe_add_bias(g->my, L->dn_b, eids, ids, T * k, H, s);
         ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += routed experts (GPU) */
+        if (g->off) {
+            int64_t now = ft_time_ns();
+            g->hp_ns[3] += now - g->hp_last, g->hp_last = now;
+        }
         if (n_cpu) { /* the rest on the CPU from the host banks, while the GPU works */
             int64_t t0 = ft_time_us();
             int nd = 0;
@@ -623,6 +637,8 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
             cudaMemcpyAsync(g->d_cpu_out, g->h_cpu_out, (size_t)T * H * sizeof(float),
                             cudaMemcpyHostToDevice, s);
             ft_cuda_add(g->x, g->d_cpu_out, (size_t)T * H, s); /* x += CPU experts */
+            int64_t now = ft_time_ns();
+            g->hp_ns[4] += now - g->hp_last, g->hp_last = now, g->hp_cpu++;
         }
         prof_mark(g, P_EXPERTS);
         if (L->has_shared) {
@@ -942,6 +958,13 @@ void ft_gpu_free(struct ft_gpu *g) {
             if (ms[c] > 0)
                 ft_log_info("  %-24s %8.3f ms  %5.1f%%", k_prof_names[c], ms[c] / n, 100.0 * ms[c] / tot);
     }
+    if (g->prof && g->hp_n)
+        ft_log_info("offload decode, host side per layer step (%ld steps, %ld with CPU experts): "
+                    "launches before the router sync %.1f us, waiting for it %.1f, cache lookup "
+                    "and copies %.1f, expert launches %.1f, CPU experts %.1f (%.1f where any)",
+                    g->hp_n, g->hp_cpu, g->hp_ns[0] / 1e3 / g->hp_n, g->hp_ns[1] / 1e3 / g->hp_n,
+                    g->hp_ns[2] / 1e3 / g->hp_n, g->hp_ns[3] / 1e3 / g->hp_n,
+                    g->hp_ns[4] / 1e3 / g->hp_n, g->hp_cpu ? g->hp_ns[4] / 1e3 / g->hp_cpu : 0.0);
     for (int i = 0; g->prof && i < 1024; i++) cudaEventDestroy(g->ev[i]);
     if (g->off) {
         struct ft_gpu_offload_stats os;
