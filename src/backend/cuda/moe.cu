@@ -9,6 +9,9 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_ops.h"
+extern "C" {
+#include "core/sys.h"
+}
 
 using namespace nvcuda;
 
@@ -27,10 +30,7 @@ static int g_tile_rows;
 extern "C" void ft_cuda_moe_set_tile_rows(int tm) { g_tile_rows = tm == 64 || tm == 32 ? tm : 0; }
 
 static int moe_tile_rows(void) {
-    if (!g_tile_rows) {
-        const char *v = getenv("FT_MOE_TM");
-        g_tile_rows = v && atoi(v) == 64 ? 64 : 32;
-    }
+    if (!g_tile_rows) g_tile_rows = ft_sys_env_int("FT_MOE_TM", 32) == 64 ? 64 : 32;
     return g_tile_rows;
 }
 

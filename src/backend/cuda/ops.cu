@@ -14,6 +14,9 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_ops.h"
+extern "C" {
+#include "core/sys.h"
+}
 #include "core/status.h"
 #include "moe/checksum.h"
 
@@ -788,8 +791,7 @@ extern "C" void ft_cuda_gemv_set_split(int S) { g_split = S == 1 || S == 2 || S 
 
 static int split_rows(void) {
     if (!g_split) {
-        const char *e = getenv("FT_GEMV_SPLIT");
-        int v = e ? atoi(e) : 1;
+        int v = ft_sys_env_int("FT_GEMV_SPLIT", 1);
         g_split = v == 2 || v == 4 ? v : 1;
     }
     return g_split;
@@ -938,10 +940,7 @@ static int g_moe_rows;
 extern "C" void ft_cuda_moe_gemv_set_rows(int r) { g_moe_rows = r == 1 || r == 2 ? r : 0; }
 
 static int moe_rows(void) {
-    if (!g_moe_rows) {
-        const char *e = getenv("FT_MOE_GEMV_ROWS");
-        g_moe_rows = e && atoi(e) == 2 ? 2 : 1;
-    }
+    if (!g_moe_rows) g_moe_rows = ft_sys_env_int("FT_MOE_GEMV_ROWS", 1) == 2 ? 2 : 1;
     return g_moe_rows;
 }
 
