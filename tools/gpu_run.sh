@@ -117,6 +117,13 @@ for part in "$@"; do
     exec)
         for t in 1 8 16; do step exec.log 120 $G/bench_exec --format mxfp4 --threads $t --steps 300; done
         for f in nvfp4 bf16; do step exec.log 120 $G/bench_exec --format $f --threads 16 --steps 300; done
+        # threads: some 16-thread runs carry a stall (a worker starting 30-80 us late each
+        # step; under gVisor affinity is not enforced and the Sentry needs CPU too): does
+        # leaving a core or two free remove it? Alternated twice
+        for t in 16 15 14 12 16 15 14 12; do
+            echo "### threads $t" >>"$OUT/exec.log"
+            step exec.log 60 $G/bench_exec --format mxfp4 --threads $t --steps 300
+        done
         # row pairs for one token's short rows (default) against FT_X32_PAIR=0, alternated;
         # fixed tiles (FT_EXEC_GUIDE=0) once; bench_exec's phase breakdown in each
         for cfg in "1 1" "0 1" "1 1" "0 1" "1 1" "0 1" "1 0"; do
