@@ -86,6 +86,23 @@ TEST(synthetic_preset_errors) {
     EXPECT_EQ(ft_model_synthetic("tiny-gpt-oss:q4_k", pool, 1, &m), FT_ERR_INVALID_ARG);
     EXPECT_CONTAINS(ft_error(), "q4_k experts need widths that are multiples of 256 (256, 128)");
     EXPECT_EQ(ft_model_synthetic("tiny:", pool, 1, &m), FT_ERR_INVALID_ARG);
+    /* '@N': N layers of the same shapes; a bad count names the fix */
+    const char *bad[] = {"tiny@0", "tiny@", "tiny@x", "tiny@2x", "tiny:mxfp4@1025"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        EXPECT_EQ(ft_model_synthetic(bad[i], pool, 1, &m), FT_ERR_INVALID_ARG);
+        EXPECT_CONTAINS(ft_error(), "'@' takes a layer count from 1 to 1024");
+    }
+    struct ft_model *full = NULL;
+    EXPECT_OK(ft_model_synthetic("tiny:mxfp4", pool, 1, &full));
+    EXPECT_OK(ft_model_synthetic("tiny:mxfp4@1", pool, 1, &m));
+    if (full && m) {
+        EXPECT(full->n_layers > 1);
+        EXPECT_EQ(m->n_layers, 1);
+        EXPECT_EQ(m->hidden, full->hidden);
+        EXPECT_EQ(m->layers[0].bank[0].schema->dtype, FT_DTYPE_MXFP4);
+    }
+    ft_model_free(full);
+    ft_model_free(m);
     ft_pool_free(pool);
 }
 

@@ -62,7 +62,7 @@ enum ft_status ft_synthetic_format(const char *name, enum ft_dtype *out) {
 
 const char *ft_synthetic_presets(void) {
     return "qwen3-30b-a3b, qwen3.6-35b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b, tiny, tiny-gpt-oss; "
-           "':FORMAT' sets the experts' format: " FORMAT_NAMES;
+           "':FORMAT' sets the experts' format: " FORMAT_NAMES "; '@N' keeps N layers";
 }
 
 /* uniform in [-1, 1) from 24 random bits */
@@ -238,13 +238,28 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
                                   struct ft_model **out) {
     const struct preset *p = NULL;
     *out = NULL;
-    const char *colon = strchr(preset, ':');
-    size_t nlen = colon ? (size_t)(colon - preset) : strlen(preset);
+    /* "@N": the preset with N layers (same shapes; quicker to make, for A/B runs of per-layer
+     * kernels) */
+    const char *at = strchr(preset, '@');
+    long n_layers = 0;
+    if (at) {
+        char *end;
+        n_layers = strtol(at + 1, &end, 10);
+        if (end == at + 1 || *end || n_layers < 1 || n_layers > 1024)
+            return ft_fail(FT_ERR_INVALID_ARG, "--synthetic %s: '@' takes a layer count from 1 to "
+                           "1024 (e.g. qwen3-30b-a3b@12)", preset);
+    }
+    char base[128];
+    snprintf(base, sizeof base, "%.*s", at ? (int)(at - preset) : (int)strlen(preset), preset);
+    const char *colon = strchr(base, ':');
+    size_t nlen = colon ? (size_t)(colon - base) : strlen(base);
     for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
-        if (strlen(k_presets[i].name) == nlen && !strncmp(k_presets[i].name, preset, nlen)) p = &k_presets[i];
+        if (strlen(k_presets[i].name) == nlen && !strncmp(k_presets[i].name, base, nlen)) p = &k_presets[i];
     if (!p)
         return ft_fail(FT_ERR_INVALID_ARG, "--synthetic: unknown preset '%.*s' (known: %s)", (int)nlen,
-                       preset, ft_synthetic_presets());
+                       base, ft_synthetic_presets());
+    struct preset fewer;
+    if (n_layers) fewer = *p, fewer.layers = (int)n_layers, p = &fewer;
     enum ft_dtype xdt = p->experts_dtype;
     if (colon && ft_synthetic_format(colon + 1, &xdt) != FT_OK) {
         char why[256];
