@@ -150,11 +150,11 @@ TEST(executor_matches_dequantised_reference_every_format) {
 }
 
 /* The pool splits (rows handed out in guided stretches, the activation and the combine split
- * over workers above POOL_MIN_ELEMS) change no bit of the output: 1, 2 and 3 workers agree,
+ * over workers above ACT_POOL_MIN / COMBINE_POOL_MIN elements) change no bit of the output: 1, 2 and 3 workers agree,
  * with gpt-oss's biases and clamped SwiGLU, on both the exact and the rounded path; and the
  * pairs given in any order (run_pairs) equal the same pairs from run. */
 TEST(executor_same_bits_any_pool_split_or_pair_order) {
-    enum { E = 6, H = 512, I = 256, k = 4, T = 5 };
+    enum { E = 6, H = 512, I = 256, k = 4, T = 40 }; /* 160 rows: the activation pooled */
     struct ft_bank gu, dn;
     random_banks(&gu, &dn, FT_DTYPE_MXFP4, FT_DTYPE_BF16, E, H, I);
     static float gub[E * 2 * I], dnb[E * H], x[T * H], out[3][T * H], shuf[T * H];

@@ -234,9 +234,11 @@ static void combine_task(void *ctx, int i, int n) {
     combine_cols(j, (int)lo * 16, (int)FT_MIN(hi * 16, (long)j->x->H));
 }
 
-/* Below this many output elements a step's act or combine runs on the engine thread: a pool
- * job costs about 4 us on the H200 host, a few thousand elements about as much. */
-enum { POOL_MIN_ELEMS = 4096 };
+/* Below this many output elements a step's activation or combine runs on the engine thread:
+ * a pool job costs about 4 us on the H200 host (bench_exec's empty job), about what 4K
+ * activations with their rounding for the down pass (~2 ns each) or combine terms take on one
+ * core. */
+enum { ACT_POOL_MIN = 4096, COMBINE_POOL_MIN = 4096 };
 
 enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int top_k,
                                 int n_experts, int H, int I) {
@@ -340,12 +342,12 @@ int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
     mark(x, FT_EXEC_GATHER);
     run_pass(x, pool, gate_up, x->xg, gxb ? x->xq : NULL, gxb, x->gu, n_active, 0);
     struct act_job aj = {x, act, R, ddt, dxb};
-    if ((size_t)R * I < POOL_MIN_ELEMS) act_rows(&aj, 0, R);
+    if ((size_t)R * I < ACT_POOL_MIN) act_rows(&aj, 0, R);
     else ft_pool_run(pool, act_task, &aj);
     mark(x, FT_EXEC_ACT);
     run_pass(x, pool, down, x->act, dxb ? x->xq : NULL, dxb, x->y, n_active, 1);
     struct combine_job cj = {x, act ? act->down_bias : NULL, out, R};
-    if ((size_t)R * H < POOL_MIN_ELEMS) combine_cols(&cj, 0, H);
+    if ((size_t)R * H < COMBINE_POOL_MIN) combine_cols(&cj, 0, H);
     else ft_pool_run(pool, combine_task, &cj);
     mark(x, FT_EXEC_COMBINE);
     return n_active;

@@ -57,23 +57,135 @@ void ft_cpu_rope(float *x, const int32_t *pos, const float *inv_freq, float msca
     }
 }
 
-void ft_cpu_silu_mul(float *out, const float *gate_up, int T, int I) {
-    for (int t = 0; t < T; t++) {
-        const float *g = gate_up + (size_t)t * 2 * I, *u = g + I;
-        float *o = out + (size_t)t * I;
-        for (int i = 0; i < I; i++)
-            o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+#ifdef FT_X86
+#define TV512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define TV256 __attribute__((target("avx2,fma,f16c")))
+
+/* e^x, 16 lanes: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two so n ln2 is exact), e^r
+ * = 1 + r + r^2 p(r) with p the degree-5 minimax polynomial of the Cephes library's expf
+ * (within 2 ulp), times 2^n by vscalefps, which also gives 0 below the subnormals and inf
+ * above FLT_MAX. x is clamped to [-104, 89] first (e^x is 0 / inf beyond), NaN passes. */
+TV512 static inline __m512 exp512(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* The same for 8 lanes without vscalefps: x clamped to [-87, 88] so 2^n is a normal float
+ * built from its exponent bits (e^-87 = 1.6e-38 and e^88 = 1.7e38 stand in for 0 and inf:
+ * SiLU and the sigmoid come out the same to far below their rounding). */
+TV256 static inline __m256 exp256(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* One row of SiLU(g) * u (clamped: gpt-oss's (u + 1) g sigmoid(alpha g) with g <= limit and
+ * |u| <= limit); the last I % 16 lanes masked. */
+TV512 static void act_row512(float *o, const float *g, const float *u, int I, int clamped,
+                             float limit, float alpha) {
+    const __m512 one = _mm512_set1_ps(1.0f), lim = _mm512_set1_ps(limit), nlim = _mm512_set1_ps(-limit);
+    for (int i = 0; i < I; i += 16) {
+        const __mmask16 k = I - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (I - i)) - 1);
+        __m512 gv = _mm512_maskz_loadu_ps(k, g + i), uv = _mm512_maskz_loadu_ps(k, u + i), y;
+        if (clamped) {
+            gv = _mm512_min_ps(gv, lim);
+            uv = _mm512_min_ps(lim, _mm512_max_ps(nlim, uv)); /* a NaN u stays NaN, as scalar */
+            const __m512 sg = _mm512_div_ps(one, _mm512_add_ps(one, exp512(_mm512_mul_ps(gv, _mm512_set1_ps(-alpha)))));
+            y = _mm512_mul_ps(_mm512_add_ps(uv, one), _mm512_mul_ps(gv, sg));
+        } else {
+            y = _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv)))), uv);
+        }
+        _mm512_mask_storeu_ps(o + i, k, y);
     }
 }
 
-void ft_cpu_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit, float alpha) {
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < I; i++) {
-            float g = gate_up[(size_t)t * 2 * I + i], u = gate_up[(size_t)t * 2 * I + I + i];
-            g = g < limit ? g : limit;
-            u = u < -limit ? -limit : u > limit ? limit : u;
-            out[(size_t)t * I + i] = (u + 1.0f) * (g * ft_sigmoid(g * alpha));
+TV256 static void act_row256(float *o, const float *g, const float *u, int I, int clamped,
+                             float limit, float alpha) {
+    const __m256 one = _mm256_set1_ps(1.0f), lim = _mm256_set1_ps(limit), nlim = _mm256_set1_ps(-limit);
+    int i = 0;
+    for (; i + 8 <= I; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i), uv = _mm256_loadu_ps(u + i), y;
+        if (clamped) {
+            gv = _mm256_min_ps(gv, lim);
+            uv = _mm256_min_ps(lim, _mm256_max_ps(nlim, uv)); /* a NaN u stays NaN, as scalar */
+            const __m256 sg = _mm256_div_ps(one, _mm256_add_ps(one, exp256(_mm256_mul_ps(gv, _mm256_set1_ps(-alpha)))));
+            y = _mm256_mul_ps(_mm256_add_ps(uv, one), _mm256_mul_ps(gv, sg));
+        } else {
+            y = _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), gv)))), uv);
         }
+        _mm256_storeu_ps(o + i, y);
+    }
+    for (; i < I; i++) { /* the tail as the scalar tier */
+        float gi = g[i], ui = u[i];
+        if (clamped) {
+            gi = gi < limit ? gi : limit;
+            ui = ui < -limit ? -limit : ui > limit ? limit : ui;
+            o[i] = (ui + 1.0f) * (gi * ft_sigmoid(gi * alpha));
+        } else {
+            o[i] = gi / (1.0f + expf(-gi)) * ui;
+        }
+    }
+}
+#endif
+
+/* The gated activations row by row: the vector tiers' e^x is within 2 ulp of expf (libm's
+ * on the scalar tier), so results differ from it in the last bits (test_cpu_ops bounds it). */
+static void act_rows(float *out, const float *gate_up, int T, int I, int clamped, float limit,
+                     float alpha) {
+#ifdef FT_X86
+    const enum ft_cpu_isa isa = ft_cpu_isa();
+    if (isa >= FT_ISA_AVX2) {
+        for (int t = 0; t < T; t++) {
+            const float *g = gate_up + (size_t)t * 2 * I;
+            if (isa >= FT_ISA_AVX512) act_row512(out + (size_t)t * I, g, g + I, I, clamped, limit, alpha);
+            else act_row256(out + (size_t)t * I, g, g + I, I, clamped, limit, alpha);
+        }
+        return;
+    }
+#endif
+    for (int t = 0; t < T; t++) {
+        const float *g = gate_up + (size_t)t * 2 * I, *u = g + I;
+        float *o = out + (size_t)t * I;
+        for (int i = 0; i < I; i++) {
+            if (clamped) {
+                float gi = g[i] < limit ? g[i] : limit;
+                float ui = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+                o[i] = (ui + 1.0f) * (gi * ft_sigmoid(gi * alpha));
+            } else {
+                o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            }
+        }
+    }
+}
+
+void ft_cpu_silu_mul(float *out, const float *gate_up, int T, int I) {
+    act_rows(out, gate_up, T, I, 0, 0.0f, 0.0f);
+}
+
+void ft_cpu_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit, float alpha) {
+    act_rows(out, gate_up, T, I, 1, limit, alpha);
 }
 
 void ft_cpu_gelu_tanh_mul(float *out, const float *gate_up, int T, int I) {
