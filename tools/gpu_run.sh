@@ -151,7 +151,7 @@ for part in "$@"; do
         # same per-layer kernels, a quarter of the generating): .gpu/ft as built, with rows split
         # over 2 or 4 warps (FT_GEMV_SPLIT), with each input norm computed once
         # (FT_GEMV_NORM_SPLIT=1), with two expert rows a warp (FT_MOE_GEMV_ROWS=2), and
-        # .gpu/ft_old when one is there (an older commit's build, copied by hand, stripped); the
+        # .gpu/ft_old when one is there (OLD_REV=<commit> tools/gpu_pack.sh builds it); the
         # model tests with the switches first; the full model once at the end
         FT_GEMV_NORM_SPLIT=1 FT_GEMV_SPLIT=2 FT_MOE_GEMV_ROWS=2 step decab.log 400 $G/test_gpu_model
         for round in 1 2; do
