@@ -141,7 +141,8 @@ static const int8_t k_lut_e2m1_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 
 #if defined(__x86_64__) || defined(__i386__)
 static void quant_block_512(const float *x, int8_t *c, float *d);
 static void quant_block_256(const float *x, int8_t *c, float *d);
-static void quant_x32_512(const float *x, int ldx, int64_t nb, int T, void *xq, int nv);
+static void quant_x32_vec(const float *x, int ldx, int64_t nb, int T, void *xq, int nv,
+                          void (*block)(const float *, int8_t *, float *));
 #endif
 
 /* One block: d = max|x| / 127, c = round(x * (127 / max)) clamped to +-127, in element order.
@@ -171,11 +172,10 @@ static void quant_x32(const float *x, int ldx, int64_t n, int T, void *xq, int n
     void (*block)(const float *, int8_t *, float *) = quant_block_ref;
 #if defined(__x86_64__) || defined(__i386__)
     const enum ft_cpu_isa isa = ft_cpu_isa();
-    if (isa >= FT_ISA_AVX512) {
-        quant_x32_512(x, ldx, nb, T, xq, nv);
+    if (isa >= FT_ISA_AVX2) {
+        quant_x32_vec(x, ldx, nb, T, xq, nv, isa >= FT_ISA_AVX512 ? quant_block_512 : quant_block_256);
         return;
     }
-    if (isa >= FT_ISA_AVX2) block = quant_block_256;
 #endif
     for (int t = 0; t < T; t++) {
         const struct x32_tok o = x32_tok(xq, nb, t);
@@ -284,12 +284,15 @@ T512 static void quant_block_512(const float *x, int8_t *c, float *d) {
                      _mm512_cvtepi32_epi8(_mm512_max_epi32(_mm512_min_epi32(c1, hi), lo)));
 }
 
-/* quant_x32 for the AVX-512 tiers: the codes of quant_block_512, then the half sums (vpsadbw
- * on the codes + 128), NVFP4's nibble order (a byte shuffle inside each 128-bit lane, then the
- * four quadwords reordered) and the chunk layout's 4-byte groups with each block's position
- * and stride worked out once. The same bytes as the other tiers (test_ggml_dot); the scalar
- * sums, permutation and per-group position arithmetic were 78% of quant_x32's time. */
-T512 static void quant_x32_512(const float *x, int ldx, int64_t nb, int T, void *xq, int nv) {
+/* quant_x32 for the AVX2 and AVX-512 tiers: each block's codes by the tier's block function,
+ * then (AVX2 instructions only) the half sums (vpsadbw on the codes + 128), NVFP4's nibble
+ * order (a byte shuffle inside each 128-bit lane, then the four quadwords reordered) and the
+ * chunk layout's 4-byte groups with each block's position and stride worked out once. The
+ * same bytes as the scalar tier (test_ggml_dot); the scalar sums, permutation and per-group
+ * position arithmetic were 78% of quant_x32's time. */
+__attribute__((target("avx2,fma,f16c"))) static void
+quant_x32_vec(const float *x, int ldx, int64_t nb, int T, void *xq, int nv,
+              void (*block)(const float *, int8_t *, float *)) {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     const __m256i nv_bytes = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
                                               0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
@@ -300,7 +303,7 @@ T512 static void quant_x32_512(const float *x, int ldx, int64_t nb, int T, void 
         int16_t *h = (int16_t *)o.h;
         for (int64_t b = 0; b < nb; b++) {
             _Alignas(32) int8_t c[32];
-            quant_block_512(xt + 32 * b, c, (float *)o.d + b);
+            block(xt + 32 * b, c, (float *)o.d + b);
             __m256i v = _mm256_load_si256((const __m256i *)c);
             /* sums of codes 0..15 and 16..31: byte sums of c + 128, less 16 x 128 each */
             const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(v, flip), _mm256_setzero_si256());
