@@ -57,26 +57,40 @@ void ft_cpu_rope(float *x, const int32_t *pos, const float *inv_freq, float msca
     }
 }
 
+/* One gated activation: SiLU(g) * u, or (clamped) gpt-oss's (u + 1) g sigmoid(alpha g) with
+ * g <= limit and |u| <= limit. */
+static inline float act_one(float g, float u, int clamped, float limit, float alpha) {
+    if (!clamped) return g / (1.0f + expf(-g)) * u;
+    g = g < limit ? g : limit;
+    u = u < -limit ? -limit : u > limit ? limit : u;
+    return (u + 1.0f) * (g * ft_sigmoid(g * alpha));
+}
+
 #ifdef FT_X86
 #define TV512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define TV256 __attribute__((target("avx2,fma,f16c")))
 
-/* e^x, 16 lanes: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two so n ln2 is exact), e^r
- * = 1 + r + r^2 p(r) with p the degree-5 minimax polynomial of the Cephes library's expf
- * (within 2 ulp), times 2^n by vscalefps, which also gives 0 below the subnormals and inf
- * above FLT_MAX. x is clamped to [-104, 89] first (e^x is 0 / inf beyond), NaN passes. */
+/* e^x = 2^n e^r, x = n ln2 + r: log2(e), ln2 in two parts (the first exact in few bits, so
+ * n * EXP_LN2_HI is exact), and the coefficients of p (highest first) in e^r = 1 + r + r^2 p(r),
+ * the degree-5 minimax polynomial of the Cephes library's expf (within 2 ulp). */
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_LN2_HI 0.693359375f
+#define EXP_LN2_LO -2.12194440e-4f
+static const float k_exp_p[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+/* e^x, 16 lanes: e^r (|r| <= ln2 / 2) times 2^n by vscalefps, which also gives 0 below the
+ * subnormals and inf above FLT_MAX. x is clamped to [-104, 89] first (e^x is 0 / inf beyond),
+ * NaN passes. */
 TV512 static inline __m512 exp512(__m512 x) {
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(EXP_LOG2E)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(k_exp_p[0]);
+#pragma GCC unroll 8
+    for (int j = 1; j < 6; j++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(k_exp_p[j]));
     p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(p, n);
 }
@@ -86,16 +100,13 @@ TV512 static inline __m512 exp512(__m512 x) {
  * SiLU and the sigmoid come out the same to far below their rounding). */
 TV256 static inline __m256 exp256(__m256 x) {
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2E)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(k_exp_p[0]);
+#pragma GCC unroll 8
+    for (int j = 1; j < 6; j++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(k_exp_p[j]));
     p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
@@ -137,16 +148,7 @@ TV256 static void act_row256(float *o, const float *g, const float *u, int I, in
         }
         _mm256_storeu_ps(o + i, y);
     }
-    for (; i < I; i++) { /* the tail as the scalar tier */
-        float gi = g[i], ui = u[i];
-        if (clamped) {
-            gi = gi < limit ? gi : limit;
-            ui = ui < -limit ? -limit : ui > limit ? limit : ui;
-            o[i] = (ui + 1.0f) * (gi * ft_sigmoid(gi * alpha));
-        } else {
-            o[i] = gi / (1.0f + expf(-gi)) * ui;
-        }
-    }
+    for (; i < I; i++) o[i] = act_one(g[i], u[i], clamped, limit, alpha); /* as the scalar tier */
 }
 #endif
 
@@ -168,15 +170,7 @@ static void act_rows(float *out, const float *gate_up, int T, int I, int clamped
     for (int t = 0; t < T; t++) {
         const float *g = gate_up + (size_t)t * 2 * I, *u = g + I;
         float *o = out + (size_t)t * I;
-        for (int i = 0; i < I; i++) {
-            if (clamped) {
-                float gi = g[i] < limit ? g[i] : limit;
-                float ui = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
-                o[i] = (ui + 1.0f) * (gi * ft_sigmoid(gi * alpha));
-            } else {
-                o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-            }
-        }
+        for (int i = 0; i < I; i++) o[i] = act_one(g[i], u[i], clamped, limit, alpha);
     }
 }
 
