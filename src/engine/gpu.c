@@ -605,9 +605,10 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
             enum ft_status st = ft_offload_decode(g->off, l, h_ids, T * k, g->d_slots, s,
                                                   g->cpu_pairs, &n_cpu);
             if (st != FT_OK) return st;
+            int64_t tc = ft_time_ns(); /* the expert launches start */
             if (l > 0) g->hp_ns[0] += ta - g->hp_last;
-            g->hp_ns[1] += tb - ta, g->hp_ns[2] += ft_time_ns() - tb, g->hp_n++;
-            g->hp_last = ft_time_ns(); /* the expert launches start */
+            g->hp_ns[1] += tb - ta, g->hp_ns[2] += tc - tb, g->hp_n++;
+            g->hp_last = tc;
             ids = g->d_slots, gu = ft_offload_gu(g->off), dn = ft_offload_down(g->off);
         }
         expert_gemv(g, g->mgu, g->xn, k, gu, L->gu_dt, expert_stride(g, l, 0), ids, T * k, 2 * I, H);
@@ -898,7 +899,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
         free(g);
         return ft_fail(FT_ERR_CUDA, "GPU: cannot create a stream");
     }
-    g->prof = getenv("FT_GPU_PROFILE") && atoi(getenv("FT_GPU_PROFILE")) > 0;
+    g->prof = ft_sys_env_int("FT_GPU_PROFILE", 0) > 0;
     for (int i = 0; g->prof && i < 1024; i++) cudaEventCreate(&g->ev[i]);
     st = ft_blas_init(&g->blas, g->s);
     if (st == FT_OK) st = upload(g);

@@ -314,10 +314,10 @@ quant_x32_vec(const float *x, int ldx, int64_t nb, int T, void *xq, int nv,
                 v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, nv_bytes), 0xd8);
             _Alignas(32) uint32_t g[8];
             _mm256_store_si256((__m256i *)g, v);
-            const int64_t ch = b / X32_CHUNK, cb = nb - ch * X32_CHUNK < X32_CHUNK ? nb - ch * X32_CHUNK : X32_CHUNK;
-            int8_t *base = q + 512 * ch + 4 * (b % X32_CHUNK);
+            int8_t *base = q + x32_pos(b, 0, nb);
+            const size_t stride = x32_pos(b, 4, nb) - x32_pos(b, 0, nb); /* group to group */
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) memcpy(base + 4 * cb * k, &g[k], 4);
+            for (int k = 0; k < 8; k++) memcpy(base + stride * k, &g[k], 4);
         }
     }
 }

@@ -82,11 +82,10 @@ __device__ __forceinline__ void prefetch_l2(const void *p) {
 static int pdl_on(void) {
     static int on = -1;
     if (on < 0) {
-        const char *e = getenv("FT_PDL");
         int dev = 0, major = 0;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-        on = major >= 9 && !(e && e[0] == '0');
+        on = major >= 9 && ft_sys_env_int("FT_PDL", 1) != 0;
     }
     return on;
 }
@@ -832,10 +831,7 @@ __global__ void gemv_splitk_kernel(struct ft_cuda_gemv_args a) {
 /* FT_GEMV_SPLITK=0 keeps every GEMV on one warp per row (A/B runs) */
 static int splitk_on(void) {
     static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("FT_GEMV_SPLITK");
-        on = !(v && !strcmp(v, "0"));
-    }
+    if (on < 0) on = ft_sys_env_int("FT_GEMV_SPLITK", 1) != 0;
     return on;
 }
 
