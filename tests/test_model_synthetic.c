@@ -92,6 +92,11 @@ TEST(synthetic_preset_errors) {
         EXPECT_EQ(ft_model_synthetic(bad[i], pool, 1, &m), FT_ERR_INVALID_ARG);
         EXPECT_CONTAINS(ft_error(), "'@' takes a layer count from 1 to 1024");
     }
+    char long_name[300];
+    memset(long_name, 'a', sizeof long_name - 1);
+    memcpy(long_name, "tiny:", 5), long_name[sizeof long_name - 1] = '\0';
+    EXPECT_EQ(ft_model_synthetic(long_name, pool, 1, &m), FT_ERR_INVALID_ARG);
+    EXPECT_CONTAINS(ft_error(), "is too long");
     struct ft_model *full = NULL;
     EXPECT_OK(ft_model_synthetic("tiny:mxfp4", pool, 1, &full));
     EXPECT_OK(ft_model_synthetic("tiny:mxfp4@1", pool, 1, &m));

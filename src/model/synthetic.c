@@ -250,7 +250,12 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
                            "1024 (e.g. qwen3-30b-a3b@12)", preset);
     }
     char base[128];
-    snprintf(base, sizeof base, "%.*s", at ? (int)(at - preset) : (int)strlen(preset), preset);
+    size_t blen = at ? (size_t)(at - preset) : strlen(preset);
+    if (blen >= sizeof base)
+        return ft_fail(FT_ERR_INVALID_ARG, "--synthetic: preset '%.40s...' is too long (presets: %s)",
+                       preset, ft_synthetic_presets());
+    memcpy(base, preset, blen);
+    base[blen] = '\0';
     const char *colon = strchr(base, ':');
     size_t nlen = colon ? (size_t)(colon - base) : strlen(base);
     for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
