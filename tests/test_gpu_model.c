@@ -95,8 +95,27 @@ static void check(const char *name, double prefill_tol, double decode_tol) {
         same = next == greedy[g];
         if (g + 1 < G) EXPECT_OK(ft_engine_forward(e, &next, 1, l1, 0));
     }
-    fprintf(stderr, "  %-18s prefill max|dlogit| %.2e  decode %.2e  greedy %s\n", name, pe, de,
-            same ? "same" : "DIFFERENT");
+    /* the same continuation with the argmax on the device and ids alone coming back
+     * (ft_engine_forward_greedy), graph replayed (its ids-only graph captured on the 2nd step)
+     * and eager */
+    int same_ids = 1;
+    for (int pass = 0; pass < 2; pass++) {
+        struct ft_engine *x = pass ? eager : e;
+        ft_engine_reset(x);
+        for (int t = 0; t < T; t++) /* the prompt as above: the same cache, the same near-ties */
+            EXPECT_OK(ft_engine_forward(x, ids + t, 1, l2, 0));
+        int32_t next = ft_argmax(l2, V);
+        for (int g = 0; g < G && same_ids; g++) {
+            same_ids = next == greedy[g];
+            if (!same_ids)
+                fprintf(stderr, "    %s ids-only (%s) greedy token %d is %d, transformers %d\n", name,
+                        pass ? "eager" : "graph", g, next, greedy[g]);
+            if (g + 1 < G) EXPECT_OK(ft_engine_forward_greedy(x, &next, 1, &next));
+        }
+    }
+    fprintf(stderr, "  %-18s prefill max|dlogit| %.2e  decode %.2e  greedy %s, ids-only %s\n", name,
+            pe, de, same ? "same" : "DIFFERENT", same_ids ? "same" : "DIFFERENT");
+    CHECK_(same_ids, "%s: greedy ids found on the GPU differ from transformers", name);
     CHECK_(pe <= prefill_tol, "%s: prefill max |dlogit| %g > %g", name, pe, prefill_tol);
     CHECK_(de <= decode_tol, "%s: decode max |dlogit| %g > %g", name, de, decode_tol);
     CHECK_(same, "%s: greedy tokens differ from transformers", name);

@@ -13,6 +13,7 @@
 #include "format/fp_formats.h"
 #include "format/ggml_quant.h"
 #include "ggml_fill.h"
+#include "engine/forward.h"
 #include "test.h"
 
 static uint64_t g_rng = 12345;
@@ -84,48 +85,42 @@ TEST(gemv_matches_cpu) {
     EXPECT_OK(ft_cuda_check("gemv"));
 }
 
-/* One token, rows split over 1, 2 and 4 warps (ft_cuda_gemv_set_split), with the fused input
- * norm (its normalised input stored too), a bias and the accumulate epilogue, against the CPU
- * on the input normalised in double. */
-TEST(gemv_split_rows_fused_norm) {
+/* One token with the fused input norm (its normalised input stored too), a bias and the
+ * accumulate epilogue, against the CPU on the input normalised in double. */
+TEST(gemv_one_token_fused_norm) {
     int Ks[] = {2048, 4096, 264}, N = 300;
-    for (size_t a = 0; a < 3; a++)
-        for (int S = 1; S <= 4; S *= 2) {
-            int K = Ks[a];
-            uint16_t *w = rnd_bf16((size_t)N * K, 0.1f);
-            float *x = rnd(K), *nw = rnd(K), *bias = rnd(N), *y0 = rnd(N);
-            float *xn = malloc((size_t)K * 4), *ref = malloc((size_t)N * 4);
-            double ss = 0;
-            for (int k = 0; k < K; k++) ss += (double)x[k] * x[k];
-            double r = 1.0 / sqrt(ss / K + 1e-6);
-            for (int k = 0; k < K; k++) xn[k] = (float)(x[k] * r * nw[k]);
-            ft_cpu_matmul(g_pool, ref, xn, w, FT_DTYPE_BF16, bias, 1, N, K);
-            for (int n = 0; n < N; n++) ref[n] += y0[n];
-            float *dx = up(x, (size_t)K * 4), *dnw = up(nw, (size_t)K * 4), *db = up(bias, (size_t)N * 4);
-            float *dy = up(y0, (size_t)N * 4), *dxn = up(NULL, (size_t)K * 4);
-            uint16_t *dw = up(w, (size_t)N * K * 2);
-            struct ft_cuda_gemv_args ga = {{dy, NULL, NULL}, N, 0, N, {db, NULL, NULL}, dx, dw, dnw,
-                                           1e-6f, dxn, 1, 1, N, K};
-            ft_cuda_gemv_set_split(S);
-            ft_cuda_gemv_ex(&ga, 0);
-            ft_cuda_gemv_set_split(1);
-            float *got = down(dy, (size_t)N), *gxn = down(dxn, (size_t)K);
-            char what[80];
-            snprintf(what, sizeof what, "gemv K=%d split over %d warps, fused norm", K, S);
-            EXPECT_NMSE(got, ref, (size_t)N, 1e-10, what);
-            snprintf(what, sizeof what, "gemv K=%d split %d: the normalised input", K, S);
-            EXPECT_NMSE(gxn, xn, (size_t)K, 1e-12, what);
-            free(w), free(x), free(nw), free(bias), free(y0), free(xn), free(ref), free(got), free(gxn);
-            cudaFree(dx), cudaFree(dnw), cudaFree(db), cudaFree(dy), cudaFree(dxn), cudaFree(dw);
-        }
-    ft_cuda_gemv_set_split(0);
-    EXPECT_OK(ft_cuda_check("gemv split rows"));
+    for (size_t a = 0; a < 3; a++) {
+        int K = Ks[a];
+        uint16_t *w = rnd_bf16((size_t)N * K, 0.1f);
+        float *x = rnd(K), *nw = rnd(K), *bias = rnd(N), *y0 = rnd(N);
+        float *xn = malloc((size_t)K * 4), *ref = malloc((size_t)N * 4);
+        double ss = 0;
+        for (int k = 0; k < K; k++) ss += (double)x[k] * x[k];
+        double r = 1.0 / sqrt(ss / K + 1e-6);
+        for (int k = 0; k < K; k++) xn[k] = (float)(x[k] * r * nw[k]);
+        ft_cpu_matmul(g_pool, ref, xn, w, FT_DTYPE_BF16, bias, 1, N, K);
+        for (int n = 0; n < N; n++) ref[n] += y0[n];
+        float *dx = up(x, (size_t)K * 4), *dnw = up(nw, (size_t)K * 4), *db = up(bias, (size_t)N * 4);
+        float *dy = up(y0, (size_t)N * 4), *dxn = up(NULL, (size_t)K * 4);
+        uint16_t *dw = up(w, (size_t)N * K * 2);
+        struct ft_cuda_gemv_args ga = {{dy, NULL, NULL}, N, 0, N, {db, NULL, NULL}, dx, dw, dnw,
+                                       1e-6f, dxn, 1, 1, N, K};
+        ft_cuda_gemv_ex(&ga, 0);
+        float *got = down(dy, (size_t)N), *gxn = down(dxn, (size_t)K);
+        char what[80];
+        snprintf(what, sizeof what, "gemv K=%d, fused norm", K);
+        EXPECT_NMSE(got, ref, (size_t)N, 1e-10, what);
+        snprintf(what, sizeof what, "gemv K=%d: the normalised input", K);
+        EXPECT_NMSE(gxn, xn, (size_t)K, 1e-12, what);
+        free(w), free(x), free(nw), free(bias), free(y0), free(xn), free(ref), free(got), free(gxn);
+        cudaFree(dx), cudaFree(dnw), cudaFree(db), cudaFree(dy), cudaFree(dxn), cudaFree(dw);
+    }
+    EXPECT_OK(ft_cuda_check("gemv fused norm"));
 }
 
-/* Expert GEMVs two rows a warp (ft_cuda_moe_gemv_set_rows(2)) give the bits of one row a warp,
- * on Qwen3-30B-A3B's down shape (K = 768) and an odd N, with a pair the CPU computes (id -1);
- * and match the CPU. */
-TEST(moe_gemv_two_rows_same_bits) {
+/* Expert GEMVs on Qwen3-30B-A3B's down shape (K = 768) and an odd N, with a pair the CPU
+ * computes (id -1: a zero row), against the CPU. */
+TEST(moe_gemv_down_shape) {
     int E = 4, P = 6, N = 301, K = 768;
     uint16_t *w = rnd_bf16((size_t)E * N * K, 0.1f);
     float *x = rnd((size_t)P * K), *ref = malloc((size_t)P * N * 4);
@@ -141,18 +136,13 @@ TEST(moe_gemv_two_rows_same_bits) {
     uint16_t *dw = up(w, (size_t)E * N * K * 2);
     float *dx = up(x, (size_t)P * K * 4), *dy = up(NULL, (size_t)P * N * 4);
     int32_t *dids = up(ids, sizeof ids);
-    float *got[2];
-    for (int r = 1; r <= 2; r++) {
-        ft_cuda_moe_gemv_set_rows(r);
-        ft_cuda_moe_gemv(dy, dx, 1, dw, (size_t)N * K, dids, P, N, K, 0);
-        got[r - 1] = down(dy, (size_t)P * N);
-    }
-    ft_cuda_moe_gemv_set_rows(0);
-    EXPECT_NMSE(got[1], ref, (size_t)P * N, 1e-10, "moe gemv, two rows a warp");
-    EXPECT(!memcmp(got[0], got[1], (size_t)P * N * 4));
-    free(w), free(x), free(ref), free(got[0]), free(got[1]);
+    ft_cuda_moe_gemv(dy, dx, 1, dw, (size_t)N * K, dids, P, N, K, 0);
+    float *got = down(dy, (size_t)P * N);
+    EXPECT_NMSE(got, ref, (size_t)P * N, 1e-10, "moe gemv, down shape");
+    for (int n = 0; n < N; n++) EXPECT(got[2 * N + n] == 0.0f);
+    free(w), free(x), free(ref), free(got);
     cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dids);
-    EXPECT_OK(ft_cuda_check("moe gemv two rows"));
+    EXPECT_OK(ft_cuda_check("moe gemv down shape"));
 }
 
 TEST(gemm_bf16_matches_cpu) {
@@ -404,6 +394,30 @@ TEST(moe_router_and_experts) {
     free(logits), free(gu), free(dn), free(x), free(ref), free(got);
     cudaFree(dl), cudaFree(dw), cudaFree(dids), cudaFree(dgu), cudaFree(ddn), cudaFree(dx);
     cudaFree(dmgu), cudaFree(dmact), cudaFree(dmy), cudaFree(dout), cudaFree(dlg), cudaFree(dam);
+}
+
+/* The device argmax (greedy ids without logits crossing back) against ft_argmax, the host's:
+ * rows of a real vocab (151,936) with a tie for the largest value, one with NaNs and -inf
+ * around it, one all -inf and one all NaN. */
+TEST(argmax_matches_host) {
+    const int V = 151936, R = 5;
+    float *lg = malloc((size_t)R * V * 4);
+    for (size_t i = 0; i < (size_t)R * V; i++) lg[i] = frand();
+    lg[90001] = lg[120000] = 7.0f;                                /* row 0: a tie */
+    for (int i = 0; i < V; i += 3) lg[V + i] = i % 2 ? NAN : -INFINITY; /* row 1 */
+    lg[V + 5] = NAN, lg[V + 77777] = 9.0f;
+    for (int i = 0; i < V; i++) lg[2 * V + i] = -INFINITY, lg[3 * V + i] = NAN;
+    float *dlg = up(lg, (size_t)R * V * 4);
+    int32_t *dam = up(NULL, R * 4), am[5];
+    ft_cuda_argmax(dlg, R, V, dam, 0);
+    cudaDeviceSynchronize();
+    cudaMemcpy(am, dam, sizeof am, cudaMemcpyDeviceToHost);
+    EXPECT_EQ(am[0], 90001);
+    EXPECT_EQ(am[1], 77777);
+    for (int r = 0; r < R; r++) EXPECT_EQ(am[r], ft_argmax(lg + (size_t)r * V, V));
+    EXPECT_OK(ft_cuda_check("argmax"));
+    free(lg);
+    cudaFree(dlg), cudaFree(dam);
 }
 
 /* Synthetic routing on the GPU: distinct ids per token; zipf:1.2 puts rank 1's expert (the

@@ -89,6 +89,16 @@ static void check_model(const char *name, const char *model, const char *ref, do
         if (g + 1 < r.n_greedy && ft_engine_forward(e, &next, 1, logits, 0) != FT_OK) same = 0;
     }
     CHECK_(same, "%s: greedy tokens differ from transformers", name);
+    /* the same continuation with ids alone from each decode step (ft_engine_forward_greedy) */
+    ft_engine_reset(e);
+    EXPECT_OK(ft_engine_prefill(e, r.ids, r.T, logits, 0));
+    int32_t next = ft_argmax(logits, m->vocab);
+    for (int g = 0; g < r.n_greedy && same; g++) {
+        CHECK_(next == r.greedy[g], "%s: ids-only greedy token %d is %d, transformers %d", name, g,
+               next, r.greedy[g]);
+        if (next != r.greedy[g]) break;
+        if (g + 1 < r.n_greedy) EXPECT_OK(ft_engine_forward_greedy(e, &next, 1, &next));
+    }
     free(logits);
 done:
     ft_engine_free(e);

@@ -2,9 +2,12 @@
  * tools/gen_sampling_refs.py), plus seeded determinism, greedy, and the empirical distribution
  * of draws against softmax probabilities. */
 #include <jansson.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "core/status.h"
+#include "engine/forward.h"
 #include "engine/sample.h"
 #include "test.h"
 
@@ -84,6 +87,40 @@ TEST(greedy_is_argmax_after_penalties) {
     ft_sampler_accept(s, 1); /* 2.0 - 1.5 = 0.5 < 1.0 */
     float y[4] = {0.1f, 2.0f, 1.0f, -1.0f};
     EXPECT_EQ(ft_sampler_sample(s, y), 2);
+    ft_sampler_free(s);
+}
+
+/* ft_argmax against its definition (the first position of the largest value, NaN never the
+ * largest) on lengths around its 8-lane blocks, with ties, -inf and NaN; plain greedy is what
+ * lets the engine find the id on the device. */
+TEST(argmax_first_of_largest) {
+    uint64_t r = 7;
+    for (int n = 1; n <= 41; n++)
+        for (int rep = 0; rep < 20; rep++) {
+            float x[41];
+            for (int i = 0; i < n; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                int v = (int)(r >> 59); /* 0..31: many ties */
+                x[i] = v == 0 ? NAN : v == 1 ? -INFINITY : (float)(v % 6);
+            }
+            int want = -1;
+            for (int i = 0; i < n; i++)
+                if (!isnan(x[i]) && (want < 0 || x[i] > x[want])) want = i;
+            EXPECT_EQ(ft_argmax(x, n), want < 0 ? 0 : want);
+        }
+    struct ft_sampling sp = ft_sampling_default();
+    struct ft_sampler *s;
+    sp.temperature = 0;
+    EXPECT_OK(ft_sampler_init(&s, &sp, 4));
+    EXPECT(ft_sampler_plain_greedy(s));
+    ft_sampler_free(s);
+    sp.repetition_penalty = 1.1f;
+    EXPECT_OK(ft_sampler_init(&s, &sp, 4));
+    EXPECT(!ft_sampler_plain_greedy(s));
+    ft_sampler_free(s);
+    sp = ft_sampling_default(); /* temperature 1 */
+    EXPECT_OK(ft_sampler_init(&s, &sp, 4));
+    EXPECT(!ft_sampler_plain_greedy(s));
     ft_sampler_free(s);
 }
 

@@ -24,9 +24,8 @@
 #            (experts rotating over 3x the L3); then row pairs on/off alternated -> exec.log
 #   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
-#   decab    #5 resident decode: FT_GEMV_SPLIT=2|4, FT_GEMV_NORM_SPLIT=1, FT_MOE_GEMV_ROWS=2,
-#            .gpu/ft_old, alternated on 12 layers; then the full model once   -> decab.log
-#                                                                            -> decab.log
+#   decab    #5 resident decode: greedy ids on the device vs logits to the host (and .gpu/ft_old),
+#            alternated on 12 layers, then both on 48; FT_STEP_TIMING's split  -> decab.log
 #   hybab    #8 hybrid at 30G, fixed CPU cost as started vs FT_SPLIT_MEASURE_FIXED=1, alternated -> hybab.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
@@ -147,24 +146,26 @@ for part in "$@"; do
         step sanitize.log 200 "$SAN" --tool memcheck --leak-check no $G/test_gpu_ops
         ;;
     decab)
-        # #5 decode A/B in one call, alternated, on 12 of the 48 layers (qwen3-30b-a3b@12: the
-        # same per-layer kernels, a quarter of the generating): .gpu/ft as built, with rows split
-        # over 2 or 4 warps (FT_GEMV_SPLIT), with each input norm computed once
-        # (FT_GEMV_NORM_SPLIT=1), with two expert rows a warp (FT_MOE_GEMV_ROWS=2), and
-        # .gpu/ft_old when one is there (OLD_REV=<commit> tools/gpu_pack.sh builds it); the
-        # model tests with the switches first; the full model once at the end
-        FT_GEMV_NORM_SPLIT=1 FT_GEMV_SPLIT=2 FT_MOE_GEMV_ROWS=2 step decab.log 400 $G/test_gpu_model
+        # #5 resident decode A/B in one call, alternated, on 12 of the 48 layers
+        # (qwen3-30b-a3b@12: the same per-layer kernels, a quarter of the generating) and on all
+        # 48 (the two give the per-layer and the per-token cost): the greedy id found on the
+        # device (default) against every step's logits copied to the host for a host argmax
+        # (FT_BENCH_HOST_ARGMAX=1), and .gpu/ft_old when there (OLD_REV=<commit>
+        # tools/gpu_pack.sh); FT_STEP_TIMING=1 prints where each step's wall time went
         for round in 1 2; do
-            for cfg in "ft FT_AB=new" "ft FT_GEMV_SPLIT=2" "ft FT_GEMV_SPLIT=4" \
-                       "ft FT_GEMV_NORM_SPLIT=1" "ft FT_MOE_GEMV_ROWS=2" "ft_old FT_AB=old"; do
+            for cfg in "ft FT_AB=new" "ft FT_BENCH_HOST_ARGMAX=1" "ft_old FT_AB=old"; do
                 read -r bin envs <<<"$cfg"
                 [ -x "$G/$bin" ] || continue
                 echo "### $round $bin $envs" >>"$OUT/decab.log"
-                step decab.log 200 env "$envs" $G/$bin bench --synthetic qwen3-30b-a3b@12 -p 0 \
-                    -n 128 -r 3 --backend cuda
+                FT_STEP_TIMING=1 step decab.log 200 env "$envs" $G/$bin bench \
+                    --synthetic qwen3-30b-a3b@12 -p 0 -n 128 -r 3 --backend cuda
             done
         done
-        step decab.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 128 -r 3 --backend cuda
+        for envs in FT_AB=new FT_BENCH_HOST_ARGMAX=1; do
+            echo "### 48 layers $envs" >>"$OUT/decab.log"
+            FT_STEP_TIMING=1 step decab.log 200 env "$envs" $G/ft bench --synthetic qwen3-30b-a3b \
+                -p 512 -n 128 -r 3 --backend cuda
+        done
         ;;
     hybab)
         # #8 hybrid at 30G: the fixed per-layer CPU cost kept at its start (default) against

@@ -14,6 +14,7 @@
 #include "cli/opts.h"
 #include "cli/session.h"
 #include "core/status.h"
+#include "core/sys.h"
 #include "core/timer.h"
 #include "engine/gpu.h"
 
@@ -150,8 +151,14 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
     ft_engine_reset(e);
     int32_t w0[4] = {1, 2, 3, 4};
     if ((st = ft_engine_prefill(e, p > 0 ? ids : w0, p > 0 ? p : 4, logits, 0)) != FT_OK) goto done;
-    for (int i = 0; i < 3 && n > 0; i++)
-        if ((st = ft_engine_forward(e, w0, 1, logits, 0)) != FT_OK) goto done;
+    /* decode steps return the greedy id only (the argmax on the device, as for a server's
+     * temperature-0 request); FT_BENCH_HOST_ARGMAX=1 copies every step's logits to the host */
+    const int host_argmax = ft_sys_env_int("FT_BENCH_HOST_ARGMAX", 0) > 0;
+    for (int i = 0; i < 3 && n > 0; i++) {
+        int32_t next;
+        st = host_argmax ? ft_engine_forward(e, w0, 1, logits, 0) : ft_engine_forward_greedy(e, w0, 1, &next);
+        if (st != FT_OK) goto done;
+    }
     if (p > 0) {
         double distinct = 0;
         for (int r = 0; r < reps; r++) {
@@ -174,13 +181,20 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
         double distinct = 0;
         for (int r = 0; r < reps; r++) {
             ft_engine_reset(e);
-            int32_t tok = 1;
+            int32_t tok = 1, next;
             if ((st = ft_engine_forward(e, &tok, 1, logits, 0)) != FT_OK) goto done;
+            next = ft_argmax(logits, m->vocab);
             ft_engine_reset_stats(e);
             int64_t t0 = ft_time_us();
             for (int i = 0; i < n; i++) {
-                tok = ft_argmax(logits, m->vocab);
-                if ((st = ft_engine_forward(e, &tok, 1, logits, 0)) != FT_OK) goto done;
+                tok = next;
+                if (host_argmax) { /* FT_BENCH_HOST_ARGMAX=1: every step's logits to the host */
+                    st = ft_engine_forward(e, &tok, 1, logits, 0);
+                    next = ft_argmax(logits, m->vocab);
+                } else {
+                    st = ft_engine_forward_greedy(e, &tok, 1, &next);
+                }
+                if (st != FT_OK) goto done;
             }
             tps[r] = n / ((ft_time_us() - t0) / 1e6);
             distinct = ft_engine_mean_distinct_experts(e);

@@ -73,6 +73,11 @@ void ft_engine_free(struct ft_engine *e);
  * built-in sequence's n_past. */
 enum ft_status ft_engine_forward_batch(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
                                        float *logits);
+/* The same, with top1 (may be NULL) receiving each logit row's greedy id (argmax, lowest id on
+ * ties). With top1 set, logits may be NULL: on the GPU backend only the ids cross back to the
+ * host (the lm_head's 4 * vocab bytes a row stay on the device). */
+enum ft_status ft_engine_forward_batch_ex(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
+                                          float *logits, int32_t *top1);
 /* Paged KV pool blocks: take n (FT_ERR_BUSY if fewer are free) / give back. The built-in
  * sequence of ft_engine_forward holds its own blocks from init. */
 enum ft_status ft_engine_kv_alloc(struct ft_engine *e, int n, int32_t *blocks);
@@ -84,6 +89,9 @@ int ft_engine_kv_total_blocks(const struct ft_engine *e);
  * logits: [T, vocab] when all_logits, else [1, vocab] for the last token; may be NULL. */
 enum ft_status ft_engine_forward(struct ft_engine *e, const int32_t *ids, int T, float *logits,
                                  int all_logits);
+/* The same with only the greedy id after the last token returned (*next): on the GPU backend
+ * the argmax runs on the device and no logits cross back. */
+enum ft_status ft_engine_forward_greedy(struct ft_engine *e, const int32_t *ids, int T, int32_t *next);
 /* Processes any number of tokens in max_chunk pieces (same logits contract). */
 enum ft_status ft_engine_prefill(struct ft_engine *e, const int32_t *ids, int T, float *logits,
                                  int all_logits);

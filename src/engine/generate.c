@@ -142,8 +142,11 @@ enum ft_status ft_generate(struct ft_engine *e, const struct ft_tok *tok, const 
     res->finish = FT_FINISH_LENGTH;
     int stopped = 0;
     int max_gen = FT_MIN(p->max_tokens, max_ctx - n_prompt);
+    /* plain greedy: after the prefill, each step returns its id alone (the GPU finds it) */
+    const int greedy = ft_sampler_plain_greedy(smp);
+    int32_t next = -1;
     for (int g = 0; g < max_gen; g++) {
-        int32_t id = ft_sampler_sample(smp, logits);
+        int32_t id = next >= 0 ? next : ft_sampler_sample(smp, logits);
         ft_sampler_accept(smp, id);
         if (!p->ignore_eos && ft_eos_has(p->eos, p->n_eos, id)) {
             res->finish = FT_FINISH_STOP;
@@ -165,7 +168,8 @@ enum ft_status ft_generate(struct ft_engine *e, const struct ft_tok *tok, const 
         }
         if (g + 1 == max_gen) break; /* the last token needs no forward */
         ctx_ids[ft_engine_n_past(e)] = id;
-        if ((st = ft_engine_forward(e, &id, 1, logits, 0)) != FT_OK) goto done;
+        st = greedy ? ft_engine_forward_greedy(e, &id, 1, &next) : ft_engine_forward(e, &id, 1, logits, 0);
+        if (st != FT_OK) goto done;
     }
     if (res->finish != FT_FINISH_CANCELLED && !stopped) ft_gen_release_tail(&dt, &stop, emit, ctx);
     res->decode_s = (ft_time_us() - t1) / 1e6;

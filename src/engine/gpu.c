@@ -54,9 +54,13 @@ struct ft_gpu {
     float *final_norm, *inv_freq;
     float *k_cache, *v_cache;          /* [L, n_blocks*16, kv_dim] */
     int max_blocks, kv_dim, q_dim, max_i, C, logit_rows;
-    /* step inputs */
+    /* step inputs: ids, positions, token->sequence, logit rows and block tables are views of
+     * one pinned block (h_in) and one device block (d_in), sent with one copy a step */
+    int32_t *d_in, *h_in;
+    size_t in_words;
     int32_t *d_ids, *d_pos, *d_tok_seq, *d_tables, *d_rows, *d_topk_all, *d_att_tiles;
     int32_t *h_ids, *h_pos, *h_tok_seq, *h_tables, *h_rows, *h_topk_all, *h_att_tiles; /* pinned */
+    int32_t *d_top1, *h_top1;          /* greedy ids per logit row (ft_gpu_forward's top1) */
     int n_att_tiles; /* prefill attention's query tiles this step */
     uint32_t *d_step;
     /* activations */
@@ -96,9 +100,17 @@ struct ft_gpu {
      * expert launches, and on the CPU experts; layer steps counted, those with CPU experts */
     int64_t hp_ns[5], hp_last;
     long hp_n, hp_cpu;
-    /* graphs per decode batch size */
-    cudaGraphExec_t graph[MAX_GRAPH_T + 1];
-    int graph_seen[MAX_GRAPH_T + 1];
+    /* graphs per decode batch size, without and with the greedy argmax at the end */
+    cudaGraphExec_t graph[2][MAX_GRAPH_T + 1];
+    int graph_seen[2][MAX_GRAPH_T + 1];
+    /* FT_STEP_TIMING=1: where each decode step's wall time goes on the host (printed at free):
+     * before the step (the caller), issuing copies and launches, waiting for the GPU (and the
+     * GPU's own time from events), copying results out */
+    int step_timing;
+    cudaEvent_t st_ev[2];
+    int64_t st_last, st_ns[4];
+    double st_gpu_ms;
+    long st_n, st_gaps;
 };
 
 int ft_gpu_available(void) { return ft_cuda_device_count() > 0; }
@@ -280,21 +292,20 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     size_t aw = (size_t)(g->q_dim > (int)H ? g->q_dim : (int)H);
     g->k_cache = dalloc(g, kv * 4, &st);
     g->v_cache = dalloc(g, kv * 4, &st);
-    g->d_ids = dalloc(g, C * 4, &st);
-    g->d_pos = dalloc(g, C * 4, &st);
-    g->d_tok_seq = dalloc(g, C * 4, &st);
-    g->d_rows = dalloc(g, C * 4, &st);
+    g->in_words = 4 * C + (size_t)g->o.max_seqs * g->max_blocks;
+    g->d_in = dalloc(g, g->in_words * 4, &st);
+    g->h_in = halloc(g->in_words * 4, &st);
+    if (st == FT_OK) {
+        g->d_ids = g->d_in, g->d_pos = g->d_in + C, g->d_tok_seq = g->d_in + 2 * C;
+        g->d_rows = g->d_in + 3 * C, g->d_tables = g->d_in + 4 * C;
+        g->h_ids = g->h_in, g->h_pos = g->h_in + C, g->h_tok_seq = g->h_in + 2 * C;
+        g->h_rows = g->h_in + 3 * C, g->h_tables = g->h_in + 4 * C;
+    }
     size_t n_tiles = C / FT_CUDA_ATT_TILE + (size_t)g->o.max_seqs + 1;
     g->d_att_tiles = dalloc(g, n_tiles * 2 * 4, &st);
     g->h_att_tiles = halloc(n_tiles * 2 * 4, &st);
-    g->d_tables = dalloc(g, (size_t)g->o.max_seqs * g->max_blocks * 4, &st);
     g->d_topk_all = dalloc(g, (size_t)m->n_layers * MAX_GRAPH_T * k * 4, &st); /* decode only */
     g->d_step = dalloc(g, 4, &st);
-    g->h_ids = halloc(C * 4, &st);
-    g->h_pos = halloc(C * 4, &st);
-    g->h_tok_seq = halloc(C * 4, &st);
-    g->h_rows = halloc(C * 4, &st);
-    g->h_tables = halloc((size_t)g->o.max_seqs * g->max_blocks * 4, &st);
     g->h_topk_all = halloc((size_t)m->n_layers * MAX_GRAPH_T * k * 4, &st);
     g->x = dalloc(g, C * H * 4, &st);
     g->xn = dalloc(g, C * H * 4, &st);
@@ -317,6 +328,8 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     g->logit_rows = g->C < 64 ? g->C : 64;
     g->logits = dalloc(g, (size_t)g->logit_rows * V * 4, &st);
     g->h_logits = halloc((size_t)g->logit_rows * V * 4, &st);
+    g->d_top1 = dalloc(g, (size_t)g->logit_rows * 4, &st);
+    g->h_top1 = halloc((size_t)g->logit_rows * 4, &st);
     if (E) {
         g->router = dalloc(g, C * E * 4, &st);
         g->topk = dalloc(g, R * 4, &st);
@@ -514,25 +527,6 @@ static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
                                 g->d_step, l, m->norm_topk, &g->synth, g->s);
 }
 
-/* FT_GEMV_NORM_SPLIT=1: decode computes each input norm once (ft_cuda_rmsnorm into xn) and the
- * GEMVs read xn, instead of every GEMV block re-reading x and reducing it (ncu: the qkv GEMV
- * with its fused norm reads at 1.2 TB/s, the expert GEMVs without one at 2.9). For an A/B on
- * the GPU machine; the default stays fused until it is measured. */
-static int norm_split(void) {
-    static int v = -1;
-    if (v < 0) v = ft_sys_env_int("FT_GEMV_NORM_SPLIT", 0) != 0;
-    return v;
-}
-
-/* Points a fused-norm GEMV at xn, normalised once here (norm_split). */
-static void split_norm(struct ft_gpu *g, struct ft_cuda_gemv_args *a, int T, int H) {
-    if (!norm_split() || !a->nw) return;
-    ft_cuda_rmsnorm(g->xn, NULL, a->x, a->nw, T, H, a->eps, g->s);
-    a->x = g->xn;
-    a->nw = NULL;
-    a->xn_out = NULL; /* xn is the normalised input already */
-}
-
 /* Decode-sized steps (T <= 8): GEMV kernels only, each input norm fused into the GEMV that
  * reads it, each residual add fused into the GEMV/combine that produces it; no host sync, so
  * the whole step is graph-capturable. x holds the complete residual after every layer. */
@@ -549,7 +543,6 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
         const struct gpu_layer *L = &g->L[l];
         struct ft_cuda_gemv_args qkv = {{g->q, g->k, g->v}, qd, kd, qd, {L->bq, L->bk, L->bv},
                                         g->x, L->wqkv, L->attn_norm, eps, NULL, 0, T, qd + 2 * kd, H};
-        split_norm(g, &qkv, T, H);
         ft_cuda_gemv_ex(&qkv, s);
         prof_mark(g, P_QKV);
         size_t layer_off = (size_t)l * g->o.n_blocks * FT_KV_BLOCK * kd;
@@ -571,7 +564,6 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
             int I = L->I;
             struct ft_cuda_gemv_args gu = {{g->gu, NULL, NULL}, 2 * I, 0, 2 * I, {NULL, NULL, NULL},
                                            g->x, L->w_gu, L->ffn_norm, eps, NULL, 0, T, 2 * I, H};
-            split_norm(g, &gu, T, H);
             ft_cuda_gemv_ex(&gu, s);
             ft_cuda_silu_mul(g->act, g->gu, T, I, s);
             struct ft_cuda_gemv_args dn = {{g->x, NULL, NULL}, H, 0, H, {NULL, NULL, NULL}, g->act,
@@ -584,7 +576,6 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
         /* router logits with the fused ffn norm; the normalised rows land in xn for the experts */
         struct ft_cuda_gemv_args rt = {{g->router, NULL, NULL}, E, 0, E, {L->router_b, NULL, NULL},
                                        g->x, L->router, L->ffn_norm, eps, g->xn, 0, T, E, H};
-        split_norm(g, &rt, T, H);
         ft_cuda_gemv_ex(&rt, s);
         int32_t *ids = g->d_topk_all + (size_t)l * MAX_GRAPH_T * k; /* kept for the distinct count */
         route(g, l, T, ids);
@@ -750,8 +741,9 @@ static enum ft_status layers(struct ft_gpu *g, int T, int max_pos, int rows) {
 }
 
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
-                              float *logits, double *distinct_out) {
+                              float *logits, int32_t *top1, double *distinct_out) {
     const struct ft_model *m = g->m;
+    int64_t t_enter = g->step_timing ? ft_time_ns() : 0;
     int T = 0, rows = 0, decode = n_segs <= g->o.max_seqs, max_pos = 1;
     if (n_segs > g->o.max_seqs)
         return ft_fail(FT_ERR_INVALID_ARG, "GPU forward: %d sequences in one step (max %d)", n_segs,
@@ -770,12 +762,12 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
                 g->h_rows[rows++] = T;
         }
     }
+    if (top1 && !logits && rows > g->logit_rows)
+        return ft_fail(FT_ERR_INVALID_ARG, "GPU forward: greedy ids for %d rows need the logits "
+                       "(more than %d rows a step)", rows, g->logit_rows);
     cudaStream_t s = g->s;
-    cudaMemcpyAsync(g->d_ids, g->h_ids, (size_t)T * 4, cudaMemcpyHostToDevice, s);
-    cudaMemcpyAsync(g->d_pos, g->h_pos, (size_t)T * 4, cudaMemcpyHostToDevice, s);
-    cudaMemcpyAsync(g->d_tok_seq, g->h_tok_seq, (size_t)T * 4, cudaMemcpyHostToDevice, s);
-    cudaMemcpyAsync(g->d_rows, g->h_rows, (size_t)(rows ? rows : 1) * 4, cudaMemcpyHostToDevice, s);
-    cudaMemcpyAsync(g->d_tables, g->h_tables, (size_t)n_segs * g->max_blocks * 4,
+    /* one copy: ids .. logit rows up to the used block tables (the views' fixed offsets) */
+    cudaMemcpyAsync(g->d_in, g->h_in, ((size_t)4 * g->C + (size_t)n_segs * g->max_blocks) * 4,
                     cudaMemcpyHostToDevice, s);
     if (T > MAX_GRAPH_T) { /* prefill attention's query tiles: per segment, 64 tokens each */
         int len[n_segs];
@@ -786,29 +778,37 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
     double distinct = 0;
     enum ft_status st = FT_OK;
     int use_graph = decode && g->o.graphs && T <= MAX_GRAPH_T && !g->prof && !g->off;
+    /* greedy ids on the device: after the head, unless the lm_head runs in passes (then from
+     * the copied logits below) */
+    int dev_top1 = top1 && rows <= g->logit_rows && rows > 0, gi = dev_top1;
     g->n_ev = 0;
     g->prof_kind = T > MAX_GRAPH_T;
     if (g->prof) prof_mark(g, P_NORM); /* step start */
     int prof_step = g->prof;
-    if (use_graph && g->graph[T]) {
-        if (cudaGraphLaunch(g->graph[T], s) != cudaSuccess) st = ft_cuda_check("cudaGraphLaunch");
-    } else if (use_graph && g->graph_seen[T]) { /* second time at this size: capture, then replay */
+    int timing = g->step_timing && decode && T <= MAX_GRAPH_T;
+    if (timing) cudaEventRecord(g->st_ev[0], s);
+    if (use_graph && g->graph[gi][T]) {
+        if (cudaGraphLaunch(g->graph[gi][T], s) != cudaSuccess) st = ft_cuda_check("cudaGraphLaunch");
+    } else if (use_graph && g->graph_seen[gi][T]) { /* second time at this size: capture, then replay */
         cudaGraph_t graph;
         if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
             return ft_cuda_check("cudaStreamBeginCapture");
         st = layers(g, T, max_pos, rows);
+        if (st == FT_OK && dev_top1) ft_cuda_argmax(g->logits, rows, m->vocab, g->d_top1, s);
         cudaError_t e = cudaStreamEndCapture(s, &graph);
         if (st == FT_OK && e == cudaSuccess &&
-            cudaGraphInstantiate(&g->graph[T], graph, 0) == cudaSuccess) {
+            cudaGraphInstantiate(&g->graph[gi][T], graph, 0) == cudaSuccess) {
             cudaGraphDestroy(graph);
-            if (cudaGraphLaunch(g->graph[T], s) != cudaSuccess) st = ft_cuda_check("cudaGraphLaunch");
+            if (cudaGraphLaunch(g->graph[gi][T], s) != cudaSuccess) st = ft_cuda_check("cudaGraphLaunch");
         } else if (st == FT_OK) {
             st = ft_cuda_check("CUDA graph capture");
         }
     } else {
-        if (use_graph) g->graph_seen[T] = 1;
+        if (use_graph) g->graph_seen[gi][T] = 1;
         st = layers(g, T, max_pos, rows);
+        if (st == FT_OK && dev_top1) ft_cuda_argmax(g->logits, rows, m->vocab, g->d_top1, s);
     }
+    if (timing) cudaEventRecord(g->st_ev[1], s);
     if (st != FT_OK) return st;
     if (prof_step && g->n_ev > 1) prof_collect(g);
     if (logits && rows > g->logit_rows) { /* all-position logits: lm_head in passes */
@@ -820,9 +820,12 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
             memcpy(logits + (size_t)r0 * m->vocab, g->h_logits, (size_t)n * m->vocab * 4);
         }
         if (st != FT_OK) return st;
+        for (int r = 0; top1 && r < rows; r++) top1[r] = ft_argmax(logits + (size_t)r * m->vocab, m->vocab);
         logits = NULL; /* delivered */
     }
+    int64_t t_issued = timing ? ft_time_ns() : 0;
     if (logits) cudaMemcpyAsync(g->h_logits, g->logits, (size_t)rows * m->vocab * 4, cudaMemcpyDeviceToHost, s);
+    if (dev_top1) cudaMemcpyAsync(g->h_top1, g->d_top1, (size_t)rows * 4, cudaMemcpyDeviceToHost, s);
     int small = T <= MAX_GRAPH_T;
     if (small && m->n_experts && !g->off) /* offload copied each layer's ids already */
         cudaMemcpyAsync(g->h_topk_all, g->d_topk_all, (size_t)m->n_layers * MAX_GRAPH_T * m->top_k * 4,
@@ -831,7 +834,19 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         cudaMemcpyAsync(g->h_counts_all, g->d_counts_all, (size_t)m->n_layers * m->n_experts * 4,
                         cudaMemcpyDeviceToHost, s);
     if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("GPU forward");
+    int64_t t_synced = timing ? ft_time_ns() : 0;
+    if (g->step_timing && !timing) g->st_last = 0; /* a prefill step between: no caller gap */
     if (logits) memcpy(logits, g->h_logits, (size_t)rows * m->vocab * 4);
+    if (dev_top1) memcpy(top1, g->h_top1, (size_t)rows * 4);
+    if (timing) {
+        int64_t t_done = ft_time_ns();
+        float ms = 0;
+        cudaEventElapsedTime(&ms, g->st_ev[0], g->st_ev[1]);
+        if (g->st_last) g->st_ns[0] += t_enter - g->st_last, g->st_gaps++;
+        g->st_ns[1] += t_issued - t_enter, g->st_ns[2] += t_synced - t_issued;
+        g->st_ns[3] += t_done - t_synced, g->st_gpu_ms += ms;
+        g->st_n++, g->st_last = t_done;
+    }
     if (distinct_out && m->n_experts) {
         if (small) { /* count distinct ids per MoE layer from the copied top-k */
             int moe = 0;
@@ -901,6 +916,8 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     }
     g->prof = ft_sys_env_int("FT_GPU_PROFILE", 0) > 0;
     for (int i = 0; g->prof && i < 1024; i++) cudaEventCreate(&g->ev[i]);
+    g->step_timing = ft_sys_env_int("FT_STEP_TIMING", 0) > 0;
+    for (int i = 0; g->step_timing && i < 2; i++) cudaEventCreate(&g->st_ev[i]);
     st = ft_blas_init(&g->blas, g->s);
     if (st == FT_OK) st = upload(g);
     if (st == FT_OK) st = alloc_scratch(g);
@@ -985,8 +1002,18 @@ void ft_gpu_free(struct ft_gpu *g) {
     for (size_t i = 0; i < 3; i++)
         if (hp[i]) cudaFreeHost(hp[i]);
     free(g->cpu_pairs), free(g->cpu_tok), free(g->cpu_ids), free(g->cpu_w);
-    for (int t = 0; t <= MAX_GRAPH_T; t++)
-        if (g->graph[t]) cudaGraphExecDestroy(g->graph[t]);
+    for (int a = 0; a < 2; a++)
+        for (int t = 0; t <= MAX_GRAPH_T; t++)
+            if (g->graph[a][t]) cudaGraphExecDestroy(g->graph[a][t]);
+    if (g->step_timing && g->st_n) { /* caller: between two decode steps in a row only */
+        double n = (double)g->st_n;
+        ft_log_info("step timing over %ld decode steps, us each: caller %.1f, issue %.1f, wait %.1f "
+                    "(GPU %.1f), copy-out %.1f", g->st_n, g->st_ns[0] / 1e3 / (g->st_gaps ? g->st_gaps : 1),
+                    g->st_ns[1] / 1e3 / n, g->st_ns[2] / 1e3 / n, g->st_gpu_ms * 1e3 / n,
+                    g->st_ns[3] / 1e3 / n);
+    }
+    for (int i = 0; i < 2; i++)
+        if (g->st_ev[i]) cudaEventDestroy(g->st_ev[i]);
     for (int l = 0; g->L && l < g->m->n_layers; l++) {
         struct gpu_layer *L = &g->L[l];
         void *ps[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->bq, L->bk, L->bv, L->bo,
@@ -995,14 +1022,14 @@ void ft_gpu_free(struct ft_gpu *g) {
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) dfree(ps[i]);
     }
     if (g->lm_head != g->embed) dfree(g->lm_head);
-    void *ds[] = {g->embed, g->final_norm, g->inv_freq, g->k_cache, g->v_cache, g->d_ids, g->d_pos,
-                  g->d_tok_seq, g->d_tables, g->d_rows, g->d_topk_all, g->d_step, g->x, g->xn,
+    void *ds[] = {g->embed, g->final_norm, g->inv_freq, g->k_cache, g->v_cache, g->d_in, g->d_top1,
+                  g->d_topk_all, g->d_step, g->x, g->xn,
                   g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
                   g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,
                   g->mgu, g->mact, g->my, g->xg16, g->mact16, g->rtok, g->pair_dst, g->offsets,
                   g->d_counts_all, g->att_part, g->d_att_tiles};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
-    void *hs[] = {g->h_ids, g->h_pos, g->h_tok_seq, g->h_tables, g->h_rows, g->h_topk_all,
+    void *hs[] = {g->h_in, g->h_top1, g->h_topk_all,
                   g->h_counts_all, g->h_logits, g->h_att_tiles};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
         if (hs[i]) cudaFreeHost(hs[i]);
@@ -1043,8 +1070,8 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
 }
 void ft_gpu_free(struct ft_gpu *g) { (void)g; }
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
-                              float *logits, double *distinct_out) {
-    (void)g, (void)segs, (void)n_segs, (void)logits, (void)distinct_out;
+                              float *logits, int32_t *top1, double *distinct_out) {
+    (void)g, (void)segs, (void)n_segs, (void)logits, (void)top1, (void)distinct_out;
     return ft_fail(FT_ERR_UNSUPPORTED, "no CUDA backend in this build");
 }
 double ft_gpu_hbm_gbps(void) { return 0.0; }

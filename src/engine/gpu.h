@@ -61,8 +61,10 @@ int ft_gpu_takes_experts(enum ft_dtype t);
 enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                            const struct ft_gpu_opts *o);
 void ft_gpu_free(struct ft_gpu *g);
+/* logits as ft_engine_forward_batch (NULL: not copied back); top1 (may be NULL): each logit
+ * row's greedy id, found on the device (only ids cross back when logits is NULL). */
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
-                              float *logits, double *distinct_out);
+                              float *logits, int32_t *top1, double *distinct_out);
 /* HBM bandwidth probe (device-to-device copy, read + write) in GB/s. */
 double ft_gpu_hbm_gbps(void);
 size_t ft_gpu_vram_used(const struct ft_gpu *g);

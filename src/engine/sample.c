@@ -137,6 +137,12 @@ void ft_sampler_process(struct ft_sampler *s, float *logits) {
     for (int i = keep; i < V; i++) logits[s->sorted[i].id] = -INFINITY;
 }
 
+int ft_sampler_plain_greedy(const struct ft_sampler *s) {
+    const struct ft_sampling *p = &s->p;
+    return p->temperature <= 0 && p->repetition_penalty == 1.0f && p->presence_penalty == 0 &&
+           p->frequency_penalty == 0;
+}
+
 int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
     int V = s->vocab;
     if (s->p.temperature <= 0) { /* greedy still honours the penalties */

@@ -36,6 +36,9 @@ void ft_sampler_accept(struct ft_sampler *s, int32_t id);
 /* Applies penalties, temperature and the filters to logits in place (removed tokens become
  * -INFINITY). Exposed for tests against transformers' logits processors. */
 void ft_sampler_process(struct ft_sampler *s, float *logits);
+/* 1 when the token is the plain argmax of the logits (temperature <= 0, no penalty): the engine
+ * may then find it on the device (ft_engine_forward_batch_ex's top1) instead. */
+int ft_sampler_plain_greedy(const struct ft_sampler *s);
 /* Processes logits (in place) and draws a token. */
 int32_t ft_sampler_sample(struct ft_sampler *s, float *logits);
 

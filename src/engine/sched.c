@@ -68,6 +68,7 @@ struct ft_sched {
     struct ft_seg *segs;
     struct ft_req **seg_req;
     float *logits;          /* [max_running, vocab] */
+    int32_t *top1;          /* [max_running] greedy ids (steps whose tokens are all greedy) */
     int32_t eos[FT_MAX_EOS + 1];
     int n_eos;
     /* stats (s->mu) */
@@ -259,9 +260,10 @@ static void admit(struct ft_sched *s) {
     }
 }
 
-/* A new token for r from its logits row; returns 1 when r is finished. */
-static int take_token(struct ft_sched *s, struct ft_req *r, float *logits) {
-    int32_t id = ft_sampler_sample(r->smp, logits);
+/* A new token for r from its logits row (or, logits NULL, the greedy id the engine found);
+ * returns 1 when r is finished. */
+static int take_token(struct ft_sched *s, struct ft_req *r, float *logits, int32_t greedy) {
+    int32_t id = logits ? ft_sampler_sample(r->smp, logits) : greedy;
     ft_sampler_accept(r->smp, id);
     if (!r->t_first_us) r->t_first_us = ft_time_us();
     if (!r->p.ignore_eos && ft_eos_has(s->eos, s->n_eos, id)) {
@@ -331,7 +333,13 @@ static void step(struct ft_sched *s) {
         s->seg_req[n_segs++] = r;
     }
     if (n_segs == 0) return;
-    enum ft_status st = ft_engine_forward_batch(s->e, s->segs, n_segs, s->logits);
+    /* every token of the step greedy without penalties: only the ids cross back (the argmax on
+     * the GPU), not a vocab of logits per request */
+    int ids_only = 1;
+    for (int i = 0; i < n_segs; i++)
+        if (s->segs[i].want == FT_LOGITS_LAST) ids_only &= ft_sampler_plain_greedy(s->seg_req[i]->smp);
+    enum ft_status st = ft_engine_forward_batch_ex(s->e, s->segs, n_segs, ids_only ? NULL : s->logits,
+                                                   ids_only ? s->top1 : NULL);
     struct ft_req *keep[s->o.max_running];
     k = 0;
     int row = 0;
@@ -344,9 +352,11 @@ static void step(struct ft_sched *s) {
         }
         r->n_past += g->n;
         if (g->ids != &r->last) r->prefilled += g->n;
-        if (g->want == FT_LOGITS_LAST &&
-            take_token(s, r, s->logits + (size_t)row++ * s->m->vocab))
-            continue;
+        if (g->want == FT_LOGITS_LAST) {
+            int rw = row++;
+            if (take_token(s, r, ids_only ? NULL : s->logits + (size_t)rw * s->m->vocab, s->top1[rw]))
+                continue;
+        }
         keep[k++] = r;
     }
     /* requests that got no segment this step (prefill budget spent) stay running */
@@ -418,7 +428,8 @@ enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
     s->segs = calloc((size_t)s->o.max_running, sizeof *s->segs);
     s->seg_req = calloc((size_t)s->o.max_running, sizeof *s->seg_req);
     s->logits = malloc((size_t)s->o.max_running * m->vocab * sizeof(float));
-    if (st == FT_OK && (!s->running || !s->segs || !s->seg_req || !s->logits))
+    s->top1 = calloc((size_t)s->o.max_running, sizeof *s->top1);
+    if (st == FT_OK && (!s->running || !s->segs || !s->seg_req || !s->logits || !s->top1))
         st = ft_fail(FT_ERR_OOM, "scheduler: out of memory");
     if (st == FT_OK && pthread_create(&s->thread, NULL, engine_main, s) != 0)
         st = ft_fail(FT_ERR_INTERNAL, "scheduler: cannot start the engine thread");
@@ -454,6 +465,7 @@ void ft_sched_free(struct ft_sched *s) {
     free(s->segs);
     free(s->seg_req);
     free(s->logits);
+    free(s->top1);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

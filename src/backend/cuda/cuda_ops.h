@@ -91,15 +91,11 @@ struct ft_cuda_gemv_args {
     int T, N, K;
 };
 void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *a, cudaStream_t s);
-/* Warps per output row of the one-token GEMV: 1, 2 or 4 (0: FT_GEMV_SPLIT, else 1). */
-void ft_cuda_gemv_set_split(int S);
 /* Routed experts for P = T*k (token, expert) pairs, decode-sized:
  * y[p, :] = W_{ids[p]} · x[p / x_div, :] with W_e = w + e * expert_stride (elements);
  * ids[p] < 0 gives a zero row (a pair computed elsewhere). */
 void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w, size_t expert_stride,
                       const int32_t *ids, int P, int N, int K, cudaStream_t s);
-/* Rows a warp of ft_cuda_moe_gemv: 1 or 2 (0: FT_MOE_GEMV_ROWS, else 1); the same results. */
-void ft_cuda_moe_gemv_set_rows(int r);
 /* out[t, :] (+)= sum_j wts[t*k + j] * y[t*k + j, :]  (accumulate: residual add) */
 void ft_cuda_moe_combine(float *out, const float *y, const float *wts, int T, int k, int H,
                          int accumulate, cudaStream_t s);

@@ -752,50 +752,6 @@ __global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a) {
     }
 }
 
-/* The same for one token with each row split over S warps of the block (8 / S rows a block),
- * each warp dotting K / S of it; the S partial sums added in a fixed order (deterministic).
- * More warps per row means fewer load rounds per warp: o_proj's 2048 rows were 16 warps an SM
- * and four rounds of loads (10.8 us, 1.6 TB/s under ncu). FT_GEMV_SPLIT=2|4 turns it on for an
- * A/B on the GPU machine (K % (8 S) == 0 only). */
-template <int S>
-__global__ void gemv_split_rows_kernel(struct ft_cuda_gemv_args a) {
-    const int lane = threadIdx.x % WARP, wib = threadIdx.x / WARP;
-    const int n = blockIdx.x * (GEMV_WARPS / S) + wib / S, part = wib % S, ks = a.K / S;
-    const uint16_t *wr = a.w + (size_t)n * a.K + (size_t)part * ks;
-    if (n < a.N)
-        for (size_t off = (size_t)lane * 128; off < (size_t)ks * 2; off += WARP * 128)
-            prefetch_l2((const char *)wr + off);
-    pdl_enter();
-    __shared__ float r_s[8];
-    __shared__ float psum[GEMV_WARPS];
-    gemv_norm(a, r_s);
-    float acc[1] = {0.0f};
-    if (n < a.N)
-        row_dot<1>(acc, wr, a.x + (size_t)part * ks, a.K, ks, lane, 1,
-                   a.nw ? a.nw + (size_t)part * ks : NULL);
-    float v = warp_sum(acc[0]);
-    if (lane == 0) psum[wib] = v;
-    __syncthreads();
-    if (part || lane || n >= a.N) return;
-    float tot = 0.0f;
-    for (int i = 0; i < S; i++) tot += psum[wib + i];
-    gemv_store(a, n, 0, tot, r_s);
-}
-
-/* Warps per row of the one-token fused GEMV: 1 (the default: gemv_fused_kernel), 2 or 4
- * (FT_GEMV_SPLIT, or ft_cuda_gemv_set_split) */
-static int g_split;
-
-extern "C" void ft_cuda_gemv_set_split(int S) { g_split = S == 1 || S == 2 || S == 4 ? S : 0; }
-
-static int split_rows(void) {
-    if (!g_split) {
-        int v = ft_sys_env_int("FT_GEMV_SPLIT", 1);
-        g_split = v == 2 || v == 4 ? v : 1;
-    }
-    return g_split;
-}
-
 /* Few output rows (the router: N = E = 128): one block per row, its 256 threads splitting K
  * (one 16-byte load each per 2048 elements), so the GEMV spreads over N SMs instead of N / 8
  * and each thread waits for one load round instead of a warp for K / 256. Same fused norm,
@@ -852,11 +808,6 @@ extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream
             else if (a.T == 2) launch(gemv_splitk_kernel<2>, args->N, th, 0, s, a);
             else if (a.T <= 4) launch(gemv_splitk_kernel<4>, args->N, th, 0, s, a);
             else launch(gemv_splitk_kernel<8>, args->N, th, 0, s, a);
-        } else if (a.T == 1 && split_rows() > 1 && a.K % (8 * split_rows()) == 0) {
-            int S = split_rows();
-            dim3 g2(cdiv(args->N, GEMV_WARPS / S));
-            if (S == 2) launch(gemv_split_rows_kernel<2>, g2, th, 0, s, a);
-            else launch(gemv_split_rows_kernel<4>, g2, th, 0, s, a);
         } else if (a.T == 1)
             launch(gemv_fused_kernel<1>, grid, th, 0, s, a);
         else if (a.T == 2)
@@ -890,64 +841,9 @@ __global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint1
     if (lane == 0) y[(size_t)p * N + n] = v;
 }
 
-/* Two rows a warp (K % 8 == 0), each lane's loads of both in flight together: the down GEMV's
- * rows are short (K = 768: three 16-byte loads a lane), 16384 warps in about two waves at 2.2
- * TB/s under ncu, against 2.9 for gate/up. Each row's sum is formed as in moe_gemv_kernel (same
- * lanes, same order): the same bits. FT_MOE_GEMV_ROWS=2 or ft_cuda_moe_gemv_set_rows(2). */
-__global__ void moe_gemv2_kernel(float *y, const float *x, int x_div, const uint16_t *w,
-                                 size_t expert_stride, const int32_t *ids, int N, int K) {
-    pdl_enter();
-    int lane = threadIdx.x % WARP, n = 2 * (blockIdx.x * GEMV_WARPS + threadIdx.x / WARP);
-    int p = blockIdx.y;
-    if (n >= N) return;
-    const bool two = n + 1 < N;
-    if (ids[p] < 0) { /* a pair the CPU computes (hybrid): contributes nothing here */
-        if (lane == 0) y[(size_t)p * N + n] = 0.0f;
-        if (lane == 0 && two) y[(size_t)p * N + n + 1] = 0.0f;
-        return;
-    }
-    const uint16_t *w0 = w + (size_t)ids[p] * expert_stride + (size_t)n * K;
-    const uint4 *a4 = (const uint4 *)w0, *b4 = (const uint4 *)(w0 + K);
-    const float *xr = x + (size_t)(p / x_div) * K;
-    const int n8 = K / 8;
-    float acc0[1] = {0.0f}, acc1[1] = {0.0f};
-    for (int c = lane; c < n8; c += 4 * WARP) {
-        uint4 ua[4], ub[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const bool in = c + j * WARP < n8;
-            ua[j] = in ? __ldg(a4 + c + j * WARP) : make_uint4(0, 0, 0, 0);
-            ub[j] = in && two ? __ldg(b4 + c + j * WARP) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            if (c + j * WARP < n8) {
-                dot8<1>(acc0, ua[j], xr, K, (c + j * WARP) * 8, 1, NULL);
-                dot8<1>(acc1, ub[j], xr, K, (c + j * WARP) * 8, 1, NULL);
-            }
-    }
-    float v0 = warp_sum(acc0[0]), v1 = warp_sum(acc1[0]);
-    if (lane == 0) y[(size_t)p * N + n] = v0;
-    if (lane == 0 && two) y[(size_t)p * N + n + 1] = v1;
-}
-
-static int g_moe_rows;
-
-extern "C" void ft_cuda_moe_gemv_set_rows(int r) { g_moe_rows = r == 1 || r == 2 ? r : 0; }
-
-static int moe_rows(void) {
-    if (!g_moe_rows) g_moe_rows = ft_sys_env_int("FT_MOE_GEMV_ROWS", 1) == 2 ? 2 : 1;
-    return g_moe_rows;
-}
-
 extern "C" void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w,
                                  size_t expert_stride, const int32_t *ids, int P, int N, int K,
                                  cudaStream_t s) {
-    if (moe_rows() == 2 && K % 8 == 0) {
-        launch(moe_gemv2_kernel, dim3(cdiv(N, 2 * GEMV_WARPS), P), GEMV_WARPS * WARP, 0, s, y, x,
-               x_div, w, expert_stride, ids, N, K);
-        return;
-    }
     launch(moe_gemv_kernel, dim3(cdiv(N, GEMV_WARPS), P), GEMV_WARPS * WARP, 0, s, y, x, x_div, w,
            expert_stride, ids, N, K);
 }
@@ -1187,8 +1083,8 @@ __global__ void argmax_kernel(const float *logits, int V, int32_t *out) {
     const float *l = logits + (size_t)blockIdx.x * V;
     float best = -INFINITY;
     int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < V; i += blockDim.x)
-        if (l[i] > best) best = l[i], bi = i;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) /* NaN never wins; -inf can (as ft_argmax) */
+        if (l[i] > best || (bi == 0x7fffffff && l[i] == best)) best = l[i], bi = i;
     for (int o = 16; o > 0; o >>= 1) {
         float ob = __shfl_xor_sync(0xffffffffu, best, o);
         int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -1202,7 +1098,7 @@ __global__ void argmax_kernel(const float *logits, int V, int32_t *out) {
     if (threadIdx.x == 0) {
         for (int i = 1; i < (int)(blockDim.x / WARP); i++)
             if (sb[i] > best || (sb[i] == best && si[i] < bi)) best = sb[i], bi = si[i];
-        out[blockIdx.x] = bi;
+        out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi; /* every value NaN: 0, as ft_argmax */
     }
 }
 
