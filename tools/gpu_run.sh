@@ -24,9 +24,10 @@
 #            (experts rotating over 3x the L3); then row pairs on/off alternated -> exec.log
 #   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
-#   decab    #5 resident decode: greedy ids on the device vs logits to the host (and .gpu/ft_old),
-#            alternated on 12 layers, then both on 48; FT_STEP_TIMING's split  -> decab.log
-#   hybab    #8 hybrid at 30G, fixed CPU cost as started vs FT_SPLIT_MEASURE_FIXED=1, alternated -> hybab.log
+#   decab    #5 resident decode A/B: as built vs FT_MOE_FUSE=0 (and .gpu/ft_old), alternated
+#            on 12 layers, then on 48; FT_STEP_TIMING's split                 -> decab.log
+#   hybprof  #8 hybrid decode at 30G, host side per layer step (FT_GPU_PROFILE) -> hybprof.log
+#   hybab    #8 hybrid against cpu at 30G, alternated twice                    -> hybab.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
@@ -147,13 +148,14 @@ for part in "$@"; do
         ;;
     decab)
         # #5 resident decode A/B in one call, alternated, on 12 of the 48 layers
-        # (qwen3-30b-a3b@12: the same per-layer kernels, a quarter of the generating) and on all
-        # 48 (the two give the per-layer and the per-token cost): the greedy id found on the
-        # device (default) against every step's logits copied to the host for a host argmax
-        # (FT_BENCH_HOST_ARGMAX=1), and .gpu/ft_old when there (OLD_REV=<commit>
-        # tools/gpu_pack.sh); FT_STEP_TIMING=1 prints where each step's wall time went
+        # (qwen3-30b-a3b@12: the same per-layer kernels, a quarter of the generating), then on
+        # all 48 (the two give the per-layer and the per-token cost). FT_STEP_TIMING=1 prints
+        # where each step's wall time went; =2 replays each step's graph twice (the GPU time the
+        # second adds is a replay without the launch wait). Configurations: as built; the decode
+        # experts' down GEMV and combine apart (FT_MOE_FUSE=0); .gpu/ft_old when there
+        # (OLD_REV=<commit> tools/gpu_pack.sh)
         for round in 1 2; do
-            for cfg in "ft FT_AB=new" "ft FT_BENCH_HOST_ARGMAX=1" "ft_old FT_AB=old"; do
+            for cfg in "ft FT_AB=new" "ft FT_MOE_FUSE=0" "ft_old FT_AB=old"; do
                 read -r bin envs <<<"$cfg"
                 [ -x "$G/$bin" ] || continue
                 echo "### $round $bin $envs" >>"$OUT/decab.log"
@@ -161,19 +163,25 @@ for part in "$@"; do
                     --synthetic qwen3-30b-a3b@12 -p 0 -n 128 -r 3 --backend cuda
             done
         done
-        for envs in FT_AB=new FT_BENCH_HOST_ARGMAX=1; do
+        for envs in FT_AB=new FT_MOE_FUSE=0; do
             echo "### 48 layers $envs" >>"$OUT/decab.log"
-            FT_STEP_TIMING=1 step decab.log 200 env "$envs" $G/ft bench --synthetic qwen3-30b-a3b \
-                -p 512 -n 128 -r 3 --backend cuda
+            FT_STEP_TIMING=1 step decab.log 200 env "$envs" $G/ft bench \
+                --synthetic qwen3-30b-a3b -p 512 -n 128 -r 3 --backend cuda
         done
         ;;
+    hybprof)
+        # #8: hybrid decode at 30G with the host side of each layer step (FT_GPU_PROFILE=1)
+        FT_GPU_PROFILE=1 step hybprof.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 0 -n 64 -r 1 \
+            --backend offload --vram-limit 30G --moe-backend hybrid
+        ;;
     hybab)
-        # #8 hybrid at 30G: the fixed per-layer CPU cost kept at its start (default) against
-        # measured by the executor (FT_SPLIT_MEASURE_FIXED=1), alternated
-        for e in FT_AB=start FT_SPLIT_MEASURE_FIXED=1 FT_AB=start FT_SPLIT_MEASURE_FIXED=1; do
-            echo "### $e" >>"$OUT/hybab.log"
-            step hybab.log 200 env "$e" $G/ft bench --synthetic qwen3-30b-a3b -p 0 -n 128 -r 1 \
-                --backend offload --vram-limit 30G --moe-backend hybrid
+        # #8 at 30G: hybrid against cpu alone, alternated (hybrid must not be more than 5%
+        # slower than the better of cpu and offload; this host's runs move 10-15% between
+        # instances, so compare within one call)
+        for mode in hybrid cpu hybrid cpu; do
+            echo "### $mode" >>"$OUT/hybab.log"
+            step hybab.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 0 -n 128 -r 1 \
+                --backend offload --vram-limit 30G --moe-backend $mode
         done
         ;;
     bw)
@@ -196,7 +204,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, ncu, decab, hybab, bw, real)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, ncu, decab, hybprof, hybab, bw, real)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"
