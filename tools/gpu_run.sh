@@ -22,6 +22,7 @@
 #            resident pp512 with 32- and 64-row tiles alternated, and the 30G pp4096 pass -> tm64.log
 #   exec     #9 the executor's scaling: bench_exec mxfp4 at 1, 8, 16 threads, nvfp4 and bf16 at 16
 #            (experts rotating over 3x the L3); then row pairs on/off alternated -> exec.log
+#   exec2    #9 in brief: bench_exec mxfp4/nvfp4 at 16 and 14 threads, alternated -> exec.log
 #   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
 #   decab    #5 resident decode A/B: as built vs FT_MOE_FUSE=0 (and .gpu/ft_old), alternated
@@ -135,6 +136,16 @@ for part in "$@"; do
             done
         done
         ;;
+    exec2)
+        # #9 in brief: bench_exec MXFP4 and NVFP4 at 16 and 14 threads, alternated twice (does
+        # leaving two cores free remove the 16-thread runs' stall?)
+        for t in 16 14 16 14; do
+            for f in mxfp4 nvfp4; do
+                echo "### threads $t $f" >>"$OUT/exec.log"
+                step exec.log 60 $G/bench_exec --format $f --threads $t --steps 300
+            done
+        done
+        ;;
     ncu)
         # #5: each kernel of resident decode, timed by Nsight Compute with its DRAM bytes (run on
         # a Firecracker kind, nvidia-h200-x2: under gVisor ncu cannot read the counters), and the
@@ -204,7 +215,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, ncu, decab, hybprof, hybab, bw, real)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, hybab, bw, real)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"
