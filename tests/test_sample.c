@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/status.h"
 #include "engine/forward.h"
@@ -88,6 +89,96 @@ TEST(greedy_is_argmax_after_penalties) {
     float y[4] = {0.1f, 2.0f, 1.0f, -1.0f};
     EXPECT_EQ(ft_sampler_sample(s, y), 2);
     ft_sampler_free(s);
+}
+
+/* The filters as first written (sort the whole vocabulary, then cut), kept as the reference
+ * the candidate search must agree with: same survivors, same values. */
+struct rcand {
+    float logit;
+    int32_t id;
+};
+static int ref_desc(const void *a, const void *b) {
+    const struct rcand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id - y->id;
+}
+static void ref_filters(const struct ft_sampling *p, float *logits, int V) {
+    int k_on = p->top_k > 0 && p->top_k < V, p_on = p->top_p < 1.0f, m_on = p->min_p > 0;
+    if (!k_on && !p_on && !m_on) return;
+    struct rcand *c = malloc((size_t)V * sizeof *c);
+    for (int i = 0; i < V; i++) c[i] = (struct rcand){logits[i], i};
+    qsort(c, (size_t)V, sizeof *c, ref_desc);
+    int keep = V;
+    if (k_on) {
+        float kth = c[p->top_k - 1].logit;
+        keep = p->top_k;
+        while (keep < V && c[keep].logit >= kth) keep++;
+    }
+    if (p_on || m_on) {
+        float mx = c[0].logit;
+        double z = 0;
+        for (int i = 0; i < keep; i++) z += exp((double)c[i].logit - mx);
+        if (p_on) {
+            double cum = 0;
+            int n = keep;
+            for (int i = keep - 1; i >= 1; i--) {
+                cum += exp((double)c[i].logit - mx) / z;
+                if (cum <= 1.0 - p->top_p) n = i;
+                else break;
+            }
+            keep = n;
+            z = 0;
+            for (int i = 0; i < keep; i++) z += exp((double)c[i].logit - mx);
+        }
+        if (m_on) {
+            double top = 1.0 / z;
+            int n = 1;
+            while (n < keep && exp((double)c[n].logit - mx) / z >= p->min_p * top) n++;
+            keep = n;
+        }
+    }
+    for (int i = keep; i < V; i++) logits[c[i].id] = -INFINITY;
+    free(c);
+}
+
+/* The candidate search (no sort of the vocabulary) keeps exactly what sorting all of it kept,
+ * on a 151,936-token vocab: peaked (normal x 3), flat (uniform) and tied (6 values) logits,
+ * under top-k, top-p, min-p and their mixes. */
+TEST(filters_match_full_sort) {
+    const int V = 151936;
+    float *x = malloc((size_t)V * 4), *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
+    struct { int k; float p, m, t; } cf[] = {{20, 1, 0, 0.7f}, {0, 0.8f, 0, 1},  {20, 0.8f, 0, 0.7f},
+                                             {0, 1, 0.05f, 1}, {0, 0.95f, 0.1f, 1.3f}, {1, 1, 0, 1},
+                                             {40, 0.8f, 0.02f, 0.6f}, {0, 0.5f, 0, 0.5f}, {1000, 0.99f, 0, 1}};
+    uint64_t r = 99;
+    for (int kind = 0; kind < 3; kind++) {
+        for (int i = 0; i < V; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            double u = (double)(r >> 11) / 9007199254740992.0;
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            double u2 = (double)(r >> 11) / 9007199254740992.0;
+            x[i] = kind == 0 ? (float)(3.0 * sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307 * u2))
+                 : kind == 1 ? (float)(u * 4.0) : (float)(int)(u * 6.0);
+        }
+        for (size_t c = 0; c < sizeof cf / sizeof cf[0]; c++) {
+            struct ft_sampling sp = ft_sampling_default();
+            sp.top_k = cf[c].k, sp.top_p = cf[c].p, sp.min_p = cf[c].m, sp.temperature = cf[c].t;
+            struct ft_sampler *s;
+            EXPECT_OK(ft_sampler_init(&s, &sp, V));
+            memcpy(a, x, (size_t)V * 4);
+            ft_sampler_process(s, a);
+            memcpy(b, x, (size_t)V * 4);
+            if (sp.temperature != 1.0f)
+                for (int i = 0; i < V; i++) b[i] /= sp.temperature;
+            ref_filters(&sp, b, V);
+            int diff = 0, kept = 0;
+            for (int i = 0; i < V; i++) diff += memcmp(&a[i], &b[i], 4) != 0, kept += !isinf(b[i]);
+            CHECK_(diff == 0, "logits kind %d, filters %zu: %d of %d differ (%d kept)", kind, c, diff,
+                   V, kept);
+            ft_sampler_free(s);
+        }
+    }
+    free(x), free(a), free(b);
 }
 
 /* ft_argmax against its definition (the first position of the largest value, NaN never the

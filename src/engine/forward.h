@@ -119,5 +119,7 @@ int ft_engine_residency_stats(const struct ft_engine *e, struct ft_residency_sta
 
 /* Index of the largest value (first on ties). */
 int ft_argmax(const float *x, int n);
+/* The largest of x[0..n) (NaN never; -inf when none). */
+float ft_max_f32(const float *x, int n);
 
 #endif

@@ -1,5 +1,6 @@
 /* sample.c — the sampler. Penalty state is a per-vocabulary count array (prompt presence and
- * generated counts); filters work on a sorted copy of the surviving logits. */
+ * generated counts); filters work on a sorted copy of the candidates that can survive them,
+ * found without sorting the vocabulary (a 152k-vocab qsort took 19 ms a token). */
 #include "engine/sample.h"
 
 #include <math.h>
@@ -18,7 +19,10 @@ struct ft_sampler {
     uint64_t rng;
     uint8_t *in_prompt;   /* [vocab] */
     int32_t *n_generated; /* [vocab] */
-    struct cand { float logit; int32_t id; } *sorted; /* [vocab] scratch */
+    struct cand { float logit; int32_t id; } *sorted, *tmp; /* [vocab] scratch: the candidates */
+    float *heap;          /* [vocab] top-k scratch */
+    double *w;            /* [vocab] the draw's weights */
+    int kept;             /* after a filter: its survivors are sorted[0..kept); else -1 */
 };
 
 struct ft_sampling ft_sampling_default(void) {
@@ -58,7 +62,10 @@ enum ft_status ft_sampler_init(struct ft_sampler **out, const struct ft_sampling
     s->in_prompt = calloc((size_t)vocab, 1);
     s->n_generated = calloc((size_t)vocab, sizeof *s->n_generated);
     s->sorted = malloc((size_t)vocab * sizeof *s->sorted);
-    if (!s->in_prompt || !s->n_generated || !s->sorted) {
+    s->heap = malloc((size_t)vocab * sizeof *s->heap);
+    s->tmp = malloc((size_t)vocab * sizeof *s->tmp);
+    s->w = malloc((size_t)vocab * sizeof *s->w);
+    if (!s->in_prompt || !s->n_generated || !s->sorted || !s->heap || !s->w || !s->tmp) {
         ft_sampler_free(s);
         return ft_fail(FT_ERR_OOM, "sampler: out of memory");
     }
@@ -71,6 +78,9 @@ void ft_sampler_free(struct ft_sampler *s) {
     free(s->in_prompt);
     free(s->n_generated);
     free(s->sorted);
+    free(s->heap);
+    free(s->tmp);
+    free(s->w);
     free(s);
 }
 
@@ -88,10 +98,66 @@ static int by_logit_desc(const void *a, const void *b) {
     return x->id - y->id;
 }
 
+/* A float's bits as a key that sorts descending (larger values first, -0 after +0). */
+static inline uint32_t desc_key(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u; /* ascending */
+    return ~u;
+}
+
+/* Sorts c[0..n) by logit descending, ties in the order given (the candidates come in id
+ * order, so: by_logit_desc's order). Four stable byte passes over the float's bits made
+ * monotone: a top-p over a flat 152k vocab keeps most of it, and qsort took 31 ms there. */
+static void sort_desc(struct cand *c, struct cand *tmp, int n) {
+    if (n <= 256) {
+        qsort(c, (size_t)n, sizeof *c, by_logit_desc);
+        return;
+    }
+    struct cand *src = c, *dst = tmp;
+    for (int shift = 0; shift < 32; shift += 8) {
+        int count[257] = {0};
+        for (int i = 0; i < n; i++) count[((desc_key(src[i].logit) >> shift) & 255) + 1]++;
+        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
+        for (int i = 0; i < n; i++) dst[count[(desc_key(src[i].logit) >> shift) & 255]++] = src[i];
+        struct cand *t = src;
+        src = dst, dst = t;
+    }
+    /* four passes: the result is back in c */
+}
+
+/* The k-th largest of x[0..n) (k <= n; NaN never counted; -inf when fewer than k others):
+ * a min-heap of the k largest seen, O(n) for the small k of sampling. */
+static float kth_largest(const float *x, int n, int k, float *heap) {
+    int h = 0;
+    for (int i = 0; i < n; i++) {
+        float v = x[i];
+        if (v != v) continue;
+        if (h < k) { /* sift up */
+            int c = h++;
+            while (c > 0 && heap[(c - 1) / 2] > v) heap[c] = heap[(c - 1) / 2], c = (c - 1) / 2;
+            heap[c] = v;
+        } else if (v > heap[0]) { /* replace the least, sift down */
+            int c = 0;
+            for (;;) {
+                int l = 2 * c + 1, m = l;
+                if (l >= k) break;
+                if (l + 1 < k && heap[l + 1] < heap[l]) m = l + 1;
+                if (heap[m] >= v) break;
+                heap[c] = heap[m], c = m;
+            }
+            heap[c] = v;
+        }
+    }
+    return h < k ? -INFINITY : heap[0];
+}
+
 void ft_sampler_process(struct ft_sampler *s, float *logits) {
     const struct ft_sampling *p = &s->p;
     int V = s->vocab;
-    for (int i = 0; i < V; i++) {
+    s->kept = -1; /* no filter ran (yet) */
+    int penalties = p->repetition_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
+    for (int i = 0; penalties && i < V; i++) {
         int seen = s->in_prompt[i] || s->n_generated[i];
         if (p->repetition_penalty != 1.0f && seen)
             logits[i] = logits[i] < 0 ? logits[i] * p->repetition_penalty
@@ -99,42 +165,82 @@ void ft_sampler_process(struct ft_sampler *s, float *logits) {
         if (s->n_generated[i])
             logits[i] -= p->presence_penalty + p->frequency_penalty * (float)s->n_generated[i];
     }
-    if (p->temperature > 0 && p->temperature != 1.0f)
-        for (int i = 0; i < V; i++) logits[i] /= p->temperature;
+    if (p->temperature > 0 && p->temperature != 1.0f) {
+        const float t = p->temperature;
+        int i = 0;
+        for (; i + 8 <= V; i += 8) /* eight at once: vector code at -O2 */
+            for (int j = 0; j < 8; j++) logits[i + j] /= t;
+        for (; i < V; i++) logits[i] /= t;
+    }
     int k_on = p->top_k > 0 && p->top_k < V, p_on = p->top_p < 1.0f, m_on = p->min_p > 0;
     if (!k_on && !p_on && !m_on) return;
-    for (int i = 0; i < V; i++) s->sorted[i] = (struct cand){logits[i], i};
-    qsort(s->sorted, (size_t)V, sizeof *s->sorted, by_logit_desc);
-    int keep = V;
-    if (k_on) { /* transformers keeps every logit equal to the k-th (ties survive) */
-        float kth = s->sorted[p->top_k - 1].logit;
-        keep = p->top_k;
-        while (keep < V && s->sorted[keep].logit >= kth) keep++;
-    }
-    if (p_on || m_on) {
-        float mx = s->sorted[0].logit;
-        double z = 0;
-        for (int i = 0; i < keep; i++) z += exp((double)s->sorted[i].logit - mx);
-        if (p_on) { /* smallest prefix whose mass reaches top_p (the token crossing it stays) */
+    /* The candidates: every token a filter can keep, the same prefix of the descending order
+     * (logit, then id) that sorting all V would give. top_k: the values >= the k-th largest
+     * (ties survive). Otherwise, from the mass of each 0.5-wide band below the maximum, the
+     * bands that hold top_p of it (two more for margin), and for min_p those within
+     * log(min_p) - 1 of the maximum. */
+    float mx = ft_max_f32(logits, V);
+    double z_all = 0;
+    float tau;
+    if (k_on) {
+        tau = kth_largest(logits, V, p->top_k, s->heap);
+    } else {
+        enum { NB = 64 };
+        double band[NB] = {0};
+        for (int i = 0; i < V; i++) {
+            double e = exp((double)logits[i] - mx);
+            float d = (mx - logits[i]) * 2.0f;
+            z_all += e;
+            band[d < NB - 1 ? (int)d : NB - 1] += e; /* NaN: the last band */
+        }
+        int b = NB - 1;
+        if (p_on) {
             double cum = 0;
+            for (b = 0; b < NB - 1; b++)
+                if ((cum += band[b]) >= p->top_p * z_all) break;
+            b = b + 2 < NB - 1 ? b + 2 : NB - 1;
+        }
+        tau = b == NB - 1 ? -INFINITY : mx - 0.5f * (float)(b + 1);
+        if (!p_on) tau = mx + logf(p->min_p) - 1.0f;
+    }
+    int nc = 0;
+    for (int i = 0; i < V; i++)
+        if (logits[i] >= tau) s->sorted[nc++] = (struct cand){logits[i], i};
+    sort_desc(s->sorted, s->tmp, nc);
+    int keep = nc;
+    if (p_on || m_on) {
+        double z = 0, zc = 0, *e = s->w; /* e[i]: sorted[i]'s exp, computed once */
+        for (int i = 0; i < nc; i++) zc += e[i] = exp((double)s->sorted[i].logit - mx);
+        z = k_on ? zc : z_all; /* the mass of what top_k kept, or of every token */
+        if (p_on) { /* smallest prefix whose mass reaches top_p (the token crossing it stays) */
+            double cum = k_on ? 0 : (z_all - zc > 0 ? z_all - zc : 0) / z; /* the non-candidates */
             int n = keep;
             for (int i = keep - 1; i >= 1; i--) { /* removed while ascending cumsum <= 1-top_p */
-                cum += exp((double)s->sorted[i].logit - mx) / z;
+                cum += e[i] / z;
                 if (cum <= 1.0 - p->top_p) n = i;
                 else break;
             }
             keep = n;
             z = 0;
-            for (int i = 0; i < keep; i++) z += exp((double)s->sorted[i].logit - mx);
+            for (int i = 0; i < keep; i++) z += e[i];
         }
         if (m_on) { /* probs of the survivors vs min_p * top prob */
             double top = 1.0 / z;
             int n = 1;
-            while (n < keep && exp((double)s->sorted[n].logit - mx) / z >= p->min_p * top) n++;
+            while (n < keep && e[n] / z >= p->min_p * top) n++;
             keep = n;
         }
     }
-    for (int i = keep; i < V; i++) logits[s->sorted[i].id] = -INFINITY;
+    int i = 0;
+    for (; i + 8 <= V; i += 8)
+        for (int j = 0; j < 8; j++) logits[i + j] = -INFINITY;
+    for (; i < V; i++) logits[i] = -INFINITY;
+    for (i = 0; i < keep; i++) logits[s->sorted[i].id] = s->sorted[i].logit;
+    s->kept = keep; /* the survivors are sorted[0..keep) */
+}
+
+static int by_id(const void *a, const void *b) {
+    return ((const struct cand *)a)->id - ((const struct cand *)b)->id;
 }
 
 int ft_sampler_plain_greedy(const struct ft_sampler *s) {
@@ -153,16 +259,29 @@ int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
         return ft_argmax(logits, V);
     }
     ft_sampler_process(s, logits);
-    float mx = -INFINITY;
-    for (int i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double z = 0;
-    for (int i = 0; i < V; i++) z += isinf(logits[i]) ? 0 : exp((double)logits[i] - mx);
+    if (s->kept > 0 && s->kept <= 4096) { /* a filter ran: its few survivors, in id order */
+        struct cand *c = s->sorted;
+        int n = s->kept;
+        qsort(c, (size_t)n, sizeof *c, by_id);
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+        double z = 0;
+        for (int i = 0; i < n; i++) z += s->w[i] = exp((double)c[i].logit - mx);
+        double u = ft_rng_unit(&s->rng) * z, acc = 0;
+        for (int i = 0; i < n; i++)
+            if ((acc += s->w[i]) > u) return c[i].id;
+        return c[n - 1].id;
+    }
+    float mx = ft_max_f32(logits, V);
+    /* each weight once, in float (double exp twice over a 152k vocab cost 1.3 ms a token) */
+    double z = 0, *w = s->w;
+    for (int i = 0; i < V; i++) z += w[i] = isinf(logits[i]) ? 0 : expf(logits[i] - mx);
     double u = ft_rng_unit(&s->rng) * z, acc = 0;
     int last = 0;
     for (int i = 0; i < V; i++) {
         if (isinf(logits[i])) continue;
         last = i;
-        acc += exp((double)logits[i] - mx);
+        acc += w[i];
         if (acc > u) return i;
     }
     return last;
