@@ -9,6 +9,7 @@
  * The int8-activation path (ft_moe_exec_set_fast_act) is checked against the same reference at
  * INT8_REL. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -193,6 +194,48 @@ TEST(executor_same_bits_any_pool_split_or_pair_order) {
         CHECK_(!memcmp(out[0], out[1], sizeof out[0]), "fast=%d: 1 and 2 workers differ", fast);
         CHECK_(!memcmp(out[0], out[2], sizeof out[0]), "fast=%d: 1 and 3 workers differ", fast);
     }
+    ft_moe_exec_free(ex);
+    ft_bank_free(&gu);
+    ft_bank_free(&dn);
+}
+
+/* ft_moe_exec_set_hook: the hook runs once, in the next call, on the calling thread (the
+ * pool's worker 0: the engine thread issues CUDA copies there), and changes no output bit;
+ * the call after has no hook. */
+struct hook_seen {
+    int calls;
+    pthread_t thread;
+};
+static void count_hook(void *ctx) {
+    struct hook_seen *h = ctx;
+    h->calls++;
+    h->thread = pthread_self();
+}
+
+TEST(hook_runs_once_on_the_caller) {
+    enum { E = 4, H = 256, I = 128, k = 2, T = 3 };
+    struct ft_bank gu, dn;
+    random_banks(&gu, &dn, FT_DTYPE_BF16, FT_DTYPE_BF16, E, H, I);
+    static float x[T * H], a[T * H], b[T * H], c[T * H];
+    for (int i = 0; i < T * H; i++) x[i] = frand();
+    int ids[T * k] = {0, 3, 1, 2, 3, 0};
+    float w[T * k] = {0.6f, 0.4f, 0.5f, 0.5f, 0.9f, 0.1f};
+    struct ft_moe_exec *ex = NULL;
+    struct ft_pool *pool = NULL;
+    EXPECT_OK(ft_moe_exec_init(&ex, T, k, E, H, I));
+    EXPECT_OK(ft_pool_init(&pool, 3));
+    if (ex && pool) {
+        struct hook_seen h = {0};
+        ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, a);
+        ft_moe_exec_set_hook(ex, count_hook, &h);
+        ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, b);
+        EXPECT_EQ(h.calls, 1);
+        EXPECT(h.calls == 1 && pthread_equal(h.thread, pthread_self()));
+        ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, c);
+        EXPECT_EQ(h.calls, 1);
+        EXPECT(!memcmp(a, b, sizeof a) && !memcmp(a, c, sizeof a));
+    }
+    ft_pool_free(pool);
     ft_moe_exec_free(ex);
     ft_bank_free(&gu);
     ft_bank_free(&dn);

@@ -527,6 +527,47 @@ static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
                                 g->d_step, l, m->norm_topk, &g->synth, g->s);
 }
 
+/* The GPU's share of a decode layer's routed experts: x += the experts at ids (slots when
+ * offloading; eids: their expert ids, for the biases). */
+static void gpu_experts(struct ft_gpu *g, const struct gpu_layer *L, int l, int T, const int32_t *ids,
+                        const int32_t *eids, const void *gu, const void *dn) {
+    int k = g->m->top_k, H = g->m->hidden, I = g->m->expert_inter;
+    cudaStream_t s = g->s;
+    expert_gemv(g, g->mgu, g->xn, k, gu, L->gu_dt, expert_stride(g, l, 0), ids, T * k, 2 * I, H);
+    if (L->gu_b) ft_cuda_moe_add_bias(g->mgu, L->gu_b, eids, ids, T * k, 2 * I, s);
+    expert_act(g, L, g->mact, g->mgu, T * k, I);
+    expert_gemv(g, g->my, g->mact, 1, dn, L->dn_dt, expert_stride(g, l, 1), ids, T * k, H, I);
+    if (L->dn_b) ft_cuda_moe_add_bias(g->my, L->dn_b, eids, ids, T * k, H, s);
+    ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += routed experts (GPU) */
+}
+
+/* FT_HYBRID_OVERLAP=1: a cpu/hybrid layer step issues its copies and GPU expert launches from
+ * inside the CPU executor's gate/up pass (the engine thread is the pool's worker 0; the other
+ * workers start on the CPU experts at once), instead of before the executor: those took 64 us
+ * of a 580 us layer step on the H200 (FT_GPU_PROFILE). Off until an A/B on the GPU machine. */
+static int hybrid_overlap(void) {
+    static int v = -1;
+    if (v < 0) v = ft_sys_env_int("FT_HYBRID_OVERLAP", 0) != 0;
+    return v;
+}
+
+struct issue_hook {
+    struct ft_gpu *g;
+    const struct gpu_layer *L;
+    int l, T, ran;
+    const int32_t *ids, *eids;
+    const void *gu, *dn;
+    enum ft_status st;
+};
+
+/* ft_moe_exec's hook: the planned copies, then the GPU's experts behind them. */
+static void issue_hook(void *ctx) {
+    struct issue_hook *h = ctx;
+    h->ran = 1;
+    h->st = ft_offload_decode_issue(h->g->off, h->g->d_slots, h->g->s);
+    if (h->st == FT_OK) gpu_experts(h->g, h->L, h->l, h->T, h->ids, h->eids, h->gu, h->dn);
+}
+
 /* Decode-sized steps (T <= 8): GEMV kernels only, each input norm fused into the GEMV that
  * reads it, each residual add fused into the GEMV/combine that produces it; no host sync, so
  * the whole step is graph-capturable. x holds the complete residual after every layer. */
@@ -572,7 +613,6 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
             prof_mark(g, P_DENSE);
             continue;
         }
-        int I = m->expert_inter;
         /* router logits with the fused ffn norm; the normalised rows land in xn for the experts */
         struct ft_cuda_gemv_args rt = {{g->router, NULL, NULL}, E, 0, E, {L->router_b, NULL, NULL},
                                        g->x, L->router, L->ffn_norm, eps, g->xn, 0, T, E, H};
@@ -583,6 +623,7 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
         const void *gu = L->gu, *dn = L->down;
         const int32_t *eids = ids; /* expert ids (ids becomes the slots when offloading) */
         int n_cpu = 0;
+        struct issue_hook hook = {0};
         const int32_t *h_ids = g->h_topk_all + (size_t)l * MAX_GRAPH_T * k;
         if (g->off) { /* the router's ids come back; misses are copied into cache slots */
             cudaMemcpyAsync((int32_t *)h_ids, ids, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
@@ -593,21 +634,22 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
             int64_t ta = ft_time_ns();
             if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("router ids");
             int64_t tb = ft_time_ns();
-            enum ft_status st = ft_offload_decode(g->off, l, h_ids, T * k, g->d_slots, s,
-                                                  g->cpu_pairs, &n_cpu);
+            const int overlap = g->exec && hybrid_overlap();
+            enum ft_status st = overlap ? ft_offload_decode_plan(g->off, l, h_ids, T * k, g->cpu_pairs, &n_cpu)
+                                        : ft_offload_decode(g->off, l, h_ids, T * k, g->d_slots, s,
+                                                            g->cpu_pairs, &n_cpu);
             if (st != FT_OK) return st;
             int64_t tc = ft_time_ns(); /* the expert launches start */
             if (l > 0) g->hp_ns[0] += ta - g->hp_last;
             g->hp_ns[1] += tb - ta, g->hp_ns[2] += tc - tb, g->hp_n++;
             g->hp_last = tc;
             ids = g->d_slots, gu = ft_offload_gu(g->off), dn = ft_offload_down(g->off);
+            if (overlap && n_cpu) /* copies and launches from inside the executor's first pass */
+                hook = (struct issue_hook){g, L, l, T, 0, ids, eids, gu, dn, FT_OK};
+            else if (overlap && (st = ft_offload_decode_issue(g->off, g->d_slots, s)) != FT_OK)
+                return st;
         }
-        expert_gemv(g, g->mgu, g->xn, k, gu, L->gu_dt, expert_stride(g, l, 0), ids, T * k, 2 * I, H);
-        if (L->gu_b) ft_cuda_moe_add_bias(g->mgu, L->gu_b, eids, ids, T * k, 2 * I, s);
-        expert_act(g, L, g->mact, g->mgu, T * k, I);
-        expert_gemv(g, g->my, g->mact, 1, dn, L->dn_dt, expert_stride(g, l, 1), ids, T * k, H, I);
-        if (L->dn_b) ft_cuda_moe_add_bias(g->my, L->dn_b, eids, ids, T * k, H, s);
-        ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += routed experts (GPU) */
+        if (!hook.g) gpu_experts(g, L, l, T, ids, eids, gu, dn);
         if (g->off) {
             int64_t now = ft_time_ns();
             g->hp_ns[3] += now - g->hp_last, g->hp_last = now;
@@ -620,10 +662,13 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
                 g->cpu_tok[i] = p / k, g->cpu_ids[i] = h_ids[p], g->cpu_w[i] = g->h_topw[p];
             }
             memset(g->h_cpu_out, 0, (size_t)T * H * sizeof(float));
+            if (hook.g) ft_moe_exec_set_hook(g->exec, issue_hook, &hook);
             nd = ft_moe_exec_run_pairs(g->exec, g->exec_pool, &m->layers[l].bank[FT_BANK_GATE_UP],
                                        &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act,
                                        g->h_xn, g->cpu_tok,
                                        g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
+            if (hook.g && !hook.ran) issue_hook(&hook); /* the executor had no pass to run it in */
+            if (hook.g && hook.st != FT_OK) return hook.st;
             ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6,
                                    ft_moe_exec_last_work_s(g->exec));
             cudaMemcpyAsync(g->d_cpu_out, g->h_cpu_out, (size_t)T * H * sizeof(float),

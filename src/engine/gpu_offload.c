@@ -48,6 +48,7 @@ struct ft_offload {
     const uint8_t **map_gu, **map_dn;/* [L] device pointers of mapped banks, NULL if unregistered */
     int32_t *h_slots;               /* pinned staging [max_pairs] */
     int32_t *slots_tmp;             /* [max(E, max_pairs)] */
+    int plan_nf, plan_n;            /* ft_offload_decode_plan's fills and pairs, for its issue */
     struct ft_cache_fill *fills;
     uint64_t *d_sums, *h_dsums;     /* [2 * max fills] */
     void **cp_dst;
@@ -207,8 +208,8 @@ static enum ft_status copy_fills(struct ft_offload *f, const struct ft_cache_fil
     return st;
 }
 
-enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t *ids, int n,
-                                 int32_t *d_slots, cudaStream_t s, int *cpu_pairs, int *n_cpu) {
+enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int32_t *ids, int n,
+                                      int *cpu_pairs, int *n_cpu) {
     collect_timing(f);
     collect_prefill_timing(f, 1);
     ft_cache_probe(f->cache, layer, ids, n, f->slots_tmp);
@@ -228,9 +229,8 @@ enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t 
                 f->miss[j] = f->miss[j - 1], f->miss[j - 1] = t;
             }
     }
-    int nf = 0;
-    enum ft_status st = ft_cache_admit(f->cache, layer, f->miss, fetch, f->fills, &nf);
-    if (st == FT_OK) st = copy_fills(f, f->fills, nf);
+    f->plan_nf = 0, f->plan_n = n;
+    enum ft_status st = ft_cache_admit(f->cache, layer, f->miss, fetch, f->fills, &f->plan_nf);
     if (st != FT_OK) return st;
     *n_cpu = 0;
     for (int i = 0; i < n; i++) {
@@ -239,9 +239,6 @@ enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t 
         if (sl < 0) cpu_pairs[(*n_cpu)++] = i;
     }
     f->cpu_experts += m - fetch;
-    /* s was synchronised by the caller, so the staging is free to overwrite */
-    cudaMemcpyAsync(d_slots, f->h_slots, (size_t)n * sizeof *d_slots, cudaMemcpyHostToDevice, s);
-    if (nf) cudaStreamWaitEvent(s, f->ev_copied, 0);
     if ((++f->steps & 1023) == 0 && f->split.mode == FT_MOE_HYBRID) {
         const struct ft_split_costs *c = &f->split.layer[layer];
         ft_log_info("hybrid split, layer %d: fetch %d of %d misses (copy %.3f ms/expert, CPU "
@@ -250,6 +247,21 @@ enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t 
                     c->samples_copy, c->samples_cpu);
     }
     return FT_OK;
+}
+
+enum ft_status ft_offload_decode_issue(struct ft_offload *f, int32_t *d_slots, cudaStream_t s) {
+    enum ft_status st = copy_fills(f, f->fills, f->plan_nf);
+    if (st != FT_OK) return st;
+    /* s was synchronised by the caller, so the staging is free to overwrite */
+    cudaMemcpyAsync(d_slots, f->h_slots, (size_t)f->plan_n * sizeof *d_slots, cudaMemcpyHostToDevice, s);
+    if (f->plan_nf) cudaStreamWaitEvent(s, f->ev_copied, 0);
+    return FT_OK;
+}
+
+enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t *ids, int n,
+                                 int32_t *d_slots, cudaStream_t s, int *cpu_pairs, int *n_cpu) {
+    enum ft_status st = ft_offload_decode_plan(f, layer, ids, n, cpu_pairs, n_cpu);
+    return st != FT_OK ? st : ft_offload_decode_issue(f, d_slots, s);
 }
 
 /* FT_SPLIT_MEASURE_FIXED=1 learns the fixed per-layer CPU cost from the executor's own

@@ -28,6 +28,12 @@ void ft_offload_free(struct ft_offload *f);
  * caller has synchronised `s` (nothing enqueued may still read a slot). */
 enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t *ids, int n,
                                  int32_t *d_slots, cudaStream_t s, int *cpu_pairs, int *n_cpu);
+/* ft_offload_decode in two halves: the plan (lookup, split, admission: the slots and the CPU's
+ * pairs are known) and the issue (the copies, the slot upload, `s` made to wait for them),
+ * for a caller that starts the CPU side between them. Every plan is followed by its issue. */
+enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int32_t *ids, int n,
+                                      int *cpu_pairs, int *n_cpu);
+enum ft_status ft_offload_decode_issue(struct ft_offload *f, int32_t *d_slots, cudaStream_t s);
 /* The CPU side of a layer step took `seconds` for n_experts distinct experts, work_s of it
  * scaling with them (ft_moe_exec_last_work_s; hybrid feedback). */
 void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds,

@@ -58,6 +58,8 @@ struct ft_moe_exec {
     int timing;      /* ft_moe_exec_set_timing */
     int64_t t_mark;  /* timing: when the current phase began */
     struct ft_moe_exec_timing tm;
+    void (*hook)(void *); /* ft_moe_exec_set_hook: run by worker 0 in the next gate/up pass */
+    void *hook_ctx;
 };
 
 enum { TIMED_WORKERS = 256 };
@@ -77,6 +79,8 @@ struct pass {
     const uint8_t *xq; /* in quantised (xq_bytes per row), or NULL */
     size_t xq_bytes;
     float *out;       /* [rows, N] */
+    void (*hook)(void *); /* run by worker 0 before it claims rows (the others start at once) */
+    void *hook_ctx;
     int K, N, chunk_min, parts; /* parts: 2 x workers (guided), 0: fixed chunk_min tiles */
     long total;       /* n_active * N rows */
     atomic_long next;
@@ -104,8 +108,9 @@ static long claim(struct pass *p, long *g0) {
 static void pass_task(void *ctx, int i, int n) {
     struct pass *p = ctx;
     struct ft_moe_exec *x = p->x;
-    int64_t t_in = ft_time_ns();
     (void)n;
+    if (i == 0 && p->hook) p->hook(p->hook_ctx);
+    int64_t t_in = ft_time_ns();
     long g0, c;
     while ((c = claim(p, &g0)) > 0) {
         atomic_fetch_add_explicit(&p->tasks, 1, memory_order_relaxed);
@@ -163,6 +168,7 @@ static void run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct f
     p.launch_ns = x->timing ? x->t_mark : ft_time_ns();
     for (int i = 0; i < 2 * timed; i++) span[i] = p.launch_ns;
     p.span = span;
+    if (which == 0) p.hook = x->hook, p.hook_ctx = x->hook_ctx, x->hook = NULL;
     ft_pool_run(pool, pass_task, &p);
     add_spans(x, &p, timed, which);
     mark(x, which ? FT_EXEC_PASS2 : FT_EXEC_PASS1);
@@ -299,6 +305,10 @@ void ft_moe_exec_set_timing(struct ft_moe_exec *x, int on) {
 struct ft_moe_exec_timing ft_moe_exec_timing(const struct ft_moe_exec *x) { return x->tm; }
 
 double ft_moe_exec_last_work_s(const struct ft_moe_exec *x) { return (double)x->work_ns / 1e9; }
+
+void ft_moe_exec_set_hook(struct ft_moe_exec *x, void (*fn)(void *), void *ctx) {
+    x->hook = fn, x->hook_ctx = ctx;
+}
 
 int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
                           const struct ft_bank *gate_up, const struct ft_bank *down,

@@ -38,6 +38,10 @@ struct ft_moe_exec_timing ft_moe_exec_timing(const struct ft_moe_exec *x);
  * time (always measured). The rest of the call (grouping, rounding, activation, combine, pool
  * wake-ups and barriers) is the hybrid split's fixed per-layer cost. */
 double ft_moe_exec_last_work_s(const struct ft_moe_exec *x);
+/* fn(ctx) runs once in the next call, on the calling thread (the pool's worker 0) at the start
+ * of the gate/up pass while the other workers already compute: work the caller must do (the
+ * hybrid's copy and kernel launches) overlaps the CPU experts instead of delaying them. */
+void ft_moe_exec_set_hook(struct ft_moe_exec *x, void (*fn)(void *), void *ctx);
 
 /* out[T, H] += sum_j w[t, j] * expert_{ids[t, j]}(x[t]) with expert(x) = down(silu(gate x) * up x),
  * or with act (may be NULL: that plain form) its biases and clamped SwiGLU.
