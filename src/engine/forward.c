@@ -499,7 +499,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     if (st == FT_OK && gpu) {
         struct ft_gpu_opts go = {.device = e->opts.device, .vram_limit = e->opts.vram_limit,
                                  .max_ctx = e->opts.max_ctx, .max_chunk = C,
-                                 .n_blocks = e->n_blocks, .max_seqs = FT_MIN(C, 64),
+                                 .n_blocks = e->n_blocks, .max_seqs = FT_MIN(C, FT_GPU_MAX_SEQS),
                                  .graphs = !e->opts.no_graphs, .routing = e->opts.routing,
                                  .routing_param = e->opts.routing_param,
                                  .seed = e->rng,
@@ -571,6 +571,9 @@ void ft_engine_truncate(struct ft_engine *e, int n) {
 int ft_engine_n_past(const struct ft_engine *e) { return e->n_past; }
 int ft_engine_max_ctx(const struct ft_engine *e) { return e->opts.max_ctx; }
 int ft_engine_max_chunk(const struct ft_engine *e) { return e->opts.max_chunk; }
+int ft_engine_max_seqs(const struct ft_engine *e) {
+    return e->gpu ? FT_MIN(e->opts.max_chunk, FT_GPU_MAX_SEQS) : e->opts.max_chunk;
+}
 
 double ft_engine_mean_distinct_experts(const struct ft_engine *e) {
     return e->distinct_n ? e->distinct_sum / (double)e->distinct_n : 0.0;

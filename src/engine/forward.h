@@ -101,6 +101,10 @@ void ft_engine_truncate(struct ft_engine *e, int n);
 int ft_engine_n_past(const struct ft_engine *e);
 int ft_engine_max_ctx(const struct ft_engine *e);
 int ft_engine_max_chunk(const struct ft_engine *e); /* tokens per forward call */
+/* Sequences one forward call may hold: the GPU backends take FT_GPU_MAX_SEQS (their logit rows
+ * and block tables are sized for it), the CPU as many as tokens. */
+#define FT_GPU_MAX_SEQS 64
+int ft_engine_max_seqs(const struct ft_engine *e);
 
 /* Mean distinct experts per MoE layer per forward call since the last reset of the stats. */
 double ft_engine_mean_distinct_experts(const struct ft_engine *e);

@@ -424,6 +424,12 @@ enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
     eo.max_chunk = s->o.max_prefill + s->o.max_running;
     eo.kv_tokens = s->o.kv_tokens;
     enum ft_status st = ft_engine_init(&s->e, m, pool, &eo);
+    if (st == FT_OK && s->o.max_running > ft_engine_max_seqs(s->e)) {
+        ft_log_warn("--max-running-requests %d lowered to %d: the %s backend decodes at most that "
+                    "many sequences a step", s->o.max_running, ft_engine_max_seqs(s->e),
+                    ft_engine_backend(s->e));
+        s->o.max_running = ft_engine_max_seqs(s->e);
+    }
     s->running = calloc((size_t)s->o.max_running, sizeof *s->running);
     s->segs = calloc((size_t)s->o.max_running, sizeof *s->segs);
     s->seg_req = calloc((size_t)s->o.max_running, sizeof *s->seg_req);
