@@ -102,6 +102,56 @@ TEST(batched_requests_match_transformers) {
     close_fixture(&f);
 }
 
+/* Sampled requests (seeded: temperature, top-k, top-p, and one greedy with a repetition
+ * penalty, which also needs its logits) give the same text batched, their tokens drawn in
+ * parallel over the pool, as each alone; and a plain greedy request beside them (the step then
+ * copies logits for every row) still gives transformers' text. */
+TEST(sampled_requests_same_text_alone_and_batched) {
+    struct fixture f;
+    EXPECT(open_fixture(&f) == 0);
+    struct ft_sched_opts o = {.max_running = 4, .max_prefill = 64, .ctx_size = 128};
+    enum { N = 3 };
+    int32_t ids[N + 1][128];
+    struct ft_req_params p[N + 1];
+    for (int i = 0; i <= N; i++) p[i] = greedy(ids[i], case_prompt(&f, i, ids[i]), 24);
+    p[0].sampling.temperature = 0.8f, p[0].sampling.top_p = 0.9f, p[0].sampling.seed = 7;
+    p[1].sampling.temperature = 1.2f, p[1].sampling.top_k = 5, p[1].sampling.seed = 11;
+    p[2].sampling.repetition_penalty = 1.3f; /* greedy, penalised */
+    for (int i = 0; i <= N; i++) p[i].ignore_eos = 1;
+    char *alone[N] = {0};
+    for (int i = 0; i < N; i++) {
+        struct ft_sched *s = NULL;
+        struct ft_req *r = NULL;
+        EXPECT_OK(ft_sched_init(&s, f.m, f.tok, f.pool, &o));
+        EXPECT_OK(ft_sched_submit(s, &p[i], &r));
+        struct ft_event last = {0};
+        alone[i] = r ? collect(r, &last) : NULL;
+        if (r) ft_req_release(r);
+        ft_sched_free(s);
+    }
+    struct ft_sched *s = NULL;
+    EXPECT_OK(ft_sched_init(&s, f.m, f.tok, f.pool, &o));
+    struct ft_req *r[N + 1] = {0};
+    for (int i = 0; i <= N; i++) EXPECT_OK(ft_sched_submit(s, &p[i], &r[i]));
+    for (int i = 0; i <= N; i++) {
+        struct ft_event last = {0};
+        char *text = r[i] ? collect(r[i], &last) : NULL;
+        if (i < N) {
+            CHECK_(text && alone[i] && !strcmp(text, alone[i]) && strlen(text) > 0,
+                   "request %d: batched '%s' != alone '%s'", i, text ? text : "", alone[i] ? alone[i] : "");
+        } else { /* greedy: transformers' text, as far as its reference goes */
+            const char *want = json_string_value(json_object_get(json_array_get(f.ref, (size_t)i), "text"));
+            CHECK_(text && want && !strncmp(text, want, strlen(want) < strlen(text) ? strlen(want) : strlen(text)),
+                   "greedy request beside sampled ones: '%s' against transformers '%s'", text ? text : "", want);
+        }
+        free(text);
+        if (r[i]) ft_req_release(r[i]);
+    }
+    for (int i = 0; i < N; i++) free(alone[i]);
+    ft_sched_free(s);
+    close_fixture(&f);
+}
+
 TEST(cancel_admission_queue_and_shutdown) {
     struct fixture f;
     EXPECT(open_fixture(&f) == 0);
