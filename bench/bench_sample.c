@@ -3,23 +3,18 @@
  * many candidates survive top-p). The floor printed beside it is one pass over the vocab
  * (ft_max_f32), measured in the same run: every setting reads the logits at least once.
  *   bench_sample [VOCAB] [TOKENS]     (defaults 151936, 200; one thread) */
-#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/status.h"
+#include "core/timer.h"
 #include "engine/forward.h"
 #include "engine/sample.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double now_s(void) { return (double)ft_time_ns() / 1e9; }
 
 int main(int argc, char **argv) {
     int V = argc > 1 ? atoi(argv[1]) : 151936, n = argc > 2 ? atoi(argv[2]) : 200;
