@@ -1,7 +1,8 @@
 /* bench_sample.c — the host sampler's time per token on a real vocab size, for the settings
  * clients send, on peaked logits (normal x 3, like a model's) and flat ones (uniform over 4:
- * many candidates survive top-p). The floor printed beside it is one pass over the vocab
- * (ft_max_f32), measured in the same run: every setting reads the logits at least once.
+ * many candidates survive top-p). Each token's time includes copying the logits into place
+ * (as a server step copies them out of the engine). The floor printed beside it is one pass
+ * over the vocab (ft_max_f32), measured in the same run: every setting reads them once.
  *   bench_sample [VOCAB] [TOKENS]     (defaults 151936, 200; one thread) */
 #include <math.h>
 #include <stdint.h>

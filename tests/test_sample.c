@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/ops.h"
 #include "core/status.h"
 #include "engine/forward.h"
 #include "engine/sample.h"
@@ -143,8 +144,17 @@ static void ref_filters(const struct ft_sampling *p, float *logits, int V) {
 
 /* The candidate search (no sort of the vocabulary) keeps exactly what sorting all of it kept,
  * on a 151,936-token vocab: peaked (normal x 3), flat (uniform) and tied (6 values) logits,
- * under top-k, top-p, min-p and their mixes. */
+ * under top-k, top-p, min-p and their mixes; on every CPU tier (the weights that find the
+ * candidates come from ft_cpu_exp_shift). */
+static void filters_match_full_sort_tier(void);
 TEST(filters_match_full_sort) {
+    enum ft_cpu_isa best = ft_cpu_isa();
+    for (int tier = FT_ISA_SCALAR; tier <= (int)best; tier++)
+        if ((int)ft_cpu_set_isa((enum ft_cpu_isa)tier) == tier) filters_match_full_sort_tier();
+    ft_cpu_set_isa(best);
+}
+
+static void filters_match_full_sort_tier(void) {
     const int V = 151936;
     float *x = malloc((size_t)V * 4), *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
     struct { int k; float p, m, t; } cf[] = {{20, 1, 0, 0.7f}, {0, 0.8f, 0, 1},  {20, 0.8f, 0, 0.7f},

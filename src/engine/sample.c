@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/ops.h"
 #include "core/rng.h"
 #include "core/status.h"
 #include "core/timer.h"
@@ -21,7 +22,8 @@ struct ft_sampler {
     int32_t *n_generated; /* [vocab] */
     struct cand { float logit; int32_t id; } *sorted, *tmp; /* [vocab] scratch: the candidates */
     float *heap;          /* [vocab] top-k scratch */
-    double *w;            /* [vocab] the draw's weights */
+    double *w;            /* [vocab] the candidates' weights */
+    float *wf;            /* [vocab] every token's weight (ft_cpu_exp_shift) */
     int kept;             /* after a filter: its survivors are sorted[0..kept); else -1 */
 };
 
@@ -65,7 +67,8 @@ enum ft_status ft_sampler_init(struct ft_sampler **out, const struct ft_sampling
     s->heap = malloc((size_t)vocab * sizeof *s->heap);
     s->tmp = malloc((size_t)vocab * sizeof *s->tmp);
     s->w = malloc((size_t)vocab * sizeof *s->w);
-    if (!s->in_prompt || !s->n_generated || !s->sorted || !s->heap || !s->w || !s->tmp) {
+    s->wf = malloc((size_t)vocab * sizeof *s->wf);
+    if (!s->in_prompt || !s->n_generated || !s->sorted || !s->heap || !s->w || !s->tmp || !s->wf) {
         ft_sampler_free(s);
         return ft_fail(FT_ERR_OOM, "sampler: out of memory");
     }
@@ -81,6 +84,7 @@ void ft_sampler_free(struct ft_sampler *s) {
     free(s->heap);
     free(s->tmp);
     free(s->w);
+    free(s->wf);
     free(s);
 }
 
@@ -187,11 +191,10 @@ void ft_sampler_process(struct ft_sampler *s, float *logits) {
     } else {
         enum { NB = 64 };
         double band[NB] = {0};
+        z_all = ft_cpu_exp_shift(s->wf, logits, V, mx); /* the bands' masses, in float */
         for (int i = 0; i < V; i++) {
-            double e = exp((double)logits[i] - mx);
             float d = (mx - logits[i]) * 2.0f;
-            z_all += e;
-            band[d < NB - 1 ? (int)d : NB - 1] += e; /* NaN: the last band */
+            band[d < NB - 1 ? (int)d : NB - 1] += s->wf[i]; /* NaN: the last band */
         }
         int b = NB - 1;
         if (p_on) {
@@ -209,11 +212,13 @@ void ft_sampler_process(struct ft_sampler *s, float *logits) {
     sort_desc(s->sorted, s->tmp, nc);
     int keep = nc;
     if (p_on || m_on) {
-        double z = 0, zc = 0, *e = s->w; /* e[i]: sorted[i]'s exp, computed once */
+        double z = 0, zc = 0, tail = 0, *e = s->w; /* e[i]: sorted[i]'s exp, in double */
         for (int i = 0; i < nc; i++) zc += e[i] = exp((double)s->sorted[i].logit - mx);
-        z = k_on ? zc : z_all; /* the mass of what top_k kept, or of every token */
+        if (!k_on) /* the non-candidates' mass: small, so its float weights cost no precision */
+            for (int i = 0; i < V; i++) tail += logits[i] >= tau ? 0.0 : (double)s->wf[i];
+        z = k_on ? zc : zc + tail; /* the mass of what top_k kept, or of every token */
         if (p_on) { /* smallest prefix whose mass reaches top_p (the token crossing it stays) */
-            double cum = k_on ? 0 : (z_all - zc > 0 ? z_all - zc : 0) / z; /* the non-candidates */
+            double cum = k_on ? 0 : tail / z; /* the non-candidates */
             int n = keep;
             for (int i = keep - 1; i >= 1; i--) { /* removed while ascending cumsum <= 1-top_p */
                 cum += e[i] / z;
@@ -273,16 +278,31 @@ int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
         return c[n - 1].id;
     }
     float mx = ft_max_f32(logits, V);
-    /* each weight once, in float (double exp twice over a 152k vocab cost 1.3 ms a token) */
-    double z = 0, *w = s->w;
-    for (int i = 0; i < V; i++) z += w[i] = isinf(logits[i]) ? 0 : expf(logits[i] - mx);
+    /* every weight once, vectorised (libm's exp in double, twice over a 152k vocab, cost 1.3 ms
+     * a token); the draw finds its block of 256 from block sums, then the token in it */
+    const float *w = s->wf;
+    double z = ft_cpu_exp_shift(s->wf, logits, V, mx);
     double u = ft_rng_unit(&s->rng) * z, acc = 0;
     int last = 0;
-    for (int i = 0; i < V; i++) {
-        if (isinf(logits[i])) continue;
-        last = i;
-        acc += w[i];
-        if (acc > u) return i;
+    for (int b = 0; b < V; b += 256) {
+        const int e = b + 256 < V ? b + 256 : V;
+        double part[8] = {0}, sb = 0;
+        for (int i = b; i < e; i++) part[i & 7] += w[i];
+        for (int j = 0; j < 8; j++) sb += part[j];
+        if (acc + sb <= u) {
+            acc += sb;
+            for (int i = e - 1; i >= b; i--)
+                if (w[i] > 0) {
+                    last = i;
+                    break;
+                }
+            continue;
+        }
+        for (int i = b; i < e; i++) {
+            if (w[i] <= 0) continue;
+            last = i;
+            if ((acc += w[i]) > u) return i;
+        }
     }
     return last;
 }
