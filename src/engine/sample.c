@@ -131,9 +131,12 @@ static void sort_desc(struct cand *c, struct cand *tmp, int n) {
 }
 
 /* The k-th largest of x[0..n) (k <= n; NaN never counted; -inf when fewer than k others):
- * a min-heap of the k largest seen, O(n) for the small k of sampling. */
-static float kth_largest(const float *x, int n, int k, float *heap) {
-    int h = 0;
+ * a min-heap of the k largest seen, O(n) for the small k of sampling. Every value that was at
+ * least the heap's least when seen goes to log (in index order, *n_log of them): the least
+ * only grows, so the log holds every value >= the result, and the candidates come from it
+ * instead of a second pass over x. */
+static float kth_largest(const float *x, int n, int k, float *heap, struct cand *log, int *n_log) {
+    int h = 0, nl = 0;
     for (int i = 0; i < n; i++) {
         float v = x[i];
         if (v != v) continue;
@@ -141,8 +144,11 @@ static float kth_largest(const float *x, int n, int k, float *heap) {
             int c = h++;
             while (c > 0 && heap[(c - 1) / 2] > v) heap[c] = heap[(c - 1) / 2], c = (c - 1) / 2;
             heap[c] = v;
-        } else if (v > heap[0]) { /* replace the least, sift down */
-            int c = 0;
+            log[nl++] = (struct cand){v, i};
+        } else if (v >= heap[0]) {
+            log[nl++] = (struct cand){v, i};
+            if (v == heap[0]) continue; /* a tie with the least: logged, the heap unchanged */
+            int c = 0; /* replace the least, sift down */
             for (;;) {
                 int l = 2 * c + 1, m = l;
                 if (l >= k) break;
@@ -153,6 +159,7 @@ static float kth_largest(const float *x, int n, int k, float *heap) {
             heap[c] = v;
         }
     }
+    *n_log = nl;
     return h < k ? -INFINITY : heap[0];
 }
 
@@ -186,8 +193,9 @@ void ft_sampler_process(struct ft_sampler *s, float *logits) {
     float mx = ft_max_f32(logits, V);
     double z_all = 0;
     float tau;
+    int n_log = 0;
     if (k_on) {
-        tau = kth_largest(logits, V, p->top_k, s->heap);
+        tau = kth_largest(logits, V, p->top_k, s->heap, s->sorted, &n_log);
     } else {
         enum { NB = 64 };
         double band[NB] = {0};
@@ -207,8 +215,13 @@ void ft_sampler_process(struct ft_sampler *s, float *logits) {
         if (!p_on) tau = mx + logf(p->min_p) - 1.0f;
     }
     int nc = 0;
-    for (int i = 0; i < V; i++)
-        if (logits[i] >= tau) s->sorted[nc++] = (struct cand){logits[i], i};
+    if (k_on) /* from the heap's log */
+        for (int i = 0; i < n_log; i++) {
+            if (s->sorted[i].logit >= tau) s->sorted[nc++] = s->sorted[i];
+        }
+    else
+        for (int i = 0; i < V; i++)
+            if (logits[i] >= tau) s->sorted[nc++] = (struct cand){logits[i], i};
     sort_desc(s->sorted, s->tmp, nc);
     int keep = nc;
     if (p_on || m_on) {
