@@ -4,7 +4,8 @@
  * its weights there, and the figure is the
  * mean over all steps (ft bench bw reports the best of 12, the number the hybrid split starts
  * from). Printed as GB/s of expert weights read, next to the host DRAM read bandwidth measured
- * in the same run (DESIGN.md 1.1), then where a step goes: its phases (ft_moe_exec_timing), each
+ * in the same run (DESIGN.md 1.1) and round by round against probes taken between the
+ * rounds (the median of those ratios: that host's DRAM reading drifts), then where a step goes: its phases (ft_moe_exec_timing), each
  * pass's worker start, busy and end-wait times, and the cost of an empty pool job.
  * Usage: bench_exec [--format FMT] [--threads N] [--hidden H] [--expert-width I] [-k K]
  *                   [--steps S] [--isa 0-3]
@@ -33,6 +34,12 @@ static int usage(void) {
 }
 
 static void noop_task(void *ctx, int i, int n) { (void)ctx, (void)i, (void)n; }
+
+/* Step s's round of `rounds` (steps / rounds each; the last takes the remainder). */
+static int round_of(int s, int steps, int rounds) {
+    int per = steps / rounds > 0 ? steps / rounds : 1, r = s / per;
+    return r < rounds ? r : rounds - 1;
+}
 
 int main(int argc, char **argv) {
     const char *fmt_name = "mxfp4";
@@ -80,6 +87,15 @@ int main(int argc, char **argv) {
     float w[32];
     double best = 1e30;
     int64_t t_all = 0;
+    /* the steps in ROUNDS rounds with a DRAM probe between each two (and the first probe
+     * above): each round's executor rate against the probes just before and after it, since
+     * that host's DRAM reading moves 95-140 GB/s within one call (paired, time-adjacent) */
+    enum { ROUNDS = 4 };
+    double probe[ROUNDS + 1], round_gbps[ROUNDS];
+    int64_t round_us[ROUNDS] = {0};
+    int round_n[ROUNDS] = {0};
+    probe[0] = dram;
+    const double bytes = (double)k * (double)(gu.row_bytes + dn.row_bytes);
     for (int s = -8; s < steps; s++) { /* 8 warm-up steps */
         for (int j = 0; j < k; j++) ids[j] = (s * k + j + 8 * k) % N_EXPERTS, w[j] = 1.0f / k;
         if (s == 0) ft_moe_exec_set_timing(ex, 1);
@@ -89,8 +105,14 @@ int main(int argc, char **argv) {
         if (s < 0) continue;
         t_all += dt;
         best = (double)dt < best ? (double)dt : best;
+        const int r = round_of(s, steps, ROUNDS);
+        round_us[r] += dt, round_n[r]++;
+        if (steps >= ROUNDS && (s + 1 == steps || round_of(s + 1, steps, ROUNDS) != r)) {
+            ft_moe_exec_set_timing(ex, 0); /* the probe is no phase of a step */
+            probe[r + 1] = ft_cpu_dram_read_gbps(pool, (size_t)1 << 29, 2);
+            ft_moe_exec_set_timing(ex, 1);
+        }
     }
-    double bytes = (double)k * (double)(gu.row_bytes + dn.row_bytes);
     double mean_gbps = bytes * steps / (t_all * 1e3), best_gbps = bytes / (best * 1e3);
     printf("bench_exec: %s experts of %.2f MiB (H=%d, I=%d), %d per step over %d (%.0f MiB; "
            "last-level cache %.0f MiB), %d threads, ISA %s\n", sch->name,
@@ -100,6 +122,22 @@ int main(int argc, char **argv) {
     /* the probe again after the steps: that host's DRAM reading moves 80-140 GB/s within
      * minutes, so the ceiling is the better of the two */
     double dram2 = ft_cpu_dram_read_gbps(pool, (size_t)1 << 30, 3), dram1 = dram;
+    if (steps >= ROUNDS) { /* each round against the mean of the probes around it */
+        double ratio[ROUNDS];
+        printf("executor against the DRAM read around it, round by round:");
+        for (int r = 0; r < ROUNDS; r++) {
+            round_gbps[r] = round_us[r] > 0 ? bytes * round_n[r] / (round_us[r] * 1e3) : 0;
+            ratio[r] = round_gbps[r] / (0.5 * (probe[r] + probe[r + 1]));
+            printf(" %.1f of %.1f-%.1f GB/s (%.0f%%)%s", round_gbps[r], probe[r], probe[r + 1],
+                   100 * ratio[r], r + 1 < ROUNDS ? "," : "");
+        }
+        for (int i = 1; i < ROUNDS; i++) /* the median of the ratios */
+            for (int j = i; j > 0 && ratio[j] < ratio[j - 1]; j--) {
+                double t = ratio[j];
+                ratio[j] = ratio[j - 1], ratio[j - 1] = t;
+            }
+        printf("; median %.0f%%\n", 100 * 0.5 * (ratio[ROUNDS / 2 - 1] + ratio[ROUNDS / 2]));
+    }
     dram = dram2 > dram1 ? dram2 : dram1;
     printf("host DRAM read (ceiling, measured now): %.1f GB/s (%.1f before the steps, %.1f after)\n",
            dram, dram1, dram2);
