@@ -958,6 +958,22 @@ __device__ __forceinline__ void router_stats(const float *l, int E, int lane, fl
     *mx = m, *z = warp_sum(s);
 }
 
+/* k distinct ids, one after another: each drawn until it differs from those before it (after
+ * 64 duplicates, the first unused in rank order: synth_unused). */
+__device__ __forceinline__ void synth_draw_serial(int32_t *got, int k, uint64_t *st, int E,
+                                                  const float *cdf, int layer) {
+    for (int j = 0; j < k; j++) {
+        int id, dup, tries = 0;
+        do {
+            id = synth_draw(st, E, cdf, layer);
+            dup = 0;
+            for (int i = 0; i < j; i++) dup |= got[i] == id;
+            if (dup && ++tries >= 64) id = synth_unused(got, j, layer, E, cdf != NULL), dup = 0;
+        } while (dup);
+        got[j] = id;
+    }
+}
+
 /* One warp per token: softmax statistics over E by the warp, then lane 0 draws k distinct ids
  * by rejection; weights = the router's softmax at those ids. k <= SYNTH_MAX_K (the GPU
  * backend allows 32: gpu.c). */
@@ -978,21 +994,60 @@ __global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, 
      * their k logits loaded at once: a load per draw cost a cache latency each (7.9 us a
      * decode layer under ncu) */
     int32_t got[SYNTH_MAX_K];
-    for (int j = 0; j < k; j++) {
-        int id, dup, tries = 0;
-        do {
-            id = synth_draw(&st, E, cdf, layer);
-            dup = 0;
-            for (int i = 0; i < j; i++) dup |= got[i] == id;
-            if (dup && ++tries >= 64) id = synth_unused(got, j, layer, E, cdf != NULL), dup = 0;
-        } while (dup);
-        got[j] = id;
-    }
+    synth_draw_serial(got, k, &st, E, cdf, layer);
     float gw[SYNTH_MAX_K], sum = 0.0f;
     for (int j = 0; j < k; j++) gw[j] = l[got[j]];
     for (int j = 0; j < k; j++) gw[j] = __expf(gw[j] - mx) / z, sum += gw[j];
     for (int j = 0; j < k; j++) ids[t * k + j] = got[j], w[t * k + j] = norm ? gw[j] / sum : gw[j];
 }
+
+/* The same with the k draws in parallel: lane j < k draws from a stream of its own; lanes
+ * whose id an earlier lane holds draw again, all at once, until the k differ (one round most
+ * steps: 8 of 128 collide with probability ~0.2), lane 0's first draw being a plain draw as
+ * before. A steep zipf that leaves them colliding 64 rounds falls back to lane 0's serial
+ * draws. Weights as synth_route_kernel's (their sum added as a warp tree). FT_SYNTH_PAR=1 or
+ * ft_cuda_synth_set_parallel(1) (an A/B on the GPU machine first). */
+__global__ void synth_route_par_kernel(int32_t *ids, float *w, const float *logits, int T, int E,
+                                       int k, uint64_t seed, const uint32_t *step, int layer,
+                                       int norm, const float *cdf) {
+    pdl_enter();
+    int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (t >= T) return;
+    const float *l = logits + (size_t)t * E;
+    const uint32_t s0 = *step;
+    float mx, z;
+    router_stats(l, E, lane, &mx, &z);
+    const uint64_t base = ft_mix64(seed ^ ft_mix64(((uint64_t)s0 << 40) ^ ((uint64_t)layer << 20) ^ (uint64_t)t));
+    uint64_t st = lane ? ft_mix64(base ^ (0x632be59bd9b4e019ull * (uint64_t)lane)) : base;
+    int id = lane < k ? synth_draw(&st, E, cdf, layer) : -1 - lane;
+    int tries = 0;
+    for (;; tries++) {
+        int dup = 0;
+        for (int i = 0; i < k - 1; i++) {
+            const int o = __shfl_sync(0xffffffffu, id, i);
+            dup |= i < lane && o == id;
+        }
+        if (!__any_sync(0xffffffffu, dup)) break;
+        if (tries == 64) break;
+        if (dup) id = synth_draw(&st, E, cdf, layer);
+    }
+    if (tries == 64) { /* lane 0 draws them one after another, as synth_route_kernel */
+        int32_t got[SYNTH_MAX_K];
+        uint64_t s1 = base;
+        if (lane == 0) synth_draw_serial(got, k, &s1, E, cdf, layer);
+        for (int j = 0; j < k; j++) {
+            const int v = __shfl_sync(0xffffffffu, lane == 0 ? got[j] : 0, 0);
+            if (lane == j) id = v;
+        }
+    }
+    const float g = lane < k ? __expf(l[id] - mx) / z : 0.0f;
+    const float sum = warp_sum(g);
+    if (lane < k) ids[t * k + lane] = id, w[t * k + lane] = norm ? g / sum : g;
+}
+
+static int g_synth_par = -1;
+
+extern "C" void ft_cuda_synth_set_parallel(int on) { g_synth_par = on != 0; }
 
 /* Sticky routing (temporally correlated): each of the k choices keeps the layer's previous id
  * with probability keep, else draws a new uniform one, token after token (the state carries
@@ -1053,8 +1108,10 @@ extern "C" void ft_cuda_synthetic_route(int32_t *ids, float *w, const float *log
                seed, step, layer, norm, sy->keep, sy->sticky + (size_t)layer * k);
         return;
     }
-    launch(synth_route_kernel, cdiv(T, 4), 4 * WARP, 0, s, ids, w, logits, T, E, k, seed, step,
-           layer, norm, sy ? (const float *)sy->zipf_cdf : (const float *)NULL);
+    if (g_synth_par < 0) g_synth_par = ft_sys_env_int("FT_SYNTH_PAR", 0) != 0;
+    launch(g_synth_par ? synth_route_par_kernel : synth_route_kernel, cdiv(T, 4), 4 * WARP, 0, s,
+           ids, w, logits, T, E, k, seed, step, layer, norm,
+           sy ? (const float *)sy->zipf_cdf : (const float *)NULL);
 }
 
 __global__ void step_incr_kernel(uint32_t *step) {
