@@ -732,7 +732,7 @@ __device__ __forceinline__ void gemv_store(const struct ft_cuda_gemv_args &a, in
  * 1/rms per token applied at the end; block 0 also stores the normalised input) and an
  * optional accumulate epilogue (y += result: the residual add of o_proj / down_proj). */
 template <int TT>
-__global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a) {
+__device__ __forceinline__ void gemv_fused_body(const struct ft_cuda_gemv_args &a) {
     int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP;
     if (n < a.N) /* this warp's weight row into L2 while the previous kernel finishes */
         for (size_t off = (size_t)lane * 128; off < (size_t)a.K * 2; off += WARP * 128)
@@ -750,6 +750,27 @@ __global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a) {
         float v = warp_sum(acc[t]);
         if (lane == 0 && t < a.T) gemv_store(a, n, t, v, r_s);
     }
+}
+
+template <int TT>
+__global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a) { gemv_fused_body<TT>(a); }
+
+/* The one-token GEMVs (gemv_fused_kernel<1>, moe_gemv_kernel) built for MINB blocks of 256
+ * threads an SM: 48 and 38 registers a thread hold 5 and 6 blocks (40 and 48 warps of 64), so
+ * fewer loads are in flight than the SM could keep. FT_GEMV_MINB=6|8 (an A/B on the GPU
+ * machine; 0, the kernels as they are, by default). */
+template <int MINB>
+__global__ void __launch_bounds__(GEMV_WARPS * WARP, MINB) gemv_fused_lb_kernel(struct ft_cuda_gemv_args a) {
+    gemv_fused_body<1>(a);
+}
+
+static int gemv_minb(void) {
+    static int v = -1;
+    if (v < 0) {
+        v = ft_sys_env_int("FT_GEMV_MINB", 0);
+        v = v == 6 || v == 8 ? v : 0;
+    }
+    return v;
 }
 
 /* Few output rows (the router: N = E = 128): one block per row, its 256 threads splitting K
@@ -808,7 +829,11 @@ extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream
             else if (a.T == 2) launch(gemv_splitk_kernel<2>, args->N, th, 0, s, a);
             else if (a.T <= 4) launch(gemv_splitk_kernel<4>, args->N, th, 0, s, a);
             else launch(gemv_splitk_kernel<8>, args->N, th, 0, s, a);
-        } else if (a.T == 1)
+        } else if (a.T == 1 && gemv_minb() == 8)
+            launch(gemv_fused_lb_kernel<8>, grid, th, 0, s, a);
+        else if (a.T == 1 && gemv_minb() == 6)
+            launch(gemv_fused_lb_kernel<6>, grid, th, 0, s, a);
+        else if (a.T == 1)
             launch(gemv_fused_kernel<1>, grid, th, 0, s, a);
         else if (a.T == 2)
             launch(gemv_fused_kernel<2>, grid, th, 0, s, a);
@@ -825,8 +850,8 @@ extern "C" void ft_cuda_gemv(float *y, int ldy, const float *x, const uint16_t *
     ft_cuda_gemv_ex(&a, s);
 }
 
-__global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint16_t *w,
-                                size_t expert_stride, const int32_t *ids, int N, int K) {
+__device__ __forceinline__ void moe_gemv_body(float *y, const float *x, int x_div, const uint16_t *w,
+                                              size_t expert_stride, const int32_t *ids, int N, int K) {
     pdl_enter();
     int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP, p = blockIdx.y;
     if (n >= N) return;
@@ -841,11 +866,29 @@ __global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint1
     if (lane == 0) y[(size_t)p * N + n] = v;
 }
 
+__global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint16_t *w,
+                                size_t expert_stride, const int32_t *ids, int N, int K) {
+    moe_gemv_body(y, x, x_div, w, expert_stride, ids, N, K);
+}
+
+template <int MINB>
+__global__ void __launch_bounds__(GEMV_WARPS * WARP, MINB)
+moe_gemv_lb_kernel(float *y, const float *x, int x_div, const uint16_t *w, size_t expert_stride,
+                   const int32_t *ids, int N, int K) {
+    moe_gemv_body(y, x, x_div, w, expert_stride, ids, N, K);
+}
+
 extern "C" void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w,
                                  size_t expert_stride, const int32_t *ids, int P, int N, int K,
                                  cudaStream_t s) {
-    launch(moe_gemv_kernel, dim3(cdiv(N, GEMV_WARPS), P), GEMV_WARPS * WARP, 0, s, y, x, x_div, w,
-           expert_stride, ids, N, K);
+    const dim3 grid(cdiv(N, GEMV_WARPS), P);
+    const int minb = gemv_minb();
+    if (minb == 8)
+        launch(moe_gemv_lb_kernel<8>, grid, GEMV_WARPS * WARP, 0, s, y, x, x_div, w, expert_stride, ids, N, K);
+    else if (minb == 6)
+        launch(moe_gemv_lb_kernel<6>, grid, GEMV_WARPS * WARP, 0, s, y, x, x_div, w, expert_stride, ids, N, K);
+    else
+        launch(moe_gemv_kernel, grid, GEMV_WARPS * WARP, 0, s, y, x, x_div, w, expert_stride, ids, N, K);
 }
 
 /* One thread per (token, column), blocks along the columns: one block per token (the old
