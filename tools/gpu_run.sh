@@ -25,7 +25,8 @@
 #   exec2    #9 in brief: bench_exec mxfp4/nvfp4 at 16 and 14 threads, alternated -> exec.log
 #   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
-#   decab    #5 resident decode A/B: as built vs FT_SYNTH_PAR=1, FT_GEMV_MINB=6|8 (and ft_old), alternated
+#   decab    #5 resident decode A/B: as built vs FT_SYNTH_PAR=1, FT_GEMV_MINB=6|8, FT_SPLITK_N=2048
+#            (and ft_old), alternated
 #            on 12 layers, then on 48; FT_STEP_TIMING's split                 -> decab.log
 #   hybprof  #8 hybrid decode at 30G, host side per layer step (FT_GPU_PROFILE) -> hybprof.log
 #   hybab    #8 hybrid at 30G: FT_HYBRID_OVERLAP=1 vs default, alternated; cpu once -> hybab.log
@@ -164,14 +165,15 @@ for part in "$@"; do
         # where each step's wall time went; =2 replays each step's graph twice (the GPU time the
         # second adds is a replay without the launch wait). Configurations: as built; the
         # synthetic router's k draws in parallel over a warp (FT_SYNTH_PAR=1); the one-token
-        # GEMVs built for 6 or 8 blocks an SM (FT_GEMV_MINB); .gpu/ft_old when there
+        # GEMVs built for 6 or 8 blocks an SM (FT_GEMV_MINB); o_proj on the block-per-row
+        # kernel (FT_SPLITK_N=2048); .gpu/ft_old when there
         # (OLD_REV=<commit> tools/gpu_pack.sh). The GPU tests with the switches on first.
         FT_GEMV_MINB=8 FT_SYNTH_PAR=1 step decab.log 300 $G/test_gpu_ops
-        FT_GEMV_MINB=8 FT_SYNTH_PAR=1 step decab.log 400 $G/test_gpu_model
+        FT_GEMV_MINB=8 FT_SYNTH_PAR=1 FT_SPLITK_N=2048 step decab.log 400 $G/test_gpu_model
         FT_GEMV_MINB=6 step decab.log 300 $G/test_gpu_ops
         for round in 1 2; do
             for cfg in "ft FT_AB=new" "ft FT_SYNTH_PAR=1" "ft FT_GEMV_MINB=6" "ft FT_GEMV_MINB=8" \
-                       "ft_old FT_AB=old"; do
+                       "ft FT_SPLITK_N=2048" "ft_old FT_AB=old"; do
                 read -r bin envs <<<"$cfg"
                 [ -x "$G/$bin" ] || continue
                 echo "### $round $bin $envs" >>"$OUT/decab.log"
@@ -179,7 +181,7 @@ for part in "$@"; do
                     --synthetic qwen3-30b-a3b@12 -p 0 -n 128 -r 3 --backend cuda
             done
         done
-        for envs in FT_AB=new FT_SYNTH_PAR=1 FT_GEMV_MINB=8; do
+        for envs in FT_AB=new FT_SYNTH_PAR=1 FT_GEMV_MINB=8 FT_SPLITK_N=2048; do
             echo "### 48 layers $envs" >>"$OUT/decab.log"
             FT_STEP_TIMING=1 step decab.log 200 env "$envs" $G/ft bench \
                 --synthetic qwen3-30b-a3b -p 512 -n 128 -r 3 --backend cuda

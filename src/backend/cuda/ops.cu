@@ -805,6 +805,15 @@ __global__ void gemv_splitk_kernel(struct ft_cuda_gemv_args a) {
     gemv_store(a, n, tid, v, r_s);
 }
 
+/* The most rows a GEMV takes the block-per-row kernel for: 512 (the router); FT_SPLITK_N=2048
+ * also gives it o_proj (2048 rows of 4096: 256 blocks of a warp per row are 2 an SM, 1.6 TB/s
+ * under ncu), for an A/B on the GPU machine */
+static int splitk_max_n(void) {
+    static int v = -1;
+    if (v < 0) v = ft_sys_env_int("FT_SPLITK_N", 512);
+    return v;
+}
+
 /* FT_GEMV_SPLITK=0 keeps every GEMV on one warp per row (A/B runs) */
 static int splitk_on(void) {
     static int on = -1;
@@ -815,7 +824,7 @@ static int splitk_on(void) {
 extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream_t s) {
     dim3 grid(cdiv(args->N, GEMV_WARPS));
     int th = GEMV_WARPS * WARP;
-    const int splitk = args->N <= 512 && args->K % 8 == 0 && splitk_on();
+    const int splitk = args->N <= splitk_max_n() && args->K % 8 == 0 && splitk_on();
     for (int t0 = 0; t0 < args->T; t0 += 8) { /* 8 tokens per launch */
         struct ft_cuda_gemv_args a = *args;
         a.T = args->T - t0 < 8 ? args->T - t0 : 8;
