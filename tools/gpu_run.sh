@@ -29,7 +29,8 @@
 #            (and ft_old), alternated
 #            on 12 layers, then on 48; FT_STEP_TIMING's split                 -> decab.log
 #   hybprof  #8 hybrid decode at 30G, host side per layer step (FT_GPU_PROFILE) -> hybprof.log
-#   hybab    #8 hybrid at 30G: FT_HYBRID_OVERLAP=1 vs default, alternated; cpu once -> hybab.log
+#   hybab    #8 hybrid at 30G: FT_HYBRID_OVERLAP=1, FT_SPLIT_ALONE=1 vs default, alternated; cpu
+#            once                                                               -> hybab.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
@@ -194,10 +195,13 @@ for part in "$@"; do
         ;;
     hybab)
         # #8 at 30G: the copies and GPU expert launches issued from inside the executor's first
-        # pass (FT_HYBRID_OVERLAP=1) against before it (default), alternated twice after the
-        # model tests with it on; then cpu alone (its cache fills in prefill only, hence -p 64)
-        FT_HYBRID_OVERLAP=1 step hybab.log 400 $G/test_gpu_model
-        for e in FT_HYBRID_OVERLAP=1 FT_AB=default FT_HYBRID_OVERLAP=1 FT_AB=default; do
+        # pass (FT_HYBRID_OVERLAP=1), and the split's alone model (FT_SPLIT_ALONE=1: the CPU's
+        # cost with no copy beside it, and the issue time), each against the default,
+        # alternated twice after the model tests with both on; then cpu alone (its cache fills
+        # in prefill only, hence -p 64). About 8 runs of 50 s: give it its own call.
+        FT_HYBRID_OVERLAP=1 FT_SPLIT_ALONE=1 step hybab.log 400 $G/test_gpu_model
+        for e in FT_HYBRID_OVERLAP=1 FT_AB=default FT_SPLIT_ALONE=1 FT_HYBRID_OVERLAP=1 FT_AB=default \
+                 FT_SPLIT_ALONE=1; do
             echo "### $e" >>"$OUT/hybab.log"
             step hybab.log 200 env "$e" $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 128 -r 1 \
                 --backend offload --vram-limit 30G --moe-backend hybrid
