@@ -166,15 +166,15 @@ for part in "$@"; do
         # where each step's wall time went; =2 replays each step's graph twice (the GPU time the
         # second adds is a replay without the launch wait). Configurations: as built; the
         # synthetic router's k draws in parallel over a warp (FT_SYNTH_PAR=1); the one-token
-        # GEMVs built for 6 or 8 blocks an SM (FT_GEMV_MINB); o_proj on the block-per-row
-        # kernel (FT_SPLITK_N=2048); .gpu/ft_old when there
+        # GEMVs built for 6 or 8 blocks an SM (FT_GEMV_MINB); o_proj, and also qkv, on the
+        # block-per-row kernel (FT_SPLITK_N=2048, 8192); .gpu/ft_old when there
         # (OLD_REV=<commit> tools/gpu_pack.sh). The GPU tests with the switches on first.
         FT_GEMV_MINB=8 FT_SYNTH_PAR=1 step decab.log 300 $G/test_gpu_ops
         FT_GEMV_MINB=8 FT_SYNTH_PAR=1 FT_SPLITK_N=2048 step decab.log 400 $G/test_gpu_model
         FT_GEMV_MINB=6 step decab.log 300 $G/test_gpu_ops
         for round in 1 2; do
             for cfg in "ft FT_AB=new" "ft FT_SYNTH_PAR=1" "ft FT_GEMV_MINB=6" "ft FT_GEMV_MINB=8" \
-                       "ft FT_SPLITK_N=2048" "ft_old FT_AB=old"; do
+                       "ft FT_SPLITK_N=2048" "ft FT_SPLITK_N=8192" "ft_old FT_AB=old"; do
                 read -r bin envs <<<"$cfg"
                 [ -x "$G/$bin" ] || continue
                 echo "### $round $bin $envs" >>"$OUT/decab.log"
