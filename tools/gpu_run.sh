@@ -170,7 +170,7 @@ for part in "$@"; do
         # block-per-row kernel (FT_SPLITK_N=2048, 8192); .gpu/ft_old when there
         # (OLD_REV=<commit> tools/gpu_pack.sh). The GPU tests with the switches on first.
         FT_GEMV_MINB=8 FT_SYNTH_PAR=1 step decab.log 300 $G/test_gpu_ops
-        FT_GEMV_MINB=8 FT_SYNTH_PAR=1 FT_SPLITK_N=2048 step decab.log 400 $G/test_gpu_model
+        FT_GEMV_MINB=8 FT_SYNTH_PAR=1 FT_SPLITK_N=8192 step decab.log 400 $G/test_gpu_model
         FT_GEMV_MINB=6 step decab.log 300 $G/test_gpu_ops
         for round in 1 2; do
             for cfg in "ft FT_AB=new" "ft FT_SYNTH_PAR=1" "ft FT_GEMV_MINB=6" "ft FT_GEMV_MINB=8" \
