@@ -14,6 +14,7 @@
 #include "format/ggml_quant.h"
 #include "ggml_fill.h"
 #include "engine/forward.h"
+#include "engine/sample.h"
 #include "test.h"
 
 static uint64_t g_rng = 12345;
@@ -418,6 +419,57 @@ TEST(argmax_matches_host) {
     EXPECT_OK(ft_cuda_check("argmax"));
     free(lg);
     cudaFree(dlg), cudaFree(dam);
+}
+
+/* The device draw (ft_cuda_sample_draw: tokens for temperature-only requests without logits
+ * crossing back) against its definition computed here in double, on a real vocab (151,936)
+ * and on vocabs smaller than the block (37, 1000); T 0 rows against ft_argmax; and against the
+ * host's ft_draw_softmax with the same (T, u), which may differ only where rounding moves a
+ * boundary. */
+TEST(sample_draw_matches_definition) {
+    const int Vs[3] = {151936, 1000, 37};
+    int bad = 0, differ = 0, total = 0;
+    for (int vi = 0; vi < 3; vi++) {
+        const int V = Vs[vi], R = 16;
+        float *lg = malloc((size_t)R * V * 4), *y = malloc((size_t)V * 4), *scratch = malloc((size_t)V * 4);
+        float draws[2 * 16];
+        for (size_t i = 0; i < (size_t)R * V; i++) lg[i] = 4.0f * frand();
+        lg[3] = -INFINITY;
+        for (int r = 0; r < R; r++) draws[2 * r] = r % 4 == 0 ? 0.0f : 0.5f + 0.25f * (float)(r % 5),
+                                    draws[2 * r + 1] = (float)((r * 7919 + vi * 131) % 1000) / 1000.0f;
+        float *dlg = up(lg, (size_t)R * V * 4), *dd = up(draws, sizeof draws);
+        int32_t *dout = up(NULL, R * 4), out[16];
+        ft_cuda_sample_draw(dlg, R, V, dd, dout, 0);
+        cudaDeviceSynchronize();
+        cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost);
+        for (int r = 0; r < R; r++) {
+            const float *x = lg + (size_t)r * V, T = draws[2 * r];
+            total++;
+            if (!(T > 0)) {
+                bad += out[r] != ft_argmax(x, V);
+                continue;
+            }
+            if (out[r] < 0 || out[r] >= V) {
+                bad++;
+                continue;
+            }
+            double mx = -INFINITY, z = 0, before = 0;
+            for (int i = 0; i < V; i++) mx = fmax(mx, (double)(x[i] / T));
+            for (int i = 0; i < V; i++) z += exp((double)(x[i] / T) - mx);
+            for (int i = 0; i < out[r]; i++) before += exp((double)(x[i] / T) - mx);
+            const double at = before + exp((double)(x[out[r]] / T) - mx), u = draws[2 * r + 1];
+            bad += !(before <= u * z + 1e-4 * z && at > u * z - 1e-4 * z);
+            memcpy(y, x, (size_t)V * 4);
+            differ += out[r] != ft_draw_softmax(y, V, T, u, scratch);
+        }
+        free(lg), free(y), free(scratch);
+        cudaFree(dlg), cudaFree(dd), cudaFree(dout);
+    }
+    fprintf(stderr, "  device draws: %d of %d off their definition, %d differ from the host's\n", bad,
+            total, differ);
+    EXPECT_EQ(bad, 0);
+    CHECK_(differ <= 2, "%d of %d device draws differ from the host's", differ, total);
+    EXPECT_OK(ft_cuda_check("sample draw"));
 }
 
 /* Synthetic routing on the GPU: distinct ids per token; zipf:1.2 puts rank 1's expert (the

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "core/threadpool.h"
+#include "engine/forward.h"
+#include "engine/sample.h"
 #include "engine/sched.h"
 #include "model/model.h"
 #include "test.h"
@@ -149,6 +151,76 @@ TEST(sampled_requests_same_text_alone_and_batched) {
     }
     for (int i = 0; i < N; i++) free(alone[i]);
     ft_sched_free(s);
+    close_fixture(&f);
+}
+
+/* Temperature-only requests drawn by the engine (engine_draws: the GPU backends' path, here on
+ * the CPU): a seeded one gives the same text batched beside a greedy one as alone, and the
+ * greedy one still gives transformers' text. */
+TEST(engine_drawn_requests_same_text_alone_and_batched) {
+    struct fixture f;
+    EXPECT(open_fixture(&f) == 0);
+    struct ft_sched_opts o = {.max_running = 4, .max_prefill = 64, .ctx_size = 128, .engine_draws = 1};
+    int32_t ids[2][128];
+    struct ft_req_params p[2];
+    for (int i = 0; i < 2; i++) p[i] = greedy(ids[i], case_prompt(&f, i, ids[i]), 24), p[i].ignore_eos = 1;
+    p[0].sampling.temperature = 0.9f, p[0].sampling.seed = 21;
+    char *alone = NULL;
+    struct ft_sched *s = NULL;
+    struct ft_req *r[2] = {0};
+    struct ft_event last = {0};
+    EXPECT_OK(ft_sched_init(&s, f.m, f.tok, f.pool, &o));
+    EXPECT_OK(ft_sched_submit(s, &p[0], &r[0]));
+    if (r[0]) alone = collect(r[0], &last), ft_req_release(r[0]);
+    ft_sched_free(s);
+    EXPECT_OK(ft_sched_init(&s, f.m, f.tok, f.pool, &o));
+    for (int i = 0; i < 2; i++) EXPECT_OK(ft_sched_submit(s, &p[i], &r[i]));
+    char *text[2] = {r[0] ? collect(r[0], &last) : NULL, r[1] ? collect(r[1], &last) : NULL};
+    CHECK_(alone && text[0] && strlen(alone) > 0 && !strcmp(alone, text[0]),
+           "engine-drawn request: batched '%s' != alone '%s'", text[0] ? text[0] : "", alone ? alone : "");
+    const char *want = json_string_value(json_object_get(json_array_get(f.ref, 1), "text"));
+    CHECK_(text[1] && want && !strncmp(text[1], want, strlen(want) < strlen(text[1]) ? strlen(want) : strlen(text[1])),
+           "greedy beside an engine-drawn request: '%s' against transformers '%s'", text[1] ? text[1] : "", want);
+    for (int i = 0; i < 2; i++) {
+        free(text[i]);
+        if (r[i]) ft_req_release(r[i]);
+    }
+    free(alone);
+    ft_sched_free(s);
+    close_fixture(&f);
+}
+
+/* The engine's own draws (ft_engine_forward_batch_draw: what the GPU backend does on the
+ * device) equal ft_draw_softmax on the logits the same step returns, here on the CPU backend:
+ * two sequences, one greedy (T 0) and one at T 0.9, over several steps. */
+TEST(engine_draws_match_host_draws) {
+    struct fixture f;
+    EXPECT(open_fixture(&f) == 0);
+    struct ft_engine_opts eo = {.max_ctx = 64, .max_chunk = 16, .kv_tokens = 128};
+    struct ft_engine *e = NULL;
+    EXPECT_OK(ft_engine_init(&e, f.m, f.pool, &eo));
+    if (e) {
+        const int V = f.m->vocab;
+        int32_t blocks[2][4], toks[2] = {5, 9};
+        EXPECT_OK(ft_engine_kv_alloc(e, 4, blocks[0]));
+        EXPECT_OK(ft_engine_kv_alloc(e, 4, blocks[1]));
+        float *lg = malloc((size_t)2 * V * 4), *scratch = malloc((size_t)V * 4);
+        int same = 0, steps = 6;
+        for (int t = 0; t < steps; t++) {
+            struct ft_seg segs[2] = {{&toks[0], 1, t, blocks[0], FT_LOGITS_LAST},
+                                     {&toks[1], 1, t, blocks[1], FT_LOGITS_LAST}};
+            const float draws[4] = {0.0f, 0.0f, 0.9f, (float)(0.13 + 0.11 * t)};
+            int32_t ids[2], want[2];
+            EXPECT_OK(ft_engine_forward_batch_ex(e, segs, 2, lg, NULL));
+            for (int r = 0; r < 2; r++) want[r] = ft_draw_softmax(lg + (size_t)r * V, V, draws[2 * r], draws[2 * r + 1], scratch);
+            EXPECT_OK(ft_engine_forward_batch_draw(e, segs, 2, draws, ids)); /* the same step again */
+            same += ids[0] == want[0] && ids[1] == want[1];
+            toks[0] = ids[0], toks[1] = ids[1];
+        }
+        EXPECT_EQ(same, steps);
+        free(lg), free(scratch);
+    }
+    ft_engine_free(e);
     close_fixture(&f);
 }
 

@@ -225,6 +225,60 @@ TEST(argmax_first_of_largest) {
     ft_sampler_free(s);
 }
 
+/* ft_draw_softmax against its definition, computed here in double: the drawn position's
+ * running sum passes u times the total and the one before it does not (within float rounding
+ * of the total); T <= 0 gives the argmax; and a temperature-only sampler draws what the
+ * engine's draw does with the uniform ft_sampler_engine_draw hands it (the same stream). */
+TEST(draw_softmax_definition) {
+    enum { V = 5000 };
+    static float x[V], y[V], scratch[V];
+    uint64_t r = 17;
+    int bad = 0;
+    for (int rep = 0; rep < 200; rep++) {
+        for (int i = 0; i < V; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 12.0 - 6.0);
+        }
+        x[rep % V] = -INFINITY;
+        const float T = rep % 4 == 0 ? 0.0f : 0.3f + 0.1f * (float)(rep % 13);
+        const double u = (double)((rep * 7919) % 1000) / 1000.0;
+        memcpy(y, x, sizeof x);
+        int32_t got = ft_draw_softmax(y, V, T, u, scratch);
+        if (!(T > 0)) {
+            bad += got != ft_argmax(x, V);
+            continue;
+        }
+        double mx = -INFINITY, z = 0, before = 0;
+        for (int i = 0; i < V; i++) mx = fmax(mx, (double)(x[i] / T));
+        for (int i = 0; i < V; i++) z += exp((double)(x[i] / T) - mx);
+        for (int i = 0; i < got; i++) before += exp((double)(x[i] / T) - mx);
+        const double at = before + exp((double)(x[got] / T) - mx), tol = 1e-5 * z;
+        bad += !(before <= u * z + tol && at > u * z - tol);
+    }
+    EXPECT_EQ(bad, 0);
+    struct ft_sampling sp = ft_sampling_default();
+    sp.temperature = 0.8f, sp.seed = 99;
+    struct ft_sampler *a, *b;
+    EXPECT_OK(ft_sampler_init(&a, &sp, V));
+    EXPECT_OK(ft_sampler_init(&b, &sp, V));
+    EXPECT(ft_sampler_engine_drawable(a));
+    int same = 0;
+    for (int t = 0; t < 50; t++) {
+        memcpy(y, x, sizeof x);
+        int32_t ia = ft_sampler_sample(a, y);
+        float T, u;
+        ft_sampler_engine_draw(b, &T, &u);
+        memcpy(y, x, sizeof x);
+        same += ia == ft_draw_softmax(y, V, T, u, scratch);
+    }
+    CHECK_(same >= 49, "the sampler and the engine's draw agree on %d of 50 tokens", same);
+    sp.top_p = 0.9f;
+    struct ft_sampler *c;
+    EXPECT_OK(ft_sampler_init(&c, &sp, V));
+    EXPECT(!ft_sampler_engine_drawable(c)); /* a filter: the host samples */
+    ft_sampler_free(a), ft_sampler_free(b), ft_sampler_free(c);
+}
+
 /* 200k draws at temperature 1 from 5 logits: each frequency within 4 sigma of softmax. */
 TEST(draws_follow_softmax) {
     const float logits[5] = {1.0f, 0.0f, -1.0f, 2.0f, 0.5f};

@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "core/status.h"
 #include "engine/gpu.h"
+#include "engine/sample.h"
 #include "moe/cpu_exec.h"
 
 struct ft_engine {
@@ -289,8 +290,10 @@ enum ft_status ft_engine_forward_batch(struct ft_engine *e, const struct ft_seg 
     return ft_engine_forward_batch_ex(e, segs, n_segs, logits, NULL);
 }
 
-enum ft_status ft_engine_forward_batch_ex(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
-                                          float *logits, int32_t *top1) {
+/* The batch forward: logits as ft_engine_forward_batch's; top1: each row's token, the argmax
+ * or (draws) ft_draw_softmax's draw. */
+static enum ft_status forward_rows(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
+                                   float *logits, int32_t *top1, const float *draws) {
     enum ft_status st = check_batch(e, segs, n_segs);
     if (st != FT_OK) return st;
     if (!e->gpu) {
@@ -298,25 +301,40 @@ enum ft_status ft_engine_forward_batch_ex(struct ft_engine *e, const struct ft_s
         for (int i = 0; i < n_segs; i++)
             rows += segs[i].want == FT_LOGITS_ALL ? segs[i].n : segs[i].want == FT_LOGITS_LAST;
         float *l = logits;
-        if (!l && top1 && rows > 0) { /* the caller wants ids only: logits into scratch */
-            if (rows > e->top1_rows) {
-                float *p = realloc(e->top1_logits, (size_t)rows * V * sizeof(float));
+        if (!l && top1 && rows > 0) { /* the caller wants ids only: logits into scratch, and a
+                                       * row more for the draw's weights */
+            if (rows + 1 > e->top1_rows) {
+                float *p = realloc(e->top1_logits, (size_t)(rows + 1) * V * sizeof(float));
                 if (!p) return ft_fail(FT_ERR_OOM, "engine: out of memory for %d logit rows", rows);
-                e->top1_logits = p, e->top1_rows = rows;
+                e->top1_logits = p, e->top1_rows = rows + 1;
             }
             l = e->top1_logits;
         }
         st = cpu_forward(e, segs, n_segs, l);
-        for (int r = 0; st == FT_OK && top1 && r < rows; r++) top1[r] = ft_argmax(l + (size_t)r * V, V);
+        for (int r = 0; st == FT_OK && top1 && r < rows; r++)
+            top1[r] = draws && l == e->top1_logits
+                          ? ft_draw_softmax(l + (size_t)r * V, V, draws[2 * r], draws[2 * r + 1],
+                                            e->top1_logits + (size_t)rows * V)
+                          : ft_argmax(l + (size_t)r * V, V);
         return st;
     }
     double distinct = 0;
-    st = ft_gpu_forward(e->gpu, segs, n_segs, logits, top1, &distinct);
+    st = ft_gpu_forward(e->gpu, segs, n_segs, logits, top1, draws, &distinct);
     if (st == FT_OK && e->m->n_experts) {
         e->distinct_sum += distinct;
         e->distinct_n++;
     }
     return st;
+}
+
+enum ft_status ft_engine_forward_batch_ex(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
+                                          float *logits, int32_t *top1) {
+    return forward_rows(e, segs, n_segs, logits, top1, NULL);
+}
+
+enum ft_status ft_engine_forward_batch_draw(struct ft_engine *e, const struct ft_seg *segs,
+                                            int n_segs, const float *draws, int32_t *ids) {
+    return forward_rows(e, segs, n_segs, NULL, ids, draws);
 }
 
 static enum ft_status cpu_head(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
@@ -571,6 +589,8 @@ void ft_engine_truncate(struct ft_engine *e, int n) {
 int ft_engine_n_past(const struct ft_engine *e) { return e->n_past; }
 int ft_engine_max_ctx(const struct ft_engine *e) { return e->opts.max_ctx; }
 int ft_engine_max_chunk(const struct ft_engine *e) { return e->opts.max_chunk; }
+int ft_engine_on_gpu(const struct ft_engine *e) { return e->gpu != NULL; }
+
 int ft_engine_max_seqs(const struct ft_engine *e) {
     return e->gpu ? FT_MIN(e->opts.max_chunk, FT_GPU_MAX_SEQS) : e->opts.max_chunk;
 }

@@ -78,6 +78,11 @@ enum ft_status ft_engine_forward_batch(struct ft_engine *e, const struct ft_seg 
  * host (the lm_head's 4 * vocab bytes a row stay on the device). */
 enum ft_status ft_engine_forward_batch_ex(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
                                           float *logits, int32_t *top1);
+/* The same with each row's token drawn by the engine: draws[2 r] = T, draws[2 r + 1] = u for
+ * row r (ft_draw_softmax; T <= 0: the argmax), the ids into ids. On the GPU backend the draw
+ * runs on the device and only the ids come back. */
+enum ft_status ft_engine_forward_batch_draw(struct ft_engine *e, const struct ft_seg *segs,
+                                            int n_segs, const float *draws, int32_t *ids);
 /* Paged KV pool blocks: take n (FT_ERR_BUSY if fewer are free) / give back. The built-in
  * sequence of ft_engine_forward holds its own blocks from init. */
 enum ft_status ft_engine_kv_alloc(struct ft_engine *e, int n, int32_t *blocks);
@@ -105,6 +110,7 @@ int ft_engine_max_chunk(const struct ft_engine *e); /* tokens per forward call *
  * and block tables are sized for it), the CPU as many as tokens. */
 #define FT_GPU_MAX_SEQS 64
 int ft_engine_max_seqs(const struct ft_engine *e);
+int ft_engine_on_gpu(const struct ft_engine *e); /* a CUDA backend (cuda or offload) */
 
 /* Mean distinct experts per MoE layer per forward call since the last reset of the stats. */
 double ft_engine_mean_distinct_experts(const struct ft_engine *e);

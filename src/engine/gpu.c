@@ -61,6 +61,7 @@ struct ft_gpu {
     int32_t *d_ids, *d_pos, *d_tok_seq, *d_tables, *d_rows, *d_topk_all, *d_att_tiles;
     int32_t *h_ids, *h_pos, *h_tok_seq, *h_tables, *h_rows, *h_topk_all, *h_att_tiles; /* pinned */
     int32_t *d_top1, *h_top1;          /* greedy ids per logit row (ft_gpu_forward's top1) */
+    float *d_draw, *h_draw;            /* [logit_rows][T, u] of ft_gpu_forward's draws */
     int n_att_tiles; /* prefill attention's query tiles this step */
     uint32_t *d_step;
     /* activations */
@@ -100,9 +101,9 @@ struct ft_gpu {
      * expert launches, and on the CPU experts; layer steps counted, those with CPU experts */
     int64_t hp_ns[5], hp_last;
     long hp_n, hp_cpu;
-    /* graphs per decode batch size, without and with the greedy argmax at the end */
-    cudaGraphExec_t graph[2][MAX_GRAPH_T + 1];
-    int graph_seen[2][MAX_GRAPH_T + 1];
+    /* graphs per decode batch size: logits only, then the greedy argmax, then the draw at the end */
+    cudaGraphExec_t graph[3][MAX_GRAPH_T + 1];
+    int graph_seen[3][MAX_GRAPH_T + 1];
     /* FT_STEP_TIMING=1: where each decode step's wall time goes on the host (printed at free):
      * before the step (the caller), issuing copies and launches, waiting for the GPU (and the
      * GPU's own time from events), copying results out */
@@ -330,6 +331,8 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     g->h_logits = halloc((size_t)g->logit_rows * V * 4, &st);
     g->d_top1 = dalloc(g, (size_t)g->logit_rows * 4, &st);
     g->h_top1 = halloc((size_t)g->logit_rows * 4, &st);
+    g->d_draw = dalloc(g, (size_t)g->logit_rows * 8, &st);
+    g->h_draw = halloc((size_t)g->logit_rows * 8, &st);
     if (E) {
         g->router = dalloc(g, C * E * 4, &st);
         g->topk = dalloc(g, R * 4, &st);
@@ -785,8 +788,15 @@ static enum ft_status layers(struct ft_gpu *g, int T, int max_pos, int rows) {
     return head(g, g->d_rows, rows, T > MAX_GRAPH_T);
 }
 
+/* The step's tokens on the device from its logit rows: argmax, or draws (d_draw's T and u). */
+static void pick_tokens(struct ft_gpu *g, int rows, int draw) {
+    if (draw) ft_cuda_sample_draw(g->logits, rows, g->m->vocab, g->d_draw, g->d_top1, g->s);
+    else ft_cuda_argmax(g->logits, rows, g->m->vocab, g->d_top1, g->s);
+}
+
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
-                              float *logits, int32_t *top1, double *distinct_out) {
+                              float *logits, int32_t *top1, const float *draws,
+                              double *distinct_out) {
     const struct ft_model *m = g->m;
     int64_t t_enter = g->step_timing ? ft_time_ns() : 0;
     int T = 0, rows = 0, decode = n_segs <= g->o.max_seqs, max_pos = 1;
@@ -807,9 +817,9 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
                 g->h_rows[rows++] = T;
         }
     }
-    if (top1 && !logits && rows > g->logit_rows)
-        return ft_fail(FT_ERR_INVALID_ARG, "GPU forward: greedy ids for %d rows need the logits "
-                       "(more than %d rows a step)", rows, g->logit_rows);
+    if (top1 && (!logits || draws) && rows > g->logit_rows)
+        return ft_fail(FT_ERR_INVALID_ARG, "GPU forward: tokens for %d rows drawn on the device "
+                       "(at most %d rows a step)", rows, g->logit_rows);
     cudaStream_t s = g->s;
     /* one copy: ids .. logit rows up to the used block tables (the views' fixed offsets) */
     cudaMemcpyAsync(g->d_in, g->h_in, ((size_t)4 * g->C + (size_t)n_segs * g->max_blocks) * 4,
@@ -825,7 +835,11 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
     int use_graph = decode && g->o.graphs && T <= MAX_GRAPH_T && !g->prof && !g->off;
     /* greedy ids on the device: after the head, unless the lm_head runs in passes (then from
      * the copied logits below) */
-    int dev_top1 = top1 && rows <= g->logit_rows && rows > 0, gi = dev_top1;
+    int dev_top1 = top1 && rows <= g->logit_rows && rows > 0, gi = dev_top1 ? (draws ? 2 : 1) : 0;
+    if (dev_top1 && draws) { /* each row's (T, u) for the draw kernel */
+        memcpy(g->h_draw, draws, (size_t)rows * 8);
+        cudaMemcpyAsync(g->d_draw, g->h_draw, (size_t)rows * 8, cudaMemcpyHostToDevice, s);
+    }
     g->n_ev = 0;
     g->prof_kind = T > MAX_GRAPH_T;
     if (g->prof) prof_mark(g, P_NORM); /* step start */
@@ -843,7 +857,7 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
             return ft_cuda_check("cudaStreamBeginCapture");
         st = layers(g, T, max_pos, rows);
-        if (st == FT_OK && dev_top1) ft_cuda_argmax(g->logits, rows, m->vocab, g->d_top1, s);
+        if (st == FT_OK && dev_top1) pick_tokens(g, rows, draws != NULL);
         cudaError_t e = cudaStreamEndCapture(s, &graph);
         if (st == FT_OK && e == cudaSuccess &&
             cudaGraphInstantiate(&g->graph[gi][T], graph, 0) == cudaSuccess) {
@@ -855,7 +869,7 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
     } else {
         if (use_graph) g->graph_seen[gi][T] = 1;
         st = layers(g, T, max_pos, rows);
-        if (st == FT_OK && dev_top1) ft_cuda_argmax(g->logits, rows, m->vocab, g->d_top1, s);
+        if (st == FT_OK && dev_top1) pick_tokens(g, rows, draws != NULL);
     }
     if (timing) cudaEventRecord(g->st_ev[1], s);
     if (st != FT_OK) return st;
@@ -1051,7 +1065,7 @@ void ft_gpu_free(struct ft_gpu *g) {
     for (size_t i = 0; i < 3; i++)
         if (hp[i]) cudaFreeHost(hp[i]);
     free(g->cpu_pairs), free(g->cpu_tok), free(g->cpu_ids), free(g->cpu_w);
-    for (int a = 0; a < 2; a++)
+    for (int a = 0; a < 3; a++)
         for (int t = 0; t <= MAX_GRAPH_T; t++)
             if (g->graph[a][t]) cudaGraphExecDestroy(g->graph[a][t]);
     if (g->step_timing && g->st_n) { /* caller: between two decode steps in a row only */
@@ -1071,14 +1085,14 @@ void ft_gpu_free(struct ft_gpu *g) {
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) dfree(ps[i]);
     }
     if (g->lm_head != g->embed) dfree(g->lm_head);
-    void *ds[] = {g->embed, g->final_norm, g->inv_freq, g->k_cache, g->v_cache, g->d_in, g->d_top1,
+    void *ds[] = {g->embed, g->final_norm, g->inv_freq, g->k_cache, g->v_cache, g->d_in, g->d_top1, g->d_draw,
                   g->d_topk_all, g->d_step, g->x, g->xn,
                   g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
                   g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,
                   g->mgu, g->mact, g->my, g->xg16, g->mact16, g->rtok, g->pair_dst, g->offsets,
                   g->d_counts_all, g->att_part, g->d_att_tiles};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
-    void *hs[] = {g->h_in, g->h_top1, g->h_topk_all,
+    void *hs[] = {g->h_in, g->h_top1, g->h_draw, g->h_topk_all,
                   g->h_counts_all, g->h_logits, g->h_att_tiles};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
         if (hs[i]) cudaFreeHost(hs[i]);
@@ -1119,8 +1133,9 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
 }
 void ft_gpu_free(struct ft_gpu *g) { (void)g; }
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
-                              float *logits, int32_t *top1, double *distinct_out) {
-    (void)g, (void)segs, (void)n_segs, (void)logits, (void)top1, (void)distinct_out;
+                              float *logits, int32_t *top1, const float *draws,
+                              double *distinct_out) {
+    (void)g, (void)segs, (void)n_segs, (void)logits, (void)top1, (void)draws, (void)distinct_out;
     return ft_fail(FT_ERR_UNSUPPORTED, "no CUDA backend in this build");
 }
 double ft_gpu_hbm_gbps(void) { return 0.0; }

@@ -62,9 +62,11 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                            const struct ft_gpu_opts *o);
 void ft_gpu_free(struct ft_gpu *g);
 /* logits as ft_engine_forward_batch (NULL: not copied back); top1 (may be NULL): each logit
- * row's greedy id, found on the device (only ids cross back when logits is NULL). */
+ * row's token found on the device (only ids cross back when logits is NULL): the argmax, or
+ * with draws ([rows][T, u]) ft_draw_softmax's draw. */
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
-                              float *logits, int32_t *top1, double *distinct_out);
+                              float *logits, int32_t *top1, const float *draws,
+                              double *distinct_out);
 /* HBM bandwidth probe (device-to-device copy, read + write) in GB/s. */
 double ft_gpu_hbm_gbps(void);
 size_t ft_gpu_vram_used(const struct ft_gpu *g);

@@ -267,6 +267,8 @@ int ft_sampler_plain_greedy(const struct ft_sampler *s) {
            p->frequency_penalty == 0;
 }
 
+static int32_t draw_scaled(const float *x, int V, double u01, float *w);
+
 int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
     int V = s->vocab;
     if (s->p.temperature <= 0) { /* greedy still honours the penalties */
@@ -290,12 +292,16 @@ int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
             if ((acc += s->w[i]) > u) return c[i].id;
         return c[n - 1].id;
     }
-    float mx = ft_max_f32(logits, V);
+    return draw_scaled(logits, V, ft_rng_unit(&s->rng), s->wf);
+}
+
+/* ft_draw_softmax on logits already divided by T (w: [V] scratch). */
+static int32_t draw_scaled(const float *x, int V, double u01, float *w) {
     /* every weight once, vectorised (libm's exp in double, twice over a 152k vocab, cost 1.3 ms
      * a token); the draw finds its block of 256 from block sums, then the token in it */
-    const float *w = s->wf;
-    double z = ft_cpu_exp_shift(s->wf, logits, V, mx);
-    double u = ft_rng_unit(&s->rng) * z, acc = 0;
+    const float mx = ft_max_f32(x, V);
+    const double z = ft_cpu_exp_shift(w, x, V, mx), u = u01 * z;
+    double acc = 0;
     int last = 0;
     for (int b = 0; b < V; b += 256) {
         const int e = b + 256 < V ? b + 256 : V;
@@ -318,4 +324,27 @@ int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
         }
     }
     return last;
+}
+
+int32_t ft_draw_softmax(float *x, int V, float T, double u, float *scratch) {
+    if (!(T > 0)) return ft_argmax(x, V);
+    if (T != 1.0f) {
+        int i = 0;
+        for (; i + 8 <= V; i += 8)
+            for (int j = 0; j < 8; j++) x[i + j] /= T;
+        for (; i < V; i++) x[i] /= T;
+    }
+    return draw_scaled(x, V, u, scratch);
+}
+
+int ft_sampler_engine_drawable(const struct ft_sampler *s) {
+    const struct ft_sampling *p = &s->p;
+    return ft_sampler_plain_greedy(s) ||
+           (p->repetition_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0 &&
+            !(p->top_k > 0 && p->top_k < s->vocab) && !(p->top_p < 1.0f) && !(p->min_p > 0));
+}
+
+void ft_sampler_engine_draw(struct ft_sampler *s, float *T, float *u) {
+    *T = s->p.temperature > 0 ? s->p.temperature : 0.0f;
+    *u = *T > 0 ? (float)ft_rng_unit(&s->rng) : 0.0f;
 }

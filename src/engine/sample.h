@@ -39,6 +39,17 @@ void ft_sampler_process(struct ft_sampler *s, float *logits);
 /* 1 when the token is the plain argmax of the logits (temperature <= 0, no penalty): the engine
  * may then find it on the device (ft_engine_forward_batch_ex's top1) instead. */
 int ft_sampler_plain_greedy(const struct ft_sampler *s);
+/* The token drawn from softmax(x / T) with the uniform u in [0, 1): the first position whose
+ * running sum of e^(x/T - max) passes u times the total (x is divided by T in place; scratch:
+ * [V] floats); T <= 0: ft_argmax. What ft_sampler_sample does for a temperature-only request,
+ * and what the GPU backend's draw kernel does on the device. */
+int32_t ft_draw_softmax(float *x, int V, float T, double u, float *scratch);
+/* 1 for a request the engine can draw itself: plain greedy, or temperature alone (no penalty,
+ * no filter). */
+int ft_sampler_engine_drawable(const struct ft_sampler *s);
+/* Such a request's next draw: its T (0: greedy) and, for T > 0, the next uniform from its RNG
+ * (one a token, as ft_sampler_sample takes it). */
+void ft_sampler_engine_draw(struct ft_sampler *s, float *T, float *u);
 /* Processes logits (in place) and draws a token. */
 int32_t ft_sampler_sample(struct ft_sampler *s, float *logits);
 

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "core/sys.h"
 #include "core/status.h"
 #include "core/timer.h"
 
@@ -288,6 +289,13 @@ static void sample_rows(struct ft_sched *s, int n_segs) {
     else sample_task(&j, 0, 1);
 }
 
+/* FT_ENGINE_DRAW=1: temperature-only requests drawn by the engine (on the GPU: on the device) */
+static int engine_draws(void) {
+    static int v = -1;
+    if (v < 0) v = ft_sys_env_int("FT_ENGINE_DRAW", 0) != 0;
+    return v;
+}
+
 /* A new token id for r (drawn by sample_rows, or the greedy id the engine found); returns 1
  * when r is finished. */
 static int take_token(struct ft_sched *s, struct ft_req *r, int32_t id) {
@@ -365,9 +373,26 @@ static void step(struct ft_sched *s) {
     int ids_only = 1;
     for (int i = 0; i < n_segs; i++)
         if (s->segs[i].want == FT_LOGITS_LAST) ids_only &= ft_sampler_plain_greedy(s->seg_req[i]->smp);
-    enum ft_status st = ft_engine_forward_batch_ex(s->e, s->segs, n_segs, ids_only ? NULL : s->logits,
-                                                   ids_only ? s->top1 : NULL);
-    if (st == FT_OK && !ids_only) sample_rows(s, n_segs); /* each row's token into s->top1 */
+    /* on a GPU backend, steps whose tokens are all greedy or temperature alone can be drawn
+     * on the device too (FT_ENGINE_DRAW=1 until measured on the GPU machine) */
+    int draw = !ids_only && (s->o.engine_draws > 0 || (engine_draws() && ft_engine_on_gpu(s->e)));
+    for (int i = 0; draw && i < n_segs; i++)
+        if (s->segs[i].want == FT_LOGITS_LAST) draw &= ft_sampler_engine_drawable(s->seg_req[i]->smp);
+    enum ft_status st;
+    if (draw) {
+        float draws[2 * n_segs];
+        int rows = 0;
+        for (int i = 0; i < n_segs; i++)
+            if (s->segs[i].want == FT_LOGITS_LAST) {
+                ft_sampler_engine_draw(s->seg_req[i]->smp, &draws[2 * rows], &draws[2 * rows + 1]);
+                rows++;
+            }
+        st = ft_engine_forward_batch_draw(s->e, s->segs, n_segs, draws, s->top1);
+    } else {
+        st = ft_engine_forward_batch_ex(s->e, s->segs, n_segs, ids_only ? NULL : s->logits,
+                                        ids_only ? s->top1 : NULL);
+        if (st == FT_OK && !ids_only) sample_rows(s, n_segs); /* each row's token into s->top1 */
+    }
     struct ft_req *keep[s->o.max_running];
     k = 0;
     int row = 0;

@@ -1215,6 +1215,100 @@ extern "C" void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *ou
     launch(argmax_kernel, rows, 1024, 0, s, logits, V, out);
 }
 
+/* Each row's token drawn from softmax(logits / T) with the uniform u: the first position whose
+ * running sum of e^(x/T - max) passes u times the total (the host sampler's definition, up to
+ * rounding); T <= 0 gives the argmax (first position of the largest, as ft_argmax). One block
+ * of 1024 threads a row, each thread a contiguous chunk: the chunk sums are scanned over the
+ * block and the thread whose chunk holds the target walks it. draws: [rows][T, u]. */
+#define DRAW_THREADS 1024
+__global__ void sample_draw_kernel(const float *logits, int V, const float *draws, int32_t *out) {
+    pdl_enter();
+    __shared__ float s_val[DRAW_THREADS / WARP];
+    __shared__ int s_idx[DRAW_THREADS / WARP];
+    __shared__ int s_found;
+    const float *l = logits + (size_t)blockIdx.x * V;
+    const float T = draws[2 * blockIdx.x], u = draws[2 * blockIdx.x + 1];
+    const int tid = threadIdx.x, lane = tid % WARP, w = tid / WARP, nw = blockDim.x / WARP;
+    const int C = (V + blockDim.x - 1) / blockDim.x, lo = tid * C, hi = lo + C < V ? lo + C : V;
+    /* the largest x / T and its first position (NaN never; -inf can win, as ft_argmax) */
+    float best = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = lo; i < hi; i++) {
+        const float v = T > 0 ? l[i] / T : l[i];
+        if (v > best || (bi == 0x7fffffff && v == best)) best = v, bi = i;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ob > best || (ob == best && oi < bi)) best = ob, bi = oi;
+    }
+    if (lane == 0) s_val[w] = best, s_idx[w] = bi;
+    if (tid == 0) s_found = 0x7fffffff;
+    __syncthreads();
+    best = s_val[0], bi = s_idx[0];
+    for (int i = 1; i < nw; i++)
+        if (s_val[i] > best || (s_val[i] == best && s_idx[i] < bi)) best = s_val[i], bi = s_idx[i];
+    const float mx = best;
+    if (!(T > 0) || bi == 0x7fffffff) { /* greedy (or every value NaN: 0, as ft_argmax) */
+        if (tid == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+        return;
+    }
+    /* the chunk's mass, its last position with any, then an inclusive scan over the block */
+    float sum = 0.0f;
+    int last = -1;
+    for (int i = lo; i < hi; i++) {
+        const float v = l[i] / T, e = v == -INFINITY ? 0.0f : __expf(v - mx);
+        if (e > 0.0f) sum += e, last = i;
+    }
+    float incl = sum;
+    for (int o = 1; o < WARP; o <<= 1) {
+        const float n = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += n;
+    }
+    __syncthreads(); /* s_val is reused */
+    if (lane == WARP - 1) s_val[w] = incl;
+    __syncthreads();
+    if (w == 0) {
+        float t = lane < nw ? s_val[lane] : 0.0f;
+        for (int o = 1; o < WARP; o <<= 1) {
+            const float n = __shfl_up_sync(0xffffffffu, t, o);
+            if (lane >= o) t += n;
+        }
+        if (lane < nw) s_val[lane] = t; /* inclusive prefix of the warp totals */
+    }
+    __syncthreads();
+    incl += w ? s_val[w - 1] : 0.0f;
+    const float excl = incl - sum, target = u * s_val[nw - 1];
+    if (sum > 0.0f && excl <= target && target < incl) { /* this chunk holds the target */
+        float acc = excl;
+        int pick = last;
+        for (int i = lo; i < hi; i++) {
+            const float v = l[i] / T, e = v == -INFINITY ? 0.0f : __expf(v - mx);
+            if (e > 0.0f && (acc += e) > target) {
+                pick = i;
+                break;
+            }
+        }
+        atomicMin(&s_found, pick);
+    }
+    /* rounding can leave the target past the total: the last position with any mass */
+    int lastmax = last;
+    for (int o = 16; o > 0; o >>= 1) lastmax = max(lastmax, __shfl_xor_sync(0xffffffffu, lastmax, o));
+    __syncthreads(); /* s_idx is reused */
+    if (lane == 0) s_idx[w] = lastmax;
+    __syncthreads();
+    if (tid == 0) {
+        int lm = -1;
+        for (int i = 0; i < nw; i++) lm = max(lm, s_idx[i]);
+        out[blockIdx.x] = s_found != 0x7fffffff ? s_found : lm >= 0 ? lm : bi;
+    }
+}
+
+extern "C" void ft_cuda_sample_draw(const float *logits, int rows, int V, const float *draws,
+                                    int32_t *out, cudaStream_t s) {
+    launch(sample_draw_kernel, rows, DRAW_THREADS, 0, s, logits, V, draws, out);
+}
+
 __global__ void gather_bf16_kernel(uint16_t *y, const uint16_t *x, const int32_t *src, int H) {
     pdl_enter();
     int r = blockIdx.x;
