@@ -8,9 +8,8 @@
 #include <unistd.h>
 
 #include "core/threadpool.h"
-#include "engine/forward.h"
-#include "engine/sample.h"
 #include "engine/sched.h"
+#include "engine_draws.h"
 #include "model/model.h"
 #include "test.h"
 
@@ -199,27 +198,7 @@ TEST(engine_draws_match_host_draws) {
     struct ft_engine_opts eo = {.max_ctx = 64, .max_chunk = 16, .kv_tokens = 128};
     struct ft_engine *e = NULL;
     EXPECT_OK(ft_engine_init(&e, f.m, f.pool, &eo));
-    if (e) {
-        const int V = f.m->vocab;
-        int32_t blocks[2][4], toks[2] = {5, 9};
-        EXPECT_OK(ft_engine_kv_alloc(e, 4, blocks[0]));
-        EXPECT_OK(ft_engine_kv_alloc(e, 4, blocks[1]));
-        float *lg = malloc((size_t)2 * V * 4), *scratch = malloc((size_t)V * 4);
-        int same = 0, steps = 6;
-        for (int t = 0; t < steps; t++) {
-            struct ft_seg segs[2] = {{&toks[0], 1, t, blocks[0], FT_LOGITS_LAST},
-                                     {&toks[1], 1, t, blocks[1], FT_LOGITS_LAST}};
-            const float draws[4] = {0.0f, 0.0f, 0.9f, (float)(0.13 + 0.11 * t)};
-            int32_t ids[2], want[2];
-            EXPECT_OK(ft_engine_forward_batch_ex(e, segs, 2, lg, NULL));
-            for (int r = 0; r < 2; r++) want[r] = ft_draw_softmax(lg + (size_t)r * V, V, draws[2 * r], draws[2 * r + 1], scratch);
-            EXPECT_OK(ft_engine_forward_batch_draw(e, segs, 2, draws, ids)); /* the same step again */
-            same += ids[0] == want[0] && ids[1] == want[1];
-            toks[0] = ids[0], toks[1] = ids[1];
-        }
-        EXPECT_EQ(same, steps);
-        free(lg), free(scratch);
-    }
+    if (e) EXPECT_EQ(engine_draws_agree(e, f.m->vocab, 6), 6);
     ft_engine_free(e);
     close_fixture(&f);
 }
