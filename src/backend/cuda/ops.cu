@@ -1218,8 +1218,10 @@ extern "C" void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *ou
 /* Each row's token drawn from softmax(logits / T) with the uniform u: the first position whose
  * running sum of e^(x/T - max) passes u times the total (the host sampler's definition, up to
  * rounding); T <= 0 gives the argmax (first position of the largest, as ft_argmax). One block
- * of 1024 threads a row, each thread a contiguous chunk: the chunk sums are scanned over the
- * block and the thread whose chunk holds the target walks it. draws: [rows][T, u]. */
+ * of 1024 threads a row; every pass reads the row coalesced: the maximum over the whole block,
+ * then each warp's contiguous segment summed by its lanes, the segment totals scanned, and the
+ * warp whose segment holds the target walks it 32 positions at a time (a warp scan each).
+ * draws: [rows][T, u]. */
 #define DRAW_THREADS 1024
 __global__ void sample_draw_kernel(const float *logits, int V, const float *draws, int32_t *out) {
     pdl_enter();
@@ -1229,11 +1231,10 @@ __global__ void sample_draw_kernel(const float *logits, int V, const float *draw
     const float *l = logits + (size_t)blockIdx.x * V;
     const float T = draws[2 * blockIdx.x], u = draws[2 * blockIdx.x + 1];
     const int tid = threadIdx.x, lane = tid % WARP, w = tid / WARP, nw = blockDim.x / WARP;
-    const int C = (V + blockDim.x - 1) / blockDim.x, lo = tid * C, hi = lo + C < V ? lo + C : V;
     /* the largest x / T and its first position (NaN never; -inf can win, as ft_argmax) */
     float best = -INFINITY;
     int bi = 0x7fffffff;
-    for (int i = lo; i < hi; i++) {
+    for (int i = tid; i < V; i += blockDim.x) {
         const float v = T > 0 ? l[i] / T : l[i];
         if (v > best || (bi == 0x7fffffff && v == best)) best = v, bi = i;
     }
@@ -1253,52 +1254,53 @@ __global__ void sample_draw_kernel(const float *logits, int V, const float *draw
         if (tid == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
         return;
     }
-    /* the chunk's mass, its last position with any, then an inclusive scan over the block */
+    /* each warp's segment: its mass and its last position with any */
+    const int S = (V + nw - 1) / nw, s0 = w * S, s1 = s0 + S < V ? s0 + S : V;
     float sum = 0.0f;
     int last = -1;
-    for (int i = lo; i < hi; i++) {
+    for (int i = s0 + lane; i < s1; i += WARP) {
         const float v = l[i] / T, e = v == -INFINITY ? 0.0f : __expf(v - mx);
         if (e > 0.0f) sum += e, last = i;
     }
-    float incl = sum;
-    for (int o = 1; o < WARP; o <<= 1) {
-        const float n = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += n;
-    }
-    __syncthreads(); /* s_val is reused */
-    if (lane == WARP - 1) s_val[w] = incl;
+    sum = warp_sum(sum);
+    for (int o = 16; o > 0; o >>= 1) last = max(last, __shfl_xor_sync(0xffffffffu, last, o));
+    __syncthreads(); /* s_val and s_idx are reused */
+    if (lane == 0) s_val[w] = sum, s_idx[w] = last;
     __syncthreads();
-    if (w == 0) {
+    if (w == 0) { /* the segments' inclusive prefix sums */
         float t = lane < nw ? s_val[lane] : 0.0f;
         for (int o = 1; o < WARP; o <<= 1) {
             const float n = __shfl_up_sync(0xffffffffu, t, o);
             if (lane >= o) t += n;
         }
-        if (lane < nw) s_val[lane] = t; /* inclusive prefix of the warp totals */
+        if (lane < nw) s_val[lane] = t;
     }
     __syncthreads();
-    incl += w ? s_val[w - 1] : 0.0f;
-    const float excl = incl - sum, target = u * s_val[nw - 1];
-    if (sum > 0.0f && excl <= target && target < incl) { /* this chunk holds the target */
+    const float incl = s_val[w], excl = w ? s_val[w - 1] : 0.0f, target = u * s_val[nw - 1];
+    if (excl < incl && excl <= target && target < incl) { /* this warp's segment holds it */
         float acc = excl;
-        int pick = last;
-        for (int i = lo; i < hi; i++) {
-            const float v = l[i] / T, e = v == -INFINITY ? 0.0f : __expf(v - mx);
-            if (e > 0.0f && (acc += e) > target) {
-                pick = i;
-                break;
+        int pick = -1;
+        for (int r = s0; r < s1 && pick < 0; r += WARP) {
+            const int i = r + lane;
+            float e = 0.0f;
+            if (i < s1) {
+                const float v = l[i] / T;
+                e = v == -INFINITY ? 0.0f : __expf(v - mx);
             }
+            float c = e; /* inclusive scan of the 32 weights */
+            for (int o = 1; o < WARP; o <<= 1) {
+                const float n = __shfl_up_sync(0xffffffffu, c, o);
+                if (lane >= o) c += n;
+            }
+            const unsigned hit = __ballot_sync(0xffffffffu, e > 0.0f && acc + c > target);
+            if (hit) pick = r + __ffs(hit) - 1;
+            acc += __shfl_sync(0xffffffffu, c, WARP - 1);
         }
-        atomicMin(&s_found, pick);
+        if (lane == 0) atomicMin(&s_found, pick >= 0 ? pick : s_idx[w]); /* rounding: its last */
     }
-    /* rounding can leave the target past the total: the last position with any mass */
-    int lastmax = last;
-    for (int o = 16; o > 0; o >>= 1) lastmax = max(lastmax, __shfl_xor_sync(0xffffffffu, lastmax, o));
-    __syncthreads(); /* s_idx is reused */
-    if (lane == 0) s_idx[w] = lastmax;
     __syncthreads();
     if (tid == 0) {
-        int lm = -1;
+        int lm = -1; /* rounding can leave the target past the total: the last with any mass */
         for (int i = 0; i < nw; i++) lm = max(lm, s_idx[i]);
         out[blockIdx.x] = s_found != 0x7fffffff ? s_found : lm >= 0 ? lm : bi;
     }
