@@ -29,6 +29,8 @@
 #            (and ft_old), alternated
 #            on 12 layers, then on 48; FT_STEP_TIMING's split                 -> decab.log
 #   hybprof  #8 hybrid decode at 30G, host side per layer step (FT_GPU_PROFILE) -> hybprof.log
+#   sampab   #5 sampled decode on 12 layers: greedy, t 0.8 (host / FT_ENGINE_DRAW=1), Qwen's
+#            defaults, alternated                                               -> sampab.log
 #   hybab    #8 hybrid at 30G: FT_HYBRID_OVERLAP=1, FT_SPLIT_ALONE=1 vs default, alternated; cpu
 #            once                                                               -> hybab.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
@@ -188,6 +190,22 @@ for part in "$@"; do
                 --synthetic qwen3-30b-a3b -p 512 -n 128 -r 3 --backend cuda
         done
         ;;
+    sampab)
+        # #5 sampled decode on 12 layers, alternated twice: greedy (ids only), temperature 0.8
+        # with the logits to the host sampler and drawn on the device (FT_ENGINE_DRAW=1), and
+        # Qwen's defaults (t 0.7, top-k 20, top-p 0.8: the host sampler)
+        for round in 1 2; do
+            for cfg in "FT_AB=greedy -" "FT_AB=host --temp 0.8" "FT_ENGINE_DRAW=1 --temp 0.8" \
+                       "FT_AB=qwen --temp 0.7 --top-k 20 --top-p 0.8"; do
+                read -r envs args <<<"$cfg"
+                [ "$args" = - ] && args=
+                echo "### $round $envs $args" >>"$OUT/sampab.log"
+                # shellcheck disable=SC2086
+                step sampab.log 200 env "$envs" $G/ft bench --synthetic qwen3-30b-a3b@12 -p 0 -n 128 \
+                    -r 3 --backend cuda $args
+            done
+        done
+        ;;
     hybprof)
         # #8: hybrid decode at 30G with the host side of each layer step (FT_GPU_PROFILE=1)
         FT_GPU_PROFILE=1 step hybprof.log 300 $G/ft bench --synthetic qwen3-30b-a3b -p 0 -n 64 -r 1 \
@@ -230,7 +248,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, hybab, bw, real)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, bw, real)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

@@ -15,6 +15,7 @@
 #include "cli/session.h"
 #include "core/status.h"
 #include "core/sys.h"
+#include "engine/sample.h"
 #include "core/timer.h"
 #include "engine/gpu.h"
 
@@ -36,7 +37,9 @@ static const char k_usage[] =
     "  --synthetic-routing R  uniform (default for synthetic), zipf:S, sticky:P (keep an\n"
     "                       expert with probability P), or model (the router; default for\n"
     "                       --model)\n"
-    "  --seed N             seed of weights, prompt and routing (default 1)\n";
+    "  --seed N             seed of weights, prompt, routing and sampling (default 1)\n"
+    "  --temp T [--top-k K] [--top-p P] [--min-p P]  tgN samples (as ft serve does) instead\n"
+    "                       of decoding greedily\n";
 
 static int parse_routing(const char *s, struct ft_engine_opts *eo) {
     eo->routing_param = 0;
@@ -68,6 +71,7 @@ struct bench {
     struct ft_gpu_offload_stats last; /* offload: counters at the previous row */
     char notes[2048];
     int offload_notes;
+    struct ft_sampling smp; /* tgN's sampling (--temp ...): sampled when smp.temperature > 0 */
 };
 
 /* Appends a line to the notes printed under the table (dropped once they are full). */
@@ -141,6 +145,7 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
     int32_t *ids = malloc((size_t)(p > 0 ? p : 1) * sizeof *ids);
     float *logits = malloc((size_t)m->vocab * sizeof *logits);
     double *tps = calloc((size_t)reps, sizeof *tps);
+    struct ft_sampler *smp = NULL;
     enum ft_status st = FT_OK;
     if (!ids || !logits || !tps) {
         st = ft_fail(FT_ERR_OOM, "bench: out of memory");
@@ -155,9 +160,16 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
     /* decode steps return the greedy id only (the argmax on the device, as for a server's
      * temperature-0 request); FT_BENCH_HOST_ARGMAX=1 copies every step's logits to the host */
     const int host_argmax = ft_sys_env_int("FT_BENCH_HOST_ARGMAX", 0) > 0;
+    const int sampled = b->smp.temperature > 0;
+    if (sampled && (st = ft_sampler_init(&smp, &b->smp, m->vocab)) != FT_OK) goto done;
+    /* sampled decode: drawn by the engine (on the GPU: on the device) when FT_ENGINE_DRAW=1 and
+     * the request is temperature alone, else logits to the host sampler, as ft serve does */
+    const int engine_draw = sampled && ft_sampler_engine_drawable(smp) && ft_sys_env_int("FT_ENGINE_DRAW", 0) > 0;
     for (int i = 0; i < 3 && n > 0; i++) {
         int32_t next;
-        st = host_argmax ? ft_engine_forward(e, w0, 1, logits, 0) : ft_engine_forward_greedy(e, w0, 1, &next);
+        if (engine_draw) st = ft_engine_forward_draw(e, w0, 1, b->smp.temperature, 0.5f, &next);
+        else if (host_argmax || sampled) st = ft_engine_forward(e, w0, 1, logits, 0);
+        else st = ft_engine_forward_greedy(e, w0, 1, &next);
         if (st != FT_OK) goto done;
     }
     if (p > 0) {
@@ -189,23 +201,38 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
             int64_t t0 = ft_time_us();
             for (int i = 0; i < n; i++) {
                 tok = next;
-                if (host_argmax) { /* FT_BENCH_HOST_ARGMAX=1: every step's logits to the host */
+                if (engine_draw) {
+                    float T, u;
+                    ft_sampler_engine_draw(smp, &T, &u);
+                    st = ft_engine_forward_draw(e, &tok, 1, T, u, &next);
+                } else if (sampled) {
+                    st = ft_engine_forward(e, &tok, 1, logits, 0);
+                    if (st == FT_OK) next = ft_sampler_sample(smp, logits);
+                } else if (host_argmax) { /* FT_BENCH_HOST_ARGMAX=1: every step's logits to the host */
                     st = ft_engine_forward(e, &tok, 1, logits, 0);
                     next = ft_argmax(logits, m->vocab);
                 } else {
                     st = ft_engine_forward_greedy(e, &tok, 1, &next);
                 }
                 if (st != FT_OK) goto done;
+                if (sampled) ft_sampler_accept(smp, next);
             }
             tps[r] = n / ((ft_time_us() - t0) / 1e6);
             distinct = ft_engine_mean_distinct_experts(e);
         }
         char test[32];
         snprintf(test, sizeof test, "tg%d", n);
+
         row(b, test, tps, reps, step_bytes(m, distinct), distinct);
+        if (sampled) /* under the row, as it is printed (the table has no column for it) */
+            printf("  %s sampled: temperature %g, top-k %d, top-p %g, min-p %g, seed %llu; tokens drawn %s\n",
+                   test, b->smp.temperature, b->smp.top_k, b->smp.top_p, b->smp.min_p,
+                   (unsigned long long)b->smp.seed,
+                   engine_draw ? "by the engine (FT_ENGINE_DRAW=1)" : "by the host sampler from each step's logits");
         offload_line(b, test, 0, distinct, 0, n);
     }
 done:
+    ft_sampler_free(smp);
     free(ids);
     free(logits);
     free(tps);
@@ -218,7 +245,9 @@ int ft_cmd_bench(int argc, char **argv) {
     int be_auto;
     ft_cli_backend_init(&be, &be_auto);
     const char *model = NULL, *synthetic = NULL, *routing = NULL;
-    long p = 512, n = 128, reps = 3, threads = 0, seed = 1, batch = 2048;
+    long p = 512, n = 128, reps = 3, threads = 0, seed = 1, batch = 2048, top_k = 0;
+    struct ft_sampling smp = ft_sampling_default();
+    smp.temperature = 0; /* greedy unless --temp */
     for (int i = 1; i < argc; i++) {
         int rb = ft_cli_backend_flag("bench", argc, argv, &i, &be, &be_auto);
         if (rb < 0) return 2;
@@ -247,6 +276,15 @@ int ft_cmd_bench(int argc, char **argv) {
             target = &threads, lo = 1, hi = 4096;
         } else if (!strcmp(a, "--seed")) {
             target = &seed, lo = 1, hi = 1L << 40;
+        } else if (!strcmp(a, "--temp") || !strcmp(a, "--top-p") || !strcmp(a, "--min-p")) {
+            const char *v = ft_cli_value(argc, argv, &i);
+            double d;
+            if (!v || ft_cli_double(v, &d))
+                return ft_cli_usage_error("bench", "%s: '%s' is not a number", a, v ? v : "");
+            float *f = !strcmp(a, "--temp") ? &smp.temperature : !strcmp(a, "--top-p") ? &smp.top_p : &smp.min_p;
+            *f = (float)d;
+        } else if (!strcmp(a, "--top-k")) {
+            target = &top_k, lo = 0, hi = 1 << 24;
         } else {
             return ft_cli_usage_error("bench", "unknown option '%s'", a);
         }
@@ -260,7 +298,11 @@ int ft_cmd_bench(int argc, char **argv) {
     if (parse_routing(routing, &eo))
         return ft_cli_usage_error("bench", "--synthetic-routing: '%s' is not uniform, model, "
                                   "zipf:S (S > 0) or sticky:P (0 <= P < 1)", routing);
-    struct bench b = {.routing = routing, .batch = (int)batch};
+    smp.top_k = (int)top_k, smp.seed = (uint64_t)seed;
+    if ((smp.top_k > 0 || smp.top_p < 1 || smp.min_p > 0) && !(smp.temperature > 0))
+        return ft_cli_usage_error("bench", "--top-k/--top-p/--min-p sample: give --temp T > 0 too");
+    if (ft_sampling_validate(&smp) != FT_OK) return ft_cli_usage_error("bench", "%s", ft_error());
+    struct bench b = {.routing = routing, .batch = (int)batch, .smp = smp};
     ft_cli_backend_apply(&eo, &be, be_auto);
     enum ft_status st = ft_session_open(&b.s, model, synthetic, (int)threads, &eo);
     if (st != FT_OK) return ft_cli_fail(st);

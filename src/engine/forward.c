@@ -354,7 +354,7 @@ static enum ft_status cpu_head(struct ft_engine *e, const struct ft_seg *segs, i
 }
 
 static enum ft_status seq0_forward(struct ft_engine *e, const int32_t *ids, int T, float *logits,
-                                   int all_logits, int32_t *top1) {
+                                   int all_logits, int32_t *top1, const float *draws) {
     if (!e->seq0_ready) {
         enum ft_status st = ft_engine_kv_alloc(e, e->seq0_n_blocks, e->seq0_blocks);
         if (st != FT_OK) return st;
@@ -362,18 +362,25 @@ static enum ft_status seq0_forward(struct ft_engine *e, const int32_t *ids, int 
     }
     struct ft_seg g = {ids, T, e->n_past, e->seq0_blocks,
                        !logits && !top1 ? FT_LOGITS_NONE : all_logits ? FT_LOGITS_ALL : FT_LOGITS_LAST};
-    enum ft_status st = ft_engine_forward_batch_ex(e, &g, 1, logits, top1);
+    enum ft_status st = draws ? ft_engine_forward_batch_draw(e, &g, 1, draws, top1)
+                              : ft_engine_forward_batch_ex(e, &g, 1, logits, top1);
     if (st == FT_OK) e->n_past += T;
     return st;
 }
 
 enum ft_status ft_engine_forward(struct ft_engine *e, const int32_t *ids, int T, float *logits,
                                  int all_logits) {
-    return seq0_forward(e, ids, T, logits, all_logits, NULL);
+    return seq0_forward(e, ids, T, logits, all_logits, NULL, NULL);
 }
 
 enum ft_status ft_engine_forward_greedy(struct ft_engine *e, const int32_t *ids, int T, int32_t *next) {
-    return seq0_forward(e, ids, T, NULL, 0, next);
+    return seq0_forward(e, ids, T, NULL, 0, next, NULL);
+}
+
+enum ft_status ft_engine_forward_draw(struct ft_engine *e, const int32_t *ids, int T,
+                                      float temperature, float u, int32_t *next) {
+    const float draw[2] = {temperature, u};
+    return seq0_forward(e, ids, T, NULL, 0, next, draw);
 }
 
 enum ft_status ft_engine_kv_alloc(struct ft_engine *e, int n, int32_t *blocks) {

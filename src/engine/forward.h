@@ -97,6 +97,9 @@ enum ft_status ft_engine_forward(struct ft_engine *e, const int32_t *ids, int T,
 /* The same with only the greedy id after the last token returned (*next): on the GPU backend
  * the argmax runs on the device and no logits cross back. */
 enum ft_status ft_engine_forward_greedy(struct ft_engine *e, const int32_t *ids, int T, int32_t *next);
+/* The same with the token drawn by the engine (ft_draw_softmax with temperature and u). */
+enum ft_status ft_engine_forward_draw(struct ft_engine *e, const int32_t *ids, int T,
+                                      float temperature, float u, int32_t *next);
 /* Processes any number of tokens in max_chunk pieces (same logits contract). */
 enum ft_status ft_engine_prefill(struct ft_engine *e, const int32_t *ids, int T, float *logits,
                                  int all_logits);
