@@ -311,11 +311,11 @@ static enum ft_status forward_rows(struct ft_engine *e, const struct ft_seg *seg
             l = e->top1_logits;
         }
         st = cpu_forward(e, segs, n_segs, l);
+        /* with draws, logits is NULL: l is the scratch, its row `rows` the draw's weights */
         for (int r = 0; st == FT_OK && top1 && r < rows; r++)
-            top1[r] = draws && l == e->top1_logits
-                          ? ft_draw_softmax(l + (size_t)r * V, V, draws[2 * r], draws[2 * r + 1],
-                                            e->top1_logits + (size_t)rows * V)
-                          : ft_argmax(l + (size_t)r * V, V);
+            top1[r] = draws ? ft_draw_softmax(l + (size_t)r * V, V, draws[2 * r], draws[2 * r + 1],
+                                              e->top1_logits + (size_t)rows * V)
+                            : ft_argmax(l + (size_t)r * V, V);
         return st;
     }
     double distinct = 0;

@@ -57,7 +57,6 @@ struct ft_gpu {
     /* step inputs: ids, positions, token->sequence, logit rows and block tables are views of
      * one pinned block (h_in) and one device block (d_in), sent with one copy a step */
     int32_t *d_in, *h_in;
-    size_t in_words;
     int32_t *d_ids, *d_pos, *d_tok_seq, *d_tables, *d_rows, *d_topk_all, *d_att_tiles;
     int32_t *h_ids, *h_pos, *h_tok_seq, *h_tables, *h_rows, *h_topk_all, *h_att_tiles; /* pinned */
     int32_t *d_top1, *h_top1;          /* greedy ids per logit row (ft_gpu_forward's top1) */
@@ -293,9 +292,9 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     size_t aw = (size_t)(g->q_dim > (int)H ? g->q_dim : (int)H);
     g->k_cache = dalloc(g, kv * 4, &st);
     g->v_cache = dalloc(g, kv * 4, &st);
-    g->in_words = 4 * C + (size_t)g->o.max_seqs * g->max_blocks;
-    g->d_in = dalloc(g, g->in_words * 4, &st);
-    g->h_in = halloc(g->in_words * 4, &st);
+    const size_t in_words = 4 * C + (size_t)g->o.max_seqs * g->max_blocks;
+    g->d_in = dalloc(g, in_words * 4, &st);
+    g->h_in = halloc(in_words * 4, &st);
     if (st == FT_OK) {
         g->d_ids = g->d_in, g->d_pos = g->d_in + C, g->d_tok_seq = g->d_in + 2 * C;
         g->d_rows = g->d_in + 3 * C, g->d_tables = g->d_in + 4 * C;

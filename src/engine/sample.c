@@ -102,6 +102,23 @@ static int by_logit_desc(const void *a, const void *b) {
     return x->id - y->id;
 }
 
+/* x[i] /= t over [0, V), eight at once (vector code at -O2). */
+static void divide_all(float *x, int V, float t) {
+    int i = 0;
+    for (; i + 8 <= V; i += 8)
+        for (int j = 0; j < 8; j++) x[i + j] /= t;
+    for (; i < V; i++) x[i] /= t;
+}
+
+static int has_penalties(const struct ft_sampling *p) {
+    return p->repetition_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
+}
+
+/* A filter that removes tokens: top_k below the vocabulary, top_p below 1, min_p above 0. */
+static int has_filters(const struct ft_sampling *p, int V) {
+    return (p->top_k > 0 && p->top_k < V) || p->top_p < 1.0f || p->min_p > 0;
+}
+
 /* A float's bits as a key that sorts descending (larger values first, -0 after +0). */
 static inline uint32_t desc_key(float f) {
     uint32_t u;
@@ -167,7 +184,7 @@ void ft_sampler_process(struct ft_sampler *s, float *logits) {
     const struct ft_sampling *p = &s->p;
     int V = s->vocab;
     s->kept = -1; /* no filter ran (yet) */
-    int penalties = p->repetition_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
+    const int penalties = has_penalties(p);
     for (int i = 0; penalties && i < V; i++) {
         int seen = s->in_prompt[i] || s->n_generated[i];
         if (p->repetition_penalty != 1.0f && seen)
@@ -176,15 +193,9 @@ void ft_sampler_process(struct ft_sampler *s, float *logits) {
         if (s->n_generated[i])
             logits[i] -= p->presence_penalty + p->frequency_penalty * (float)s->n_generated[i];
     }
-    if (p->temperature > 0 && p->temperature != 1.0f) {
-        const float t = p->temperature;
-        int i = 0;
-        for (; i + 8 <= V; i += 8) /* eight at once: vector code at -O2 */
-            for (int j = 0; j < 8; j++) logits[i + j] /= t;
-        for (; i < V; i++) logits[i] /= t;
-    }
+    if (p->temperature > 0 && p->temperature != 1.0f) divide_all(logits, V, p->temperature);
+    if (!has_filters(p, V)) return;
     int k_on = p->top_k > 0 && p->top_k < V, p_on = p->top_p < 1.0f, m_on = p->min_p > 0;
-    if (!k_on && !p_on && !m_on) return;
     /* The candidates: every token a filter can keep, the same prefix of the descending order
      * (logit, then id) that sorting all V would give. top_k: the values >= the k-th largest
      * (ties survive). Otherwise, from the mass of each 0.5-wide band below the maximum, the
@@ -262,9 +273,7 @@ static int by_id(const void *a, const void *b) {
 }
 
 int ft_sampler_plain_greedy(const struct ft_sampler *s) {
-    const struct ft_sampling *p = &s->p;
-    return p->temperature <= 0 && p->repetition_penalty == 1.0f && p->presence_penalty == 0 &&
-           p->frequency_penalty == 0;
+    return s->p.temperature <= 0 && !has_penalties(&s->p);
 }
 
 static int32_t draw_scaled(const float *x, int V, double u01, float *w);
@@ -328,20 +337,12 @@ static int32_t draw_scaled(const float *x, int V, double u01, float *w) {
 
 int32_t ft_draw_softmax(float *x, int V, float T, double u, float *scratch) {
     if (!(T > 0)) return ft_argmax(x, V);
-    if (T != 1.0f) {
-        int i = 0;
-        for (; i + 8 <= V; i += 8)
-            for (int j = 0; j < 8; j++) x[i + j] /= T;
-        for (; i < V; i++) x[i] /= T;
-    }
+    if (T != 1.0f) divide_all(x, V, T);
     return draw_scaled(x, V, u, scratch);
 }
 
 int ft_sampler_engine_drawable(const struct ft_sampler *s) {
-    const struct ft_sampling *p = &s->p;
-    return ft_sampler_plain_greedy(s) ||
-           (p->repetition_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0 &&
-            !(p->top_k > 0 && p->top_k < s->vocab) && !(p->top_p < 1.0f) && !(p->min_p > 0));
+    return ft_sampler_plain_greedy(s) || (!has_penalties(&s->p) && !has_filters(&s->p, s->vocab));
 }
 
 void ft_sampler_engine_draw(struct ft_sampler *s, float *T, float *u) {
