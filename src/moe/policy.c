@@ -73,12 +73,7 @@ void ft_split_observe(struct ft_split *s, int layer, int n_copied, double copy_s
         c->copy_s += a * (copy_s / n_copied - c->copy_s);
         c->samples_copy++;
     }
-    if (n_cpu > 0 && cpu_s > 0) { /* the fixed part stays; the rest is per expert */
-        double per = (cpu_s - c->cpu_fixed_s) / n_cpu;
-        if (per < 0.1 * c->cpu_s) per = 0.1 * c->cpu_s; /* a noisy sample cannot flip the sign */
-        c->cpu_s += a * (per - c->cpu_s);
-        c->samples_cpu++;
-    }
+    ft_split_observe_side(s, layer, n_cpu, cpu_s, 1); /* the fixed part stays; the rest is per expert */
 }
 
 void ft_split_observe_cpu(struct ft_split *s, int layer, int n_cpu, double cpu_s, double work_s) {

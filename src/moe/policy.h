@@ -44,8 +44,9 @@ int ft_split_fetch_count(struct ft_split *s, int layer, int m);
  * cost beside copies; cpu_alone_s starts every layer's estimate (e.g. from the bw profile's
  * alone / concurrent executor rates). The CPU samples then go through ft_split_observe_side. */
 void ft_split_set_alone(struct ft_split *s, double cpu_alone_s);
-/* A CPU-side sample under the alone model: n_cpu experts in cpu_s seconds (of which the fixed
- * part is taken to be the current estimate), with copies running beside (or not). */
+/* A CPU-side sample: n_cpu experts in cpu_s seconds (of which the fixed part is taken to be
+ * the current estimate) into cpu_s when copies ran beside it (what ft_split_observe does), else
+ * into the alone model's cpu_alone_s. */
 void ft_split_observe_side(struct ft_split *s, int layer, int n_cpu, double cpu_s, int beside_copies);
 /* The host issued n copies in seconds (the alone model's issue cost). */
 void ft_split_observe_issue(struct ft_split *s, int layer, int n, double seconds);
