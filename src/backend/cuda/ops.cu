@@ -1187,33 +1187,7 @@ extern "C" void ft_cuda_sigmoid_scale_add(float *y, const float *x, const float 
     launch(sigmoid_scale_add_kernel, T, 256, 0, s, y, x, score, H);
 }
 
-__global__ void argmax_kernel(const float *logits, int V, int32_t *out) {
-    pdl_enter();
-    const float *l = logits + (size_t)blockIdx.x * V;
-    float best = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) /* NaN never wins; -inf can (as ft_argmax) */
-        if (l[i] > best || (bi == 0x7fffffff && l[i] == best)) best = l[i], bi = i;
-    for (int o = 16; o > 0; o >>= 1) {
-        float ob = __shfl_xor_sync(0xffffffffu, best, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ob > best || (ob == best && oi < bi)) best = ob, bi = oi;
-    }
-    __shared__ float sb[32];
-    __shared__ int si[32];
-    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
-    if (lane == 0) sb[w] = best, si[w] = bi;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int i = 1; i < (int)(blockDim.x / WARP); i++)
-            if (sb[i] > best || (sb[i] == best && si[i] < bi)) best = sb[i], bi = si[i];
-        out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi; /* every value NaN: 0, as ft_argmax */
-    }
-}
 
-extern "C" void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *out, cudaStream_t s) {
-    launch(argmax_kernel, rows, 1024, 0, s, logits, V, out);
-}
 
 /* Each row's token drawn from softmax(logits / T) with the uniform u: the first position whose
  * running sum of e^(x/T - max) passes u times the total (the host sampler's definition, up to
@@ -1221,7 +1195,7 @@ extern "C" void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *ou
  * of 1024 threads a row; every pass reads the row coalesced: the maximum over the whole block,
  * then each warp's contiguous segment summed by its lanes, the segment totals scanned, and the
  * warp whose segment holds the target walks it 32 positions at a time (a warp scan each).
- * draws: [rows][T, u]. */
+ * draws: [rows][T, u]; NULL: every row's argmax (ft_cuda_argmax). */
 #define DRAW_THREADS 1024
 __global__ void sample_draw_kernel(const float *logits, int V, const float *draws, int32_t *out) {
     pdl_enter();
@@ -1229,7 +1203,7 @@ __global__ void sample_draw_kernel(const float *logits, int V, const float *draw
     __shared__ int s_idx[DRAW_THREADS / WARP];
     __shared__ int s_found;
     const float *l = logits + (size_t)blockIdx.x * V;
-    const float T = draws[2 * blockIdx.x], u = draws[2 * blockIdx.x + 1];
+    const float T = draws ? draws[2 * blockIdx.x] : 0.0f, u = draws ? draws[2 * blockIdx.x + 1] : 0.0f;
     const int tid = threadIdx.x, lane = tid % WARP, w = tid / WARP, nw = blockDim.x / WARP;
     /* the largest x / T and its first position (NaN never; -inf can win, as ft_argmax) */
     float best = -INFINITY;
@@ -1309,6 +1283,10 @@ __global__ void sample_draw_kernel(const float *logits, int V, const float *draw
 extern "C" void ft_cuda_sample_draw(const float *logits, int rows, int V, const float *draws,
                                     int32_t *out, cudaStream_t s) {
     launch(sample_draw_kernel, rows, DRAW_THREADS, 0, s, logits, V, draws, out);
+}
+
+extern "C" void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *out, cudaStream_t s) {
+    launch(sample_draw_kernel, rows, DRAW_THREADS, 0, s, logits, V, (const float *)NULL, out);
 }
 
 __global__ void gather_bf16_kernel(uint16_t *y, const uint16_t *x, const int32_t *src, int H) {
