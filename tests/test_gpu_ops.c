@@ -472,21 +472,7 @@ TEST(sample_draw_matches_definition) {
     EXPECT_OK(ft_cuda_check("sample draw"));
 }
 
-/* Synthetic routing on the GPU: distinct ids per token; zipf:1.2 puts rank 1's expert (the
- * layer's permutation of rank 0) at its probability 1/H(E, 1.2) within a few sd; sticky:1.0
- * repeats the first token's ids for every later token (and sticky:0.0 does not). With the
- * draws one after another and in parallel over a warp (ft_cuda_synth_set_parallel). */
-static void synthetic_routing_case(void);
-TEST(synthetic_routing_zipf_and_sticky) {
-    for (int par = 0; par < 2; par++) {
-        fprintf(stderr, "  draws %s:\n", par ? "in parallel" : "one after another");
-        ft_cuda_synth_set_parallel(par);
-        synthetic_routing_case();
-    }
-    ft_cuda_synth_set_parallel(0);
-}
-
-/* Uniform synthetic routing, serial and parallel draws: 8 distinct ids of 64 per token, every
+/* Uniform synthetic routing: 8 distinct ids of 64 per token, every
  * expert chosen at 1/8 of the rate within chi-square's p = 0.001 (63 dof: 103.4). */
 TEST(synthetic_routing_uniform) {
     enum { T = 2048, E = 64, K = 8 };
@@ -495,8 +481,7 @@ TEST(synthetic_routing_uniform) {
     int32_t *dids = up(NULL, sizeof(int32_t) * T * K);
     static int32_t ids[T * K];
     uint32_t *dstep = up(NULL, 4);
-    for (int par = 0; par < 2; par++) {
-        ft_cuda_synth_set_parallel(par);
+    {
         ft_cuda_synthetic_route(dids, dw, dl, T, E, K, 11, dstep, 2, 1, NULL, 0);
         cudaDeviceSynchronize();
         cudaMemcpy(ids, dids, sizeof ids, cudaMemcpyDeviceToHost);
@@ -511,18 +496,19 @@ TEST(synthetic_routing_uniform) {
             }
         double e = (double)T * K / E, chi2 = 0;
         for (int i = 0; i < E; i++) chi2 += (count[i] - e) * (count[i] - e) / e;
-        fprintf(stderr, "  uniform, draws %s: chi-square %.1f over %d experts\n",
-                par ? "in parallel" : "one after another", chi2, E);
+        fprintf(stderr, "  uniform: chi-square %.1f over %d experts\n", chi2, E);
         EXPECT(distinct);
-        CHECK_(chi2 <= 103.4, "uniform (%s): chi-square %.1f", par ? "parallel" : "serial", chi2);
+        CHECK_(chi2 <= 103.4, "uniform: chi-square %.1f", chi2);
     }
-    ft_cuda_synth_set_parallel(0);
     EXPECT_OK(ft_cuda_check("uniform synthetic routing"));
     free(logits);
     cudaFree(dl), cudaFree(dw), cudaFree(dids), cudaFree(dstep);
 }
 
-static void synthetic_routing_case(void) {
+/* Synthetic routing on the GPU: distinct ids per token; zipf:1.2 puts rank 1's expert (the
+ * layer's permutation of rank 0) at its probability 1/H(E, 1.2) within a few sd; sticky:1.0
+ * repeats the first token's ids for every later token (and sticky:0.0 does not). */
+TEST(synthetic_routing_zipf_and_sticky) {
     enum { T = 512, E = 16, K = 2, LAYER = 3 };
     float *logits = rnd((size_t)T * E);
     float *dl = up(logits, sizeof(float) * T * E), *dw = up(NULL, sizeof(float) * T * K);

@@ -158,4 +158,38 @@ TEST(alone_model_keeps_misses_on_a_contended_cpu) {
     ft_split_free(&s);
 }
 
+/* One stalled step (a 0.1 ms expert taking 0.85 ms: seen on the H200 host under gVisor) moves
+ * the CPU estimate by at most 20% and leaves the split where it was; a CPU that stays slow
+ * still moves it. A side that no call used for 64 calls in a row gets one expert back, and
+ * its estimate recovers from the samples that brings. */
+TEST(a_stalled_step_does_not_swing_the_split) {
+    struct ft_split s;
+    EXPECT_OK(ft_split_init(&s, FT_MOE_HYBRID, 1, 0.2e-3, 0.1e-3, 0.05e-3));
+    const int f0 = ft_split_fetch_count(&s, 0, 5);
+    EXPECT_EQ(f0, brute(0.2e-3, 0.1e-3, 0.05e-3, 5));
+    ft_split_observe(&s, 0, f0, f0 * 0.2e-3, 5 - f0, 0.05e-3 + (5 - f0) * 0.85e-3);
+    fprintf(stderr, "  after one 0.85 ms sample: CPU %.3f ms an expert\n", 1e3 * s.layer[0].cpu_s);
+    EXPECT(s.layer[0].cpu_s <= 1.2 * 0.1e-3 + 1e-12);
+    EXPECT_EQ(ft_split_fetch_count(&s, 0, 5), f0);
+    for (int i = 0; i < 40; i++) ft_split_observe(&s, 0, 2, 2 * 0.2e-3, 3, 0.05e-3 + 3 * 0.85e-3);
+    fprintf(stderr, "  after 40 such samples: CPU %.3f ms an expert\n", 1e3 * s.layer[0].cpu_s);
+    EXPECT(fabs(s.layer[0].cpu_s - 0.85e-3) < 0.05e-3);
+    /* now every one of 3 misses is fetched; each 64th call gives one to the CPU */
+    EXPECT_EQ(brute(0.2e-3, s.layer[0].cpu_s, s.layer[0].cpu_fixed_s, 3), 3);
+    int cpu_calls = 0;
+    for (int i = 0; i < 128; i++) cpu_calls += ft_split_fetch_count(&s, 0, 3) < 3;
+    EXPECT_EQ(cpu_calls, 2);
+    /* the CPU is fast again: the samples those calls bring pull the estimate back down */
+    int calls = 0;
+    while (brute(s.layer[0].copy_s, s.layer[0].cpu_s, s.layer[0].cpu_fixed_s, 3) == 3 && calls < 64 * 40) {
+        calls++;
+        const int f = ft_split_fetch_count(&s, 0, 3);
+        if (f < 3) ft_split_observe(&s, 0, f, f * 0.2e-3, 3 - f, 0.05e-3 + (3 - f) * 0.1e-3);
+    }
+    fprintf(stderr, "  back to the CPU after %d calls (CPU %.3f ms an expert)\n", calls,
+            1e3 * s.layer[0].cpu_s);
+    EXPECT(calls < 64 * 40);
+    ft_split_free(&s);
+}
+
 TEST_MAIN("policy")

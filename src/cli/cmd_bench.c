@@ -162,9 +162,10 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
     const int host_argmax = ft_sys_env_int("FT_BENCH_HOST_ARGMAX", 0) > 0;
     const int sampled = b->smp.temperature > 0;
     if (sampled && (st = ft_sampler_init(&smp, &b->smp, m->vocab)) != FT_OK) goto done;
-    /* sampled decode: drawn by the engine (on the GPU: on the device) when FT_ENGINE_DRAW=1 and
-     * the request is temperature alone, else logits to the host sampler, as ft serve does */
-    const int engine_draw = sampled && ft_sampler_engine_drawable(smp) && ft_sys_env_int("FT_ENGINE_DRAW", 0) > 0;
+    /* sampled decode as ft serve does it: on a GPU backend a temperature-only request is drawn
+     * on the device (FT_ENGINE_DRAW=0: not), else the logits go to the host sampler */
+    const int engine_draw = sampled && ft_sampler_engine_drawable(smp) && ft_engine_on_gpu(e) &&
+                            ft_sys_env_int("FT_ENGINE_DRAW", 1) > 0;
     for (int i = 0; i < 3 && n > 0; i++) {
         int32_t next;
         if (engine_draw) st = ft_engine_forward_draw(e, w0, 1, b->smp.temperature, 0.5f, &next);
@@ -228,7 +229,7 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
             printf("  %s sampled: temperature %g, top-k %d, top-p %g, min-p %g, seed %llu; tokens drawn %s\n",
                    test, b->smp.temperature, b->smp.top_k, b->smp.top_p, b->smp.min_p,
                    (unsigned long long)b->smp.seed,
-                   engine_draw ? "by the engine (FT_ENGINE_DRAW=1)" : "by the host sampler from each step's logits");
+                   engine_draw ? "on the device" : "by the host sampler from each step's logits");
         offload_line(b, test, 0, distinct, 0, n);
     }
 done:

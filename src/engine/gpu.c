@@ -543,13 +543,14 @@ static void gpu_experts(struct ft_gpu *g, const struct gpu_layer *L, int l, int 
     ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += routed experts (GPU) */
 }
 
-/* FT_HYBRID_OVERLAP=1: a cpu/hybrid layer step issues its copies and GPU expert launches from
- * inside the CPU executor's gate/up pass (the engine thread is the pool's worker 0; the other
- * workers start on the CPU experts at once), instead of before the executor: those took 64 us
- * of a 580 us layer step on the H200 (FT_GPU_PROFILE). Off until an A/B on the GPU machine. */
+/* A cpu/hybrid layer step issues its copies and GPU expert launches from inside the CPU
+ * executor's gate/up pass (the engine thread is the pool's worker 0; the other workers start on
+ * the CPU experts at once), instead of before the executor: those took 64 us of a 580 us layer
+ * step on the H200 (FT_GPU_PROFILE). Alternated at 30G (2026-11-30): 39.4 / 40.3 tok/s against
+ * 37.9 / 27.3 issuing first. FT_HYBRID_OVERLAP=0 issues first. */
 static int hybrid_overlap(void) {
     static int v = -1;
-    if (v < 0) v = ft_sys_env_int("FT_HYBRID_OVERLAP", 0) != 0;
+    if (v < 0) v = ft_sys_env_int("FT_HYBRID_OVERLAP", 1) != 0;
     return v;
 }
 

@@ -289,10 +289,11 @@ static void sample_rows(struct ft_sched *s, int n_segs) {
     else sample_task(&j, 0, 1);
 }
 
-/* FT_ENGINE_DRAW=1: temperature-only requests drawn by the engine (on the GPU: on the device) */
+/* temperature-only requests drawn by the engine on a GPU backend (on the device);
+ * FT_ENGINE_DRAW=0 sends their logits to the host sampler */
 static int engine_draws(void) {
     static int v = -1;
-    if (v < 0) v = ft_sys_env_int("FT_ENGINE_DRAW", 0) != 0;
+    if (v < 0) v = ft_sys_env_int("FT_ENGINE_DRAW", 1) != 0;
     return v;
 }
 
@@ -373,8 +374,8 @@ static void step(struct ft_sched *s) {
     int ids_only = 1;
     for (int i = 0; i < n_segs; i++)
         if (s->segs[i].want == FT_LOGITS_LAST) ids_only &= ft_sampler_plain_greedy(s->seg_req[i]->smp);
-    /* on a GPU backend, steps whose tokens are all greedy or temperature alone can be drawn
-     * on the device too (FT_ENGINE_DRAW=1 until measured on the GPU machine) */
+    /* on a GPU backend, steps whose tokens are all greedy or temperature alone are drawn on
+     * the device too */
     int draw = !ids_only && (s->o.engine_draws > 0 || (engine_draws() && ft_engine_on_gpu(s->e)));
     for (int i = 0; draw && i < n_segs; i++)
         if (s->segs[i].want == FT_LOGITS_LAST) draw &= ft_sampler_engine_drawable(s->seg_req[i]->smp);

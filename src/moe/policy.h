@@ -21,6 +21,7 @@ struct ft_split_costs {
      * side starts after the issue); decisions counts this layer's calls (exploration) */
     double cpu_alone_s, issue_s;
     long samples_alone, samples_issue, decisions;
+    int unused; /* consecutive calls that fetched all or none (ft_split_fetch_count) */
 };
 
 struct ft_split {
@@ -37,7 +38,8 @@ enum ft_status ft_split_init(struct ft_split *s, enum ft_moe_mode mode, int n_la
 void ft_split_free(struct ft_split *s);
 /* How many of m misses to fetch (the rest go to the CPU). Under the alone model, every 64th
  * call of a layer takes the other side of the choice (no fetch, or the best with fetches) so
- * that the estimate it rests on does not go stale. */
+ * that the estimate it rests on does not go stale; without it, after 64 calls in a row that
+ * fetched all or none, one call moves one expert to the unused side. */
 int ft_split_fetch_count(struct ft_split *s, int layer, int m);
 /* The alone model: fetching nothing costs m * cpu_alone + fixed (no copy takes DRAM from the
  * executor), fetching F > 0 costs max(F * copy, F * issue + (M - F) * cpu + fixed) with cpu the
@@ -51,7 +53,9 @@ void ft_split_observe_side(struct ft_split *s, int layer, int n_cpu, double cpu_
 /* The host issued n copies in seconds (the alone model's issue cost). */
 void ft_split_observe_issue(struct ft_split *s, int layer, int n, double seconds);
 /* Feedback from a finished step: n_copied experts took copy_s seconds; n_cpu took cpu_s
- * (of which the fixed part is taken to be the current estimate). */
+ * (of which the fixed part is taken to be the current estimate). Every estimate is a running
+ * average whose samples are first held within [1/10, 3] times it (one stalled step cannot
+ * swing the split). */
 void ft_split_observe(struct ft_split *s, int layer, int n_copied, double copy_s, int n_cpu,
                       double cpu_s);
 /* The CPU side measured in two parts: n_cpu experts in cpu_s seconds, work_s of which scaled

@@ -117,9 +117,6 @@ struct ft_cuda_synth {
 void ft_cuda_synthetic_route(int32_t *ids, float *w, const float *logits, int T, int E, int k,
                              uint64_t seed, const uint32_t *step, int layer, int norm,
                              const struct ft_cuda_synth *sy, cudaStream_t s);
-/* Uniform/zipf synthetic routing with each token's k draws in parallel over a warp's lanes
- * (1) or one after another (0; FT_SYNTH_PAR's default until an A/B says otherwise). */
-void ft_cuda_synth_set_parallel(int on);
 void ft_cuda_step_incr(uint32_t *step, cudaStream_t s);
 /* y[t, :] += sigmoid(score[t]) * x[t, :] (Qwen2-MoE shared expert) */
 void ft_cuda_sigmoid_scale_add(float *y, const float *x, const float *score, int T, int H,

@@ -732,7 +732,7 @@ __device__ __forceinline__ void gemv_store(const struct ft_cuda_gemv_args &a, in
  * 1/rms per token applied at the end; block 0 also stores the normalised input) and an
  * optional accumulate epilogue (y += result: the residual add of o_proj / down_proj). */
 template <int TT>
-__device__ __forceinline__ void gemv_fused_body(const struct ft_cuda_gemv_args &a) {
+__global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a) {
     int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP;
     if (n < a.N) /* this warp's weight row into L2 while the previous kernel finishes */
         for (size_t off = (size_t)lane * 128; off < (size_t)a.K * 2; off += WARP * 128)
@@ -750,27 +750,6 @@ __device__ __forceinline__ void gemv_fused_body(const struct ft_cuda_gemv_args &
         float v = warp_sum(acc[t]);
         if (lane == 0 && t < a.T) gemv_store(a, n, t, v, r_s);
     }
-}
-
-template <int TT>
-__global__ void gemv_fused_kernel(struct ft_cuda_gemv_args a) { gemv_fused_body<TT>(a); }
-
-/* The one-token GEMVs (gemv_fused_kernel<1>, moe_gemv_kernel) built for MINB blocks of 256
- * threads an SM: 48 and 38 registers a thread hold 5 and 6 blocks (40 and 48 warps of 64), so
- * fewer loads are in flight than the SM could keep. FT_GEMV_MINB=6|8 (an A/B on the GPU
- * machine; 0, the kernels as they are, by default). */
-template <int MINB>
-__global__ void __launch_bounds__(GEMV_WARPS * WARP, MINB) gemv_fused_lb_kernel(struct ft_cuda_gemv_args a) {
-    gemv_fused_body<1>(a);
-}
-
-static int gemv_minb(void) {
-    static int v = -1;
-    if (v < 0) {
-        v = ft_sys_env_int("FT_GEMV_MINB", 0);
-        v = v == 6 || v == 8 ? v : 0;
-    }
-    return v;
 }
 
 /* Few output rows (the router: N = E = 128): one block per row, its 256 threads splitting K
@@ -805,14 +784,10 @@ __global__ void gemv_splitk_kernel(struct ft_cuda_gemv_args a) {
     gemv_store(a, n, tid, v, r_s);
 }
 
-/* The most rows a GEMV takes the block-per-row kernel for: 512 (the router); FT_SPLITK_N=2048
- * also gives it o_proj (2048 rows of 4096: 256 blocks of a warp per row are 2 an SM, 1.6 TB/s
- * under ncu), for an A/B on the GPU machine */
-static int splitk_max_n(void) {
-    static int v = -1;
-    if (v < 0) v = ft_sys_env_int("FT_SPLITK_N", 512);
-    return v;
-}
+/* The most rows a GEMV takes the block-per-row kernel for: the router (128) and o_proj (2048 rows
+ * of 4096: a warp a row gave 256 blocks, 2 an SM). Measured 2026-11-30, alternated: tg128 on 12
+ * layers 829 / 831 tok/s against 818 / 814 at 512 rows; at 8192 (qkv's 5120 rows too) 814 / 810. */
+#define SPLITK_MAX_N 2048
 
 /* FT_GEMV_SPLITK=0 keeps every GEMV on one warp per row (A/B runs) */
 static int splitk_on(void) {
@@ -824,7 +799,7 @@ static int splitk_on(void) {
 extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream_t s) {
     dim3 grid(cdiv(args->N, GEMV_WARPS));
     int th = GEMV_WARPS * WARP;
-    const int splitk = args->N <= splitk_max_n() && args->K % 8 == 0 && splitk_on();
+    const int splitk = args->N <= SPLITK_MAX_N && args->K % 8 == 0 && splitk_on();
     for (int t0 = 0; t0 < args->T; t0 += 8) { /* 8 tokens per launch */
         struct ft_cuda_gemv_args a = *args;
         a.T = args->T - t0 < 8 ? args->T - t0 : 8;
@@ -838,11 +813,7 @@ extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream
             else if (a.T == 2) launch(gemv_splitk_kernel<2>, args->N, th, 0, s, a);
             else if (a.T <= 4) launch(gemv_splitk_kernel<4>, args->N, th, 0, s, a);
             else launch(gemv_splitk_kernel<8>, args->N, th, 0, s, a);
-        } else if (a.T == 1 && gemv_minb() == 8)
-            launch(gemv_fused_lb_kernel<8>, grid, th, 0, s, a);
-        else if (a.T == 1 && gemv_minb() == 6)
-            launch(gemv_fused_lb_kernel<6>, grid, th, 0, s, a);
-        else if (a.T == 1)
+        } else if (a.T == 1)
             launch(gemv_fused_kernel<1>, grid, th, 0, s, a);
         else if (a.T == 2)
             launch(gemv_fused_kernel<2>, grid, th, 0, s, a);
@@ -859,8 +830,8 @@ extern "C" void ft_cuda_gemv(float *y, int ldy, const float *x, const uint16_t *
     ft_cuda_gemv_ex(&a, s);
 }
 
-__device__ __forceinline__ void moe_gemv_body(float *y, const float *x, int x_div, const uint16_t *w,
-                                              size_t expert_stride, const int32_t *ids, int N, int K) {
+__global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint16_t *w,
+                                size_t expert_stride, const int32_t *ids, int N, int K) {
     pdl_enter();
     int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP, p = blockIdx.y;
     if (n >= N) return;
@@ -875,29 +846,11 @@ __device__ __forceinline__ void moe_gemv_body(float *y, const float *x, int x_di
     if (lane == 0) y[(size_t)p * N + n] = v;
 }
 
-__global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint16_t *w,
-                                size_t expert_stride, const int32_t *ids, int N, int K) {
-    moe_gemv_body(y, x, x_div, w, expert_stride, ids, N, K);
-}
-
-template <int MINB>
-__global__ void __launch_bounds__(GEMV_WARPS * WARP, MINB)
-moe_gemv_lb_kernel(float *y, const float *x, int x_div, const uint16_t *w, size_t expert_stride,
-                   const int32_t *ids, int N, int K) {
-    moe_gemv_body(y, x, x_div, w, expert_stride, ids, N, K);
-}
-
 extern "C" void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w,
                                  size_t expert_stride, const int32_t *ids, int P, int N, int K,
                                  cudaStream_t s) {
     const dim3 grid(cdiv(N, GEMV_WARPS), P);
-    const int minb = gemv_minb();
-    if (minb == 8)
-        launch(moe_gemv_lb_kernel<8>, grid, GEMV_WARPS * WARP, 0, s, y, x, x_div, w, expert_stride, ids, N, K);
-    else if (minb == 6)
-        launch(moe_gemv_lb_kernel<6>, grid, GEMV_WARPS * WARP, 0, s, y, x, x_div, w, expert_stride, ids, N, K);
-    else
-        launch(moe_gemv_kernel, grid, GEMV_WARPS * WARP, 0, s, y, x, x_div, w, expert_stride, ids, N, K);
+    launch(moe_gemv_kernel, grid, GEMV_WARPS * WARP, 0, s, y, x, x_div, w, expert_stride, ids, N, K);
 }
 
 /* One thread per (token, column), blocks along the columns: one block per token (the old
@@ -1026,40 +979,15 @@ __device__ __forceinline__ void synth_draw_serial(int32_t *got, int k, uint64_t 
     }
 }
 
-/* One warp per token: softmax statistics over E by the warp, then lane 0 draws k distinct ids
- * by rejection; weights = the router's softmax at those ids. k <= SYNTH_MAX_K (the GPU
- * backend allows 32: gpu.c). */
-#define SYNTH_MAX_K 32
-__global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, int T, int E,
-                                   int k, uint64_t seed, const uint32_t *step, int layer, int norm,
-                                   const float *cdf) {
-    pdl_enter();
-    int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    if (t >= T) return;
-    const float *l = logits + (size_t)t * E;
-    const uint32_t s0 = *step; /* its load overlaps the statistics' */
-    float mx, z;
-    router_stats(l, E, lane, &mx, &z);
-    if (lane) return;
-    uint64_t st = ft_mix64(seed ^ ft_mix64(((uint64_t)s0 << 40) ^ ((uint64_t)layer << 20) ^ (uint64_t)t));
-    /* all k draws first (no memory traffic but the chosen ids, kept in this thread), then
-     * their k logits loaded at once: a load per draw cost a cache latency each (7.9 us a
-     * decode layer under ncu) */
-    int32_t got[SYNTH_MAX_K];
-    synth_draw_serial(got, k, &st, E, cdf, layer);
-    float gw[SYNTH_MAX_K], sum = 0.0f;
-    for (int j = 0; j < k; j++) gw[j] = l[got[j]];
-    for (int j = 0; j < k; j++) gw[j] = __expf(gw[j] - mx) / z, sum += gw[j];
-    for (int j = 0; j < k; j++) ids[t * k + j] = got[j], w[t * k + j] = norm ? gw[j] / sum : gw[j];
-}
+#define SYNTH_MAX_K 32 /* the GPU backend allows k <= 32 (gpu.c) */
 
-/* The same with the k draws in parallel: lane j < k draws from a stream of its own; lanes
- * whose id an earlier lane holds draw again, all at once, until the k differ (one round most
- * steps: 8 of 128 collide with probability ~0.2), lane 0's first draw being a plain draw as
- * before. A steep zipf that leaves them colliding 64 rounds falls back to lane 0's serial
- * draws. Weights as synth_route_kernel's (their sum added as a warp tree). FT_SYNTH_PAR=1 or
- * ft_cuda_synth_set_parallel(1) (an A/B on the GPU machine first). */
-__global__ void synth_route_par_kernel(int32_t *ids, float *w, const float *logits, int T, int E,
+/* One warp per token: softmax statistics over E by the warp, then lane j < k draws the j-th id
+ * from a stream of its own; lanes whose id an earlier lane holds draw again, all at once, until
+ * the k differ (one round most steps: 8 of 128 collide with probability ~0.2). A steep zipf that
+ * leaves them colliding 64 rounds falls back to lane 0's serial draws. Weights: the router's
+ * softmax at those ids (normalised over the k when norm). Lane 0 drawing all k one after another
+ * (the CPU's order) was 15 tok/s slower on 48 layers (244 against 259, 2026-11-30, H200). */
+__global__ void synth_route_kernel(int32_t *ids, float *w, const float *logits, int T, int E,
                                        int k, uint64_t seed, const uint32_t *step, int layer,
                                        int norm, const float *cdf) {
     pdl_enter();
@@ -1083,7 +1011,7 @@ __global__ void synth_route_par_kernel(int32_t *ids, float *w, const float *logi
         if (tries == 64) break;
         if (dup) id = synth_draw(&st, E, cdf, layer);
     }
-    if (tries == 64) { /* lane 0 draws them one after another, as synth_route_kernel */
+    if (tries == 64) { /* lane 0 draws them one after another */
         int32_t got[SYNTH_MAX_K];
         uint64_t s1 = base;
         if (lane == 0) synth_draw_serial(got, k, &s1, E, cdf, layer);
@@ -1096,10 +1024,6 @@ __global__ void synth_route_par_kernel(int32_t *ids, float *w, const float *logi
     const float sum = warp_sum(g);
     if (lane < k) ids[t * k + lane] = id, w[t * k + lane] = norm ? g / sum : g;
 }
-
-static int g_synth_par = -1;
-
-extern "C" void ft_cuda_synth_set_parallel(int on) { g_synth_par = on != 0; }
 
 /* Sticky routing (temporally correlated): each of the k choices keeps the layer's previous id
  * with probability keep, else draws a new uniform one, token after token (the state carries
@@ -1160,8 +1084,7 @@ extern "C" void ft_cuda_synthetic_route(int32_t *ids, float *w, const float *log
                seed, step, layer, norm, sy->keep, sy->sticky + (size_t)layer * k);
         return;
     }
-    if (g_synth_par < 0) g_synth_par = ft_sys_env_int("FT_SYNTH_PAR", 0) != 0;
-    launch(g_synth_par ? synth_route_par_kernel : synth_route_kernel, cdiv(T, 4), 4 * WARP, 0, s,
+    launch(synth_route_kernel, cdiv(T, 4), 4 * WARP, 0, s,
            ids, w, logits, T, E, k, seed, step, layer, norm,
            sy ? (const float *)sy->zipf_cdf : (const float *)NULL);
 }
