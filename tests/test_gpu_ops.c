@@ -432,18 +432,20 @@ TEST(sample_draw_matches_definition) {
     for (int vi = 0; vi < 3; vi++) {
         const int V = Vs[vi], R = 16;
         float *lg = malloc((size_t)R * V * 4), *y = malloc((size_t)V * 4), *scratch = malloc((size_t)V * 4);
-        float draws[2 * 16];
+        struct ft_draw draws[16];
         for (size_t i = 0; i < (size_t)R * V; i++) lg[i] = 4.0f * frand();
         lg[3] = -INFINITY;
-        for (int r = 0; r < R; r++) draws[2 * r] = r % 4 == 0 ? 0.0f : 0.5f + 0.25f * (float)(r % 5),
-                                    draws[2 * r + 1] = (float)((r * 7919 + vi * 131) % 1000) / 1000.0f;
-        float *dlg = up(lg, (size_t)R * V * 4), *dd = up(draws, sizeof draws);
+        for (int r = 0; r < R; r++)
+            draws[r] = (struct ft_draw){r % 4 == 0 ? 0.0f : 0.5f + 0.25f * (float)(r % 5),
+                                        (float)((r * 7919 + vi * 131) % 1000) / 1000.0f, 1.0f, 0.0f, 0};
+        float *dlg = up(lg, (size_t)R * V * 4);
+        struct ft_draw *dd = up(draws, sizeof draws);
         int32_t *dout = up(NULL, R * 4), out[16];
         ft_cuda_sample_draw(dlg, R, V, dd, dout, 0);
         cudaDeviceSynchronize();
         cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost);
         for (int r = 0; r < R; r++) {
-            const float *x = lg + (size_t)r * V, T = draws[2 * r];
+            const float *x = lg + (size_t)r * V, T = draws[r].temperature;
             total++;
             if (!(T > 0)) {
                 bad += out[r] != ft_argmax(x, V);
@@ -457,7 +459,7 @@ TEST(sample_draw_matches_definition) {
             for (int i = 0; i < V; i++) mx = fmax(mx, (double)(x[i] / T));
             for (int i = 0; i < V; i++) z += exp((double)(x[i] / T) - mx);
             for (int i = 0; i < out[r]; i++) before += exp((double)(x[i] / T) - mx);
-            const double at = before + exp((double)(x[out[r]] / T) - mx), u = draws[2 * r + 1];
+            const double at = before + exp((double)(x[out[r]] / T) - mx), u = draws[r].u;
             bad += !(before <= u * z + 1e-4 * z && at > u * z - 1e-4 * z);
             memcpy(y, x, (size_t)V * 4);
             differ += out[r] != ft_draw_softmax(y, V, T, u, scratch);
@@ -470,6 +472,80 @@ TEST(sample_draw_matches_definition) {
     EXPECT_EQ(bad, 0);
     CHECK_(differ <= 2, "%d of %d device draws differ from the host's", differ, total);
     EXPECT_OK(ft_cuda_check("sample draw"));
+}
+
+/* Top-k / top-p / min-p drawn on the device against the host sampler's definition
+ * (ft_sampler_draw_row with the same parameters and uniform) on a real vocab (151,936) and a
+ * small one, peaked rows (a few strong tokens over a spread: a model's typical row) under
+ * Qwen's default, top-k alone (k 1, 50, with ties), top-p alone, min-p alone and mixed; a flat
+ * row under top-p 0.95 has more candidates than the device sorts and must come back as -1
+ * (the host's), and with the cap lowered to 8 every row either comes back as -1 or as before.
+ * Rounding may move a boundary: at most 2 of the rows may differ. */
+TEST(filtered_draws_match_host) {
+    const int Vs[2] = {151936, 1000};
+    const struct ft_draw cfg[8] = {
+        {0.7f, 0.0f, 0.8f, 0.0f, 20}, {1.0f, 0.0f, 1.0f, 0.0f, 1},  {0.8f, 0.0f, 1.0f, 0.0f, 50},
+        {1.0f, 0.0f, 0.9f, 0.0f, 0},  {1.0f, 0.0f, 1.0f, 0.1f, 0},  {1.1f, 0.0f, 0.7f, 0.05f, 0},
+        {0.6f, 0.0f, 0.95f, 0.02f, 40}, {1.0f, 0.0f, 0.95f, 0.0f, 0}, /* the last on a flat row */
+    };
+    const struct ft_sampling def = ft_sampling_default();
+    int differ = 0, total = 0, overflow_ok = 0, capped_ok = 0, capped_sent = 0, bad = 0;
+    for (int vi = 0; vi < 2; vi++) {
+        const int V = Vs[vi], R = 32;
+        struct ft_sampler *scratch = NULL;
+        EXPECT_OK(ft_sampler_init(&scratch, &def, V));
+        float *lg = malloc((size_t)R * V * 4), *y = malloc((size_t)V * 4);
+        struct ft_draw draws[32];
+        for (int r = 0; r < R; r++) {
+            float *x = lg + (size_t)r * V;
+            const int flat = r % 8 == 7;
+            for (int i = 0; i < V; i++) x[i] = flat ? 0.1f * frand() : 1.5f * frand() - 6.5f;
+            for (int j = 0; !flat && j < 12; j++) x[(r * 7919 + j * 104729) % V] = 6.0f + (float)(j % 5);
+            if (r % 8 == 2) x[(r * 31) % V] = x[(r * 7919) % V]; /* a tie at the top */
+            draws[r] = cfg[r % 8];
+            draws[r].u = (float)((r * 7919 + vi * 131) % 1000) / 1000.0f;
+        }
+        float *dlg = up(lg, (size_t)R * V * 4);
+        struct ft_draw *dd = up(draws, sizeof draws);
+        int32_t *dout = up(NULL, R * 4), out[32], capped[32];
+        ft_cuda_sample_draw(dlg, R, V, dd, dout, 0);
+        cudaDeviceSynchronize();
+        cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost);
+        ft_cuda_sample_draw_set_cap(8);
+        ft_cuda_sample_draw(dlg, R, V, dd, dout, 0);
+        cudaDeviceSynchronize();
+        cudaMemcpy(capped, dout, sizeof capped, cudaMemcpyDeviceToHost);
+        ft_cuda_sample_draw_set_cap(0);
+        for (int r = 0; r < R; r++) {
+            memcpy(y, lg + (size_t)r * V, (size_t)V * 4);
+            const int32_t want = ft_sampler_draw_row(scratch, &draws[r], y);
+            capped_ok += capped[r] == -1 || capped[r] == out[r]; /* sent back, or fits: the same */
+            capped_sent += capped[r] == -1;
+            if (r % 8 == 7 && V > 2048) { /* flat under top-p 0.95: the host's */
+                overflow_ok += out[r] == -1;
+                continue;
+            }
+            total++;
+            bad += out[r] < 0 || out[r] >= V;
+            if (out[r] != want)
+                fprintf(stderr, "  V %d row %d (t %.2f k %d p %.2f min-p %.2f u %.3f): device %d, host %d\n", V,
+                        r, draws[r].temperature, draws[r].top_k, draws[r].top_p, draws[r].min_p,
+                        draws[r].u, out[r], want);
+            differ += out[r] != want;
+        }
+        free(lg), free(y);
+        ft_sampler_free(scratch);
+        cudaFree(dlg), cudaFree(dd), cudaFree(dout);
+    }
+    fprintf(stderr, "  filtered device draws: %d of %d differ from the host's; %d flat rows sent "
+            "back; with the cap at 8, %d of 64 rows sent back, %d as uncapped\n", differ, total,
+            overflow_ok, capped_sent, capped_ok - capped_sent);
+    EXPECT_EQ(bad, 0);
+    CHECK_(differ <= 2, "%d of %d filtered device draws differ from the host's", differ, total);
+    EXPECT_EQ(overflow_ok, 4);
+    EXPECT_EQ(capped_ok, 64);
+    EXPECT(capped_sent >= 24); /* at least the top-k 20, 40 and 50 rows */
+    EXPECT_OK(ft_cuda_check("filtered sample draw"));
 }
 
 /* Uniform synthetic routing: 8 distinct ids of 64 per token, every

@@ -190,8 +190,8 @@ TEST(engine_drawn_requests_same_text_alone_and_batched) {
 }
 
 /* The engine's own draws (ft_engine_forward_batch_draw: what the GPU backend does on the
- * device) equal ft_draw_softmax on the logits the same step returns, here on the CPU backend:
- * two sequences, one greedy (T 0) and one at T 0.9, over several steps. */
+ * device) equal ft_sampler_draw_row on the logits the same step returns, here on the CPU
+ * backend (engine_draws.h: greedy, temperature, top-k with top-p, top-p with min-p rows). */
 TEST(engine_draws_match_host_draws) {
     struct fixture f;
     EXPECT(open_fixture(&f) == 0);

@@ -266,17 +266,66 @@ TEST(draw_softmax_definition) {
     for (int t = 0; t < 50; t++) {
         memcpy(y, x, sizeof x);
         int32_t ia = ft_sampler_sample(a, y);
-        float T, u;
-        ft_sampler_engine_draw(b, &T, &u);
+        struct ft_draw d;
+        ft_sampler_engine_draw(b, &d);
         memcpy(y, x, sizeof x);
-        same += ia == ft_draw_softmax(y, V, T, u, scratch);
+        same += ia == ft_draw_softmax(y, V, d.temperature, d.u, scratch);
     }
-    CHECK_(same >= 49, "the sampler and the engine's draw agree on %d of 50 tokens", same);
-    sp.top_p = 0.9f;
+    EXPECT_EQ(same, 50); /* the same uniforms, the same steps */
+    ft_sampler_free(a), ft_sampler_free(b);
+}
+
+/* A request's tokens are the same whether its sampler draws them (ft_sampler_sample) or the
+ * engine does with the parameters and uniforms ft_sampler_engine_draw hands it
+ * (ft_sampler_draw_row, what the CPU backend and the GPU's fallback run): top-k, top-p,
+ * min-p and their mixes, on peaked and flat logits; the scratch sampler keeps its own
+ * parameters; penalties are not the engine's. */
+TEST(engine_draw_row_equals_sampler) {
+    enum { V = 3000 };
+    static float x[V], y[V];
+    const struct ft_sampling def = ft_sampling_default();
+    struct ft_sampler *scratch;
+    EXPECT_OK(ft_sampler_init(&scratch, &def, V));
+    const float cfg[6][4] = {/* temperature, top_k, top_p, min_p */
+                             {0.7f, 20, 0.8f, 0}, {1.0f, 0, 0.9f, 0}, {1.1f, 0, 0.7f, 0.05f},
+                             {0.8f, 50, 1.0f, 0}, {1.0f, 0, 1.0f, 0.1f}, {0.6f, 2900, 0.95f, 0.01f}};
+    uint64_t r = 5;
+    int bad = 0, n = 0;
+    for (int c = 0; c < 6; c++) {
+        struct ft_sampling sp = ft_sampling_default();
+        sp.temperature = cfg[c][0], sp.top_k = (int)cfg[c][1], sp.top_p = cfg[c][2];
+        sp.min_p = cfg[c][3], sp.seed = 40 + c;
+        struct ft_sampler *a, *b;
+        EXPECT_OK(ft_sampler_init(&a, &sp, V));
+        EXPECT_OK(ft_sampler_init(&b, &sp, V));
+        EXPECT(ft_sampler_engine_drawable(b));
+        for (int t = 0; t < 40; t++, n++) {
+            const float spread = t % 2 ? 1.0f : 8.0f; /* flat, peaked */
+            for (int i = 0; i < V; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                x[i] = spread * (float)((double)(r >> 11) / 9007199254740992.0 - 0.5);
+            }
+            memcpy(y, x, sizeof x);
+            const int32_t ia = ft_sampler_sample(a, y);
+            struct ft_draw d;
+            ft_sampler_engine_draw(b, &d);
+            memcpy(y, x, sizeof x);
+            bad += ia != ft_sampler_draw_row(scratch, &d, y);
+        }
+        ft_sampler_free(a), ft_sampler_free(b);
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT(n == 240);
+    /* the scratch's own parameters are untouched: it still samples with its defaults */
+    memcpy(y, x, sizeof x);
+    ft_sampler_process(scratch, y);
+    EXPECT(memcmp(x, y, sizeof x) == 0);
+    struct ft_sampling pen = ft_sampling_default();
+    pen.presence_penalty = 0.5f;
     struct ft_sampler *c;
-    EXPECT_OK(ft_sampler_init(&c, &sp, V));
-    EXPECT(!ft_sampler_engine_drawable(c)); /* a filter: the host samples */
-    ft_sampler_free(a), ft_sampler_free(b), ft_sampler_free(c);
+    EXPECT_OK(ft_sampler_init(&c, &pen, V));
+    EXPECT(!ft_sampler_engine_drawable(c)); /* a penalty: the host samples */
+    ft_sampler_free(c), ft_sampler_free(scratch);
 }
 
 /* 200k draws at temperature 1 from 5 logits: each frequency within 4 sigma of softmax. */

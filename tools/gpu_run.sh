@@ -25,12 +25,11 @@
 #   exec2    #9 in brief: bench_exec mxfp4/nvfp4 at 16 and 14 threads, alternated -> exec.log
 #   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
-#   decab    #5 resident decode A/B: as built vs FT_SYNTH_PAR=1, FT_GEMV_MINB=6|8, FT_SPLITK_N=2048
-#            (and ft_old), alternated
-#            on 12 layers, then on 48; FT_STEP_TIMING's split                 -> decab.log
+#   decab    #5 resident decode A/B: as built vs ft_old (OLD_REV), alternated on 12 layers,
+#            then on 48; FT_STEP_TIMING's split                              -> decab.log
 #   hybprof  #8 hybrid decode at 30G, host side per layer step (FT_GPU_PROFILE) -> hybprof.log
-#   sampab   #5 sampled decode on 12 layers: greedy, t 0.8 (host / FT_ENGINE_DRAW=1), Qwen's
-#            defaults, alternated                                               -> sampab.log
+#   sampab   #5 sampled decode on 12 layers: greedy; t 0.8 and Qwen's defaults, each on the
+#            device and on the host (FT_ENGINE_DRAW=0), alternated; 48 layers   -> sampab.log
 #   hybab    #8 hybrid at 30G: FT_HYBRID_OVERLAP=1, FT_SPLIT_ALONE=1 vs default, alternated; cpu
 #            once                                                               -> hybab.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
@@ -162,21 +161,13 @@ for part in "$@"; do
         step sanitize.log 200 "$SAN" --tool memcheck --leak-check no $G/test_gpu_ops
         ;;
     decab)
-        # #5 resident decode A/B in one call, alternated, on 12 of the 48 layers
-        # (qwen3-30b-a3b@12: the same per-layer kernels, a quarter of the generating), then on
-        # all 48 (the two give the per-layer and the per-token cost). FT_STEP_TIMING=1 prints
-        # where each step's wall time went; =2 replays each step's graph twice (the GPU time the
-        # second adds is a replay without the launch wait). Configurations: as built; the
-        # synthetic router's k draws in parallel over a warp (FT_SYNTH_PAR=1); the one-token
-        # GEMVs built for 6 or 8 blocks an SM (FT_GEMV_MINB); o_proj, and also qkv, on the
-        # block-per-row kernel (FT_SPLITK_N=2048, 8192); .gpu/ft_old when there
-        # (OLD_REV=<commit> tools/gpu_pack.sh). The GPU tests with the switches on first.
-        FT_GEMV_MINB=8 FT_SYNTH_PAR=1 step decab.log 300 $G/test_gpu_ops
-        FT_GEMV_MINB=8 FT_SYNTH_PAR=1 FT_SPLITK_N=8192 step decab.log 400 $G/test_gpu_model
-        FT_GEMV_MINB=6 step decab.log 300 $G/test_gpu_ops
+        # #5 resident decode A/B in one call: as built against .gpu/ft_old (OLD_REV=<commit>
+        # tools/gpu_pack.sh), alternated twice on 12 of the 48 layers (qwen3-30b-a3b@12: the same
+        # per-layer kernels, a quarter of the generating), then once each on all 48 (the two give
+        # the per-layer and the per-token cost). FT_STEP_TIMING=1 prints where each step's wall
+        # time went. Add an env switch as a third configuration for a kernel A/B.
         for round in 1 2; do
-            for cfg in "ft FT_AB=new" "ft FT_SYNTH_PAR=1" "ft FT_GEMV_MINB=6" "ft FT_GEMV_MINB=8" \
-                       "ft FT_SPLITK_N=2048" "ft FT_SPLITK_N=8192" "ft_old FT_AB=old"; do
+            for cfg in "ft FT_AB=new" "ft_old FT_AB=old"; do
                 read -r bin envs <<<"$cfg"
                 [ -x "$G/$bin" ] || continue
                 echo "### $round $bin $envs" >>"$OUT/decab.log"
@@ -184,19 +175,23 @@ for part in "$@"; do
                     --synthetic qwen3-30b-a3b@12 -p 0 -n 128 -r 3 --backend cuda
             done
         done
-        for envs in FT_AB=new FT_SYNTH_PAR=1 FT_GEMV_MINB=8 FT_SPLITK_N=2048; do
-            echo "### 48 layers $envs" >>"$OUT/decab.log"
-            FT_STEP_TIMING=1 step decab.log 200 env "$envs" $G/ft bench \
+        for cfg in "ft FT_AB=new" "ft_old FT_AB=old"; do
+            read -r bin envs <<<"$cfg"
+            [ -x "$G/$bin" ] || continue
+            echo "### 48 layers $bin $envs" >>"$OUT/decab.log"
+            FT_STEP_TIMING=1 step decab.log 200 env "$envs" $G/$bin bench \
                 --synthetic qwen3-30b-a3b -p 512 -n 128 -r 3 --backend cuda
         done
         ;;
     sampab)
-        # #5 sampled decode on 12 layers, alternated twice: greedy (ids only), temperature 0.8
-        # with the logits to the host sampler and drawn on the device (FT_ENGINE_DRAW=1), and
-        # Qwen's defaults (t 0.7, top-k 20, top-p 0.8: the host sampler)
+        # #5 sampled decode on 12 layers, alternated twice: greedy (ids only); temperature 0.8 and
+        # Qwen's defaults (t 0.7, top-k 20, top-p 0.8), each drawn on the device (the default)
+        # and by the host sampler from the logits (FT_ENGINE_DRAW=0); then the 48 layers greedy
+        # and with Qwen's defaults on the device
         for round in 1 2; do
-            for cfg in "FT_AB=greedy -" "FT_AB=host --temp 0.8" "FT_ENGINE_DRAW=1 --temp 0.8" \
-                       "FT_AB=qwen --temp 0.7 --top-k 20 --top-p 0.8"; do
+            for cfg in "FT_AB=greedy -" "FT_AB=device --temp 0.8" "FT_ENGINE_DRAW=0 --temp 0.8" \
+                       "FT_AB=device --temp 0.7 --top-k 20 --top-p 0.8" \
+                       "FT_ENGINE_DRAW=0 --temp 0.7 --top-k 20 --top-p 0.8"; do
                 read -r envs args <<<"$cfg"
                 [ "$args" = - ] && args=
                 echo "### $round $envs $args" >>"$OUT/sampab.log"
@@ -204,6 +199,11 @@ for part in "$@"; do
                 step sampab.log 200 env "$envs" $G/ft bench --synthetic qwen3-30b-a3b@12 -p 0 -n 128 \
                     -r 3 --backend cuda $args
             done
+        done
+        for args in "" "--temp 0.7 --top-k 20 --top-p 0.8"; do
+            echo "### 48 layers $args" >>"$OUT/sampab.log"
+            # shellcheck disable=SC2086
+            step sampab.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 128 -r 3 --backend cuda $args
         done
         ;;
     hybprof)

@@ -162,14 +162,17 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
     const int host_argmax = ft_sys_env_int("FT_BENCH_HOST_ARGMAX", 0) > 0;
     const int sampled = b->smp.temperature > 0;
     if (sampled && (st = ft_sampler_init(&smp, &b->smp, m->vocab)) != FT_OK) goto done;
-    /* sampled decode as ft serve does it: on a GPU backend a temperature-only request is drawn
-     * on the device (FT_ENGINE_DRAW=0: not), else the logits go to the host sampler */
+    /* sampled decode as ft serve does it: on a GPU backend a request without penalties is
+     * drawn on the device (FT_ENGINE_DRAW=0: not), else the logits go to the host sampler */
     const int engine_draw = sampled && ft_sampler_engine_drawable(smp) && ft_engine_on_gpu(e) &&
                             ft_sys_env_int("FT_ENGINE_DRAW", 1) > 0;
     for (int i = 0; i < 3 && n > 0; i++) {
         int32_t next;
-        if (engine_draw) st = ft_engine_forward_draw(e, w0, 1, b->smp.temperature, 0.5f, &next);
-        else if (host_argmax || sampled) st = ft_engine_forward(e, w0, 1, logits, 0);
+        struct ft_draw d0;
+        if (engine_draw) {
+            ft_sampler_engine_draw(smp, &d0);
+            st = ft_engine_forward_draw(e, w0, 1, &d0, &next);
+        } else if (host_argmax || sampled) st = ft_engine_forward(e, w0, 1, logits, 0);
         else st = ft_engine_forward_greedy(e, w0, 1, &next);
         if (st != FT_OK) goto done;
     }
@@ -203,9 +206,9 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
             for (int i = 0; i < n; i++) {
                 tok = next;
                 if (engine_draw) {
-                    float T, u;
-                    ft_sampler_engine_draw(smp, &T, &u);
-                    st = ft_engine_forward_draw(e, &tok, 1, T, u, &next);
+                    struct ft_draw d;
+                    ft_sampler_engine_draw(smp, &d);
+                    st = ft_engine_forward_draw(e, &tok, 1, &d, &next);
                 } else if (sampled) {
                     st = ft_engine_forward(e, &tok, 1, logits, 0);
                     if (st == FT_OK) next = ft_sampler_sample(smp, logits);

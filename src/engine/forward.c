@@ -45,8 +45,10 @@ struct ft_engine {
     long distinct_n;
     struct ft_gpu *gpu;         /* CUDA backend, or NULL */
     int step_tokens;            /* tokens of the batch being run */
-    float *top1_logits;         /* CPU backend, greedy ids without caller logits: [rows, V] */
+    float *top1_logits;         /* ids without caller logits: [rows, V] (the CPU backend's logits,
+                                   a GPU row the device could not draw) */
     int top1_rows;
+    struct ft_sampler *draw_smp; /* the engine's draws: scratch for ft_sampler_draw_row */
 };
 
 /* --- matmul with an output row stride, rows split over the pool --- */
@@ -290,31 +292,40 @@ enum ft_status ft_engine_forward_batch(struct ft_engine *e, const struct ft_seg 
     return ft_engine_forward_batch_ex(e, segs, n_segs, logits, NULL);
 }
 
+/* Scratch for ids without caller logits: rows of logits, and for draws a sampler's buffers. */
+static enum ft_status top1_scratch(struct ft_engine *e, int rows, int draws) {
+    const int V = e->m->vocab;
+    if (rows > e->top1_rows) {
+        float *p = realloc(e->top1_logits, (size_t)rows * V * sizeof(float));
+        if (!p) return ft_fail(FT_ERR_OOM, "engine: out of memory for %d logit rows", rows);
+        e->top1_logits = p, e->top1_rows = rows;
+    }
+    if (draws && !e->draw_smp) {
+        const struct ft_sampling def = ft_sampling_default();
+        return ft_sampler_init(&e->draw_smp, &def, V);
+    }
+    return FT_OK;
+}
+
 /* The batch forward: logits as ft_engine_forward_batch's; top1: each row's token, the argmax
- * or (draws) ft_draw_softmax's draw. */
+ * or (draws) ft_sampler_draw_row's draw. */
 static enum ft_status forward_rows(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
-                                   float *logits, int32_t *top1, const float *draws) {
+                                   float *logits, int32_t *top1, const struct ft_draw *draws) {
     enum ft_status st = check_batch(e, segs, n_segs);
     if (st != FT_OK) return st;
+    const int V = e->m->vocab;
+    int rows = 0;
+    for (int i = 0; i < n_segs; i++)
+        rows += segs[i].want == FT_LOGITS_ALL ? segs[i].n : segs[i].want == FT_LOGITS_LAST;
+    /* the CPU backend's logits when the caller wants ids only; a GPU row the device leaves */
+    const int need = !top1 || rows == 0 ? 0 : e->gpu ? draws != NULL : logits ? 0 : rows;
+    if (top1 && rows > 0 && (need || draws) && (st = top1_scratch(e, need, draws != NULL)) != FT_OK)
+        return st;
     if (!e->gpu) {
-        int rows = 0, V = e->m->vocab;
-        for (int i = 0; i < n_segs; i++)
-            rows += segs[i].want == FT_LOGITS_ALL ? segs[i].n : segs[i].want == FT_LOGITS_LAST;
-        float *l = logits;
-        if (!l && top1 && rows > 0) { /* the caller wants ids only: logits into scratch, and a
-                                       * row more for the draw's weights */
-            if (rows + 1 > e->top1_rows) {
-                float *p = realloc(e->top1_logits, (size_t)(rows + 1) * V * sizeof(float));
-                if (!p) return ft_fail(FT_ERR_OOM, "engine: out of memory for %d logit rows", rows);
-                e->top1_logits = p, e->top1_rows = rows + 1;
-            }
-            l = e->top1_logits;
-        }
-        st = cpu_forward(e, segs, n_segs, l);
-        /* with draws, logits is NULL: l is the scratch, its row `rows` the draw's weights */
+        float *l = logits ? logits : e->top1_logits; /* ids only: logits into scratch */
+        st = cpu_forward(e, segs, n_segs, top1 && rows > 0 ? l : logits);
         for (int r = 0; st == FT_OK && top1 && r < rows; r++)
-            top1[r] = draws ? ft_draw_softmax(l + (size_t)r * V, V, draws[2 * r], draws[2 * r + 1],
-                                              e->top1_logits + (size_t)rows * V)
+            top1[r] = draws ? ft_sampler_draw_row(e->draw_smp, &draws[r], l + (size_t)r * V)
                             : ft_argmax(l + (size_t)r * V, V);
         return st;
     }
@@ -324,6 +335,11 @@ static enum ft_status forward_rows(struct ft_engine *e, const struct ft_seg *seg
         e->distinct_sum += distinct;
         e->distinct_n++;
     }
+    /* a row the device could not draw (more candidates than its on-chip sort holds: a flat
+     * distribution under top-p or min-p): its logits to the host sampler */
+    for (int r = 0; st == FT_OK && draws && r < rows; r++)
+        if (top1[r] < 0 && (st = ft_gpu_row_logits(e->gpu, r, e->top1_logits)) == FT_OK)
+            top1[r] = ft_sampler_draw_row(e->draw_smp, &draws[r], e->top1_logits);
     return st;
 }
 
@@ -333,7 +349,7 @@ enum ft_status ft_engine_forward_batch_ex(struct ft_engine *e, const struct ft_s
 }
 
 enum ft_status ft_engine_forward_batch_draw(struct ft_engine *e, const struct ft_seg *segs,
-                                            int n_segs, const float *draws, int32_t *ids) {
+                                            int n_segs, const struct ft_draw *draws, int32_t *ids) {
     return forward_rows(e, segs, n_segs, NULL, ids, draws);
 }
 
@@ -354,7 +370,7 @@ static enum ft_status cpu_head(struct ft_engine *e, const struct ft_seg *segs, i
 }
 
 static enum ft_status seq0_forward(struct ft_engine *e, const int32_t *ids, int T, float *logits,
-                                   int all_logits, int32_t *top1, const float *draws) {
+                                   int all_logits, int32_t *top1, const struct ft_draw *draws) {
     if (!e->seq0_ready) {
         enum ft_status st = ft_engine_kv_alloc(e, e->seq0_n_blocks, e->seq0_blocks);
         if (st != FT_OK) return st;
@@ -378,9 +394,8 @@ enum ft_status ft_engine_forward_greedy(struct ft_engine *e, const int32_t *ids,
 }
 
 enum ft_status ft_engine_forward_draw(struct ft_engine *e, const int32_t *ids, int T,
-                                      float temperature, float u, int32_t *next) {
-    const float draw[2] = {temperature, u};
-    return seq0_forward(e, ids, T, NULL, 0, next, draw);
+                                      const struct ft_draw *d, int32_t *next) {
+    return seq0_forward(e, ids, T, NULL, 0, next, d);
 }
 
 enum ft_status ft_engine_kv_alloc(struct ft_engine *e, int n, int32_t *blocks) {
@@ -550,6 +565,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
 void ft_engine_free(struct ft_engine *e) {
     if (!e) return;
     free(e->top1_logits);
+    ft_sampler_free(e->draw_smp);
     free(e->k_cache);
     free(e->v_cache);
     free(e->x);

@@ -78,11 +78,13 @@ enum ft_status ft_engine_forward_batch(struct ft_engine *e, const struct ft_seg 
  * host (the lm_head's 4 * vocab bytes a row stay on the device). */
 enum ft_status ft_engine_forward_batch_ex(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
                                           float *logits, int32_t *top1);
-/* The same with each row's token drawn by the engine: draws[2 r] = T, draws[2 r + 1] = u for
- * row r (ft_draw_softmax; T <= 0: the argmax), the ids into ids. On the GPU backend the draw
- * runs on the device and only the ids come back. */
+/* The same with each row's token drawn by the engine: row r's by draws[r]
+ * (ft_sampler_draw_row: temperature, top-k, top-p, min-p; temperature <= 0: the argmax), the
+ * ids into ids. On the GPU backend the draw runs on the device and only the ids come back
+ * (a row with more candidates than the device sorts on chip brings its logits back). */
+struct ft_draw;
 enum ft_status ft_engine_forward_batch_draw(struct ft_engine *e, const struct ft_seg *segs,
-                                            int n_segs, const float *draws, int32_t *ids);
+                                            int n_segs, const struct ft_draw *draws, int32_t *ids);
 /* Paged KV pool blocks: take n (FT_ERR_BUSY if fewer are free) / give back. The built-in
  * sequence of ft_engine_forward holds its own blocks from init. */
 enum ft_status ft_engine_kv_alloc(struct ft_engine *e, int n, int32_t *blocks);
@@ -97,9 +99,9 @@ enum ft_status ft_engine_forward(struct ft_engine *e, const int32_t *ids, int T,
 /* The same with only the greedy id after the last token returned (*next): on the GPU backend
  * the argmax runs on the device and no logits cross back. */
 enum ft_status ft_engine_forward_greedy(struct ft_engine *e, const int32_t *ids, int T, int32_t *next);
-/* The same with the token drawn by the engine (ft_draw_softmax with temperature and u). */
+/* The same with the token drawn by the engine (ft_sampler_draw_row with d). */
 enum ft_status ft_engine_forward_draw(struct ft_engine *e, const int32_t *ids, int T,
-                                      float temperature, float u, int32_t *next);
+                                      const struct ft_draw *d, int32_t *next);
 /* Processes any number of tokens in max_chunk pieces (same logits contract). */
 enum ft_status ft_engine_prefill(struct ft_engine *e, const int32_t *ids, int T, float *logits,
                                  int all_logits);

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device.h"
 #include "engine/gpu_offload.h"
+#include "engine/sample.h"
 #include "moe/cpu_exec.h"
 #include "moe/policy.h"
 #include "mem/platform.h"
@@ -60,7 +61,7 @@ struct ft_gpu {
     int32_t *d_ids, *d_pos, *d_tok_seq, *d_tables, *d_rows, *d_topk_all, *d_att_tiles;
     int32_t *h_ids, *h_pos, *h_tok_seq, *h_tables, *h_rows, *h_topk_all, *h_att_tiles; /* pinned */
     int32_t *d_top1, *h_top1;          /* greedy ids per logit row (ft_gpu_forward's top1) */
-    float *d_draw, *h_draw;            /* [logit_rows][T, u] of ft_gpu_forward's draws */
+    struct ft_draw *d_draw, *h_draw;   /* [logit_rows] ft_gpu_forward's draws */
     int n_att_tiles; /* prefill attention's query tiles this step */
     uint32_t *d_step;
     /* activations */
@@ -330,8 +331,8 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     g->h_logits = halloc((size_t)g->logit_rows * V * 4, &st);
     g->d_top1 = dalloc(g, (size_t)g->logit_rows * 4, &st);
     g->h_top1 = halloc((size_t)g->logit_rows * 4, &st);
-    g->d_draw = dalloc(g, (size_t)g->logit_rows * 8, &st);
-    g->h_draw = halloc((size_t)g->logit_rows * 8, &st);
+    g->d_draw = dalloc(g, (size_t)g->logit_rows * sizeof(struct ft_draw), &st);
+    g->h_draw = halloc((size_t)g->logit_rows * sizeof(struct ft_draw), &st);
     if (E) {
         g->router = dalloc(g, C * E * 4, &st);
         g->topk = dalloc(g, R * 4, &st);
@@ -788,14 +789,24 @@ static enum ft_status layers(struct ft_gpu *g, int T, int max_pos, int rows) {
     return head(g, g->d_rows, rows, T > MAX_GRAPH_T);
 }
 
-/* The step's tokens on the device from its logit rows: argmax, or draws (d_draw's T and u). */
+enum ft_status ft_gpu_row_logits(struct ft_gpu *g, int r, float *out) {
+    const size_t V = (size_t)g->m->vocab;
+    if (r < 0 || r >= g->logit_rows)
+        return ft_fail(FT_ERR_INVALID_ARG, "GPU logit row %d of %d", r, g->logit_rows);
+    cudaMemcpyAsync(g->h_logits, g->logits + (size_t)r * V, V * 4, cudaMemcpyDeviceToHost, g->s);
+    if (cudaStreamSynchronize(g->s) != cudaSuccess) return ft_cuda_check("GPU logit row");
+    memcpy(out, g->h_logits, V * 4);
+    return FT_OK;
+}
+
+/* The step's tokens on the device from its logit rows: argmax, or d_draw's draws. */
 static void pick_tokens(struct ft_gpu *g, int rows, int draw) {
     if (draw) ft_cuda_sample_draw(g->logits, rows, g->m->vocab, g->d_draw, g->d_top1, g->s);
     else ft_cuda_argmax(g->logits, rows, g->m->vocab, g->d_top1, g->s);
 }
 
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
-                              float *logits, int32_t *top1, const float *draws,
+                              float *logits, int32_t *top1, const struct ft_draw *draws,
                               double *distinct_out) {
     const struct ft_model *m = g->m;
     int64_t t_enter = g->step_timing ? ft_time_ns() : 0;
@@ -836,9 +847,9 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
     /* greedy ids on the device: after the head, unless the lm_head runs in passes (then from
      * the copied logits below) */
     int dev_top1 = top1 && rows <= g->logit_rows && rows > 0, gi = dev_top1 ? (draws ? 2 : 1) : 0;
-    if (dev_top1 && draws) { /* each row's (T, u) for the draw kernel */
-        memcpy(g->h_draw, draws, (size_t)rows * 8);
-        cudaMemcpyAsync(g->d_draw, g->h_draw, (size_t)rows * 8, cudaMemcpyHostToDevice, s);
+    if (dev_top1 && draws) { /* each row's parameters and uniform for the draw kernel */
+        memcpy(g->h_draw, draws, (size_t)rows * sizeof *draws);
+        cudaMemcpyAsync(g->d_draw, g->h_draw, (size_t)rows * sizeof *draws, cudaMemcpyHostToDevice, s);
     }
     g->n_ev = 0;
     g->prof_kind = T > MAX_GRAPH_T;
@@ -1133,9 +1144,13 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
 }
 void ft_gpu_free(struct ft_gpu *g) { (void)g; }
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
-                              float *logits, int32_t *top1, const float *draws,
+                              float *logits, int32_t *top1, const struct ft_draw *draws,
                               double *distinct_out) {
     (void)g, (void)segs, (void)n_segs, (void)logits, (void)top1, (void)draws, (void)distinct_out;
+    return ft_fail(FT_ERR_UNSUPPORTED, "no CUDA backend in this build");
+}
+enum ft_status ft_gpu_row_logits(struct ft_gpu *g, int r, float *out) {
+    (void)g, (void)r, (void)out;
     return ft_fail(FT_ERR_UNSUPPORTED, "no CUDA backend in this build");
 }
 double ft_gpu_hbm_gbps(void) { return 0.0; }

@@ -63,10 +63,14 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
 void ft_gpu_free(struct ft_gpu *g);
 /* logits as ft_engine_forward_batch (NULL: not copied back); top1 (may be NULL): each logit
  * row's token found on the device (only ids cross back when logits is NULL): the argmax, or
- * with draws ([rows][T, u]) ft_draw_softmax's draw. */
+ * with draws ([rows]) ft_sampler_draw_row's draw, or -1 for a row whose candidates are more
+ * than the device sorts (ft_gpu_row_logits then brings its logits to the host). */
+struct ft_draw;
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
-                              float *logits, int32_t *top1, const float *draws,
+                              float *logits, int32_t *top1, const struct ft_draw *draws,
                               double *distinct_out);
+/* Logit row r of the last ft_gpu_forward into out ([vocab] floats). */
+enum ft_status ft_gpu_row_logits(struct ft_gpu *g, int r, float *out);
 /* HBM bandwidth probe (device-to-device copy, read + write) in GB/s. */
 double ft_gpu_hbm_gbps(void);
 size_t ft_gpu_vram_used(const struct ft_gpu *g);

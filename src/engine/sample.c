@@ -278,6 +278,31 @@ int ft_sampler_plain_greedy(const struct ft_sampler *s) {
 
 static int32_t draw_scaled(const float *x, int V, double u01, float *w);
 
+/* The next uniform, as a float in [0, 1): what the engine's draws carry (struct ft_draw), so a
+ * seeded request draws the same tokens whichever path samples it. */
+static float next_u(struct ft_sampler *s) {
+    const float u = (float)ft_rng_unit(&s->rng);
+    return u < 1.0f ? u : 0x1.fffffep-1f;
+}
+
+/* The draw after ft_sampler_process, with the uniform u01. */
+static int32_t draw_processed(struct ft_sampler *s, float *logits, double u01) {
+    if (s->kept > 0 && s->kept <= 4096) { /* a filter ran: its few survivors, in id order */
+        struct cand *c = s->sorted;
+        int n = s->kept;
+        qsort(c, (size_t)n, sizeof *c, by_id);
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+        double z = 0;
+        for (int i = 0; i < n; i++) z += s->w[i] = exp((double)c[i].logit - mx);
+        double u = u01 * z, acc = 0;
+        for (int i = 0; i < n; i++)
+            if ((acc += s->w[i]) > u) return c[i].id;
+        return c[n - 1].id;
+    }
+    return draw_scaled(logits, s->vocab, u01, s->wf);
+}
+
 int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
     int V = s->vocab;
     if (s->p.temperature <= 0) { /* greedy still honours the penalties */
@@ -288,20 +313,19 @@ int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
         return ft_argmax(logits, V);
     }
     ft_sampler_process(s, logits);
-    if (s->kept > 0 && s->kept <= 4096) { /* a filter ran: its few survivors, in id order */
-        struct cand *c = s->sorted;
-        int n = s->kept;
-        qsort(c, (size_t)n, sizeof *c, by_id);
-        float mx = -INFINITY;
-        for (int i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
-        double z = 0;
-        for (int i = 0; i < n; i++) z += s->w[i] = exp((double)c[i].logit - mx);
-        double u = ft_rng_unit(&s->rng) * z, acc = 0;
-        for (int i = 0; i < n; i++)
-            if ((acc += s->w[i]) > u) return c[i].id;
-        return c[n - 1].id;
-    }
-    return draw_scaled(logits, V, ft_rng_unit(&s->rng), s->wf);
+    return draw_processed(s, logits, next_u(s));
+}
+
+int32_t ft_sampler_draw_row(struct ft_sampler *s, const struct ft_draw *d, float *logits) {
+    if (!(d->temperature > 0)) return ft_argmax(logits, s->vocab);
+    const struct ft_sampling saved = s->p;
+    s->p = ft_sampling_default();
+    s->p.temperature = d->temperature, s->p.top_k = d->top_k;
+    s->p.top_p = d->top_p, s->p.min_p = d->min_p;
+    ft_sampler_process(s, logits);
+    const int32_t id = draw_processed(s, logits, d->u);
+    s->p = saved;
+    return id;
 }
 
 /* ft_draw_softmax on logits already divided by T (w: [V] scratch). */
@@ -341,11 +365,12 @@ int32_t ft_draw_softmax(float *x, int V, float T, double u, float *scratch) {
     return draw_scaled(x, V, u, scratch);
 }
 
-int ft_sampler_engine_drawable(const struct ft_sampler *s) {
-    return ft_sampler_plain_greedy(s) || (!has_penalties(&s->p) && !has_filters(&s->p, s->vocab));
-}
+int ft_sampler_engine_drawable(const struct ft_sampler *s) { return !has_penalties(&s->p); }
 
-void ft_sampler_engine_draw(struct ft_sampler *s, float *T, float *u) {
-    *T = s->p.temperature > 0 ? s->p.temperature : 0.0f;
-    *u = *T > 0 ? (float)ft_rng_unit(&s->rng) : 0.0f;
+void ft_sampler_engine_draw(struct ft_sampler *s, struct ft_draw *d) {
+    const struct ft_sampling *p = &s->p;
+    d->temperature = p->temperature > 0 ? p->temperature : 0.0f;
+    d->u = d->temperature > 0 ? next_u(s) : 0.0f;
+    d->top_k = p->top_k > 0 && p->top_k < s->vocab ? p->top_k : 0;
+    d->top_p = p->top_p, d->min_p = p->min_p;
 }

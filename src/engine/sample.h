@@ -44,12 +44,24 @@ int ft_sampler_plain_greedy(const struct ft_sampler *s);
  * [V] floats); T <= 0: ft_argmax. What ft_sampler_sample does for a temperature-only request,
  * and what the GPU backend's draw kernel does on the device. */
 int32_t ft_draw_softmax(float *x, int V, float T, double u, float *scratch);
-/* 1 for a request the engine can draw itself: plain greedy, or temperature alone (no penalty,
- * no filter). */
+/* One row's draw by the engine (ft_engine_forward_batch_draw), for a request without penalties. */
+struct ft_draw {
+    float temperature; /* <= 0: the argmax */
+    float u;           /* the uniform in [0, 1) the draw uses */
+    float top_p;       /* >= 1: off */
+    float min_p;       /* <= 0: off */
+    int32_t top_k;     /* <= 0: off */
+};
+/* 1 for a request the engine can draw itself: no penalty (greedy, or any temperature, top-k,
+ * top-p and min-p). */
 int ft_sampler_engine_drawable(const struct ft_sampler *s);
-/* Such a request's next draw: its T (0: greedy) and, for T > 0, the next uniform from its RNG
- * (one a token, as ft_sampler_sample takes it). */
-void ft_sampler_engine_draw(struct ft_sampler *s, float *T, float *u);
+/* Such a request's next draw: its parameters and, for temperature > 0, the next uniform from its
+ * RNG (one a token, as ft_sampler_sample takes it). */
+void ft_sampler_engine_draw(struct ft_sampler *s, struct ft_draw *d);
+/* The token d draws from logits (processed in place): what ft_sampler_sample returns for a
+ * request with d's parameters and no penalty whose RNG gives d->u. scratch: any sampler of this
+ * vocabulary, for its buffers (its own parameters, RNG and counts are left as they were). */
+int32_t ft_sampler_draw_row(struct ft_sampler *scratch, const struct ft_draw *d, float *logits);
 /* Processes logits (in place) and draws a token. */
 int32_t ft_sampler_sample(struct ft_sampler *s, float *logits);
 

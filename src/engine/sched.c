@@ -289,7 +289,7 @@ static void sample_rows(struct ft_sched *s, int n_segs) {
     else sample_task(&j, 0, 1);
 }
 
-/* temperature-only requests drawn by the engine on a GPU backend (on the device);
+/* requests without penalties drawn by the engine on a GPU backend (on the device);
  * FT_ENGINE_DRAW=0 sends their logits to the host sampler */
 static int engine_draws(void) {
     static int v = -1;
@@ -374,20 +374,16 @@ static void step(struct ft_sched *s) {
     int ids_only = 1;
     for (int i = 0; i < n_segs; i++)
         if (s->segs[i].want == FT_LOGITS_LAST) ids_only &= ft_sampler_plain_greedy(s->seg_req[i]->smp);
-    /* on a GPU backend, steps whose tokens are all greedy or temperature alone are drawn on
-     * the device too */
+    /* on a GPU backend, steps whose requests have no penalty are drawn on the device too */
     int draw = !ids_only && (s->o.engine_draws > 0 || (engine_draws() && ft_engine_on_gpu(s->e)));
     for (int i = 0; draw && i < n_segs; i++)
         if (s->segs[i].want == FT_LOGITS_LAST) draw &= ft_sampler_engine_drawable(s->seg_req[i]->smp);
     enum ft_status st;
     if (draw) {
-        float draws[2 * n_segs];
+        struct ft_draw draws[n_segs];
         int rows = 0;
         for (int i = 0; i < n_segs; i++)
-            if (s->segs[i].want == FT_LOGITS_LAST) {
-                ft_sampler_engine_draw(s->seg_req[i]->smp, &draws[2 * rows], &draws[2 * rows + 1]);
-                rows++;
-            }
+            if (s->segs[i].want == FT_LOGITS_LAST) ft_sampler_engine_draw(s->seg_req[i]->smp, &draws[rows++]);
         st = ft_engine_forward_batch_draw(s->e, s->segs, n_segs, draws, s->top1);
     } else {
         st = ft_engine_forward_batch_ex(s->e, s->segs, n_segs, ids_only ? NULL : s->logits,

@@ -26,7 +26,7 @@ struct ft_sched_opts {
                              max_running, capped by available memory) */
     int queue_cap;        /* waiting requests before submit answers FT_ERR_BUSY (default 64) */
     double request_timeout_s; /* 0 = none: a request running longer is cancelled */
-    int engine_draws;     /* 1: greedy / temperature-only steps drawn by the engine on any backend;
+    int engine_draws;     /* 1: steps without penalties drawn by the engine on any backend;
                              0: on a GPU backend (unless FT_ENGINE_DRAW=0) */
     struct ft_engine_opts engine; /* backend fields only (backend, device, vram_limit, ...);
                                      the scheduler sets the sizes */

@@ -122,11 +122,16 @@ void ft_cuda_step_incr(uint32_t *step, cudaStream_t s);
 void ft_cuda_sigmoid_scale_add(float *y, const float *x, const float *score, int T, int H,
                                cudaStream_t s);
 void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *out, cudaStream_t s);
-/* Each row's token from softmax(logits / T) with the uniform u (draws: [rows][T, u] on the
- * device): the first position whose running sum of e^(x/T - max) passes u times the total,
- * the host sampler's definition up to rounding; T <= 0: the argmax. */
-void ft_cuda_sample_draw(const float *logits, int rows, int V, const float *draws, int32_t *out,
-                         cudaStream_t s);
+/* Each row's token by draws[row] (on the device; struct ft_draw, engine/sample.h): with
+ * temperature alone, from softmax(logits / T) with the uniform u (the first position whose
+ * running sum of e^(x/T - max) passes u times the total); with top-k / top-p / min-p, what
+ * ft_sampler_draw_row gives, or -1 for a row with more candidates than the device sorts on
+ * chip (2048); T <= 0: the argmax. The host's definitions up to rounding. */
+struct ft_draw;
+void ft_cuda_sample_draw(const float *logits, int rows, int V, const struct ft_draw *draws,
+                         int32_t *out, cudaStream_t s);
+/* Lowers that on-chip limit (tests: the host fallback on a small vocabulary); <= 0: 2048. */
+void ft_cuda_sample_draw_set_cap(int cap);
 /* Gathers bf16 rows: y[r, :] = x[src[r], :] */
 void ft_cuda_gather_bf16(uint16_t *y, const uint16_t *x, const int32_t *src, int rows, int H,
                          cudaStream_t s);

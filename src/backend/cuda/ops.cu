@@ -18,6 +18,7 @@ extern "C" {
 #include "core/sys.h"
 }
 #include "core/status.h"
+#include "engine/sample.h"
 #include "moe/checksum.h"
 
 #define WARP 32
@@ -1112,21 +1113,254 @@ extern "C" void ft_cuda_sigmoid_scale_add(float *y, const float *x, const float 
 
 
 
+#define DRAW_THREADS 1024
+
+/* Top-k / top-p / min-p on the device (ft_sampler_process's definition, then its draw): every
+ * token a filter can keep is a candidate, the candidates (at most DRAW_CAP) are sorted on chip by
+ * (x desc, id asc), the filters cut that order, and the survivors are drawn from in id order.
+ * A row with more candidates (a flat distribution under top-p or min-p, or a top-k beyond the
+ * cap) gets -1, and the host samples it from its logits (ft_gpu_row_logits). */
+#define DRAW_CAP 2048
+static int g_draw_cap = DRAW_CAP;
+
+extern "C" void ft_cuda_sample_draw_set_cap(int cap) {
+    g_draw_cap = cap > 0 && cap < DRAW_CAP ? cap : DRAW_CAP;
+}
+
+struct draw_shared {
+    unsigned long long key[DRAW_CAP]; /* (x as a key that sorts descending) << 32 | id, later id << 32 | x */
+    double a[DRAW_CAP];               /* weights, then their running sums */
+    double red[DRAW_THREADS / WARP];  /* block reductions */
+    int hist[256];
+    int n, m;
+};
+
+/* A float's bits as a key that sorts ascending for descending values (the host's desc_key). */
+__device__ __forceinline__ uint32_t draw_key(float f) {
+    uint32_t u = __float_as_uint(f);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u;
+    return ~u;
+}
+
+__device__ __forceinline__ float draw_key_value(uint32_t k) {
+    uint32_t u = ~k;
+    return __uint_as_float(u & 0x80000000u ? u & 0x7fffffffu : ~u);
+}
+
+/* The block's sum of v, added in the same order by every thread (deterministic). */
+__device__ double block_sum_d(double v, double *red) {
+    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads(); /* red's previous use is over */
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    double t = 0;
+    for (int i = 0; i < nw; i++) t += red[i];
+    return t;
+}
+
+/* a[0..n) replaced by its inclusive running sums: each thread a contiguous chunk. */
+__device__ void block_scan_d(double *a, int n, double *red) {
+    const int tid = threadIdx.x, nt = blockDim.x, lane = tid % WARP, w = tid / WARP, nw = nt / WARP;
+    const int ch = (n + nt - 1) / nt, i0 = tid * ch, i1 = min(n, i0 + ch);
+    double t = 0;
+    for (int i = i0; i < i1; i++) t += a[i], a[i] = t;
+    double incl = t;
+    for (int o = 1; o < WARP; o <<= 1) {
+        const double y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+    }
+    __syncthreads();
+    if (lane == WARP - 1) red[w] = incl;
+    __syncthreads();
+    if (w == 0) {
+        double r = lane < nw ? red[lane] : 0.0;
+        for (int o = 1; o < WARP; o <<= 1) {
+            const double y = __shfl_up_sync(0xffffffffu, r, o);
+            if (lane >= o) r += y;
+        }
+        if (lane < nw) red[lane] = r;
+    }
+    __syncthreads();
+    const double off = (w ? red[w - 1] : 0.0) + incl - t;
+    for (int i = i0; i < i1; i++) a[i] += off;
+    __syncthreads();
+}
+
+/* key[0..n) sorted ascending (n <= DRAW_CAP; padded to a power of two with the largest key). */
+__device__ void block_sort_keys(unsigned long long *key, int n) {
+    int P = 1;
+    while (P < n) P <<= 1;
+    for (int i = n + threadIdx.x; i < P; i += blockDim.x) key[i] = ~0ull;
+    __syncthreads();
+    for (int k = 2; k <= P; k <<= 1)
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < P; i += blockDim.x) {
+                const int o = i ^ j;
+                if (o <= i) continue;
+                const unsigned long long x = key[i], y = key[o];
+                if ((x > y) == ((i & k) == 0)) key[i] = y, key[o] = x;
+            }
+            __syncthreads();
+        }
+}
+
+/* The token the filters of d leave drawn with d.u, from row l over V (x = l / T, its maximum
+ * mx); -1 when more than cap tokens are candidates. Every thread of the block calls it. */
+__device__ int draw_filtered(const float *l, int V, float T, float mx, const struct ft_draw &d,
+                             int cap, struct draw_shared &sh) {
+    const int tid = threadIdx.x, nt = blockDim.x, lane = tid % WARP;
+    const int k_on = d.top_k > 0 && d.top_k < V, p_on = d.top_p < 1.0f, m_on = d.min_p > 0.0f;
+    float tau;   /* the candidates: x >= tau */
+    double tail = 0.0; /* the mass below tau, e^(x - mx) in float as the host's weights */
+    if (k_on) { /* the k-th largest x: a radix select over the keys, a byte a pass */
+        uint32_t prefix = 0, mask = 0;
+        int kk = d.top_k, found = 1;
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int b = tid; b < 256; b += nt) sh.hist[b] = 0;
+            __syncthreads();
+            for (int i0 = 0; i0 < V; i0 += nt) { /* every lane every round: match_any below */
+                const int i = i0 + tid;
+                int bin = -1;
+                if (i < V) {
+                    const float v = l[i] / T;
+                    const uint32_t k = draw_key(v);
+                    if (v == v && (k & mask) == prefix) bin = (int)((k >> shift) & 255u);
+                }
+                const unsigned grp = __match_any_sync(0xffffffffu, bin);
+                if (bin >= 0 && lane == __ffs(grp) - 1) atomicAdd(&sh.hist[bin], __popc(grp));
+            }
+            __syncthreads();
+            if (tid == 0) {
+                int c = 0, b = 0;
+                for (; b < 256 && c + sh.hist[b] < kk; b++) c += sh.hist[b];
+                sh.n = b < 256 ? b : -1, sh.m = kk - c;
+            }
+            __syncthreads();
+            const int b = sh.n;
+            kk = sh.m;
+            if (b < 0) { /* fewer than k values: every one is a candidate */
+                found = 0;
+                break;
+            }
+            prefix |= (uint32_t)b << shift, mask |= 255u << shift;
+        }
+        tau = found ? draw_key_value(prefix) : -INFINITY;
+    } else if (p_on) { /* the 0.5-wide band below mx where the mass reaches top_p, two more */
+        float c[8], zt = 0.0f;
+        int b = 63;
+        for (int pass = 0, j0 = 0; pass < 2; pass++) {
+            const float step = pass ? 0.5f : 4.0f, top = mx - 4.0f * (float)j0;
+            for (int j = 0; j < 8; j++) c[j] = 0.0f;
+            zt = 0.0f;
+            for (int i = tid; i < V; i += nt) {
+                const float v = l[i] / T;
+                if (v != v) continue;
+                const float w = expf(v - mx);
+                zt += w;
+                for (int j = 0; j < 8; j++) c[j] += v > top - step * (float)(j + 1) ? w : 0.0f;
+            }
+            const double z = block_sum_d(zt, sh.red), target = (double)d.top_p * z;
+            int first = 8;
+            for (int j = 7; j >= 0; j--)
+                if (block_sum_d(c[j], sh.red) >= target) first = j;
+            if (pass == 0) {
+                if (first == 8) break; /* beyond 32 below mx: the catch-all band */
+                j0 = first;
+            } else {
+                b = 8 * j0 + first;
+            }
+        }
+        b = b + 2 < 63 ? b + 2 : 63;
+        tau = b == 63 ? -INFINITY : mx - 0.5f * (float)(b + 1);
+    } else {
+        tau = mx + logf(d.min_p) - 1.0f;
+    }
+    /* count the candidates; the mass of the others */
+    int cnt = 0;
+    double tl = 0.0;
+    for (int i = tid; i < V; i += nt) {
+        const float v = l[i] / T;
+        if (v >= tau) cnt++;
+        else if (v == v) tl += (double)expf(v - mx);
+    }
+    const int n = (int)block_sum_d((double)cnt, sh.red);
+    if (n > cap || n < 1) return -1;
+    if (!k_on) tail = block_sum_d(tl, sh.red);
+    if (tid == 0) sh.n = 0;
+    __syncthreads();
+    for (int i = tid; i < V; i += nt) {
+        const float v = l[i] / T;
+        if (v >= tau) sh.key[atomicAdd(&sh.n, 1)] = (unsigned long long)draw_key(v) << 32 | (uint32_t)i;
+    }
+    __syncthreads();
+    block_sort_keys(sh.key, n);
+#define KEY_X(k) draw_key_value((uint32_t)((k) >> 32))
+    int keep = n;
+    if (p_on || m_on) {
+        double zc = 0.0;
+        for (int i = tid; i < n; i += nt) zc += exp((double)KEY_X(sh.key[i]) - (double)mx);
+        double z = block_sum_d(zc, sh.red) + (k_on ? 0.0 : tail);
+        if (p_on) { /* the smallest prefix whose mass reaches top_p (the crossing one stays) */
+            for (int r = tid; r < n; r += nt) sh.a[r] = exp((double)KEY_X(sh.key[n - 1 - r]) - (double)mx);
+            __syncthreads();
+            block_scan_d(sh.a, n, sh.red); /* a[r]: the mass of sorted n-1-r .. n-1 */
+            const double base = k_on ? 0.0 : tail, limit = 1.0 - (double)d.top_p;
+            int over = 0;
+            for (int i = 1 + tid; i < n; i += nt) over += (base + sh.a[n - 1 - i]) / z > limit;
+            keep = 1 + (int)block_sum_d((double)over, sh.red);
+            double zk = 0.0;
+            for (int i = tid; i < keep; i += nt) zk += exp((double)KEY_X(sh.key[i]) - (double)mx);
+            z = block_sum_d(zk, sh.red);
+        }
+        if (m_on) { /* probabilities against min_p times the top one's */
+            const double bar = (double)d.min_p * (1.0 / z);
+            int ok = 0;
+            for (int i = 1 + tid; i < keep; i += nt) ok += exp((double)KEY_X(sh.key[i]) - (double)mx) / z >= bar;
+            keep = 1 + (int)block_sum_d((double)ok, sh.red);
+        }
+    }
+    /* the draw over the survivors in id order, as the host's */
+    const float top = KEY_X(sh.key[0]);
+    __syncthreads();
+    for (int i = tid; i < keep; i += nt) {
+        const unsigned long long k = sh.key[i];
+        sh.key[i] = (unsigned long long)(uint32_t)k << 32 | __float_as_uint(KEY_X(k));
+    }
+    __syncthreads();
+    block_sort_keys(sh.key, keep);
+    for (int i = tid; i < keep; i += nt)
+        sh.a[i] = exp((double)__uint_as_float((uint32_t)sh.key[i]) - (double)top);
+    __syncthreads();
+    block_scan_d(sh.a, keep, sh.red);
+    const double target = (double)d.u * sh.a[keep - 1];
+    if (tid == 0) sh.m = keep - 1;
+    __syncthreads();
+    for (int i = tid; i < keep; i += nt)
+        if (sh.a[i] > target && (i == 0 || sh.a[i - 1] <= target)) atomicMin(&sh.m, i);
+    __syncthreads();
+#undef KEY_X
+    return (int)(sh.key[sh.m] >> 32);
+}
+
 /* Each row's token drawn from softmax(logits / T) with the uniform u: the first position whose
  * running sum of e^(x/T - max) passes u times the total (the host sampler's definition, up to
  * rounding); T <= 0 gives the argmax (first position of the largest, as ft_argmax). One block
  * of 1024 threads a row; every pass reads the row coalesced: the maximum over the whole block,
  * then each warp's contiguous segment summed by its lanes, the segment totals scanned, and the
  * warp whose segment holds the target walks it 32 positions at a time (a warp scan each).
- * draws: [rows][T, u]; NULL: every row's argmax (ft_cuda_argmax). */
-#define DRAW_THREADS 1024
-__global__ void sample_draw_kernel(const float *logits, int V, const float *draws, int32_t *out) {
+ * draws: [rows] (temperature, u, and a filter: draw_filtered); NULL: every row's argmax
+ * (ft_cuda_argmax). */
+__global__ void sample_draw_kernel(const float *logits, int V, const struct ft_draw *draws,
+                                   int32_t *out, int cap) {
     pdl_enter();
+    __shared__ struct draw_shared sh;
     __shared__ float s_val[DRAW_THREADS / WARP];
     __shared__ int s_idx[DRAW_THREADS / WARP];
     __shared__ int s_found;
     const float *l = logits + (size_t)blockIdx.x * V;
-    const float T = draws ? draws[2 * blockIdx.x] : 0.0f, u = draws ? draws[2 * blockIdx.x + 1] : 0.0f;
+    const struct ft_draw d = draws ? draws[blockIdx.x] : ft_draw{0.0f, 0.0f, 1.0f, 0.0f, 0};
+    const float T = d.temperature, u = d.u;
     const int tid = threadIdx.x, lane = tid % WARP, w = tid / WARP, nw = blockDim.x / WARP;
     /* the largest x / T and its first position (NaN never; -inf can win, as ft_argmax) */
     float best = -INFINITY;
@@ -1149,6 +1383,11 @@ __global__ void sample_draw_kernel(const float *logits, int V, const float *draw
     const float mx = best;
     if (!(T > 0) || bi == 0x7fffffff) { /* greedy (or every value NaN: 0, as ft_argmax) */
         if (tid == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+        return;
+    }
+    if ((d.top_k > 0 && d.top_k < V) || d.top_p < 1.0f || d.min_p > 0.0f) {
+        const int id = draw_filtered(l, V, T, mx, d, cap, sh);
+        if (tid == 0) out[blockIdx.x] = id;
         return;
     }
     /* each warp's segment: its mass and its last position with any */
@@ -1203,13 +1442,14 @@ __global__ void sample_draw_kernel(const float *logits, int V, const float *draw
     }
 }
 
-extern "C" void ft_cuda_sample_draw(const float *logits, int rows, int V, const float *draws,
+extern "C" void ft_cuda_sample_draw(const float *logits, int rows, int V, const struct ft_draw *draws,
                                     int32_t *out, cudaStream_t s) {
-    launch(sample_draw_kernel, rows, DRAW_THREADS, 0, s, logits, V, draws, out);
+    launch(sample_draw_kernel, rows, DRAW_THREADS, 0, s, logits, V, draws, out, g_draw_cap);
 }
 
 extern "C" void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *out, cudaStream_t s) {
-    launch(sample_draw_kernel, rows, DRAW_THREADS, 0, s, logits, V, (const float *)NULL, out);
+    launch(sample_draw_kernel, rows, DRAW_THREADS, 0, s, logits, V, (const struct ft_draw *)NULL, out,
+           g_draw_cap);
 }
 
 __global__ void gather_bf16_kernel(uint16_t *y, const uint16_t *x, const int32_t *src, int H) {
