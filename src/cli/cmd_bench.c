@@ -228,11 +228,17 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
         snprintf(test, sizeof test, "tg%d", n);
 
         row(b, test, tps, reps, step_bytes(m, distinct), distinct);
-        if (sampled) /* under the row, as it is printed (the table has no column for it) */
+        if (sampled) { /* under the row, as it is printed (the table has no column for it) */
+            long drawn, back;
+            ft_engine_draw_stats(e, &drawn, &back);
+            char how[96] = "by the host sampler from each step's logits";
+            if (engine_draw)
+                snprintf(how, sizeof how, "on the device (%ld of %ld rows back to the host sampler)",
+                         back, drawn);
             printf("  %s sampled: temperature %g, top-k %d, top-p %g, min-p %g, seed %llu; tokens drawn %s\n",
                    test, b->smp.temperature, b->smp.top_k, b->smp.top_p, b->smp.min_p,
-                   (unsigned long long)b->smp.seed,
-                   engine_draw ? "on the device" : "by the host sampler from each step's logits");
+                   (unsigned long long)b->smp.seed, how);
+        }
         offload_line(b, test, 0, distinct, 0, n);
     }
 done:

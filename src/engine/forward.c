@@ -49,6 +49,7 @@ struct ft_engine {
                                    a GPU row the device could not draw) */
     int top1_rows;
     struct ft_sampler *draw_smp; /* the engine's draws: scratch for ft_sampler_draw_row */
+    long draw_rows, draw_host;   /* rows the GPU drew, and of those sent back to the host */
 };
 
 /* --- matmul with an output row stride, rows split over the pool --- */
@@ -337,9 +338,13 @@ static enum ft_status forward_rows(struct ft_engine *e, const struct ft_seg *seg
     }
     /* a row the device could not draw (more candidates than its on-chip sort holds: a flat
      * distribution under top-p or min-p): its logits to the host sampler */
-    for (int r = 0; st == FT_OK && draws && r < rows; r++)
-        if (top1[r] < 0 && (st = ft_gpu_row_logits(e->gpu, r, e->top1_logits)) == FT_OK)
+    for (int r = 0; st == FT_OK && draws && r < rows; r++) {
+        e->draw_rows++;
+        if (top1[r] < 0 && (st = ft_gpu_row_logits(e->gpu, r, e->top1_logits)) == FT_OK) {
             top1[r] = ft_sampler_draw_row(e->draw_smp, &draws[r], e->top1_logits);
+            e->draw_host++;
+        }
+    }
     return st;
 }
 
@@ -613,6 +618,10 @@ int ft_engine_n_past(const struct ft_engine *e) { return e->n_past; }
 int ft_engine_max_ctx(const struct ft_engine *e) { return e->opts.max_ctx; }
 int ft_engine_max_chunk(const struct ft_engine *e) { return e->opts.max_chunk; }
 int ft_engine_on_gpu(const struct ft_engine *e) { return e->gpu != NULL; }
+
+void ft_engine_draw_stats(const struct ft_engine *e, long *rows, long *on_host) {
+    *rows = e->draw_rows, *on_host = e->draw_host;
+}
 
 int ft_engine_max_seqs(const struct ft_engine *e) {
     return e->gpu ? FT_MIN(e->opts.max_chunk, FT_GPU_MAX_SEQS) : e->opts.max_chunk;

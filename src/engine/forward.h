@@ -115,6 +115,9 @@ int ft_engine_max_chunk(const struct ft_engine *e); /* tokens per forward call *
  * and block tables are sized for it), the CPU as many as tokens. */
 #define FT_GPU_MAX_SEQS 64
 int ft_engine_max_seqs(const struct ft_engine *e);
+/* Rows the GPU backend drew (ft_engine_forward_batch_draw) and how many of them came back to the
+ * host sampler (more candidates than the device sorts). */
+void ft_engine_draw_stats(const struct ft_engine *e, long *rows, long *on_host);
 int ft_engine_on_gpu(const struct ft_engine *e); /* a CUDA backend (cuda or offload) */
 
 /* Mean distinct experts per MoE layer per forward call since the last reset of the stats. */

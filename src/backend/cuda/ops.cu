@@ -1118,8 +1118,9 @@ extern "C" void ft_cuda_sigmoid_scale_add(float *y, const float *x, const float 
 /* Top-k / top-p / min-p on the device (ft_sampler_process's definition, then its draw): every
  * token a filter can keep is a candidate, the candidates (at most DRAW_CAP) are sorted on chip by
  * (x desc, id asc), the filters cut that order, and the survivors are drawn from in id order.
- * A row with more candidates (a flat distribution under top-p or min-p, or a top-k beyond the
- * cap) gets -1, and the host samples it from its logits (ft_gpu_row_logits). */
+ * A row with more candidates (a flat distribution under top-p or min-p, a top-k beyond the cap
+ * or whose k-th token lies more than 32 below the maximum) gets -1, and the host samples it
+ * from its logits (ft_gpu_row_logits). */
 #define DRAW_CAP 2048
 static int g_draw_cap = DRAW_CAP;
 
@@ -1131,7 +1132,6 @@ struct draw_shared {
     unsigned long long key[DRAW_CAP]; /* (x as a key that sorts descending) << 32 | id, later id << 32 | x */
     double a[DRAW_CAP];               /* weights, then their running sums */
     double red[DRAW_THREADS / WARP];  /* block reductions */
-    int hist[256];
     int n, m;
 };
 
@@ -1205,109 +1205,128 @@ __device__ void block_sort_keys(unsigned long long *key, int n) {
         }
 }
 
+/* f(i, x) for every i of row l over V, x = l[i] / T: 16 values a thread in flight (four float4
+ * loads) where the row is 16-byte aligned; a block's single pass over a 152k row otherwise waits
+ * an L2 latency per value. */
+template <typename F>
+__device__ __forceinline__ void row_each(const float *l, int V, float T, F &&f) {
+    const int tid = threadIdx.x, nt = blockDim.x;
+    if ((V & 3) || ((uintptr_t)l & 15)) {
+        for (int i = tid; i < V; i += nt) f(i, l[i] / T);
+        return;
+    }
+    const float4 *l4 = (const float4 *)l;
+    const int V4 = V >> 2;
+    int i = tid;
+    for (; i + 3 * nt < V4; i += 4 * nt) {
+        float4 a[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) a[u] = __ldg(l4 + i + u * nt);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int b = 4 * (i + u * nt);
+            f(b, a[u].x / T), f(b + 1, a[u].y / T), f(b + 2, a[u].z / T), f(b + 3, a[u].w / T);
+        }
+    }
+    for (; i < V4; i += nt) {
+        const float4 a = __ldg(l4 + i);
+        f(4 * i, a.x / T), f(4 * i + 1, a.y / T), f(4 * i + 2, a.z / T), f(4 * i + 3, a.w / T);
+    }
+}
+
 /* The token the filters of d leave drawn with d.u, from row l over V (x = l / T, its maximum
- * mx); -1 when more than cap tokens are candidates. Every thread of the block calls it. */
+ * mx); -1 when more than cap tokens are candidates, or (top-k) fewer than k lie within 32 of
+ * the maximum. Every thread of the block calls it. The candidates' bound comes from passes that
+ * count and weigh the tokens above 8 thresholds each: 4 apart below mx, then 0.5 apart in the
+ * first 4-wide band that holds top_p of the mass (top-p; two more 0.5-wide bands for margin, as
+ * the host's bands) or k tokens (top-k: that band split in 8 again, up to 3 more times, until
+ * the tokens above it fit the cap). */
 __device__ int draw_filtered(const float *l, int V, float T, float mx, const struct ft_draw &d,
                              int cap, struct draw_shared &sh) {
-    const int tid = threadIdx.x, nt = blockDim.x, lane = tid % WARP;
+    const int tid = threadIdx.x, nt = blockDim.x;
     const int k_on = d.top_k > 0 && d.top_k < V, p_on = d.top_p < 1.0f, m_on = d.min_p > 0.0f;
-    float tau;   /* the candidates: x >= tau */
+    float tau;         /* the candidates: x >= tau */
     double tail = 0.0; /* the mass below tau, e^(x - mx) in float as the host's weights */
-    if (k_on) { /* the k-th largest x: a radix select over the keys, a byte a pass */
-        uint32_t prefix = 0, mask = 0;
-        int kk = d.top_k, found = 1;
-        for (int shift = 24; shift >= 0; shift -= 8) {
-            for (int b = tid; b < 256; b += nt) sh.hist[b] = 0;
-            __syncthreads();
-            for (int i0 = 0; i0 < V; i0 += nt) { /* every lane every round: match_any below */
-                const int i = i0 + tid;
-                int bin = -1;
-                if (i < V) {
-                    const float v = l[i] / T;
-                    const uint32_t k = draw_key(v);
-                    if (v == v && (k & mask) == prefix) bin = (int)((k >> shift) & 255u);
-                }
-                const unsigned grp = __match_any_sync(0xffffffffu, bin);
-                if (bin >= 0 && lane == __ffs(grp) - 1) atomicAdd(&sh.hist[bin], __popc(grp));
-            }
-            __syncthreads();
-            if (tid == 0) {
-                int c = 0, b = 0;
-                for (; b < 256 && c + sh.hist[b] < kk; b++) c += sh.hist[b];
-                sh.n = b < 256 ? b : -1, sh.m = kk - c;
-            }
-            __syncthreads();
-            const int b = sh.n;
-            kk = sh.m;
-            if (b < 0) { /* fewer than k values: every one is a candidate */
-                found = 0;
-                break;
-            }
-            prefix |= (uint32_t)b << shift, mask |= 255u << shift;
-        }
-        tau = found ? draw_key_value(prefix) : -INFINITY;
-    } else if (p_on) { /* the 0.5-wide band below mx where the mass reaches top_p, two more */
-        float c[8], zt = 0.0f;
-        int b = 63;
-        for (int pass = 0, j0 = 0; pass < 2; pass++) {
-            const float step = pass ? 0.5f : 4.0f, top = mx - 4.0f * (float)j0;
-            for (int j = 0; j < 8; j++) c[j] = 0.0f;
-            zt = 0.0f;
-            for (int i = tid; i < V; i += nt) {
-                const float v = l[i] / T;
-                if (v != v) continue;
+    if (k_on || p_on) {
+        float top = mx, step = 4.0f, t_found = -INFINITY;
+        int found = 0, b = 63;
+        for (int pass = 0; pass < (k_on ? 5 : 2); pass++) {
+            float c[8], zt = 0.0f;
+            int cn[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) c[j] = 0.0f, cn[j] = 0;
+            row_each(l, V, T, [&](int, float v) {
+                if (v != v) return;
                 const float w = expf(v - mx);
                 zt += w;
-                for (int j = 0; j < 8; j++) c[j] += v > top - step * (float)(j + 1) ? w : 0.0f;
-            }
-            const double z = block_sum_d(zt, sh.red), target = (double)d.top_p * z;
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (v > top - step * (float)(j + 1)) c[j] += w, cn[j]++;
+            });
+            const double target = (double)d.top_p * block_sum_d(zt, sh.red);
             int first = 8;
-            for (int j = 7; j >= 0; j--)
-                if (block_sum_d(c[j], sh.red) >= target) first = j;
-            if (pass == 0) {
-                if (first == 8) break; /* beyond 32 below mx: the catch-all band */
-                j0 = first;
-            } else {
-                b = 8 * j0 + first;
+            double n_first = 0.0;
+#pragma unroll
+            for (int j = 7; j >= 0; j--) {
+                const double got = block_sum_d((double)cn[j], sh.red);
+                const double mass = k_on ? 0.0 : block_sum_d(c[j], sh.red);
+                if (k_on ? got >= (double)d.top_k : mass >= target) first = j, n_first = got;
             }
+            /* pass 0: beyond 32 below mx; later: rounding moved the sums (keep the last bound) */
+            if (first == 8) break;
+            t_found = top - step * (float)(first + 1), found = 1;
+            b = pass == 0 ? 8 * first + 7 : 8 * (b / 8) + first;
+            if (pass >= 1 && (!k_on || n_first <= (double)cap)) break;
+            top -= step * (float)first, step *= 0.125f; /* top-k: split the band again */
         }
-        b = b + 2 < 63 ? b + 2 : 63;
-        tau = b == 63 ? -INFINITY : mx - 0.5f * (float)(b + 1);
+        if (k_on) {
+            if (!found) return -1;
+            tau = nextafterf(t_found, INFINITY); /* x > t_found */
+        } else {
+            b = !found ? 63 : b + 2 < 63 ? b + 2 : 63;
+            tau = b == 63 ? -INFINITY : mx - 0.5f * (float)(b + 1);
+        }
     } else {
         tau = mx + logf(d.min_p) - 1.0f;
     }
     /* count the candidates; the mass of the others */
     int cnt = 0;
     double tl = 0.0;
-    for (int i = tid; i < V; i += nt) {
-        const float v = l[i] / T;
+    row_each(l, V, T, [&](int, float v) {
         if (v >= tau) cnt++;
         else if (v == v) tl += (double)expf(v - mx);
-    }
+    });
     const int n = (int)block_sum_d((double)cnt, sh.red);
     if (n > cap || n < 1) return -1;
     if (!k_on) tail = block_sum_d(tl, sh.red);
     if (tid == 0) sh.n = 0;
     __syncthreads();
-    for (int i = tid; i < V; i += nt) {
-        const float v = l[i] / T;
+    row_each(l, V, T, [&](int i, float v) {
         if (v >= tau) sh.key[atomicAdd(&sh.n, 1)] = (unsigned long long)draw_key(v) << 32 | (uint32_t)i;
-    }
+    });
     __syncthreads();
     block_sort_keys(sh.key, n);
 #define KEY_X(k) draw_key_value((uint32_t)((k) >> 32))
     int keep = n;
+    if (k_on) { /* the k-th largest, and every tie of it */
+        if (d.top_k > n) return -1;
+        const float kth = KEY_X(sh.key[d.top_k - 1]);
+        int ge = 0;
+        for (int i = tid; i < n; i += nt) ge += KEY_X(sh.key[i]) >= kth;
+        keep = (int)block_sum_d((double)ge, sh.red);
+    }
     if (p_on || m_on) {
+        const int n1 = keep; /* the top-k survivors, or every candidate */
         double zc = 0.0;
-        for (int i = tid; i < n; i += nt) zc += exp((double)KEY_X(sh.key[i]) - (double)mx);
+        for (int i = tid; i < n1; i += nt) zc += exp((double)KEY_X(sh.key[i]) - (double)mx);
         double z = block_sum_d(zc, sh.red) + (k_on ? 0.0 : tail);
         if (p_on) { /* the smallest prefix whose mass reaches top_p (the crossing one stays) */
-            for (int r = tid; r < n; r += nt) sh.a[r] = exp((double)KEY_X(sh.key[n - 1 - r]) - (double)mx);
+            for (int r = tid; r < n1; r += nt) sh.a[r] = exp((double)KEY_X(sh.key[n1 - 1 - r]) - (double)mx);
             __syncthreads();
-            block_scan_d(sh.a, n, sh.red); /* a[r]: the mass of sorted n-1-r .. n-1 */
+            block_scan_d(sh.a, n1, sh.red); /* a[r]: the mass of sorted n1-1-r .. n1-1 */
             const double base = k_on ? 0.0 : tail, limit = 1.0 - (double)d.top_p;
             int over = 0;
-            for (int i = 1 + tid; i < n; i += nt) over += (base + sh.a[n - 1 - i]) / z > limit;
+            for (int i = 1 + tid; i < n1; i += nt) over += (base + sh.a[n1 - 1 - i]) / z > limit;
             keep = 1 + (int)block_sum_d((double)over, sh.red);
             double zk = 0.0;
             for (int i = tid; i < keep; i += nt) zk += exp((double)KEY_X(sh.key[i]) - (double)mx);
@@ -1351,7 +1370,7 @@ __device__ int draw_filtered(const float *l, int V, float T, float mx, const str
  * warp whose segment holds the target walks it 32 positions at a time (a warp scan each).
  * draws: [rows] (temperature, u, and a filter: draw_filtered); NULL: every row's argmax
  * (ft_cuda_argmax). */
-__global__ void sample_draw_kernel(const float *logits, int V, const struct ft_draw *draws,
+__global__ void __launch_bounds__(DRAW_THREADS) sample_draw_kernel(const float *logits, int V, const struct ft_draw *draws,
                                    int32_t *out, int cap) {
     pdl_enter();
     __shared__ struct draw_shared sh;
