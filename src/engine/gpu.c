@@ -673,8 +673,7 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
                                        g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
             if (hook.g && !hook.ran) issue_hook(&hook); /* the executor had no pass to run it in */
             if (hook.g && hook.st != FT_OK) return hook.st;
-            ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6,
-                                   ft_moe_exec_last_work_s(g->exec));
+            ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6);
             cudaMemcpyAsync(g->d_cpu_out, g->h_cpu_out, (size_t)T * H * sizeof(float),
                             cudaMemcpyHostToDevice, s);
             ft_cuda_add(g->x, g->d_cpu_out, (size_t)T * H, s); /* x += CPU experts */

@@ -48,7 +48,7 @@ struct ft_offload {
     const uint8_t **map_gu, **map_dn;/* [L] device pointers of mapped banks, NULL if unregistered */
     int32_t *h_slots;               /* pinned staging [max_pairs] */
     int32_t *slots_tmp;             /* [max(E, max_pairs)] */
-    int plan_nf, plan_n, plan_layer; /* ft_offload_decode_plan's fills, pairs and layer, for its issue */
+    int plan_nf, plan_n; /* ft_offload_decode_plan's fills and pairs, for its issue */
     struct ft_cache_fill *fills;
     uint64_t *d_sums, *h_dsums;     /* [2 * max fills] */
     void **cp_dst;
@@ -229,7 +229,7 @@ enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int
                 f->miss[j] = f->miss[j - 1], f->miss[j - 1] = t;
             }
     }
-    f->plan_nf = 0, f->plan_n = n, f->plan_layer = layer;
+    f->plan_nf = 0, f->plan_n = n;
     enum ft_status st = ft_cache_admit(f->cache, layer, f->miss, fetch, f->fills, &f->plan_nf);
     if (st != FT_OK) return st;
     *n_cpu = 0;
@@ -245,19 +245,13 @@ enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int
                     "%.3f ms/expert + %.3f ms per step, learnt over %ld/%ld samples)", layer,
                     fetch, m, 1e3 * c->copy_s, 1e3 * c->cpu_s, 1e3 * c->cpu_fixed_s,
                     c->samples_copy, c->samples_cpu);
-        if (f->split.alone)
-            ft_log_info("  alone model, layer %d: CPU alone %.3f ms/expert (%ld samples), issue "
-                        "%.3f ms a copy", layer, 1e3 * c->cpu_alone_s, c->samples_alone, 1e3 * c->issue_s);
     }
     return FT_OK;
 }
 
 enum ft_status ft_offload_decode_issue(struct ft_offload *f, int32_t *d_slots, cudaStream_t s) {
-    int64_t t0 = ft_time_ns();
     enum ft_status st = copy_fills(f, f->fills, f->plan_nf);
     if (st != FT_OK) return st;
-    if (f->split.alone && f->plan_nf) /* the host's issue time delays the CPU side */
-        ft_split_observe_issue(&f->split, f->plan_layer, f->plan_nf, (ft_time_ns() - t0) / 1e9);
     /* s was synchronised by the caller, so the staging is free to overwrite */
     cudaMemcpyAsync(d_slots, f->h_slots, (size_t)f->plan_n * sizeof *d_slots, cudaMemcpyHostToDevice, s);
     if (f->plan_nf) cudaStreamWaitEvent(s, f->ev_copied, 0);
@@ -270,22 +264,9 @@ enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t 
     return st != FT_OK ? st : ft_offload_decode_issue(f, d_slots, s);
 }
 
-/* FT_SPLIT_MEASURE_FIXED=1 learns the fixed per-layer CPU cost from the executor's own
- * timing (ft_split_observe_cpu); the default keeps it where it started (the bw profile's, or
- * 50 us) and learns only the per-expert cost. Off until an A/B on the GPU machine says it
- * helps: a line fit of the same cost measured worse there (see bench/README.md). */
-static int measure_fixed(void) {
-    static int v = -1;
-    if (v < 0) v = ft_sys_env_int("FT_SPLIT_MEASURE_FIXED", 0) != 0;
-    return v;
-}
-
-void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds,
-                            double work_s) {
+void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds) {
     f->cpu_s += seconds;
-    if (f->split.alone) ft_split_observe_side(&f->split, layer, n_experts, seconds, f->plan_nf > 0);
-    else if (measure_fixed()) ft_split_observe_cpu(&f->split, layer, n_experts, seconds, work_s);
-    else ft_split_observe(&f->split, layer, 0, 0, n_experts, seconds);
+    ft_split_observe(&f->split, layer, 0, 0, n_experts, seconds);
 }
 
 /* Uploads the slot map of one prefill batch (experts[i] -> slots[i], the rest -1) on s and
@@ -668,13 +649,6 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     ft_error_clear();
     st = ft_split_init(&f->split, (enum ft_moe_mode)o->moe_mode, f->n_layers, c_copy, c_cpu, c_fixed);
     if (st != FT_OK) goto fail;
-    if (ft_sys_env_int("FT_SPLIT_ALONE", 0)) { /* the alone model (policy.h), for an A/B first */
-        double c_alone = c_cpu;
-        if (have_prof && prof.cpu_expert_gbps > 0) c_alone = per_expert / (prof.cpu_expert_gbps * 1e9);
-        ft_split_set_alone(&f->split, c_alone);
-        ft_log_info("hybrid split: alone model, %.3f ms an expert on the CPU alone, %.3f beside copies",
-                    1e3 * c_alone, 1e3 * c_cpu);
-    }
     ft_log_info("offload (%s): %d expert slots (%.2f GiB, %.0f%% of %zu experts); copy paths: DMA "
                 "%.1f GB/s, gather %.1f GB/s -> %s; copy verification %s",
                 ft_moe_mode_name((enum ft_moe_mode)o->moe_mode), f->n_slots,

@@ -34,10 +34,9 @@ enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t 
 enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int32_t *ids, int n,
                                       int *cpu_pairs, int *n_cpu);
 enum ft_status ft_offload_decode_issue(struct ft_offload *f, int32_t *d_slots, cudaStream_t s);
-/* The CPU side of a layer step took `seconds` for n_experts distinct experts, work_s of it
- * scaling with them (ft_moe_exec_last_work_s; hybrid feedback). */
-void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds,
-                            double work_s);
+/* The CPU side of a layer step took `seconds` for n_experts distinct experts (hybrid
+ * feedback). */
+void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds);
 /* Prefill: experts[0..n) (distinct, ascending) of this layer: the cached ones where they are,
  * the others streamed through slots borrowed from the pool (not admitted to the cache), in
  * batches; for each batch, d_slot_of [E] is uploaded on s (slot or -1) and fn(ctx, 0, k)

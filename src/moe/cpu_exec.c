@@ -54,7 +54,6 @@ struct ft_moe_exec {
     int fast;        /* round the pass inputs (ft_cpu_xq_quant) where the format has a path */
     void *xq;        /* [max_rows, 2 max(H, I)] those rounded inputs, gathered */
     void *xqt;       /* [max_tokens, 2 H] each token's input rounded once (gate/up) */
-    int64_t work_ns; /* this call: the passes' mean worker busy time (ft_moe_exec_last_work_s) */
     int timing;      /* ft_moe_exec_set_timing */
     int64_t t_mark;  /* timing: when the current phase began */
     struct ft_moe_exec_timing tm;
@@ -132,9 +131,10 @@ static void pass_task(void *ctx, int i, int n) {
     if (i < TIMED_WORKERS) p->span[2 * i] = t_in, p->span[2 * i + 1] = ft_time_ns();
 }
 
-/* One pass's worker spans: its mean busy time goes to x->work_ns, and with timing on the
- * start, busy and task figures to x->tm (which = 0: gate/up, 1: down). */
+/* One pass's worker spans, with timing on: the start, busy and task figures to x->tm
+ * (which = 0: gate/up, 1: down). */
 static void add_spans(struct ft_moe_exec *x, struct pass *p, int workers, int which) {
+    if (!x->timing) return;
     int64_t start_max = 0, busy_sum = 0, busy_max = 0;
     for (int i = 0; i < workers; i++) {
         int64_t s = p->span[2 * i] - p->launch_ns, b = p->span[2 * i + 1] - p->span[2 * i];
@@ -142,8 +142,6 @@ static void add_spans(struct ft_moe_exec *x, struct pass *p, int workers, int wh
         busy_max = FT_MAX(busy_max, b);
         busy_sum += b;
     }
-    x->work_ns += busy_sum / FT_MAX(workers, 1);
-    if (!x->timing) return;
     x->tm.start_max_ns[which] += start_max;
     x->tm.busy_mean_ns[which] += busy_sum / FT_MAX(workers, 1);
     x->tm.busy_max_ns[which] += busy_max;
@@ -304,7 +302,6 @@ void ft_moe_exec_set_timing(struct ft_moe_exec *x, int on) {
 
 struct ft_moe_exec_timing ft_moe_exec_timing(const struct ft_moe_exec *x) { return x->tm; }
 
-double ft_moe_exec_last_work_s(const struct ft_moe_exec *x) { return (double)x->work_ns / 1e9; }
 
 void ft_moe_exec_set_hook(struct ft_moe_exec *x, void (*fn)(void *), void *ctx) {
     x->hook = fn, x->hook_ctx = ctx;
@@ -316,7 +313,6 @@ int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
                           const int *ids, const float *w, int n_pairs, float *out) {
     int E = x->n_experts, H = x->H, I = x->I, R = n_pairs;
     FT_ASSERT(R <= x->max_rows && gate_up->rows == 2 * I && down->cols == I);
-    x->work_ns = 0;
     if (x->timing) x->t_mark = ft_time_ns(), x->tm.calls++;
     memset(x->count, 0, (size_t)E * sizeof *x->count);
     int n_tok = 0;

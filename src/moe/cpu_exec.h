@@ -34,10 +34,6 @@ struct ft_moe_exec_timing {
 };
 void ft_moe_exec_set_timing(struct ft_moe_exec *x, int on); /* on also zeroes the sums */
 struct ft_moe_exec_timing ft_moe_exec_timing(const struct ft_moe_exec *x);
-/* Seconds of the last call that scale with its experts: the two passes' mean worker busy
- * time (always measured). The rest of the call (grouping, rounding, activation, combine, pool
- * wake-ups and barriers) is the hybrid split's fixed per-layer cost. */
-double ft_moe_exec_last_work_s(const struct ft_moe_exec *x);
 /* fn(ctx) runs once in the next call, on the calling thread (the pool's worker 0) at the start
  * of the gate/up pass while the other workers already compute: work the caller must do (the
  * hybrid's copy and kernel launches) overlaps the CPU experts instead of delaying them. */

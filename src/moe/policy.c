@@ -18,8 +18,7 @@ enum ft_status ft_split_init(struct ft_split *s, enum ft_moe_mode mode, int n_la
     s->layer = calloc((size_t)n_layers, sizeof *s->layer);
     if (!s->layer) return ft_fail(FT_ERR_OOM, "split policy: out of memory");
     for (int l = 0; l < n_layers; l++)
-        s->layer[l] = (struct ft_split_costs){
-            .copy_s = copy_s, .cpu_s = cpu_s, .cpu_fixed_s = cpu_fixed_s, .cpu_alone_s = cpu_s};
+        s->layer[l] = (struct ft_split_costs){.copy_s = copy_s, .cpu_s = cpu_s, .cpu_fixed_s = cpu_fixed_s};
     return FT_OK;
 }
 
@@ -40,29 +39,10 @@ void ft_split_free(struct ft_split *s) {
 
 /* Both sides run at once: the step costs max(F * copy, (M - F) * cpu + fixed [if M > F]).
  * The best F is the integer next to where the two lines cross; check both neighbours. */
-/* The alone model's cost of fetching f of m. */
-static double alone_cost(const struct ft_split_costs *c, int f, int m) {
-    if (f == 0) return m * c->cpu_alone_s + c->cpu_fixed_s;
-    return fmax(f * c->copy_s, f * c->issue_s + (f < m ? (m - f) * c->cpu_s + c->cpu_fixed_s : 0.0));
-}
-
-static int fetch_alone(struct ft_split_costs *c, int m) {
-    int best = 0, best_fetch = 1;
-    double bt = INFINITY, bf = INFINITY;
-    for (int f = 0; f <= m; f++) {
-        const double t = alone_cost(c, f, m);
-        if (t < bt - 1e-12) bt = t, best = f;
-        if (f > 0 && t < bf - 1e-12) bf = t, best_fetch = f;
-    }
-    if (++c->decisions % 64 == 0) return best == 0 ? best_fetch : 0; /* keep both sides fresh */
-    return best;
-}
-
 int ft_split_fetch_count(struct ft_split *s, int layer, int m) {
     if (m <= 0 || s->mode == FT_MOE_OFFLOAD) return m > 0 ? m : 0;
     if (s->mode == FT_MOE_CPU) return 0;
-    if (s->alone) return fetch_alone(&s->layer[layer], m);
-    const struct ft_split_costs *c = &s->layer[layer];
+    struct ft_split_costs *c = &s->layer[layer];
     double x = (m * c->cpu_s + c->cpu_fixed_s) / (c->copy_s + c->cpu_s);
     int best = 0, lo = (int)floor(x) - 1, hi = (int)ceil(x) + 1;
     double best_t = INFINITY;
@@ -74,10 +54,9 @@ int ft_split_fetch_count(struct ft_split *s, int layer, int m) {
     }
     /* one side unused for 64 calls of the layer: this call gives it one expert, so that its
      * estimate can come back down after a slow spell (otherwise nothing would ever sample it) */
-    struct ft_split_costs *cw = &s->layer[layer];
-    cw->unused = best == m || best == 0 ? cw->unused + 1 : 0;
-    if (cw->unused >= 64) {
-        cw->unused = 0;
+    c->unused = best == m || best == 0 ? c->unused + 1 : 0;
+    if (c->unused >= 64) {
+        c->unused = 0;
         return best == m ? m - 1 : 1;
     }
     return best;
@@ -86,40 +65,12 @@ int ft_split_fetch_count(struct ft_split *s, int layer, int m) {
 void ft_split_observe(struct ft_split *s, int layer, int n_copied, double copy_s, int n_cpu,
                       double cpu_s) {
     struct ft_split_costs *c = &s->layer[layer];
-    double a = s->alpha;
     if (n_copied > 0 && copy_s > 0) {
-        ewma(&c->copy_s, copy_s / n_copied, a);
+        ewma(&c->copy_s, copy_s / n_copied, s->alpha);
         c->samples_copy++;
     }
-    ft_split_observe_side(s, layer, n_cpu, cpu_s, 1); /* the fixed part stays; the rest is per expert */
-}
-
-void ft_split_observe_cpu(struct ft_split *s, int layer, int n_cpu, double cpu_s, double work_s) {
-    if (n_cpu <= 0 || cpu_s <= 0 || work_s <= 0) return;
-    struct ft_split_costs *c = &s->layer[layer];
-    double a = s->alpha, fixed = cpu_s - work_s;
-    ewma(&c->cpu_s, work_s / n_cpu, a);
-    ewma(&c->cpu_fixed_s, fixed > 0 ? fixed : 0, a);
-    c->samples_cpu++;
-}
-
-void ft_split_set_alone(struct ft_split *s, double cpu_alone_s) {
-    s->alone = 1;
-    for (int l = 0; l < s->n_layers; l++) s->layer[l].cpu_alone_s = cpu_alone_s;
-}
-
-void ft_split_observe_side(struct ft_split *s, int layer, int n_cpu, double cpu_s, int beside_copies) {
-    if (n_cpu <= 0 || cpu_s <= 0) return;
-    struct ft_split_costs *c = &s->layer[layer];
-    double *est = beside_copies ? &c->cpu_s : &c->cpu_alone_s;
-    ewma(est, (cpu_s - c->cpu_fixed_s) / n_cpu, s->alpha); /* a noisy sample cannot flip the sign */
-    if (beside_copies) c->samples_cpu++;
-    else c->samples_alone++;
-}
-
-void ft_split_observe_issue(struct ft_split *s, int layer, int n, double seconds) {
-    if (n <= 0 || seconds < 0) return;
-    struct ft_split_costs *c = &s->layer[layer];
-    ewma(&c->issue_s, seconds / n, s->alpha);
-    c->samples_issue++;
+    if (n_cpu > 0 && cpu_s > 0) { /* the fixed part stays; the rest is per expert */
+        ewma(&c->cpu_s, (cpu_s - c->cpu_fixed_s) / n_cpu, s->alpha);
+        c->samples_cpu++;
+    }
 }
