@@ -47,6 +47,16 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+/* The inclusive running sum of v over the warp's lanes (lane 0 first). */
+template <typename T>
+__device__ __forceinline__ T warp_scan(T v, int lane) {
+    for (int o = 1; o < WARP; o <<= 1) {
+        const T y = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += y;
+    }
+    return v;
+}
+
 __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
@@ -1165,20 +1175,12 @@ __device__ void block_scan_d(double *a, int n, double *red) {
     const int ch = (n + nt - 1) / nt, i0 = tid * ch, i1 = min(n, i0 + ch);
     double t = 0;
     for (int i = i0; i < i1; i++) t += a[i], a[i] = t;
-    double incl = t;
-    for (int o = 1; o < WARP; o <<= 1) {
-        const double y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += y;
-    }
+    const double incl = warp_scan(t, lane);
     __syncthreads();
     if (lane == WARP - 1) red[w] = incl;
     __syncthreads();
     if (w == 0) {
-        double r = lane < nw ? red[lane] : 0.0;
-        for (int o = 1; o < WARP; o <<= 1) {
-            const double y = __shfl_up_sync(0xffffffffu, r, o);
-            if (lane >= o) r += y;
-        }
+        const double r = warp_scan(lane < nw ? red[lane] : 0.0, lane);
         if (lane < nw) red[lane] = r;
     }
     __syncthreads();
@@ -1423,11 +1425,7 @@ __global__ void __launch_bounds__(DRAW_THREADS) sample_draw_kernel(const float *
     if (lane == 0) s_val[w] = sum, s_idx[w] = last;
     __syncthreads();
     if (w == 0) { /* the segments' inclusive prefix sums */
-        float t = lane < nw ? s_val[lane] : 0.0f;
-        for (int o = 1; o < WARP; o <<= 1) {
-            const float n = __shfl_up_sync(0xffffffffu, t, o);
-            if (lane >= o) t += n;
-        }
+        const float t = warp_scan(lane < nw ? s_val[lane] : 0.0f, lane);
         if (lane < nw) s_val[lane] = t;
     }
     __syncthreads();
@@ -1442,11 +1440,7 @@ __global__ void __launch_bounds__(DRAW_THREADS) sample_draw_kernel(const float *
                 const float v = l[i] / T;
                 e = v == -INFINITY ? 0.0f : __expf(v - mx);
             }
-            float c = e; /* inclusive scan of the 32 weights */
-            for (int o = 1; o < WARP; o <<= 1) {
-                const float n = __shfl_up_sync(0xffffffffu, c, o);
-                if (lane >= o) c += n;
-            }
+            const float c = warp_scan(e, lane); /* the 32 weights' running sums */
             const unsigned hit = __ballot_sync(0xffffffffu, e > 0.0f && acc + c > target);
             if (hit) pick = r + __ffs(hit) - 1;
             acc += __shfl_sync(0xffffffffu, c, WARP - 1);
