@@ -475,14 +475,14 @@ TEST(sample_draw_matches_definition) {
 }
 
 /* Top-k / top-p / min-p drawn on the device against the host sampler's definition
- * (ft_sampler_draw_row with the same parameters and uniform) on a real vocab (151,936) and a
- * small one, peaked rows (a few strong tokens over a spread: a model's typical row) under
- * Qwen's default, top-k alone (k 1, 50, with ties), top-p alone, min-p alone and mixed; a flat
+ * (ft_sampler_draw_row with the same parameters and uniform) on a real vocab (151,936) and two
+ * small ones (1,000; 1,001, whose rows are read a value at a time), peaked rows (a few strong
+ * tokens over a spread: a model's typical row) under Qwen's default, top-k alone (k 1, 50, with ties), top-p alone, min-p alone and mixed; a flat
  * row under top-p 0.95 has more candidates than the device sorts and must come back as -1
  * (the host's), and with the cap lowered to 8 every row either comes back as -1 or as before.
  * Rounding may move a boundary: at most 2 of the rows may differ. */
 TEST(filtered_draws_match_host) {
-    const int Vs[2] = {151936, 1000};
+    const int Vs[3] = {151936, 1000, 1001}; /* 1001: rows not 16-byte aligned (one value a load) */
     const struct ft_draw cfg[8] = {
         {0.7f, 0.0f, 0.8f, 0.0f, 20}, {1.0f, 0.0f, 1.0f, 0.0f, 1},  {0.8f, 0.0f, 1.0f, 0.0f, 50},
         {1.0f, 0.0f, 0.9f, 0.0f, 0},  {1.0f, 0.0f, 1.0f, 0.1f, 0},  {1.1f, 0.0f, 0.7f, 0.05f, 0},
@@ -490,7 +490,7 @@ TEST(filtered_draws_match_host) {
     };
     const struct ft_sampling def = ft_sampling_default();
     int differ = 0, total = 0, overflow_ok = 0, capped_ok = 0, capped_sent = 0, bad = 0;
-    for (int vi = 0; vi < 2; vi++) {
+    for (int vi = 0; vi < 3; vi++) {
         const int V = Vs[vi], R = 32;
         struct ft_sampler *scratch = NULL;
         EXPECT_OK(ft_sampler_init(&scratch, &def, V));
@@ -538,12 +538,12 @@ TEST(filtered_draws_match_host) {
         cudaFree(dlg), cudaFree(dd), cudaFree(dout);
     }
     fprintf(stderr, "  filtered device draws: %d of %d differ from the host's; %d flat rows sent "
-            "back; with the cap at 8, %d of 64 rows sent back, %d as uncapped\n", differ, total,
+            "back; with the cap at 8, %d of 96 rows sent back, %d as uncapped\n", differ, total,
             overflow_ok, capped_sent, capped_ok - capped_sent);
     EXPECT_EQ(bad, 0);
     CHECK_(differ <= 2, "%d of %d filtered device draws differ from the host's", differ, total);
     EXPECT_EQ(overflow_ok, 4);
-    EXPECT_EQ(capped_ok, 64);
+    EXPECT_EQ(capped_ok, 96);
     EXPECT(capped_sent >= 24); /* at least the top-k 20, 40 and 50 rows */
     EXPECT_OK(ft_cuda_check("filtered sample draw"));
 }
