@@ -164,8 +164,7 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
     if (sampled && (st = ft_sampler_init(&smp, &b->smp, m->vocab)) != FT_OK) goto done;
     /* sampled decode as ft serve does it: on a GPU backend a request without penalties is
      * drawn on the device (FT_ENGINE_DRAW=0: not), else the logits go to the host sampler */
-    const int engine_draw = sampled && ft_sampler_engine_drawable(smp) && ft_engine_on_gpu(e) &&
-                            ft_sys_env_int("FT_ENGINE_DRAW", 1) > 0;
+    const int engine_draw = sampled && ft_sampler_engine_drawable(smp) && ft_engine_draws_on_device(e);
     for (int i = 0; i < 3 && n > 0; i++) {
         int32_t next;
         struct ft_draw d0;

@@ -108,16 +108,13 @@ static int run_ids(struct run_opts *o, struct ft_session *s, const int32_t *ids,
     int64_t t0 = ft_time_us(), t1 = t0, t2 = t0;
     if (st == FT_OK) st = ft_engine_prefill(s->engine, ids, n, logits, 0);
     t1 = t2 = ft_time_us();
-    const int greedy = smp && ft_sampler_plain_greedy(smp); /* ids alone after the prefill */
-    int32_t next = -1;
+    int32_t next = -1; /* the engine's token (greedy, or drawn on the GPU), else sample here */
     for (long g = 0; st == FT_OK && g < o->n_gen; g++) {
         int32_t id = next >= 0 ? next : ft_sampler_sample(smp, logits);
         ft_sampler_accept(smp, id);
         printf("%s%d", g ? "," : "", id);
         fflush(stdout);
-        if (g + 1 < o->n_gen)
-            st = greedy ? ft_engine_forward_greedy(s->engine, &id, 1, &next)
-                        : ft_engine_forward(s->engine, &id, 1, logits, 0);
+        if (g + 1 < o->n_gen) st = ft_gen_step(s->engine, smp, id, logits, &next);
         t2 = ft_time_us();
     }
     int rc = 0;

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/status.h"
+#include "core/sys.h"
 #include "engine/gpu.h"
 #include "engine/sample.h"
 #include "moe/cpu_exec.h"
@@ -618,6 +619,12 @@ int ft_engine_n_past(const struct ft_engine *e) { return e->n_past; }
 int ft_engine_max_ctx(const struct ft_engine *e) { return e->opts.max_ctx; }
 int ft_engine_max_chunk(const struct ft_engine *e) { return e->opts.max_chunk; }
 int ft_engine_on_gpu(const struct ft_engine *e) { return e->gpu != NULL; }
+
+int ft_engine_draws_on_device(const struct ft_engine *e) {
+    static int env = -1;
+    if (env < 0) env = ft_sys_env_int("FT_ENGINE_DRAW", 1) != 0;
+    return e->gpu != NULL && env;
+}
 
 void ft_engine_draw_stats(const struct ft_engine *e, long *rows, long *on_host) {
     *rows = e->draw_rows, *on_host = e->draw_host;

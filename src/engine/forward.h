@@ -119,6 +119,10 @@ int ft_engine_max_seqs(const struct ft_engine *e);
  * host sampler (more candidates than the device sorts). */
 void ft_engine_draw_stats(const struct ft_engine *e, long *rows, long *on_host);
 int ft_engine_on_gpu(const struct ft_engine *e); /* a CUDA backend (cuda or offload) */
+/* 1 when sampled tokens of requests without penalties are best drawn by the engine
+ * (ft_engine_forward_batch_draw): a GPU backend, unless FT_ENGINE_DRAW=0 sends the logits to the
+ * host sampler. */
+int ft_engine_draws_on_device(const struct ft_engine *e);
 
 /* Mean distinct experts per MoE layer per forward call since the last reset of the stats. */
 double ft_engine_mean_distinct_experts(const struct ft_engine *e);

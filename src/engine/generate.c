@@ -28,6 +28,18 @@ static int grow(char **buf, size_t *cap, size_t need) {
     return 0;
 }
 
+enum ft_status ft_gen_step(struct ft_engine *e, struct ft_sampler *smp, int32_t id, float *logits,
+                           int32_t *next) {
+    *next = -1;
+    if (ft_sampler_plain_greedy(smp)) return ft_engine_forward_greedy(e, &id, 1, next);
+    if (ft_engine_draws_on_device(e) && ft_sampler_engine_drawable(smp)) {
+        struct ft_draw d;
+        ft_sampler_engine_draw(smp, &d);
+        return ft_engine_forward_draw(e, &id, 1, &d, next);
+    }
+    return ft_engine_forward(e, &id, 1, logits, 0);
+}
+
 /* Moves held[0, n) to the output buffer and shifts the rest of held to the front. */
 static void release(struct ft_stop *s, size_t n, size_t drop, const char **out, size_t *out_len) {
     memcpy(s->out, s->held, n);
@@ -142,9 +154,7 @@ enum ft_status ft_generate(struct ft_engine *e, const struct ft_tok *tok, const 
     res->finish = FT_FINISH_LENGTH;
     int stopped = 0;
     int max_gen = FT_MIN(p->max_tokens, max_ctx - n_prompt);
-    /* plain greedy: after the prefill, each step returns its id alone (the GPU finds it) */
-    const int greedy = ft_sampler_plain_greedy(smp);
-    int32_t next = -1;
+    int32_t next = -1; /* the engine's token (greedy, or drawn on the GPU), else sample here */
     for (int g = 0; g < max_gen; g++) {
         int32_t id = next >= 0 ? next : ft_sampler_sample(smp, logits);
         ft_sampler_accept(smp, id);
@@ -168,7 +178,7 @@ enum ft_status ft_generate(struct ft_engine *e, const struct ft_tok *tok, const 
         }
         if (g + 1 == max_gen) break; /* the last token needs no forward */
         ctx_ids[ft_engine_n_past(e)] = id;
-        st = greedy ? ft_engine_forward_greedy(e, &id, 1, &next) : ft_engine_forward(e, &id, 1, logits, 0);
+        st = ft_gen_step(e, smp, id, logits, &next);
         if (st != FT_OK) goto done;
     }
     if (res->finish != FT_FINISH_CANCELLED && !stopped) ft_gen_release_tail(&dt, &stop, emit, ctx);

@@ -65,6 +65,13 @@ void ft_gen_release_tail(struct ft_detok *dt, struct ft_stop *stop, ft_gen_emit_
  * out holds FT_MAX_EOS + 1 ids; returns the count. */
 int ft_eos_ids(const struct ft_config *c, const struct ft_tok *tok, int32_t *out);
 
+/* Runs token id at the engine's next position, then the token after it where the engine finds
+ * it (*next: the greedy id, or on a GPU backend a device draw for a request without penalties,
+ * its uniform taken from smp as ft_sampler_sample would); otherwise *next = -1 and logits hold
+ * the row for ft_sampler_sample. */
+enum ft_status ft_gen_step(struct ft_engine *e, struct ft_sampler *smp, int32_t id, float *logits,
+                           int32_t *next);
+
 /* Runs prompt then generation. The KV cache keeps `ctx_ids` (the tokens it holds, updated
  * here): the longest common prefix with `prompt` is reused, the rest prefilled. */
 enum ft_status ft_generate(struct ft_engine *e, const struct ft_tok *tok, const int32_t *prompt,

@@ -289,14 +289,6 @@ static void sample_rows(struct ft_sched *s, int n_segs) {
     else sample_task(&j, 0, 1);
 }
 
-/* requests without penalties drawn by the engine on a GPU backend (on the device);
- * FT_ENGINE_DRAW=0 sends their logits to the host sampler */
-static int engine_draws(void) {
-    static int v = -1;
-    if (v < 0) v = ft_sys_env_int("FT_ENGINE_DRAW", 1) != 0;
-    return v;
-}
-
 /* A new token id for r (drawn by sample_rows, or the greedy id the engine found); returns 1
  * when r is finished. */
 static int take_token(struct ft_sched *s, struct ft_req *r, int32_t id) {
@@ -375,7 +367,7 @@ static void step(struct ft_sched *s) {
     for (int i = 0; i < n_segs; i++)
         if (s->segs[i].want == FT_LOGITS_LAST) ids_only &= ft_sampler_plain_greedy(s->seg_req[i]->smp);
     /* on a GPU backend, steps whose requests have no penalty are drawn on the device too */
-    int draw = !ids_only && (s->o.engine_draws > 0 || (engine_draws() && ft_engine_on_gpu(s->e)));
+    int draw = !ids_only && (s->o.engine_draws > 0 || ft_engine_draws_on_device(s->e));
     for (int i = 0; draw && i < n_segs; i++)
         if (s->segs[i].want == FT_LOGITS_LAST) draw &= ft_sampler_engine_drawable(s->seg_req[i]->smp);
     enum ft_status st;
