@@ -31,6 +31,7 @@
 #   sampab   #5 sampled decode on 12 layers: greedy; t 0.8 and Qwen's defaults, each on the
 #            device and on the host (FT_ENGINE_DRAW=0), alternated; 48 layers   -> sampab.log
 #   hybab    #8 hybrid at 30G: FT_SPLIT_ALONE=1 vs default, alternated; cpu once -> hybab.log
+#   hyb3     #8 hybrid / cpu / offload at 12G, 24G, 30G (tg64)                   -> hyb3.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
@@ -223,6 +224,17 @@ for part in "$@"; do
         echo "### cpu" >>"$OUT/hybab.log"
         step hybab.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 128 -r 1 \
             --backend offload --vram-limit 30G --moe-backend cpu
+        ;;
+    hyb3)
+        # #8's last condition: hybrid never more than 5% below the better of cpu and offload, at
+        # 12G, 24G and 30G (uniform routing; -p 64: the cpu backend fills its cache in prefill)
+        for v in 12G 24G 30G; do
+            for mb in hybrid cpu offload; do
+                echo "### $v $mb" >>"$OUT/hyb3.log"
+                step hyb3.log 150 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 64 -r 1 \
+                    --backend offload --vram-limit $v --moe-backend $mb
+            done
+        done
         ;;
     bw)
         # #8/#9: ft bench bw per expert format (the CPU executor alone and next to copies)
