@@ -405,12 +405,14 @@ TEST(gated_activations_every_tier) {
 
 /* ft_cpu_exp_shift (the sampler's weights) on every tier against exp in double: each value
  * within 2 ulp-ish (1e-6 relative plus the float rounding of x - shift), exactly 0 where x is
- * -inf, and the returned sum within 1e-6 of the values' sum; 1..40 values (the masked tails). */
+ * -inf or NaN, and the returned sum within 1e-6 of the values' sum; 1..40 values (the masked
+ * tails). */
 TEST(exp_shift_every_tier) {
     float x[40], y[40];
     const float shift = 3.25f;
     for (int i = 0; i < 40; i++) x[i] = shift - 0.37f * (float)i * (float)(i % 3 + 1);
     x[5] = -INFINITY, x[17] = -INFINITY, x[39] = shift - 120.0f; /* far below: 0 or subnormal */
+    x[2] = NAN, x[38] = NAN; /* a vector lane and a scalar tail */
     enum ft_cpu_isa best = ft_cpu_isa();
     for (int tier = FT_ISA_SCALAR; tier <= (int)best; tier++) {
         if ((int)ft_cpu_set_isa((enum ft_cpu_isa)tier) != tier) continue;
@@ -420,14 +422,14 @@ TEST(exp_shift_every_tier) {
             for (int i = 0; i < n; i++) {
                 double d = (double)(x[i] - shift), ref = isinf(x[i]) ? 0.0 : exp(d);
                 want += y[i];
-                if (isinf(x[i])) {
+                if (isinf(x[i]) || isnan(x[i])) {
                     zeros &= y[i] == 0.0f;
                     continue;
                 }
                 double tol = (1e-6 + fabs(d) * 0x1p-23) * ref + 1e-40;
                 worst = fmax(worst, fabs(y[i] - ref) / tol);
             }
-            CHECK_(worst <= 1.0 && zeros, "%s, n %d: %.2f x tolerance, -inf gives 0: %d",
+            CHECK_(worst <= 1.0 && zeros, "%s, n %d: %.2f x tolerance, -inf and NaN give 0: %d",
                    ft_cpu_isa_name((enum ft_cpu_isa)tier), n, worst, zeros);
             CHECK_(fabs(sum - want) <= 1e-6 * want, "%s, n %d: sum %.9g against %.9g",
                    ft_cpu_isa_name((enum ft_cpu_isa)tier), n, sum, want);

@@ -96,9 +96,20 @@ void ft_sampler_accept(struct ft_sampler *s, int32_t id) {
     if (id >= 0 && id < s->vocab) s->n_generated[id]++;
 }
 
+/* A float's bits as a key that sorts descending (larger values first, -0 after +0). */
+static inline uint32_t desc_key(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u; /* ascending */
+    return ~u;
+}
+
+/* Descending logit by desc_key (so -0 after +0, as the radix sort and the GPU's order them),
+ * ties by id. */
 static int by_logit_desc(const void *a, const void *b) {
     const struct cand *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    const uint32_t kx = desc_key(x->logit), ky = desc_key(y->logit);
+    if (kx != ky) return kx < ky ? -1 : 1;
     return x->id - y->id;
 }
 
@@ -117,14 +128,6 @@ static int has_penalties(const struct ft_sampling *p) {
 /* A filter that removes tokens: top_k below the vocabulary, top_p below 1, min_p above 0. */
 static int has_filters(const struct ft_sampling *p, int V) {
     return (p->top_k > 0 && p->top_k < V) || p->top_p < 1.0f || p->min_p > 0;
-}
-
-/* A float's bits as a key that sorts descending (larger values first, -0 after +0). */
-static inline uint32_t desc_key(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u = u & 0x80000000u ? ~u : u | 0x80000000u; /* ascending */
-    return ~u;
 }
 
 /* Sorts c[0..n) by logit descending, ties in the order given (the candidates come in id

@@ -27,6 +27,10 @@ enum ft_status ft_split_init(struct ft_split *s, enum ft_moe_mode mode, int n_la
  * expert was seen on the H200 host) moves it by at most 20%, while a lasting change still
  * gets there in a few steps. */
 static void ewma(double *est, double sample, double alpha) {
+    if (!isfinite(*est)) { /* a start from a profile rate of 0: the first sample replaces it */
+        *est = sample;
+        return;
+    }
     if (*est > 0) sample = fmin(fmax(sample, 0.1 * *est), 3.0 * *est);
     *est += alpha * (sample - *est);
 }

@@ -150,15 +150,15 @@ TV256 static void act_row256(float *o, const float *g, const float *u, int I, in
     }
     for (; i < I; i++) o[i] = act_one(g[i], u[i], clamped, limit, alpha); /* as the scalar tier */
 }
-/* y = e^(x - shift) over 16 lanes, 0 where x is -inf; returns the sum of y, added in double
- * lanes (a fixed order: the same sum every call on this tier). */
+/* y = e^(x - shift) over 16 lanes, 0 where x is -inf or NaN; returns the sum of y, added in
+ * double lanes (a fixed order: the same sum every call on this tier). */
 TV512 static double exp_shift512(float *y, const float *x, int n, float shift) {
     const __m512 sh = _mm512_set1_ps(shift), ninf = _mm512_set1_ps(-INFINITY);
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     for (int i = 0; i < n; i += 16) {
         const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
         const __m512 xv = _mm512_maskz_loadu_ps(k, x + i);
-        const __mmask16 live = k & ~_mm512_cmp_ps_mask(xv, ninf, _CMP_EQ_OQ);
+        const __mmask16 live = k & _mm512_cmp_ps_mask(xv, ninf, _CMP_GT_OQ); /* not -inf, not NaN */
         const __m512 e = _mm512_maskz_mov_ps(live, exp512(_mm512_sub_ps(xv, sh)));
         _mm512_mask_storeu_ps(y + i, k, e);
         s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
@@ -173,8 +173,8 @@ TV256 static double exp_shift256(float *y, const float *x, int n, float shift) {
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), sh);
-        /* 0 below -87, where exp256 stops (and for -inf): e^-87 is not 0 to a sampler */
-        const __m256 e = _mm256_andnot_ps(_mm256_cmp_ps(d, lo, _CMP_LT_OQ), exp256(d));
+        /* 0 below -87, where exp256 stops (and for -inf and NaN): e^-87 is not 0 to a sampler */
+        const __m256 e = _mm256_andnot_ps(_mm256_cmp_ps(d, lo, _CMP_NGE_UQ), exp256(d));
         _mm256_storeu_ps(y + i, e);
         s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
         s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
@@ -182,7 +182,7 @@ TV256 static double exp_shift256(float *y, const float *x, int n, float shift) {
     double d[4], sum = 0;
     _mm256_storeu_pd(d, _mm256_add_pd(s0, s1));
     sum = (d[0] + d[1]) + (d[2] + d[3]);
-    for (; i < n; i++) sum += y[i] = x[i] == -INFINITY ? 0.0f : expf(x[i] - shift);
+    for (; i < n; i++) sum += y[i] = x[i] > -INFINITY ? expf(x[i] - shift) : 0.0f; /* NaN: 0 */
     return sum;
 }
 #endif
@@ -194,7 +194,7 @@ double ft_cpu_exp_shift(float *y, const float *x, int n, float shift) {
     if (isa >= FT_ISA_AVX2) return exp_shift256(y, x, n, shift);
 #endif
     double sum = 0;
-    for (int i = 0; i < n; i++) sum += y[i] = x[i] == -INFINITY ? 0.0f : expf(x[i] - shift);
+    for (int i = 0; i < n; i++) sum += y[i] = x[i] > -INFINITY ? expf(x[i] - shift) : 0.0f; /* NaN: 0 */
     return sum;
 }
 

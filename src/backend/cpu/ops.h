@@ -95,7 +95,8 @@ void ft_cpu_swiglu_clamped(float *out, const float *gate_up, int T, int I, float
 /* The same with GELU (tanh approximation, torch's gelu(approximate="tanh")) on the gate. */
 void ft_cpu_gelu_tanh_mul(float *out, const float *gate_up, int T, int I);
 
-/* y[i] = e^(x[i] - shift) (0 where x[i] is -inf; the vector tiers within 2 ulp of expf),
+/* y[i] = e^(x[i] - shift) (0 where x[i] is -inf or NaN, as the GPU's draw skips NaN; the
+ * vector tiers within 2 ulp of expf),
  * returning the sum of y added in double: the sampler's weights over a vocabulary. */
 double ft_cpu_exp_shift(float *y, const float *x, int n, float shift);
 /* y[n] += x[n] */

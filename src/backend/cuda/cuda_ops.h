@@ -130,7 +130,8 @@ void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *out, cudaStre
 struct ft_draw;
 void ft_cuda_sample_draw(const float *logits, int rows, int V, const struct ft_draw *draws,
                          int32_t *out, cudaStream_t s);
-/* Lowers that on-chip limit (tests: the host fallback on a small vocabulary); <= 0: 2048. */
+/* Lowers that on-chip limit (tests: the host fallback on a small vocabulary); <= 0: 2048.
+ * Launches read it when issued: a decode graph keeps the value it was captured with. */
 void ft_cuda_sample_draw_set_cap(int cap);
 /* Gathers bf16 rows: y[r, :] = x[src[r], :] */
 void ft_cuda_gather_bf16(uint16_t *y, const uint16_t *x, const int32_t *src, int rows, int H,
