@@ -84,7 +84,7 @@ struct pass {
     long total;       /* n_active * N rows */
     atomic_long next;
     atomic_int tasks;
-    int64_t launch_ns, *span; /* launch time; [2 * worker] first start, last end */
+    int64_t launch_ns, *span; /* timing: launch time; [2 * worker] first start, last end */
 };
 
 /* Claims the next rows [*g0, *g0 + return) of the pass; 0 when none are left. */
@@ -109,10 +109,10 @@ static void pass_task(void *ctx, int i, int n) {
     struct ft_moe_exec *x = p->x;
     (void)n;
     if (i == 0 && p->hook) p->hook(p->hook_ctx);
-    int64_t t_in = ft_time_ns();
+    int64_t t_in = p->span ? ft_time_ns() : 0;
     long g0, c;
     while ((c = claim(p, &g0)) > 0) {
-        atomic_fetch_add_explicit(&p->tasks, 1, memory_order_relaxed);
+        if (p->span) atomic_fetch_add_explicit(&p->tasks, 1, memory_order_relaxed);
         for (long g = g0, end = g0 + c; g < end;) { /* the stretch, split at experts */
             int a = (int)(g / p->N), n0 = (int)(g % p->N);
             int n1 = (int)FT_MIN((long)p->N, n0 + (end - g));
@@ -128,13 +128,11 @@ static void pass_task(void *ctx, int i, int n) {
             g += n1 - n0;
         }
     }
-    if (i < TIMED_WORKERS) p->span[2 * i] = t_in, p->span[2 * i + 1] = ft_time_ns();
+    if (p->span && i < TIMED_WORKERS) p->span[2 * i] = t_in, p->span[2 * i + 1] = ft_time_ns();
 }
 
-/* One pass's worker spans, with timing on: the start, busy and task figures to x->tm
- * (which = 0: gate/up, 1: down). */
+/* Sums one pass's worker spans into x->tm (which = 0: gate/up, 1: down). */
 static void add_spans(struct ft_moe_exec *x, struct pass *p, int workers, int which) {
-    if (!x->timing) return;
     int64_t start_max = 0, busy_sum = 0, busy_max = 0;
     for (int i = 0; i < workers; i++) {
         int64_t s = p->span[2 * i] - p->launch_ns, b = p->span[2 * i + 1] - p->span[2 * i];
@@ -163,13 +161,17 @@ static void run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct f
     atomic_init(&p.tasks, 0);
     int timed = FT_MIN(workers, TIMED_WORKERS);
     int64_t span[2 * TIMED_WORKERS];
-    p.launch_ns = x->timing ? x->t_mark : ft_time_ns();
-    for (int i = 0; i < 2 * timed; i++) span[i] = p.launch_ns;
-    p.span = span;
+    if (x->timing) {
+        p.launch_ns = x->t_mark;
+        for (int i = 0; i < 2 * timed; i++) span[i] = p.launch_ns;
+        p.span = span;
+    }
     if (which == 0) p.hook = x->hook, p.hook_ctx = x->hook_ctx, x->hook = NULL;
     ft_pool_run(pool, pass_task, &p);
-    add_spans(x, &p, timed, which);
-    mark(x, which ? FT_EXEC_PASS2 : FT_EXEC_PASS1);
+    if (x->timing) {
+        add_spans(x, &p, timed, which);
+        mark(x, which ? FT_EXEC_PASS2 : FT_EXEC_PASS1);
+    }
 }
 
 /* Between the passes, rows split over the workers: the gate/up bias, the activation, and (fast
@@ -301,7 +303,6 @@ void ft_moe_exec_set_timing(struct ft_moe_exec *x, int on) {
 }
 
 struct ft_moe_exec_timing ft_moe_exec_timing(const struct ft_moe_exec *x) { return x->tm; }
-
 
 void ft_moe_exec_set_hook(struct ft_moe_exec *x, void (*fn)(void *), void *ctx) {
     x->hook = fn, x->hook_ctx = ctx;
