@@ -15,9 +15,10 @@
 #include "cli/session.h"
 #include "core/status.h"
 #include "core/sys.h"
-#include "engine/sample.h"
 #include "core/timer.h"
+#include "engine/generate.h"
 #include "engine/gpu.h"
+#include "engine/sample.h"
 
 static const char k_usage[] =
     "usage: ft bench (--model DIR | --synthetic PRESET) [options]\n"
@@ -139,6 +140,19 @@ static double step_bytes(const struct ft_model *m, double distinct) {
     return b - (double)moe * m->top_k * m->expert_bytes + (double)moe * distinct * m->expert_bytes;
 }
 
+/* One decode step after tok, its token into *next (host_argmax: from the logits copied back). */
+static enum ft_status decode_step(struct ft_engine *e, struct ft_sampler *smp, int host_argmax,
+                                  int32_t tok, float *logits, int vocab, int32_t *next) {
+    if (host_argmax) {
+        const enum ft_status st = ft_engine_forward(e, &tok, 1, logits, 0);
+        *next = ft_argmax(logits, vocab);
+        return st;
+    }
+    const enum ft_status st = ft_gen_step(e, smp, tok, logits, next);
+    if (st == FT_OK && *next < 0) *next = ft_sampler_sample(smp, logits);
+    return st;
+}
+
 static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed) {
     const struct ft_model *m = b->s.model;
     struct ft_engine *e = b->s.engine;
@@ -157,23 +171,17 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
     ft_engine_reset(e);
     int32_t w0[4] = {1, 2, 3, 4};
     if ((st = ft_engine_prefill(e, p > 0 ? ids : w0, p > 0 ? p : 4, logits, 0)) != FT_OK) goto done;
-    /* decode steps return the greedy id only (the argmax on the device, as for a server's
-     * temperature-0 request); FT_BENCH_HOST_ARGMAX=1 copies every step's logits to the host */
-    const int host_argmax = ft_sys_env_int("FT_BENCH_HOST_ARGMAX", 0) > 0;
+    /* decode steps as ft serve and ft run take them (ft_gen_step): the greedy id found on the
+     * device, a device draw for sampling without penalties (FT_ENGINE_DRAW=0: not), else the
+     * logits to the host sampler; FT_BENCH_HOST_ARGMAX=1 copies every greedy step's logits to
+     * the host for the argmax instead */
     const int sampled = b->smp.temperature > 0;
-    if (sampled && (st = ft_sampler_init(&smp, &b->smp, m->vocab)) != FT_OK) goto done;
-    /* sampled decode as ft serve does it: on a GPU backend a request without penalties is
-     * drawn on the device (FT_ENGINE_DRAW=0: not), else the logits go to the host sampler */
+    const int host_argmax = !sampled && ft_sys_env_int("FT_BENCH_HOST_ARGMAX", 0) > 0;
+    if ((st = ft_sampler_init(&smp, &b->smp, m->vocab)) != FT_OK) goto done;
     const int engine_draw = sampled && ft_sampler_engine_drawable(smp) && ft_engine_draws_on_device(e);
     for (int i = 0; i < 3 && n > 0; i++) {
         int32_t next;
-        struct ft_draw d0;
-        if (engine_draw) {
-            ft_sampler_engine_draw(smp, &d0);
-            st = ft_engine_forward_draw(e, w0, 1, &d0, &next);
-        } else if (host_argmax || sampled) st = ft_engine_forward(e, w0, 1, logits, 0);
-        else st = ft_engine_forward_greedy(e, w0, 1, &next);
-        if (st != FT_OK) goto done;
+        if ((st = decode_step(e, smp, host_argmax, w0[0], logits, m->vocab, &next)) != FT_OK) goto done;
     }
     if (p > 0) {
         double distinct = 0;
@@ -204,21 +212,8 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
             int64_t t0 = ft_time_us();
             for (int i = 0; i < n; i++) {
                 tok = next;
-                if (engine_draw) {
-                    struct ft_draw d;
-                    ft_sampler_engine_draw(smp, &d);
-                    st = ft_engine_forward_draw(e, &tok, 1, &d, &next);
-                } else if (sampled) {
-                    st = ft_engine_forward(e, &tok, 1, logits, 0);
-                    if (st == FT_OK) next = ft_sampler_sample(smp, logits);
-                } else if (host_argmax) { /* FT_BENCH_HOST_ARGMAX=1: every step's logits to the host */
-                    st = ft_engine_forward(e, &tok, 1, logits, 0);
-                    next = ft_argmax(logits, m->vocab);
-                } else {
-                    st = ft_engine_forward_greedy(e, &tok, 1, &next);
-                }
-                if (st != FT_OK) goto done;
-                if (sampled) ft_sampler_accept(smp, next);
+                if ((st = decode_step(e, smp, host_argmax, tok, logits, m->vocab, &next)) != FT_OK) goto done;
+                ft_sampler_accept(smp, next);
             }
             tps[r] = n / ((ft_time_us() - t0) / 1e6);
             distinct = ft_engine_mean_distinct_experts(e);

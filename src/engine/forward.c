@@ -319,10 +319,11 @@ static enum ft_status forward_rows(struct ft_engine *e, const struct ft_seg *seg
     int rows = 0;
     for (int i = 0; i < n_segs; i++)
         rows += segs[i].want == FT_LOGITS_ALL ? segs[i].n : segs[i].want == FT_LOGITS_LAST;
-    /* the CPU backend's logits when the caller wants ids only; a GPU row the device leaves */
-    const int need = !top1 || rows == 0 ? 0 : e->gpu ? draws != NULL : logits ? 0 : rows;
-    if (top1 && rows > 0 && (need || draws) && (st = top1_scratch(e, need, draws != NULL)) != FT_OK)
-        return st;
+    if (top1 && rows > 0) { /* scratch rows: the CPU backend's logits when the caller wants ids
+                             * only; a GPU row the device leaves to the host sampler */
+        const int need = e->gpu ? draws != NULL : logits ? 0 : rows;
+        if ((need || draws) && (st = top1_scratch(e, need, draws != NULL)) != FT_OK) return st;
+    }
     if (!e->gpu) {
         float *l = logits ? logits : e->top1_logits; /* ids only: logits into scratch */
         st = cpu_forward(e, segs, n_segs, top1 && rows > 0 ? l : logits);

@@ -2,8 +2,8 @@
  * of a step's M missing experts, fetch F over PCIe into cache slots and compute M - F on the
  * CPU, concurrently, choosing F to minimise the slower side. The costs are learnt while the
  * engine runs (running averages per layer): seconds to copy one expert, seconds of CPU time per
- * expert, and the CPU side's fixed cost per layer (each measured, not fitted: the executor
- * times the part of a call that scales with its experts). Pure C; engine thread only. */
+ * expert (the CPU side's fixed cost per layer stays where it starts: the bw profile's, or
+ * 50 us). Pure C; engine thread only. */
 #ifndef FT_MOE_POLICY_H
 #define FT_MOE_POLICY_H
 
