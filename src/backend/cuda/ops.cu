@@ -42,7 +42,8 @@ __device__ __forceinline__ uint16_t f2bf(float f) {
     return (uint16_t)(u >> 16);
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
@@ -62,15 +63,17 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-/* Sum over the block (blockDim.x a multiple of 32, <= 1024). */
-__device__ float block_sum(float v) {
-    __shared__ float part[32];
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024): every thread gets the same value,
+ * added in the same order (deterministic). */
+template <typename T>
+__device__ T block_sum(T v) {
+    __shared__ T part[32];
     int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
     v = warp_sum(v);
-    __syncthreads();
+    __syncthreads(); /* part's previous use is over */
     if (lane == 0) part[w] = v;
     __syncthreads();
-    v = lane < nw ? part[lane] : 0.0f;
+    v = lane < nw ? part[lane] : (T)0;
     return warp_sum(v);
 }
 
@@ -1157,18 +1160,6 @@ __device__ __forceinline__ float draw_key_value(uint32_t k) {
     return __uint_as_float(u & 0x80000000u ? u & 0x7fffffffu : ~u);
 }
 
-/* The block's sum of v, added in the same order by every thread (deterministic). */
-__device__ double block_sum_d(double v, double *red) {
-    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads(); /* red's previous use is over */
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    double t = 0;
-    for (int i = 0; i < nw; i++) t += red[i];
-    return t;
-}
-
 /* a[0..n) replaced by its inclusive running sums: each thread a contiguous chunk. */
 __device__ void block_scan_d(double *a, int n, double *red) {
     const int tid = threadIdx.x, nt = blockDim.x, lane = tid % WARP, w = tid / WARP, nw = nt / WARP;
@@ -1265,13 +1256,13 @@ __device__ int draw_filtered(const float *l, int V, float T, float mx, const str
                 for (int j = 0; j < 8; j++)
                     if (v > top - step * (float)(j + 1)) c[j] += w, cn[j]++;
             });
-            const double target = (double)d.top_p * block_sum_d(zt, sh.red);
+            const double target = (double)d.top_p * block_sum<double>(zt);
             int first = 8;
             double n_first = 0.0;
 #pragma unroll
             for (int j = 7; j >= 0; j--) {
-                const double got = block_sum_d((double)cn[j], sh.red);
-                const double mass = k_on ? 0.0 : block_sum_d(c[j], sh.red);
+                const double got = block_sum<double>((double)cn[j]);
+                const double mass = k_on ? 0.0 : block_sum<double>(c[j]);
                 if (k_on ? got >= (double)d.top_k : mass >= target) first = j, n_first = got;
             }
             /* pass 0: beyond 32 below mx; later: rounding moved the sums (keep the last bound) */
@@ -1298,9 +1289,9 @@ __device__ int draw_filtered(const float *l, int V, float T, float mx, const str
         if (v >= tau) cnt++;
         else if (v == v) tl += (double)expf(v - mx);
     });
-    const int n = (int)block_sum_d((double)cnt, sh.red);
+    const int n = (int)block_sum<double>((double)cnt);
     if (n > cap || n < 1) return -1;
-    if (!k_on) tail = block_sum_d(tl, sh.red);
+    if (!k_on) tail = block_sum<double>(tl);
     if (tid == 0) sh.n = 0;
     __syncthreads();
     row_each(l, V, T, [&](int i, float v) {
@@ -1315,13 +1306,13 @@ __device__ int draw_filtered(const float *l, int V, float T, float mx, const str
         const float kth = KEY_X(sh.key[d.top_k - 1]);
         int ge = 0;
         for (int i = tid; i < n; i += nt) ge += KEY_X(sh.key[i]) >= kth;
-        keep = (int)block_sum_d((double)ge, sh.red);
+        keep = (int)block_sum<double>((double)ge);
     }
     if (p_on || m_on) {
         const int n1 = keep; /* the top-k survivors, or every candidate */
         double zc = 0.0;
         for (int i = tid; i < n1; i += nt) zc += exp((double)KEY_X(sh.key[i]) - (double)mx);
-        double z = block_sum_d(zc, sh.red) + (k_on ? 0.0 : tail);
+        double z = block_sum<double>(zc) + (k_on ? 0.0 : tail);
         if (p_on) { /* the smallest prefix whose mass reaches top_p (the crossing one stays) */
             for (int r = tid; r < n1; r += nt) sh.a[r] = exp((double)KEY_X(sh.key[n1 - 1 - r]) - (double)mx);
             __syncthreads();
@@ -1329,16 +1320,16 @@ __device__ int draw_filtered(const float *l, int V, float T, float mx, const str
             const double base = k_on ? 0.0 : tail, limit = 1.0 - (double)d.top_p;
             int over = 0;
             for (int i = 1 + tid; i < n1; i += nt) over += (base + sh.a[n1 - 1 - i]) / z > limit;
-            keep = 1 + (int)block_sum_d((double)over, sh.red);
+            keep = 1 + (int)block_sum<double>((double)over);
             double zk = 0.0;
             for (int i = tid; i < keep; i += nt) zk += exp((double)KEY_X(sh.key[i]) - (double)mx);
-            z = block_sum_d(zk, sh.red);
+            z = block_sum<double>(zk);
         }
         if (m_on) { /* probabilities against min_p times the top one's */
             const double bar = (double)d.min_p * (1.0 / z);
             int ok = 0;
             for (int i = 1 + tid; i < keep; i += nt) ok += exp((double)KEY_X(sh.key[i]) - (double)mx) / z >= bar;
-            keep = 1 + (int)block_sum_d((double)ok, sh.red);
+            keep = 1 + (int)block_sum<double>((double)ok);
         }
     }
     /* the draw over the survivors in id order, as the host's */
