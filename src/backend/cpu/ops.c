@@ -66,6 +66,9 @@ static inline float act_one(float g, float u, int clamped, float limit, float al
     return (u + 1.0f) * (g * ft_sigmoid(g * alpha));
 }
 
+/* e^(x - shift), 0 for -inf and NaN: ft_cpu_exp_shift's scalar tier and its vector tails. */
+static inline float exp_or_zero(float x, float shift) { return x > -INFINITY ? expf(x - shift) : 0.0f; }
+
 #ifdef FT_X86
 #define TV512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define TV256 __attribute__((target("avx2,fma,f16c")))
@@ -150,6 +153,7 @@ TV256 static void act_row256(float *o, const float *g, const float *u, int I, in
     }
     for (; i < I; i++) o[i] = act_one(g[i], u[i], clamped, limit, alpha); /* as the scalar tier */
 }
+
 /* y = e^(x - shift) over 16 lanes, 0 where x is -inf or NaN; returns the sum of y, added in
  * double lanes (a fixed order: the same sum every call on this tier). */
 TV512 static double exp_shift512(float *y, const float *x, int n, float shift) {
@@ -182,7 +186,7 @@ TV256 static double exp_shift256(float *y, const float *x, int n, float shift) {
     double d[4], sum = 0;
     _mm256_storeu_pd(d, _mm256_add_pd(s0, s1));
     sum = (d[0] + d[1]) + (d[2] + d[3]);
-    for (; i < n; i++) sum += y[i] = x[i] > -INFINITY ? expf(x[i] - shift) : 0.0f; /* NaN: 0 */
+    for (; i < n; i++) sum += y[i] = exp_or_zero(x[i], shift);
     return sum;
 }
 #endif
@@ -194,7 +198,7 @@ double ft_cpu_exp_shift(float *y, const float *x, int n, float shift) {
     if (isa >= FT_ISA_AVX2) return exp_shift256(y, x, n, shift);
 #endif
     double sum = 0;
-    for (int i = 0; i < n; i++) sum += y[i] = x[i] > -INFINITY ? expf(x[i] - shift) : 0.0f; /* NaN: 0 */
+    for (int i = 0; i < n; i++) sum += y[i] = exp_or_zero(x[i], shift);
     return sum;
 }
 
