@@ -238,6 +238,7 @@ static void offload_case(const char *name, int slots, int path, const char *faul
     struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
     struct ft_engine_opts oo = ro;
     oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = slots, oo.copy_path = path, oo.verify_copies = 2;
+    oo.no_graphs = 0; /* decode spans as graphs from their second step (resident: launched) */
     oo.moe_mode = 0; /* every miss fetched */
     if (fault) setenv("FT_TEST_COPY_FAULT", fault, 1);
     struct ft_engine *re = NULL, *oe = NULL;
@@ -289,6 +290,7 @@ static void split_case(const char *name, int mode) {
     struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
     struct ft_engine_opts oo = ro;
     oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = 4, oo.moe_mode = mode;
+    oo.no_graphs = 0; /* decode spans as graphs from their second step */
     struct ft_engine *re = NULL, *oe = NULL;
     EXPECT_OK(ft_engine_init(&re, m, g_pool, &ro));
     EXPECT_OK(ft_engine_init(&oe, m, g_pool, &oo));

@@ -30,7 +30,7 @@
 #   hybprof  #8 hybrid decode at 30G, host side per layer step (FT_GPU_PROFILE) -> hybprof.log
 #   sampab   #5 sampled decode on 12 layers: greedy; t 0.8 and Qwen's defaults, each on the
 #            device and on the host (FT_ENGINE_DRAW=0), alternated; 48 layers   -> sampab.log
-#   hybab    #8 hybrid at 30G: FT_SPLIT_ALONE=1 vs default, alternated; cpu once -> hybab.log
+#   hybab    #8 hybrid at 30G: as built vs ft_old (OLD_REV), alternated       -> hybab.log
 #   hyb3     #8 hybrid / cpu / offload at 12G, 24G, 30G (tg64)                   -> hyb3.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
@@ -212,18 +212,19 @@ for part in "$@"; do
             --backend offload --vram-limit 30G --moe-backend hybrid
         ;;
     hybab)
-        # #8 at 30G: the split's alone model (FT_SPLIT_ALONE=1: the CPU's cost with no copy
-        # beside it, and the issue time) against the default, alternated twice; then cpu alone
-        # (its cache fills in prefill only, hence -p 64). About 5 runs of 45 s. The model tests
-        # (tests) cover the default hybrid path.
-        for e in FT_AB=default FT_SPLIT_ALONE=1 FT_AB=default FT_SPLIT_ALONE=1; do
-            echo "### $e" >>"$OUT/hybab.log"
-            step hybab.log 200 env "$e" $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 128 -r 1 \
-                --backend offload --vram-limit 30G --moe-backend hybrid
+        # #8 at 30G: as built against .gpu/ft_old (OLD_REV=<commit> tools/gpu_pack.sh),
+        # alternated twice, each with the host side of a layer step (FT_STEP_TIMING=1); add an
+        # env switch as a configuration for an A/B within one build. About 45 s a run.
+        for round in 1 2; do
+            for cfg in "ft FT_AB=new" "ft_old FT_AB=old"; do
+                read -r bin envs <<<"$cfg"
+                [ -x "$G/$bin" ] || continue
+                echo "### $round $bin $envs" >>"$OUT/hybab.log"
+                FT_STEP_TIMING=1 step hybab.log 200 env "$envs" $G/$bin bench \
+                    --synthetic qwen3-30b-a3b -p 64 -n 128 -r 1 --backend offload --vram-limit 30G \
+                    --moe-backend hybrid
+            done
         done
-        echo "### cpu" >>"$OUT/hybab.log"
-        step hybab.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 128 -r 1 \
-            --backend offload --vram-limit 30G --moe-backend cpu
         ;;
     hyb3)
         # #8's last condition: hybrid never more than 5% below the better of cpu and offload, at

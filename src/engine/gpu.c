@@ -104,6 +104,11 @@ struct ft_gpu {
     /* graphs per decode batch size: logits only, then the greedy argmax, then the draw at the end */
     cudaGraphExec_t graph[3][MAX_GRAPH_T + 1];
     int graph_seen[3][MAX_GRAPH_T + 1];
+    /* offloaded decode: a graph per batch size and span start (span()), the MoE layer each
+     * span ends at */
+    cudaGraphExec_t *span_graph;
+    uint8_t *span_seen;
+    int *span_end;
     /* FT_STEP_TIMING=1: where each decode step's wall time goes on the host (printed at free):
      * before the step (the caller), issuing copies and launches, waiting for the GPU (and the
      * GPU's own time from events), copying results out */
@@ -530,8 +535,9 @@ static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
                                 g->d_step, l, m->norm_topk, &g->synth, g->s);
 }
 
-/* The GPU's share of a decode layer's routed experts: x += the experts at ids (slots when
- * offloading; eids: their expert ids, for the biases). */
+/* The GPU's share of a decode layer's routed experts into my: the experts at ids (slots when
+ * offloading, -1: a CPU pair, 0; -2: another launch's pair, left alone; eids: their expert ids,
+ * for the biases). */
 static void gpu_experts(struct ft_gpu *g, const struct gpu_layer *L, int l, int T, const int32_t *ids,
                         const int32_t *eids, const void *gu, const void *dn) {
     int k = g->m->top_k, H = g->m->hidden, I = g->m->expert_inter;
@@ -541,7 +547,28 @@ static void gpu_experts(struct ft_gpu *g, const struct gpu_layer *L, int l, int 
     expert_act(g, L, g->mact, g->mgu, T * k, I);
     expert_gemv(g, g->my, g->mact, 1, dn, L->dn_dt, expert_stride(g, l, 1), ids, T * k, H, I);
     if (L->dn_b) ft_cuda_moe_add_bias(g->my, L->dn_b, eids, ids, T * k, H, s);
-    ft_cuda_moe_combine(g->x, g->my, g->topw, T, k, H, 1, s); /* x += routed experts (GPU) */
+}
+
+/* x += the routed experts in my, weighted */
+static void combine_experts(struct ft_gpu *g, int T) {
+    ft_cuda_moe_combine(g->x, g->my, g->topw, T, g->m->top_k, g->m->hidden, 1, g->s);
+}
+
+/* An offloaded layer step's GPU side after its plan: the experts already resident at once,
+ * the copies of the fetched ones, then those experts behind the copies. The fetched are
+ * ~1-2 of 8 in a hybrid step at 30G, so most of the GPU's expert time no longer waits for
+ * (and follows) the copies. */
+static enum ft_status offload_experts(struct ft_gpu *g, const struct gpu_layer *L, int l, int T,
+                                      const int32_t *eids) {
+    const void *gu = ft_offload_gu(g->off), *dn = ft_offload_down(g->off);
+    int n = T * g->m->top_k;
+    int nf = ft_offload_decode_slots(g->off, g->d_slots, g->s);
+    gpu_experts(g, L, l, T, g->d_slots, eids, gu, dn);
+    enum ft_status st = ft_offload_decode_copies(g->off, g->s);
+    if (st != FT_OK) return st;
+    if (nf) gpu_experts(g, L, l, T, g->d_slots + n, eids, gu, dn);
+    combine_experts(g, T);
+    return FT_OK;
 }
 
 /* A cpu/hybrid layer step issues its copies and GPU expert launches from inside the CPU
@@ -559,32 +586,53 @@ struct issue_hook {
     struct ft_gpu *g;
     const struct gpu_layer *L;
     int l, T, ran;
-    const int32_t *ids, *eids;
-    const void *gu, *dn;
+    const int32_t *eids;
     enum ft_status st;
 };
 
-/* ft_moe_exec's hook: the planned copies, then the GPU's experts behind them. */
+/* ft_moe_exec's hook: the GPU's side of the layer step (offload_experts). */
 static void issue_hook(void *ctx) {
     struct issue_hook *h = ctx;
     h->ran = 1;
-    h->st = ft_offload_decode_issue(h->g->off, h->g->d_slots, h->g->s);
-    if (h->st == FT_OK) gpu_experts(h->g, h->L, h->l, h->T, h->ids, h->eids, h->gu, h->dn);
+    h->st = offload_experts(h->g, h->L, h->l, h->T, h->eids);
 }
 
-/* Decode-sized steps (T <= 8): GEMV kernels only, each input norm fused into the GEMV that
- * reads it, each residual add fused into the GEMV/combine that produces it; no host sync, so
- * the whole step is graph-capturable. x holds the complete residual after every layer. */
-static enum ft_status decode_layers(struct ft_gpu *g, int T) {
+/* The end of MoE layer l's decode step: the CPU's share of its experts joins x (cpu/hybrid:
+ * always, from zeros when the CPU had none, so that a span graph holds one shape), then the
+ * shared expert. */
+static void moe_tail(struct ft_gpu *g, int l, int T) {
+    const struct ft_model *m = g->m;
+    const struct gpu_layer *L = &g->L[l];
+    int H = m->hidden;
+    cudaStream_t s = g->s;
+    if (g->off && g->exec) {
+        cudaMemcpyAsync(g->d_cpu_out, g->h_cpu_out, (size_t)T * H * sizeof(float),
+                        cudaMemcpyHostToDevice, s);
+        ft_cuda_add(g->x, g->d_cpu_out, (size_t)T * H, s); /* x += CPU experts */
+    }
+    prof_mark(g, P_EXPERTS);
+    if (L->has_shared) {
+        int Is = m->shared_inter;
+        ft_cuda_gemv(g->gu, 2 * Is, g->xn, L->sh_gu, NULL, T, 2 * Is, H, s);
+        ft_cuda_silu_mul(g->act, g->gu, T, Is, s);
+        ft_cuda_gemv(g->sh, H, g->act, L->sh_down, NULL, T, H, Is, s);
+        ft_cuda_gemv(g->score, 1, g->xn, L->sh_score, NULL, T, 1, H, s);
+        ft_cuda_sigmoid_scale_add(g->x, g->sh, g->score, T, H, s); /* x += shared expert */
+        prof_mark(g, P_SHARED);
+    }
+}
+
+/* One span of a decode step, all on the stream with no host sync: the tail of MoE layer l0 - 1
+ * (l0 > 0), then layers l0.. through the next MoE layer's router (offloading: with its ids,
+ * normalised rows and weights copied back). Returns that MoE layer, or n_layers. */
+static int decode_span(struct ft_gpu *g, int T, int l0) {
     const struct ft_model *m = g->m;
     int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim;
     int E = m->n_experts, k = m->top_k;
     float eps = m->rms_eps;
     cudaStream_t s = g->s;
-    if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, s);
-    ft_cuda_embed(g->x, g->embed, g->d_ids, T, H, s);
-    prof_mark(g, P_NORM);
-    for (int l = 0; l < m->n_layers; l++) {
+    if (l0 > 0) moe_tail(g, l0 - 1, T);
+    for (int l = l0; l < m->n_layers; l++) {
         const struct gpu_layer *L = &g->L[l];
         struct ft_cuda_gemv_args qkv = {{g->q, g->k, g->v}, qd, kd, qd, {L->bq, L->bk, L->bv},
                                         g->x, L->wqkv, L->attn_norm, eps, NULL, 0, T, qd + 2 * kd, H};
@@ -624,74 +672,132 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
         int32_t *ids = g->d_topk_all + (size_t)l * MAX_GRAPH_T * k; /* kept for the distinct count */
         route(g, l, T, ids);
         prof_mark(g, P_ROUTER);
-        const void *gu = L->gu, *dn = L->down;
-        const int32_t *eids = ids; /* expert ids (ids becomes the slots when offloading) */
-        int n_cpu = 0;
-        struct issue_hook hook = {0};
-        const int32_t *h_ids = g->h_topk_all + (size_t)l * MAX_GRAPH_T * k;
         if (g->off) { /* the router's ids come back; misses are copied into cache slots */
-            cudaMemcpyAsync((int32_t *)h_ids, ids, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
+            cudaMemcpyAsync(g->h_topk_all + (size_t)l * MAX_GRAPH_T * k, ids, (size_t)T * k * 4,
+                            cudaMemcpyDeviceToHost, s);
             if (g->exec) { /* the CPU executor needs the normalised rows and the weights */
                 cudaMemcpyAsync(g->h_xn, g->xn, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToHost, s);
                 cudaMemcpyAsync(g->h_topw, g->topw, (size_t)T * k * sizeof(float), cudaMemcpyDeviceToHost, s);
             }
-            int64_t ta = ft_time_ns();
-            if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("router ids");
-            int64_t tb = ft_time_ns();
-            const int overlap = g->exec && hybrid_overlap();
-            enum ft_status st = overlap ? ft_offload_decode_plan(g->off, l, h_ids, T * k, g->cpu_pairs, &n_cpu)
-                                        : ft_offload_decode(g->off, l, h_ids, T * k, g->d_slots, s,
-                                                            g->cpu_pairs, &n_cpu);
-            if (st != FT_OK) return st;
-            int64_t tc = ft_time_ns(); /* the expert launches start */
-            if (l > 0) g->hp_ns[0] += ta - g->hp_last;
-            g->hp_ns[1] += tb - ta, g->hp_ns[2] += tc - tb, g->hp_n++;
-            g->hp_last = tc;
-            ids = g->d_slots, gu = ft_offload_gu(g->off), dn = ft_offload_down(g->off);
-            if (overlap && n_cpu) /* copies and launches from inside the executor's first pass */
-                hook = (struct issue_hook){g, L, l, T, 0, ids, eids, gu, dn, FT_OK};
-            else if (overlap && (st = ft_offload_decode_issue(g->off, g->d_slots, s)) != FT_OK)
-                return st;
         }
-        if (!hook.g) gpu_experts(g, L, l, T, ids, eids, gu, dn);
-        if (g->off) {
-            int64_t now = ft_time_ns();
-            g->hp_ns[3] += now - g->hp_last, g->hp_last = now;
+        return l;
+    }
+    return m->n_layers;
+}
+
+/* Offloaded decode syncs at every MoE layer's router, so the whole step cannot be one graph;
+ * each span between two syncs is one instead (captured the second time a batch size reaches
+ * it), which turns ~20 launches into one: on the H200 host (gVisor) a launch costs ~3 us of
+ * the engine thread, on the critical path of every layer step. FT_SPAN_GRAPHS=0: launched
+ * one by one. */
+static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l) {
+    static int on = -1;
+    if (on < 0) on = ft_sys_env_int("FT_SPAN_GRAPHS", 1) != 0;
+    if (!g->off || !on || !g->o.graphs || g->prof || T > MAX_GRAPH_T) {
+        *moe_l = decode_span(g, T, l0);
+        return FT_OK;
+    }
+    size_t n = (size_t)(MAX_GRAPH_T + 1) * (g->m->n_layers + 1);
+    if (!g->span_graph) {
+        g->span_graph = calloc(n, sizeof *g->span_graph);
+        g->span_seen = calloc(n, sizeof *g->span_seen);
+        g->span_end = calloc(g->m->n_layers + 1, sizeof *g->span_end);
+        if (!g->span_graph || !g->span_seen || !g->span_end)
+            return ft_fail(FT_ERR_OOM, "decode span graphs: out of memory");
+    }
+    size_t key = (size_t)T * (g->m->n_layers + 1) + l0;
+    if (g->span_graph[key]) {
+        *moe_l = g->span_end[l0];
+        return cudaGraphLaunch(g->span_graph[key], g->s) == cudaSuccess ? FT_OK
+                                                                       : ft_cuda_check("span graph launch");
+    }
+    if (!g->span_seen[key]) { /* first time: launched one by one (lazy module loads) */
+        g->span_seen[key] = 1;
+        *moe_l = decode_span(g, T, l0);
+        return FT_OK;
+    }
+    cudaGraph_t graph;
+    if (cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+        return ft_cuda_check("span graph capture");
+    *moe_l = g->span_end[l0] = decode_span(g, T, l0);
+    if (cudaStreamEndCapture(g->s, &graph) != cudaSuccess) return ft_cuda_check("span graph capture");
+    cudaError_t e = cudaGraphInstantiate(&g->span_graph[key], graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        g->span_graph[key] = NULL;
+        return ft_cuda_check("span graph instantiate");
+    }
+    return cudaGraphLaunch(g->span_graph[key], g->s) == cudaSuccess ? FT_OK
+                                                                   : ft_cuda_check("span graph launch");
+}
+
+/* The routed experts of MoE layer l, whose router ran: resident, on the GPU; offloaded, the
+ * hits and the fetched misses on the GPU, the rest on the CPU from the host banks at once. */
+static enum ft_status moe_experts(struct ft_gpu *g, int l, int T) {
+    const struct ft_model *m = g->m;
+    const struct gpu_layer *L = &g->L[l];
+    int H = m->hidden, k = m->top_k;
+    const int32_t *eids = g->d_topk_all + (size_t)l * MAX_GRAPH_T * k; /* expert ids */
+    if (!g->off) {
+        gpu_experts(g, L, l, T, eids, eids, L->gu, L->down);
+        combine_experts(g, T);
+        return FT_OK;
+    }
+    int n_cpu = 0;
+    struct issue_hook hook = {0};
+    const int32_t *h_ids = g->h_topk_all + (size_t)l * MAX_GRAPH_T * k;
+    int64_t ta = ft_time_ns();
+    if (cudaStreamSynchronize(g->s) != cudaSuccess) return ft_cuda_check("router ids");
+    int64_t tb = ft_time_ns();
+    const int overlap = g->exec && hybrid_overlap();
+    enum ft_status st = ft_offload_decode_plan(g->off, l, h_ids, T * k, g->cpu_pairs, &n_cpu);
+    if (st != FT_OK) return st;
+    int64_t tc = ft_time_ns(); /* the expert launches start */
+    if (l > 0) g->hp_ns[0] += ta - g->hp_last;
+    g->hp_ns[1] += tb - ta, g->hp_ns[2] += tc - tb, g->hp_n++;
+    g->hp_last = tc;
+    if (overlap && n_cpu) /* copies and launches from inside the executor's first pass */
+        hook = (struct issue_hook){g, L, l, T, 0, eids, FT_OK};
+    else if ((st = offload_experts(g, L, l, T, eids)) != FT_OK)
+        return st;
+    int64_t now = ft_time_ns();
+    g->hp_ns[3] += now - g->hp_last, g->hp_last = now;
+    if (g->exec) memset(g->h_cpu_out, 0, (size_t)T * H * sizeof(float)); /* moe_tail adds it */
+    if (n_cpu) { /* the rest on the CPU from the host banks, while the GPU works */
+        int64_t t0 = ft_time_us();
+        for (int i = 0; i < n_cpu; i++) {
+            int p = g->cpu_pairs[i];
+            g->cpu_tok[i] = p / k, g->cpu_ids[i] = h_ids[p], g->cpu_w[i] = g->h_topw[p];
         }
-        if (n_cpu) { /* the rest on the CPU from the host banks, while the GPU works */
-            int64_t t0 = ft_time_us();
-            int nd = 0;
-            for (int i = 0; i < n_cpu; i++) {
-                int p = g->cpu_pairs[i];
-                g->cpu_tok[i] = p / k, g->cpu_ids[i] = h_ids[p], g->cpu_w[i] = g->h_topw[p];
-            }
-            memset(g->h_cpu_out, 0, (size_t)T * H * sizeof(float));
-            if (hook.g) ft_moe_exec_set_hook(g->exec, issue_hook, &hook);
-            nd = ft_moe_exec_run_pairs(g->exec, g->exec_pool, &m->layers[l].bank[FT_BANK_GATE_UP],
-                                       &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act,
-                                       g->h_xn, g->cpu_tok,
-                                       g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
-            if (hook.g && !hook.ran) issue_hook(&hook); /* the executor had no pass to run it in */
-            if (hook.g && hook.st != FT_OK) return hook.st;
-            ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6);
-            cudaMemcpyAsync(g->d_cpu_out, g->h_cpu_out, (size_t)T * H * sizeof(float),
-                            cudaMemcpyHostToDevice, s);
-            ft_cuda_add(g->x, g->d_cpu_out, (size_t)T * H, s); /* x += CPU experts */
-            int64_t now = ft_time_ns();
-            g->hp_ns[4] += now - g->hp_last, g->hp_last = now, g->hp_cpu++;
-        }
-        prof_mark(g, P_EXPERTS);
-        if (L->has_shared) {
-            int Is = m->shared_inter;
-            ft_cuda_gemv(g->gu, 2 * Is, g->xn, L->sh_gu, NULL, T, 2 * Is, H, s);
-            ft_cuda_silu_mul(g->act, g->gu, T, Is, s);
-            ft_cuda_gemv(g->sh, H, g->act, L->sh_down, NULL, T, H, Is, s);
-            ft_cuda_gemv(g->score, 1, g->xn, L->sh_score, NULL, T, 1, H, s);
-            ft_cuda_sigmoid_scale_add(g->x, g->sh, g->score, T, H, s); /* x += shared expert */
-            prof_mark(g, P_SHARED);
-        }
+        if (hook.g) ft_moe_exec_set_hook(g->exec, issue_hook, &hook);
+        int nd = ft_moe_exec_run_pairs(g->exec, g->exec_pool, &m->layers[l].bank[FT_BANK_GATE_UP],
+                                       &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act, g->h_xn,
+                                       g->cpu_tok, g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
+        if (hook.g && !hook.ran) issue_hook(&hook); /* the executor had no pass to run it in */
+        if (hook.g && hook.st != FT_OK) return hook.st;
+        ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6);
+        now = ft_time_ns();
+        g->hp_ns[4] += now - g->hp_last, g->hp_last = now, g->hp_cpu++;
     }
     return FT_OK;
+}
+
+/* Decode-sized steps (T <= 8): GEMV kernels only, each input norm fused into the GEMV that
+ * reads it, each residual add fused into the GEMV/combine that produces it. Resident, there is
+ * no host sync and the whole step is graph-capturable. x holds the complete residual after
+ * every layer. */
+static enum ft_status decode_layers(struct ft_gpu *g, int T) {
+    const struct ft_model *m = g->m;
+    if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, g->s);
+    ft_cuda_embed(g->x, g->embed, g->d_ids, T, m->hidden, g->s);
+    prof_mark(g, P_NORM);
+    for (int l0 = 0;;) {
+        int l = m->n_layers;
+        enum ft_status st = span(g, T, l0, &l);
+        if (st != FT_OK || l >= m->n_layers) return st;
+        if ((st = moe_experts(g, l, T)) != FT_OK) return st;
+        l0 = l + 1;
+    }
 }
 
 /* Prefill-sized steps (T > 8): cuBLAS GEMMs on bf16 copies of the activations, the MoE through
@@ -996,7 +1102,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     if (st == FT_OK) st = alloc_scratch(g);
     if (st == FT_OK && o->offload) {
         size_t headroom = (size_t)256 << 20, left = g->limit > g->used + headroom ? g->limit - g->used - headroom : 0;
-        g->d_slots = dalloc(g, (size_t)MAX_GRAPH_T * (m->top_k > 0 ? m->top_k : 1) * 4, &st); /* decode */
+        g->d_slots = dalloc(g, (size_t)2 * MAX_GRAPH_T * (m->top_k > 0 ? m->top_k : 1) * 4, &st); /* decode: two lists */
         g->d_slot_of = dalloc(g, (size_t)(m->n_experts > 0 ? m->n_experts : 1) * 4, &st);
         if (st == FT_OK)
             st = ft_offload_init(&g->off, m, o, left, MAX_GRAPH_T * m->top_k, dalloc_cb, g);
@@ -1049,7 +1155,7 @@ void ft_gpu_free(struct ft_gpu *g) {
             if (ms[c] > 0)
                 ft_log_info("  %-24s %8.3f ms  %5.1f%%", k_prof_names[c], ms[c] / n, 100.0 * ms[c] / tot);
     }
-    if (g->prof && g->hp_n)
+    if ((g->prof || g->step_timing) && g->hp_n) /* FT_GPU_PROFILE=1 or FT_STEP_TIMING=1 */
         ft_log_info("offload decode, host side per layer step (%ld steps, %ld with CPU experts): "
                     "launches before the router sync %.1f us, waiting for it %.1f, cache lookup "
                     "and copies %.1f, expert launches %.1f, CPU experts %.1f (%.1f where any)",
@@ -1078,6 +1184,9 @@ void ft_gpu_free(struct ft_gpu *g) {
     for (int a = 0; a < 3; a++)
         for (int t = 0; t <= MAX_GRAPH_T; t++)
             if (g->graph[a][t]) cudaGraphExecDestroy(g->graph[a][t]);
+    for (size_t i = 0; g->span_graph && i < (size_t)(MAX_GRAPH_T + 1) * (g->m->n_layers + 1); i++)
+        if (g->span_graph[i]) cudaGraphExecDestroy(g->span_graph[i]);
+    free(g->span_graph), free(g->span_seen), free(g->span_end);
     if (g->step_timing && g->st_n) { /* caller: between two decode steps in a row only */
         double n = (double)g->st_n;
         ft_log_info("step timing over %ld decode steps, us each: caller %.1f, issue %.1f, wait %.1f "

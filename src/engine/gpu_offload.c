@@ -46,9 +46,9 @@ struct ft_offload {
     int timing_pending;
     uint64_t *sums;                 /* [L][E][2] host checksums (verify != off) */
     const uint8_t **map_gu, **map_dn;/* [L] device pointers of mapped banks, NULL if unregistered */
-    int32_t *h_slots;               /* pinned staging [max_pairs] */
+    int32_t *h_slots;               /* pinned staging [2 max_pairs] */
     int32_t *slots_tmp;             /* [max(E, max_pairs)] */
-    int plan_nf, plan_n; /* ft_offload_decode_plan's fills and pairs, for its issue */
+    int plan_nf, plan_n; /* ft_offload_decode_plan's fills and pairs */
     struct ft_cache_fill *fills;
     uint64_t *d_sums, *h_dsums;     /* [2 * max fills] */
     void **cp_dst;
@@ -233,9 +233,10 @@ enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int
     enum ft_status st = ft_cache_admit(f->cache, layer, f->miss, fetch, f->fills, &f->plan_nf);
     if (st != FT_OK) return st;
     *n_cpu = 0;
-    for (int i = 0; i < n; i++) {
-        int32_t sl = f->cache->slot_of[(size_t)layer * f->E + ids[i]];
-        f->h_slots[i] = sl;
+    for (int i = 0; i < n; i++) { /* the two lists of ft_offload_decode_slots */
+        int32_t sl = f->cache->slot_of[(size_t)layer * f->E + ids[i]], fetched = 0;
+        for (int j = 0; sl >= 0 && j < f->plan_nf; j++) fetched |= f->fills[j].slot == sl;
+        f->h_slots[i] = fetched ? -2 : sl, f->h_slots[n + i] = fetched ? sl : -2;
         if (sl < 0) cpu_pairs[(*n_cpu)++] = i;
     }
     f->cpu_experts += m - fetch;
@@ -249,19 +250,19 @@ enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int
     return FT_OK;
 }
 
-enum ft_status ft_offload_decode_issue(struct ft_offload *f, int32_t *d_slots, cudaStream_t s) {
-    enum ft_status st = copy_fills(f, f->fills, f->plan_nf);
-    if (st != FT_OK) return st;
+int ft_offload_decode_slots(struct ft_offload *f, int32_t *d_slots, cudaStream_t s) {
+    int n = f->plan_n;
     /* s was synchronised by the caller, so the staging is free to overwrite */
-    cudaMemcpyAsync(d_slots, f->h_slots, (size_t)f->plan_n * sizeof *d_slots, cudaMemcpyHostToDevice, s);
-    if (f->plan_nf) cudaStreamWaitEvent(s, f->ev_copied, 0);
-    return FT_OK;
+    cudaMemcpyAsync(d_slots, f->h_slots, (size_t)(f->plan_nf ? 2 * n : n) * sizeof *d_slots,
+                    cudaMemcpyHostToDevice, s);
+    return f->plan_nf;
 }
 
-enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t *ids, int n,
-                                 int32_t *d_slots, cudaStream_t s, int *cpu_pairs, int *n_cpu) {
-    enum ft_status st = ft_offload_decode_plan(f, layer, ids, n, cpu_pairs, n_cpu);
-    return st != FT_OK ? st : ft_offload_decode_issue(f, d_slots, s);
+enum ft_status ft_offload_decode_copies(struct ft_offload *f, cudaStream_t s) {
+    enum ft_status st = copy_fills(f, f->fills, f->plan_nf);
+    if (st != FT_OK) return st;
+    if (f->plan_nf) cudaStreamWaitEvent(s, f->ev_copied, 0);
+    return FT_OK;
 }
 
 void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds) {
@@ -575,7 +576,7 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     f->sums = calloc(total ? (size_t)f->n_layers * f->E * 2 : 1, sizeof *f->sums);
     if (!f->fills || !f->miss || !f->slots_tmp || !f->pf_slot_of || !f->cp_dst || !f->cp_src || !f->cp_bytes || !f->map_gu ||
         !f->map_dn || !f->cpu_layer || !f->sums ||
-        cudaMallocHost((void **)&f->h_slots, (size_t)nf * 4) != cudaSuccess ||
+        cudaMallocHost((void **)&f->h_slots, (size_t)2 * nf * 4) != cudaSuccess ||
         cudaMallocHost((void **)&f->h_dsums, (size_t)2 * nf * 8) != cudaSuccess ||
         !(f->d_sums = dalloc(dctx, (size_t)2 * nf * 8))) {
         st = ft_fail(FT_ERR_OOM, "offload: out of memory for its staging buffers");

@@ -21,19 +21,20 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
                                ft_dalloc_fn dalloc, void *dctx);
 void ft_offload_free(struct ft_offload *f);
 
-/* Decode: resolves ids[0..n) (host, this layer) to slots: hits, plus the misses the split
- * policy fetches (offload: all, cpu: none, hybrid: the most used F of M); writes slot indices to
- * the device array d_slots (via pinned staging; -1 for a pair left to the CPU) and makes `s` wait
- * for the copies. cpu_pairs receives the indices of the pairs left to the CPU (*n_cpu). The
- * caller has synchronised `s` (nothing enqueued may still read a slot). */
-enum ft_status ft_offload_decode(struct ft_offload *f, int layer, const int32_t *ids, int n,
-                                 int32_t *d_slots, cudaStream_t s, int *cpu_pairs, int *n_cpu);
-/* ft_offload_decode in two halves: the plan (lookup, split, admission: the slots and the CPU's
- * pairs are known) and the issue (the copies, the slot upload, `s` made to wait for them),
- * for a caller that starts the CPU side between them. Every plan is followed by its issue. */
+/* Decode, in three calls with the CPU side free to start between them. The plan resolves
+ * ids[0..n) (host, this layer): hits, plus the misses the split policy fetches (offload: all,
+ * cpu: none, hybrid: the most used F of M) admitted to slots; cpu_pairs receives the indices of
+ * the pairs left to the CPU (*n_cpu). The caller has synchronised `s` (nothing enqueued may still
+ * read a slot). Then ft_offload_decode_slots uploads the slots on `s` as two lists of n
+ * (pinned staging): d_slots[0, n) for the pairs whose expert is resident now (-1: a CPU pair,
+ * -2: a fetched one, left alone), d_slots[n, 2n) for the fetched pairs (every other -2); it
+ * returns how many experts are fetched. The GPU's kernels for the first list can run at once;
+ * ft_offload_decode_copies then issues the copies and makes `s` wait for them, for the second
+ * list. Every plan is followed by both. */
 enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int32_t *ids, int n,
                                       int *cpu_pairs, int *n_cpu);
-enum ft_status ft_offload_decode_issue(struct ft_offload *f, int32_t *d_slots, cudaStream_t s);
+int ft_offload_decode_slots(struct ft_offload *f, int32_t *d_slots, cudaStream_t s);
+enum ft_status ft_offload_decode_copies(struct ft_offload *f, cudaStream_t s);
 /* The CPU side of a layer step took `seconds` for n_experts distinct experts (hybrid
  * feedback). */
 void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds);

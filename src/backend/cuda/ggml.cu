@@ -147,7 +147,8 @@ template <int T> __device__ __forceinline__ constexpr bool any_width() {
     return T == FT_DTYPE_NVFP4 || T == FT_DTYPE_FP8_B128;
 }
 
-/* y[p, n] = row n of expert ids[p] (format T) . x[p / x_div]; ids[p] < 0: 0 (the CPU's pair). */
+/* y[p, n] = row n of expert ids[p] (format T) . x[p / x_div]; ids[p] -1: 0 (the CPU's pair),
+ * -2: left alone (another launch's pair). */
 template <int T>
 __global__ void moe_gemv_q_kernel(float *y, const float *x, int x_div, const uint8_t *w,
                                   size_t expert_stride, size_t row_bytes, const int32_t *ids,
@@ -155,7 +156,7 @@ __global__ void moe_gemv_q_kernel(float *y, const float *x, int x_div, const uin
     int lane = threadIdx.x % WARP, n = blockIdx.x * GQ_WARPS + threadIdx.x / WARP, p = blockIdx.y;
     if (n >= N) return;
     if (ids[p] < 0) {
-        if (lane == 0) y[(size_t)p * N + n] = 0.0f;
+        if (lane == 0 && ids[p] == -1) y[(size_t)p * N + n] = 0.0f;
         return;
     }
     const uint8_t *row = w + (size_t)ids[p] * expert_stride + (size_t)n * row_bytes;

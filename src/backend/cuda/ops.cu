@@ -849,8 +849,8 @@ __global__ void moe_gemv_kernel(float *y, const float *x, int x_div, const uint1
     pdl_enter();
     int lane = threadIdx.x % WARP, n = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP, p = blockIdx.y;
     if (n >= N) return;
-    if (ids[p] < 0) { /* a pair the CPU computes (hybrid): contributes nothing here */
-        if (lane == 0) y[(size_t)p * N + n] = 0.0f;
+    if (ids[p] < 0) { /* -1: a pair the CPU computes (hybrid), 0 here; -2: another launch's */
+        if (lane == 0 && ids[p] == -1) y[(size_t)p * N + n] = 0.0f;
         return;
     }
     float acc[1] = {0.0f};
