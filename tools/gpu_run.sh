@@ -201,6 +201,7 @@ for part in "$@"; do
             done
         done
         for args in "" "--temp 0.7 --top-k 20 --top-p 0.8"; do
+            [ "${SAMPAB_48:-1}" = 0 ] && break # SAMPAB_48=0: 12 layers only
             echo "### 48 layers $args" >>"$OUT/sampab.log"
             # shellcheck disable=SC2086
             step sampab.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 512 -n 128 -r 3 --backend cuda $args

@@ -83,6 +83,10 @@ struct ft_gpu {
     struct ft_moe_exec *exec;          /* CPU executor for the misses the split keeps (cpu/hybrid) */
     struct ft_pool *exec_pool;         /* its workers: one per physical core, pinned */
     float *h_xn, *h_cpu_out, *d_cpu_out; /* pinned [8, H] x2, device [8, H] */
+    /* the device's pointers to h_topk_all, h_xn, h_topw, h_cpu_out (mapped pinned memory; NULL:
+     * not mapped, or FT_MAPPED_STAGING=0): the spans' kernels read and write them directly */
+    int32_t *m_topk_all;
+    float *m_xn, *m_topw, *m_cpu_out;
     int *cpu_pairs, *cpu_tok, *cpu_ids;
     float *cpu_w, *h_topw;
     /* synthetic zipf / sticky routing: the zipf CDF, the sticky ids [L, k], stats scratch */
@@ -114,6 +118,14 @@ struct ft_gpu {
      * GPU's own time from events), copying results out */
     int step_timing;
     cudaEvent_t st_ev[2];
+    /* and offloading, per layer step on the GPU's clock: lt_ev = the CPU side's end (recorded
+     * on the idle lt_side), the span's start and end; lt_ms sums the GPU still busy with the
+     * layer after the CPU's end, the span's own time, the copies' end after the CPU's end */
+    cudaStream_t lt_side;
+    cudaEvent_t lt_ev[4]; /* [3]: the GPU's experts done */
+    int lt_armed;
+    double lt_ms[4];
+    long lt_n, lt_nc;
     int64_t st_last, st_ns[4];
     double st_gpu_ms;
     long st_n, st_gaps;
@@ -568,6 +580,7 @@ static enum ft_status offload_experts(struct ft_gpu *g, const struct gpu_layer *
     if (st != FT_OK) return st;
     if (nf) gpu_experts(g, L, l, T, g->d_slots + n, eids, gu, dn);
     combine_experts(g, T);
+    if (g->lt_side) cudaEventRecord(g->lt_ev[3], g->s);
     return FT_OK;
 }
 
@@ -605,7 +618,9 @@ static void moe_tail(struct ft_gpu *g, int l, int T) {
     const struct gpu_layer *L = &g->L[l];
     int H = m->hidden;
     cudaStream_t s = g->s;
-    if (g->off && g->exec) {
+    if (g->off && g->exec && g->m_cpu_out) {
+        ft_cuda_add(g->x, g->m_cpu_out, (size_t)T * H, s); /* x += CPU experts, read across PCIe */
+    } else if (g->off && g->exec) {
         cudaMemcpyAsync(g->d_cpu_out, g->h_cpu_out, (size_t)T * H * sizeof(float),
                         cudaMemcpyHostToDevice, s);
         ft_cuda_add(g->x, g->d_cpu_out, (size_t)T * H, s); /* x += CPU experts */
@@ -672,7 +687,11 @@ static int decode_span(struct ft_gpu *g, int T, int l0) {
         int32_t *ids = g->d_topk_all + (size_t)l * MAX_GRAPH_T * k; /* kept for the distinct count */
         route(g, l, T, ids);
         prof_mark(g, P_ROUTER);
-        if (g->off) { /* the router's ids come back; misses are copied into cache slots */
+        size_t ko = (size_t)l * MAX_GRAPH_T * k;
+        if (g->off && g->m_topk_all) { /* the router's results written into host memory */
+            ft_cuda_stage_out(g->m_topk_all + ko, ids, g->exec ? g->m_topw : NULL, g->topw, T * k,
+                              g->exec ? g->m_xn : NULL, g->xn, g->exec ? T * H : 0, s);
+        } else if (g->off) { /* the router's ids come back; misses are copied into cache slots */
             cudaMemcpyAsync(g->h_topk_all + (size_t)l * MAX_GRAPH_T * k, ids, (size_t)T * k * 4,
                             cudaMemcpyDeviceToHost, s);
             if (g->exec) { /* the CPU executor needs the normalised rows and the weights */
@@ -690,7 +709,21 @@ static int decode_span(struct ft_gpu *g, int T, int l0) {
  * it), which turns ~20 launches into one: on the H200 host (gVisor) a launch costs ~3 us of
  * the engine thread, on the critical path of every layer step. FT_SPAN_GRAPHS=0: launched
  * one by one. */
+static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l);
+
 static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l) {
+    if (g->step_timing && g->off && !g->lt_side) { /* FT_STEP_TIMING's layer-step clock */
+        cudaStreamCreateWithFlags(&g->lt_side, cudaStreamNonBlocking);
+        for (int i = 0; i < 4; i++) cudaEventCreate(&g->lt_ev[i]);
+    }
+    if (!g->lt_side) return span_run(g, T, l0, moe_l);
+    cudaEventRecord(g->lt_ev[1], g->s);
+    enum ft_status st = span_run(g, T, l0, moe_l);
+    cudaEventRecord(g->lt_ev[2], g->s);
+    return st;
+}
+
+static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l) {
     static int on = -1;
     if (on < 0) on = ft_sys_env_int("FT_SPAN_GRAPHS", 1) != 0;
     if (!g->off || !on || !g->o.graphs || g->prof || T > MAX_GRAPH_T) {
@@ -749,6 +782,16 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T) {
     int64_t ta = ft_time_ns();
     if (cudaStreamSynchronize(g->s) != cudaSuccess) return ft_cuda_check("router ids");
     int64_t tb = ft_time_ns();
+    if (g->lt_side && g->lt_armed) { /* the previous layer step's CPU end, against the GPU's */
+        float a = 0, b = 0, c = 0, d = 0;
+        cudaEvent_t ce = ft_offload_copies_end(g->off);
+        cudaEventElapsedTime(&a, g->lt_ev[0], g->lt_ev[1]);
+        cudaEventElapsedTime(&b, g->lt_ev[1], g->lt_ev[2]);
+        cudaEventElapsedTime(&d, g->lt_ev[0], g->lt_ev[3]);
+        g->lt_ms[0] += a, g->lt_ms[1] += b, g->lt_ms[3] += d, g->lt_n++;
+        if (ce && cudaEventElapsedTime(&c, g->lt_ev[0], ce) == cudaSuccess) g->lt_ms[2] += c, g->lt_nc++;
+    }
+    g->lt_armed = 0;
     const int overlap = g->exec && hybrid_overlap();
     enum ft_status st = ft_offload_decode_plan(g->off, l, h_ids, T * k, g->cpu_pairs, &n_cpu);
     if (st != FT_OK) return st;
@@ -776,6 +819,7 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T) {
         if (hook.g && !hook.ran) issue_hook(&hook); /* the executor had no pass to run it in */
         if (hook.g && hook.st != FT_OK) return hook.st;
         ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6);
+        if (g->lt_side) cudaEventRecord(g->lt_ev[0], g->lt_side), g->lt_armed = 1;
         now = ft_time_ns();
         g->hp_ns[4] += now - g->hp_last, g->hp_last = now, g->hp_cpu++;
     }
@@ -788,6 +832,7 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T) {
  * every layer. */
 static enum ft_status decode_layers(struct ft_gpu *g, int T) {
     const struct ft_model *m = g->m;
+    g->lt_armed = 0; /* FT_STEP_TIMING: a layer step's clock does not span two steps */
     if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, g->s);
     ft_cuda_embed(g->x, g->embed, g->d_ids, T, m->hidden, g->s);
     prof_mark(g, P_NORM);
@@ -1116,6 +1161,14 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
             g->h_cpu_out = halloc((size_t)MAX_GRAPH_T * H * 4, &st);
             g->h_topw = halloc((size_t)R * 4, &st);
             g->d_cpu_out = dalloc(g, (size_t)MAX_GRAPH_T * H * 4, &st);
+            if (st == FT_OK && ft_sys_env_int("FT_MAPPED_STAGING", 1)) {
+                void *p[3] = {NULL, NULL, NULL};
+                if (cudaHostGetDevicePointer(&p[0], g->h_xn, 0) == cudaSuccess &&
+                    cudaHostGetDevicePointer(&p[1], g->h_topw, 0) == cudaSuccess &&
+                    cudaHostGetDevicePointer(&p[2], g->h_cpu_out, 0) == cudaSuccess)
+                    g->m_xn = p[0], g->m_topw = p[1], g->m_cpu_out = p[2];
+                cudaGetLastError();
+            }
             g->cpu_pairs = malloc((size_t)R * sizeof *g->cpu_pairs);
             g->cpu_tok = malloc((size_t)R * sizeof *g->cpu_tok);
             g->cpu_ids = malloc((size_t)R * sizeof *g->cpu_ids);
@@ -1123,6 +1176,11 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
             if (st == FT_OK && (!g->cpu_pairs || !g->cpu_tok || !g->cpu_ids || !g->cpu_w))
                 st = ft_fail(FT_ERR_OOM, "offload: out of memory");
         }
+        void *p = NULL; /* the router's ids straight into host memory, with the rest mapped */
+        if (st == FT_OK && ft_sys_env_int("FT_MAPPED_STAGING", 1) && (!g->exec || g->m_xn) &&
+            cudaHostGetDevicePointer(&p, g->h_topk_all, 0) == cudaSuccess)
+            g->m_topk_all = p;
+        cudaGetLastError();
     }
     if (st != FT_OK) {
         ft_gpu_free(g);
@@ -1162,6 +1220,13 @@ void ft_gpu_free(struct ft_gpu *g) {
                     g->hp_n, g->hp_cpu, g->hp_ns[0] / 1e3 / g->hp_n, g->hp_ns[1] / 1e3 / g->hp_n,
                     g->hp_ns[2] / 1e3 / g->hp_n, g->hp_ns[3] / 1e3 / g->hp_n,
                     g->hp_ns[4] / 1e3 / g->hp_n, g->hp_cpu ? g->hp_ns[4] / 1e3 / g->hp_cpu : 0.0);
+    if (g->lt_n)
+        ft_log_info("offload decode, GPU clock per layer step after one with CPU experts (%ld): "
+                    "the span starts %.1f us after the CPU's end (the GPU's experts end %.1f us "
+                    "after it) and takes %.1f us; the copies ended %.1f us after the CPU (%ld "
+                    "with copies)", g->lt_n, 1e3 * g->lt_ms[0] / g->lt_n,
+                    1e3 * g->lt_ms[3] / g->lt_n, 1e3 * g->lt_ms[1] / g->lt_n,
+                    g->lt_nc ? 1e3 * g->lt_ms[2] / g->lt_nc : 0.0, g->lt_nc);
     for (int i = 0; g->prof && i < 1024; i++) cudaEventDestroy(g->ev[i]);
     if (g->off) {
         struct ft_gpu_offload_stats os;
@@ -1196,6 +1261,9 @@ void ft_gpu_free(struct ft_gpu *g) {
     }
     for (int i = 0; i < 2; i++)
         if (g->st_ev[i]) cudaEventDestroy(g->st_ev[i]);
+    for (int i = 0; i < 4; i++)
+        if (g->lt_ev[i]) cudaEventDestroy(g->lt_ev[i]);
+    if (g->lt_side) cudaStreamDestroy(g->lt_side);
     for (int l = 0; g->L && l < g->m->n_layers; l++) {
         struct gpu_layer *L = &g->L[l];
         void *ps[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->bq, L->bk, L->bv, L->bo,

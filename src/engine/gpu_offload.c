@@ -258,6 +258,10 @@ int ft_offload_decode_slots(struct ft_offload *f, int32_t *d_slots, cudaStream_t
     return f->plan_nf;
 }
 
+cudaEvent_t ft_offload_copies_end(const struct ft_offload *f) {
+    return f->timing_pending ? f->ev_t1 : NULL;
+}
+
 enum ft_status ft_offload_decode_copies(struct ft_offload *f, cudaStream_t s) {
     enum ft_status st = copy_fills(f, f->fills, f->plan_nf);
     if (st != FT_OK) return st;

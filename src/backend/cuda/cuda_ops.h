@@ -69,6 +69,10 @@ void ft_cuda_moe_add_bias(float *y, const float *bias, const int32_t *eids, cons
 void ft_cuda_moe_add_bias_sorted(float *y, const float *bias, const int32_t *offsets,
                                  const int32_t *slot_of, int E, int R, int N, cudaStream_t s);
 void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s);
+/* h_ids[i] = ids[i], h_w[i] = w[i] (h_w NULL: not) for i < n_pairs, h_x[i] = x[i] for i < n_x,
+ * the h_* being device pointers of mapped pinned host memory (cudaHostGetDevicePointer) */
+void ft_cuda_stage_out(int32_t *h_ids, const int32_t *ids, float *h_w, const float *w, int n_pairs,
+                       float *h_x, const float *x, int n_x, cudaStream_t s);
 /* y[t, n] += bias[n] for t < T (row stride ldy) */
 void ft_cuda_add_bias(float *y, int ldy, const float *bias, int T, int N, cudaStream_t s);
 /* y[t, n] (row stride ldy) = x[t, :] · w[n, :] (+ bias[n]) for T <= 8 tokens: GEMV kernel. */

@@ -655,6 +655,25 @@ extern "C" void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s) 
     launch(add_kernel, cdiv(n, 256), 256, 0, s, y, x, n);
 }
 
+/* The router's results for the host in one kernel instead of three copies (each a graph
+ * memcpy node of its own): h_* are mapped pinned memory, written across PCIe. */
+__global__ void stage_out_kernel(int32_t *h_ids, const int32_t *ids, float *h_w, const float *w,
+                                 int n_pairs, float *h_x, const float *x, int n_x) {
+    pdl_enter();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n_pairs) {
+        h_ids[i] = ids[i];
+        if (h_w) h_w[i] = w[i];
+    }
+    if (i < n_x) h_x[i] = x[i];
+}
+
+extern "C" void ft_cuda_stage_out(int32_t *h_ids, const int32_t *ids, float *h_w, const float *w,
+                                  int n_pairs, float *h_x, const float *x, int n_x, cudaStream_t s) {
+    int n = n_pairs > n_x ? n_pairs : n_x;
+    launch(stage_out_kernel, cdiv(n, 256), 256, 0, s, h_ids, ids, h_w, w, n_pairs, h_x, x, n_x);
+}
+
 /* --- GEMV: one warp per output row, TT tokens at once; 16-byte weight loads when K % 8 == 0 --- */
 #define GEMV_WARPS 8
 
