@@ -87,6 +87,10 @@ struct ft_gpu {
      * not mapped, or FT_MAPPED_STAGING=0): the spans' kernels read and write them directly */
     int32_t *m_topk_all;
     float *m_xn, *m_topw, *m_cpu_out;
+    /* FT_SPAN_GATE=1 (off by default: no gain shown yet): the next span is launched while the
+     * CPU experts run, held by ft_cuda_gate until the host stores 1 to h_gate[0] (m_gate: the
+     * device's pointer); h_gate[1] counts the gate's timeouts. gate_off: after a failure. */
+    int *h_gate, *m_gate, gate_off;
     int *cpu_pairs, *cpu_tok, *cpu_ids;
     float *cpu_w, *h_topw;
     /* synthetic zipf / sticky routing: the zipf CDF, the sticky ids [L, k], stats scratch */
@@ -601,13 +605,35 @@ struct issue_hook {
     int l, T, ran;
     const int32_t *eids;
     enum ft_status st;
+    int gate, tried, next; /* launch the next span gated; tried to; its MoE layer */
 };
 
-/* ft_moe_exec's hook: the GPU's side of the layer step (offload_experts). */
+static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l, int gated);
+
+/* ft_moe_exec's hook: the GPU's side of the layer step (offload_experts), then (gate) the next
+ * span behind a gate, meant to let the GPU start it the moment the CPU's share is stored
+ * instead of a launch's latency later: on the H200 host a span started ~46 us after the CPU's
+ * end while the GPU's experts ended within 10 us of it. Measured once (2026-11-30, hybrid 30G):
+ * 39.7 / 48.6 tok/s gated against 46.8 / 46.2, and the host's wait for the router did not
+ * drop (97.6 against 95.9 us), so it is off by default (FT_SPAN_GATE=1). */
 static void issue_hook(void *ctx) {
     struct issue_hook *h = ctx;
     h->ran = 1;
     h->st = offload_experts(h->g, h->L, h->l, h->T, h->eids);
+    if (h->st == FT_OK && h->gate) {
+        h->tried = 1;
+        h->st = span(h->g, h->T, h->l + 1, &h->next, 1);
+    }
+}
+
+/* A gate held for 20 s (the CPU side hung) fails the step and stops gating: a late store to
+ * the gate could otherwise let a later span through early. */
+static enum ft_status gate_check(struct ft_gpu *g) {
+    if (!g->h_gate || !__atomic_load_n(&g->h_gate[1], __ATOMIC_ACQUIRE)) return FT_OK;
+    g->h_gate[1] = 0, g->gate_off = 1;
+    return ft_fail(FT_ERR_CUDA, "decode: the GPU waited 20 s for a layer's CPU experts; the step "
+                   "failed and spans are no longer launched ahead of the CPU (unset FT_SPAN_GATE "
+                   "to never do so)");
 }
 
 /* The end of MoE layer l's decode step: the CPU's share of its experts joins x (cpu/hybrid:
@@ -640,12 +666,15 @@ static void moe_tail(struct ft_gpu *g, int l, int T) {
 /* One span of a decode step, all on the stream with no host sync: the tail of MoE layer l0 - 1
  * (l0 > 0), then layers l0.. through the next MoE layer's router (offloading: with its ids,
  * normalised rows and weights copied back). Returns that MoE layer, or n_layers. */
-static int decode_span(struct ft_gpu *g, int T, int l0) {
+static int decode_span(struct ft_gpu *g, int T, int l0, int gated) {
     const struct ft_model *m = g->m;
     int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim;
     int E = m->n_experts, k = m->top_k;
     float eps = m->rms_eps;
     cudaStream_t s = g->s;
+    if (gated) ft_cuda_gate(g->m_gate, s);
+    if (g->lt_side) /* in a graph: an event record node (without the flag, capture drops it) */
+        cudaEventRecordWithFlags(g->lt_ev[1], s, cudaEventRecordExternal);
     if (l0 > 0) moe_tail(g, l0 - 1, T);
     for (int l = l0; l < m->n_layers; l++) {
         const struct gpu_layer *L = &g->L[l];
@@ -699,8 +728,10 @@ static int decode_span(struct ft_gpu *g, int T, int l0) {
                 cudaMemcpyAsync(g->h_topw, g->topw, (size_t)T * k * sizeof(float), cudaMemcpyDeviceToHost, s);
             }
         }
+        if (g->lt_side) cudaEventRecordWithFlags(g->lt_ev[2], s, cudaEventRecordExternal);
         return l;
     }
+    if (g->lt_side) cudaEventRecordWithFlags(g->lt_ev[2], s, cudaEventRecordExternal);
     return m->n_layers;
 }
 
@@ -709,28 +740,30 @@ static int decode_span(struct ft_gpu *g, int T, int l0) {
  * it), which turns ~20 launches into one: on the H200 host (gVisor) a launch costs ~3 us of
  * the engine thread, on the critical path of every layer step. FT_SPAN_GRAPHS=0: launched
  * one by one. */
-static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l);
+/* span_run's graphs are on for this step size */
+static int span_graphs(const struct ft_gpu *g, int T) {
+    static int on = -1;
+    if (on < 0) on = ft_sys_env_int("FT_SPAN_GRAPHS", 1) != 0;
+    return g->off && on && g->o.graphs && !g->prof && T <= MAX_GRAPH_T;
+}
 
-static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l) {
+static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l, int gated);
+
+/* gated: held by ft_cuda_gate (launched before the CPU experts it adds are done) */
+static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l, int gated) {
     if (g->step_timing && g->off && !g->lt_side) { /* FT_STEP_TIMING's layer-step clock */
         cudaStreamCreateWithFlags(&g->lt_side, cudaStreamNonBlocking);
         for (int i = 0; i < 4; i++) cudaEventCreate(&g->lt_ev[i]);
     }
-    if (!g->lt_side) return span_run(g, T, l0, moe_l);
-    cudaEventRecord(g->lt_ev[1], g->s);
-    enum ft_status st = span_run(g, T, l0, moe_l);
-    cudaEventRecord(g->lt_ev[2], g->s);
-    return st;
+    return span_run(g, T, l0, moe_l, gated);
 }
 
-static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l) {
-    static int on = -1;
-    if (on < 0) on = ft_sys_env_int("FT_SPAN_GRAPHS", 1) != 0;
-    if (!g->off || !on || !g->o.graphs || g->prof || T > MAX_GRAPH_T) {
-        *moe_l = decode_span(g, T, l0);
+static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l, int gated) {
+    if (!span_graphs(g, T)) {
+        *moe_l = decode_span(g, T, l0, gated);
         return FT_OK;
     }
-    size_t n = (size_t)(MAX_GRAPH_T + 1) * (g->m->n_layers + 1);
+    size_t n = (size_t)(MAX_GRAPH_T + 1) * (g->m->n_layers + 1) * 2;
     if (!g->span_graph) {
         g->span_graph = calloc(n, sizeof *g->span_graph);
         g->span_seen = calloc(n, sizeof *g->span_seen);
@@ -738,7 +771,7 @@ static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l) {
         if (!g->span_graph || !g->span_seen || !g->span_end)
             return ft_fail(FT_ERR_OOM, "decode span graphs: out of memory");
     }
-    size_t key = (size_t)T * (g->m->n_layers + 1) + l0;
+    size_t key = ((size_t)T * (g->m->n_layers + 1) + l0) * 2 + (gated != 0);
     if (g->span_graph[key]) {
         *moe_l = g->span_end[l0];
         return cudaGraphLaunch(g->span_graph[key], g->s) == cudaSuccess ? FT_OK
@@ -746,13 +779,13 @@ static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l) {
     }
     if (!g->span_seen[key]) { /* first time: launched one by one (lazy module loads) */
         g->span_seen[key] = 1;
-        *moe_l = decode_span(g, T, l0);
+        *moe_l = decode_span(g, T, l0, gated);
         return FT_OK;
     }
     cudaGraph_t graph;
     if (cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
         return ft_cuda_check("span graph capture");
-    *moe_l = g->span_end[l0] = decode_span(g, T, l0);
+    *moe_l = g->span_end[l0] = decode_span(g, T, l0, gated);
     if (cudaStreamEndCapture(g->s, &graph) != cudaSuccess) return ft_cuda_check("span graph capture");
     cudaError_t e = cudaGraphInstantiate(&g->span_graph[key], graph, 0);
     cudaGraphDestroy(graph);
@@ -766,11 +799,12 @@ static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l) {
 
 /* The routed experts of MoE layer l, whose router ran: resident, on the GPU; offloaded, the
  * hits and the fetched misses on the GPU, the rest on the CPU from the host banks at once. */
-static enum ft_status moe_experts(struct ft_gpu *g, int l, int T) {
+static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
     const struct ft_model *m = g->m;
     const struct gpu_layer *L = &g->L[l];
     int H = m->hidden, k = m->top_k;
     const int32_t *eids = g->d_topk_all + (size_t)l * MAX_GRAPH_T * k; /* expert ids */
+    *next = -1;
     if (!g->off) {
         gpu_experts(g, L, l, T, eids, eids, L->gu, L->down);
         combine_experts(g, T);
@@ -782,6 +816,8 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T) {
     int64_t ta = ft_time_ns();
     if (cudaStreamSynchronize(g->s) != cudaSuccess) return ft_cuda_check("router ids");
     int64_t tb = ft_time_ns();
+    enum ft_status st = gate_check(g);
+    if (st != FT_OK) return st;
     if (g->lt_side && g->lt_armed) { /* the previous layer step's CPU end, against the GPU's */
         float a = 0, b = 0, c = 0, d = 0;
         cudaEvent_t ce = ft_offload_copies_end(g->off);
@@ -793,14 +829,15 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T) {
     }
     g->lt_armed = 0;
     const int overlap = g->exec && hybrid_overlap();
-    enum ft_status st = ft_offload_decode_plan(g->off, l, h_ids, T * k, g->cpu_pairs, &n_cpu);
+    st = ft_offload_decode_plan(g->off, l, h_ids, T * k, g->cpu_pairs, &n_cpu);
     if (st != FT_OK) return st;
     int64_t tc = ft_time_ns(); /* the expert launches start */
     if (l > 0) g->hp_ns[0] += ta - g->hp_last;
     g->hp_ns[1] += tb - ta, g->hp_ns[2] += tc - tb, g->hp_n++;
     g->hp_last = tc;
     if (overlap && n_cpu) /* copies and launches from inside the executor's first pass */
-        hook = (struct issue_hook){g, L, l, T, 0, eids, FT_OK};
+        hook = (struct issue_hook){g, L, l, T, 0, eids, FT_OK, !g->gate_off && g->m_gate &&
+                                   span_graphs(g, T), 0, -1};
     else if ((st = offload_experts(g, L, l, T, eids)) != FT_OK)
         return st;
     int64_t now = ft_time_ns();
@@ -817,7 +854,13 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T) {
                                        &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act, g->h_xn,
                                        g->cpu_tok, g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
         if (hook.g && !hook.ran) issue_hook(&hook); /* the executor had no pass to run it in */
-        if (hook.g && hook.st != FT_OK) return hook.st;
+        if (hook.tried) /* the CPU's share is stored: the gated span goes (also on failure) */
+            __atomic_store_n(&g->h_gate[0], 1, __ATOMIC_RELEASE);
+        if (hook.g && hook.st != FT_OK) {
+            if (hook.tried) g->gate_off = 1; /* the gate may be left set */
+            return hook.st;
+        }
+        if (hook.tried) *next = hook.next;
         ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6);
         if (g->lt_side) cudaEventRecord(g->lt_ev[0], g->lt_side), g->lt_armed = 1;
         now = ft_time_ns();
@@ -836,11 +879,11 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
     if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, g->s);
     ft_cuda_embed(g->x, g->embed, g->d_ids, T, m->hidden, g->s);
     prof_mark(g, P_NORM);
-    for (int l0 = 0;;) {
-        int l = m->n_layers;
-        enum ft_status st = span(g, T, l0, &l);
+    for (int l0 = 0, next = -1;;) { /* next >= 0: the span from l0 to it was launched */
+        int l = next;
+        enum ft_status st = next >= 0 ? FT_OK : span(g, T, l0, &l, 0);
         if (st != FT_OK || l >= m->n_layers) return st;
-        if ((st = moe_experts(g, l, T)) != FT_OK) return st;
+        if ((st = moe_experts(g, l, T, &next)) != FT_OK) return st;
         l0 = l + 1;
     }
 }
@@ -1058,6 +1101,7 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         cudaMemcpyAsync(g->h_counts_all, g->d_counts_all, (size_t)m->n_layers * m->n_experts * 4,
                         cudaMemcpyDeviceToHost, s);
     if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("GPU forward");
+    if ((st = gate_check(g)) != FT_OK) return st;
     int64_t t_synced = timing ? ft_time_ns() : 0;
     if (g->step_timing && !timing) g->st_last = 0; /* a prefill step between: no caller gap */
     if (logits) memcpy(logits, g->h_logits, (size_t)rows * m->vocab * 4);
@@ -1169,6 +1213,12 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                     g->m_xn = p[0], g->m_topw = p[1], g->m_cpu_out = p[2];
                 cudaGetLastError();
             }
+            g->h_gate = halloc(2 * sizeof(int), &st);
+            void *gp = NULL;
+            if (st == FT_OK && (g->h_gate[0] = g->h_gate[1] = 0, g->m_cpu_out) &&
+                ft_sys_env_int("FT_SPAN_GATE", 0) && cudaHostGetDevicePointer(&gp, g->h_gate, 0) == cudaSuccess)
+                g->m_gate = gp;
+            cudaGetLastError();
             g->cpu_pairs = malloc((size_t)R * sizeof *g->cpu_pairs);
             g->cpu_tok = malloc((size_t)R * sizeof *g->cpu_tok);
             g->cpu_ids = malloc((size_t)R * sizeof *g->cpu_ids);
@@ -1242,14 +1292,14 @@ void ft_gpu_free(struct ft_gpu *g) {
     dfree(g->d_zipf_cdf), dfree(g->d_sticky), dfree(g->d_synth_stats);
     ft_moe_exec_free(g->exec);
     ft_pool_free(g->exec_pool);
-    void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw};
-    for (size_t i = 0; i < 3; i++)
+    void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw, g->h_gate};
+    for (size_t i = 0; i < 4; i++)
         if (hp[i]) cudaFreeHost(hp[i]);
     free(g->cpu_pairs), free(g->cpu_tok), free(g->cpu_ids), free(g->cpu_w);
     for (int a = 0; a < 3; a++)
         for (int t = 0; t <= MAX_GRAPH_T; t++)
             if (g->graph[a][t]) cudaGraphExecDestroy(g->graph[a][t]);
-    for (size_t i = 0; g->span_graph && i < (size_t)(MAX_GRAPH_T + 1) * (g->m->n_layers + 1); i++)
+    for (size_t i = 0; g->span_graph && i < (size_t)(MAX_GRAPH_T + 1) * (g->m->n_layers + 1) * 2; i++)
         if (g->span_graph[i]) cudaGraphExecDestroy(g->span_graph[i]);
     free(g->span_graph), free(g->span_seen), free(g->span_end);
     if (g->step_timing && g->st_n) { /* caller: between two decode steps in a row only */

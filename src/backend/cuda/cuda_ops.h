@@ -69,6 +69,9 @@ void ft_cuda_moe_add_bias(float *y, const float *bias, const int32_t *eids, cons
 void ft_cuda_moe_add_bias_sorted(float *y, const float *bias, const int32_t *offsets,
                                  const int32_t *slot_of, int E, int R, int N, cudaStream_t s);
 void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s);
+/* Holds s until the host stores 1 to gate[0] (gate: the device pointer of mapped pinned
+ * int[2]), then clears it; after 20 s without it, increments gate[1] and lets s go on. */
+void ft_cuda_gate(int *gate, cudaStream_t s);
 /* h_ids[i] = ids[i], h_w[i] = w[i] (h_w NULL: not) for i < n_pairs, h_x[i] = x[i] for i < n_x,
  * the h_* being device pointers of mapped pinned host memory (cudaHostGetDevicePointer) */
 void ft_cuda_stage_out(int32_t *h_ids, const int32_t *ids, float *h_w, const float *w, int n_pairs,

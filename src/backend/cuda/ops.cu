@@ -655,6 +655,30 @@ extern "C" void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s) 
     launch(add_kernel, cdiv(n, 256), 256, 0, s, y, x, n);
 }
 
+/* A span launched before the CPU experts it adds are done waits here: one thread polls
+ * gate[0] (mapped pinned memory) until the host sets it, then clears it. After 20 s without it
+ * (a hung CPU side) it counts gate[1] and lets the stream go on, for the host to fail the step. */
+__global__ void gate_kernel(volatile int *gate) {
+    pdl_enter();
+    if (threadIdx.x) return;
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while (gate[0] == 0) {
+        __nanosleep(256);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > 20000000000ull) {
+            gate[1] = gate[1] + 1;
+            break;
+        }
+    }
+    gate[0] = 0;
+    __threadfence_system();
+}
+
+extern "C" void ft_cuda_gate(int *gate, cudaStream_t s) {
+    launch(gate_kernel, 1, 32, 0, s, (volatile int *)gate);
+}
+
 /* The router's results for the host in one kernel instead of three copies (each a graph
  * memcpy node of its own): h_* are mapped pinned memory, written across PCIe. */
 __global__ void stage_out_kernel(int32_t *h_ids, const int32_t *ids, float *h_w, const float *w,
