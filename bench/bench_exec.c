@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
         if (steps >= ROUNDS && (s + 1 == steps || round_of(s + 1, steps, ROUNDS) != r)) {
             ft_moe_exec_set_timing(ex, 0); /* the probe is no phase of a step */
             probe[r + 1] = ft_cpu_dram_read_gbps(pool, (size_t)1 << 29, 2);
-            ft_moe_exec_set_timing(ex, 1);
+            ft_moe_exec_set_timing(ex, 2);
         }
     }
     double mean_gbps = bytes * steps / (t_all * 1e3), best_gbps = bytes / (best * 1e3);

@@ -298,8 +298,8 @@ void ft_moe_exec_free(struct ft_moe_exec *x) {
 void ft_moe_exec_set_fast_act(struct ft_moe_exec *x, int on) { x->fast = on; }
 
 void ft_moe_exec_set_timing(struct ft_moe_exec *x, int on) {
-    x->timing = on;
-    memset(&x->tm, 0, sizeof x->tm);
+    x->timing = on != 0;
+    if (on == 1) memset(&x->tm, 0, sizeof x->tm);
 }
 
 struct ft_moe_exec_timing ft_moe_exec_timing(const struct ft_moe_exec *x) { return x->tm; }

@@ -32,7 +32,8 @@ struct ft_moe_exec_timing {
     int64_t busy_max_ns[2];   /* the same, the slowest worker */
     int64_t tasks[2];         /* stretches claimed */
 };
-void ft_moe_exec_set_timing(struct ft_moe_exec *x, int on); /* on also zeroes the sums */
+/* on: 1 zeroes the sums and starts timing, 2 resumes, 0 pauses (the sums kept) */
+void ft_moe_exec_set_timing(struct ft_moe_exec *x, int on);
 struct ft_moe_exec_timing ft_moe_exec_timing(const struct ft_moe_exec *x);
 /* fn(ctx) runs once in the next call, on the calling thread (the pool's worker 0) at the start
  * of the gate/up pass while the other workers already compute: work the caller must do (the
