@@ -52,6 +52,20 @@ step() { # step LOG SECONDS CMD...: runs CMD with a limit, appends its output an
     echo "=== exit $? after $SECONDS s" >>"$OUT/$log"
 }
 
+ab() { # ab LOG LABEL ROUNDS BENCH-ARGS...: ft bench as built and as .gpu/ft_old (when packed),
+    # alternated ROUNDS times, each with FT_STEP_TIMING=1 (where each step's time went)
+    local log=$1 label=$2 rounds=$3 round cfg bin envs
+    shift 3
+    for round in $(seq "$rounds"); do
+        for cfg in "ft FT_AB=new" "ft_old FT_AB=old"; do
+            read -r bin envs <<<"$cfg"
+            [ -x "$G/$bin" ] || continue
+            echo "### $label $round $bin $envs" >>"$OUT/$log"
+            FT_STEP_TIMING=1 step "$log" 200 env "$envs" "$G/$bin" bench "$@"
+        done
+    done
+}
+
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
 lscpu >"$OUT/lscpu.txt" 2>&1
 for part in "$@"; do
@@ -165,23 +179,9 @@ for part in "$@"; do
         # tools/gpu_pack.sh), alternated twice on 12 of the 48 layers (qwen3-30b-a3b@12: the same
         # per-layer kernels, a quarter of the generating), then once each on all 48 (the two give
         # the per-layer and the per-token cost). FT_STEP_TIMING=1 prints where each step's wall
-        # time went. Add an env switch as a third configuration for a kernel A/B.
-        for round in 1 2; do
-            for cfg in "ft FT_AB=new" "ft_old FT_AB=old"; do
-                read -r bin envs <<<"$cfg"
-                [ -x "$G/$bin" ] || continue
-                echo "### $round $bin $envs" >>"$OUT/decab.log"
-                FT_STEP_TIMING=1 step decab.log 200 env "$envs" $G/$bin bench \
-                    --synthetic qwen3-30b-a3b@12 -p 0 -n 128 -r 3 --backend cuda
-            done
-        done
-        for cfg in "ft FT_AB=new" "ft_old FT_AB=old"; do
-            read -r bin envs <<<"$cfg"
-            [ -x "$G/$bin" ] || continue
-            echo "### 48 layers $bin $envs" >>"$OUT/decab.log"
-            FT_STEP_TIMING=1 step decab.log 200 env "$envs" $G/$bin bench \
-                --synthetic qwen3-30b-a3b -p 512 -n 128 -r 3 --backend cuda
-        done
+        # time went. For a switch within one build, add it to ab's configurations.
+        ab decab.log "12 layers" 2 --synthetic qwen3-30b-a3b@12 -p 0 -n 128 -r 3 --backend cuda
+        ab decab.log "48 layers" 1 --synthetic qwen3-30b-a3b -p 512 -n 128 -r 3 --backend cuda
         ;;
     sampab)
         # #5 sampled decode on 12 layers, alternated twice: greedy (ids only); temperature 0.8 and
@@ -214,18 +214,10 @@ for part in "$@"; do
         ;;
     hybab)
         # #8 at 30G: as built against .gpu/ft_old (OLD_REV=<commit> tools/gpu_pack.sh),
-        # alternated twice, each with the host side of a layer step (FT_STEP_TIMING=1); add an
-        # env switch as a configuration for an A/B within one build. About 45 s a run.
-        for round in 1 2; do
-            for cfg in "ft FT_AB=new" "ft_old FT_AB=old"; do
-                read -r bin envs <<<"$cfg"
-                [ -x "$G/$bin" ] || continue
-                echo "### $round $bin $envs" >>"$OUT/hybab.log"
-                FT_STEP_TIMING=1 step hybab.log 200 env "$envs" $G/$bin bench \
-                    --synthetic qwen3-30b-a3b -p 64 -n 128 -r 1 --backend offload --vram-limit 30G \
-                    --moe-backend hybrid
-            done
-        done
+        # alternated twice, each with the host side of a layer step (FT_STEP_TIMING=1); a
+        # switch within one build goes into ab's configurations. About 45 s a run.
+        ab hybab.log 30G 2 --synthetic qwen3-30b-a3b -p 64 -n 128 -r 1 --backend offload \
+            --vram-limit 30G --moe-backend hybrid
         ;;
     hyb3)
         # #8's last condition: hybrid never more than 5% below the better of cpu and offload, at
@@ -258,7 +250,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, bw, real)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, hyb3, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"
