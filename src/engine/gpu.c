@@ -599,6 +599,13 @@ static int hybrid_overlap(void) {
     return v;
 }
 
+/* span_run's graphs are on for this step size */
+static int span_graphs(const struct ft_gpu *g, int T) {
+    static int on = -1;
+    if (on < 0) on = ft_sys_env_int("FT_SPAN_GRAPHS", 1) != 0;
+    return g->off && on && g->o.graphs && !g->prof && T <= MAX_GRAPH_T;
+}
+
 struct issue_hook {
     struct ft_gpu *g;
     const struct gpu_layer *L;
@@ -626,8 +633,18 @@ static void issue_hook(void *ctx) {
     }
 }
 
+/* The span from l0 may be launched gated: gating is on, and that span already ran ungated, so
+ * its kernels are loaded (a lazy module load behind a spinning gate may need the context to
+ * sync: NVIDIA's lazy-loading notes) */
+static int gate_ready(const struct ft_gpu *g, int T, int l0) {
+    if (g->gate_off || !g->m_gate || !span_graphs(g, T) || !g->span_seen) return 0;
+    return g->span_seen[((size_t)T * (g->m->n_layers + 1) + l0) * 2] != 0;
+}
+
 /* A gate held for 20 s (the CPU side hung) fails the step and stops gating: a late store to
- * the gate could otherwise let a later span through early. */
+ * the gate could otherwise let a later span through early. The released span has added a
+ * partial CPU sum and written that position's KV; the scheduler ends the step's requests with
+ * the error, which frees their KV. */
 static enum ft_status gate_check(struct ft_gpu *g) {
     if (!g->h_gate || !__atomic_load_n(&g->h_gate[1], __ATOMIC_ACQUIRE)) return FT_OK;
     g->h_gate[1] = 0, g->gate_off = 1;
@@ -740,20 +757,22 @@ static int decode_span(struct ft_gpu *g, int T, int l0, int gated) {
  * it), which turns ~20 launches into one: on the H200 host (gVisor) a launch costs ~3 us of
  * the engine thread, on the critical path of every layer step. FT_SPAN_GRAPHS=0: launched
  * one by one. */
-/* span_run's graphs are on for this step size */
-static int span_graphs(const struct ft_gpu *g, int T) {
-    static int on = -1;
-    if (on < 0) on = ft_sys_env_int("FT_SPAN_GRAPHS", 1) != 0;
-    return g->off && on && g->o.graphs && !g->prof && T <= MAX_GRAPH_T;
-}
 
 static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l, int gated);
 
 /* gated: held by ft_cuda_gate (launched before the CPU experts it adds are done) */
 static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l, int gated) {
     if (g->step_timing && g->off && !g->lt_side) { /* FT_STEP_TIMING's layer-step clock */
-        cudaStreamCreateWithFlags(&g->lt_side, cudaStreamNonBlocking);
-        for (int i = 0; i < 4; i++) cudaEventCreate(&g->lt_ev[i]);
+        int ok = cudaStreamCreateWithFlags(&g->lt_side, cudaStreamNonBlocking) == cudaSuccess;
+        for (int i = 0; i < 4; i++) ok = ok && cudaEventCreate(&g->lt_ev[i]) == cudaSuccess;
+        if (!ok) { /* no layer clock, and no second try */
+            cudaGetLastError();
+            ft_log_warn("FT_STEP_TIMING: no stream or events for the layer-step clock");
+            g->step_timing = 0;
+            for (int i = 0; i < 4; i++)
+                if (g->lt_ev[i]) cudaEventDestroy(g->lt_ev[i]), g->lt_ev[i] = NULL;
+            if (g->lt_side) cudaStreamDestroy(g->lt_side), g->lt_side = NULL;
+        }
     }
     return span_run(g, T, l0, moe_l, gated);
 }
@@ -777,21 +796,25 @@ static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l, int 
         return cudaGraphLaunch(g->span_graph[key], g->s) == cudaSuccess ? FT_OK
                                                                        : ft_cuda_check("span graph launch");
     }
-    if (!g->span_seen[key]) { /* first time: launched one by one (lazy module loads) */
-        g->span_seen[key] = 1;
+    if (g->span_seen[key] != 1) { /* first time (lazy module loads), or no graph: one by one */
+        if (!g->span_seen[key]) g->span_seen[key] = 1;
         *moe_l = decode_span(g, T, l0, gated);
         return FT_OK;
     }
-    cudaGraph_t graph;
+    cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
         return ft_cuda_check("span graph capture");
     *moe_l = g->span_end[l0] = decode_span(g, T, l0, gated);
-    if (cudaStreamEndCapture(g->s, &graph) != cudaSuccess) return ft_cuda_check("span graph capture");
-    cudaError_t e = cudaGraphInstantiate(&g->span_graph[key], graph, 0);
-    cudaGraphDestroy(graph);
-    if (e != cudaSuccess) {
-        g->span_graph[key] = NULL;
-        return ft_cuda_check("span graph instantiate");
+    cudaError_t e = cudaStreamEndCapture(g->s, &graph);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&g->span_graph[key], graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e != cudaSuccess) { /* nothing was launched: this span goes one by one from now on */
+        cudaGetLastError();
+        g->span_graph[key] = NULL, g->span_seen[key] = 2;
+        ft_log_warn("decode span graph (batch %d, layer %d) failed to capture (%s); that span is "
+                    "launched kernel by kernel", T, l0, cudaGetErrorString(e));
+        *moe_l = decode_span(g, T, l0, gated);
+        return FT_OK;
     }
     return cudaGraphLaunch(g->span_graph[key], g->s) == cudaSuccess ? FT_OK
                                                                    : ft_cuda_check("span graph launch");
@@ -821,6 +844,7 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
     if (g->lt_side && g->lt_armed) { /* the previous layer step's CPU end, against the GPU's */
         float a = 0, b = 0, c = 0, d = 0;
         cudaEvent_t ce = ft_offload_copies_end(g->off);
+        cudaEventSynchronize(g->lt_ev[0]); /* on lt_side, which the sync above does not cover */
         cudaEventElapsedTime(&a, g->lt_ev[0], g->lt_ev[1]);
         cudaEventElapsedTime(&b, g->lt_ev[1], g->lt_ev[2]);
         cudaEventElapsedTime(&d, g->lt_ev[0], g->lt_ev[3]);
@@ -836,8 +860,7 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
     g->hp_ns[1] += tb - ta, g->hp_ns[2] += tc - tb, g->hp_n++;
     g->hp_last = tc;
     if (overlap && n_cpu) /* copies and launches from inside the executor's first pass */
-        hook = (struct issue_hook){g, L, l, T, 0, eids, FT_OK, !g->gate_off && g->m_gate &&
-                                   span_graphs(g, T), 0, -1};
+        hook = (struct issue_hook){g, L, l, T, 0, eids, FT_OK, gate_ready(g, T, l + 1), 0, -1};
     else if ((st = offload_experts(g, L, l, T, eids)) != FT_OK)
         return st;
     int64_t now = ft_time_ns();
@@ -876,6 +899,11 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
 static enum ft_status decode_layers(struct ft_gpu *g, int T) {
     const struct ft_model *m = g->m;
     g->lt_armed = 0; /* FT_STEP_TIMING: a layer step's clock does not span two steps */
+    if (g->h_gate && g->h_gate[1]) { /* a timed-out gate of a step that failed otherwise */
+        g->h_gate[1] = 0, g->gate_off = 1;
+        ft_log_warn("decode: a gate timed out in an earlier failed step; spans are no longer "
+                    "launched ahead of the CPU");
+    }
     if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, g->s);
     ft_cuda_embed(g->x, g->embed, g->d_ids, T, m->hidden, g->s);
     prof_mark(g, P_NORM);
