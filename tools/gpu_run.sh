@@ -52,12 +52,15 @@ step() { # step LOG SECONDS CMD...: runs CMD with a limit, appends its output an
     echo "=== exit $? after $SECONDS s" >>"$OUT/$log"
 }
 
-ab() { # ab LOG LABEL ROUNDS BENCH-ARGS...: ft bench as built and as .gpu/ft_old (when packed),
-    # alternated ROUNDS times, each with FT_STEP_TIMING=1 (where each step's time went)
-    local log=$1 label=$2 rounds=$3 round cfg bin envs
+ab() { # ab LOG LABEL ROUNDS BENCH-ARGS...: ft bench as built, as built with each switch of
+    # AB_ENVS (e.g. AB_ENVS="FT_SPAN_GATE=1 FT_MAPPED_STAGING=0"), and as .gpu/ft_old (when
+    # packed), alternated ROUNDS times, each with FT_STEP_TIMING=1 (where each step's time went)
+    local log=$1 label=$2 rounds=$3 round cfg bin envs e cfgs=("ft FT_AB=new")
     shift 3
+    for e in ${AB_ENVS:-}; do cfgs+=("ft $e"); done
+    cfgs+=("ft_old FT_AB=old")
     for round in $(seq "$rounds"); do
-        for cfg in "ft FT_AB=new" "ft_old FT_AB=old"; do
+        for cfg in "${cfgs[@]}"; do
             read -r bin envs <<<"$cfg"
             [ -x "$G/$bin" ] || continue
             echo "### $label $round $bin $envs" >>"$OUT/$log"
@@ -179,7 +182,7 @@ for part in "$@"; do
         # tools/gpu_pack.sh), alternated twice on 12 of the 48 layers (qwen3-30b-a3b@12: the same
         # per-layer kernels, a quarter of the generating), then once each on all 48 (the two give
         # the per-layer and the per-token cost). FT_STEP_TIMING=1 prints where each step's wall
-        # time went. For a switch within one build, add it to ab's configurations.
+        # time went. AB_ENVS adds switches of this build as configurations.
         ab decab.log "12 layers" 2 --synthetic qwen3-30b-a3b@12 -p 0 -n 128 -r 3 --backend cuda
         ab decab.log "48 layers" 1 --synthetic qwen3-30b-a3b -p 512 -n 128 -r 3 --backend cuda
         ;;
@@ -214,8 +217,8 @@ for part in "$@"; do
         ;;
     hybab)
         # #8 at 30G: as built against .gpu/ft_old (OLD_REV=<commit> tools/gpu_pack.sh),
-        # alternated twice, each with the host side of a layer step (FT_STEP_TIMING=1); a
-        # switch within one build goes into ab's configurations. About 45 s a run.
+        # alternated twice, each with the host side of a layer step (FT_STEP_TIMING=1); AB_ENVS
+        # adds switches of this build (AB_ENVS=FT_SPAN_GATE=1). About 45 s a run.
         ab hybab.log 30G 2 --synthetic qwen3-30b-a3b -p 64 -n 128 -r 1 --backend offload \
             --vram-limit 30G --moe-backend hybrid
         ;;
