@@ -175,4 +175,65 @@ TEST(matches_reference_lru_on_random_trace) {
     ft_cache_free(c);
 }
 
+/* The victim by its definition, a scan of every slot: the least last_use among the slots the
+ * step does not use and not held, the lowest index among equal ones. */
+static int scan_victim(const struct ft_cache *c) {
+    int best = -1;
+    for (int s = 0; s < c->n_slots; s++) {
+        if (c->step_of[s] == c->step || c->held[s]) continue;
+        if (best < 0 || c->last_use[s] < c->last_use[best]) best = s;
+    }
+    return best;
+}
+
+/* The LRU policy keeps a recency list and never-used bits instead of scanning: on a random mix
+ * of every operation (lookups, probe + admit of a subset, borrows, returns, drops, new steps)
+ * its victim is the scan's before each operation, for 70 slots (two words of bits). */
+TEST(victim_equals_the_scan_under_every_operation) {
+    enum { S = 70, L = 4, E = 40, OPS = 20000, K = 8 };
+    struct ft_cache *c;
+    EXPECT_OK(ft_cache_init(&c, S, L, E, NULL));
+    long differ = 0, borrowed = 0, dropped = 0, admitted = 0;
+    uint64_t r = 11;
+#define RND() (r ^= r << 13, r ^= r >> 7, r ^= r << 17, r)
+    for (int t = 0; t < OPS; t++) {
+        differ += ft_cache_lru.victim(c, c->step) != scan_victim(c);
+        int layer = (int)(RND() % L), op = (int)(RND() % 16);
+        int32_t ids[K], slots[K + S];
+        struct ft_cache_fill f[K];
+        int nf = 0;
+        for (int j = 0; j < K; j++) ids[j] = (int32_t)(RND() % (j < 4 ? E : 6));
+        if (op < 8) {
+            ft_cache_lookup(c, layer, ids, K, slots, f, &nf);
+        } else if (op < 12) { /* hybrid: probe, then admit some of the distinct misses */
+            ft_cache_probe(c, layer, ids, K, slots);
+            int32_t miss[K];
+            int m = 0;
+            for (int j = 0; j < K; j++) {
+                int dup = 0;
+                for (int q = 0; q < m; q++) dup |= miss[q] == ids[j];
+                if (slots[j] < 0 && !dup) miss[m++] = ids[j];
+            }
+            ft_cache_admit(c, layer, miss, (int)(RND() % (m + 1)), f, &nf);
+            admitted += nf;
+        } else if (op == 12) {
+            ft_cache_probe(c, layer, ids, 2, slots);
+            borrowed += ft_cache_borrow(c, (int)(RND() % 6), slots);
+        } else if (op == 13) {
+            ft_cache_return(c);
+        } else if (op == 14) {
+            ft_cache_drop(c, layer, ids[0]);
+            dropped++;
+        } else {
+            ft_cache_new_step(c);
+        }
+    }
+#undef RND
+    fprintf(stderr, "  %d operations: %ld victims differ from the scan; %ld admitted, %ld borrowed, "
+            "%ld drops\n", OPS, differ, admitted, borrowed, dropped);
+    EXPECT_EQ(differ, 0);
+    EXPECT(admitted > 0 && borrowed > 0);
+    ft_cache_free(c);
+}
+
 TEST_MAIN("cache")

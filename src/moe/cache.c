@@ -6,15 +6,57 @@
 
 #include "core/status.h"
 
-/* The least recently used slot not touched by the current step (never-used slots first, lowest
- * index among them, so the same trace always gives the same placement). */
-static int lru_victim(const struct ft_cache *c, uint64_t step) {
-    int best = -1;
-    for (int s = 0; s < c->n_slots; s++) {
-        if (c->step_of[s] == step || c->held[s]) continue;
-        if (best < 0 || c->last_use[s] < c->last_use[best]) best = s;
+/* The recency order (struct ft_cache): every change of a slot's last_use or held goes
+ * through these. */
+static int in_list(const struct ft_cache *c, int s) { return c->last_use[s] > 0 && !c->held[s]; }
+
+static void unlink_slot(struct ft_cache *c, int s) {
+    if (in_list(c, s)) {
+        int p = c->prev[s], n = c->next[s];
+        if (p >= 0) c->next[p] = n;
+        else c->head = n;
+        if (n >= 0) c->prev[n] = p;
+        else c->tail = p;
+        c->prev[s] = c->next[s] = -1;
+    } else if (!c->held[s]) {
+        c->unused[s / 64] &= ~(1ull << (s % 64));
     }
-    return best;
+}
+
+static void link_slot(struct ft_cache *c, int s) { /* after last_use / held were set */
+    if (in_list(c, s)) { /* the newest stamp: at the tail */
+        c->prev[s] = c->tail, c->next[s] = -1;
+        if (c->tail >= 0) c->next[c->tail] = s;
+        else c->head = s;
+        c->tail = s;
+    } else if (!c->held[s]) {
+        c->unused[s / 64] |= 1ull << (s % 64);
+    }
+}
+
+static void touch(struct ft_cache *c, int s) { /* last_use = a new stamp */
+    unlink_slot(c, s);
+    c->last_use[s] = ++c->tick;
+    link_slot(c, s);
+}
+
+static void set_state(struct ft_cache *c, int s, uint64_t last_use, uint8_t held) {
+    unlink_slot(c, s);
+    c->last_use[s] = last_use, c->held[s] = held;
+    link_slot(c, s);
+}
+
+/* The never-used slots by index, then the list from its least recent, skipping the slots the
+ * current step uses: both already in the order of (last_use, index). */
+static int lru_victim(const struct ft_cache *c, uint64_t step) {
+    for (int w = 0; w < (c->n_slots + 63) / 64; w++)
+        for (uint64_t b = c->unused[w]; b; b &= b - 1) {
+            int s = w * 64 + __builtin_ctzll(b);
+            if (c->step_of[s] != step) return s;
+        }
+    for (int s = c->head; s >= 0; s = c->next[s])
+        if (c->step_of[s] != step) return s;
+    return -1;
 }
 
 const struct ft_cache_policy ft_cache_lru = {"lru", lru_victim};
@@ -40,13 +82,18 @@ enum ft_status ft_cache_init(struct ft_cache **out, int n_slots, int n_layers, i
     c->freq = calloc(keys, sizeof *c->freq);
     c->misses = calloc((size_t)n_layers, sizeof *c->misses);
     c->held = calloc((size_t)n_slots, 1);
+    c->prev = malloc((size_t)n_slots * sizeof *c->prev);
+    c->next = malloc((size_t)n_slots * sizeof *c->next);
+    c->unused = calloc((size_t)(n_slots + 63) / 64, sizeof *c->unused);
     if (!c->slot_of || !c->key_of || !c->last_use || !c->step_of || !c->freq || !c->hits || !c->misses ||
-        !c->held) {
+        !c->held || !c->prev || !c->next || !c->unused) {
         ft_cache_free(c);
         return ft_fail(FT_ERR_OOM, "expert cache: out of memory");
     }
     memset(c->slot_of, 0xff, keys * sizeof *c->slot_of);
     memset(c->key_of, 0xff, (size_t)n_slots * sizeof *c->key_of);
+    c->head = c->tail = -1;
+    for (int s = 0; s < n_slots; s++) c->prev[s] = c->next[s] = -1, link_slot(c, s);
     *out = c;
     return FT_OK;
 }
@@ -61,6 +108,9 @@ void ft_cache_free(struct ft_cache *c) {
     free(c->misses);
     free(c->freq);
     free(c->held);
+    free(c->prev);
+    free(c->next);
+    free(c->unused);
     free(c);
 }
 
@@ -72,7 +122,8 @@ void ft_cache_probe(struct ft_cache *c, int layer, const int32_t *ids, int n, in
         slots[i] = s;
         c->freq[key]++;
         if (s >= 0) {
-            c->last_use[s] = ++c->tick, c->step_of[s] = step;
+            touch(c, s);
+            c->step_of[s] = step;
             c->hits[layer]++;
         }
     }
@@ -91,7 +142,7 @@ enum ft_status ft_cache_admit(struct ft_cache *c, int layer, const int32_t *expe
         if (c->key_of[s] >= 0) c->slot_of[c->key_of[s]] = -1;
         c->key_of[s] = (int32_t)key;
         c->slot_of[key] = s;
-        c->last_use[s] = ++c->tick;
+        touch(c, s);
         c->step_of[s] = c->step;
         fills[(*n_fills)++] = (struct ft_cache_fill){layer, experts[i], s};
         c->misses[layer]++;
@@ -127,8 +178,7 @@ int ft_cache_borrow(struct ft_cache *c, int n, int32_t *slots) {
         if (s < 0) break;
         if (c->key_of[s] >= 0) c->slot_of[c->key_of[s]] = -1;
         c->key_of[s] = -1;
-        c->last_use[s] = 0;
-        c->held[s] = 1;
+        set_state(c, s, 0, 1);
         slots[got] = s;
     }
     return got;
@@ -136,7 +186,7 @@ int ft_cache_borrow(struct ft_cache *c, int n, int32_t *slots) {
 
 void ft_cache_return(struct ft_cache *c) {
     for (int s = 0; s < c->n_slots; s++)
-        if (c->held[s]) c->held[s] = 0, c->step_of[s] = 0;
+        if (c->held[s]) set_state(c, s, 0, 0), c->step_of[s] = 0;
 }
 
 void ft_cache_new_step(struct ft_cache *c) { c->step++; }
@@ -153,7 +203,7 @@ void ft_cache_drop(struct ft_cache *c, int layer, int expert) {
     if (s < 0) return;
     c->slot_of[key] = -1;
     c->key_of[s] = -1;
-    c->last_use[s] = 0;
+    set_state(c, s, 0, c->held[s]);
     c->step_of[s] = 0;
 }
 
