@@ -20,16 +20,6 @@ static uint64_t rnd(uint64_t *r) {
     return *r;
 }
 
-/* The scan LRU's victim once chose: every slot's stamp read. */
-static int scan_victim(const struct ft_cache *c) {
-    int best = -1;
-    for (int s = 0; s < c->n_slots; s++) {
-        if (c->step_of[s] == c->step || c->held[s]) continue;
-        if (best < 0 || c->last_use[s] < c->last_use[best]) best = s;
-    }
-    return best;
-}
-
 /* us per layer step: probe, then (admit) up to F of the distinct misses */
 static double run(struct ft_cache *c, int L, int E, int F, int admit, long *fills) {
     uint64_t r = 5;
@@ -67,7 +57,7 @@ int main(int argc, char **argv) {
     double step = run(c, L, E, F, 1, &fills), probe = run(c, L, E, F, 0, &none);
     int64_t t0 = ft_time_ns();
     volatile int sink = 0;
-    for (int i = 0; i < 2000; i++) sink += scan_victim(c);
+    for (int i = 0; i < 2000; i++) sink += ft_cache_lru_scan(c);
     double scan = (double)(ft_time_ns() - t0) / 1e3 / 2000;
     printf("bench_cache: %d slots, %d layers x %d experts, %d ids a step, up to %d fetched\n", S, L,
            E, K, F);

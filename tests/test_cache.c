@@ -175,17 +175,6 @@ TEST(matches_reference_lru_on_random_trace) {
     ft_cache_free(c);
 }
 
-/* The victim by its definition, a scan of every slot: the least last_use among the slots the
- * step does not use and not held, the lowest index among equal ones. */
-static int scan_victim(const struct ft_cache *c) {
-    int best = -1;
-    for (int s = 0; s < c->n_slots; s++) {
-        if (c->step_of[s] == c->step || c->held[s]) continue;
-        if (best < 0 || c->last_use[s] < c->last_use[best]) best = s;
-    }
-    return best;
-}
-
 /* The LRU policy keeps a recency list and never-used bits instead of scanning: on a random mix
  * of every operation (lookups, probe + admit of a subset, borrows, returns, drops, new steps)
  * its victim is the scan's before each operation, for 70 slots (two words of bits). */
@@ -197,7 +186,7 @@ TEST(victim_equals_the_scan_under_every_operation) {
     uint64_t r = 11;
 #define RND() (r ^= r << 13, r ^= r >> 7, r ^= r << 17, r)
     for (int t = 0; t < OPS; t++) {
-        differ += ft_cache_lru.victim(c, c->step) != scan_victim(c);
+        differ += ft_cache_lru.victim(c, c->step) != ft_cache_lru_scan(c);
         int layer = (int)(RND() % L), op = (int)(RND() % 16);
         int32_t ids[K], slots[K + S];
         struct ft_cache_fill f[K];

@@ -59,6 +59,15 @@ static int lru_victim(const struct ft_cache *c, uint64_t step) {
     return -1;
 }
 
+int ft_cache_lru_scan(const struct ft_cache *c) {
+    int best = -1;
+    for (int s = 0; s < c->n_slots; s++) {
+        if (c->step_of[s] == c->step || c->held[s]) continue;
+        if (best < 0 || c->last_use[s] < c->last_use[best]) best = s;
+    }
+    return best;
+}
+
 const struct ft_cache_policy ft_cache_lru = {"lru", lru_victim};
 
 enum ft_status ft_cache_init(struct ft_cache **out, int n_slots, int n_layers, int n_experts,

@@ -21,6 +21,9 @@ struct ft_cache_policy {
     int (*victim)(const struct ft_cache *c, uint64_t step);
 };
 extern const struct ft_cache_policy ft_cache_lru;
+/* LRU's victim by its definition, a scan of every slot (O(slots); ft_cache_lru keeps a recency
+ * order instead): the reference for tests and bench_cache. */
+int ft_cache_lru_scan(const struct ft_cache *c);
 
 struct ft_cache {
     const struct ft_cache_policy *policy;
