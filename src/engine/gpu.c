@@ -122,17 +122,18 @@ struct ft_gpu {
      * GPU's own time from events), copying results out */
     int step_timing;
     cudaEvent_t st_ev[2];
-    /* and offloading, per layer step on the GPU's clock: lt_ev = the CPU side's end (recorded
-     * on the idle lt_side), the span's start and end; lt_ms sums the GPU still busy with the
-     * layer after the CPU's end, the span's own time, the copies' end after the CPU's end */
-    cudaStream_t lt_side;
-    cudaEvent_t lt_ev[4]; /* [3]: the GPU's experts done */
-    int lt_armed;
-    double lt_ms[4];
-    long lt_n, lt_nc;
     int64_t st_last, st_ns[4];
     double st_gpu_ms;
     long st_n, st_gaps;
+    /* and offloading, per layer step on the GPU's clock: lt_ev = the CPU side's end (recorded
+     * on the idle lt_side), the span's start and end, the GPU's experts done; lt_ms sums the
+     * span's start after the CPU's end, its own time, the copies' end and the experts' end
+     * after the CPU's end */
+    cudaStream_t lt_side;
+    cudaEvent_t lt_ev[4];
+    int lt_armed;
+    double lt_ms[4];
+    long lt_n, lt_nc;
 };
 
 int ft_gpu_available(void) { return ft_cuda_device_count() > 0; }
@@ -606,6 +607,12 @@ static int span_graphs(const struct ft_gpu *g, int T) {
     return g->off && on && g->o.graphs && !g->prof && T <= MAX_GRAPH_T;
 }
 
+/* A span's graph: per batch size, start layer and gating; span_keys of them */
+static size_t span_key(const struct ft_gpu *g, int T, int l0, int gated) {
+    return ((size_t)T * (g->m->n_layers + 1) + l0) * 2 + (gated != 0);
+}
+static size_t span_keys(const struct ft_gpu *g) { return span_key(g, MAX_GRAPH_T + 1, 0, 0); }
+
 struct issue_hook {
     struct ft_gpu *g;
     const struct gpu_layer *L;
@@ -638,7 +645,7 @@ static void issue_hook(void *ctx) {
  * sync: NVIDIA's lazy-loading notes) */
 static int gate_ready(const struct ft_gpu *g, int T, int l0) {
     if (g->gate_off || !g->m_gate || !span_graphs(g, T) || !g->span_seen) return 0;
-    return g->span_seen[((size_t)T * (g->m->n_layers + 1) + l0) * 2] != 0;
+    return g->span_seen[span_key(g, T, l0, 0)] != 0;
 }
 
 /* A gate held for 20 s (the CPU side hung) fails the step and stops gating: a late store to
@@ -693,6 +700,7 @@ static int decode_span(struct ft_gpu *g, int T, int l0, int gated) {
     if (g->lt_side) /* in a graph: an event record node (without the flag, capture drops it) */
         cudaEventRecordWithFlags(g->lt_ev[1], s, cudaEventRecordExternal);
     if (l0 > 0) moe_tail(g, l0 - 1, T);
+    int moe = m->n_layers;
     for (int l = l0; l < m->n_layers; l++) {
         const struct gpu_layer *L = &g->L[l];
         struct ft_cuda_gemv_args qkv = {{g->q, g->k, g->v}, qd, kd, qd, {L->bq, L->bk, L->bv},
@@ -730,59 +738,38 @@ static int decode_span(struct ft_gpu *g, int T, int l0, int gated) {
         struct ft_cuda_gemv_args rt = {{g->router, NULL, NULL}, E, 0, E, {L->router_b, NULL, NULL},
                                        g->x, L->router, L->ffn_norm, eps, g->xn, 0, T, E, H};
         ft_cuda_gemv_ex(&rt, s);
-        int32_t *ids = g->d_topk_all + (size_t)l * MAX_GRAPH_T * k; /* kept for the distinct count */
+        size_t ko = (size_t)l * MAX_GRAPH_T * k;
+        int32_t *ids = g->d_topk_all + ko; /* kept for the distinct count */
         route(g, l, T, ids);
         prof_mark(g, P_ROUTER);
-        size_t ko = (size_t)l * MAX_GRAPH_T * k;
         if (g->off && g->m_topk_all) { /* the router's results written into host memory */
             ft_cuda_stage_out(g->m_topk_all + ko, ids, g->exec ? g->m_topw : NULL, g->topw, T * k,
                               g->exec ? g->m_xn : NULL, g->xn, g->exec ? T * H : 0, s);
         } else if (g->off) { /* the router's ids come back; misses are copied into cache slots */
-            cudaMemcpyAsync(g->h_topk_all + (size_t)l * MAX_GRAPH_T * k, ids, (size_t)T * k * 4,
-                            cudaMemcpyDeviceToHost, s);
+            cudaMemcpyAsync(g->h_topk_all + ko, ids, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
             if (g->exec) { /* the CPU executor needs the normalised rows and the weights */
                 cudaMemcpyAsync(g->h_xn, g->xn, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToHost, s);
                 cudaMemcpyAsync(g->h_topw, g->topw, (size_t)T * k * sizeof(float), cudaMemcpyDeviceToHost, s);
             }
         }
-        if (g->lt_side) cudaEventRecordWithFlags(g->lt_ev[2], s, cudaEventRecordExternal);
-        return l;
+        moe = l;
+        break;
     }
     if (g->lt_side) cudaEventRecordWithFlags(g->lt_ev[2], s, cudaEventRecordExternal);
-    return m->n_layers;
+    return moe;
 }
 
 /* Offloaded decode syncs at every MoE layer's router, so the whole step cannot be one graph;
  * each span between two syncs is one instead (captured the second time a batch size reaches
  * it), which turns ~20 launches into one: on the H200 host (gVisor) a launch costs ~3 us of
  * the engine thread, on the critical path of every layer step. FT_SPAN_GRAPHS=0: launched
- * one by one. */
-
-static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l, int gated);
-
-/* gated: held by ft_cuda_gate (launched before the CPU experts it adds are done) */
+ * one by one. gated: held by ft_cuda_gate (launched before the CPU experts it adds are done). */
 static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l, int gated) {
-    if (g->step_timing && g->off && !g->lt_side) { /* FT_STEP_TIMING's layer-step clock */
-        int ok = cudaStreamCreateWithFlags(&g->lt_side, cudaStreamNonBlocking) == cudaSuccess;
-        for (int i = 0; i < 4; i++) ok = ok && cudaEventCreate(&g->lt_ev[i]) == cudaSuccess;
-        if (!ok) { /* no layer clock, and no second try */
-            cudaGetLastError();
-            ft_log_warn("FT_STEP_TIMING: no stream or events for the layer-step clock");
-            g->step_timing = 0;
-            for (int i = 0; i < 4; i++)
-                if (g->lt_ev[i]) cudaEventDestroy(g->lt_ev[i]), g->lt_ev[i] = NULL;
-            if (g->lt_side) cudaStreamDestroy(g->lt_side), g->lt_side = NULL;
-        }
-    }
-    return span_run(g, T, l0, moe_l, gated);
-}
-
-static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l, int gated) {
     if (!span_graphs(g, T)) {
         *moe_l = decode_span(g, T, l0, gated);
         return FT_OK;
     }
-    size_t n = (size_t)(MAX_GRAPH_T + 1) * (g->m->n_layers + 1) * 2;
+    size_t n = span_keys(g);
     if (!g->span_graph) {
         g->span_graph = calloc(n, sizeof *g->span_graph);
         g->span_seen = calloc(n, sizeof *g->span_seen);
@@ -790,31 +777,29 @@ static enum ft_status span_run(struct ft_gpu *g, int T, int l0, int *moe_l, int 
         if (!g->span_graph || !g->span_seen || !g->span_end)
             return ft_fail(FT_ERR_OOM, "decode span graphs: out of memory");
     }
-    size_t key = ((size_t)T * (g->m->n_layers + 1) + l0) * 2 + (gated != 0);
+    size_t key = span_key(g, T, l0, gated);
     if (g->span_graph[key]) {
         *moe_l = g->span_end[l0];
-        return cudaGraphLaunch(g->span_graph[key], g->s) == cudaSuccess ? FT_OK
-                                                                       : ft_cuda_check("span graph launch");
-    }
-    if (g->span_seen[key] != 1) { /* first time (lazy module loads), or no graph: one by one */
+    } else if (g->span_seen[key] != 1) { /* first time (lazy module loads), or no graph: one by one */
         if (!g->span_seen[key]) g->span_seen[key] = 1;
         *moe_l = decode_span(g, T, l0, gated);
         return FT_OK;
-    }
-    cudaGraph_t graph = NULL;
-    if (cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
-        return ft_cuda_check("span graph capture");
-    *moe_l = g->span_end[l0] = decode_span(g, T, l0, gated);
-    cudaError_t e = cudaStreamEndCapture(g->s, &graph);
-    if (e == cudaSuccess) e = cudaGraphInstantiate(&g->span_graph[key], graph, 0);
-    if (graph) cudaGraphDestroy(graph);
-    if (e != cudaSuccess) { /* nothing was launched: this span goes one by one from now on */
-        cudaGetLastError();
-        g->span_graph[key] = NULL, g->span_seen[key] = 2;
-        ft_log_warn("decode span graph (batch %d, layer %d) failed to capture (%s); that span is "
-                    "launched kernel by kernel", T, l0, cudaGetErrorString(e));
-        *moe_l = decode_span(g, T, l0, gated);
-        return FT_OK;
+    } else { /* second time: capture, then launch */
+        cudaGraph_t graph = NULL;
+        if (cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+            return ft_cuda_check("span graph capture");
+        *moe_l = g->span_end[l0] = decode_span(g, T, l0, gated);
+        cudaError_t e = cudaStreamEndCapture(g->s, &graph);
+        if (e == cudaSuccess) e = cudaGraphInstantiate(&g->span_graph[key], graph, 0);
+        if (graph) cudaGraphDestroy(graph);
+        if (e != cudaSuccess) { /* nothing was launched: this span goes one by one from now on */
+            cudaGetLastError();
+            g->span_graph[key] = NULL, g->span_seen[key] = 2;
+            ft_log_warn("decode span graph (batch %d, layer %d) failed to capture (%s); that span "
+                        "is launched kernel by kernel", T, l0, cudaGetErrorString(e));
+            *moe_l = decode_span(g, T, l0, gated);
+            return FT_OK;
+        }
     }
     return cudaGraphLaunch(g->span_graph[key], g->s) == cudaSuccess ? FT_OK
                                                                    : ft_cuda_check("span graph launch");
@@ -1254,6 +1239,17 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
             if (st == FT_OK && (!g->cpu_pairs || !g->cpu_tok || !g->cpu_ids || !g->cpu_w))
                 st = ft_fail(FT_ERR_OOM, "offload: out of memory");
         }
+        if (st == FT_OK && g->step_timing) { /* FT_STEP_TIMING's layer-step clock */
+            int ok = cudaStreamCreateWithFlags(&g->lt_side, cudaStreamNonBlocking) == cudaSuccess;
+            for (int i = 0; i < 4; i++) ok = ok && cudaEventCreate(&g->lt_ev[i]) == cudaSuccess;
+            if (!ok) { /* no layer clock; the rest of the step timing stays */
+                cudaGetLastError();
+                ft_log_warn("FT_STEP_TIMING: no stream or events for the layer-step clock");
+                for (int i = 0; i < 4; i++)
+                    if (g->lt_ev[i]) cudaEventDestroy(g->lt_ev[i]), g->lt_ev[i] = NULL;
+                if (g->lt_side) cudaStreamDestroy(g->lt_side), g->lt_side = NULL;
+            }
+        }
         void *p = NULL; /* the router's ids straight into host memory, with the rest mapped */
         if (st == FT_OK && ft_sys_env_int("FT_MAPPED_STAGING", 1) && (!g->exec || g->m_xn) &&
             cudaHostGetDevicePointer(&p, g->h_topk_all, 0) == cudaSuccess)
@@ -1327,7 +1323,7 @@ void ft_gpu_free(struct ft_gpu *g) {
     for (int a = 0; a < 3; a++)
         for (int t = 0; t <= MAX_GRAPH_T; t++)
             if (g->graph[a][t]) cudaGraphExecDestroy(g->graph[a][t]);
-    for (size_t i = 0; g->span_graph && i < (size_t)(MAX_GRAPH_T + 1) * (g->m->n_layers + 1) * 2; i++)
+    for (size_t i = 0; g->span_graph && i < span_keys(g); i++)
         if (g->span_graph[i]) cudaGraphExecDestroy(g->span_graph[i]);
     free(g->span_graph), free(g->span_seen), free(g->span_end);
     if (g->step_timing && g->st_n) { /* caller: between two decode steps in a row only */
