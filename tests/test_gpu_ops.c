@@ -421,6 +421,54 @@ TEST(argmax_matches_host) {
     cudaFree(dlg), cudaFree(dam);
 }
 
+/* The router's stage-out into mapped host memory: ids, weights and rows land there, and the
+ * done flag counts launches (a multi-block launch stores it once, after every block's writes):
+ * the host polls the flag, with no stream sync, and then reads the data. */
+TEST(stage_out_flag_after_data) {
+    const int shapes[4][2] = {{8, 2048}, {64, 16384}, {16, 0}, {1, 300}}; /* pairs, rows' floats */
+    int32_t *h_ids, ids[64];
+    float *h_w, *h_x, w[64], *x = rnd(16384);
+    unsigned *h_done, *m_done;
+    void *p[4];
+    cudaHostAlloc((void **)&h_ids, 64 * 4, cudaHostAllocMapped);
+    cudaHostAlloc((void **)&h_w, 64 * 4, cudaHostAllocMapped);
+    cudaHostAlloc((void **)&h_x, 16384 * 4, cudaHostAllocMapped);
+    cudaHostAlloc((void **)&h_done, 4, cudaHostAllocMapped);
+    *h_done = 0;
+    cudaHostGetDevicePointer(&p[0], h_ids, 0), cudaHostGetDevicePointer(&p[1], h_w, 0);
+    cudaHostGetDevicePointer(&p[2], h_x, 0), cudaHostGetDevicePointer(&p[3], h_done, 0);
+    m_done = p[3];
+    for (int i = 0; i < 64; i++) ids[i] = i * 7 + 1, w[i] = frand();
+    int32_t *d_ids = up(ids, sizeof ids);
+    float *d_w = up(w, sizeof w), *d_x = up(x, 16384 * 4);
+    unsigned *d_seq = up(NULL, 8);
+    for (int rep = 0; rep < 3; rep++) {
+        for (int c = 0; c < 4; c++) {
+            int np = shapes[c][0], nx = shapes[c][1];
+            memset(h_ids, 0xff, 64 * 4), memset(h_w, 0, 64 * 4), memset(h_x, 0, 16384 * 4);
+            unsigned want = (unsigned)(rep * 4 + c + 1);
+            ft_cuda_stage_out(p[0], d_ids, p[1], d_w, np, p[2], d_x, nx, d_seq, m_done, 0);
+            long polls = 0;
+            while (__atomic_load_n(h_done, __ATOMIC_ACQUIRE) != want && polls < 2000000000L) polls++;
+            EXPECT_EQ(*h_done, want);
+            int bad = 0;
+            for (int i = 0; i < np; i++) bad += h_ids[i] != ids[i] || h_w[i] != w[i];
+            for (int i = 0; i < nx; i++) bad += h_x[i] != x[i];
+            EXPECT_EQ(bad, 0);
+            cudaDeviceSynchronize();
+        }
+    }
+    /* without seq: the data, and no flag */
+    ft_cuda_stage_out(p[0], d_ids, NULL, d_w, 5, NULL, d_x, 0, NULL, NULL, 0);
+    cudaDeviceSynchronize();
+    EXPECT_EQ(*h_done, 12u);
+    EXPECT_EQ(h_ids[4], ids[4]);
+    EXPECT_OK(ft_cuda_check("stage_out"));
+    cudaFreeHost(h_ids), cudaFreeHost(h_w), cudaFreeHost(h_x), cudaFreeHost(h_done);
+    cudaFree(d_ids), cudaFree(d_w), cudaFree(d_x), cudaFree(d_seq);
+    free(x);
+}
+
 /* The device draw (ft_cuda_sample_draw: tokens for temperature-only requests without logits
  * crossing back) against its definition computed here in double, on a real vocab (151,936)
  * and on vocabs smaller than the block (37, 1000); T 0 rows against ft_argmax; and against the

@@ -20,6 +20,13 @@ uint64_t ft_sys_llc_bytes(void);
  * unset or does not start with a number. */
 int ft_sys_env_int(const char *name, int dflt);
 
+/* A spin-wait loop's pause (PAUSE on x86: frees the sibling hyperthread's pipeline). */
+static inline void ft_sys_pause(void) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+}
+
 /* Page-aligned allocation (zeroed lazily by the kernel); free with ft_sys_free_pages. */
 void *ft_sys_alloc_pages(size_t bytes);
 void ft_sys_free_pages(void *p, size_t bytes);

@@ -47,9 +47,7 @@ static void *worker_main(void *arg) {
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
                !atomic_load(&p->stop)) {
             if (++spins < p->spin) {
-#if defined(__x86_64__)
-                __builtin_ia32_pause();
-#endif
+                ft_sys_pause();
                 if (p->yield && spins % p->yield == 0) sched_yield();
                 continue;
             }
@@ -173,9 +171,7 @@ void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx) {
      * hold the core a descheduled worker needs for a whole time slice */
     for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
         if (spins < 4000) {
-#if defined(__x86_64__)
-            __builtin_ia32_pause();
-#endif
+            ft_sys_pause();
         } else {
             sched_yield();
         }

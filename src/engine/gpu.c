@@ -91,6 +91,12 @@ struct ft_gpu {
      * CPU experts run, held by ft_cuda_gate until the host stores 1 to h_gate[0] (m_gate: the
      * device's pointer); h_gate[1] counts the gate's timeouts. gate_off: after a failure. */
     int *h_gate, *m_gate, gate_off;
+    /* the router's done flag (with mapped staging; FT_ROUTER_SPIN=0: off): each span's
+     * stage-out stores its launch number to h_done (m_done: the device's pointer, d_seq its
+     * count); the host polls it against spans_out, the spans launched, instead of syncing the
+     * stream */
+    unsigned *h_done, *m_done, *d_seq, spans_out;
+    int done_lost; /* the stream finished without the flag: warned once */
     int *cpu_pairs, *cpu_tok, *cpu_ids;
     float *cpu_w, *h_topw;
     /* synthetic zipf / sticky routing: the zipf CDF, the sticky ids [L, k], stats scratch */
@@ -744,7 +750,8 @@ static int decode_span(struct ft_gpu *g, int T, int l0, int gated) {
         prof_mark(g, P_ROUTER);
         if (g->off && g->m_topk_all) { /* the router's results written into host memory */
             ft_cuda_stage_out(g->m_topk_all + ko, ids, g->exec ? g->m_topw : NULL, g->topw, T * k,
-                              g->exec ? g->m_xn : NULL, g->xn, g->exec ? T * H : 0, s);
+                              g->exec ? g->m_xn : NULL, g->xn, g->exec ? T * H : 0,
+                              g->m_done ? g->d_seq : NULL, g->m_done, s);
         } else if (g->off) { /* the router's ids come back; misses are copied into cache slots */
             cudaMemcpyAsync(g->h_topk_all + ko, ids, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
             if (g->exec) { /* the CPU executor needs the normalised rows and the weights */
@@ -764,7 +771,7 @@ static int decode_span(struct ft_gpu *g, int T, int l0, int gated) {
  * it), which turns ~20 launches into one: on the H200 host (gVisor) a launch costs ~3 us of
  * the engine thread, on the critical path of every layer step. FT_SPAN_GRAPHS=0: launched
  * one by one. gated: held by ft_cuda_gate (launched before the CPU experts it adds are done). */
-static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l, int gated) {
+static enum ft_status span_launch(struct ft_gpu *g, int T, int l0, int *moe_l, int gated) {
     if (!span_graphs(g, T)) {
         *moe_l = decode_span(g, T, l0, gated);
         return FT_OK;
@@ -805,6 +812,38 @@ static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l, int gate
                                                                    : ft_cuda_check("span graph launch");
 }
 
+/* span_launch, counting the spans that end at a router (each stores its number to h_done) */
+static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l, int gated) {
+    enum ft_status st = span_launch(g, T, l0, moe_l, gated);
+    if (st == FT_OK && *moe_l < g->m->n_layers) g->spans_out++;
+    return st;
+}
+
+/* Waits for the last span's router results: polls h_done when the spans store it (a stream
+ * sync's wake-up came ~45 us after the GPU was done on the H200 host), else syncs the stream.
+ * A CUDA error, or the stream done without the flag (then the data is there all the same),
+ * ends the poll; it checks the stream every 1,024 polls. */
+static enum ft_status wait_router(struct ft_gpu *g) {
+    if (!g->m_done) return cudaStreamSynchronize(g->s) == cudaSuccess ? FT_OK : ft_cuda_check("router ids");
+    for (unsigned n = 1;; n++) {
+        if ((int)(__atomic_load_n(g->h_done, __ATOMIC_ACQUIRE) - g->spans_out) >= 0) return FT_OK;
+        if (n % 1024) {
+            ft_sys_pause();
+            continue;
+        }
+        cudaError_t e = cudaStreamQuery(g->s);
+        if (e == cudaErrorNotReady) continue;
+        if (e != cudaSuccess) return ft_cuda_check("router ids");
+        if ((int)(__atomic_load_n(g->h_done, __ATOMIC_ACQUIRE) - g->spans_out) >= 0) return FT_OK;
+        if (!g->done_lost)
+            ft_log_warn("decode: the stream finished without the router's done flag (%u, expected "
+                        "%u); waiting on the stream instead (FT_ROUTER_SPIN=0 does so always)",
+                        *g->h_done, g->spans_out);
+        g->done_lost = 1, g->m_done = NULL; /* spans captured with it keep storing it, unread */
+        return FT_OK;
+    }
+}
+
 /* The routed experts of MoE layer l, whose router ran: resident, on the GPU; offloaded, the
  * hits and the fetched misses on the GPU, the rest on the CPU from the host banks at once. */
 static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
@@ -822,14 +861,16 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
     struct issue_hook hook = {0};
     const int32_t *h_ids = g->h_topk_all + (size_t)l * MAX_GRAPH_T * k;
     int64_t ta = ft_time_ns();
-    if (cudaStreamSynchronize(g->s) != cudaSuccess) return ft_cuda_check("router ids");
+    enum ft_status st = wait_router(g);
+    if (st != FT_OK) return st;
     int64_t tb = ft_time_ns();
-    enum ft_status st = gate_check(g);
+    st = gate_check(g);
     if (st != FT_OK) return st;
     if (g->lt_side && g->lt_armed) { /* the previous layer step's CPU end, against the GPU's */
         float a = 0, b = 0, c = 0, d = 0;
         cudaEvent_t ce = ft_offload_copies_end(g->off);
         cudaEventSynchronize(g->lt_ev[0]); /* on lt_side, which the sync above does not cover */
+        cudaEventSynchronize(g->lt_ev[2]); /* the span's end, after the flag the host polled */
         cudaEventElapsedTime(&a, g->lt_ev[0], g->lt_ev[1]);
         cudaEventElapsedTime(&b, g->lt_ev[1], g->lt_ev[2]);
         cudaEventElapsedTime(&d, g->lt_ev[0], g->lt_ev[3]);
@@ -1255,6 +1296,15 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
             cudaHostGetDevicePointer(&p, g->h_topk_all, 0) == cudaSuccess)
             g->m_topk_all = p;
         cudaGetLastError();
+        if (st == FT_OK && g->m_topk_all && ft_sys_env_int("FT_ROUTER_SPIN", 1)) { /* wait_router */
+            g->d_seq = dalloc(g, 2 * sizeof(unsigned), &st);
+            g->h_done = halloc(sizeof(unsigned), &st);
+            p = NULL;
+            if (st == FT_OK && cudaMemset(g->d_seq, 0, 2 * sizeof(unsigned)) == cudaSuccess &&
+                (*g->h_done = 0, cudaHostGetDevicePointer(&p, g->h_done, 0) == cudaSuccess))
+                g->m_done = p;
+            cudaGetLastError();
+        }
     }
     if (st != FT_OK) {
         ft_gpu_free(g);
@@ -1313,11 +1363,11 @@ void ft_gpu_free(struct ft_gpu *g) {
     }
     /* the offload buffers exist from before ft_offload_init, which may have failed */
     dfree(g->d_slots), dfree(g->d_slot_of), dfree(g->d_cpu_out), dfree(g->deq), dfree(g->chunk_slot_of);
-    dfree(g->d_zipf_cdf), dfree(g->d_sticky), dfree(g->d_synth_stats);
+    dfree(g->d_zipf_cdf), dfree(g->d_sticky), dfree(g->d_synth_stats), dfree(g->d_seq);
     ft_moe_exec_free(g->exec);
     ft_pool_free(g->exec_pool);
-    void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw, g->h_gate};
-    for (size_t i = 0; i < 4; i++)
+    void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw, g->h_gate, g->h_done};
+    for (size_t i = 0; i < 5; i++)
         if (hp[i]) cudaFreeHost(hp[i]);
     free(g->cpu_pairs), free(g->cpu_tok), free(g->cpu_ids), free(g->cpu_w);
     for (int a = 0; a < 3; a++)

@@ -73,9 +73,12 @@ void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s);
  * int[2]), then clears it; after 20 s without it, increments gate[1] and lets s go on. */
 void ft_cuda_gate(int *gate, cudaStream_t s);
 /* h_ids[i] = ids[i], h_w[i] = w[i] (h_w NULL: not) for i < n_pairs, h_x[i] = x[i] for i < n_x,
- * the h_* being device pointers of mapped pinned host memory (cudaHostGetDevicePointer) */
+ * the h_* being device pointers of mapped pinned host memory (cudaHostGetDevicePointer); then,
+ * seq non-NULL (device unsigned[2], zeroed once), ++seq[0] is stored to h_done[0] (mapped) once
+ * all of those writes are visible to the host */
 void ft_cuda_stage_out(int32_t *h_ids, const int32_t *ids, float *h_w, const float *w, int n_pairs,
-                       float *h_x, const float *x, int n_x, cudaStream_t s);
+                       float *h_x, const float *x, int n_x, unsigned *seq, unsigned *h_done,
+                       cudaStream_t s);
 /* y[t, n] += bias[n] for t < T (row stride ldy) */
 void ft_cuda_add_bias(float *y, int ldy, const float *bias, int T, int N, cudaStream_t s);
 /* y[t, n] (row stride ldy) = x[t, :] · w[n, :] (+ bias[n]) for T <= 8 tokens: GEMV kernel. */

@@ -680,9 +680,13 @@ extern "C" void ft_cuda_gate(int *gate, cudaStream_t s) {
 }
 
 /* The router's results for the host in one kernel instead of three copies (each a graph
- * memcpy node of its own): h_* are mapped pinned memory, written across PCIe. */
+ * memcpy node of its own): h_* are mapped pinned memory, written across PCIe. seq (device
+ * memory, {count, blocks done}) non-NULL: the last block to finish stores the launch's number
+ * (count + 1) to h_done (mapped), after every block's writes were fenced, so that the host can
+ * poll it instead of syncing the stream (whose wake-up lags the GPU by tens of us there). */
 __global__ void stage_out_kernel(int32_t *h_ids, const int32_t *ids, float *h_w, const float *w,
-                                 int n_pairs, float *h_x, const float *x, int n_x) {
+                                 int n_pairs, float *h_x, const float *x, int n_x, unsigned *seq,
+                                 volatile unsigned *h_done) {
     pdl_enter();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n_pairs) {
@@ -690,12 +694,25 @@ __global__ void stage_out_kernel(int32_t *h_ids, const int32_t *ids, float *h_w,
         if (h_w) h_w[i] = w[i];
     }
     if (i < n_x) h_x[i] = x[i];
+    if (!seq) return;
+    __threadfence_system(); /* this thread's writes reach the host before the count below */
+    __syncthreads();
+    if (threadIdx.x == 0 && atomicAdd(&seq[1], 1u) == gridDim.x - 1) { /* the last block */
+        __threadfence();
+        seq[1] = 0;
+        unsigned v = seq[0] + 1;
+        seq[0] = v;
+        __threadfence_system();
+        h_done[0] = v;
+    }
 }
 
 extern "C" void ft_cuda_stage_out(int32_t *h_ids, const int32_t *ids, float *h_w, const float *w,
-                                  int n_pairs, float *h_x, const float *x, int n_x, cudaStream_t s) {
+                                  int n_pairs, float *h_x, const float *x, int n_x, unsigned *seq,
+                                  unsigned *h_done, cudaStream_t s) {
     int n = n_pairs > n_x ? n_pairs : n_x;
-    launch(stage_out_kernel, cdiv(n, 256), 256, 0, s, h_ids, ids, h_w, w, n_pairs, h_x, x, n_x);
+    launch(stage_out_kernel, cdiv(n, 256), 256, 0, s, h_ids, ids, h_w, w, n_pairs, h_x, x, n_x, seq,
+           (volatile unsigned *)h_done);
 }
 
 /* --- GEMV: one warp per output row, TT tokens at once; 16-byte weight loads when K % 8 == 0 --- */
