@@ -442,6 +442,17 @@ TEST(cpu_and_hybrid_match_resident) {
     split_case("qwen3_moe", 1);
     split_case("mixtral", 1);
     unsetenv("FT_SPAN_GATE");
+    /* the host polling the router's done flag instead of syncing the stream, gated and not,
+     * and with FT_STEP_TIMING's one clock (the flag's stores and the experts' stamps) */
+    setenv("FT_ROUTER_SPIN", "1", 1);
+    split_case("qwen3_moe", 2);
+    setenv("FT_SPAN_GATE", "1", 1);
+    split_case("mixtral", 1);
+    unsetenv("FT_SPAN_GATE");
+    unsetenv("FT_ROUTER_SPIN");
+    setenv("FT_STEP_TIMING", "1", 1);
+    split_case("qwen2_moe", 2);
+    unsetenv("FT_STEP_TIMING");
 }
 
 TEST(offload_matches_resident) {

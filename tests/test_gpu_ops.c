@@ -433,7 +433,7 @@ TEST(stage_out_flag_after_data) {
     cudaHostAlloc((void **)&h_ids, 64 * 4, cudaHostAllocMapped);
     cudaHostAlloc((void **)&h_w, 64 * 4, cudaHostAllocMapped);
     cudaHostAlloc((void **)&h_x, 16384 * 4, cudaHostAllocMapped);
-    cudaHostAlloc((void **)&h_done, 4, cudaHostAllocMapped);
+    cudaHostAlloc((void **)&h_done, 16, cudaHostAllocMapped);
     *h_done = 0;
     cudaHostGetDevicePointer(&p[0], h_ids, 0), cudaHostGetDevicePointer(&p[1], h_w, 0);
     cudaHostGetDevicePointer(&p[2], h_x, 0), cudaHostGetDevicePointer(&p[3], h_done, 0);

@@ -32,6 +32,8 @@
 #            device and on the host (FT_ENGINE_DRAW=0), alternated; 48 layers   -> sampab.log
 #   hybab    #8 hybrid at 30G: as built vs ft_old (OLD_REV), alternated       -> hybab.log
 #   hyb3     #8 hybrid / cpu / offload at 12G, 24G, 30G (tg64)                   -> hyb3.log
+#   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
+#            beside DRAM-streaming threads, beside H2D copies                  -> lat.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
@@ -221,6 +223,9 @@ for part in "$@"; do
         # adds switches of this build (AB_ENVS=FT_SPAN_GATE=1). About 45 s a run.
         ab hybab.log 30G 2 --synthetic qwen3-30b-a3b -p 64 -n 128 -r 1 --backend offload \
             --vram-limit 30G --moe-backend hybrid
+        ;;
+    lat)
+        step lat.log 120 $G/bench_latency 2000
         ;;
     hyb3)
         # #8's last condition: hybrid never more than 5% below the better of cpu and offload, at

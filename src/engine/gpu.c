@@ -91,12 +91,23 @@ struct ft_gpu {
      * CPU experts run, held by ft_cuda_gate until the host stores 1 to h_gate[0] (m_gate: the
      * device's pointer); h_gate[1] counts the gate's timeouts. gate_off: after a failure. */
     int *h_gate, *m_gate, gate_off;
-    /* the router's done flag (with mapped staging; FT_ROUTER_SPIN=0: off): each span's
-     * stage-out stores its launch number to h_done (m_done: the device's pointer, d_seq its
-     * count); the host polls it against spans_out, the spans launched, instead of syncing the
-     * stream */
+    /* the router's done flag (with mapped staging, under FT_ROUTER_SPIN=1 or FT_STEP_TIMING):
+     * each span's stage-out stores its launch number to h_done (m_done: the device's pointer,
+     * d_seq its count) and its GPU time; with router_poll (FT_ROUTER_SPIN=1) the host polls it
+     * against spans_out, the spans launched, instead of syncing the stream. Off by default: on
+     * the H200 host the two waits were the same (93 us a layer step, tg128 44.7 vs 43.5 tok/s),
+     * and bench_latency's flag took 21 us with copies running against the sync's 12. */
     unsigned *h_done, *m_done, *d_seq, spans_out;
-    int done_lost; /* the stream finished without the flag: warned once */
+    int router_poll, done_lost; /* done_lost: the stream finished without the flag, warned once */
+    /* FT_STEP_TIMING with the done flag: each layer step with CPU experts on the host's clock
+     * (CLOCK_REALTIME), the GPU's %globaltimer mapped onto it by clk_off (measured at set-up
+     * from gate round trips): from the CPU's end, the GPU's experts' end (h_stamp, stored by
+     * ft_cuda_stamp), a gated span's gate opening, the router's store, the host seeing it */
+    unsigned long long *h_stamp, *m_stamp;
+    int64_t clk_off, cpu_end_real;
+    int clk_armed, clk_gated;
+    double clk_us[4];
+    long clk_n, clk_ng;
     int *cpu_pairs, *cpu_tok, *cpu_ids;
     float *cpu_w, *h_topw;
     /* synthetic zipf / sticky routing: the zipf CDF, the sticky ids [L, k], stats scratch */
@@ -581,6 +592,56 @@ static void combine_experts(struct ft_gpu *g, int T) {
  * the copies of the fetched ones, then those experts behind the copies. The fetched are
  * ~1-2 of 8 in a hybrid step at 30G, so most of the GPU's expert time no longer waits for
  * (and follows) the copies. */
+static int64_t real_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* FT_STEP_TIMING's one clock: the GPU's %globaltimer minus the host's CLOCK_REALTIME, from 64
+ * round trips (a gate kernel opened by the host, its clear seen back), each taken at the
+ * midpoint; the median. Returns 0 when it cannot measure. */
+static int clock_calibrate(struct ft_gpu *g) {
+    int *h = NULL;
+    void *m = NULL;
+    int64_t off[64], half[64];
+    int n = 0;
+    if (cudaHostAlloc((void **)&h, 16, cudaHostAllocMapped) != cudaSuccess ||
+        cudaHostGetDevicePointer(&m, h, 0) != cudaSuccess) {
+        cudaGetLastError();
+        if (h) cudaFreeHost(h);
+        return 0;
+    }
+    for (int r = 0; r < 64; r++) {
+        h[0] = h[1] = 0;
+        ft_cuda_gate(m, g->s);
+        int64_t w = ft_time_ns();
+        while (ft_time_ns() - w < 50000) ft_sys_pause(); /* the gate is polling by now */
+        int64_t r0 = real_ns();
+        __atomic_store_n(&h[0], 1, __ATOMIC_RELEASE);
+        while (__atomic_load_n(&h[0], __ATOMIC_ACQUIRE) && ft_time_ns() - w < 100000000) ft_sys_pause();
+        int64_t r1 = real_ns();
+        if (cudaStreamSynchronize(g->s) != cudaSuccess || h[0]) break;
+        unsigned long long t;
+        memcpy(&t, h + 2, 8);
+        off[n] = (int64_t)t - (r0 + r1) / 2, half[n++] = (r1 - r0) / 2;
+    }
+    cudaGetLastError();
+    cudaFreeHost(h);
+    if (n < 32) return 0;
+    qsort(off, n, sizeof *off, cmp_i64), qsort(half, n, sizeof *half, cmp_i64);
+    g->clk_off = off[n / 2];
+    ft_log_info("FT_STEP_TIMING: GPU %%globaltimer - CLOCK_REALTIME = %.1f us (10-90%%: %.1f to %.1f; "
+                "a round trip's half %.1f us), the one clock's error", off[n / 2] / 1e3,
+                off[n / 10] / 1e3, off[n * 9 / 10] / 1e3, half[n / 2] / 1e3);
+    return 1;
+}
+
 static enum ft_status offload_experts(struct ft_gpu *g, const struct gpu_layer *L, int l, int T,
                                       const int32_t *eids) {
     const void *gu = ft_offload_gu(g->off), *dn = ft_offload_down(g->off);
@@ -592,6 +653,7 @@ static enum ft_status offload_experts(struct ft_gpu *g, const struct gpu_layer *
     if (nf) gpu_experts(g, L, l, T, g->d_slots + n, eids, gu, dn);
     combine_experts(g, T);
     if (g->lt_side) cudaEventRecord(g->lt_ev[3], g->s);
+    if (g->m_stamp) ft_cuda_stamp(g->m_stamp, g->s);
     return FT_OK;
 }
 
@@ -819,12 +881,12 @@ static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l, int gate
     return st;
 }
 
-/* Waits for the last span's router results: polls h_done when the spans store it (a stream
- * sync's wake-up came ~45 us after the GPU was done on the H200 host), else syncs the stream.
- * A CUDA error, or the stream done without the flag (then the data is there all the same),
- * ends the poll; it checks the stream every 1,024 polls. */
+/* Waits for the last span's router results: syncs the stream, or (FT_ROUTER_SPIN=1) polls
+ * h_done. A CUDA error, or the stream done without the flag (then the data is there all the
+ * same), ends the poll; it checks the stream every 1,024 polls. */
 static enum ft_status wait_router(struct ft_gpu *g) {
-    if (!g->m_done) return cudaStreamSynchronize(g->s) == cudaSuccess ? FT_OK : ft_cuda_check("router ids");
+    if (!g->m_done || !g->router_poll)
+        return cudaStreamSynchronize(g->s) == cudaSuccess ? FT_OK : ft_cuda_check("router ids");
     for (unsigned n = 1;; n++) {
         if ((int)(__atomic_load_n(g->h_done, __ATOMIC_ACQUIRE) - g->spans_out) >= 0) return FT_OK;
         if (n % 1024) {
@@ -837,9 +899,9 @@ static enum ft_status wait_router(struct ft_gpu *g) {
         if ((int)(__atomic_load_n(g->h_done, __ATOMIC_ACQUIRE) - g->spans_out) >= 0) return FT_OK;
         if (!g->done_lost)
             ft_log_warn("decode: the stream finished without the router's done flag (%u, expected "
-                        "%u); waiting on the stream instead (FT_ROUTER_SPIN=0 does so always)",
+                        "%u); waiting on the stream instead (unset FT_ROUTER_SPIN to always do so)",
                         *g->h_done, g->spans_out);
-        g->done_lost = 1, g->m_done = NULL; /* spans captured with it keep storing it, unread */
+        g->done_lost = 1, g->router_poll = 0; /* the stream sync from now on */
         return FT_OK;
     }
 }
@@ -864,6 +926,19 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
     enum ft_status st = wait_router(g);
     if (st != FT_OK) return st;
     int64_t tb = ft_time_ns();
+    if (g->clk_armed && g->m_done) { /* the layer step after one with CPU experts, one clock */
+        int64_t seen = real_ns(), end = g->cpu_end_real, off = g->clk_off;
+        unsigned long long opened = 0, stored;
+        memcpy(&stored, g->h_done + 2, 8);
+        g->clk_us[0] += ((int64_t)*(volatile unsigned long long *)g->h_stamp - off - end) / 1e3;
+        g->clk_us[2] += ((int64_t)stored - off - end) / 1e3, g->clk_us[3] += (seen - end) / 1e3;
+        g->clk_n++;
+        if (g->clk_gated) {
+            memcpy(&opened, g->h_gate + 2, 8);
+            g->clk_us[1] += ((int64_t)opened - off - end) / 1e3, g->clk_ng++;
+        }
+    }
+    g->clk_armed = 0;
     st = gate_check(g);
     if (st != FT_OK) return st;
     if (g->lt_side && g->lt_armed) { /* the previous layer step's CPU end, against the GPU's */
@@ -902,9 +977,12 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
         int nd = ft_moe_exec_run_pairs(g->exec, g->exec_pool, &m->layers[l].bank[FT_BANK_GATE_UP],
                                        &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act, g->h_xn,
                                        g->cpu_tok, g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
+        if (g->m_stamp) /* FT_STEP_TIMING: the CPU's end; a router follows unless this was the last */
+            g->cpu_end_real = real_ns(), g->clk_armed = 1, g->clk_gated = hook.tried;
         if (hook.g && !hook.ran) issue_hook(&hook); /* the executor had no pass to run it in */
-        if (hook.tried) /* the CPU's share is stored: the gated span goes (also on failure) */
+        if (hook.tried) { /* the CPU's share is stored: the gated span goes (also on failure) */
             __atomic_store_n(&g->h_gate[0], 1, __ATOMIC_RELEASE);
+        }
         if (hook.g && hook.st != FT_OK) {
             if (hook.tried) g->gate_off = 1; /* the gate may be left set */
             return hook.st;
@@ -924,7 +1002,7 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
  * every layer. */
 static enum ft_status decode_layers(struct ft_gpu *g, int T) {
     const struct ft_model *m = g->m;
-    g->lt_armed = 0; /* FT_STEP_TIMING: a layer step's clock does not span two steps */
+    g->lt_armed = 0, g->clk_armed = 0; /* FT_STEP_TIMING: a layer step's clock does not span two steps */
     if (g->h_gate && g->h_gate[1]) { /* a timed-out gate of a step that failed otherwise */
         g->h_gate[1] = 0, g->gate_off = 1;
         ft_log_warn("decode: a gate timed out in an earlier failed step; spans are no longer "
@@ -1267,7 +1345,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                     g->m_xn = p[0], g->m_topw = p[1], g->m_cpu_out = p[2];
                 cudaGetLastError();
             }
-            g->h_gate = halloc(2 * sizeof(int), &st);
+            g->h_gate = halloc(4 * sizeof(int), &st); /* [2..3]: the GPU's time it opened */
             void *gp = NULL;
             if (st == FT_OK && (g->h_gate[0] = g->h_gate[1] = 0, g->m_cpu_out) &&
                 ft_sys_env_int("FT_SPAN_GATE", 0) && cudaHostGetDevicePointer(&gp, g->h_gate, 0) == cudaSuccess)
@@ -1296,13 +1374,20 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
             cudaHostGetDevicePointer(&p, g->h_topk_all, 0) == cudaSuccess)
             g->m_topk_all = p;
         cudaGetLastError();
-        if (st == FT_OK && g->m_topk_all && ft_sys_env_int("FT_ROUTER_SPIN", 1)) { /* wait_router */
+        g->router_poll = ft_sys_env_int("FT_ROUTER_SPIN", 0) != 0;
+        if (st == FT_OK && g->m_topk_all && (g->router_poll || g->step_timing)) { /* wait_router */
             g->d_seq = dalloc(g, 2 * sizeof(unsigned), &st);
-            g->h_done = halloc(sizeof(unsigned), &st);
+            g->h_done = halloc(4 * sizeof(unsigned), &st); /* [2..3]: the GPU's time of the store */
             p = NULL;
             if (st == FT_OK && cudaMemset(g->d_seq, 0, 2 * sizeof(unsigned)) == cudaSuccess &&
                 (*g->h_done = 0, cudaHostGetDevicePointer(&p, g->h_done, 0) == cudaSuccess))
                 g->m_done = p;
+            cudaGetLastError();
+        }
+        if (st == FT_OK && g->m_done && g->exec && g->step_timing && clock_calibrate(g)) {
+            g->h_stamp = halloc(16, &st);
+            p = NULL;
+            if (st == FT_OK && cudaHostGetDevicePointer(&p, g->h_stamp, 0) == cudaSuccess) g->m_stamp = p;
             cudaGetLastError();
         }
     }
@@ -1344,6 +1429,11 @@ void ft_gpu_free(struct ft_gpu *g) {
                     g->hp_n, g->hp_cpu, g->hp_ns[0] / 1e3 / g->hp_n, g->hp_ns[1] / 1e3 / g->hp_n,
                     g->hp_ns[2] / 1e3 / g->hp_n, g->hp_ns[3] / 1e3 / g->hp_n,
                     g->hp_ns[4] / 1e3 / g->hp_n, g->hp_cpu ? g->hp_ns[4] / 1e3 / g->hp_cpu : 0.0);
+    if (g->clk_n)
+        ft_log_info("offload decode, one clock, us after the CPU's end over %ld layer steps (%ld "
+                    "gated): the GPU's experts end %.1f, the gate opens %.1f, the router's ids are "
+                    "stored %.1f, the host sees them %.1f", g->clk_n, g->clk_ng, g->clk_us[0] / g->clk_n,
+                    g->clk_ng ? g->clk_us[1] / g->clk_ng : 0.0, g->clk_us[2] / g->clk_n, g->clk_us[3] / g->clk_n);
     if (g->lt_n)
         ft_log_info("offload decode, GPU clock per layer step after one with CPU experts (%ld): "
                     "the span starts %.1f us after the CPU's end (the GPU's experts end %.1f us "
@@ -1366,8 +1456,8 @@ void ft_gpu_free(struct ft_gpu *g) {
     dfree(g->d_zipf_cdf), dfree(g->d_sticky), dfree(g->d_synth_stats), dfree(g->d_seq);
     ft_moe_exec_free(g->exec);
     ft_pool_free(g->exec_pool);
-    void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw, g->h_gate, g->h_done};
-    for (size_t i = 0; i < 5; i++)
+    void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw, g->h_gate, g->h_done, g->h_stamp};
+    for (size_t i = 0; i < 6; i++)
         if (hp[i]) cudaFreeHost(hp[i]);
     free(g->cpu_pairs), free(g->cpu_tok), free(g->cpu_ids), free(g->cpu_w);
     for (int a = 0; a < 3; a++)

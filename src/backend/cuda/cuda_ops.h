@@ -70,12 +70,16 @@ void ft_cuda_moe_add_bias_sorted(float *y, const float *bias, const int32_t *off
                                  const int32_t *slot_of, int E, int R, int N, cudaStream_t s);
 void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s);
 /* Holds s until the host stores 1 to gate[0] (gate: the device pointer of mapped pinned
- * int[2]), then clears it; after 20 s without it, increments gate[1] and lets s go on. */
+ * int[4]), then clears it; after 20 s without it, increments gate[1] and lets s go on. Stores
+ * the GPU's %globaltimer (ns) when it opened to gate[2..3]. */
 void ft_cuda_gate(int *gate, cudaStream_t s);
+/* m[0] = the GPU's %globaltimer (ns) when s reaches it (m: mapped pinned memory) */
+void ft_cuda_stamp(unsigned long long *m, cudaStream_t s);
 /* h_ids[i] = ids[i], h_w[i] = w[i] (h_w NULL: not) for i < n_pairs, h_x[i] = x[i] for i < n_x,
  * the h_* being device pointers of mapped pinned host memory (cudaHostGetDevicePointer); then,
- * seq non-NULL (device unsigned[2], zeroed once), ++seq[0] is stored to h_done[0] (mapped) once
- * all of those writes are visible to the host */
+ * seq non-NULL (device unsigned[2], zeroed once), ++seq[0] is stored to h_done[0] (mapped
+ * unsigned[4]) once all of those writes are visible to the host, the %globaltimer (ns) of that
+ * store to h_done[2..3] before it */
 void ft_cuda_stage_out(int32_t *h_ids, const int32_t *ids, float *h_w, const float *w, int n_pairs,
                        float *h_x, const float *x, int n_x, unsigned *seq, unsigned *h_done,
                        cudaStream_t s);

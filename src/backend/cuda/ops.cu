@@ -672,11 +672,27 @@ __global__ void gate_kernel(volatile int *gate) {
         }
     }
     gate[0] = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    *(volatile unsigned long long *)(gate + 2) = t; /* when it opened, for FT_STEP_TIMING */
     __threadfence_system();
 }
 
 extern "C" void ft_cuda_gate(int *gate, cudaStream_t s) {
     launch(gate_kernel, 1, 32, 0, s, (volatile int *)gate);
+}
+
+/* FT_STEP_TIMING: the GPU's %globaltimer (ns) into mapped memory, once what precedes it on
+ * the stream is done */
+__global__ void stamp_kernel(volatile unsigned long long *m) {
+    pdl_enter();
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    *m = t;
+    __threadfence_system();
+}
+
+extern "C" void ft_cuda_stamp(unsigned long long *m, cudaStream_t s) {
+    launch(stamp_kernel, 1, 1, 0, s, (volatile unsigned long long *)m);
 }
 
 /* The router's results for the host in one kernel instead of three copies (each a graph
@@ -702,6 +718,9 @@ __global__ void stage_out_kernel(int32_t *h_ids, const int32_t *ids, float *h_w,
         seq[1] = 0;
         unsigned v = seq[0] + 1;
         seq[0] = v;
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        *(volatile unsigned long long *)(h_done + 2) = t; /* for FT_STEP_TIMING */
         __threadfence_system();
         h_done[0] = v;
     }

@@ -1,0 +1,175 @@
+/* bench_latency.c — how long the host and the GPU take to see each other, the wait offloaded
+ * decode pays at every MoE layer (the host waits for the router's ids; with FT_SPAN_GATE the
+ * GPU waits for the host's CPU experts). Medians (and 90th percentiles) over many rounds, with
+ * the production kernels (ft_cuda_stage_out with its done flag, ft_cuda_gate):
+ *   launch+sync   a one-block kernel launched, then cudaStreamSynchronize
+ *   launch+flag   the stage-out launched, then its done flag polled in mapped memory
+ *   release+flag  a gate kernel already spinning on the GPU, the host's store that releases it,
+ *                 then the stage-out's done flag behind it: host->GPU->host through memory only
+ * each (a) on an idle host, (b) with 15 threads streaming DRAM (the CPU experts' load), (c) with
+ * host-to-device copies running on another stream (the cache fills' PCIe load). The floor is
+ * a PCIe round trip, ~1-2 us on bare metal.
+ *   bench_latency [ROUNDS]   (default 2000) */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_ops.h"
+#include "core/sys.h"
+#include "core/threadpool.h"
+#include "core/timer.h"
+
+static int64_t real_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* the background loads, run on a pool while the rounds go */
+struct load {
+    atomic_int stop;
+    float *dram;        /* 15 x 64 MiB read over and over */
+    size_t per;         /* floats per worker */
+    void *dst, *src;    /* device and pinned 256 MiB for the copies */
+    cudaStream_t cs;
+};
+
+static void stream_dram(void *ctx, int i, int n) {
+    struct load *ld = ctx;
+    (void)n;
+    if (i == 0) return; /* worker 0 is the calling (measuring) thread's pool slot: left idle */
+    const float *p = ld->dram + (size_t)(i - 1) * ld->per;
+    volatile float sink = 0;
+    while (!atomic_load_explicit(&ld->stop, memory_order_relaxed)) {
+        float s = 0;
+        for (size_t j = 0; j < ld->per; j += 16) s += p[j];
+        sink += s;
+    }
+}
+
+struct bg {
+    struct ft_pool *pool;
+    struct load *ld;
+};
+
+static void *bg_main(void *ctx) {
+    struct bg *b = ctx;
+    ft_pool_run(b->pool, stream_dram, b->ld);
+    return NULL;
+}
+
+enum { N_MODES = 3 };
+
+int main(int argc, char **argv) {
+    int rounds = argc > 1 ? atoi(argv[1]) : 2000;
+    if (rounds < 10) {
+        fprintf(stderr, "usage: bench_latency [ROUNDS >= 10]\n");
+        return 2;
+    }
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+        fprintf(stderr, "bench_latency: no CUDA device (%s)\n", cudaGetErrorString(cudaGetLastError()));
+        return 1;
+    }
+    int32_t *h_ids, *d_ids;
+    float *h_w, *d_w, *d_x;
+    unsigned *h_done, *d_seq;
+    int *h_gate;
+    void *m_ids, *m_w, *m_done, *m_gate;
+    cudaHostAlloc((void **)&h_ids, 64, cudaHostAllocMapped), cudaHostAlloc((void **)&h_w, 64, cudaHostAllocMapped);
+    cudaHostAlloc((void **)&h_done, 64, cudaHostAllocMapped), cudaHostAlloc((void **)&h_gate, 64, cudaHostAllocMapped);
+    cudaHostGetDevicePointer(&m_ids, h_ids, 0), cudaHostGetDevicePointer(&m_w, h_w, 0);
+    cudaHostGetDevicePointer(&m_done, h_done, 0), cudaHostGetDevicePointer(&m_gate, h_gate, 0);
+    cudaMalloc((void **)&d_ids, 64), cudaMalloc((void **)&d_w, 64), cudaMalloc((void **)&d_x, 64);
+    cudaMalloc((void **)&d_seq, 8);
+    cudaMemset(d_ids, 0, 64), cudaMemset(d_w, 0, 64), cudaMemset(d_x, 0, 64), cudaMemset(d_seq, 0, 8);
+    *h_done = 0, h_gate[0] = h_gate[1] = 0;
+    unsigned launched = 0;
+
+    struct load ld = {0};
+    ld.per = (size_t)16 << 20; /* 64 MiB of floats a worker */
+    ld.dram = ft_sys_alloc_pages(15 * ld.per * sizeof(float));
+    if (ld.dram) memset(ld.dram, 1, 15 * ld.per * sizeof(float));
+    size_t cbytes = (size_t)256 << 20;
+    cudaMalloc(&ld.dst, cbytes);
+    cudaHostAlloc(&ld.src, cbytes, cudaHostAllocDefault);
+    cudaStreamCreateWithFlags(&ld.cs, cudaStreamNonBlocking);
+    if (!ld.dram || !ld.dst || !ld.src || cudaGetLastError() != cudaSuccess) {
+        fprintf(stderr, "bench_latency: cannot allocate the load buffers\n");
+        return 1;
+    }
+    struct ft_pool *pool = NULL;
+    if (ft_pool_init(&pool, 16) != FT_OK) return 1;
+
+    double *t = malloc((size_t)rounds * sizeof *t);
+    double *leg[2] = {malloc((size_t)rounds * sizeof(double)), malloc((size_t)rounds * sizeof(double))};
+    const char *mode_name[N_MODES] = {"idle host", "15 threads reading DRAM", "H2D copies running"};
+    printf("bench_latency: %d rounds each, us (median / p90)\n", rounds);
+    for (int mode = 0; mode < N_MODES; mode++) {
+        pthread_t th;
+        struct bg b = {pool, &ld};
+        atomic_store(&ld.stop, 0);
+        if (mode == 1) pthread_create(&th, NULL, bg_main, &b);
+        double med[3], p90[3];
+        for (int kind = 0; kind < 3; kind++) {
+            for (int r = -20; r < rounds; r++) {
+                if (mode == 2 && cudaStreamQuery(ld.cs) != cudaErrorNotReady) /* keep ~2 copies queued */
+                    for (int c = 0; c < 2; c++) cudaMemcpyAsync(ld.dst, ld.src, cbytes, cudaMemcpyHostToDevice, ld.cs);
+                int64_t t0 = 0, t1, real0 = 0;
+                if (kind == 0) {
+                    t0 = ft_time_ns();
+                    ft_cuda_add(d_x, d_x + 8, 1, s);
+                    cudaStreamSynchronize(s);
+                } else {
+                    if (kind == 2) ft_cuda_gate(m_gate, s);
+                    if (kind == 1) t0 = ft_time_ns();
+                    ft_cuda_stage_out(m_ids, d_ids, m_w, d_w, 8, NULL, d_x, 0, d_seq, m_done, s);
+                    launched++;
+                    if (kind == 2) { /* the gate kernel is spinning by now */
+                        int64_t w = ft_time_ns();
+                        while (ft_time_ns() - w < 100000) ft_sys_pause();
+                        t0 = ft_time_ns();
+                        real0 = real_ns();
+                        __atomic_store_n(&h_gate[0], 1, __ATOMIC_RELEASE);
+                    }
+                    while ((int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0) ft_sys_pause();
+                    if (kind == 2 && r >= 0) { /* the two legs, if %globaltimer reads as CLOCK_REALTIME */
+                        int64_t real1 = real_ns();
+                        unsigned long long opened, stored;
+                        memcpy(&opened, h_gate + 2, 8), memcpy(&stored, h_done + 2, 8);
+                        leg[0][r] = ((int64_t)opened - real0) / 1e3, leg[1][r] = (real1 - (int64_t)stored) / 1e3;
+                    }
+                }
+                t1 = ft_time_ns();
+                if (r >= 0) t[r] = (t1 - t0) / 1e3;
+                cudaStreamSynchronize(s);
+            }
+            qsort(t, rounds, sizeof *t, cmp_d);
+            med[kind] = t[rounds / 2], p90[kind] = t[rounds * 9 / 10];
+        }
+        atomic_store(&ld.stop, 1);
+        if (mode == 1) pthread_join(th, NULL);
+        cudaStreamSynchronize(ld.cs);
+        printf("  %-24s launch+sync %6.1f / %6.1f   launch+flag %6.1f / %6.1f   release+flag %6.1f / %6.1f\n",
+               mode_name[mode], med[0], p90[0], med[1], p90[1], med[2], p90[2]);
+        qsort(leg[0], rounds, sizeof(double), cmp_d), qsort(leg[1], rounds, sizeof(double), cmp_d);
+        printf("  %-24s release+flag's legs by CLOCK_REALTIME against %%globaltimer: host to GPU "
+               "%.1f, GPU to host %.1f (medians)\n", "", leg[0][rounds / 2], leg[1][rounds / 2]);
+    }
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || h_gate[1]) {
+        fprintf(stderr, "bench_latency: %s%s\n", cudaGetErrorString(e), h_gate[1] ? " (a gate timed out)" : "");
+        return 1;
+    }
+    ft_pool_free(pool);
+    free(t), free(leg[0]), free(leg[1]);
+    return 0;
+}
