@@ -151,11 +151,12 @@ int main(int argc, char **argv) {
     printf("per step (us):");
     for (int i = 0; i < FT_EXEC_PHASES; i++) printf(" %s %.1f", phase[i], tm.ns[i] / c);
     printf("\n");
-    for (int i = 0; i < 2; i++) {
+    const int fused = ft_sys_env_int("FT_EXEC_FUSED", 0) != 0; /* one job: "pass1" is all of it */
+    for (int i = 0; i < 2 - fused; i++) {
         double wall = tm.ns[i ? FT_EXEC_PASS2 : FT_EXEC_PASS1] / c;
-        double pb = (double)k * (double)(i ? dn.row_bytes : gu.row_bytes);
+        double pb = (double)k * (double)(i ? dn.row_bytes : gu.row_bytes + (fused ? dn.row_bytes : 0));
         printf("%s pass: %.0f stretches, wall %.1f us (%.1f GB/s), last worker started after %.1f us, "
-               "busy mean %.1f max %.1f us (%.1f GB/s while busy)\n", i ? "down" : "gate/up",
+               "busy mean %.1f max %.1f us (%.1f GB/s while busy)\n", i ? "down" : fused ? "fused step's" : "gate/up",
                (double)tm.tasks[i] / (double)tm.calls, wall, pb / (wall * 1e3),
                tm.start_max_ns[i] / c, tm.busy_mean_ns[i] / c, tm.busy_max_ns[i] / c,
                pb / (tm.busy_mean_ns[i] / c * 1e3));

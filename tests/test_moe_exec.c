@@ -79,6 +79,14 @@ static void check_formats(enum ft_dtype tg, enum ft_dtype td, struct ft_pool *po
         for (int T = 1; T <= Tmax; T += Tmax - 1) {
             memset(out, 0, sizeof out);
             int nd = ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, out);
+            { /* the fused step (one pool job) gives the same bits */
+                float fo[3 * 256] = {0};
+                ft_moe_exec_set_fused(ex, 1);
+                EXPECT_EQ(ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, fo), nd);
+                ft_moe_exec_set_fused(ex, 0);
+                CHECK_(!memcmp(fo, out, (size_t)T * H * sizeof(float)), "%s/%s %s T=%d: fused differs",
+                       ft_dtype_name(tg), ft_dtype_name(td), ft_cpu_isa_name((enum ft_cpu_isa)tier), T);
+            }
             double worst = 0;
             for (int t = 0; t < T; t++) {
                 double ref[256] = {0}, mag[256] = {0};
@@ -152,13 +160,14 @@ TEST(executor_matches_dequantised_reference_every_format) {
 
 /* The pool splits (rows handed out in guided stretches, the activation and the combine split
  * over workers above ACT_POOL_MIN / COMBINE_POOL_MIN elements) change no bit of the output: 1, 2 and 3 workers agree,
- * with gpt-oss's biases and clamped SwiGLU, on both the exact and the rounded path; and the
+ * with gpt-oss's biases and clamped SwiGLU, on both the exact and the rounded path, four
+ * pool jobs or one (fused: the passes' rows on one cursor, repeated to catch a race); and the
  * pairs given in any order (run_pairs) equal the same pairs from run. */
 TEST(executor_same_bits_any_pool_split_or_pair_order) {
     enum { E = 6, H = 512, I = 256, k = 4, T = 40 }; /* 160 rows: the activation pooled */
     struct ft_bank gu, dn;
     random_banks(&gu, &dn, FT_DTYPE_MXFP4, FT_DTYPE_BF16, E, H, I);
-    static float gub[E * 2 * I], dnb[E * H], x[T * H], out[3][T * H], shuf[T * H];
+    static float gub[E * 2 * I], dnb[E * H], x[T * H], out[3][T * H], shuf[T * H], fo[T * H];
     for (int i = 0; i < E * 2 * I; i++) gub[i] = frand();
     for (int i = 0; i < E * H; i++) dnb[i] = frand();
     for (int i = 0; i < T * H; i++) x[i] = 3 * frand();
@@ -181,6 +190,21 @@ TEST(executor_same_bits_any_pool_split_or_pair_order) {
             EXPECT_OK(ft_pool_init(&pool, n));
             memset(out[n - 1], 0, sizeof out[0]);
             EXPECT_EQ(ft_moe_exec_run(ex, pool, &gu, &dn, &act, x, ids, w, T, k, out[n - 1]), E);
+            ft_moe_exec_set_fused(ex, 1);
+            for (int rep = 0; rep < 20; rep++) {
+                memset(fo, 0, sizeof fo);
+                EXPECT_EQ(ft_moe_exec_run(ex, pool, &gu, &dn, &act, x, ids, w, T, k, fo), E);
+                CHECK_(!memcmp(fo, out[n - 1], sizeof fo), "fast=%d, %d workers: fused differs (run %d)",
+                       fast, n, rep);
+                /* decode-sized: one token's k pairs, rows below the pooled combine */
+                memset(fo, 0, sizeof fo), memset(shuf, 0, sizeof shuf);
+                ft_moe_exec_run(ex, pool, &gu, &dn, &act, x, ids, w, 1, k, fo);
+                ft_moe_exec_set_fused(ex, 0);
+                ft_moe_exec_run(ex, pool, &gu, &dn, &act, x, ids, w, 1, k, shuf);
+                ft_moe_exec_set_fused(ex, 1);
+                CHECK_(!memcmp(fo, shuf, sizeof fo), "fast=%d, %d workers: fused T=1 differs", fast, n);
+            }
+            ft_moe_exec_set_fused(ex, 0);
             if (n == 3) {
                 memset(shuf, 0, sizeof shuf);
                 ft_moe_exec_run_pairs(ex, pool, &gu, &dn, &act, x, stok, sid, sw, T * k, shuf);
@@ -201,7 +225,7 @@ TEST(executor_same_bits_any_pool_split_or_pair_order) {
 
 /* ft_moe_exec_set_hook: the hook runs once, in the next call, on the calling thread (the
  * pool's worker 0: the engine thread issues CUDA copies there), and changes no output bit;
- * the call after has no hook. */
+ * the call after has no hook. Fused or not. */
 struct hook_seen {
     int calls;
     pthread_t thread;
@@ -224,8 +248,9 @@ TEST(hook_runs_once_on_the_caller) {
     struct ft_pool *pool = NULL;
     EXPECT_OK(ft_moe_exec_init(&ex, T, k, E, H, I));
     EXPECT_OK(ft_pool_init(&pool, 3));
-    if (ex && pool) {
+    for (int fused = 0; ex && pool && fused < 2; fused++) { /* four pool jobs, or one */
         struct hook_seen h = {0};
+        ft_moe_exec_set_fused(ex, fused);
         ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, a);
         ft_moe_exec_set_hook(ex, count_hook, &h);
         ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, b);

@@ -22,6 +22,8 @@
 #            resident pp512 with 32- and 64-row tiles alternated, and the 30G pp4096 pass -> tm64.log
 #   exec     #9 the executor's scaling: bench_exec mxfp4 at 1, 8, 16 threads, nvfp4 and bf16 at 16
 #            (experts rotating over 3x the L3); then row pairs on/off alternated -> exec.log
+#   execab   #8/#9 the executor as one pool job (FT_EXEC_FUSED=1) against four, alternated
+#            twice, MXFP4 / NVFP4 / bf16 at 16 threads                        -> execab.log
 #   exec2    #9 in brief: bench_exec mxfp4/nvfp4 at 16 and 14 threads, alternated -> exec.log
 #   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
@@ -165,6 +167,18 @@ for part in "$@"; do
             for f in mxfp4 nvfp4; do
                 echo "### threads $t $f" >>"$OUT/exec.log"
                 step exec.log 60 $G/bench_exec --format $f --threads $t --steps 300
+            done
+        done
+        ;;
+    execab)
+        # #8/#9: the executor as one pool job a step (FT_EXEC_FUSED=1) against four, alternated
+        # twice for MXFP4, NVFP4 and bf16 at 16 threads
+        for round in 1 2; do
+            for fz in 0 1; do
+                for f in mxfp4 nvfp4 bf16; do
+                    echo "### $round fused $fz $f" >>"$OUT/execab.log"
+                    FT_EXEC_FUSED=$fz step execab.log 60 $G/bench_exec --format $f --threads 16 --steps 300
+                done
             done
         done
         ;;

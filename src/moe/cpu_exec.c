@@ -1,7 +1,10 @@
 /* cpu_exec.c — CPU expert executor: groups the step's (token, expert) pairs by expert, rounds
  * each token's input once, then four pool jobs: the gate/up pass and the down pass, whose rows
  * are claimed in guided stretches through an atomic cursor, and between and after them the
- * activation and the weighted combine, split over rows and columns. Engine thread only. */
+ * activation and the weighted combine, split over rows and columns. Fused (FT_EXEC_FUSED=1 or
+ * ft_moe_exec_set_fused): one pool job, the two passes' rows on one cursor, each expert's
+ * activation run by the worker that finishes its gate/up rows and its down rows waiting only
+ * for that, the combine after the last down row. Engine thread only. */
 #include "moe/cpu_exec.h"
 
 #include <stdatomic.h>
@@ -52,7 +55,10 @@ struct ft_moe_exec {
     float *act;      /* [max_rows, I] silu(gate) * up */
     float *y;        /* [max_rows, H] expert outputs */
     int fast;        /* round the pass inputs (ft_cpu_xq_quant) where the format has a path */
-    void *xq;        /* [max_rows, 2 max(H, I)] those rounded inputs, gathered */
+    void *xq;        /* [max_rows, 2 H] the gate/up pass's rounded inputs, gathered */
+    void *xqd;       /* [max_rows, 2 I] the down pass's (apart: fused, both passes run at once) */
+    int fused;       /* ft_moe_exec_set_fused */
+    atomic_int *done1, *ready; /* fused: [E] gate/up rows done per active expert; its act done */
     void *xqt;       /* [max_tokens, 2 H] each token's input rounded once (gate/up) */
     int timing;      /* ft_moe_exec_set_timing */
     int64_t t_mark;  /* timing: when the current phase began */
@@ -104,9 +110,20 @@ static long claim(struct pass *p, long *g0) {
     }
 }
 
+/* Output rows [n0, n1) of active expert a for all its gathered rows. */
+static void pass_rows(const struct pass *p, int a, int n0, int n1) {
+    const struct ft_moe_exec *x = p->x;
+    int e = x->active[a], r0 = x->offset[e], nr = x->count[e];
+    if (p->xq)
+        ft_cpu_matmul_rows_xq(p->out + (size_t)r0 * p->N, p->N, p->xq + r0 * p->xq_bytes,
+                              ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr, n0, n1, p->K);
+    else
+        ft_cpu_matmul_rows(p->out + (size_t)r0 * p->N, p->N, p->in + (size_t)r0 * p->K, p->K,
+                           ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr, n0, n1, p->K);
+}
+
 static void pass_task(void *ctx, int i, int n) {
     struct pass *p = ctx;
-    struct ft_moe_exec *x = p->x;
     (void)n;
     if (i == 0 && p->hook) p->hook(p->hook_ctx);
     int64_t t_in = p->span ? ft_time_ns() : 0;
@@ -116,15 +133,7 @@ static void pass_task(void *ctx, int i, int n) {
         for (long g = g0, end = g0 + c; g < end;) { /* the stretch, split at experts */
             int a = (int)(g / p->N), n0 = (int)(g % p->N);
             int n1 = (int)FT_MIN((long)p->N, n0 + (end - g));
-            int e = x->active[a], r0 = x->offset[e], nr = x->count[e];
-            if (p->xq)
-                ft_cpu_matmul_rows_xq(p->out + (size_t)r0 * p->N, p->N, p->xq + r0 * p->xq_bytes,
-                                      ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr, n0,
-                                      n1, p->K);
-            else
-                ft_cpu_matmul_rows(p->out + (size_t)r0 * p->N, p->N, p->in + (size_t)r0 * p->K,
-                                   p->K, ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr,
-                                   n0, n1, p->K);
+            pass_rows(p, a, n0, n1);
             g += n1 - n0;
         }
     }
@@ -198,7 +207,7 @@ static void act_rows(const struct act_job *j, int r0, int r1) {
         else
             ft_cpu_silu_mul(a, gu, 1, I);
         if (j->xq_bytes)
-            ft_cpu_xq_quant(j->down_dt, a, I, I, 1, (uint8_t *)x->xq + (size_t)r * j->xq_bytes);
+            ft_cpu_xq_quant(j->down_dt, a, I, I, 1, (uint8_t *)x->xqd + (size_t)r * j->xq_bytes);
     }
 }
 
@@ -246,6 +255,123 @@ static void combine_task(void *ctx, int i, int n) {
  * core. */
 enum { ACT_POOL_MIN = 4096, COMBINE_POOL_MIN = 4096 };
 
+/* The fused step: one cursor over the gate/up rows then the down rows (each pass's rows in
+ * active-expert order, in guided stretches sized for that pass), so the job has no barrier
+ * between the passes: the worker whose stretch completes an expert's gate/up rows runs that
+ * expert's activation and marks it ready; a down stretch waits only for its experts' marks
+ * (their gate/up rows were all claimed before it, by workers that never wait in that pass, so
+ * the wait ends). The combine, split over columns (COMBINE_POOL_MIN and up) or worker 0's,
+ * waits for the last down row. The same kernels on the same rows as the four jobs: the same
+ * bits. */
+struct fused {
+    struct ft_moe_exec *x;
+    struct pass p[2];
+    long total1, total; /* gate/up rows; both passes' */
+    int min[2];
+    atomic_long next;
+    atomic_long done2;  /* down rows finished */
+    struct act_job aj;
+    struct combine_job cj;
+    int split_combine;
+    void (*hook)(void *);
+    void *hook_ctx;
+    atomic_int tasks;
+    int64_t launch_ns, *span;
+};
+
+static long fused_claim(struct fused *f, long *g0) {
+    long cur = atomic_load_explicit(&f->next, memory_order_relaxed);
+    for (;;) {
+        int ph = cur >= f->total1;
+        long rem = (ph ? f->total : f->total1) - cur;
+        if (rem <= 0) return 0;
+        long c = f->p[ph].parts ? rem / f->p[ph].parts : 0;
+        c = c < f->min[ph] ? f->min[ph] : (c + 7) & ~7L;
+        if (c > rem) c = rem;
+        if (atomic_compare_exchange_weak_explicit(&f->next, &cur, cur + c, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *g0 = cur;
+            return c;
+        }
+    }
+}
+
+static void fused_task(void *ctx, int i, int n) {
+    struct fused *f = ctx;
+    struct ft_moe_exec *x = f->x;
+    if (i == 0 && f->hook) f->hook(f->hook_ctx);
+    int64_t t_in = f->span ? ft_time_ns() : 0;
+    long g0, c;
+    while ((c = fused_claim(f, &g0)) > 0) {
+        if (f->span) atomic_fetch_add_explicit(&f->tasks, 1, memory_order_relaxed);
+        int ph = g0 >= f->total1;
+        const struct pass *p = &f->p[ph];
+        long base = ph ? f->total1 : 0;
+        for (long g = g0 - base, end = g0 - base + c; g < end;) { /* split at experts */
+            int a = (int)(g / p->N), n0 = (int)(g % p->N);
+            int n1 = (int)FT_MIN((long)p->N, n0 + (end - g));
+            if (ph)
+                while (!atomic_load_explicit(&x->ready[a], memory_order_acquire)) ft_sys_pause();
+            pass_rows(p, a, n0, n1);
+            if (!ph && atomic_fetch_add_explicit(&x->done1[a], n1 - n0, memory_order_acq_rel) +
+                               (n1 - n0) == p->N) { /* this expert's last gate/up rows */
+                int e = x->active[a];
+                act_rows(&f->aj, x->offset[e], x->offset[e] + x->count[e]);
+                atomic_store_explicit(&x->ready[a], 1, memory_order_release);
+            }
+            if (ph) atomic_fetch_add_explicit(&f->done2, n1 - n0, memory_order_release);
+            g += n1 - n0;
+        }
+    }
+    if (f->split_combine || i == 0) {
+        while (atomic_load_explicit(&f->done2, memory_order_acquire) < f->total - f->total1) ft_sys_pause();
+        if (f->split_combine) combine_task(&f->cj, i, n);
+        else combine_cols(&f->cj, 0, x->H);
+    }
+    if (f->span && i < TIMED_WORKERS) f->span[2 * i] = t_in, f->span[2 * i + 1] = ft_time_ns();
+}
+
+static void run_fused(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *gate_up,
+                      const struct ft_bank *down, const void *gxq, size_t gxb, const void *dxq,
+                      size_t dxb, int n_active, const struct act_job *aj, const struct combine_job *cj) {
+    int workers = ft_pool_size(pool);
+    struct fused f = {.x = x, .aj = *aj, .cj = *cj, .hook = x->hook, .hook_ctx = x->hook_ctx};
+    x->hook = NULL;
+    const struct ft_bank *banks[2] = {gate_up, down};
+    const float *ins[2] = {x->xg, x->act};
+    const void *xqs[2] = {gxq, dxq};
+    size_t xbs[2] = {gxb, dxb};
+    float *outs[2] = {x->gu, x->y};
+    for (int ph = 0; ph < 2; ph++) {
+        f.p[ph] = (struct pass){.x = x, .bank = banks[ph], .in = ins[ph], .xq = xqs[ph],
+                                .xq_bytes = xbs[ph], .out = outs[ph], .K = banks[ph]->cols,
+                                .N = banks[ph]->rows};
+        f.p[ph].parts = guided() ? 2 * workers : 0;
+        f.min[ph] = min_rows(ft_dtype_row_bytes(banks[ph]->schema->dtype, f.p[ph].K));
+    }
+    f.total1 = (long)n_active * f.p[0].N;
+    f.total = f.total1 + (long)n_active * f.p[1].N;
+    f.split_combine = (size_t)aj->R * x->H >= COMBINE_POOL_MIN && workers > 1;
+    atomic_init(&f.next, 0);
+    atomic_init(&f.done2, 0);
+    atomic_init(&f.tasks, 0);
+    for (int a = 0; a < n_active; a++) atomic_init(&x->done1[a], 0), atomic_init(&x->ready[a], 0);
+    int timed = FT_MIN(workers, TIMED_WORKERS);
+    int64_t span[2 * TIMED_WORKERS];
+    if (x->timing) {
+        f.launch_ns = x->t_mark;
+        for (int i = 0; i < 2 * timed; i++) span[i] = f.launch_ns;
+        f.span = span;
+    }
+    ft_pool_run(pool, fused_task, &f);
+    if (x->timing) { /* the whole job as the gate/up pass's figures */
+        struct pass tp = {.launch_ns = f.launch_ns, .span = span};
+        atomic_init(&tp.tasks, atomic_load(&f.tasks));
+        add_spans(x, &tp, timed, 0);
+        mark(x, FT_EXEC_PASS1);
+    }
+}
+
 enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int top_k,
                                 int n_experts, int H, int I) {
     struct ft_moe_exec *x = calloc(1, sizeof *x);
@@ -267,9 +393,13 @@ enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int to
     x->gu = malloc(R * 2 * I * sizeof(float));
     x->act = malloc(R * I * sizeof(float));
     x->y = malloc(R * H * sizeof(float));
-    x->xq = malloc(R * 2 * (size_t)FT_MAX(H, I)); /* ft_cpu_xq_bytes <= 2 K */
+    x->xq = malloc(R * 2 * (size_t)H); /* ft_cpu_xq_bytes <= 2 K */
+    x->xqd = malloc(R * 2 * (size_t)I);
+    x->done1 = malloc((size_t)n_experts * sizeof *x->done1);
+    x->ready = malloc((size_t)n_experts * sizeof *x->ready);
+    x->fused = ft_sys_env_int("FT_EXEC_FUSED", 0) != 0;
     x->xqt = malloc((size_t)max_tokens * 2 * (size_t)H);
-    if (!x->xq || !x->xqt || !x->count || !x->offset || !x->active || !x->row_token ||
+    if (!x->xq || !x->xqd || !x->done1 || !x->ready || !x->xqt || !x->count || !x->offset || !x->active || !x->row_token ||
         !x->row_e || !x->row_w || !x->xg || !x->gu || !x->act || !x->y) {
         ft_moe_exec_free(x);
         return ft_fail(FT_ERR_OOM, "moe executor: out of memory for %d tokens", max_tokens);
@@ -291,11 +421,16 @@ void ft_moe_exec_free(struct ft_moe_exec *x) {
     free(x->act);
     free(x->y);
     free(x->xq);
+    free(x->xqd);
+    free((void *)x->done1);
+    free((void *)x->ready);
     free(x->xqt);
     free(x);
 }
 
 void ft_moe_exec_set_fast_act(struct ft_moe_exec *x, int on) { x->fast = on; }
+
+void ft_moe_exec_set_fused(struct ft_moe_exec *x, int on) { x->fused = on != 0; }
 
 void ft_moe_exec_set_timing(struct ft_moe_exec *x, int on) {
     x->timing = on != 0;
@@ -347,13 +482,18 @@ int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
             memcpy(x->xg + (size_t)r * H, in + (size_t)x->row_token[r] * H, (size_t)H * sizeof(float));
     }
     mark(x, FT_EXEC_GATHER);
-    run_pass(x, pool, gate_up, x->xg, gxb ? x->xq : NULL, gxb, x->gu, n_active, 0);
     struct act_job aj = {x, act, R, ddt, dxb};
+    struct combine_job cj = {x, act ? act->down_bias : NULL, out, R};
+    if (x->fused) {
+        run_fused(x, pool, gate_up, down, gxb ? x->xq : NULL, gxb, dxb ? x->xqd : NULL, dxb,
+                  n_active, &aj, &cj);
+        return n_active;
+    }
+    run_pass(x, pool, gate_up, x->xg, gxb ? x->xq : NULL, gxb, x->gu, n_active, 0);
     if ((size_t)R * I < ACT_POOL_MIN) act_rows(&aj, 0, R);
     else ft_pool_run(pool, act_task, &aj);
     mark(x, FT_EXEC_ACT);
-    run_pass(x, pool, down, x->act, dxb ? x->xq : NULL, dxb, x->y, n_active, 1);
-    struct combine_job cj = {x, act ? act->down_bias : NULL, out, R};
+    run_pass(x, pool, down, x->act, dxb ? x->xqd : NULL, dxb, x->y, n_active, 1);
     if ((size_t)R * H < COMBINE_POOL_MIN) combine_cols(&cj, 0, H);
     else ft_pool_run(pool, combine_task, &cj);
     mark(x, FT_EXEC_COMBINE);

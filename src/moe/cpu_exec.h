@@ -40,6 +40,11 @@ struct ft_moe_exec_timing ft_moe_exec_timing(const struct ft_moe_exec *x);
  * hybrid's copy and kernel launches) overlaps the CPU experts instead of delaying them. */
 void ft_moe_exec_set_hook(struct ft_moe_exec *x, void (*fn)(void *), void *ctx);
 
+/* on: the whole call as one pool job (the passes' rows on one cursor, each expert's down rows
+ * waiting only for its own gate/up rows) instead of four; the same output bits. Default from
+ * FT_EXEC_FUSED (0). */
+void ft_moe_exec_set_fused(struct ft_moe_exec *x, int on);
+
 /* out[T, H] += sum_j w[t, j] * expert_{ids[t, j]}(x[t]) with expert(x) = down(silu(gate x) * up x),
  * or with act (may be NULL: that plain form) its biases and clamped SwiGLU.
  * ids, w: [T, k]. Returns the number of distinct experts used. */
