@@ -21,7 +21,7 @@
 
 struct probe {
     atomic_int calls;
-    int n_seen;
+    atomic_int n_seen; /* every worker stores the same n */
     int ncpu[MAXW]; /* CPUs in each worker's affinity mask */
     int cpu[MAXW];  /* the one CPU, when ncpu is 1 */
 };
@@ -30,7 +30,7 @@ static void probe_task(void *ctx, int i, int n) {
     struct probe *p = ctx;
     cpu_set_t set;
     atomic_fetch_add(&p->calls, 1);
-    p->n_seen = n;
+    atomic_store(&p->n_seen, n);
     if (i >= MAXW || pthread_getaffinity_np(pthread_self(), sizeof set, &set) != 0) return;
     p->ncpu[i] = CPU_COUNT(&set);
     for (int c = 0; c < CPU_SETSIZE; c++)

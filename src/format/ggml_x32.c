@@ -574,9 +574,13 @@ enum { PF_AHEAD = 16384 };
 /* FT_X32_PF (bytes) overrides PF_AHEAD, for measuring on other hosts; cached on first use (a
  * racing first call stores the same value) */
 static int pf_ahead(void) {
-    static int v = -1;
-    if (v < 0) v = ft_sys_env_int("FT_X32_PF", 0) > 0 ? ft_sys_env_int("FT_X32_PF", 0) : PF_AHEAD;
-    return v;
+    static int v = -1; /* relaxed atomics: the racing first calls store the same value */
+    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (r < 0) {
+        r = ft_sys_env_int("FT_X32_PF", 0) > 0 ? ft_sys_env_int("FT_X32_PF", 0) : PF_AHEAD;
+        __atomic_store_n(&v, r, __ATOMIC_RELAXED);
+    }
+    return r;
 }
 
 /* Prefetches the row bytes of blocks c .. c + n - 1, pf bytes further on. */
@@ -625,8 +629,9 @@ INL512 void row512(const int f, const int vnni, struct wrow r, int64_t nb, const
 /* FT_X32_PAIR=0 turns row512_pair off (for measuring); cached on first use. */
 static int pair_rows(void) {
     static int v = -1;
-    if (v < 0) v = ft_sys_env_int("FT_X32_PAIR", 1) != 0;
-    return v;
+    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (r < 0) __atomic_store_n(&v, r = ft_sys_env_int("FT_X32_PAIR", 1) != 0, __ATOMIC_RELAXED);
+    return r;
 }
 
 /* Two rows of one token whose last chunks hold tb = nb % 16 <= 8 blocks (Qwen3-30B-A3B's down
@@ -978,14 +983,15 @@ static const rows_fn k_rows256[X_COUNT] = TABLE(rows256_);
 static int g_no_vnni; /* tests: 1 runs the AVX-512 tier without VNNI */
 
 int ft_ggml_x32_vnni(int use) {
-    static int has = -1; /* cached: a racing first call stores the same value */
+    static int has = -1; /* cached (relaxed atomics: a racing first call stores the same value) */
+    int h = __atomic_load_n(&has, __ATOMIC_RELAXED);
 #if defined(__x86_64__) || defined(__i386__)
-    if (has < 0) has = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+    if (h < 0) __atomic_store_n(&has, h = __builtin_cpu_supports("avx512vnni") ? 1 : 0, __ATOMIC_RELAXED);
 #else
-    has = 0;
+    h = 0;
 #endif
-    if (use >= 0) g_no_vnni = !use;
-    return has && !g_no_vnni;
+    if (use >= 0) __atomic_store_n(&g_no_vnni, !use, __ATOMIC_RELAXED);
+    return h && !__atomic_load_n(&g_no_vnni, __ATOMIC_RELAXED);
 }
 
 static void rows_x32(int f, const uint8_t *w, size_t rb, size_t coff, int n_rows, int64_t nb,
