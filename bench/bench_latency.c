@@ -45,8 +45,7 @@ struct load {
 static void stream_dram(void *ctx, int i, int n) {
     struct load *ld = ctx;
     (void)n;
-    if (i == 0) return; /* worker 0 is the calling (measuring) thread's pool slot: left idle */
-    const float *p = ld->dram + (size_t)(i - 1) * ld->per;
+    const float *p = ld->dram + (size_t)i * ld->per; /* worker 0: the background thread */
     volatile float sink = 0;
     while (!atomic_load_explicit(&ld->stop, memory_order_relaxed)) {
         float s = 0;
@@ -107,7 +106,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     struct ft_pool *pool = NULL;
-    if (ft_pool_init(&pool, 16) != FT_OK) return 1;
+    if (ft_pool_init(&pool, 15) != FT_OK) return 1; /* 15 readers; the 16th core measures */
 
     double *t = malloc((size_t)rounds * sizeof *t);
     double *leg[2] = {malloc((size_t)rounds * sizeof(double)), malloc((size_t)rounds * sizeof(double))};
@@ -117,7 +116,10 @@ int main(int argc, char **argv) {
         pthread_t th;
         struct bg b = {pool, &ld};
         atomic_store(&ld.stop, 0);
-        if (mode == 1) pthread_create(&th, NULL, bg_main, &b);
+        if (mode == 1 && pthread_create(&th, NULL, bg_main, &b) != 0) {
+            fprintf(stderr, "bench_latency: cannot start the DRAM readers\n");
+            return 1;
+        }
         double med[3], p90[3];
         for (int kind = 0; kind < 3; kind++) {
             for (int r = -20; r < rounds; r++) {
@@ -140,7 +142,19 @@ int main(int argc, char **argv) {
                         real0 = real_ns();
                         __atomic_store_n(&h_gate[0], 1, __ATOMIC_RELEASE);
                     }
-                    while ((int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0) ft_sys_pause();
+                    if (cudaGetLastError() != cudaSuccess) {
+                        fprintf(stderr, "bench_latency: launch failed\n");
+                        return 1;
+                    }
+                    for (long n = 1; (int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0; n++) {
+                        ft_sys_pause();
+                        if (n % 4096 == 0 && cudaStreamQuery(s) != cudaErrorNotReady &&
+                            (int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0) {
+                            fprintf(stderr, "bench_latency: the stream ended without the flag (%s)\n",
+                                    cudaGetErrorString(cudaGetLastError()));
+                            return 1;
+                        }
+                    }
                     if (kind == 2 && r >= 0) { /* the two legs, if %globaltimer reads as CLOCK_REALTIME */
                         int64_t real1 = real_ns();
                         unsigned long long opened, stored;

@@ -7,6 +7,7 @@
  * for that, the combine after the last down row. Engine thread only. */
 #include "moe/cpu_exec.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,16 +269,24 @@ struct fused {
     struct pass p[2];
     long total1, total; /* gate/up rows; both passes' */
     int min[2];
-    atomic_long next;
-    atomic_long done2;  /* down rows finished */
+    _Alignas(64) atomic_long next; /* each claimed by every worker: a cache line each */
+    _Alignas(64) atomic_long done2; /* down rows finished */
     struct act_job aj;
     struct combine_job cj;
     int split_combine;
     void (*hook)(void *);
     void *hook_ctx;
-    atomic_int tasks;
+    _Alignas(64) atomic_int tasks;
     int64_t launch_ns, *span;
 };
+
+/* A waiting worker's pause; after 4,000 it yields, as ft_pool_run's caller does: with more
+ * threads than free cores (an unpinned pool, a busy host) a spinning waiter could otherwise
+ * hold the core the worker it waits for needs. */
+static void wait_pause(int *spins) {
+    if (++*spins < 4000) ft_sys_pause();
+    else sched_yield();
+}
 
 static long fused_claim(struct fused *f, long *g0) {
     long cur = atomic_load_explicit(&f->next, memory_order_relaxed);
@@ -311,7 +320,8 @@ static void fused_task(void *ctx, int i, int n) {
             int a = (int)(g / p->N), n0 = (int)(g % p->N);
             int n1 = (int)FT_MIN((long)p->N, n0 + (end - g));
             if (ph)
-                while (!atomic_load_explicit(&x->ready[a], memory_order_acquire)) ft_sys_pause();
+                for (int spins = 0; !atomic_load_explicit(&x->ready[a], memory_order_acquire);)
+                    wait_pause(&spins);
             pass_rows(p, a, n0, n1);
             if (!ph && atomic_fetch_add_explicit(&x->done1[a], n1 - n0, memory_order_acq_rel) +
                                (n1 - n0) == p->N) { /* this expert's last gate/up rows */
@@ -324,7 +334,8 @@ static void fused_task(void *ctx, int i, int n) {
         }
     }
     if (f->split_combine || i == 0) {
-        while (atomic_load_explicit(&f->done2, memory_order_acquire) < f->total - f->total1) ft_sys_pause();
+        for (int spins = 0; atomic_load_explicit(&f->done2, memory_order_acquire) < f->total - f->total1;)
+            wait_pause(&spins);
         if (f->split_combine) combine_task(&f->cj, i, n);
         else combine_cols(&f->cj, 0, x->H);
     }
