@@ -6,6 +6,9 @@
  *   launch+flag   the stage-out launched, then its done flag polled in mapped memory
  *   release+flag  a gate kernel already spinning on the GPU, the host's store that releases it,
  *                 then the stage-out's done flag behind it: host->GPU->host through memory only
+ *   graph+flag    a CUDA graph of 12 one-block kernels and the stage-out (a decode span's
+ *                 shape) launched, then the flag (and the launch call's own host time)
+ *   13 kern+flag  the same 13 kernels launched one by one, then the flag
  * each (a) on an idle host, (b) with 15 threads streaming DRAM (the CPU experts' load), (c) with
  * host-to-device copies running on another stream (the cache fills' PCIe load). The floor is
  * a PCIe round trip, ~1-2 us on bare metal.
@@ -108,7 +111,21 @@ int main(int argc, char **argv) {
     struct ft_pool *pool = NULL;
     if (ft_pool_init(&pool, 15) != FT_OK) return 1; /* 15 readers; the 16th core measures */
 
-    double *t = malloc((size_t)rounds * sizeof *t);
+    double *t = malloc((size_t)rounds * sizeof *t), *tc = malloc((size_t)rounds * sizeof *tc);
+    /* a decode span's shape: 12 one-block kernels and the stage-out, as one graph */
+    cudaGraphExec_t span = NULL;
+    {
+        cudaGraph_t gr = NULL;
+        cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+        for (int j = 0; j < 12; j++) ft_cuda_add(d_x, d_x + 8, 1, s);
+        ft_cuda_stage_out(m_ids, d_ids, m_w, d_w, 8, NULL, d_x, 0, d_seq, m_done, s);
+        if (cudaStreamEndCapture(s, &gr) != cudaSuccess || cudaGraphInstantiate(&span, gr, 0) != cudaSuccess) {
+            fprintf(stderr, "bench_latency: cannot capture the span graph (%s)\n",
+                    cudaGetErrorString(cudaGetLastError()));
+            return 1;
+        }
+        cudaGraphDestroy(gr);
+    }
     double *leg[2] = {malloc((size_t)rounds * sizeof(double)), malloc((size_t)rounds * sizeof(double))};
     const char *mode_name[N_MODES] = {"idle host", "15 threads reading DRAM", "H2D copies running"};
     printf("bench_latency: %d rounds each, us (median / p90)\n", rounds);
@@ -120,8 +137,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_latency: cannot start the DRAM readers\n");
             return 1;
         }
-        double med[3], p90[3];
-        for (int kind = 0; kind < 3; kind++) {
+        double med[5], p90[5], call = 0;
+        for (int kind = 0; kind < 5; kind++) {
             for (int r = -20; r < rounds; r++) {
                 if (mode == 2 && cudaStreamQuery(ld.cs) != cudaErrorNotReady) /* keep ~2 copies queued */
                     for (int c = 0; c < 2; c++) cudaMemcpyAsync(ld.dst, ld.src, cbytes, cudaMemcpyHostToDevice, ld.cs);
@@ -132,8 +149,14 @@ int main(int argc, char **argv) {
                     cudaStreamSynchronize(s);
                 } else {
                     if (kind == 2) ft_cuda_gate(m_gate, s);
-                    if (kind == 1) t0 = ft_time_ns();
-                    ft_cuda_stage_out(m_ids, d_ids, m_w, d_w, 8, NULL, d_x, 0, d_seq, m_done, s);
+                    if (kind != 2) t0 = ft_time_ns();
+                    if (kind == 3) {
+                        cudaGraphLaunch(span, s);
+                        if (r >= 0) tc[r] = (ft_time_ns() - t0) / 1e3;
+                    } else {
+                        for (int j = 0; kind == 4 && j < 12; j++) ft_cuda_add(d_x, d_x + 8, 1, s);
+                        ft_cuda_stage_out(m_ids, d_ids, m_w, d_w, 8, NULL, d_x, 0, d_seq, m_done, s);
+                    }
                     launched++;
                     if (kind == 2) { /* the gate kernel is spinning by now */
                         int64_t w = ft_time_ns();
@@ -168,12 +191,15 @@ int main(int argc, char **argv) {
             }
             qsort(t, rounds, sizeof *t, cmp_d);
             med[kind] = t[rounds / 2], p90[kind] = t[rounds * 9 / 10];
+            if (kind == 3) qsort(tc, rounds, sizeof *tc, cmp_d), call = tc[rounds / 2];
         }
         atomic_store(&ld.stop, 1);
         if (mode == 1) pthread_join(th, NULL);
         cudaStreamSynchronize(ld.cs);
         printf("  %-24s launch+sync %6.1f / %6.1f   launch+flag %6.1f / %6.1f   release+flag %6.1f / %6.1f\n",
                mode_name[mode], med[0], p90[0], med[1], p90[1], med[2], p90[2]);
+        printf("  %-24s graph+flag %6.1f / %6.1f (the launch call %.1f)   13 kern+flag %6.1f / %6.1f\n", "",
+               med[3], p90[3], call, med[4], p90[4]);
         qsort(leg[0], rounds, sizeof(double), cmp_d), qsort(leg[1], rounds, sizeof(double), cmp_d);
         printf("  %-24s release+flag's legs by CLOCK_REALTIME against %%globaltimer: host to GPU "
                "%.1f, GPU to host %.1f (medians)\n", "", leg[0][rounds / 2], leg[1][rounds / 2]);
@@ -184,6 +210,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     ft_pool_free(pool);
-    free(t), free(leg[0]), free(leg[1]);
+    free(t), free(tc), free(leg[0]), free(leg[1]);
+    cudaGraphExecDestroy(span);
     return 0;
 }
