@@ -634,7 +634,15 @@ static int pair_rows(void) {
     return r;
 }
 
-/* Two rows of one token whose last chunks hold tb = nb % 16 <= 8 blocks (Qwen3-30B-A3B's down
+/* FT_X32_PAIR_FULL=0: rows of whole chunks one at a time (for measuring); cached on first use */
+static int pair_full_rows(void) {
+    static int v = -1;
+    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (r < 0) __atomic_store_n(&v, r = ft_sys_env_int("FT_X32_PAIR_FULL", 1) != 0, __ATOMIC_RELAXED);
+    return r;
+}
+
+/* Two rows of one token whose last chunks hold tb = nb % 16 <= 8 blocks (or none) (Qwen3-30B-A3B's down
  * rows: 24 blocks): each row's full chunks, then both tails as one chunk (chunk512_pair), so
  * the tails fill one chunk's 16 lanes instead of half of two. The same bits as row512 for each
  * row: the tails' terms are added into the lanes (and so the sums) row512 adds them to. */
@@ -656,6 +664,11 @@ INL512 void row512_pair(const int f, const int vnni, struct wrow a, struct wrow 
         chunk512(f, vnni, b, c, X32_CHUNK, &k);
         chunk_dot512(f, vnni, &k, x.q + 32 * c, x.d + c, x.h + 2 * c, X32_CHUNK, 0, &acc[1],
                      &accm[1]);
+    }
+    if (!tb) { /* whole chunks only (pair_full_rows): two rows' streams in flight at once */
+        *ya = _mm512_reduce_add_ps(acc[0]) + (has_min(f) ? _mm512_reduce_add_ps(accm[0]) : 0.0f);
+        *yb = _mm512_reduce_add_ps(acc[1]) + (has_min(f) ? _mm512_reduce_add_ps(accm[1]) : 0.0f);
+        return;
     }
     prefetch_blocks(f, a, nf, tb, pf);
     prefetch_blocks(f, b, nf, tb, pf);
@@ -914,9 +927,10 @@ INL256 void row256(const int f, struct wrow r, int64_t nb, const void *xq, int t
         for (int t0 = 0; t0 < T; t0 += TOK)                                                        \
             call(row, nb, xq, t0, T - t0 < TOK ? T - t0 : TOK, y + r, ldy);                        \
     }
-/* The AVX-512 tiers: for one token, rows two at a time through row512_pair where it applies. */
+/* The AVX-512 tiers: for one token, rows two at a time through row512_pair where it applies:
+ * rows with a short last chunk, and (FT_X32_PAIR_FULL, default 1) rows of whole chunks. */
 #define ROWS_BODY512(call, pair)                                                                   \
-    if (T == 1 && nb % X32_CHUNK && nb % X32_CHUNK <= 8 && pair_rows()) {                          \
+    if (T == 1 && (nb % X32_CHUNK ? nb % X32_CHUNK <= 8 && pair_rows() : pair_full_rows())) {      \
         int r = 0;                                                                                 \
         for (; r + 1 < n_rows; r += 2)                                                             \
             pair((struct wrow){w + r * rb, coff}, (struct wrow){w + (r + 1) * rb, coff}, nb, xq,   \
