@@ -12,6 +12,7 @@
 #include "backend/cpu/ops.h"
 
 #include "core/status.h"
+#include "core/sys.h"
 #include "format/fp_formats.h"
 #include "format/ggml_quant.h"
 
@@ -68,6 +69,15 @@ INL512 __m512 ld512m(const void *w, int i, enum ft_dtype wt, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* FT_BF16_PF=0: decode's 8-row tiles (bf16/f16/f32 weights) without the next tile's
+ * prefetch (for measuring); cached on first use */
+static int bf_prefetch(void) {
+    static int v = -1;
+    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (r < 0) __atomic_store_n(&v, r = ft_sys_env_int("FT_BF16_PF", 1) != 0, __ATOMIC_RELAXED);
+    return r;
+}
+
 /* The accumulators of a tile are named variables, not an array: clang keeps an array of
  * vectors on the stack when the nested loops are not fully unrolled, which cost 3x in GEMM.
  * a<r><j>: row r, token j; 8 x 1 (decode) or 4 x 4 (prefill); unused ones are optimised out. */
@@ -81,7 +91,7 @@ INL512 __m512 ld512m(const void *w, int i, enum ft_dtype wt, __mmask16 m) {
 /* y[t+j, n+r] for r < R, j < TT (R <= 8, TT <= 4, TT > 1 only with R <= 4; constants after
  * inlining). w: [N, K] of wt; x: [T, K] stride ldx. */
 INL512 void tile512(float *y, int ldy, const float *x, int ldx, const void *w, enum ft_dtype wt,
-                    int K, int n, int t, const int R, const int TT) {
+                    int K, int n, int t, const int R, const int TT, const int pf) {
     const size_t rb = (size_t)K * (wt == FT_DTYPE_F32 ? 4 : 2);
     const char *wbase = (const char *)w + (size_t)n * rb;
     const float *xbase = x + (size_t)t * ldx;
@@ -92,6 +102,9 @@ INL512 void tile512(float *y, int ldy, const float *x, int ldx, const void *w, e
     int k = 0;
     for (; k + 16 <= K; k += 16) {
 #define LD_W(r) __m512 w##r = R > r ? ld512(wbase + r * rb, k, wt) : _mm512_setzero_ps();
+#define PF_W(r) /* as tilebf's pf: the next tile's rows, the line of this step's k */              \
+    if (pf && R > r) __builtin_prefetch(wbase + (R + r) * rb + (size_t)k * (rb / K), 0, 2);
+        TILE_R(PF_W)
 #define LD_X(j)                                                                                    \
     __m512 x##j = TT > j ? _mm512_loadu_ps(xbase + (size_t)j * ldx + k) : _mm512_setzero_ps();
         TILE_R(LD_W)
@@ -118,22 +131,26 @@ INL512 void tile512(float *y, int ldy, const float *x, int ldx, const void *w, e
 INL512 void rows512(float *y, int ldy, const float *x, int ldx, const void *w, enum ft_dtype wt,
                     int T, int n0, int n1, int K) {
     int n = n0;
-    if (T == 1)
+    const int pf = bf_prefetch();
+    if (T == 1) {
+        for (; n + 16 <= n1; n += 8) /* the next tile is this stretch's: prefetch it */
+            tile512(y, ldy, x, ldx, w, wt, K, n, 0, 8, 1, pf);
         for (; n + 8 <= n1; n += 8)
-            tile512(y, ldy, x, ldx, w, wt, K, n, 0, 8, 1);
+            tile512(y, ldy, x, ldx, w, wt, K, n, 0, 8, 1, 0);
+    }
     for (; n + 4 <= n1; n += 4) {
         int t = 0;
         for (; t + 4 <= T; t += 4)
-            tile512(y, ldy, x, ldx, w, wt, K, n, t, 4, 4);
-        if (t + 2 <= T) tile512(y, ldy, x, ldx, w, wt, K, n, t, 4, 2), t += 2;
-        if (t < T) tile512(y, ldy, x, ldx, w, wt, K, n, t, 4, 1);
+            tile512(y, ldy, x, ldx, w, wt, K, n, t, 4, 4, 0);
+        if (t + 2 <= T) tile512(y, ldy, x, ldx, w, wt, K, n, t, 4, 2, 0), t += 2;
+        if (t < T) tile512(y, ldy, x, ldx, w, wt, K, n, t, 4, 1, 0);
     }
     for (; n < n1; n++) {
         int t = 0;
         for (; t + 4 <= T; t += 4)
-            tile512(y, ldy, x, ldx, w, wt, K, n, t, 1, 4);
+            tile512(y, ldy, x, ldx, w, wt, K, n, t, 1, 4, 0);
         for (; t < T; t++)
-            tile512(y, ldy, x, ldx, w, wt, K, n, t, 1, 1);
+            tile512(y, ldy, x, ldx, w, wt, K, n, t, 1, 1, 0);
     }
 }
 
@@ -165,8 +182,13 @@ INLBF __m512bh ldbf(const uint16_t *p, int k, __mmask32 m, int full) {
 }
 
 INLBF void tilebf(float *y, int ldy, const uint16_t *x, const uint16_t *w, int K, int n, int t,
-                  const int R, const int TT) {
+                  const int R, const int TT, const int pf) {
     const uint16_t *wbase = w + (size_t)n * K, *xbase = x + (size_t)t * K;
+    /* pf (decode's 8-row tiles): each step also prefetches the same line of the next tile's
+     * rows, R rows further on. Short rows (768 bf16 = 24 lines: an expert's down rows) end
+     * before the hardware prefetcher has ramped up on each row's stream. */
+#define PF_V(r)                                                                                    \
+    if (pf && R > r) __builtin_prefetch(wbase + (size_t)(R + r) * K + k, 0, 2);
     TILE_RJ(DECL_A)
 #define DP_A(r, j)                                                                                 \
     if (R > r && TT > j) a##r##j = _mm512_dpbf16_ps(a##r##j, v##r, u##j);
@@ -176,6 +198,7 @@ INLBF void tilebf(float *y, int ldy, const uint16_t *x, const uint16_t *w, int K
     for (; k + 32 <= K; k += 32) {
         const int full = 1;
         const __mmask32 m = ~0u;
+        TILE_R(PF_V)
         TILE_R(LD_V)
         TILE_J(LD_U)
         TILE_RJ(DP_A)
@@ -193,19 +216,23 @@ INLBF void tilebf(float *y, int ldy, const uint16_t *x, const uint16_t *w, int K
 TBF static void rowsbf(float *y, int ldy, const uint16_t *x, const uint16_t *w, int T, int n0,
                       int n1, int K) {
     int n = n0;
-    if (T == 1)
+    const int pf = bf_prefetch();
+    if (T == 1) {
+        for (; n + 16 <= n1; n += 8) /* the next tile is this stretch's: prefetch it */
+            tilebf(y, ldy, x, w, K, n, 0, 8, 1, pf);
         for (; n + 8 <= n1; n += 8)
-            tilebf(y, ldy, x, w, K, n, 0, 8, 1);
+            tilebf(y, ldy, x, w, K, n, 0, 8, 1, 0);
+    }
     for (; n + 4 <= n1; n += 4) {
         int t = 0;
         for (; t + 4 <= T; t += 4)
-            tilebf(y, ldy, x, w, K, n, t, 4, 4);
-        if (t + 2 <= T) tilebf(y, ldy, x, w, K, n, t, 4, 2), t += 2;
-        if (t < T) tilebf(y, ldy, x, w, K, n, t, 4, 1);
+            tilebf(y, ldy, x, w, K, n, t, 4, 4, 0);
+        if (t + 2 <= T) tilebf(y, ldy, x, w, K, n, t, 4, 2, 0), t += 2;
+        if (t < T) tilebf(y, ldy, x, w, K, n, t, 4, 1, 0);
     }
     for (; n < n1; n++)
         for (int t = 0; t < T; t++)
-            tilebf(y, ldy, x, w, K, n, t, 1, 1);
+            tilebf(y, ldy, x, w, K, n, t, 1, 1, 0);
 }
 
 /* FP8_B128 rows ([ceil(K/128) f32 scale_inv][K e4m3 codes][pad]) with bf16 activations: every
@@ -300,7 +327,7 @@ INL256 float hsum256(__m256 v) {
 #define TILE2_J(M) M(0) M(1)
 
 INL256 void tile256(float *y, int ldy, const float *x, int ldx, const void *w, enum ft_dtype wt,
-                    int K, int n, int t, const int R, const int TT) {
+                    int K, int n, int t, const int R, const int TT, const int pf) {
     const size_t rb = (size_t)K * (wt == FT_DTYPE_F32 ? 4 : 2);
     const char *wbase = (const char *)w + (size_t)n * rb;
     const float *xbase = x + (size_t)t * ldx;
@@ -313,6 +340,9 @@ INL256 void tile256(float *y, int ldy, const float *x, int ldx, const void *w, e
     __m256 x##j = TT > j ? _mm256_loadu_ps(xbase + (size_t)j * ldx + k) : _mm256_setzero_ps();
 #define FMA_B(r, j)                                                                                \
     if (R > r && TT > j) b##r##j = _mm256_fmadd_ps(w##r, x##j, b##r##j);
+#define PF_W8(r) /* as tile512's pf, once per line */                                             \
+    if (pf && R > r && !((k * (rb / K)) & 63)) __builtin_prefetch(wbase + (R + r) * rb + (size_t)k * (rb / K), 0, 2);
+        TILE2_R(PF_W8)
         TILE2_R(LD_W8)
         TILE2_J(LD_X8)
         TILE2_RJ(FMA_B)
@@ -330,17 +360,18 @@ INL256 void tile256(float *y, int ldy, const float *x, int ldx, const void *w, e
 INL256 void rows256(float *y, int ldy, const float *x, int ldx, const void *w, enum ft_dtype wt,
                     int T, int n0, int n1, int K) {
     int n = n0;
+    const int pf = T == 1 && bf_prefetch();
     for (; n + 4 <= n1; n += 4) {
         int t = 0;
         for (; t + 2 <= T; t += 2)
-            tile256(y, ldy, x, ldx, w, wt, K, n, t, 4, 2);
-        if (t < T) tile256(y, ldy, x, ldx, w, wt, K, n, t, 4, 1);
+            tile256(y, ldy, x, ldx, w, wt, K, n, t, 4, 2, 0);
+        if (t < T) tile256(y, ldy, x, ldx, w, wt, K, n, t, 4, 1, pf && n + 8 <= n1);
     }
     for (; n < n1; n++) {
         int t = 0;
         for (; t + 2 <= T; t += 2)
-            tile256(y, ldy, x, ldx, w, wt, K, n, t, 1, 2);
-        if (t < T) tile256(y, ldy, x, ldx, w, wt, K, n, t, 1, 1);
+            tile256(y, ldy, x, ldx, w, wt, K, n, t, 1, 2, 0);
+        if (t < T) tile256(y, ldy, x, ldx, w, wt, K, n, t, 1, 1, 0);
     }
 }
 
