@@ -25,12 +25,6 @@
 #include "core/threadpool.h"
 #include "core/timer.h"
 
-static int64_t real_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -162,7 +156,7 @@ int main(int argc, char **argv) {
                         int64_t w = ft_time_ns();
                         while (ft_time_ns() - w < 100000) ft_sys_pause();
                         t0 = ft_time_ns();
-                        real0 = real_ns();
+                        real0 = ft_time_real_ns();
                         __atomic_store_n(&h_gate[0], 1, __ATOMIC_RELEASE);
                     }
                     if (cudaGetLastError() != cudaSuccess) {
@@ -179,7 +173,7 @@ int main(int argc, char **argv) {
                         }
                     }
                     if (kind == 2 && r >= 0) { /* the two legs, if %globaltimer reads as CLOCK_REALTIME */
-                        int64_t real1 = real_ns();
+                        int64_t real1 = ft_time_real_ns();
                         unsigned long long opened, stored;
                         memcpy(&opened, h_gate + 2, 8), memcpy(&stored, h_done + 2, 8);
                         leg[0][r] = ((int64_t)opened - real0) / 1e3, leg[1][r] = (real1 - (int64_t)stored) / 1e3;

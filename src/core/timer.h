@@ -17,4 +17,12 @@ static inline int64_t ft_time_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* CLOCK_REALTIME in nanoseconds: only for comparing with another clock of the same epoch
+ * (the GPU's %globaltimer); intervals use ft_time_ns */
+static inline int64_t ft_time_real_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 #endif

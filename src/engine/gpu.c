@@ -592,12 +592,6 @@ static void combine_experts(struct ft_gpu *g, int T) {
  * the copies of the fetched ones, then those experts behind the copies. The fetched are
  * ~1-2 of 8 in a hybrid step at 30G, so most of the GPU's expert time no longer waits for
  * (and follows) the copies. */
-static int64_t real_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static int cmp_i64(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
@@ -622,10 +616,10 @@ static int clock_calibrate(struct ft_gpu *g) {
         ft_cuda_gate(m, g->s);
         int64_t w = ft_time_ns();
         while (ft_time_ns() - w < 50000) ft_sys_pause(); /* the gate is polling by now */
-        int64_t r0 = real_ns();
+        int64_t r0 = ft_time_real_ns();
         __atomic_store_n(&h[0], 1, __ATOMIC_RELEASE);
         while (__atomic_load_n(&h[0], __ATOMIC_ACQUIRE) && ft_time_ns() - w < 100000000) ft_sys_pause();
-        int64_t r1 = real_ns();
+        int64_t r1 = ft_time_real_ns();
         if (cudaStreamSynchronize(g->s) != cudaSuccess) break;
         if (r1 - r0 > 1000000) continue; /* the poll gave up (a lazy load?): no sample */
         unsigned long long t;
@@ -931,7 +925,7 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
     if (st != FT_OK) return st;
     int64_t tb = ft_time_ns();
     if (g->clk_armed && g->m_done) { /* the layer step after one with CPU experts, one clock */
-        int64_t seen = real_ns(), end = g->cpu_end_real, off = g->clk_off;
+        int64_t seen = ft_time_real_ns(), end = g->cpu_end_real, off = g->clk_off;
         unsigned long long opened = 0, stored;
         memcpy(&stored, g->h_done + 2, 8);
         g->clk_us[0] += ((int64_t)*(volatile unsigned long long *)g->h_stamp - off - end) / 1e3;
@@ -982,7 +976,7 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
                                        &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act, g->h_xn,
                                        g->cpu_tok, g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
         if (g->m_stamp) /* FT_STEP_TIMING: the CPU's end; a router follows unless this was the last */
-            g->cpu_end_real = real_ns(), g->clk_armed = 1, g->clk_gated = hook.tried;
+            g->cpu_end_real = ft_time_real_ns(), g->clk_armed = 1, g->clk_gated = hook.tried;
         if (hook.g && !hook.ran) issue_hook(&hook); /* the executor had no pass to run it in */
         if (hook.tried) { /* the CPU's share is stored: the gated span goes (also on failure) */
             __atomic_store_n(&g->h_gate[0], 1, __ATOMIC_RELEASE);

@@ -141,6 +141,14 @@ static void pass_task(void *ctx, int i, int n) {
     if (p->span && i < TIMED_WORKERS) p->span[2 * i] = t_in, p->span[2 * i + 1] = ft_time_ns();
 }
 
+/* timing: a job's worker spans (span[2 * timed]), each preset to the launch; NULL when off */
+static int64_t *timing_spans(const struct ft_moe_exec *x, int timed, int64_t *span, int64_t *launch_ns) {
+    if (!x->timing) return NULL;
+    *launch_ns = x->t_mark;
+    for (int i = 0; i < 2 * timed; i++) span[i] = x->t_mark;
+    return span;
+}
+
 /* Sums one pass's worker spans into x->tm (which = 0: gate/up, 1: down). */
 static void add_spans(struct ft_moe_exec *x, struct pass *p, int workers, int which) {
     int64_t start_max = 0, busy_sum = 0, busy_max = 0;
@@ -171,11 +179,7 @@ static void run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct f
     atomic_init(&p.tasks, 0);
     int timed = FT_MIN(workers, TIMED_WORKERS);
     int64_t span[2 * TIMED_WORKERS];
-    if (x->timing) {
-        p.launch_ns = x->t_mark;
-        for (int i = 0; i < 2 * timed; i++) span[i] = p.launch_ns;
-        p.span = span;
-    }
+    p.span = timing_spans(x, timed, span, &p.launch_ns);
     if (which == 0) p.hook = x->hook, p.hook_ctx = x->hook_ctx, x->hook = NULL;
     ft_pool_run(pool, pass_task, &p);
     if (x->timing) {
@@ -369,11 +373,7 @@ static void run_fused(struct ft_moe_exec *x, struct ft_pool *pool, const struct 
     for (int a = 0; a < n_active; a++) atomic_init(&x->done1[a], 0), atomic_init(&x->ready[a], 0);
     int timed = FT_MIN(workers, TIMED_WORKERS);
     int64_t span[2 * TIMED_WORKERS];
-    if (x->timing) {
-        f.launch_ns = x->t_mark;
-        for (int i = 0; i < 2 * timed; i++) span[i] = f.launch_ns;
-        f.span = span;
-    }
+    f.span = timing_spans(x, timed, span, &f.launch_ns);
     ft_pool_run(pool, fused_task, &f);
     if (x->timing) { /* the whole job as the gate/up pass's figures */
         struct pass tp = {.launch_ns = f.launch_ns, .span = span};
