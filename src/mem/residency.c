@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "core/sys.h"
+#include "core/timer.h"
 #include "model/model.h"
 #ifdef FT_HAVE_CUDA
 #include "backend/cuda/pin.h"
@@ -387,6 +388,7 @@ struct ft_residency_plan {
     pthread_cond_t cv;
     int closing, stop;                   /* wait() called / free() called */
     int mlock_failed;
+    int64_t reg_ns, wait_ns; /* pinning and locking the banks; the loader's wait for it at the end */
 };
 
 const char *ft_residency_name(enum ft_residency r) {
@@ -646,7 +648,9 @@ static void *registration_thread(void *arg) {
             y->got = FT_RES_PAGEABLE;
             ft_log_warn("layer %d: the loader never marked its banks filled; left pageable", l);
         } else {
+            int64_t t0 = ft_time_ns();
             register_layer(p, l);
+            p->reg_ns += ft_time_ns() - t0;
         }
         pthread_mutex_lock(&p->mu);
         y->done = 1;
@@ -694,11 +698,13 @@ static void count_classes(const struct ft_residency_plan *p, int use_got, int n[
 
 enum ft_status ft_residency_wait(struct ft_residency_plan *p) {
     if (!p->started) return ft_fail(FT_ERR_INTERNAL, "residency: wait without apply");
+    int64_t t0 = ft_time_ns();
     pthread_mutex_lock(&p->mu);
     p->closing = 1;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     pthread_join(p->thread, NULL);
+    p->wait_ns = ft_time_ns() - t0;
     p->started = 0;
     p->applied = 1;
     /* a plan made from the checkpoint's sizes now knows the banks' own (registration charged
@@ -727,8 +733,10 @@ enum ft_status ft_residency_wait(struct ft_residency_plan *p) {
     char budget[64];
     if (p->budget.limit_bytes == FT_PIN_UNLIMITED) snprintf(budget, sizeof budget, "unlimited");
     else snprintf(budget, sizeof budget, "%.2f GiB", gib(p->budget.limit_bytes));
-    ft_log_info("residency of %d MoE layers (pin backend %s, budget %s, %.2f GiB charged):",
-                p->n_moe, p->be->name, budget, gib(atomic_load(&p->budget.used_bytes)));
+    ft_log_info("residency of %d MoE layers (pin backend %s, budget %s, %.2f GiB charged; "
+                "pinning took %.1f s beside the load, %.1f s of it after):",
+                p->n_moe, p->be->name, budget, gib(atomic_load(&p->budget.used_bytes)),
+                p->reg_ns / 1e9, p->wait_ns / 1e9);
     for (int r = 0; r < 3; r++)
         ft_log_info("  %-8s %4d layers %9.2f GiB%s%s", ft_residency_name((enum ft_residency)r),
                     n[r], gib(b[r]), n[r] && r != FT_RES_PINNED ? "  layers " : "",

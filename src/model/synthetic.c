@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "core/status.h"
 #include "core/threadpool.h"
+#include "core/timer.h"
 #include "core/sys.h"
 #include "format/fp_formats.h"
 #include "format/ggml_quant.h"
@@ -330,6 +331,7 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
     const struct ft_row_schema *xs = ft_row_schema_for(xdt);
     ft_log_info("synthetic %s: generating %.1f GiB of random weights (experts %s)", preset,
                 need / (1 << 30), xs->name);
+    const int64_t t_gen = ft_time_ns();
     FT_TRY(weight(m, pool, &m->embed, m->vocab, H, &seed));
     FT_TRY(weight(m, pool, &m->lm_head, m->vocab, H, &seed));
     if (!(m->final_norm = ones(m, H))) goto oom;
@@ -364,6 +366,9 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
             ft_log_info("synthetic %s: %d%% (%d of %d layers)", preset, tenth * 10, l + 1, m->n_layers);
     }
     ft_model_sizes(m);
+    if (need > 4.0 * (1 << 30))
+        ft_log_info("synthetic %s: generated in %.1f s (%.1f GB/s)", preset, (ft_time_ns() - t_gen) / 1e9,
+                    need / ((ft_time_ns() - t_gen) + 1.0));
     *out = m;
     return FT_OK;
 oom:
