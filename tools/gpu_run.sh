@@ -33,7 +33,8 @@
 #   sampab   #5 sampled decode on 12 layers: greedy; t 0.8 and Qwen's defaults, each on the
 #            device and on the host (FT_ENGINE_DRAW=0), alternated; 48 layers   -> sampab.log
 #   hybab    #8 hybrid at 30G: as built vs ft_old (OLD_REV), alternated       -> hybab.log
-#   hyb3     #8 hybrid / cpu / offload at 12G, 24G, 30G (tg64)                   -> hyb3.log
+#   hyb3     #8 hybrid / cpu / offload at 12G, 24G, 30G (tg64), one process      -> hyb3.log
+#   hyb3x    the same, one process per combination (~60 s each: the load)         -> hyb3.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
 #            beside DRAM-streaming threads, beside H2D copies                  -> lat.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
@@ -246,7 +247,12 @@ for part in "$@"; do
         ;;
     hyb3)
         # #8's last condition: hybrid never more than 5% below the better of cpu and offload, at
-        # 12G, 24G and 30G (uniform routing; -p 64: the cpu backend fills its cache in prefill)
+        # 12G, 24G and 30G (uniform routing; -p 64: the cpu backend fills its cache in prefill),
+        # the nine combinations on one loaded model (ft bench's comma lists); hyb3x: one process each
+        step hyb3.log 500 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 64 -r 1 --backend offload \
+            --vram-limit 12G,24G,30G --moe-backend hybrid,cpu,offload
+        ;;
+    hyb3x)
         for v in 12G 24G 30G; do
             for mb in hybrid cpu offload; do
                 echo "### $v $mb" >>"$OUT/hyb3.log"
@@ -275,7 +281,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, hyb3, bw)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, hyb3, hyb3x, lat, execab, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

@@ -40,7 +40,9 @@ static const char k_usage[] =
     "                       --model)\n"
     "  --seed N             seed of weights, prompt, routing and sampling (default 1)\n"
     "  --temp T [--top-k K] [--top-p P] [--min-p P]  tgN samples (as ft serve does) instead\n"
-    "                       of decoding greedily\n";
+    "                       of decoding greedily\n"
+    "  --vram-limit A,B,..  --moe-backend A,B,..  comma lists: one table per combination, each\n"
+    "                       a new engine on the same loaded model (and its pinned banks)\n";
 
 static int parse_routing(const char *s, struct ft_engine_opts *eo) {
     eo->routing_param = 0;
@@ -243,6 +245,41 @@ done:
     return st;
 }
 
+/* One configuration's table: the ceiling, the rows, the offload notes under them. */
+static enum ft_status bench_table(struct bench *b, long p, long n, long reps, long seed) {
+    int gpu = strcmp(ft_engine_backend(b->s.engine), "cpu") != 0;
+    b->ceiling_gbps = gpu ? ft_gpu_hbm_gbps() : b->dram_gbps;
+    if (gpu)
+        printf("ceiling: GPU HBM %.0f GB/s (device-to-device copy, read + write, measured now); "
+               "engine holds %.2f GiB of device memory\n\n", b->ceiling_gbps,
+               ft_engine_vram_used(b->s.engine) / 1073741824.0);
+    else
+        printf("ceiling: host DRAM read %.1f GB/s (measured now, %d threads, 1 GiB buffer)\n\n",
+               b->dram_gbps, b->threads);
+    printf("| model | backend | threads | routing | test | t/s | weights/token | GB/s | of ceiling | "
+           "experts/layer/step |\n|---|---|---:|---|---|---:|---:|---:|---:|---:|\n");
+    b->notes[0] = 0, b->offload_notes = 0;
+    ft_engine_offload_stats(b->s.engine, &b->last);
+    enum ft_status st = run(b, (int)p, (int)n, (int)reps, (uint64_t)seed);
+    if (b->last.active)
+        printf("\noffload: %d expert slots; %s(warm-up included in the first row's counts)\n"
+               "expert copies at %.1f GB/s against the %.1f GB/s pinned host-to-device copy "
+               "measured at startup; %ld copies failed verification and were repaired\n",
+               b->last.n_slots, b->notes, b->last.copy_gbps, b->last.pcie_gbps, b->last.repaired);
+    return st;
+}
+
+/* --vram-limit / --moe-backend given as comma lists: the values, split in place */
+enum { MAX_LIST = 8 };
+static int split_list(char *v, const char **out) {
+    int n = 0;
+    for (char *t = strtok(v, ","); t; t = strtok(NULL, ",")) {
+        if (n == MAX_LIST) return -1;
+        out[n++] = t;
+    }
+    return n;
+}
+
 int ft_cmd_bench(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "bw")) return ft_cmd_bench_bw(argc - 1, argv + 1);
     struct ft_engine_opts be;
@@ -252,7 +289,14 @@ int ft_cmd_bench(int argc, char **argv) {
     long p = 512, n = 128, reps = 3, threads = 0, seed = 1, batch = 2048, top_k = 0;
     struct ft_sampling smp = ft_sampling_default();
     smp.temperature = 0; /* greedy unless --temp */
+    char lists[2][256] = {"", ""}; /* --vram-limit, --moe-backend given as lists */
+    static const char *const list_flag[2] = {"--vram-limit", "--moe-backend"};
     for (int i = 1; i < argc; i++) {
+        int li = !strcmp(argv[i], list_flag[0]) ? 0 : !strcmp(argv[i], list_flag[1]) ? 1 : -1;
+        if (li >= 0 && i + 1 < argc && strchr(argv[i + 1], ',')) {
+            snprintf(lists[li], sizeof lists[li], "%s", argv[++i]);
+            continue;
+        }
         int rb = ft_cli_backend_flag("bench", argc, argv, &i, &be, &be_auto);
         if (rb < 0) return 2;
         if (rb > 0) continue;
@@ -307,36 +351,50 @@ int ft_cmd_bench(int argc, char **argv) {
         return ft_cli_usage_error("bench", "--top-k/--top-p/--min-p sample: give --temp T > 0 too");
     if (ft_sampling_validate(&smp) != FT_OK) return ft_cli_usage_error("bench", "%s", ft_error());
     struct bench b = {.routing = routing, .batch = (int)batch, .smp = smp};
-    ft_cli_backend_apply(&eo, &be, be_auto);
-    enum ft_status st = ft_session_open(&b.s, model, synthetic, (int)threads, &eo);
+    /* the configurations: every --vram-limit value with every --moe-backend value */
+    const char *vals[2][MAX_LIST];
+    int nv[2] = {1, 1};
+    vals[0][0] = vals[1][0] = NULL;
+    for (int li = 0; li < 2; li++)
+        if (lists[li][0] && (nv[li] = split_list(lists[li], vals[li])) <= 0)
+            return ft_cli_usage_error("bench", "%s: give 1 to %d comma-separated values", list_flag[li], MAX_LIST);
+    int n_cfg = nv[0] * nv[1];
+    struct ft_engine_opts cfg[MAX_LIST * MAX_LIST];
+    for (int c = 0; c < n_cfg; c++) {
+        struct ft_engine_opts bc = be;
+        int ba = be_auto;
+        for (int li = 0; li < 2; li++) {
+            const char *v = vals[li][li ? c % nv[1] : c / nv[1]];
+            char *av[3] = {"bench", (char *)list_flag[li], (char *)v};
+            int ai = 1;
+            if (v && ft_cli_backend_flag("bench", 3, av, &ai, &bc, &ba) < 0) return 2;
+        }
+        cfg[c] = eo;
+        ft_cli_backend_apply(&cfg[c], &bc, ba);
+    }
+    enum ft_status st = ft_session_open(&b.s, model, synthetic, (int)threads, &cfg[0]);
     if (st != FT_OK) return ft_cli_fail(st);
     b.threads = ft_pool_size(b.s.pool);
     b.dram_gbps = ft_cpu_dram_read_gbps(b.s.pool, (size_t)1 << 30, 3);
     int gpu = strcmp(ft_engine_backend(b.s.engine), "cpu") != 0;
-    b.ceiling_gbps = gpu ? ft_gpu_hbm_gbps() : b.dram_gbps;
     const struct ft_model *m = b.s.model;
     printf("model: %s, %.2f B params (%.2f B active per token), %.2f MiB per expert; "
            "%d threads, ISA %s, CPU activations %s\n", m->label, m->n_params / 1e9,
            m->n_params_active / 1e9, m->expert_bytes / 1048576.0, b.threads,
            ft_cpu_isa_name(ft_cpu_isa()),
            gpu && strcmp(ft_engine_backend(b.s.engine), "offload") ? "unused (all on the GPU)"
-           : eo.cpu_act_fast ? "fast (int8/bf16)" : "f32");
-    if (gpu)
-        printf("ceiling: GPU HBM %.0f GB/s (device-to-device copy, read + write, measured now); "
-               "engine holds %.2f GiB of device memory\n\n", b.ceiling_gbps,
-               ft_engine_vram_used(b.s.engine) / 1073741824.0);
-    else
-        printf("ceiling: host DRAM read %.1f GB/s (measured now, %d threads, 1 GiB buffer)\n\n",
-               b.dram_gbps, b.threads);
-    printf("| model | backend | threads | routing | test | t/s | weights/token | GB/s | of ceiling | "
-           "experts/layer/step |\n|---|---|---:|---|---|---:|---:|---:|---:|---:|\n");
-    ft_engine_offload_stats(b.s.engine, &b.last);
-    st = run(&b, (int)p, (int)n, (int)reps, (uint64_t)seed);
-    if (b.last.active)
-        printf("\noffload: %d expert slots; %s(warm-up included in the first row's counts)\n"
-               "expert copies at %.1f GB/s against the %.1f GB/s pinned host-to-device copy "
-               "measured at startup; %ld copies failed verification and were repaired\n",
-               b.last.n_slots, b.notes, b.last.copy_gbps, b.last.pcie_gbps, b.last.repaired);
+           : cfg[0].cpu_act_fast ? "fast (int8/bf16)" : "f32");
+    for (int c = 0; c < n_cfg && st == FT_OK; c++) {
+        if (n_cfg > 1) { /* which combination this table is */
+            printf("%s### configuration %d of %d:", c ? "\n" : "", c + 1, n_cfg);
+            for (int li = 0; li < 2; li++)
+                if (vals[li][0]) printf(" %s %s", list_flag[li], vals[li][li ? c % nv[1] : c / nv[1]]);
+            printf("\n");
+            fflush(stdout);
+        }
+        if (c > 0 && (st = ft_session_reopen(&b.s, &cfg[c])) != FT_OK) break;
+        st = bench_table(&b, p, n, reps, seed);
+    }
     ft_session_close(&b.s);
     return st == FT_OK ? 0 : ft_cli_fail(st);
 }

@@ -1,0 +1,66 @@
+/* test_cli_bench.c — `ft bench` as a user runs it (the ft binary through popen): comma lists
+ * of --vram-limit / --moe-backend give one table per combination on one loaded model, in
+ * order, each from a new engine; a bad value in a list fails before anything loads, naming
+ * the flag and the value. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "test.h"
+
+/* Runs cmd, its stdout and stderr into out (truncated to cap); returns the exit status. */
+static int run(const char *cmd, char *out, size_t cap) {
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int rc = pclose(f);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int count(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+static char g_out[1 << 16];
+
+TEST(bench_lists_give_one_table_per_combination) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny -p 4 -n 4 -r 1 -t 1 --backend cpu "
+             "--moe-backend hybrid,cpu,offload 2>&1", FT_BIN);
+    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 0);
+    EXPECT_EQ(count(g_out, "### configuration "), 3);
+    const char *a = strstr(g_out, "### configuration 1 of 3: --moe-backend hybrid");
+    const char *b = strstr(g_out, "### configuration 2 of 3: --moe-backend cpu");
+    const char *c = strstr(g_out, "### configuration 3 of 3: --moe-backend offload");
+    EXPECT(a && b && c && a < b && b < c);
+    EXPECT_EQ(count(g_out, "| tg4 |"), 3);
+    EXPECT_EQ(count(g_out, "| pp4 |"), 3);
+    EXPECT_EQ(count(g_out, "generating"), 1); /* the model made and loaded once */
+    EXPECT_EQ(count(g_out, "loaded synthetic:tiny"), 1);
+    /* a single value: one table, no configuration lines (as before) */
+    snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny -p 0 -n 4 -r 1 -t 1 --backend cpu "
+             "--moe-backend cpu 2>&1", FT_BIN);
+    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 0);
+    EXPECT_EQ(count(g_out, "### configuration"), 0);
+    EXPECT_EQ(count(g_out, "| tg4 |"), 1);
+}
+
+TEST(bench_list_errors_name_the_flag_and_value) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny --backend cpu --moe-backend hybrid,bogus 2>&1", FT_BIN);
+    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
+    EXPECT(strstr(g_out, "--moe-backend: 'bogus' is not hybrid, offload, cpu or auto") != NULL);
+    EXPECT(strstr(g_out, "loaded") == NULL); /* nothing loaded */
+    snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny --vram-limit 12G,1K 2>&1", FT_BIN);
+    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
+    EXPECT(strstr(g_out, "--vram-limit: '1K' is not a size of at least 256M") != NULL);
+    snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny --vram-limit 1G,2G,3G,4G,5G,6G,7G,8G,9G 2>&1", FT_BIN);
+    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
+    EXPECT(strstr(g_out, "--vram-limit: give 1 to 8 comma-separated values") != NULL);
+}
+
+TEST_MAIN("cli_bench")
