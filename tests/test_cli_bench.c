@@ -1,7 +1,8 @@
 /* test_cli_bench.c — `ft bench` as a user runs it (the ft binary through popen): comma lists
- * of --vram-limit / --moe-backend give one table per combination on one loaded model, in
- * order, each from a new engine; a bad value in a list fails before anything loads, naming
- * the flag and the value. */
+ * of --vram-limit / --moe-backend and --env's switch settings give one table per combination
+ * on one loaded model, in order, each from a new engine, --cycles times over; a bad value
+ * fails before anything loads, naming the flag and the value. (That a reload makes switches
+ * read their variables again is test_threadpool's switch_caches_until_reload.) */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>
@@ -49,6 +50,28 @@ TEST(bench_lists_give_one_table_per_combination) {
     EXPECT_EQ(count(g_out, "| tg4 |"), 1);
 }
 
+TEST(bench_env_configurations_alternate_over_cycles) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny -p 0 -n 4 -r 1 -t 1 --backend cpu "
+             "--moe-backend hybrid,cpu --env 'FT_EXEC_GUIDE=0 FT_EXEC_TILE_KB=64/' --cycles 2 2>&1", FT_BIN);
+    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 0);
+    static const char *want[] = {
+        "### configuration 1 of 4: --moe-backend hybrid --env 'FT_EXEC_GUIDE=0 FT_EXEC_TILE_KB=64' (cycle 1 of 2)",
+        "### configuration 2 of 4: --moe-backend hybrid --env '' (cycle 1 of 2)",
+        "### configuration 3 of 4: --moe-backend cpu --env 'FT_EXEC_GUIDE=0 FT_EXEC_TILE_KB=64' (cycle 1 of 2)",
+        "### configuration 4 of 4: --moe-backend cpu --env '' (cycle 1 of 2)",
+        "### configuration 1 of 4: --moe-backend hybrid --env 'FT_EXEC_GUIDE=0 FT_EXEC_TILE_KB=64' (cycle 2 of 2)",
+        "### configuration 4 of 4: --moe-backend cpu --env '' (cycle 2 of 2)"};
+    const char *at = g_out;
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        const char *f = strstr(at, want[i]);
+        CHECK_(f != NULL, "missing, or out of order: %s", want[i]);
+        if (f) at = f;
+    }
+    EXPECT_EQ(count(g_out, "| tg4 |"), 8);
+    EXPECT_EQ(count(g_out, "loaded synthetic:tiny"), 1);
+}
+
 TEST(bench_list_errors_name_the_flag_and_value) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny --backend cpu --moe-backend hybrid,bogus 2>&1", FT_BIN);
@@ -61,6 +84,12 @@ TEST(bench_list_errors_name_the_flag_and_value) {
     snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny --vram-limit 1G,2G,3G,4G,5G,6G,7G,8G,9G 2>&1", FT_BIN);
     EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
     EXPECT(strstr(g_out, "--vram-limit: give 1 to 8 comma-separated values") != NULL);
+    snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny --env 'FT_X=1/FT_Y' 2>&1", FT_BIN);
+    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
+    EXPECT(strstr(g_out, "--env: give up to 8 configurations of NAME=VALUE words") != NULL);
+    snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny --cycles 0 2>&1", FT_BIN);
+    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
+    EXPECT(strstr(g_out, "--cycles") != NULL);
 }
 
 TEST_MAIN("cli_bench")

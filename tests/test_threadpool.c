@@ -43,6 +43,23 @@ static void sink(void *ctx, enum ft_log_level lvl, const char *line) {
     if (strstr(line, "cpu pool:")) snprintf(g_line, sizeof g_line, "%s", line);
 }
 
+/* A hot-path switch: read once, cached through changes of its variable, read again after a
+ * reload (ft bench's --env configurations). */
+TEST(switch_caches_until_reload) {
+    static struct ft_switch sw = FT_SWITCH("FT_TEST_SWITCH", 5);
+    unsetenv("FT_TEST_SWITCH");
+    ft_sys_switches_reload();
+    EXPECT_EQ(ft_sys_switch(&sw), 5);
+    setenv("FT_TEST_SWITCH", "9", 1);
+    EXPECT_EQ(ft_sys_switch(&sw), 5); /* cached */
+    ft_sys_switches_reload();
+    EXPECT_EQ(ft_sys_switch(&sw), 9);
+    unsetenv("FT_TEST_SWITCH");
+    EXPECT_EQ(ft_sys_switch(&sw), 9);
+    ft_sys_switches_reload();
+    EXPECT_EQ(ft_sys_switch(&sw), 5);
+}
+
 /* The measuring switches' reader: a number, or the default when unset, empty or not numeric. */
 TEST(env_int_reads_numbers_else_default) {
     unsetenv("FT_TEST_ENV_INT");

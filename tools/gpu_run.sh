@@ -33,6 +33,8 @@
 #   sampab   #5 sampled decode on 12 layers: greedy; t 0.8 and Qwen's defaults, each on the
 #            device and on the host (FT_ENGINE_DRAW=0), alternated; 48 layers   -> sampab.log
 #   hybab    #8 hybrid at 30G: as built vs ft_old (OLD_REV), alternated       -> hybab.log
+#   hybenv   #8 hybrid at 30G, the defaults against each AB_ENVS setting, in one process
+#            (ft bench --env/--cycles; one ~48 s load instead of one a run)   -> hybenv.log
 #   hyb3     #8 hybrid / cpu / offload at 12G, 24G, 30G (tg64), one process      -> hyb3.log
 #   hyb3x    the same, one process per combination (~60 s each: the load)         -> hyb3.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
@@ -245,6 +247,16 @@ for part in "$@"; do
     lat)
         step lat.log 120 $G/bench_latency 2000
         ;;
+    hybenv)
+        # #8 at 30G in one process (one load): the defaults and each of AB_ENVS's settings
+        # (e.g. AB_ENVS="FT_SPAN_GATE=1 FT_EXEC_FUSED=1"), alternated AB_CYCLES times (default 3),
+        # each with FT_STEP_TIMING=1. Switches read once per process (FT_PDL, FT_GEMV_SPLITK,
+        # FT_MOE_TM, FT_THP, FT_POOL_*) need hybab's one process per run instead.
+        envs=""
+        for e in ${AB_ENVS:-}; do envs="$envs/$e"; done
+        FT_STEP_TIMING=1 step hybenv.log 580 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 128 -r 1 \
+            --backend offload --vram-limit 30G --moe-backend hybrid --env "${envs#/}/" --cycles "${AB_CYCLES:-3}"
+        ;;
     hyb3)
         # #8's last condition: hybrid never more than 5% below the better of cpu and offload, at
         # 12G, 24G and 30G (uniform routing; -p 64: the cpu backend fills its cache in prefill),
@@ -281,7 +293,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, hyb3, hyb3x, lat, execab, bw)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, hyb3, hyb3x, hybenv, lat, execab, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

@@ -42,7 +42,10 @@ static const char k_usage[] =
     "  --temp T [--top-k K] [--top-p P] [--min-p P]  tgN samples (as ft serve does) instead\n"
     "                       of decoding greedily\n"
     "  --vram-limit A,B,..  --moe-backend A,B,..  comma lists: one table per combination, each\n"
-    "                       a new engine on the same loaded model (and its pinned banks)\n";
+    "                       a new engine on the same loaded model (and its pinned banks)\n"
+    "  --env 'FT_X=1 FT_Y=0/FT_X=0/'  measuring-switch settings per configuration ('/'\n"
+    "                       between them; empty: the defaults), combined with the lists\n"
+    "  --cycles N           the combinations N times over, alternated (default 1)\n";
 
 static int parse_routing(const char *s, struct ft_engine_opts *eo) {
     eo->routing_param = 0;
@@ -270,7 +273,7 @@ static enum ft_status bench_table(struct bench *b, long p, long n, long reps, lo
 }
 
 /* --vram-limit / --moe-backend given as comma lists: the values, split in place */
-enum { MAX_LIST = 8 };
+enum { MAX_LIST = 8, MAX_ENV_VARS = 16 };
 static int split_list(char *v, const char **out) {
     int n = 0;
     for (char *t = strtok(v, ","); t; t = strtok(NULL, ",")) {
@@ -280,13 +283,59 @@ static int split_list(char *v, const char **out) {
     return n;
 }
 
+/* --env: configurations split at '/', each its NAME=VALUE words split at spaces (in place);
+ * every name any configuration sets is in names (n_names). Returns the configurations, or -1
+ * (a word without '=', too many). */
+struct env_cfg {
+    int n;
+    char *name[MAX_ENV_VARS], *value[MAX_ENV_VARS];
+};
+static int parse_env(char *v, struct env_cfg *out, const char **names, int *n_names) {
+    int n = 0;
+    *n_names = 0;
+    for (char *cfg = v;; n++) {
+        char *slash = strchr(cfg, '/');
+        if (slash) *slash = 0;
+        if (n == MAX_LIST) return -1;
+        out[n].n = 0;
+        for (char *save = NULL, *w = strtok_r(cfg, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+            char *eq = strchr(w, '=');
+            if (!eq || eq == w || out[n].n == MAX_ENV_VARS) return -1;
+            *eq = 0;
+            out[n].name[out[n].n] = w, out[n].value[out[n].n++] = eq + 1;
+            int known = 0;
+            for (int k = 0; k < *n_names; k++) known |= !strcmp(names[k], w);
+            if (!known) {
+                if (*n_names == MAX_ENV_VARS) return -1;
+                names[(*n_names)++] = w;
+            }
+        }
+        if (!slash) return n + 1;
+        cfg = slash + 1;
+    }
+}
+
+/* Sets configuration c's variables; the others any configuration sets go back to what they
+ * were when ft started (orig; NULL: unset); then every ft_switch reads again. */
+static void apply_env(const struct env_cfg *c, const char **names, char **orig, int n_names) {
+    for (int k = 0; k < n_names; k++) {
+        const char *v = orig[k];
+        for (int j = 0; c && j < c->n; j++)
+            if (!strcmp(c->name[j], names[k])) v = c->value[j];
+        if (v) setenv(names[k], v, 1);
+        else unsetenv(names[k]);
+    }
+    ft_sys_switches_reload();
+}
+
 int ft_cmd_bench(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "bw")) return ft_cmd_bench_bw(argc - 1, argv + 1);
     struct ft_engine_opts be;
     int be_auto;
     ft_cli_backend_init(&be, &be_auto);
     const char *model = NULL, *synthetic = NULL, *routing = NULL;
-    long p = 512, n = 128, reps = 3, threads = 0, seed = 1, batch = 2048, top_k = 0;
+    long p = 512, n = 128, reps = 3, threads = 0, seed = 1, batch = 2048, top_k = 0, cycles = 1;
+    char env_arg[1024] = "";
     struct ft_sampling smp = ft_sampling_default();
     smp.temperature = 0; /* greedy unless --temp */
     char lists[2][256] = {"", ""}; /* --vram-limit, --moe-backend given as lists */
@@ -333,6 +382,13 @@ int ft_cmd_bench(int argc, char **argv) {
             *f = (float)d;
         } else if (!strcmp(a, "--top-k")) {
             target = &top_k, lo = 0, hi = 1 << 24;
+        } else if (!strcmp(a, "--cycles")) {
+            target = &cycles, lo = 1, hi = 20;
+        } else if (!strcmp(a, "--env")) {
+            const char *v = ft_cli_value(argc, argv, &i);
+            if (!v) return 2;
+            if (strlen(v) >= sizeof env_arg) return ft_cli_usage_error("bench", "--env: too long");
+            snprintf(env_arg, sizeof env_arg, "%s", v);
         } else {
             return ft_cli_usage_error("bench", "unknown option '%s'", a);
         }
@@ -358,13 +414,26 @@ int ft_cmd_bench(int argc, char **argv) {
     for (int li = 0; li < 2; li++)
         if (lists[li][0] && (nv[li] = split_list(lists[li], vals[li])) <= 0)
             return ft_cli_usage_error("bench", "%s: give 1 to %d comma-separated values", list_flag[li], MAX_LIST);
-    int n_cfg = nv[0] * nv[1];
-    struct ft_engine_opts cfg[MAX_LIST * MAX_LIST];
+    struct env_cfg envs[MAX_LIST];
+    const char *env_names[MAX_ENV_VARS];
+    char *env_orig[MAX_ENV_VARS];
+    int n_env = 1, n_names = 0;
+    envs[0].n = 0;
+    if (env_arg[0] && (n_env = parse_env(env_arg, envs, env_names, &n_names)) <= 0)
+        return ft_cli_usage_error("bench", "--env: give up to %d configurations of NAME=VALUE words "
+                                  "(up to %d names), separated by '/'", MAX_LIST, MAX_ENV_VARS);
+    for (int k = 0; k < n_names; k++) {
+        const char *o = getenv(env_names[k]);
+        env_orig[k] = o ? strdup(o) : NULL;
+    }
+    /* combination c: vram c / (nv[1] * n_env), moe backend (c / n_env) % nv[1], env c % n_env */
+    int n_cfg = nv[0] * nv[1] * n_env;
+    struct ft_engine_opts cfg[MAX_LIST * MAX_LIST * MAX_LIST];
     for (int c = 0; c < n_cfg; c++) {
         struct ft_engine_opts bc = be;
         int ba = be_auto;
         for (int li = 0; li < 2; li++) {
-            const char *v = vals[li][li ? c % nv[1] : c / nv[1]];
+            const char *v = vals[li][li ? (c / n_env) % nv[1] : c / (nv[1] * n_env)];
             char *av[3] = {"bench", (char *)list_flag[li], (char *)v};
             int ai = 1;
             if (v && ft_cli_backend_flag("bench", 3, av, &ai, &bc, &ba) < 0) return 2;
@@ -372,6 +441,7 @@ int ft_cmd_bench(int argc, char **argv) {
         cfg[c] = eo;
         ft_cli_backend_apply(&cfg[c], &bc, ba);
     }
+    if (n_names) apply_env(&envs[0], env_names, env_orig, n_names);
     enum ft_status st = ft_session_open(&b.s, model, synthetic, (int)threads, &cfg[0]);
     if (st != FT_OK) return ft_cli_fail(st);
     b.threads = ft_pool_size(b.s.pool);
@@ -384,17 +454,30 @@ int ft_cmd_bench(int argc, char **argv) {
            ft_cpu_isa_name(ft_cpu_isa()),
            gpu && strcmp(ft_engine_backend(b.s.engine), "offload") ? "unused (all on the GPU)"
            : cfg[0].cpu_act_fast ? "fast (int8/bf16)" : "f32");
-    for (int c = 0; c < n_cfg && st == FT_OK; c++) {
-        if (n_cfg > 1) { /* which combination this table is */
-            printf("%s### configuration %d of %d:", c ? "\n" : "", c + 1, n_cfg);
+    for (int k = 0; k < n_cfg * (int)cycles && st == FT_OK; k++) {
+        const int c = k % n_cfg;
+        if (n_cfg * cycles > 1) { /* which combination this table is */
+            printf("%s### configuration %d of %d:", k ? "\n" : "", c + 1, n_cfg);
             for (int li = 0; li < 2; li++)
-                if (vals[li][0]) printf(" %s %s", list_flag[li], vals[li][li ? c % nv[1] : c / nv[1]]);
+                if (vals[li][0])
+                    printf(" %s %s", list_flag[li], vals[li][li ? (c / n_env) % nv[1] : c / (nv[1] * n_env)]);
+            if (n_names) {
+                printf(" --env '");
+                for (int j = 0; j < envs[c % n_env].n; j++)
+                    printf("%s%s=%s", j ? " " : "", envs[c % n_env].name[j], envs[c % n_env].value[j]);
+                printf("'");
+            }
+            if (cycles > 1) printf(" (cycle %d of %ld)", k / n_cfg + 1, cycles);
             printf("\n");
             fflush(stdout);
         }
-        if (c > 0 && (st = ft_session_reopen(&b.s, &cfg[c])) != FT_OK) break;
+        if (k > 0) {
+            if (n_names) apply_env(&envs[c % n_env], env_names, env_orig, n_names);
+            if ((st = ft_session_reopen(&b.s, &cfg[c])) != FT_OK) break;
+        }
         st = bench_table(&b, p, n, reps, seed);
     }
     ft_session_close(&b.s);
+    for (int k = 0; k < n_names; k++) free(env_orig[k]);
     return st == FT_OK ? 0 : ft_cli_fail(st);
 }

@@ -124,6 +124,19 @@ void ft_sys_free_pages(void *p, size_t bytes) {
     if (p) munmap(p, bytes ? bytes : 1);
 }
 
+static unsigned g_switch_gen = 1;
+
+int ft_sys_switch(struct ft_switch *s) {
+    unsigned g = __atomic_load_n(&g_switch_gen, __ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&s->gen, __ATOMIC_ACQUIRE) == g) return __atomic_load_n(&s->value, __ATOMIC_RELAXED);
+    int v = ft_sys_env_int(s->name, s->dflt); /* racing readers store the same value */
+    __atomic_store_n(&s->value, v, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->gen, g, __ATOMIC_RELEASE);
+    return v;
+}
+
+void ft_sys_switches_reload(void) { __atomic_add_fetch(&g_switch_gen, 1, __ATOMIC_ACQ_REL); }
+
 int ft_sys_env_int(const char *name, int dflt) {
     const char *v = getenv(name);
     char *end;

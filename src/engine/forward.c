@@ -622,9 +622,8 @@ int ft_engine_max_chunk(const struct ft_engine *e) { return e->opts.max_chunk; }
 int ft_engine_on_gpu(const struct ft_engine *e) { return e->gpu != NULL; }
 
 int ft_engine_draws_on_device(const struct ft_engine *e) {
-    static int env = -1;
-    if (env < 0) env = ft_sys_env_int("FT_ENGINE_DRAW", 1) != 0;
-    return e->gpu != NULL && env;
+    static struct ft_switch draw = FT_SWITCH("FT_ENGINE_DRAW", 1);
+    return e->gpu != NULL && ft_sys_switch(&draw) != 0;
 }
 
 void ft_engine_draw_stats(const struct ft_engine *e, long *rows, long *on_host) {

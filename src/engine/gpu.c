@@ -661,16 +661,14 @@ static enum ft_status offload_experts(struct ft_gpu *g, const struct gpu_layer *
  * step on the H200 (FT_GPU_PROFILE). Alternated at 30G (2026-11-30): 39.4 / 40.3 tok/s against
  * 37.9 / 27.3 issuing first. FT_HYBRID_OVERLAP=0 issues first. */
 static int hybrid_overlap(void) {
-    static int v = -1;
-    if (v < 0) v = ft_sys_env_int("FT_HYBRID_OVERLAP", 1) != 0;
-    return v;
+    static struct ft_switch sw = FT_SWITCH("FT_HYBRID_OVERLAP", 1);
+    return ft_sys_switch(&sw) != 0;
 }
 
 /* span_run's graphs are on for this step size */
 static int span_graphs(const struct ft_gpu *g, int T) {
-    static int on = -1;
-    if (on < 0) on = ft_sys_env_int("FT_SPAN_GRAPHS", 1) != 0;
-    return g->off && on && g->o.graphs && !g->prof && T <= MAX_GRAPH_T;
+    static struct ft_switch sw = FT_SWITCH("FT_SPAN_GRAPHS", 1);
+    return g->off && ft_sys_switch(&sw) && g->o.graphs && !g->prof && T <= MAX_GRAPH_T;
 }
 
 /* A span's graph: per batch size, start layer and gating; span_keys of them */

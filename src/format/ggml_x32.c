@@ -571,16 +571,11 @@ INL512 void chunk_dot512(const int f, const int vnni, const struct wchunk512 *k,
  * 2026-11-30, alternated three times): MXFP4 9.5-12.1 GB/s at 4096, 12.2-13.1 at 16384;
  * NVFP4 9.4-9.6 -> 10.1-11.2; two threads (DRAM-bound there) unchanged. */
 enum { PF_AHEAD = 16384 };
-/* FT_X32_PF (bytes) overrides PF_AHEAD, for measuring on other hosts; cached on first use (a
- * racing first call stores the same value) */
+/* FT_X32_PF (bytes) overrides PF_AHEAD, for measuring on other hosts (an ft_switch) */
 static int pf_ahead(void) {
-    static int v = -1; /* relaxed atomics: the racing first calls store the same value */
-    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
-    if (r < 0) {
-        r = ft_sys_env_int("FT_X32_PF", 0) > 0 ? ft_sys_env_int("FT_X32_PF", 0) : PF_AHEAD;
-        __atomic_store_n(&v, r, __ATOMIC_RELAXED);
-    }
-    return r;
+    static struct ft_switch sw = FT_SWITCH("FT_X32_PF", 0);
+    int r = ft_sys_switch(&sw);
+    return r > 0 ? r : PF_AHEAD;
 }
 
 /* Prefetches the row bytes of blocks c .. c + n - 1, pf bytes further on. */
@@ -626,20 +621,16 @@ INL512 void row512(const int f, const int vnni, struct wrow r, int64_t nb, const
             _mm512_reduce_add_ps(acc[t]) + (has_min(f) ? _mm512_reduce_add_ps(accm[t]) : 0.0f);
 }
 
-/* FT_X32_PAIR=0 turns row512_pair off (for measuring); cached on first use. */
+/* FT_X32_PAIR=0 turns row512_pair off (for measuring; an ft_switch). */
 static int pair_rows(void) {
-    static int v = -1;
-    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
-    if (r < 0) __atomic_store_n(&v, r = ft_sys_env_int("FT_X32_PAIR", 1) != 0, __ATOMIC_RELAXED);
-    return r;
+    static struct ft_switch sw = FT_SWITCH("FT_X32_PAIR", 1);
+    return ft_sys_switch(&sw) != 0;
 }
 
-/* FT_X32_PAIR_FULL=0: rows of whole chunks one at a time (for measuring); cached on first use */
+/* FT_X32_PAIR_FULL=0: rows of whole chunks one at a time (for measuring; an ft_switch) */
 static int pair_full_rows(void) {
-    static int v = -1;
-    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
-    if (r < 0) __atomic_store_n(&v, r = ft_sys_env_int("FT_X32_PAIR_FULL", 1) != 0, __ATOMIC_RELAXED);
-    return r;
+    static struct ft_switch sw = FT_SWITCH("FT_X32_PAIR_FULL", 1);
+    return ft_sys_switch(&sw) != 0;
 }
 
 /* Two rows of one token whose last chunks hold tb = nb % 16 <= 8 blocks (or none) (Qwen3-30B-A3B's down

@@ -30,17 +30,16 @@
 enum { TILE_BYTES = 32 << 10, TILE_MIN = 8, TILE_MAX = 512 };
 
 static int min_rows(size_t row_bytes) {
-    static int kb = -1;
-    if (kb < 0) kb = FT_MAX(ft_sys_env_int("FT_EXEC_TILE_KB", 0), 0);
+    static struct ft_switch sw = FT_SWITCH("FT_EXEC_TILE_KB", 0);
+    const int kb = FT_MAX(ft_sys_switch(&sw), 0);
     size_t target = kb > 0 ? (size_t)kb << 10 : TILE_BYTES;
     int t = (int)(target / (row_bytes ? row_bytes : 1));
     return t < TILE_MIN ? TILE_MIN : t > TILE_MAX ? TILE_MAX : t;
 }
 
 static int guided(void) {
-    static int g = -1;
-    if (g < 0) g = ft_sys_env_int("FT_EXEC_GUIDE", 1) != 0;
-    return g;
+    static struct ft_switch sw = FT_SWITCH("FT_EXEC_GUIDE", 1);
+    return ft_sys_switch(&sw) != 0;
 }
 
 struct ft_moe_exec {

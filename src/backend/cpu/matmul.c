@@ -70,12 +70,10 @@ INL512 __m512 ld512m(const void *w, int i, enum ft_dtype wt, __mmask16 m) {
 }
 
 /* FT_BF16_PF=0: decode's 8-row tiles (bf16/f16/f32 weights) without the next tile's
- * prefetch (for measuring); cached on first use */
+ * prefetch (for measuring; an ft_switch) */
 static int bf_prefetch(void) {
-    static int v = -1;
-    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
-    if (r < 0) __atomic_store_n(&v, r = ft_sys_env_int("FT_BF16_PF", 1) != 0, __ATOMIC_RELAXED);
-    return r;
+    static struct ft_switch sw = FT_SWITCH("FT_BF16_PF", 1);
+    return ft_sys_switch(&sw) != 0;
 }
 
 /* The accumulators of a tile are named variables, not an array: clang keeps an array of
