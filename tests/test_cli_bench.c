@@ -73,23 +73,22 @@ TEST(bench_env_configurations_alternate_over_cycles) {
 }
 
 TEST(bench_list_errors_name_the_flag_and_value) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny --backend cpu --moe-backend hybrid,bogus 2>&1", FT_BIN);
-    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
-    EXPECT(strstr(g_out, "--moe-backend: 'bogus' is not hybrid, offload, cpu or auto") != NULL);
-    EXPECT(strstr(g_out, "loaded") == NULL); /* nothing loaded */
-    snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny --vram-limit 12G,1K 2>&1", FT_BIN);
-    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
-    EXPECT(strstr(g_out, "--vram-limit: '1K' is not a size of at least 256M") != NULL);
-    snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny --vram-limit 1G,2G,3G,4G,5G,6G,7G,8G,9G 2>&1", FT_BIN);
-    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
-    EXPECT(strstr(g_out, "--vram-limit: give 1 to 8 comma-separated values") != NULL);
-    snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny --env 'FT_X=1/FT_Y' 2>&1", FT_BIN);
-    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
-    EXPECT(strstr(g_out, "--env: give up to 8 configurations of NAME=VALUE words") != NULL);
-    snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny --cycles 0 2>&1", FT_BIN);
-    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
-    EXPECT(strstr(g_out, "--cycles") != NULL);
+    /* each: the arguments after --synthetic tiny, and what the one-line error says; exit 2 and
+     * nothing loaded */
+    static const char *cases[][2] = {
+        {"--backend cpu --moe-backend hybrid,bogus", "--moe-backend: 'bogus' is not hybrid, offload, cpu or auto"},
+        {"--vram-limit 12G,1K", "--vram-limit: '1K' is not a size of at least 256M"},
+        {"--vram-limit 1G,2G,3G,4G,5G,6G,7G,8G,9G", "--vram-limit: give 1 to 8 comma-separated values"},
+        {"--env 'FT_X=1/FT_Y'", "--env: give up to 8 configurations of NAME=VALUE words"},
+        {"--cycles 0", "--cycles"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny %s 2>&1", FT_BIN, cases[i][0]);
+        EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
+        CHECK_(strstr(g_out, cases[i][1]) != NULL, "%s: no '%s' in: %s", cases[i][0], cases[i][1], g_out);
+        CHECK_(strstr(g_out, "loaded") == NULL, "%s: loaded a model", cases[i][0]);
+    }
 }
 
 TEST_MAIN("cli_bench")
