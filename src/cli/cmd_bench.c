@@ -454,7 +454,8 @@ int ft_cmd_bench(int argc, char **argv) {
            ft_cpu_isa_name(ft_cpu_isa()),
            gpu && strcmp(ft_engine_backend(b.s.engine), "offload") ? "unused (all on the GPU)"
            : cfg[0].cpu_act_fast ? "fast (int8/bf16)" : "f32");
-    for (int k = 0; k < n_cfg * (int)cycles && st == FT_OK; k++) {
+    enum ft_status failed = FT_OK; /* a configuration that failed; the others still run */
+    for (int k = 0; k < n_cfg * (int)cycles; k++) {
         const int c = k % n_cfg;
         if (n_cfg * cycles > 1) { /* which combination this table is */
             printf("%s### configuration %d of %d:", k ? "\n" : "", c + 1, n_cfg);
@@ -473,11 +474,19 @@ int ft_cmd_bench(int argc, char **argv) {
         }
         if (k > 0) {
             if (n_names) apply_env(&envs[c % n_env], env_names, env_orig, n_names);
-            if ((st = ft_session_reopen(&b.s, &cfg[c])) != FT_OK) break;
+            st = ft_session_reopen(&b.s, &cfg[c]);
         }
-        st = bench_table(&b, p, n, reps, seed);
+        if (st == FT_OK) st = bench_table(&b, p, n, reps, seed);
+        if (st != FT_OK && n_cfg * cycles > 1) { /* say so, and go on with the next one */
+            fflush(stdout);
+            fprintf(stderr, "ft bench: configuration %d of %d failed: %s\n", c + 1, n_cfg,
+                    ft_error()[0] ? ft_error() : ft_status_str(st));
+            failed = st, st = FT_OK;
+        }
+        if (st != FT_OK) break;
     }
     ft_session_close(&b.s);
     for (int k = 0; k < n_names; k++) free(env_orig[k]);
+    if (st == FT_OK && failed != FT_OK) return ft_cli_exit_code(failed);
     return st == FT_OK ? 0 : ft_cli_fail(st);
 }
