@@ -6,6 +6,7 @@
 #include "backend/cpu/ops.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "engine/gpu.h"
 #include "mem/residency.h"
 #include "model/arch.h"
 
@@ -21,7 +22,8 @@ enum ft_status ft_session_open(struct ft_session *s, const char *model_dir, cons
         st = ft_model_synthetic(synthetic, s->pool, eo->seed ? eo->seed : 1, &s->model);
         /* offload: the banks pinned for the model, as a checkpoint's loader does, so that every
          * engine opened on it (ft bench's configurations) keeps the same pins */
-        if (st == FT_OK && eo->backend == FT_BACKEND_OFFLOAD && (s->model->arch->flags & FT_ARCH_MOE)) {
+        if (st == FT_OK && eo->backend == FT_BACKEND_OFFLOAD && (s->model->arch->flags & FT_ARCH_MOE) &&
+            ft_gpu_available()) { /* (no GPU: the engine says so next) */
             st = ft_residency_plan(s->model, &ro, &s->model->residency);
             if (st == FT_OK) st = ft_residency_apply(s->model->residency, s->model);
         }
