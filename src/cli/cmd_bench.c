@@ -422,24 +422,26 @@ int ft_cmd_bench(int argc, char **argv) {
     if (env_arg[0] && (n_env = parse_env(env_arg, envs, env_names, &n_names)) <= 0)
         return ft_cli_usage_error("bench", "--env: give up to %d configurations of NAME=VALUE words "
                                   "(up to %d names), separated by '/'", MAX_LIST, MAX_ENV_VARS);
-    for (int k = 0; k < n_names; k++) {
-        const char *o = getenv(env_names[k]);
-        env_orig[k] = o ? strdup(o) : NULL;
-    }
-    /* combination c: vram c / (nv[1] * n_env), moe backend (c / n_env) % nv[1], env c % n_env */
+    /* combination c: vram c / (nv[1] * n_env), moe backend (c / n_env) % nv[1], env c % n_env;
+     * cfg_val: its list values (NULL: that flag was no list) */
     int n_cfg = nv[0] * nv[1] * n_env;
     struct ft_engine_opts cfg[MAX_LIST * MAX_LIST * MAX_LIST];
+    const char *cfg_val[MAX_LIST * MAX_LIST * MAX_LIST][2];
     for (int c = 0; c < n_cfg; c++) {
         struct ft_engine_opts bc = be;
         int ba = be_auto;
+        cfg_val[c][0] = vals[0][c / (nv[1] * n_env)], cfg_val[c][1] = vals[1][(c / n_env) % nv[1]];
         for (int li = 0; li < 2; li++) {
-            const char *v = vals[li][li ? (c / n_env) % nv[1] : c / (nv[1] * n_env)];
-            char *av[3] = {"bench", (char *)list_flag[li], (char *)v};
+            char *av[3] = {"bench", (char *)list_flag[li], (char *)cfg_val[c][li]};
             int ai = 1;
-            if (v && ft_cli_backend_flag("bench", 3, av, &ai, &bc, &ba) < 0) return 2;
+            if (cfg_val[c][li] && ft_cli_backend_flag("bench", 3, av, &ai, &bc, &ba) < 0) return 2;
         }
         cfg[c] = eo;
         ft_cli_backend_apply(&cfg[c], &bc, ba);
+    }
+    for (int k = 0; k < n_names; k++) {
+        const char *o = getenv(env_names[k]);
+        env_orig[k] = o ? strdup(o) : NULL;
     }
     if (n_names) apply_env(&envs[0], env_names, env_orig, n_names);
     enum ft_status st = ft_session_open(&b.s, model, synthetic, (int)threads, &cfg[0]);
@@ -460,8 +462,7 @@ int ft_cmd_bench(int argc, char **argv) {
         if (n_cfg * cycles > 1) { /* which combination this table is */
             printf("%s### configuration %d of %d:", k ? "\n" : "", c + 1, n_cfg);
             for (int li = 0; li < 2; li++)
-                if (vals[li][0])
-                    printf(" %s %s", list_flag[li], vals[li][li ? (c / n_env) % nv[1] : c / (nv[1] * n_env)]);
+                if (cfg_val[c][li]) printf(" %s %s", list_flag[li], cfg_val[c][li]);
             if (n_names) {
                 printf(" --env '");
                 for (int j = 0; j < envs[c % n_env].n; j++)

@@ -633,8 +633,8 @@ static int pair_full_rows(void) {
     return ft_sys_switch(&sw) != 0;
 }
 
-/* Two rows of one token whose last chunks hold tb = nb % 16 <= 8 blocks (or none) (Qwen3-30B-A3B's down
- * rows: 24 blocks): each row's full chunks, then both tails as one chunk (chunk512_pair), so
+/* Two rows of one token whose last chunks hold tb = nb % 16 <= 8 blocks (Qwen3-30B-A3B's down
+ * rows: 24 blocks) or none (its gate/up rows: 64): each row's full chunks, then both tails as one chunk (chunk512_pair), so
  * the tails fill one chunk's 16 lanes instead of half of two. The same bits as row512 for each
  * row: the tails' terms are added into the lanes (and so the sums) row512 adds them to. */
 INL512 void row512_pair(const int f, const int vnni, struct wrow a, struct wrow b, int64_t nb,
@@ -656,22 +656,19 @@ INL512 void row512_pair(const int f, const int vnni, struct wrow a, struct wrow 
         chunk_dot512(f, vnni, &k, x.q + 32 * c, x.d + c, x.h + 2 * c, X32_CHUNK, 0, &acc[1],
                      &accm[1]);
     }
-    if (!tb) { /* whole chunks only (pair_full_rows): two rows' streams in flight at once */
-        *ya = _mm512_reduce_add_ps(acc[0]) + (has_min(f) ? _mm512_reduce_add_ps(accm[0]) : 0.0f);
-        *yb = _mm512_reduce_add_ps(acc[1]) + (has_min(f) ? _mm512_reduce_add_ps(accm[1]) : 0.0f);
-        return;
+    if (tb) { /* (none: rows of whole chunks, pair_full_rows) */
+        prefetch_blocks(f, a, nf, tb, pf);
+        prefetch_blocks(f, b, nf, tb, pf);
+        chunk512_pair(f, vnni, a, b, nf, tb, &k);
+        /* lanes 0..7: a's accumulators; 8..15: b's lanes 0..7 (where row512 adds b's tail) */
+        __m512 t = _mm512_mask_blend_ps(0xff00, acc[0], _mm512_shuffle_f32x4(acc[1], acc[1], 0x4e));
+        __m512 tm = _mm512_mask_blend_ps(0xff00, accm[0], _mm512_shuffle_f32x4(accm[1], accm[1], 0x4e));
+        chunk_dot512(f, vnni, &k, x.q + 32 * nf, x.d + nf, x.h + 2 * nf, tb, 1, &t, &tm);
+        acc[0] = _mm512_mask_blend_ps(0xff00, t, acc[0]);
+        acc[1] = _mm512_mask_blend_ps(0xff00, _mm512_shuffle_f32x4(t, t, 0x4e), acc[1]);
+        accm[0] = _mm512_mask_blend_ps(0xff00, tm, accm[0]);
+        accm[1] = _mm512_mask_blend_ps(0xff00, _mm512_shuffle_f32x4(tm, tm, 0x4e), accm[1]);
     }
-    prefetch_blocks(f, a, nf, tb, pf);
-    prefetch_blocks(f, b, nf, tb, pf);
-    chunk512_pair(f, vnni, a, b, nf, tb, &k);
-    /* lanes 0..7: a's accumulators; 8..15: b's lanes 0..7 (where row512 adds b's tail) */
-    __m512 t = _mm512_mask_blend_ps(0xff00, acc[0], _mm512_shuffle_f32x4(acc[1], acc[1], 0x4e));
-    __m512 tm = _mm512_mask_blend_ps(0xff00, accm[0], _mm512_shuffle_f32x4(accm[1], accm[1], 0x4e));
-    chunk_dot512(f, vnni, &k, x.q + 32 * nf, x.d + nf, x.h + 2 * nf, tb, 1, &t, &tm);
-    acc[0] = _mm512_mask_blend_ps(0xff00, t, acc[0]);
-    acc[1] = _mm512_mask_blend_ps(0xff00, _mm512_shuffle_f32x4(t, t, 0x4e), acc[1]);
-    accm[0] = _mm512_mask_blend_ps(0xff00, tm, accm[0]);
-    accm[1] = _mm512_mask_blend_ps(0xff00, _mm512_shuffle_f32x4(tm, tm, 0x4e), accm[1]);
     *ya = _mm512_reduce_add_ps(acc[0]) + (has_min(f) ? _mm512_reduce_add_ps(accm[0]) : 0.0f);
     *yb = _mm512_reduce_add_ps(acc[1]) + (has_min(f) ? _mm512_reduce_add_ps(accm[1]) : 0.0f);
 }

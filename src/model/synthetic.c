@@ -366,9 +366,9 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
             ft_log_info("synthetic %s: %d%% (%d of %d layers)", preset, tenth * 10, l + 1, m->n_layers);
     }
     ft_model_sizes(m);
+    const double gen_ns = (double)(ft_time_ns() - t_gen) + 1.0;
     if (need > 4.0 * (1 << 30))
-        ft_log_info("synthetic %s: generated in %.1f s (%.1f GB/s)", preset, (ft_time_ns() - t_gen) / 1e9,
-                    need / ((ft_time_ns() - t_gen) + 1.0));
+        ft_log_info("synthetic %s: generated in %.1f s (%.1f GB/s)", preset, gen_ns / 1e9, need / gen_ns);
     *out = m;
     return FT_OK;
 oom:

@@ -93,15 +93,34 @@ struct pass {
     int64_t launch_ns, *span; /* timing: launch time; [2 * worker] first start, last end */
 };
 
+/* A pass over bank's rows for n_active experts, from in (or its rounded form xq) into out,
+ * its stretches sized for workers; no hook, timing off, nothing claimed yet. */
+static void pass_init(struct pass *p, struct ft_moe_exec *x, const struct ft_bank *bank,
+                      const float *in, const void *xq, size_t xq_bytes, float *out, int n_active,
+                      int workers) {
+    *p = (struct pass){.x = x, .bank = bank, .in = in, .xq = xq, .xq_bytes = xq_bytes, .out = out,
+                       .K = bank->cols, .N = bank->rows};
+    p->chunk_min = min_rows(ft_dtype_row_bytes(bank->schema->dtype, p->K));
+    p->parts = guided() ? 2 * workers : 0;
+    p->total = (long)n_active * p->N;
+    atomic_init(&p->next, 0);
+    atomic_init(&p->tasks, 0);
+}
+
+/* The next stretch's rows when rem of the pass are left (> 0): guided, or fixed tiles. */
+static long stretch(const struct pass *p, long rem) {
+    long c = p->parts ? rem / p->parts : 0;
+    c = c < p->chunk_min ? p->chunk_min : (c + 7) & ~7L;
+    return c > rem ? rem : c;
+}
+
 /* Claims the next rows [*g0, *g0 + return) of the pass; 0 when none are left. */
 static long claim(struct pass *p, long *g0) {
     long cur = atomic_load_explicit(&p->next, memory_order_relaxed);
     for (;;) {
         long rem = p->total - cur;
         if (rem <= 0) return 0;
-        long c = p->parts ? rem / p->parts : 0;
-        c = c < p->chunk_min ? p->chunk_min : (c + 7) & ~7L;
-        if (c > rem) c = rem;
+        long c = stretch(p, rem);
         if (atomic_compare_exchange_weak_explicit(&p->next, &cur, cur + c, memory_order_relaxed,
                                                   memory_order_relaxed)) {
             *g0 = cur;
@@ -168,14 +187,9 @@ static void add_spans(struct ft_moe_exec *x, struct pass *p, int workers, int wh
 static void run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *bank,
                      const float *in, const void *xq, size_t xq_bytes, float *out, int n_active,
                      int which) {
-    struct pass p = {.x = x, .bank = bank, .in = in, .xq = xq, .xq_bytes = xq_bytes, .out = out,
-                     .K = bank->cols, .N = bank->rows};
+    struct pass p;
     int workers = ft_pool_size(pool);
-    p.chunk_min = min_rows(ft_dtype_row_bytes(bank->schema->dtype, p.K));
-    p.parts = guided() ? 2 * workers : 0;
-    p.total = (long)n_active * p.N;
-    atomic_init(&p.next, 0);
-    atomic_init(&p.tasks, 0);
+    pass_init(&p, x, bank, in, xq, xq_bytes, out, n_active, workers);
     int timed = FT_MIN(workers, TIMED_WORKERS);
     int64_t span[2 * TIMED_WORKERS];
     p.span = timing_spans(x, timed, span, &p.launch_ns);
@@ -269,9 +283,8 @@ enum { ACT_POOL_MIN = 4096, COMBINE_POOL_MIN = 4096 };
  * bits. */
 struct fused {
     struct ft_moe_exec *x;
-    struct pass p[2];
+    struct pass p[2];   /* their cursors unused: next is the one cursor */
     long total1, total; /* gate/up rows; both passes' */
-    int min[2];
     _Alignas(64) atomic_long next; /* each claimed by every worker: a cache line each */
     _Alignas(64) atomic_long done2; /* down rows finished */
     struct act_job aj;
@@ -297,9 +310,7 @@ static long fused_claim(struct fused *f, long *g0) {
         int ph = cur >= f->total1;
         long rem = (ph ? f->total : f->total1) - cur;
         if (rem <= 0) return 0;
-        long c = f->p[ph].parts ? rem / f->p[ph].parts : 0;
-        c = c < f->min[ph] ? f->min[ph] : (c + 7) & ~7L;
-        if (c > rem) c = rem;
+        long c = stretch(&f->p[ph], rem);
         if (atomic_compare_exchange_weak_explicit(&f->next, &cur, cur + c, memory_order_relaxed,
                                                   memory_order_relaxed)) {
             *g0 = cur;
@@ -351,20 +362,10 @@ static void run_fused(struct ft_moe_exec *x, struct ft_pool *pool, const struct 
     int workers = ft_pool_size(pool);
     struct fused f = {.x = x, .aj = *aj, .cj = *cj, .hook = x->hook, .hook_ctx = x->hook_ctx};
     x->hook = NULL;
-    const struct ft_bank *banks[2] = {gate_up, down};
-    const float *ins[2] = {x->xg, x->act};
-    const void *xqs[2] = {gxq, dxq};
-    size_t xbs[2] = {gxb, dxb};
-    float *outs[2] = {x->gu, x->y};
-    for (int ph = 0; ph < 2; ph++) {
-        f.p[ph] = (struct pass){.x = x, .bank = banks[ph], .in = ins[ph], .xq = xqs[ph],
-                                .xq_bytes = xbs[ph], .out = outs[ph], .K = banks[ph]->cols,
-                                .N = banks[ph]->rows};
-        f.p[ph].parts = guided() ? 2 * workers : 0;
-        f.min[ph] = min_rows(ft_dtype_row_bytes(banks[ph]->schema->dtype, f.p[ph].K));
-    }
-    f.total1 = (long)n_active * f.p[0].N;
-    f.total = f.total1 + (long)n_active * f.p[1].N;
+    pass_init(&f.p[0], x, gate_up, x->xg, gxq, gxb, x->gu, n_active, workers);
+    pass_init(&f.p[1], x, down, x->act, dxq, dxb, x->y, n_active, workers);
+    f.total1 = f.p[0].total;
+    f.total = f.total1 + f.p[1].total;
     f.split_combine = (size_t)aj->R * x->H >= COMBINE_POOL_MIN && workers > 1;
     atomic_init(&f.next, 0);
     atomic_init(&f.done2, 0);

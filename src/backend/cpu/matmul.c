@@ -130,12 +130,9 @@ INL512 void rows512(float *y, int ldy, const float *x, int ldx, const void *w, e
                     int T, int n0, int n1, int K) {
     int n = n0;
     const int pf = bf_prefetch();
-    if (T == 1) {
-        for (; n + 16 <= n1; n += 8) /* the next tile is this stretch's: prefetch it */
-            tile512(y, ldy, x, ldx, w, wt, K, n, 0, 8, 1, pf);
+    if (T == 1) /* the next tile prefetched where it is this stretch's */
         for (; n + 8 <= n1; n += 8)
-            tile512(y, ldy, x, ldx, w, wt, K, n, 0, 8, 1, 0);
-    }
+            tile512(y, ldy, x, ldx, w, wt, K, n, 0, 8, 1, pf && n + 16 <= n1);
     for (; n + 4 <= n1; n += 4) {
         int t = 0;
         for (; t + 4 <= T; t += 4)
@@ -215,12 +212,9 @@ TBF static void rowsbf(float *y, int ldy, const uint16_t *x, const uint16_t *w, 
                       int n1, int K) {
     int n = n0;
     const int pf = bf_prefetch();
-    if (T == 1) {
-        for (; n + 16 <= n1; n += 8) /* the next tile is this stretch's: prefetch it */
-            tilebf(y, ldy, x, w, K, n, 0, 8, 1, pf);
+    if (T == 1) /* the next tile prefetched where it is this stretch's */
         for (; n + 8 <= n1; n += 8)
-            tilebf(y, ldy, x, w, K, n, 0, 8, 1, 0);
-    }
+            tilebf(y, ldy, x, w, K, n, 0, 8, 1, pf && n + 16 <= n1);
     for (; n + 4 <= n1; n += 4) {
         int t = 0;
         for (; t + 4 <= T; t += 4)
