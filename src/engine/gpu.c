@@ -588,10 +588,6 @@ static void combine_experts(struct ft_gpu *g, int T) {
     ft_cuda_moe_combine(g->x, g->my, g->topw, T, g->m->top_k, g->m->hidden, 1, g->s);
 }
 
-/* An offloaded layer step's GPU side after its plan: the experts already resident at once,
- * the copies of the fetched ones, then those experts behind the copies. The fetched are
- * ~1-2 of 8 in a hybrid step at 30G, so most of the GPU's expert time no longer waits for
- * (and follows) the copies. */
 static int cmp_i64(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
@@ -640,6 +636,10 @@ static int clock_calibrate(struct ft_gpu *g) {
     return 1;
 }
 
+/* An offloaded layer step's GPU side after its plan: the experts already resident at once,
+ * the copies of the fetched ones, then those experts behind the copies. The fetched are
+ * ~1-2 of 8 in a hybrid step at 30G, so most of the GPU's expert time no longer waits for
+ * (and follows) the copies. */
 static enum ft_status offload_experts(struct ft_gpu *g, const struct gpu_layer *L, int l, int T,
                                       const int32_t *eids) {
     const void *gu = ft_offload_gu(g->off), *dn = ft_offload_down(g->off);
@@ -665,7 +665,7 @@ static int hybrid_overlap(void) {
     return ft_sys_switch(&sw) != 0;
 }
 
-/* span_run's graphs are on for this step size */
+/* span_launch's graphs are on for this step size */
 static int span_graphs(const struct ft_gpu *g, int T) {
     static struct ft_switch sw = FT_SWITCH("FT_SPAN_GRAPHS", 1);
     return g->off && ft_sys_switch(&sw) && g->o.graphs && !g->prof && T <= MAX_GRAPH_T;
@@ -691,9 +691,10 @@ static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l, int gate
 /* ft_moe_exec's hook: the GPU's side of the layer step (offload_experts), then (gate) the next
  * span behind a gate, meant to let the GPU start it the moment the CPU's share is stored
  * instead of a launch's latency later: on the H200 host a span started ~46 us after the CPU's
- * end while the GPU's experts ended within 10 us of it. Measured once (2026-11-30, hybrid 30G):
- * 39.7 / 48.6 tok/s gated against 46.8 / 46.2, and the host's wait for the router did not
- * drop (97.6 against 95.9 us), so it is off by default (FT_SPAN_GATE=1). */
+ * end while the GPU's experts ended within 10 us of it. Alternated at 30G on the H200 host
+ * (2026-11-30, five pairs): +1.8% tok/s on average, one gated run in a slow spell at half
+ * speed, and the host's wait for the router no shorter, so it is off by default
+ * (FT_SPAN_GATE=1). */
 static void issue_hook(void *ctx) {
     struct issue_hook *h = ctx;
     h->ran = 1;
@@ -976,9 +977,8 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
         if (g->m_stamp) /* FT_STEP_TIMING: the CPU's end; a router follows unless this was the last */
             g->cpu_end_real = ft_time_real_ns(), g->clk_armed = 1, g->clk_gated = hook.tried;
         if (hook.g && !hook.ran) issue_hook(&hook); /* the executor had no pass to run it in */
-        if (hook.tried) { /* the CPU's share is stored: the gated span goes (also on failure) */
+        if (hook.tried) /* the CPU's share is stored: the gated span goes (also on failure) */
             __atomic_store_n(&g->h_gate[0], 1, __ATOMIC_RELEASE);
-        }
         if (hook.g && hook.st != FT_OK) {
             if (hook.tried) g->gate_off = 1; /* the gate may be left set */
             return hook.st;
@@ -1318,6 +1318,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     if (st == FT_OK) st = upload(g);
     if (st == FT_OK) st = alloc_scratch(g);
     if (st == FT_OK && o->offload) {
+        const int mapped = ft_sys_env_int("FT_MAPPED_STAGING", 1) != 0; /* 0: staging by copies */
         size_t headroom = (size_t)256 << 20, left = g->limit > g->used + headroom ? g->limit - g->used - headroom : 0;
         g->d_slots = dalloc(g, (size_t)2 * MAX_GRAPH_T * (m->top_k > 0 ? m->top_k : 1) * 4, &st); /* decode: two lists */
         g->d_slot_of = dalloc(g, (size_t)(m->n_experts > 0 ? m->n_experts : 1) * 4, &st);
@@ -1333,7 +1334,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
             g->h_cpu_out = halloc((size_t)MAX_GRAPH_T * H * 4, &st);
             g->h_topw = halloc((size_t)R * 4, &st);
             g->d_cpu_out = dalloc(g, (size_t)MAX_GRAPH_T * H * 4, &st);
-            if (st == FT_OK && ft_sys_env_int("FT_MAPPED_STAGING", 1)) {
+            if (st == FT_OK && mapped) {
                 void *p[3] = {NULL, NULL, NULL};
                 if (cudaHostGetDevicePointer(&p[0], g->h_xn, 0) == cudaSuccess &&
                     cudaHostGetDevicePointer(&p[1], g->h_topw, 0) == cudaSuccess &&
@@ -1366,7 +1367,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
             }
         }
         void *p = NULL; /* the router's ids straight into host memory, with the rest mapped */
-        if (st == FT_OK && ft_sys_env_int("FT_MAPPED_STAGING", 1) && (!g->exec || g->m_xn) &&
+        if (st == FT_OK && mapped && (!g->exec || g->m_xn) &&
             cudaHostGetDevicePointer(&p, g->h_topk_all, 0) == cudaSuccess)
             g->m_topk_all = p;
         cudaGetLastError();

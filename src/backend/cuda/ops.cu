@@ -655,25 +655,30 @@ extern "C" void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s) 
     launch(add_kernel, cdiv(n, 256), 256, 0, s, y, x, n);
 }
 
+/* The GPU's %globaltimer: ns, comparable across kernels (and, offset by a constant, with the
+ * host's CLOCK_REALTIME) */
+__device__ __forceinline__ unsigned long long globaltimer(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 /* A span launched before the CPU experts it adds are done waits here: one thread polls
  * gate[0] (mapped pinned memory) until the host sets it, then clears it. After 20 s without it
  * (a hung CPU side) it counts gate[1] and lets the stream go on, for the host to fail the step. */
 __global__ void gate_kernel(volatile int *gate) {
     pdl_enter();
     if (threadIdx.x) return;
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    const unsigned long long t0 = globaltimer();
     while (gate[0] == 0) {
         __nanosleep(256);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        if (t - t0 > 20000000000ull) {
+        if (globaltimer() - t0 > 20000000000ull) {
             gate[1] = gate[1] + 1;
             break;
         }
     }
     gate[0] = 0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    *(volatile unsigned long long *)(gate + 2) = t; /* when it opened, for FT_STEP_TIMING */
+    *(volatile unsigned long long *)(gate + 2) = globaltimer(); /* when it opened, for FT_STEP_TIMING */
     __threadfence_system();
 }
 
@@ -685,9 +690,7 @@ extern "C" void ft_cuda_gate(int *gate, cudaStream_t s) {
  * the stream is done */
 __global__ void stamp_kernel(volatile unsigned long long *m) {
     pdl_enter();
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    *m = t;
+    *m = globaltimer();
     __threadfence_system();
 }
 
@@ -699,7 +702,7 @@ extern "C" void ft_cuda_stamp(unsigned long long *m, cudaStream_t s) {
  * memcpy node of its own): h_* are mapped pinned memory, written across PCIe. seq (device
  * memory, {count, blocks done}) non-NULL: the last block to finish stores the launch's number
  * (count + 1) to h_done (mapped), after every block's writes were fenced, so that the host can
- * poll it instead of syncing the stream (whose wake-up lags the GPU by tens of us there). */
+ * poll it instead of syncing the stream (FT_ROUTER_SPIN=1), and its time (FT_STEP_TIMING). */
 __global__ void stage_out_kernel(int32_t *h_ids, const int32_t *ids, float *h_w, const float *w,
                                  int n_pairs, float *h_x, const float *x, int n_x, unsigned *seq,
                                  volatile unsigned *h_done) {
@@ -718,9 +721,7 @@ __global__ void stage_out_kernel(int32_t *h_ids, const int32_t *ids, float *h_w,
         seq[1] = 0;
         unsigned v = seq[0] + 1;
         seq[0] = v;
-        unsigned long long t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        *(volatile unsigned long long *)(h_done + 2) = t; /* for FT_STEP_TIMING */
+        *(volatile unsigned long long *)(h_done + 2) = globaltimer(); /* for FT_STEP_TIMING */
         __threadfence_system();
         h_done[0] = v;
     }
