@@ -82,12 +82,21 @@ TEST(bench_list_errors_name_the_flag_and_value) {
         {"--env 'FT_X=1/FT_Y'", "--env: give up to 8 configurations of NAME=VALUE words"},
         {"--cycles 0", "--cycles"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char cmd[1024];
-        snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny %s 2>&1", FT_BIN, cases[i][0]);
+    /* oversized: a list of 8 values over 255 characters, an --env over 1023 (not truncated) */
+    static char long_list[400], long_env[1200], long_args[2][1300];
+    for (int i = 0; i < 8; i++) strcat(long_list, i ? ",000000000000000000000000000000000000000012G" : "000000000000000000000000000000000000000012G");
+    memset(long_env, 'A', 1100), strcat(long_env, "=1");
+    snprintf(long_args[0], sizeof long_args[0], "--vram-limit %s", long_list);
+    snprintf(long_args[1], sizeof long_args[1], "--env '%s'", long_env);
+    const char *more[][2] = {{long_args[0], "--vram-limit: the list is longer than 255 characters"},
+                             {long_args[1], "--env: longer than 1023 characters"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases + 2; i++) {
+        const char *const *cs = i < sizeof cases / sizeof *cases ? cases[i] : more[i - sizeof cases / sizeof *cases];
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny %s 2>&1", FT_BIN, cs[0]);
         EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
-        CHECK_(strstr(g_out, cases[i][1]) != NULL, "%s: no '%s' in: %s", cases[i][0], cases[i][1], g_out);
-        CHECK_(strstr(g_out, "loaded") == NULL, "%s: loaded a model", cases[i][0]);
+        CHECK_(strstr(g_out, cs[1]) != NULL, "%.60s: no '%s' in: %s", cs[0], cs[1], g_out);
+        CHECK_(strstr(g_out, "loaded") == NULL, "%.60s: loaded a model", cs[0]);
     }
 }
 

@@ -343,7 +343,10 @@ int ft_cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         int li = !strcmp(argv[i], list_flag[0]) ? 0 : !strcmp(argv[i], list_flag[1]) ? 1 : -1;
         if (li >= 0 && i + 1 < argc && strchr(argv[i + 1], ',')) {
-            snprintf(lists[li], sizeof lists[li], "%s", argv[++i]);
+            if (strlen(argv[++i]) >= sizeof lists[li])
+                return ft_cli_usage_error("bench", "%s: the list is longer than %zu characters",
+                                          list_flag[li], sizeof lists[li] - 1);
+            snprintf(lists[li], sizeof lists[li], "%s", argv[i]);
             continue;
         }
         int rb = ft_cli_backend_flag("bench", argc, argv, &i, &be, &be_auto);
@@ -387,7 +390,8 @@ int ft_cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--env")) {
             const char *v = ft_cli_value(argc, argv, &i);
             if (!v) return 2;
-            if (strlen(v) >= sizeof env_arg) return ft_cli_usage_error("bench", "--env: too long");
+            if (strlen(v) >= sizeof env_arg)
+                return ft_cli_usage_error("bench", "--env: longer than %zu characters", sizeof env_arg - 1);
             snprintf(env_arg, sizeof env_arg, "%s", v);
         } else {
             return ft_cli_usage_error("bench", "unknown option '%s'", a);
