@@ -78,6 +78,7 @@ static void check_formats(enum ft_dtype tg, enum ft_dtype td, struct ft_pool *po
         const double rel = pass ? INT8_REL : 1e-5;
         for (int T = 1; T <= Tmax; T += Tmax - 1) {
             memset(out, 0, sizeof out);
+            ft_moe_exec_set_fused(ex, 0); /* the four-job step first (the default is fused) */
             int nd = ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, out);
             { /* the fused step (one pool job) gives the same bits */
                 float fo[3 * 256] = {0};
@@ -185,6 +186,7 @@ TEST(executor_same_bits_any_pool_split_or_pair_order) {
     EXPECT_OK(ft_moe_exec_init(&ex, T, k, E, H, I));
     for (int fast = 0; ex && fast < 2; fast++) {
         ft_moe_exec_set_fast_act(ex, fast);
+        ft_moe_exec_set_fused(ex, 0); /* the four-job step is the reference (the default is fused) */
         for (int n = 1; n <= 3; n++) {
             struct ft_pool *pool;
             EXPECT_OK(ft_pool_init(&pool, n));

@@ -23,7 +23,7 @@
 #   exec     #9 the executor's scaling: bench_exec mxfp4 at 1, 8, 16 threads, nvfp4 and bf16 at 16
 #            (experts rotating over 3x the L3); then row pairs on/off alternated -> exec.log
 #   execab   #8/#9 the executor's switches at 16 threads, alternated twice: as built,
-#            FT_EXEC_FUSED=1, FT_X32_PAIR_FULL=0, FT_BF16_PF=0             -> execab.log
+#            FT_EXEC_FUSED=0, FT_X32_PAIR_FULL=0, FT_BF16_PF=0             -> execab.log
 #   exec2    #9 in brief: bench_exec mxfp4/nvfp4 at 16 and 14 threads, alternated -> exec.log
 #   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
@@ -175,10 +175,10 @@ for part in "$@"; do
         ;;
     execab)
         # #8/#9: this build's executor switches at 16 threads, alternated twice: as built;
-        # FT_EXEC_FUSED=1 (one pool job a step); FT_X32_PAIR_FULL=0 (MXFP4/NVFP4 gate/up rows one
+        # FT_EXEC_FUSED=0 (four pool jobs a step); FT_X32_PAIR_FULL=0 (MXFP4/NVFP4 gate/up rows one
         # at a time); FT_BF16_PF=0 (bf16 tiles without the next tile's prefetch)
         for round in 1 2; do
-            for cfg in "FT_AB=built mxfp4 nvfp4 bf16" "FT_EXEC_FUSED=1 mxfp4 nvfp4 bf16" \
+            for cfg in "FT_AB=built mxfp4 nvfp4 bf16" "FT_EXEC_FUSED=0 mxfp4 nvfp4 bf16" \
                        "FT_X32_PAIR_FULL=0 mxfp4 nvfp4" "FT_BF16_PF=0 bf16"; do
                 read -r envs fmts <<<"$cfg"
                 for f in $fmts; do
@@ -249,7 +249,7 @@ for part in "$@"; do
         ;;
     hybenv)
         # #8 at 30G in one process (one load): the defaults and each of AB_ENVS's settings
-        # (e.g. AB_ENVS="FT_SPAN_GATE=1 FT_EXEC_FUSED=1"), alternated AB_CYCLES times (default 3),
+        # (e.g. AB_ENVS="FT_SPAN_GATE=1 FT_EXEC_FUSED=0"), alternated AB_CYCLES times (default 3),
         # each with FT_STEP_TIMING=1. Switches read once per process (FT_PDL, FT_GEMV_SPLITK,
         # FT_MOE_TM, FT_THP, FT_POOL_*) need hybab's one process per run instead.
         envs=""

@@ -42,7 +42,7 @@ void ft_moe_exec_set_hook(struct ft_moe_exec *x, void (*fn)(void *), void *ctx);
 
 /* on: the whole call as one pool job (the passes' rows on one cursor, each expert's down rows
  * waiting only for its own gate/up rows) instead of four; the same output bits. Default from
- * FT_EXEC_FUSED (0). */
+ * FT_EXEC_FUSED (1). */
 void ft_moe_exec_set_fused(struct ft_moe_exec *x, int on);
 
 /* out[T, H] += sum_j w[t, j] * expert_{ids[t, j]}(x[t]) with expert(x) = down(silu(gate x) * up x),
