@@ -11,7 +11,9 @@
  *   13 kern+flag  the same 13 kernels launched one by one, then the flag
  * each (a) on an idle host, (b) with 15 threads streaming DRAM (the CPU experts' load), (c) with
  * host-to-device copies running on another stream (the cache fills' PCIe load). The floor is
- * a PCIe round trip, ~1-2 us on bare metal.
+ * a PCIe round trip, ~1-2 us on bare metal. Then, per kind of host memory (pageable,
+ * cudaMallocHost, cudaHostAlloc mapped), 8 KB stored + a fence, read, and stored right before
+ * a release+flag (the CPU experts' output before the gate).
  *   bench_latency [ROUNDS]   (default 2000) */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -198,6 +200,49 @@ int main(int argc, char **argv) {
         printf("  %-24s release+flag's legs by CLOCK_REALTIME against %%globaltimer: host to GPU "
                "%.1f, GPU to host %.1f (medians)\n", "", leg[0][rounds / 2], leg[1][rounds / 2]);
     }
+    /* The host memory the CPU experts' output goes to: 8 KB (a token's hidden row) stored, then
+     * a fence; read back; and stored right before the gate's release (what offloaded decode
+     * does at the end of each layer step's CPU share), per kind of host memory. Where the host
+     * maps pinned memory uncached or write-combining, those stores drain slowly and the release
+     * (and any doorbell) waits behind them. */
+    enum { NK = 3, NF = 2048 };
+    const char *kname[NK] = {"pageable (malloc)", "cudaMallocHost", "cudaHostAlloc mapped"};
+    float *buf[NK] = {malloc(NF * sizeof(float)), NULL, NULL};
+    cudaMallocHost((void **)&buf[1], NF * sizeof(float));
+    cudaHostAlloc((void **)&buf[2], NF * sizeof(float), cudaHostAllocMapped);
+    int kr = rounds < 500 ? rounds : 500;
+    double *kt[3] = {malloc((size_t)kr * sizeof(double)), malloc((size_t)kr * sizeof(double)),
+                     malloc((size_t)kr * sizeof(double))};
+    for (int k = 0; k < NK && buf[0] && buf[1] && buf[2] && kt[0] && kt[1] && kt[2]; k++) {
+        volatile float sink = 0;
+        for (int r = -20; r < kr; r++) {
+            int64_t t0 = ft_time_ns();
+            for (int i = 0; i < NF; i++) buf[k][i] = (float)(i + r);
+            atomic_thread_fence(memory_order_seq_cst);
+            int64_t t1 = ft_time_ns();
+            float sum = 0;
+            for (int i = 0; i < NF; i++) sum += buf[k][i];
+            sink += sum;
+            int64_t t2 = ft_time_ns();
+            ft_cuda_gate(m_gate, s);
+            ft_cuda_stage_out(m_ids, d_ids, m_w, d_w, 8, NULL, d_x, 0, d_seq, m_done, s);
+            launched++;
+            int64_t w = ft_time_ns();
+            while (ft_time_ns() - w < 100000) ft_sys_pause();
+            int64_t t3 = ft_time_ns();
+            for (int i = 0; i < NF; i++) buf[k][i] = (float)(i - r);
+            __atomic_store_n(&h_gate[0], 1, __ATOMIC_RELEASE);
+            while ((int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0) ft_sys_pause();
+            int64_t t4 = ft_time_ns();
+            cudaStreamSynchronize(s);
+            if (r >= 0) kt[0][r] = (t1 - t0) / 1e3, kt[1][r] = (t2 - t1) / 1e3, kt[2][r] = (t4 - t3) / 1e3;
+        }
+        for (int j = 0; j < 3; j++) qsort(kt[j], kr, sizeof(double), cmp_d);
+        printf("  host memory %-22s 8 KB stored + fence %6.2f   read %6.2f   stored, then release+flag %6.1f (us, medians of %d)\n",
+               kname[k], kt[0][kr / 2], kt[1][kr / 2], kt[2][kr / 2], kr);
+    }
+    free(buf[0]), cudaFreeHost(buf[1]), cudaFreeHost(buf[2]);
+    free(kt[0]), free(kt[1]), free(kt[2]);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || h_gate[1]) {
         fprintf(stderr, "bench_latency: %s%s\n", cudaGetErrorString(e), h_gate[1] ? " (a gate timed out)" : "");

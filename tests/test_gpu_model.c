@@ -450,8 +450,11 @@ TEST(cpu_and_hybrid_match_resident) {
     split_case("mixtral", 1);
     unsetenv("FT_SPAN_GATE");
     unsetenv("FT_ROUTER_SPIN");
-    setenv("FT_STEP_TIMING", "1", 1);
+    setenv("FT_STEP_TIMING", "1", 1); /* hybrid, then cpu (CPU experts every step) gated */
     split_case("qwen2_moe", 2);
+    setenv("FT_SPAN_GATE", "1", 1);
+    split_case("qwen2_moe", 1);
+    unsetenv("FT_SPAN_GATE");
     unsetenv("FT_STEP_TIMING");
 }
 

@@ -70,8 +70,9 @@ void ft_cuda_moe_add_bias_sorted(float *y, const float *bias, const int32_t *off
                                  const int32_t *slot_of, int E, int R, int N, cudaStream_t s);
 void ft_cuda_add(float *y, const float *x, size_t n, cudaStream_t s);
 /* Holds s until the host stores 1 to gate[0] (gate: the device pointer of mapped pinned
- * int[4]), then clears it; after 20 s without it, increments gate[1] and lets s go on. Stores
- * the GPU's %globaltimer (ns) when it opened to gate[2..3]. */
+ * int[8]), then clears it; after 20 s without it, increments gate[1] and lets s go on. Stores
+ * the GPU's %globaltimer (ns) when it opened to gate[2..3], when it started polling to
+ * gate[4..5], and the polls that found it shut to gate[6]. */
 void ft_cuda_gate(int *gate, cudaStream_t s);
 /* m[0] = the GPU's %globaltimer (ns) when s reaches it (m: mapped pinned memory) */
 void ft_cuda_stamp(unsigned long long *m, cudaStream_t s);

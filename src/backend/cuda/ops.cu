@@ -665,12 +665,17 @@ __device__ __forceinline__ unsigned long long globaltimer(void) {
 
 /* A span launched before the CPU experts it adds are done waits here: one thread polls
  * gate[0] (mapped pinned memory) until the host sets it, then clears it. After 20 s without it
- * (a hung CPU side) it counts gate[1] and lets the stream go on, for the host to fail the step. */
+ * (a hung CPU side) it counts gate[1] and lets the stream go on, for the host to fail the step.
+ * gate[2..3] and gate[4..5]: the GPU's times it opened and it started polling, gate[6] the
+ * polls that found it shut (FT_STEP_TIMING). */
 __global__ void gate_kernel(volatile int *gate) {
     pdl_enter();
     if (threadIdx.x) return;
     const unsigned long long t0 = globaltimer();
+    *(volatile unsigned long long *)(gate + 4) = t0;
+    int polls = 0;
     while (gate[0] == 0) {
+        polls++;
         __nanosleep(256);
         if (globaltimer() - t0 > 20000000000ull) {
             gate[1] = gate[1] + 1;
@@ -678,6 +683,7 @@ __global__ void gate_kernel(volatile int *gate) {
         }
     }
     gate[0] = 0;
+    gate[6] = polls;
     *(volatile unsigned long long *)(gate + 2) = globaltimer(); /* when it opened, for FT_STEP_TIMING */
     __threadfence_system();
 }
