@@ -677,6 +677,7 @@ static enum ft_status offload_experts(struct ft_gpu *g, const struct gpu_layer *
     if (st != FT_OK) return st;
     if (nf) gpu_experts(g, L, l, T, g->d_slots + n, eids, gu, dn);
     combine_experts(g, T);
+    if (nf) ft_offload_decode_done(g->off, g->s);
     if (g->m_stamp) ft_cuda_stamp(g->m_stamp, g->s);
     return FT_OK;
 }

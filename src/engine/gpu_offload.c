@@ -32,7 +32,7 @@ struct ft_offload {
     uint8_t *slot_gu, *slot_dn;     /* [S][gu_bytes], [S][dn_bytes]: each layer's rows as its banks */
     struct ft_cache *cache;
     cudaStream_t cs;                /* copy stream */
-    cudaEvent_t ev_copied, ev_t0, ev_t1;
+    cudaEvent_t ev_copied, ev_t0, ev_t1, ev_t2; /* t2: the fetched experts done (decode) */
     cudaEvent_t ev_stage[2], ev_free[2]; /* prefill streaming: buffer copied / buffer read */
     cudaEvent_t ev_pf0, ev_pf1;     /* a layer's prefill copies, first start to last end */
     int pf_pending, pf_copying;
@@ -43,7 +43,7 @@ struct ft_offload {
      * buffer) while this layer computed; pre_layer -1: none */
     int pre_layer, pre_n, pre_buf, pre_b;
     int32_t pre_e[16];
-    int timing_pending;
+    int timing_pending, t2_pending;
     uint64_t *sums;                 /* [L][E][2] host checksums (verify != off) */
     const uint8_t **map_gu, **map_dn;/* [L] device pointers of mapped banks, NULL if unregistered */
     int32_t *h_slots;               /* pinned staging [2 max_pairs] */
@@ -134,17 +134,30 @@ static int verify(struct ft_offload *f, struct ft_cache_fill *fl, int n) {
     return bad;
 }
 
-/* The previous copy batch's time (surely complete once the caller has synchronised), fed to the
- * split policy as seconds per expert of that layer. */
+/* The previous copy batch's time (surely complete once the caller has synchronised) into the
+ * copy statistics; fed to the split policy as seconds per expert of that layer, up to the end
+ * of the fetched experts' own work where decode marked it (ft_offload_decode_done): that GPU
+ * tail is the copy side's too, and on the H200 host it ended the layer step ~20 us after the
+ * CPU when the split counted the copies alone. */
 static void collect_timing(struct ft_offload *f) {
     if (!f->timing_pending) return;
-    float ms = 0;
+    float ms = 0, ms2 = 0;
     if (cudaEventElapsedTime(&ms, f->ev_t0, f->ev_t1) == cudaSuccess) {
         f->copy_s += ms / 1e3;
+        if (f->t2_pending && cudaEventSynchronize(f->ev_t2) == cudaSuccess &&
+            cudaEventElapsedTime(&ms2, f->ev_t0, f->ev_t2) == cudaSuccess && ms2 > ms)
+            ms = ms2;
         if (f->pending_n > 0)
-            ft_split_observe(&f->split, f->pending_layer, f->pending_n, ms / 1e3, 0, 0);
+            ft_split_observe_copy(&f->split, f->pending_layer, f->pending_n, ms / 1e3);
     }
-    f->timing_pending = 0;
+    cudaGetLastError();
+    f->timing_pending = 0, f->t2_pending = 0;
+}
+
+void ft_offload_decode_done(struct ft_offload *f, cudaStream_t s) {
+    if (!f->timing_pending || f->pf_copying) return;
+    cudaEventRecord(f->ev_t2, s);
+    f->t2_pending = 1;
 }
 
 /* The span of prefill copies since the last collection (first start to latest end), into the
@@ -243,9 +256,10 @@ enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int
     if ((++f->steps & 1023) == 0 && f->split.mode == FT_MOE_HYBRID) {
         const struct ft_split_costs *c = &f->split.layer[layer];
         ft_log_info("hybrid split, layer %d: fetch %d of %d misses (copy %.3f ms/expert, CPU "
-                    "%.3f ms/expert + %.3f ms per step, learnt over %ld/%ld samples)", layer,
-                    fetch, m, 1e3 * c->copy_s, 1e3 * c->cpu_s, 1e3 * c->cpu_fixed_s,
-                    c->samples_copy, c->samples_cpu);
+                    "%.3f ms/expert beside copies, %.3f alone, + %.3f ms per step; learnt over "
+                    "%ld/%ld/%ld samples)", layer, fetch, m, 1e3 * c->copy_s, 1e3 * c->cpu_s,
+                    1e3 * c->cpu_solo_s, 1e3 * c->cpu_fixed_s, c->samples_copy, c->samples_cpu,
+                    c->samples_solo);
     }
     return FT_OK;
 }
@@ -258,10 +272,6 @@ int ft_offload_decode_slots(struct ft_offload *f, int32_t *d_slots, cudaStream_t
     return f->plan_nf;
 }
 
-cudaEvent_t ft_offload_copies_end(const struct ft_offload *f) {
-    return f->timing_pending ? f->ev_t1 : NULL;
-}
-
 enum ft_status ft_offload_decode_copies(struct ft_offload *f, cudaStream_t s) {
     enum ft_status st = copy_fills(f, f->fills, f->plan_nf);
     if (st != FT_OK) return st;
@@ -271,7 +281,7 @@ enum ft_status ft_offload_decode_copies(struct ft_offload *f, cudaStream_t s) {
 
 void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds) {
     f->cpu_s += seconds;
-    ft_split_observe(&f->split, layer, 0, 0, n_experts, seconds);
+    ft_split_observe_cpu(&f->split, layer, n_experts, seconds, f->plan_nf > 0);
 }
 
 /* Uploads the slot map of one prefill batch (experts[i] -> slots[i], the rest -1) on s and
@@ -593,8 +603,8 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
         cudaEventCreateWithFlags(&f->ev_free[0], cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&f->ev_free[1], cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreate(&f->ev_pf0) != cudaSuccess || cudaEventCreate(&f->ev_pf1) != cudaSuccess ||
-        cudaEventCreate(&f->ev_t0) != cudaSuccess ||
-        cudaEventCreate(&f->ev_t1) != cudaSuccess) {
+        cudaEventCreate(&f->ev_t0) != cudaSuccess || cudaEventCreate(&f->ev_t1) != cudaSuccess ||
+        cudaEventCreate(&f->ev_t2) != cudaSuccess) {
         st = ft_cuda_check("offload streams/events");
         goto fail;
     }
@@ -631,10 +641,10 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
         goto fail;
     }
     /* the split starts from the `ft bench bw` profile of this GPU, CPU and expert size when
-     * there is one (the rates measured with both sides busy), else from the probe and a DRAM
-     * guess; then it learns from the running engine */
+     * there is one (the rates measured with both sides busy, and the CPU's alone), else from
+     * the probe and a DRAM guess; then it learns from the running engine */
     double per_expert = (double)slot_bytes, c_copy = per_expert / (f->pcie_gbps * 1e9);
-    double c_cpu = per_expert / 60e9, c_fixed = 50e-6;
+    double c_cpu = per_expert / 60e9, c_solo = c_cpu, c_fixed = 50e-6;
     struct ft_bw_profile key = {.expert_bytes = slot_bytes}, prof;
     struct ft_cuda_device dev;
     char ppath[1024];
@@ -647,12 +657,13 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
         double xg = prof.conc_cpu_expert_gbps > 0 ? prof.conc_cpu_expert_gbps : prof.cpu_expert_gbps;
         if (cg > 0) c_copy = per_expert / (cg * 1e9);
         c_cpu = per_expert / (xg * 1e9);
+        c_solo = prof.cpu_expert_gbps > 0 ? per_expert / (prof.cpu_expert_gbps * 1e9) : c_cpu;
         c_fixed = prof.cpu_fixed_s;
-        ft_log_info("hybrid split starts from the profile %s (copy %.1f GB/s, CPU %.1f GB/s)",
-                    ppath, cg, xg);
+        ft_log_info("hybrid split starts from the profile %s (copy %.1f GB/s, CPU %.1f GB/s beside "
+                    "copies, %.1f alone)", ppath, cg, xg, prof.cpu_expert_gbps > 0 ? prof.cpu_expert_gbps : xg);
     }
     ft_error_clear();
-    st = ft_split_init(&f->split, (enum ft_moe_mode)o->moe_mode, f->n_layers, c_copy, c_cpu, c_fixed);
+    st = ft_split_init(&f->split, (enum ft_moe_mode)o->moe_mode, f->n_layers, c_copy, c_cpu, c_solo, c_fixed);
     if (st != FT_OK) goto fail;
     ft_log_info("offload (%s): %d expert slots (%.2f GiB, %.0f%% of %zu experts); copy paths: DMA "
                 "%.1f GB/s, gather %.1f GB/s -> %s; copy verification %s",
@@ -675,6 +686,7 @@ void ft_offload_free(struct ft_offload *f) {
     if (f->ev_copied) cudaEventDestroy(f->ev_copied);
     if (f->ev_t0) cudaEventDestroy(f->ev_t0);
     if (f->ev_t1) cudaEventDestroy(f->ev_t1);
+    if (f->ev_t2) cudaEventDestroy(f->ev_t2);
     if (f->ev_pf0) cudaEventDestroy(f->ev_pf0);
     if (f->ev_pf1) cudaEventDestroy(f->ev_pf1);
     for (int i = 0; i < 2; i++) {

@@ -35,9 +35,9 @@ enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int
                                       int *cpu_pairs, int *n_cpu);
 int ft_offload_decode_slots(struct ft_offload *f, int32_t *d_slots, cudaStream_t s);
 enum ft_status ft_offload_decode_copies(struct ft_offload *f, cudaStream_t s);
-/* The event at the end of the last decode step's copies while it is not yet collected (before
- * the next plan), else NULL: FT_STEP_TIMING compares it with the CPU side's end. */
-cudaEvent_t ft_offload_copies_end(const struct ft_offload *f);
+/* s's work on this step's fetched experts is issued: its end marks the copy side's end for
+ * the split (after ft_offload_decode_copies). */
+void ft_offload_decode_done(struct ft_offload *f, cudaStream_t s);
 /* The CPU side of a layer step took `seconds` for n_experts distinct experts (hybrid
  * feedback). */
 void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds);
