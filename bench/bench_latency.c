@@ -232,7 +232,15 @@ int main(int argc, char **argv) {
             int64_t t3 = ft_time_ns();
             for (int i = 0; i < NF; i++) buf[k][i] = (float)(i - r);
             __atomic_store_n(&h_gate[0], 1, __ATOMIC_RELEASE);
-            while ((int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0) ft_sys_pause();
+            for (long n = 1; (int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0; n++) {
+                ft_sys_pause();
+                if (n % 4096 == 0 && cudaStreamQuery(s) != cudaErrorNotReady &&
+                    (int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0) {
+                    fprintf(stderr, "bench_latency: the stream ended without the flag (%s)\n",
+                            cudaGetErrorString(cudaGetLastError()));
+                    return 1;
+                }
+            }
             int64_t t4 = ft_time_ns();
             cudaStreamSynchronize(s);
             if (r >= 0) kt[0][r] = (t1 - t0) / 1e3, kt[1][r] = (t2 - t1) / 1e3, kt[2][r] = (t4 - t3) / 1e3;

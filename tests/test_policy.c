@@ -131,8 +131,9 @@ TEST(a_stalled_step_does_not_swing_the_split) {
     ft_split_free(&s);
 }
 
-/* The H200 host at 30G (2026-11-30): an expert copied in 0.215 ms; on the CPU 0.048 ms alone
- * but 0.077 ms beside the copies (they read the same DRAM); 0.05 ms fixed; four misses. From
+/* Shaped like the H200 host at 30G (2026-11-30): an expert copied in 0.215 ms, computed on the
+ * CPU in 0.077 ms beside the copies (the split's log) and, as the cpu backend's shorter layer
+ * steps suggest, 0.048 ms alone (they read the same DRAM); 0.05 ms fixed; four misses. From
  * one guess for both CPU rates the split must learn to fetch none (4 x 0.048 + 0.05 = 0.24 ms
  * against max(0.215, 3 x 0.077 + 0.05) = 0.28 with one fetched), while the same costs without
  * the slowdown keep one fetched. */

@@ -37,6 +37,7 @@
 #            (ft bench --env/--cycles; one ~48 s load instead of one a run)   -> hybenv.log
 #   hyb3     #8 hybrid / cpu / offload at 12G, 24G, 30G (tg64), one process      -> hyb3.log
 #   hyb3x    the same, one process per combination (~60 s each: the load)         -> hyb3.log
+#   cpuall   #8 --moe-backend cpu with every expert on the CPU (one cache slot)   -> cpuall.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
 #            beside DRAM-streaming threads, beside H2D copies                  -> lat.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
@@ -263,6 +264,12 @@ for part in "$@"; do
         # the nine combinations on one loaded model (ft bench's comma lists); hyb3x: one process each
         step hyb3.log 500 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 64 -r 1 --backend offload \
             --vram-limit 12G,24G,30G --moe-backend hybrid,cpu,offload
+        ;;
+    cpuall)
+        # #8: --moe-backend cpu with every expert on the CPU (one cache slot; llama.cpp's CPU
+        # experts decode 17.6 tok/s on this host), then the 5% condition again (hyb3)
+        step cpuall.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 64 -r 2 --backend offload \
+            --moe-backend cpu --moe-cache-size 1
         ;;
     hyb3x)
         for v in 12G 24G 30G; do

@@ -105,7 +105,7 @@ struct ft_gpu {
     /* FT_STEP_TIMING with the done flag: each layer step with CPU experts on one clock, the
      * host's CLOCK_REALTIME, the GPU's %globaltimer mapped onto it by an offset measured with
      * gate round trips at set-up (clk_off0, at clk_t0) and again at free, the drift between
-     * the two taken as linear (on the H200 host it was ~7 us a second). From the CPU's end:
+     * the two taken as linear (2.5-7 us a second on the H200 host). From the CPU's end:
      * the GPU's experts' end (h_stamp[0]), the engine thread's stores (the gate's release among
      * them) drained (clk_fenced, a fence's end), a gated span's gate starting to poll and opening,
      * the span's first kernel (h_stamp[1]), the CPU's share added (h_stamp[2]), the router's
@@ -595,8 +595,9 @@ static int cmp_i64(const void *a, const void *b) {
 
 /* FT_STEP_TIMING's one clock: the GPU's %globaltimer minus the host's CLOCK_REALTIME, from 64
  * round trips (a gate kernel opened by the host, its clear seen back), each taken at the
- * midpoint; the median into *off, its time into *at. Returns 0 when it cannot measure. */
-static int clock_calibrate(struct ft_gpu *g, int64_t *off_out, int64_t *at) {
+ * midpoint; the median into *off_out, its time into *at, logged when log. Returns 0 when it
+ * cannot measure. */
+static int clock_calibrate(struct ft_gpu *g, int64_t *off_out, int64_t *at, int log) {
     int *h = NULL;
     void *m = NULL;
     int64_t off[64], half[64];
@@ -630,7 +631,7 @@ static int clock_calibrate(struct ft_gpu *g, int64_t *off_out, int64_t *at) {
     }
     qsort(off, n, sizeof *off, cmp_i64), qsort(half, n, sizeof *half, cmp_i64);
     *off_out = off[n / 2], *at = ft_time_real_ns();
-    if (at != &g->clk_t0) return 1; /* the second, at free: its drift is printed there */
+    if (!log) return 1;
     ft_log_info("FT_STEP_TIMING: GPU %%globaltimer - CLOCK_REALTIME = %.1f us (10-90%%: %.1f to %.1f; "
                 "a round trip's half %.1f us), the one clock's error", off[n / 2] / 1e3,
                 off[n / 10] / 1e3, off[n * 9 / 10] / 1e3, half[n / 2] / 1e3);
@@ -646,7 +647,7 @@ static void clock_report(struct ft_gpu *g) {
                                              "the router's ids are stored",
                                              "the host sees them"};
     int64_t off1 = g->clk_off0, t1 = g->clk_t0;
-    int again = clock_calibrate(g, &off1, &t1);
+    int again = clock_calibrate(g, &off1, &t1, 0);
     double drift = again && t1 > g->clk_t0 ? (double)(off1 - g->clk_off0) / (double)(t1 - g->clk_t0) : 0;
     char line[512];
     int n = 0;
@@ -1389,7 +1390,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                 g->m_done = p;
             cudaGetLastError();
         }
-        if (st == FT_OK && g->m_done && g->exec && g->step_timing && clock_calibrate(g, &g->clk_off0, &g->clk_t0)) {
+        if (st == FT_OK && g->m_done && g->exec && g->step_timing && clock_calibrate(g, &g->clk_off0, &g->clk_t0, 1)) {
             g->h_stamp = halloc(32, &st); /* [0..2]: marks of a layer step (CLK_*) */
             p = NULL;
             if (st == FT_OK && cudaHostGetDevicePointer(&p, g->h_stamp, 0) == cudaSuccess) g->m_stamp = p;

@@ -29,9 +29,10 @@ enum ft_status ft_split_init(struct ft_split *s, enum ft_moe_mode mode, int n_la
  * gets there in a few steps. The starting guess counts as one sample: the first 8 samples (n:
  * those before this one) are averaged in with it, or a guess far off (the CPU alone started at
  * 0.157 ms an expert on the H200 host and was nearer 0.05) would take a thousand steps to
- * leave, sampled once in 64 calls. Letting the first sample replace the guess instead was
- * worse: on a slow instance (2026-11-30) hybrid at 24G learnt 0.43-0.70 ms a CPU expert from
- * slow first samples and fell to 26 tok/s against cpu's 43. */
+ * leave, sampled once in 64 calls. The one run in which the first sample replaced the guess
+ * instead (2026-11-30, a slower instance, with the copy-side change of the same commit) learnt
+ * 0.43-0.70 ms a CPU expert at 24G and fell to 26 tok/s against cpu's 43; this warm-up, bounded
+ * by the guess, is what was measured within 5% of the better backend. */
 static void ewma(double *est, double sample, double alpha, long n) {
     if (!isfinite(*est)) { /* a start from a profile rate of 0: the first sample replaces it */
         *est = sample;

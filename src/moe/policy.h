@@ -3,11 +3,11 @@
  * CPU, concurrently, choosing F to minimise the slower side. The costs are learnt while the
  * engine runs (running averages per layer): seconds to copy one expert, and seconds of CPU time
  * per expert twice, with copies running beside the CPU and without: the copies read the same
- * DRAM the CPU experts stream, and on the H200 host (2026-11-30, 30G) an expert took the CPU
- * ~0.07 ms beside copies against ~0.05 alone, so that fetching one of four misses made the
- * layer step slower, not faster (hybrid 51.7 tok/s against cpu 57.1). The CPU side's fixed
- * cost per layer stays where it starts (the bw profile's, or 50 us). Pure C; engine thread
- * only. */
+ * DRAM the CPU experts stream, so fetching one of four misses can cost the CPU more than it
+ * saves (on the H200 host at 30G, 2026-11-30, a split that priced the CPU one way ran 9.5%
+ * below the cpu backend: 51.7 tok/s against 57.1; the two-rate split ran 4.7% below). The CPU
+ * side's fixed cost per layer stays where it starts (the bw profile's, or 50 us). Pure C;
+ * engine thread only. */
 #ifndef FT_MOE_POLICY_H
 #define FT_MOE_POLICY_H
 
