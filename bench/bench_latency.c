@@ -64,6 +64,21 @@ static void *bg_main(void *ctx) {
     return NULL;
 }
 
+/* Polls the stage-out's done flag until it reaches launched; 0 (said on stderr) when the
+ * stream finished without it. */
+static int wait_flag(const unsigned *h_done, unsigned launched, cudaStream_t s) {
+    for (long n = 1; (int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0; n++) {
+        ft_sys_pause();
+        if (n % 4096 == 0 && cudaStreamQuery(s) != cudaErrorNotReady &&
+            (int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0) {
+            fprintf(stderr, "bench_latency: the stream ended without the flag (%s)\n",
+                    cudaGetErrorString(cudaGetLastError()));
+            return 0;
+        }
+    }
+    return 1;
+}
+
 enum { N_MODES = 3 };
 
 int main(int argc, char **argv) {
@@ -165,15 +180,7 @@ int main(int argc, char **argv) {
                         fprintf(stderr, "bench_latency: launch failed\n");
                         return 1;
                     }
-                    for (long n = 1; (int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0; n++) {
-                        ft_sys_pause();
-                        if (n % 4096 == 0 && cudaStreamQuery(s) != cudaErrorNotReady &&
-                            (int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0) {
-                            fprintf(stderr, "bench_latency: the stream ended without the flag (%s)\n",
-                                    cudaGetErrorString(cudaGetLastError()));
-                            return 1;
-                        }
-                    }
+                    if (!wait_flag(h_done, launched, s)) return 1;
                     if (kind == 2 && r >= 0) { /* the two legs, if %globaltimer reads as CLOCK_REALTIME */
                         int64_t real1 = ft_time_real_ns();
                         unsigned long long opened, stored;
@@ -232,15 +239,7 @@ int main(int argc, char **argv) {
             int64_t t3 = ft_time_ns();
             for (int i = 0; i < NF; i++) buf[k][i] = (float)(i - r);
             __atomic_store_n(&h_gate[0], 1, __ATOMIC_RELEASE);
-            for (long n = 1; (int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0; n++) {
-                ft_sys_pause();
-                if (n % 4096 == 0 && cudaStreamQuery(s) != cudaErrorNotReady &&
-                    (int)(__atomic_load_n(h_done, __ATOMIC_ACQUIRE) - launched) < 0) {
-                    fprintf(stderr, "bench_latency: the stream ended without the flag (%s)\n",
-                            cudaGetErrorString(cudaGetLastError()));
-                    return 1;
-                }
-            }
+            if (!wait_flag(h_done, launched, s)) return 1;
             int64_t t4 = ft_time_ns();
             cudaStreamSynchronize(s);
             if (r >= 0) kt[0][r] = (t1 - t0) / 1e3, kt[1][r] = (t2 - t1) / 1e3, kt[2][r] = (t4 - t3) / 1e3;
