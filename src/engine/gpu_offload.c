@@ -144,13 +144,16 @@ static void collect_timing(struct ft_offload *f) {
     float ms = 0, ms2 = 0;
     if (cudaEventElapsedTime(&ms, f->ev_t0, f->ev_t1) == cudaSuccess) {
         f->copy_s += ms / 1e3;
-        if (f->t2_pending && cudaEventSynchronize(f->ev_t2) == cudaSuccess &&
-            cudaEventElapsedTime(&ms2, f->ev_t0, f->ev_t2) == cudaSuccess && ms2 > ms)
-            ms = ms2;
+        if (f->t2_pending) {
+            if (cudaEventSynchronize(f->ev_t2) == cudaSuccess &&
+                cudaEventElapsedTime(&ms2, f->ev_t0, f->ev_t2) == cudaSuccess)
+                ms = ms2 > ms ? ms2 : ms;
+            else
+                cudaGetLastError(); /* that call's error only: the copies' own time stands */
+        }
         if (f->pending_n > 0)
             ft_split_observe_copy(&f->split, f->pending_layer, f->pending_n, ms / 1e3);
     }
-    cudaGetLastError();
     f->timing_pending = 0, f->t2_pending = 0;
 }
 

@@ -5,9 +5,12 @@
  * per expert twice, with copies running beside the CPU and without: the copies read the same
  * DRAM the CPU experts stream, so fetching one of four misses can cost the CPU more than it
  * saves (on the H200 host at 30G, 2026-11-30, a split that priced the CPU one way ran 9.5%
- * below the cpu backend: 51.7 tok/s against 57.1; the two-rate split ran 4.7% below). The CPU
- * side's fixed cost per layer stays where it starts (the bw profile's, or 50 us). Pure C;
- * engine thread only. */
+ * below the cpu backend: 51.7 tok/s against 57.1; the two-rate split ran 4.7% below). An
+ * earlier form of this, FT_SPLIT_ALONE, was deleted in d1fb004 after 40.2 / 43.8 tok/s against
+ * the one-rate split's 44.5 / 44.0 at 30G, when the executor was slower and the cpu backend
+ * below hybrid; the two-rate split is compared only across calls, never alternated with the
+ * one-rate split in one. The CPU side's fixed cost per layer stays where it starts (the bw
+ * profile's, or 50 us). Pure C; engine thread only. */
 #ifndef FT_MOE_POLICY_H
 #define FT_MOE_POLICY_H
 
