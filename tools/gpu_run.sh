@@ -36,6 +36,9 @@
 #   hybenv   #8 hybrid at 30G, the defaults against each AB_ENVS setting, in one process
 #            (ft bench --env/--cycles; one ~48 s load instead of one a run)   -> hybenv.log
 #   hyb3     #8 hybrid / cpu / offload at 12G, 24G, 30G (tg64), one process      -> hyb3.log
+#   splitab  #8 the split as built against FT_SPLIT_RATES=1 FT_SPLIT_COPY_END=0 (as before
+#            f6f5fe8) and FT_SPLIT_COPY_END=0, hybrid and cpu at 24G and 30G, one process,
+#            alternated SPLIT_CYCLES times (default 2)                         -> splitab.log
 #   hyb3x    the same, one process per combination (~60 s each: the load)         -> hyb3.log
 #   cpuall   #8 --moe-backend cpu with every expert on the CPU (one cache slot)   -> cpuall.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
@@ -265,6 +268,11 @@ for part in "$@"; do
         step hyb3.log 500 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 64 -r 1 --backend offload \
             --vram-limit 12G,24G,30G --moe-backend hybrid,cpu,offload
         ;;
+    splitab)
+        step splitab.log 560 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 64 -r 1 --backend offload \
+            --vram-limit ${SPLIT_VRAM:-24G,30G} --moe-backend hybrid,cpu \
+            --env '/FT_SPLIT_RATES=1 FT_SPLIT_COPY_END=0/FT_SPLIT_COPY_END=0/' --cycles "${SPLIT_CYCLES:-2}"
+        ;;
     cpuall)
         # #8: --moe-backend cpu with every expert on the CPU (one cache slot; llama.cpp's CPU
         # experts decode 17.6 tok/s on this host), then the 5% condition again (hyb3)
@@ -300,7 +308,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, hyb3, hyb3x, hybenv, lat, execab, bw)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

@@ -44,6 +44,7 @@ struct ft_offload {
     int pre_layer, pre_n, pre_buf, pre_b;
     int32_t pre_e[16];
     int timing_pending, t2_pending;
+    int copy_end_at_copies; /* FT_SPLIT_COPY_END=0: a copy sample ends with the copies (before f6f5fe8) */
     uint64_t *sums;                 /* [L][E][2] host checksums (verify != off) */
     const uint8_t **map_gu, **map_dn;/* [L] device pointers of mapped banks, NULL if unregistered */
     int32_t *h_slots;               /* pinned staging [2 max_pairs] */
@@ -158,7 +159,7 @@ static void collect_timing(struct ft_offload *f) {
 }
 
 void ft_offload_decode_done(struct ft_offload *f, cudaStream_t s) {
-    if (!f->timing_pending || f->pf_copying) return;
+    if (!f->timing_pending || f->pf_copying || f->copy_end_at_copies) return;
     cudaEventRecord(f->ev_t2, s);
     f->t2_pending = 1;
 }
@@ -668,6 +669,11 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     ft_error_clear();
     st = ft_split_init(&f->split, (enum ft_moe_mode)o->moe_mode, f->n_layers, c_copy, c_cpu, c_solo, c_fixed);
     if (st != FT_OK) goto fail;
+    /* measuring switches (tools/gpu_run.sh splitab): the split as it was before f6f5fe8 */
+    const char *ev = getenv("FT_SPLIT_RATES");
+    f->split.one_rate = ev && !strcmp(ev, "1");
+    ev = getenv("FT_SPLIT_COPY_END");
+    f->copy_end_at_copies = ev && !strcmp(ev, "0");
     ft_log_info("offload (%s): %d expert slots (%.2f GiB, %.0f%% of %zu experts); copy paths: DMA "
                 "%.1f GB/s, gather %.1f GB/s -> %s; copy verification %s",
                 ft_moe_mode_name((enum ft_moe_mode)o->moe_mode), f->n_slots,
