@@ -398,7 +398,7 @@ TEST(auto_head_tail_under_budget) {
     EXPECT_STREQ(s.platform, "WSL2");
     char text[1024];
     ft_residency_format(p, text, sizeof text);
-    EXPECT_CONTAINS(text, "cpu layers    0,2,8-9 (decode on the CPU executor)\n");
+    EXPECT_CONTAINS(text, "cpu layers    0,2,8-9 (misses decoded on the CPU executor)\n");
     EXPECT_CONTAINS(text, "residency     5 pinned (0.00 GiB), 4 locked (0.00 GiB)");
     ft_residency_plan_free(p);
     EXPECT_EQ(f.pinned_bytes, 0);
@@ -427,7 +427,7 @@ TEST(cpu_layers_resolve_and_errors) {
     EXPECT_OK(ft_residency_plan(m, &o, &p));
     ft_residency_get_stats(p, &s);
     EXPECT_STREQ(s.cpu_layers, "3,7,9");
-    EXPECT(log_has("--moe-cpu-layers 3,7,9: 3 of 9 MoE layers decode on the CPU (layers 3,7,9)"));
+    EXPECT(log_has("--moe-cpu-layers 3,7,9: 3 of 9 MoE layers decode their misses on the CPU (layers 3,7,9)"));
     ft_residency_plan_free(p);
     o.cpu_layers = "3";  /* a count: head 2 + tail 1 of the MoE layers 0,2..9 */
     EXPECT_OK(ft_residency_plan(m, &o, &p));

@@ -40,7 +40,7 @@
 #            f6f5fe8) and FT_SPLIT_COPY_END=0, hybrid and cpu at 24G and 30G, one process,
 #            alternated SPLIT_CYCLES times (default 2)                         -> splitab.log
 #   hyb3x    the same, one process per combination (~60 s each: the load)         -> hyb3.log
-#   cpuall   #8 --moe-backend cpu with every expert on the CPU (one cache slot)   -> cpuall.log
+#   cpuall   #8 --moe-backend cpu with every expert on the CPU (48 CPU layers; 8 slots)   -> cpuall.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
 #            beside DRAM-streaming threads, beside H2D copies                  -> lat.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
@@ -274,10 +274,13 @@ for part in "$@"; do
             --env '/FT_SPLIT_RATES=1 FT_SPLIT_COPY_END=0/FT_SPLIT_COPY_END=0/' --cycles "${SPLIT_CYCLES:-2}"
         ;;
     cpuall)
-        # #8: --moe-backend cpu with every expert on the CPU (one cache slot; llama.cpp's CPU
-        # experts decode 17.6 tok/s on this host), then the 5% condition again (hyb3)
+        # #8: --moe-backend cpu with every expert on the CPU (llama.cpp's CPU experts decode
+        # 17.6 tok/s on this host): every MoE layer a CPU layer (unpinned, decoded on the CPU);
+        # then the fewest cache slots one token needs (8 of 6,144: hits ~0.1%)
         step cpuall.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 64 -r 2 --backend offload \
-            --moe-backend cpu --moe-cache-size 1
+            --moe-backend cpu --moe-cpu-layers 48
+        step cpuall.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 64 -r 2 --backend offload \
+            --moe-backend cpu --moe-cache-size 8
         ;;
     hyb3x)
         for v in 12G 24G 30G; do

@@ -526,7 +526,7 @@ enum ft_status ft_residency_plan_sizes(int n_layers, const uint64_t *layer_bytes
                     "layers stay unpinned for CPU decode (head %d + tail %d: layers %s)",
                     gib(p->bank_bytes), gib(avail), n_cpu, p->n_moe, head, n_cpu - head, ids);
     else if (spec->mode != FT_CPU_LAYERS_AUTO && spec->mode != FT_CPU_LAYERS_NONE)
-        ft_log_info("--moe-cpu-layers %s: %d of %d MoE layers decode on the CPU (layers %s)", text,
+        ft_log_info("--moe-cpu-layers %s: %d of %d MoE layers decode their misses on the CPU (layers %s)", text,
                     n_cpu, p->n_moe, n_cpu ? ids : "none");
     if (gpu_bytes > avail)
         ft_log_warn("--moe-cpu-layers %s: the pinned layers need %.2f GiB but the pin budget has "
@@ -840,6 +840,6 @@ size_t ft_residency_format(const struct ft_residency_plan *p, char *buf, size_t 
         gib(s.bytes[FT_RES_PINNED]), s.n_layers[FT_RES_LOCKED], gib(s.bytes[FT_RES_LOCKED]),
         s.n_layers[FT_RES_PAGEABLE], gib(s.bytes[FT_RES_PAGEABLE]),
         s.cpu_layers[0] ? s.cpu_layers : "none",
-        s.cpu_layers[0] ? " (decode on the CPU executor)" : "", lim,
+        s.cpu_layers[0] ? " (misses decoded on the CPU executor)" : "", lim,
         strcmp(lim, "unlimited") ? " KiB" : "");
 }

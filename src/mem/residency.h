@@ -2,7 +2,8 @@
  *
  * One pin budget per engine (every pinned byte, banks or other buffers, is charged to it), and a
  * per-layer chain pinned -> locked (mlock) -> pageable. Layers that end up unpinned ("CPU
- * layers") decode on the CPU executor; pinned layers feed the GPU expert cache.
+ * layers") never copy a miss in decode: the CPU executor computes it (their experts that prefill
+ * brought into the GPU cache still serve hits there); pinned layers feed the GPU expert cache.
  *
  *   struct ft_residency_plan *plan;
  *   FT_TRY(ft_residency_plan(m, &opts, &plan));     // banks allocated (filled or not)
