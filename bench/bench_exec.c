@@ -8,10 +8,11 @@
  * rounds (the median of those ratios: that host's DRAM reading drifts), then where a step goes: its phases (ft_moe_exec_timing), each
  * pass's worker start, busy and end-wait times, and the cost of an empty pool job.
  * Usage: bench_exec [--format FMT] [--threads N] [--hidden H] [--expert-width I] [-k K]
- *                   [--steps S] [--isa 0-3]
+ *                   [--steps S] [--isa 0-3] [--experts N]
  *   FMT as ft bench's synthetic formats (bf16, mxfp4, nvfp4, fp8, q4_k, ...; default mxfp4);
  *   H and I default to Qwen3-30B-A3B's 2048 and 768; --threads: the pinned pool's size
- *   (default: one per physical core); --steps (default 400).
+ *   (default: one per physical core); --steps (default 400); --experts N rotates over N experts
+ *   instead (N = k: the same experts every step, from the cache: the kernels' compute rate).
  * Threading: main thread drives one pinned pool, as the offload backend's executor. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -29,7 +30,7 @@
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_exec [--format FMT] [--threads N] [--hidden H] "
-                    "[--expert-width I] [-k K] [--steps S] [--isa 0-3]\n");
+                    "[--expert-width I] [-k K] [--steps S] [--isa 0-3] [--experts N]\n");
     return 2;
 }
 
@@ -43,7 +44,7 @@ static int round_of(int s, int steps, int rounds) {
 
 int main(int argc, char **argv) {
     const char *fmt_name = "mxfp4";
-    int threads = 0, H = 2048, I = 768, k = 8, steps = 400;
+    int threads = 0, H = 2048, I = 768, k = 8, steps = 400, n_experts = 0;
     for (int i = 1; i < argc; i += 2) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage();
@@ -53,6 +54,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--expert-width")) I = atoi(v);
         else if (!strcmp(f, "-k")) k = atoi(v);
         else if (!strcmp(f, "--steps")) steps = atoi(v);
+        else if (!strcmp(f, "--experts")) n_experts = atoi(v);
         else if (!strcmp(f, "--isa")) ft_cpu_set_isa((enum ft_cpu_isa)atoi(v));
         else return usage();
     }
@@ -68,7 +70,7 @@ int main(int argc, char **argv) {
     const struct ft_row_schema *sch = ft_row_schema_for(fmt);
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     uint64_t expert_bytes = (uint64_t)2 * I * ft_dtype_row_bytes(fmt, H) + (uint64_t)H * ft_dtype_row_bytes(fmt, I);
-    const int N_EXPERTS = ft_bw_rotation_experts(expert_bytes);
+    const int N_EXPERTS = n_experts > 0 ? n_experts : ft_bw_rotation_experts(expert_bytes);
     enum ft_status st = ft_pool_init_pinned(&pool, threads);
     if (st == FT_OK) st = ft_bank_init(&gu, sch, FT_BANK_GATE_UP, N_EXPERTS, 2 * I, H);
     if (st == FT_OK) st = ft_bank_init(&dn, sch, FT_BANK_DOWN, N_EXPERTS, H, I);
