@@ -39,6 +39,10 @@
 #   splitab  #8 the split as built against FT_SPLIT_RATES=1 FT_SPLIT_COPY_END=0 (as before
 #            f6f5fe8) and FT_SPLIT_COPY_END=0, hybrid and cpu at 24G and 30G, one process,
 #            alternated SPLIT_CYCLES times (default 2)                         -> splitab.log
+#   tg128    #8's own command: the three backends at 30G, tg128 and pp512, 3 repetitions -> tg128.log
+#   execpf   #9 the executor from the cache (bench_exec --experts 8: the kernels' compute rate at
+#            16 threads) for mxfp4/nvfp4/bf16, then MXFP4 from DRAM with FT_X32_PF 4096, 16384
+#            (the default), 65536 bytes of prefetch distance, alternated twice  -> execpf.log
 #   hyb3x    the same, one process per combination (~60 s each: the load)         -> hyb3.log
 #   cpuall   #8 --moe-backend cpu with every expert on the CPU (48 CPU layers; 8 slots)   -> cpuall.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
@@ -273,6 +277,22 @@ for part in "$@"; do
             --vram-limit ${SPLIT_VRAM:-24G,30G} --moe-backend hybrid,cpu \
             --env '/FT_SPLIT_RATES=1 FT_SPLIT_COPY_END=0/FT_SPLIT_COPY_END=0/' --cycles "${SPLIT_CYCLES:-2}"
         ;;
+    tg128)
+        step tg128.log 400 $G/ft bench --synthetic qwen3-30b-a3b --backend offload --vram-limit 30G \
+            --moe-backend hybrid,cpu,offload
+        ;;
+    execpf)
+        for f in mxfp4 nvfp4 bf16; do
+            echo "### cache $f" >>"$OUT/execpf.log"
+            step execpf.log 60 $G/bench_exec --format $f --threads 16 --steps 300 --experts 8
+        done
+        for round in 1 2; do
+            for pf in 4096 16384 65536; do
+                echo "### $round FT_X32_PF=$pf mxfp4" >>"$OUT/execpf.log"
+                step execpf.log 60 env FT_X32_PF=$pf $G/bench_exec --format mxfp4 --threads 16 --steps 300
+            done
+        done
+        ;;
     cpuall)
         # #8: --moe-backend cpu with every expert on the CPU (llama.cpp's CPU experts decode
         # 17.6 tok/s on this host): every MoE layer a CPU layer (unpinned, decoded on the CPU);
@@ -311,7 +331,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, tg128, execpf, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"
