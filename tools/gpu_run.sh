@@ -43,6 +43,8 @@
 #   execpf   #9 the executor from the cache (bench_exec --experts 8: the kernels' compute rate at
 #            16 threads) for mxfp4/nvfp4/bf16, then MXFP4 from DRAM with FT_X32_PF 4096, 16384
 #            (the default), 65536 bytes of prefetch distance, alternated twice  -> execpf.log
+#   hyb3env  hyb3 with the defaults against each AB_ENVS setting, alternated AB_CYCLES times
+#            (default 2), one process                                       -> hyb3env.log
 #   hyb3x    the same, one process per combination (~60 s each: the load)         -> hyb3.log
 #   cpuall   #8 --moe-backend cpu with every expert on the CPU (48 CPU layers; 8 slots)   -> cpuall.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
@@ -277,6 +279,12 @@ for part in "$@"; do
             --vram-limit ${SPLIT_VRAM:-24G,30G} --moe-backend hybrid,cpu \
             --env '/FT_SPLIT_RATES=1 FT_SPLIT_COPY_END=0/FT_SPLIT_COPY_END=0/' --cycles "${SPLIT_CYCLES:-2}"
         ;;
+    hyb3env)
+        envs=""
+        for e in ${AB_ENVS:-}; do envs="$envs/$e"; done
+        step hyb3env.log 380 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n "${HYB_N:-64}" -r 1 --backend offload \
+            --vram-limit 12G,24G,30G --moe-backend hybrid,cpu,offload --env "${envs#/}/" --cycles "${AB_CYCLES:-2}"
+        ;;
     tg128)
         step tg128.log 400 $G/ft bench --synthetic qwen3-30b-a3b --backend offload --vram-limit 30G \
             --moe-backend hybrid,cpu,offload
@@ -331,7 +339,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, tg128, execpf, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, tg128, execpf, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"
