@@ -239,7 +239,7 @@ static void offload_case(const char *name, int slots, int path, const char *faul
     struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
     struct ft_engine_opts oo = ro;
     oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = slots, oo.copy_path = path, oo.verify_copies = 2;
-    oo.no_graphs = 0; /* graphs allowed (offload spans only with FT_SPAN_GRAPHS=1) */
+    oo.no_graphs = 0; /* decode spans as graphs from their second step (FT_SPAN_GRAPHS) */
     oo.moe_mode = 0; /* every miss fetched */
     if (fault) setenv("FT_TEST_COPY_FAULT", fault, 1);
     struct ft_engine *re = NULL, *oe = NULL;
@@ -291,7 +291,7 @@ static void split_case(const char *name, int mode) {
     struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
     struct ft_engine_opts oo = ro;
     oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = 4, oo.moe_mode = mode;
-    oo.no_graphs = 0; /* graphs allowed (offload spans only with FT_SPAN_GRAPHS=1) */
+    oo.no_graphs = 0; /* decode spans as graphs from their second step (FT_SPAN_GRAPHS) */
     struct ft_engine *re = NULL, *oe = NULL;
     EXPECT_OK(ft_engine_init(&re, m, g_pool, &ro));
     EXPECT_OK(ft_engine_init(&oe, m, g_pool, &oo));
@@ -451,8 +451,8 @@ TEST(cpu_and_hybrid_match_resident) {
     split_case("mixtral", 1);
     unsetenv("FT_SPAN_GATE");
     unsetenv("FT_ROUTER_SPIN");
-    /* the spans as CUDA graphs (captured on their second step; off by default) */
-    setenv("FT_SPAN_GRAPHS", "1", 1);
+    /* the spans launched kernel by kernel instead of as CUDA graphs */
+    setenv("FT_SPAN_GRAPHS", "0", 1);
     ft_sys_switches_reload();
     split_case("qwen3_moe", 2);
     split_case("mixtral", 1);

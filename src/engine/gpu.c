@@ -693,15 +693,16 @@ static int hybrid_overlap(void) {
     return ft_sys_switch(&sw) != 0;
 }
 
-/* span_launch's graphs are on for this step size: off by default (FT_SPAN_GRAPHS=1 turns them
- * on). On the H200 host (2026-11-30, hybrid at 30G, tg128, alternated in one process) the span
- * started 29-32 us after the CPU's end launched kernel by kernel and 43-57 us as a graph, and
- * decode ran 53.9 / 53.7 tok/s against 48.4 / 42.1: a graph launched behind the layer's expert
- * work starts later than the same kernels launched one by one, whose first kernel runs while
- * the host is still launching the rest. An earlier session had measured graphs slightly ahead
- * (46.5 / 47.5 against 44.7 / 46.4), with the host's launches then on the critical path. */
+/* span_launch's graphs are on for this step size (FT_SPAN_GRAPHS=0: kernel by kernel). On the
+ * H200 host (2026-11-30, alternated in one process) the two traded places: one call had the
+ * span start 29-32 us after the CPU's end launched kernel by kernel against 43-57 as a graph,
+ * and hybrid at 30G at 53.9 / 53.7 tok/s against 48.4 / 42.1 (the graph runs last in each
+ * cycle, in a call that slowed as it went); the next, on another instance, had graphs ahead
+ * by 2-3% at 24G and 30G (hybrid 48.8 / 48.5 against 47.7 / 47.5, 59.3 / 56.8 against
+ * 57.4 / 54.9; graphs first in each pair) and level at 12G and for the cpu backend. An earlier
+ * session: 46.5 / 47.5 against 44.7 / 46.4. Graphs stay the default. */
 static int span_graphs(const struct ft_gpu *g, int T) {
-    static struct ft_switch sw = FT_SWITCH("FT_SPAN_GRAPHS", 0);
+    static struct ft_switch sw = FT_SWITCH("FT_SPAN_GRAPHS", 1);
     return g->off && ft_sys_switch(&sw) && g->o.graphs && !g->prof && T <= MAX_GRAPH_T;
 }
 
@@ -861,8 +862,8 @@ static int decode_span(struct ft_gpu *g, int T, int l0, int gated) {
 /* Offloaded decode syncs at every MoE layer's router, so the whole step cannot be one graph;
  * each span between two syncs is one instead (captured the second time a batch size reaches
  * it), which turns ~20 launches into one: on the H200 host (gVisor) a launch costs ~3 us of
- * the engine thread, on the critical path of every layer step. Only with FT_SPAN_GRAPHS=1 (see
- * span_graphs); by default launched one by one. gated: held by ft_cuda_gate (launched before the CPU experts it adds are done). */
+ * the engine thread, on the critical path of every layer step. FT_SPAN_GRAPHS=0: launched
+ * one by one (see span_graphs). gated: held by ft_cuda_gate (launched before the CPU experts it adds are done). */
 static enum ft_status span_launch(struct ft_gpu *g, int T, int l0, int *moe_l, int gated) {
     if (!span_graphs(g, T)) {
         *moe_l = decode_span(g, T, l0, gated);
