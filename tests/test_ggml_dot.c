@@ -502,8 +502,9 @@ static void check_x32(int type, int64_t n, int R, int T, struct x32_worst *wst) 
         x32_dot(type, w + r * rb, rb, 1, xq, 1, n, &one);
         ok &= same_float(one, y[r]);
     }
-    CHECK_(ok, "%s%s x32 %s n=%lld R=%d T=%d", ft_cpu_isa_name(ft_cpu_isa()),
+    CHECK_(ok, "%s%s%s x32 %s n=%lld R=%d T=%d", ft_cpu_isa_name(ft_cpu_isa()),
            ft_cpu_isa() >= FT_ISA_AVX512 && !ft_ggml_x32_vnni(-1) ? " (no VNNI)" : "",
+           ft_cpu_isa() >= FT_ISA_AVX512 && !ft_ggml_x32_vbmi(-1) ? " (no VBMI)" : "",
            x32_name(type), (long long)n, R, T);
     free(w), free(x), free(y), free(yr), free(wd), free(xq), free(q);
 }
@@ -600,11 +601,14 @@ TEST(dot_rows_x32_every_tier) {
     static const int64_t ns[] = {32, 64, 96, 608, 768, 2880, 4096}; /* 608, 768: 19, 24 blocks */
     static const int Ts[] = {1, 3, 8, 17};
     for (int a = 0; a < nt; a++)
-        for (int vnni = 0; vnni < 2; vnni++) {
-            if (ts[a] < FT_ISA_AVX512 && vnni) continue; /* VNNI only matters to AVX-512 */
+        for (int mode = 0; mode < 4; mode++) { /* AVX-512 with and without VNNI, VBMI */
+            const int vnni = mode & 1, vbmi = mode >> 1;
+            if (ts[a] < FT_ISA_AVX512 && mode) continue; /* both only matter to AVX-512 */
             ft_cpu_set_isa(ts[a]);
             ft_ggml_x32_vnni(vnni || ts[a] < FT_ISA_AVX512);
+            ft_ggml_x32_vbmi(vbmi);
             if (vnni && !ft_ggml_x32_vnni(-1)) continue; /* this CPU has none */
+            if (vbmi && !ft_ggml_x32_vbmi(-1)) continue;
             for (int k = 0; k < N_X32; k++) {
                 struct x32_worst wst = {0};
                 for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
@@ -613,14 +617,16 @@ TEST(dot_rows_x32_every_tier) {
                             if (R == (j % 2 ? 5 : 2) || Ts[j] == 1)
                                 check_x32(k_x32_types[k], ns[i], R, Ts[j], &wst);
                 fprintf(stderr,
-                        "  %s%s x32 %-5s: vs scalar %.3f, ref vs exact %.3f, vs fp32 x %.3f of "
+                        "  %s%s%s x32 %-5s: vs scalar %.3f, ref vs exact %.3f, vs fp32 x %.3f of "
                         "the bounds; vs fp32 x: mean %.2e of sum|w x|\n",
                         ft_cpu_isa_name(ts[a]),
                         ts[a] >= FT_ISA_AVX512 ? (vnni ? "+vnni" : "-vnni") : "",
+                        ts[a] >= FT_ISA_AVX512 ? (vbmi ? "+vbmi" : "-vbmi") : "",
                         x32_name(k_x32_types[k]), wst.tier, wst.ref, wst.fp32, wst.typ / wst.count);
             }
         }
     ft_ggml_x32_vnni(1);
+    ft_ggml_x32_vbmi(1);
     ft_cpu_set_isa(FT_ISA_AVX512_BF16);
 }
 

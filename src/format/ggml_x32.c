@@ -331,6 +331,15 @@ INL512 __m512i dpbusd512(__m512i acc, __m512i a, __m512i b) {
     return acc;
 }
 
+/* VBMI's vpermt2b: byte j of the result is byte idx[j] (7 bits) of the 128 bytes a, b; asm for
+ * the reason dpbusd512 is (run only where ft_ggml_x32_vbmi says the CPU has it). */
+INL512 __m512i permt2b512(__m512i a, __m512i idx, __m512i b) {
+    __asm__("vpermt2b %2, %1, %0" : "+v"(a) : "v"(idx), "v"(b));
+    return a;
+}
+
+static int g_vbmi = -1; /* ft_ggml_x32_vbmi: -1 unknown, 0 off, 1 on */
+
 /* The same with AVX-512BW: pairs to int16 (never saturating, see the header), then int32. */
 INL512 __m512i dot_bw512(__m512i acc, __m512i a, __m512i b) {
     return _mm512_add_epi32(acc,
@@ -373,6 +382,15 @@ INL512 __m512 e4m3_512(__m512i v) {
                                 _mm512_set1_ps(NAN));
 }
 
+/* 16 e8m0 bytes (one per int32 lane) as half their value, exactly ft_ggml_e8m0_half:
+ * 2^(e - 128) = (e - 1) << 23 as f32 bits, e = 0 and 1 the subnormals 2^-128, 2^-127. */
+INL512 __m512 e8m0_half512(__m512i e) {
+    const __m512i nrm = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    return _mm512_castsi512_ps(
+        _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), nrm, sub));
+}
+
 /* One chunk of weights (blocks c .. c + cb - 1), decoded once for every token: u[k] lane b =
  * the unsigned codes 4k .. 4k+3 of block b (Q8_0 without VNNI: |w|, with neg[k] its signs);
  * ws[0] the block scales (NVFP4: ws[0], ws[1] the scales of each block's halves); wm mins. */
@@ -391,6 +409,23 @@ INL512 void chunk512_lanes(const int f, const int vnni, const uint8_t *const p[1
         const __m512i sc = _mm512_cvtepu16_epi32(nv_sc);
         k->ws[0] = _mm512_mul_ps(e4m3_512(_mm512_and_si512(sc, _mm512_set1_epi32(0xff))), nv_h);
         k->ws[1] = _mm512_mul_ps(e4m3_512(_mm512_srli_epi32(sc, 8)), nv_h);
+    } else if (f == X_MXFP4 && lm == 0xffffu && p[15] == p[0] + 15 * 17 &&
+               __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) > 0) {
+        /* a whole chunk of one row (not two rows' tails, chunk512_pair), 16 blocks of 17 bytes: each 64 bytes from its start hold 4 of the
+         * scale bytes (at 17 b), picked into the low byte of lanes 0..7 from the first 128
+         * and 8..15 from the next; the bytes between are masked off. Scalar conversions stored
+         * and loaded back as a vector took a third of the kernel's time (one thread, from the
+         * cache, dev VM). */
+        const uint8_t *s0 = p[0] - 1;
+        const __m512i idx = _mm512_set_epi32(127, 110, 93, 76, 59, 42, 25, 8, 119, 102, 85, 68, 51,
+                                             34, 17, 0);
+        const __m512i lo = permt2b512(_mm512_loadu_si512((const void *)s0), idx,
+                                      _mm512_loadu_si512((const void *)(s0 + 64)));
+        const __m512i hi = permt2b512(_mm512_loadu_si512((const void *)(s0 + 128)), idx,
+                                      _mm512_loadu_si512((const void *)(s0 + 192)));
+        const __m512i e = _mm512_and_si512(_mm512_mask_blend_epi32(0xff00, lo, hi),
+                                           _mm512_set1_epi32(0xff));
+        k->ws[0] = e8m0_half512(e);
     } else if (f == X_MXFP4) {
         _Alignas(64) float e[16] = {0};
 #pragma GCC unroll 16
@@ -996,11 +1031,27 @@ int ft_ggml_x32_vnni(int use) {
     return h && !__atomic_load_n(&g_no_vnni, __ATOMIC_RELAXED);
 }
 
+int ft_ggml_x32_vbmi(int use) {
+    static int has = -1;
+    int h = __atomic_load_n(&has, __ATOMIC_RELAXED);
+#if defined(__x86_64__) || defined(__i386__)
+    if (h < 0) __atomic_store_n(&has, h = __builtin_cpu_supports("avx512vbmi") ? 1 : 0, __ATOMIC_RELAXED);
+    if (use < 0 && __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) < 0)
+        use = ft_sys_env_int("FT_X32_VBMI", 1) != 0; /* FT_X32_VBMI=0: off, for measuring */
+    if (use >= 0) __atomic_store_n(&g_vbmi, h && use, __ATOMIC_RELAXED);
+    return __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED);
+#else
+    (void)use, (void)h;
+    return 0;
+#endif
+}
+
 static void rows_x32(int f, const uint8_t *w, size_t rb, size_t coff, int n_rows, int64_t nb,
                      const void *xq, int T, float *y, int ldy) {
 #if defined(__x86_64__) || defined(__i386__)
     const enum ft_cpu_isa isa = ft_cpu_isa();
     if (isa >= FT_ISA_AVX512) {
+        if (__atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) < 0) ft_ggml_x32_vbmi(-1);
         (ft_ggml_x32_vnni(-1) ? k_rows512v : k_rows512b)[f](w, rb, coff, n_rows, nb, xq, T, y, ldy);
         return;
     }
