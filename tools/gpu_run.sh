@@ -22,8 +22,8 @@
 #            resident pp512 with 32- and 64-row tiles alternated, and the 30G pp4096 pass -> tm64.log
 #   exec     #9 the executor's scaling: bench_exec mxfp4 at 1, 8, 16 threads, nvfp4 and bf16 at 16
 #            (experts rotating over 3x the L3); then row pairs on/off alternated -> exec.log
-#   execab   #8/#9 the executor's switches at 16 threads, alternated twice: as built,
-#            FT_EXEC_FUSED=0, FT_X32_PAIR_FULL=0, FT_BF16_PF=0             -> execab.log
+#   execab   #8/#9 the executor's switches at 16 threads, alternated three times: as built,
+#            FT_X32_VBMI=0, FT_X32_PF=4096                                  -> execab.log
 #   exec2    #9 in brief: bench_exec mxfp4/nvfp4 at 16 and 14 threads, alternated -> exec.log
 #   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
@@ -184,12 +184,12 @@ for part in "$@"; do
         done
         ;;
     execab)
-        # #8/#9: this build's executor switches at 16 threads, alternated twice: as built;
-        # FT_EXEC_FUSED=0 (four pool jobs a step); FT_X32_PAIR_FULL=0 (MXFP4/NVFP4 gate/up rows one
-        # at a time); FT_BF16_PF=0 (bf16 tiles without the next tile's prefetch)
-        for round in 1 2; do
-            for cfg in "FT_AB=built mxfp4 nvfp4 bf16" "FT_EXEC_FUSED=0 mxfp4 nvfp4 bf16" \
-                       "FT_X32_PAIR_FULL=0 mxfp4 nvfp4" "FT_BF16_PF=0 bf16"; do
+        # #8/#9: this build's executor switches at 16 threads, alternated three times: as built;
+        # FT_X32_VBMI=0 (MXFP4's block scales converted one by one, as before the VBMI permutes);
+        # FT_X32_PF=4096 (a quarter of the default prefetch distance: ahead in execpf's call)
+        for round in 1 2 3; do
+            for cfg in "FT_AB=built mxfp4 nvfp4 bf16" "FT_X32_VBMI=0 mxfp4" \
+                       "FT_X32_PF=4096 mxfp4 nvfp4"; do
                 read -r envs fmts <<<"$cfg"
                 for f in $fmts; do
                     echo "### $round $envs $f" >>"$OUT/execab.log"
