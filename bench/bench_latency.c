@@ -15,7 +15,12 @@
  * cudaMallocHost, cudaHostAlloc mapped), 8 KB stored + a fence, read, and stored right before
  * a release+flag (the CPU experts' output before the gate). Last, a layer step's shape: the
  * release right after 15 workers streamed DRAM for 250 us, with and without a 9 MiB copy
- * before the gate.
+ * before the gate. Then launch+flag and graph+flag after the GPU (and its link) sat idle for
+ * 0-500 us, with and without a gate kernel polling host memory on another stream through the
+ * gap: in offloaded decode the GPU idles 50-150 us before each layer step's span, and the span
+ * starts 30-57 us after its launch where back-to-back launches take ~10 (an idle power state
+ * of the GPU or of the PCIe link, ASPM L1, would show as latency growing with the gap, and a
+ * poller keeping the link busy would hide it).
  *   bench_latency [ROUNDS]   (default 2000) */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -304,6 +309,51 @@ int main(int argc, char **argv) {
                copy ? ", a 9 MiB copy before the gate" : "", kt[0][kr / 2], kt[0][kr * 9 / 10], kr);
     }
     if (copied) cudaEventDestroy(copied);
+    /* After an idle gap (see the header) */
+    static const int gaps[] = {0, 20, 50, 100, 200, 500};
+    enum { NG = sizeof gaps / sizeof *gaps };
+    cudaStream_t s2 = NULL;
+    int *h_keep = NULL;
+    void *m_keep = NULL;
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    cudaHostAlloc((void **)&h_keep, 64, cudaHostAllocMapped);
+    if (h_keep) cudaHostGetDevicePointer(&m_keep, h_keep, 0);
+    for (int keep = 0; keep < 2 && s2 && m_keep; keep++) {
+        double gm[2][NG], gp[2][NG];
+        for (int kind = 0; kind < 2; kind++)
+            for (int gi = 0; gi < NG; gi++) {
+                for (int r = -20; r < kr; r++) {
+                    cudaStreamSynchronize(s);
+                    if (keep) {
+                        memset(h_keep, 0, 64);
+                        ft_cuda_gate(m_keep, s2); /* polls host memory until released */
+                    }
+                    int64_t w = ft_time_ns();
+                    while (ft_time_ns() - w < (int64_t)gaps[gi] * 1000) ft_sys_pause();
+                    int64_t t0 = ft_time_ns();
+                    if (kind) cudaGraphLaunch(span, s);
+                    else ft_cuda_stage_out(m_ids, d_ids, m_w, d_w, 8, NULL, d_x, 0, d_seq, m_done, s);
+                    launched++;
+                    if (!wait_flag(h_done, launched, s)) return 1;
+                    int64_t t1 = ft_time_ns();
+                    if (keep) {
+                        __atomic_store_n(&h_keep[0], 1, __ATOMIC_RELEASE);
+                        cudaStreamSynchronize(s2);
+                    }
+                    if (r >= 0) kt[0][r] = (t1 - t0) / 1e3;
+                }
+                qsort(kt[0], kr, sizeof(double), cmp_d);
+                gm[kind][gi] = kt[0][kr / 2], gp[kind][gi] = kt[0][kr * 9 / 10];
+            }
+        for (int kind = 0; kind < 2; kind++) {
+            printf("  after an idle gap%s, %s (us, median / p90 of %d):", keep ? " with a poller" : "",
+                   kind ? "graph+flag" : "launch+flag", kr);
+            for (int gi = 0; gi < NG; gi++) printf("  %d us %.1f / %.1f", gaps[gi], gm[kind][gi], gp[kind][gi]);
+            printf("\n");
+        }
+    }
+    if (s2) cudaStreamDestroy(s2);
+    if (h_keep) cudaFreeHost(h_keep);
     free(kt[0]), free(kt[1]), free(kt[2]);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || h_gate[1]) {
