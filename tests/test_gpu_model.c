@@ -462,6 +462,11 @@ TEST(cpu_and_hybrid_match_resident) {
     unsetenv("FT_SPAN_GATE");
     unsetenv("FT_SPAN_GRAPHS");
     ft_sys_switches_reload();
+    /* a poller on a side stream through each layer step's CPU share (read at engine init) */
+    setenv("FT_KEEPALIVE", "1", 1);
+    split_case("qwen3_moe", 2);
+    split_case("mixtral", 1);
+    unsetenv("FT_KEEPALIVE");
     setenv("FT_STEP_TIMING", "1", 1); /* hybrid, then cpu (CPU experts every step) gated */
     split_case("qwen2_moe", 2);
     setenv("FT_SPAN_GATE", "1", 1);

@@ -48,7 +48,9 @@
 #   hyb3x    the same, one process per combination (~60 s each: the load)         -> hyb3.log
 #   cpuall   #8 --moe-backend cpu with every expert on the CPU (48 CPU layers; 8 slots)   -> cpuall.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
-#            beside DRAM-streaming threads, beside H2D copies                  -> lat.log
+#            beside DRAM-streaming threads, beside H2D copies, after idle gaps  -> lat.log
+#   keepab   #8 hybrid at 30G and 24G, the defaults against FT_KEEPALIVE=1, alternated three
+#            times in one process, with FT_STEP_TIMING=1's one clock           -> keepab.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec (the
 #            executor sustained) for mxfp4, nvfp4, fp8, q4_k, bf16             -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
@@ -288,6 +290,10 @@ for part in "$@"; do
         step hyb3env.log 380 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n "${HYB_N:-64}" -r 1 --backend offload \
             --vram-limit 12G,24G,30G --moe-backend hybrid,cpu,offload --env "${envs#/}/" --cycles "${AB_CYCLES:-2}"
         ;;
+    keepab)
+        FT_STEP_TIMING=1 step keepab.log 400 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 128 -r 1 \
+            --backend offload --vram-limit 24G,30G --moe-backend hybrid --env '/FT_KEEPALIVE=1/' --cycles 3
+        ;;
     tg128)
         step tg128.log 400 $G/ft bench --synthetic qwen3-30b-a3b --backend offload --vram-limit 30G \
             --moe-backend hybrid,cpu,offload
@@ -342,7 +348,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, tg128, execpf, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, keepab, tg128, execpf, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

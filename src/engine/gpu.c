@@ -94,6 +94,13 @@ struct ft_gpu {
      * CPU experts run, held by ft_cuda_gate until the host stores 1 to h_gate[0] (m_gate: the
      * device's pointer); h_gate[1] counts the gate's timeouts. gate_off: after a failure. */
     int *h_gate, *m_gate, gate_off;
+    /* FT_KEEPALIVE=1 (a measuring switch, off): while a layer step's CPU experts run, a gate
+     * kernel on s_keep polls h_keep (m_keep: the device's pointer), released when they end, so
+     * the GPU and its PCIe link never sit idle between the GPU's share and the next span. The
+     * span started 30-57 us after its launch where back-to-back launches take ~10
+     * (bench_latency's idle-gap rows say whether idleness is why). */
+    int *h_keep, *m_keep;
+    cudaStream_t s_keep;
     /* the router's done flag (with mapped staging, under FT_ROUTER_SPIN=1 or FT_STEP_TIMING):
      * each span's stage-out stores its launch number to h_done (m_done: the device's pointer,
      * d_seq its count) and its GPU time; with router_poll (FT_ROUTER_SPIN=1) the host polls it
@@ -995,9 +1002,16 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
             g->cpu_tok[i] = p / k, g->cpu_ids[i] = h_ids[p], g->cpu_w[i] = g->h_topw[p];
         }
         if (hook.g) ft_moe_exec_set_hook(g->exec, issue_hook, &hook);
+        /* FT_KEEPALIVE: polled until the CPU's share ends; at most one poller in flight (a
+         * release is a store of 1, not a count), so a new one only once the last is done */
+        if (g->m_keep && cudaStreamQuery(g->s_keep) == cudaSuccess) {
+            g->h_keep[0] = 0;
+            ft_cuda_gate(g->m_keep, g->s_keep);
+        }
         int nd = ft_moe_exec_run_pairs(g->exec, g->exec_pool, &m->layers[l].bank[FT_BANK_GATE_UP],
                                        &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act, g->h_xn,
                                        g->cpu_tok, g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
+        if (g->m_keep) __atomic_store_n(&g->h_keep[0], 1, __ATOMIC_RELEASE);
         if (g->m_stamp) /* FT_STEP_TIMING: the CPU's end; a router follows unless this was the last */
             g->cpu_end_real = ft_time_real_ns(), g->clk_armed = 1, g->clk_gated = hook.tried;
         if (hook.g && !hook.ran) issue_hook(&hook); /* the executor had no pass to run it in */
@@ -1375,6 +1389,14 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                 ft_sys_env_int("FT_SPAN_GATE", 0) && cudaHostGetDevicePointer(&gp, g->h_gate, 0) == cudaSuccess)
                 g->m_gate = gp;
             cudaGetLastError();
+            if (st == FT_OK && ft_sys_env_int("FT_KEEPALIVE", 0)) {
+                g->h_keep = halloc(8 * sizeof(int), &st);
+                void *kp = NULL;
+                if (st == FT_OK && cudaHostGetDevicePointer(&kp, g->h_keep, 0) == cudaSuccess &&
+                    cudaStreamCreateWithFlags(&g->s_keep, cudaStreamNonBlocking) == cudaSuccess)
+                    g->m_keep = kp;
+                cudaGetLastError();
+            }
             g->cpu_pairs = malloc((size_t)R * sizeof *g->cpu_pairs);
             g->cpu_tok = malloc((size_t)R * sizeof *g->cpu_tok);
             g->cpu_ids = malloc((size_t)R * sizeof *g->cpu_ids);
@@ -1422,6 +1444,7 @@ static void dfree(void *p) {
 
 void ft_gpu_free(struct ft_gpu *g) {
     if (!g) return;
+    if (g->h_keep) __atomic_store_n(&g->h_keep[0], 1, __ATOMIC_RELEASE); /* no poller left waiting */
     cudaDeviceSynchronize();
     for (int kind = 0; g->prof && kind < 2; kind++) {
         const double *ms = g->prof_ms[kind];
@@ -1458,8 +1481,8 @@ void ft_gpu_free(struct ft_gpu *g) {
     dfree(g->d_zipf_cdf), dfree(g->d_sticky), dfree(g->d_synth_stats), dfree(g->d_seq);
     ft_moe_exec_free(g->exec);
     ft_pool_free(g->exec_pool);
-    void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw, g->h_gate, g->h_done, g->h_stamp};
-    for (size_t i = 0; i < 6; i++)
+    void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw, g->h_gate, g->h_done, g->h_stamp, g->h_keep};
+    for (size_t i = 0; i < 7; i++)
         if (hp[i]) cudaFreeHost(hp[i]);
     free(g->cpu_pairs), free(g->cpu_tok), free(g->cpu_ids), free(g->cpu_w);
     for (int a = 0; a < 3; a++)
@@ -1497,6 +1520,7 @@ void ft_gpu_free(struct ft_gpu *g) {
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
         if (hs[i]) cudaFreeHost(hs[i]);
     ft_blas_free(g->blas);
+    if (g->s_keep) cudaStreamDestroy(g->s_keep);
     if (g->s) cudaStreamDestroy(g->s);
     free(g->L);
     free(g);
