@@ -870,7 +870,8 @@ static int decode_span(struct ft_gpu *g, int T, int l0, int gated) {
  * each span between two syncs is one instead (captured the second time a batch size reaches
  * it), which turns ~20 launches into one: on the H200 host (gVisor) a launch costs ~3 us of
  * the engine thread, on the critical path of every layer step. FT_SPAN_GRAPHS=0: launched
- * one by one (see span_graphs). gated: held by ft_cuda_gate (launched before the CPU experts it adds are done). */
+ * one by one (see span_graphs). gated: held by ft_cuda_gate (launched before the CPU experts it
+ * adds are done). */
 static enum ft_status span_launch(struct ft_gpu *g, int T, int l0, int *moe_l, int gated) {
     if (!span_graphs(g, T)) {
         *moe_l = decode_span(g, T, l0, gated);

@@ -411,11 +411,11 @@ INL512 void chunk512_lanes(const int f, const int vnni, const uint8_t *const p[1
         k->ws[1] = _mm512_mul_ps(e4m3_512(_mm512_srli_epi32(sc, 8)), nv_h);
     } else if (f == X_MXFP4 && lm == 0xffffu && p[15] == p[0] + 15 * 17 &&
                __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) > 0) {
-        /* a whole chunk of one row (not two rows' tails, chunk512_pair), 16 blocks of 17 bytes: each 64 bytes from its start hold 4 of the
-         * scale bytes (at 17 b), picked into the low byte of lanes 0..7 from the first 128
-         * and 8..15 from the next; the bytes between are masked off. Scalar conversions stored
-         * and loaded back as a vector took a third of the kernel's time (one thread, from the
-         * cache, dev VM). */
+        /* a whole chunk of one row (not two rows' tails, chunk512_pair), 16 blocks of 17
+         * bytes: each 64 bytes from its start hold 4 of the scale bytes (at 17 b), picked into
+         * the low byte of lanes 0..7 from the first 128 and 8..15 from the next; the bytes
+         * between are masked off. The scalar conversions below, stored and loaded back as a
+         * vector, cost 16-19% of the kernel's rate (one thread from the cache, dev VM). */
         const uint8_t *s0 = p[0] - 1;
         const __m512i idx = _mm512_set_epi32(127, 110, 93, 76, 59, 42, 25, 8, 119, 102, 85, 68, 51,
                                              34, 17, 0);
