@@ -603,9 +603,14 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
      * refused with a message naming --moe-cache-size (ft_cache_admit) */
     size_t need = (size_t)m->top_k;
     if (want < need) {
-        st = ft_fail(FT_ERR_OOM, "offload: %zu expert slots (%.1f MiB each) fit, but one token "
-                     "needs %zu; raise --vram-limit or --moe-cache-size", want,
-                     slot_bytes / 1048576.0, need);
+        if (o->cache_slots > 0 || o->cache_rate > 0)
+            st = ft_fail(FT_ERR_INVALID_ARG, "offload: --moe-cache-size/--moe-cache-rate gives %zu expert "
+                         "slots, but one token needs %zu (this model's top-k); give at least %zu",
+                         want, need, need);
+        else
+            st = ft_fail(FT_ERR_OOM, "offload: %zu expert slots (%.1f MiB each) fit, but one token "
+                         "needs %zu; raise --vram-limit or --moe-cache-size", want,
+                         slot_bytes / 1048576.0, need);
         goto fail;
     }
     f->n_slots = (int)want;
