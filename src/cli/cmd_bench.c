@@ -95,9 +95,11 @@ static void note(struct bench *b, const char *fmt, ...) {
 /* Offload: hit rate and copy rate since the previous snapshot, printed under a row. For a
  * prefill row (passes > 0) also its ceiling: every pass streams each MoE layer's touched
  * experts (distinct per layer per pass, as measured) but the share of them the slots could
- * hold (slots / MoE layers) over PCIe at the link's rate; tps is the row's mean. */
+ * hold (slots / MoE layers) over PCIe at the link's rate; tps is the row's mean. For a decode
+ * row (decoded: the tokens the snapshot covers) the expert bytes each token moved through
+ * each path: copied over PCIe, and read by the CPU executor, with each path's rate. */
 static void offload_line(struct bench *b, const char *test, double tps, double distinct,
-                         int passes, int tokens) {
+                         int passes, int tokens, long decoded) {
     struct ft_gpu_offload_stats os;
     ft_engine_offload_stats(b->s.engine, &os);
     if (!os.active) return;
@@ -105,8 +107,16 @@ static void offload_line(struct bench *b, const char *test, double tps, double d
     double gb = (os.copy_bytes - b->last.copy_bytes) / 1e9, s = os.copy_s - b->last.copy_s;
     note(b, "%s: expert cache hit rate %.1f%% (%ld of %ld lookups), %.2f GB of expert copies at "
         "%.1f GB/s\n", test, h + m ? 100.0 * h / (h + m) : 0.0, h, h + m, gb, s > 0 ? gb / s : 0.0);
-    b->last = os;
     const struct ft_model *md = b->s.model;
+    if (decoded > 0) {
+        long ce = os.cpu_experts - b->last.cpu_experts;
+        double cgb = (double)ce * (double)md->expert_bytes / 1e9, cs = os.cpu_s - b->last.cpu_s;
+        note(b, "%s: per token %.1f MB of experts copied over PCIe (%.1f GB/s) and %.1f MB (%.1f "
+            "experts) read by the CPU executor (%.1f GB/s while it ran), over %ld tokens\n", test,
+            1e3 * gb / decoded, s > 0 ? gb / s : 0.0, 1e3 * cgb / decoded, (double)ce / decoded,
+            cs > 0 ? cgb / cs : 0.0, decoded);
+    }
+    b->last = os;
     int moe = 0;
     for (int l = 0; l < md->n_layers; l++) moe += md->layers[l].is_moe;
     double uncached = moe ? distinct - (double)os.n_slots / moe : 0;
@@ -204,7 +214,7 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
         row(b, test, tps, reps, step_bytes(m, distinct) * chunks / p, distinct);
         double mean, sd;
         stats(tps, reps, &mean, &sd);
-        offload_line(b, test, mean, distinct, chunks, p);
+        offload_line(b, test, mean, distinct, chunks, p, 0);
     }
     if (n > 0) {
         double distinct = 0;
@@ -238,7 +248,9 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
                    test, b->smp.temperature, b->smp.top_k, b->smp.top_p, b->smp.min_p,
                    (unsigned long long)b->smp.seed, how);
         }
-        offload_line(b, test, 0, distinct, 0, n);
+        /* the snapshot's tokens: each repetition's first token and its n steps, and the
+         * warm-up's 3 steps when no prefill row came first */
+        offload_line(b, test, 0, distinct, 0, n, (long)reps * (n + 1) + (p > 0 ? 0 : 3));
     }
 done:
     ft_sampler_free(smp);
