@@ -601,7 +601,8 @@ TEST(dot_rows_x32_every_tier) {
     static const int64_t ns[] = {32, 64, 96, 608, 768, 2880, 4096}; /* 608, 768: 19, 24 blocks */
     static const int Ts[] = {1, 3, 8, 17};
     for (int a = 0; a < nt; a++)
-        for (int mode = 0; mode < 4; mode++) { /* AVX-512 with and without VNNI, VBMI */
+        for (int mode = 0; mode < 6; mode++) { /* AVX-512 with and without VNNI; VBMI off,
+                                                 * scales, scales and codes */
             const int vnni = mode & 1, vbmi = mode >> 1;
             if (ts[a] < FT_ISA_AVX512 && mode) continue; /* both only matter to AVX-512 */
             ft_cpu_set_isa(ts[a]);
@@ -621,13 +622,43 @@ TEST(dot_rows_x32_every_tier) {
                         "the bounds; vs fp32 x: mean %.2e of sum|w x|\n",
                         ft_cpu_isa_name(ts[a]),
                         ts[a] >= FT_ISA_AVX512 ? (vnni ? "+vnni" : "-vnni") : "",
-                        ts[a] >= FT_ISA_AVX512 ? (vbmi ? "+vbmi" : "-vbmi") : "",
+                        ts[a] >= FT_ISA_AVX512 ? (vbmi == 2 ? "+vbmi2" : vbmi ? "+vbmi" : "-vbmi") : "",
                         x32_name(k_x32_types[k]), wst.tier, wst.ref, wst.fp32, wst.typ / wst.count);
             }
         }
     ft_ggml_x32_vnni(1);
     ft_ggml_x32_vbmi(1);
     ft_cpu_set_isa(FT_ISA_AVX512_BF16);
+}
+
+/* The AVX-512 tier's MXFP4 VBMI paths (the scales by permutes; also the codes' transpose)
+ * give the bits of the path without them: the same integer sums and the same scale values. */
+TEST(mxfp4_vbmi_same_bits) {
+    if (ft_cpu_isa() < FT_ISA_AVX512 || !ft_ggml_x32_vbmi(1)) {
+        fprintf(stderr, "  this CPU has no AVX-512 VBMI: nothing to compare\n");
+        return;
+    }
+    static const int64_t ns[] = {512, 768, 2880, 4096}; /* whole chunks, a tail, pairs */
+    static const int Ts[] = {1, 3, 17};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
+        for (size_t j = 0; j < sizeof Ts / sizeof *Ts; j++) {
+            const int64_t n = ns[i];
+            const int T = Ts[j], R = 7;
+            const size_t rb = ft_ggml_row_bytes(FT_GGML_MXFP4, n);
+            uint8_t *w = rand_blocks(FT_GGML_MXFP4, rb * R, 0);
+            float *x = rand_x((size_t)T * n), *y[3];
+            void *xq = malloc(ft_ggml_x32_bytes(n) * T);
+            ft_ggml_quant_x32(x, (int)n, n, T, xq);
+            for (int v = 0; v < 3; v++) {
+                y[v] = malloc((size_t)T * R * sizeof(float));
+                ft_ggml_x32_vbmi(v);
+                ft_ggml_dot_rows_x32(FT_GGML_MXFP4, w, rb, R, xq, T, y[v], R);
+            }
+            CHECK_(!memcmp(y[0], y[1], (size_t)T * R * 4) && !memcmp(y[0], y[2], (size_t)T * R * 4),
+                   "MXFP4 n=%lld T=%d: the VBMI paths' bits differ", (long long)n, T);
+            free(w), free(x), free(xq), free(y[0]), free(y[1]), free(y[2]);
+        }
+    ft_ggml_x32_vbmi(1);
 }
 
 TEST_MAIN("ggml_dot")

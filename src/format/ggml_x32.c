@@ -339,6 +339,7 @@ INL512 __m512i permt2b512(__m512i a, __m512i idx, __m512i b) {
 }
 
 static int g_vbmi = -1; /* ft_ggml_x32_vbmi: -1 unknown, 0 off, 1 on */
+static int g_vbmi_codes = 0; /* FT_X32_VBMI=3: the codes' transpose too (measuring) */
 
 /* The same with AVX-512BW: pairs to int16 (never saturating, see the header), then int32. */
 INL512 __m512i dot_bw512(__m512i acc, __m512i a, __m512i b) {
@@ -400,29 +401,63 @@ struct wchunk512 {
     __m512 ws[2], wm;
 };
 
+/* VBMI's transpose of a whole MXFP4 chunk of one row (16 blocks of 17 bytes from s0 = the
+ * first block's scale byte), as transpose16x4_512's v: lane b of v[k] = code dword k of block
+ * b, picked by byte permutes from the chunk's first 256 bytes (z[0..3], 64 each: blocks 0-6,
+ * and 7's first two dwords, from z[0..1]; the rest of 7 and blocks 8-14 from z[2..3]) and
+ * block 15's 16 code bytes (at s0 + 256) inserted. 16 one-op permutes and blends in place of
+ * 16 loads, 12 inserts and 8 unpacks; only with FT_X32_VBMI=3 (slower on the dev VM's Zen 4,
+ * not yet measured on Intel, whose shuffle port this sequence relieves). */
+static const uint8_t k_mx_lo[4][64] = {
+    {1, 2, 3, 4, 18, 19, 20, 21, 35, 36, 37, 38, 52, 53, 54, 55, 69, 70, 71, 72, 86, 87, 88, 89, 103, 104, 105, 106, 120, 121, 122, 123, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {5, 6, 7, 8, 22, 23, 24, 25, 39, 40, 41, 42, 56, 57, 58, 59, 73, 74, 75, 76, 90, 91, 92, 93, 107, 108, 109, 110, 124, 125, 126, 127, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {9, 10, 11, 12, 26, 27, 28, 29, 43, 44, 45, 46, 60, 61, 62, 63, 77, 78, 79, 80, 94, 95, 96, 97, 111, 112, 113, 114, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {13, 14, 15, 16, 30, 31, 32, 33, 47, 48, 49, 50, 64, 65, 66, 67, 81, 82, 83, 84, 98, 99, 100, 101, 115, 116, 117, 118, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+};
+static const uint8_t k_mx_hi[4][64] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 10, 11, 12, 26, 27, 28, 29, 43, 44, 45, 46, 60, 61, 62, 63, 77, 78, 79, 80, 94, 95, 96, 97, 111, 112, 113, 114, 0, 0, 0, 0},
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 13, 14, 15, 16, 30, 31, 32, 33, 47, 48, 49, 50, 64, 65, 66, 67, 81, 82, 83, 84, 98, 99, 100, 101, 115, 116, 117, 118, 0, 0, 0, 0},
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 17, 18, 19, 20, 34, 35, 36, 37, 51, 52, 53, 54, 68, 69, 70, 71, 85, 86, 87, 88, 102, 103, 104, 105, 119, 120, 121, 122, 0, 0, 0, 0},
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 5, 6, 7, 21, 22, 23, 24, 38, 39, 40, 41, 55, 56, 57, 58, 72, 73, 74, 75, 89, 90, 91, 92, 106, 107, 108, 109, 123, 124, 125, 126, 0, 0, 0, 0}
+};
+
+INL512 void mxfp4_codes_vbmi(const __m512i z[4], const uint8_t *b15, __m512i v[4]) {
+    const __m512i x15 = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)b15));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m512i lo = permt2b512(z[0], _mm512_loadu_si512((const void *)k_mx_lo[k]), z[1]);
+        const __m512i hi = permt2b512(z[2], _mm512_loadu_si512((const void *)k_mx_hi[k]), z[3]);
+        v[k] = _mm512_mask_blend_epi32(k < 2 ? 0x7f00 : 0x7f80, lo, hi);
+        v[k] = _mm512_mask_permutexvar_epi32(v[k], 0x8000, _mm512_set1_epi32(k), x15);
+    }
+}
+
 /* The chunk whose lane b (set in lm) is the block whose codes start at p[b]; NVFP4: nv_sc the
  * lanes' scale bytes (16-bit pairs), nv_h half their rows' global scale. */
 INL512 void chunk512_lanes(const int f, const int vnni, const uint8_t *const p[16], unsigned lm,
                            __m256i nv_sc, __m512 nv_h, struct wchunk512 *k) {
+    /* a whole MXFP4 chunk of one row (not two rows' tails, chunk512_pair), where the CPU has
+     * VBMI: its first 256 bytes once, for the scales and the codes' transpose */
+    const int vb = f == X_MXFP4 && lm == 0xffffu && p[15] == p[0] + 15 * 17 &&
+                   __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) > 0;
+    __m512i z[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                    _mm512_setzero_si512()};
+    if (vb)
+        for (int i = 0; i < 4; i++) z[i] = _mm512_loadu_si512((const void *)(p[0] - 1 + 64 * i));
     /* scales */
     if (f == X_NVFP4) {
         const __m512i sc = _mm512_cvtepu16_epi32(nv_sc);
         k->ws[0] = _mm512_mul_ps(e4m3_512(_mm512_and_si512(sc, _mm512_set1_epi32(0xff))), nv_h);
         k->ws[1] = _mm512_mul_ps(e4m3_512(_mm512_srli_epi32(sc, 8)), nv_h);
-    } else if (f == X_MXFP4 && lm == 0xffffu && p[15] == p[0] + 15 * 17 &&
-               __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) > 0) {
-        /* a whole chunk of one row (not two rows' tails, chunk512_pair), 16 blocks of 17
-         * bytes: each 64 bytes from its start hold 4 of the scale bytes (at 17 b), picked into
-         * the low byte of lanes 0..7 from the first 128 and 8..15 from the next; the bytes
-         * between are masked off. The scalar conversions below, stored and loaded back as a
-         * vector, cost 16-19% of the kernel's rate (one thread from the cache, dev VM). */
-        const uint8_t *s0 = p[0] - 1;
+    } else if (vb) {
+        /* each 64 bytes of the chunk hold 4 of the scale bytes (at 17 b), picked into the low
+         * byte of lanes 0..7 from the first 128 and 8..15 from the next; the bytes between are
+         * masked off. The scalar conversions below, stored and loaded back as a vector, cost
+         * 16-19% of the kernel's rate (one thread from the cache, dev VM). */
         const __m512i idx = _mm512_set_epi32(127, 110, 93, 76, 59, 42, 25, 8, 119, 102, 85, 68, 51,
                                              34, 17, 0);
-        const __m512i lo = permt2b512(_mm512_loadu_si512((const void *)s0), idx,
-                                      _mm512_loadu_si512((const void *)(s0 + 64)));
-        const __m512i hi = permt2b512(_mm512_loadu_si512((const void *)(s0 + 128)), idx,
-                                      _mm512_loadu_si512((const void *)(s0 + 192)));
+        const __m512i lo = permt2b512(z[0], idx, z[1]);
+        const __m512i hi = permt2b512(z[2], idx, z[3]);
         const __m512i e = _mm512_and_si512(_mm512_mask_blend_epi32(0xff00, lo, hi),
                                            _mm512_set1_epi32(0xff));
         k->ws[0] = e8m0_half512(e);
@@ -445,7 +480,10 @@ INL512 void chunk512_lanes(const int f, const int vnni, const uint8_t *const p[1
     }
     /* codes */
     __m512i v[4];
-    transpose16x4_512(p, lm, v);
+    if (vb && __atomic_load_n(&g_vbmi_codes, __ATOMIC_RELAXED))
+        mxfp4_codes_vbmi(z, p[15], v);
+    else
+        transpose16x4_512(p, lm, v);
     if (f == X_Q8_0) { /* dwords 4..7 from the second 16 bytes */
         const uint8_t *p2[16] = {0};
 #pragma GCC unroll 16
@@ -1036,9 +1074,16 @@ int ft_ggml_x32_vbmi(int use) {
     int h = __atomic_load_n(&has, __ATOMIC_RELAXED);
 #if defined(__x86_64__) || defined(__i386__)
     if (h < 0) __atomic_store_n(&has, h = __builtin_cpu_supports("avx512vbmi") ? 1 : 0, __ATOMIC_RELAXED);
-    if (use < 0 && __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) < 0)
-        use = ft_sys_env_int("FT_X32_VBMI", 1) != 0; /* FT_X32_VBMI=0: off, for measuring */
-    if (use >= 0) __atomic_store_n(&g_vbmi, h && use, __ATOMIC_RELAXED);
+    if (use < 0 && __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) < 0) {
+        /* FT_X32_VBMI=0: off; 3: the codes' transpose by permutes too (for measuring: on the
+         * dev VM's Zen 4 it ran 14.4-15.0 GB/s against 15.9-16.1 with the scales' alone) */
+        const int env = ft_sys_env_int("FT_X32_VBMI", 1);
+        use = env == 3 ? 2 : env != 0;
+    }
+    if (use >= 0) {
+        __atomic_store_n(&g_vbmi_codes, use == 2, __ATOMIC_RELAXED);
+        __atomic_store_n(&g_vbmi, h && use, __ATOMIC_RELAXED);
+    }
     return __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED);
 #else
     (void)use, (void)h;
