@@ -23,7 +23,8 @@
 #   exec     #9 the executor's scaling: bench_exec mxfp4 at 1, 8, 16 threads, nvfp4 and bf16 at 16
 #            (experts rotating over 3x the L3); then row pairs on/off alternated -> exec.log
 #   execab   #8/#9 the executor's switches at 16 threads, alternated three times: as built,
-#            FT_X32_VBMI=0 and =3, FT_X32_PF=4096, the AVX2 tier (--isa 2)  -> execab.log
+#            FT_X32_VBMI=0 and =3, FT_X32_PF=4096, the AVX2 tier (--isa 2), and
+#            MXFP4 in gpt-oss-20b's expert shape (H = I = 2880, top-4)      -> execab.log
 #   exec2    #9 in brief: bench_exec mxfp4/nvfp4 at 16 and 14 threads, alternated -> exec.log
 #   ncu      #5 Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
@@ -192,10 +193,12 @@ for part in "$@"; do
         # the AVX2 tier (--isa 2: on the dev VM's Zen 4 it reads MXFP4 as fast as AVX-512)
         for round in 1 2 3; do
             for cfg in "FT_AB=built mxfp4 nvfp4 bf16" "FT_X32_VBMI=0 mxfp4" "FT_X32_VBMI=3 mxfp4" \
-                       "FT_X32_PF=4096 mxfp4 nvfp4" "FT_AB=avx2 mxfp4 nvfp4"; do
+                       "FT_X32_PF=4096 mxfp4 nvfp4" "FT_AB=avx2 mxfp4 nvfp4" "FT_AB=gptoss mxfp4"; do
                 read -r envs fmts <<<"$cfg"
                 isa=()
                 [ "$envs" = FT_AB=avx2 ] && isa=(--isa 2)
+                # gpt-oss-20b's expert shape (MXFP4's own model: H = I = 2880, top-4)
+                [ "$envs" = FT_AB=gptoss ] && isa=(--hidden 2880 --expert-width 2880 -k 4)
                 for f in $fmts; do
                     echo "### $round $envs $f" >>"$OUT/execab.log"
                     step execab.log 60 env "$envs" $G/bench_exec --format $f --threads 16 --steps 300 "${isa[@]}"
