@@ -1483,7 +1483,7 @@ void ft_gpu_free(struct ft_gpu *g) {
     ft_moe_exec_free(g->exec);
     ft_pool_free(g->exec_pool);
     void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw, g->h_gate, g->h_done, g->h_stamp, g->h_keep};
-    for (size_t i = 0; i < 7; i++)
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
         if (hp[i]) cudaFreeHost(hp[i]);
     free(g->cpu_pairs), free(g->cpu_tok), free(g->cpu_ids), free(g->cpu_w);
     for (int a = 0; a < 3; a++)

@@ -713,10 +713,8 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     st = ft_split_init(&f->split, (enum ft_moe_mode)o->moe_mode, f->n_layers, c_copy, c_cpu, c_solo, c_fixed);
     if (st != FT_OK) goto fail;
     /* measuring switches (tools/gpu_run.sh splitab): the split as it was before f6f5fe8 */
-    const char *ev = getenv("FT_SPLIT_RATES");
-    f->split.one_rate = ev && !strcmp(ev, "1");
-    ev = getenv("FT_SPLIT_COPY_END");
-    f->copy_end_at_copies = ev && !strcmp(ev, "0");
+    f->split.one_rate = ft_sys_env_int("FT_SPLIT_RATES", 0) == 1;
+    f->copy_end_at_copies = ft_sys_env_int("FT_SPLIT_COPY_END", 1) == 0;
     ft_log_info("offload (%s): %d expert slots (%.2f GiB, %.0f%% of %zu experts); copy paths: DMA "
                 "%.1f GB/s, gather %.1f GB/s -> %s; copy verification %s",
                 ft_moe_mode_name((enum ft_moe_mode)o->moe_mode), f->n_slots,

@@ -338,8 +338,9 @@ INL512 __m512i permt2b512(__m512i a, __m512i idx, __m512i b) {
     return a;
 }
 
-static int g_vbmi = -1; /* ft_ggml_x32_vbmi: -1 unknown, 0 off, 1 on */
-static int g_vbmi_codes = 0; /* FT_X32_VBMI=3: the codes' transpose too (measuring) */
+/* ft_ggml_x32_vbmi: -1 unknown, 0 off, 1 the MXFP4 scales by permutes, 2 the codes' transpose
+ * too (FT_X32_VBMI=3, measuring) */
+static int g_vbmi = -1;
 
 /* The same with AVX-512BW: pairs to int16 (never saturating, see the header), then int32. */
 INL512 __m512i dot_bw512(__m512i acc, __m512i a, __m512i b) {
@@ -481,7 +482,7 @@ INL512 void chunk512_lanes(const int f, const int vnni, const uint8_t *const p[1
     }
     /* codes */
     __m512i v[4];
-    if (vb && __atomic_load_n(&g_vbmi_codes, __ATOMIC_RELAXED))
+    if (vb && __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) == 2)
         mxfp4_codes_vbmi(z, p[15], v);
     else
         transpose16x4_512(p, lm, v);
@@ -1081,10 +1082,7 @@ int ft_ggml_x32_vbmi(int use) {
         const int env = ft_sys_env_int("FT_X32_VBMI", 1);
         use = env == 3 ? 2 : env != 0;
     }
-    if (use >= 0) {
-        __atomic_store_n(&g_vbmi_codes, use == 2, __ATOMIC_RELAXED);
-        __atomic_store_n(&g_vbmi, h && use, __ATOMIC_RELAXED);
-    }
+    if (use >= 0) __atomic_store_n(&g_vbmi, h ? use : 0, __ATOMIC_RELAXED);
     return __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED);
 #else
     (void)use, (void)h;
