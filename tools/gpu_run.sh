@@ -47,6 +47,8 @@
 #   hyb3env  hyb3 with the defaults against each AB_ENVS setting, alternated AB_CYCLES times
 #            (default 2), one process                                       -> hyb3env.log
 #   hyb3x    the same, one process per combination (~60 s each: the load)         -> hyb3.log
+#   pfsweep  #9 the kernels from the cache; MXFP4/NVFP4 at prefetch distances 2-16 KB, both
+#            shapes, three rounds                                         -> pfsweep.log
 #   cpuall   #8 --moe-backend cpu with every expert on the CPU (48 CPU layers; 8 slots)   -> cpuall.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
 #            beside DRAM-streaming threads, beside H2D copies, after idle gaps  -> lat.log
@@ -313,6 +315,38 @@ for part in "$@"; do
             done
         done
         ;;
+    pfsweep)
+        # #9: the kernels' compute rate (from the cache, --experts k) at 16 threads, twice; then
+        # MXFP4 and NVFP4 from DRAM with FT_X32_PF 2048, 4096, 8192, 16384 bytes of prefetch
+        # distance, in Qwen3-30B-A3B's shape and (MXFP4) gpt-oss-20b's, three rounds, the order
+        # reversed in the middle round (drift within a call is real)
+        for round in 1 2; do
+            for f in mxfp4 nvfp4 bf16; do
+                echo "### cache $round $f" >>"$OUT/pfsweep.log"
+                step pfsweep.log 60 $G/bench_exec --format $f --threads 16 --steps 300 --experts 8
+            done
+        done
+        for round in 1 2 3; do
+            pfs="2048 4096 8192 16384"
+            [ $round = 2 ] && pfs="16384 8192 4096 2048"
+            for pf in $pfs; do
+                for cfg in "qwen mxfp4" "qwen nvfp4" "gptoss mxfp4"; do
+                    read -r shape f <<<"$cfg"
+                    sh=()
+                    [ $shape = gptoss ] && sh=(--hidden 2880 --expert-width 2880 -k 4)
+                    echo "### $round FT_X32_PF=$pf $shape $f" >>"$OUT/pfsweep.log"
+                    step pfsweep.log 60 env FT_X32_PF=$pf $G/bench_exec --format $f --threads 16 \
+                        --steps 300 "${sh[@]}"
+                done
+            done
+        done
+        for pf in 4096 16384 4096 16384; do # fewer cores: each reads faster, so farther ahead?
+            for t in 1 4; do
+                echo "### threads $t FT_X32_PF=$pf qwen mxfp4" >>"$OUT/pfsweep.log"
+                step pfsweep.log 60 env FT_X32_PF=$pf $G/bench_exec --format mxfp4 --threads $t --steps 300
+            done
+        done
+        ;;
     cpuall)
         # #8: --moe-backend cpu with every expert on the CPU (llama.cpp's CPU experts decode
         # 17.6 tok/s on this host): every MoE layer a CPU layer (unpinned, decoded on the CPU);
@@ -351,7 +385,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, keepab, tg128, execpf, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, keepab, tg128, execpf, pfsweep, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"
