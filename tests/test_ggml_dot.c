@@ -631,33 +631,39 @@ TEST(dot_rows_x32_every_tier) {
     ft_cpu_set_isa(FT_ISA_AVX512_BF16);
 }
 
-/* The AVX-512 tier's MXFP4 VBMI paths (the scales by permutes; also the codes' transpose)
- * give the bits of the path without them: the same integer sums and the same scale values. */
-TEST(mxfp4_vbmi_same_bits) {
-    if (ft_cpu_isa() < FT_ISA_AVX512 || !ft_ggml_x32_vbmi(1)) {
-        fprintf(stderr, "  this CPU has no AVX-512 VBMI: nothing to compare\n");
+/* The AVX-512 tier's VBMI paths (MXFP4: the scales by permutes, the codes' transpose; one
+ * token's MXFP4 and NVFP4 rows by groups of four blocks) give the bits of the paths without
+ * them: the same integer sums and the same scale terms in the same lanes. */
+TEST(x32_vbmi_same_bits) {
+    if (ft_cpu_isa() < FT_ISA_AVX512 || !ft_ggml_x32_vbmi(1) || !ft_ggml_x32_vnni(-1)) {
+        fprintf(stderr, "  this CPU has no AVX-512 VBMI and VNNI: nothing to compare\n");
         return;
     }
-    static const int64_t ns[] = {512, 768, 2880, 4096}; /* whole chunks, a tail, pairs */
+    static const int64_t ns[] = {512, 768, 2880, 4096, 8192, 8224}; /* whole chunks, tails <= 8
+                                                                     * (pairs), > 8, past the
+                                                                     * groups' 256 blocks */
     static const int Ts[] = {1, 3, 17};
-    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
-        for (size_t j = 0; j < sizeof Ts / sizeof *Ts; j++) {
-            const int64_t n = ns[i];
-            const int T = Ts[j], R = 7;
-            const size_t rb = ft_ggml_row_bytes(FT_GGML_MXFP4, n);
-            uint8_t *w = rand_blocks(FT_GGML_MXFP4, rb * R, 0);
-            float *x = rand_x((size_t)T * n), *y[3];
-            void *xq = malloc(ft_ggml_x32_bytes(n) * T);
-            ft_ggml_quant_x32(x, (int)n, n, T, xq);
-            for (int v = 0; v < 3; v++) {
-                y[v] = malloc((size_t)T * R * sizeof(float));
-                ft_ggml_x32_vbmi(v);
-                ft_ggml_dot_rows_x32(FT_GGML_MXFP4, w, rb, R, xq, T, y[v], R);
+    static const int types[] = {FT_GGML_MXFP4, X32_NVFP4};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
+            for (size_t j = 0; j < sizeof Ts / sizeof *Ts; j++) {
+                const int ty = types[k];
+                const int64_t n = ns[i];
+                const int T = Ts[j], R = 7;
+                uint8_t *w = x32_rows(ty, n, R);
+                float *x = rand_x((size_t)T * n), *y[3];
+                void *xq = malloc(ft_ggml_x32_bytes(n) * T);
+                if (ty == X32_NVFP4) ft_nvfp4_quant_x32(x, (int)n, n, T, xq);
+                else ft_ggml_quant_x32(x, (int)n, n, T, xq);
+                for (int v = 0; v < 3; v++) {
+                    y[v] = malloc((size_t)T * R * sizeof(float));
+                    ft_ggml_x32_vbmi(v);
+                    x32_dot(ty, w, x32_row_bytes(ty, n), R, xq, T, n, y[v]);
+                }
+                CHECK_(!memcmp(y[0], y[1], (size_t)T * R * 4) && !memcmp(y[0], y[2], (size_t)T * R * 4),
+                       "%s n=%lld T=%d: the VBMI paths' bits differ", x32_name(ty), (long long)n, T);
+                free(w), free(x), free(xq), free(y[0]), free(y[1]), free(y[2]);
             }
-            CHECK_(!memcmp(y[0], y[1], (size_t)T * R * 4) && !memcmp(y[0], y[2], (size_t)T * R * 4),
-                   "MXFP4 n=%lld T=%d: the VBMI paths' bits differ", (long long)n, T);
-            free(w), free(x), free(xq), free(y[0]), free(y[1]), free(y[2]);
-        }
     ft_ggml_x32_vbmi(1);
 }
 

@@ -49,6 +49,8 @@
 #   hyb3x    the same, one process per combination (~60 s each: the load)         -> hyb3.log
 #   pfsweep  #9 the kernels from the cache; MXFP4/NVFP4 at prefetch distances 2-16 KB, both
 #            shapes, three rounds                                         -> pfsweep.log
+#   mxgab    #9 one token's MXFP4/NVFP4 rows by groups against FT_X32_MXG=0, from the
+#            cache and DRAM, alternated three times                        -> mxgab.log
 #   cpuall   #8 --moe-backend cpu with every expert on the CPU (48 CPU layers; 8 slots)   -> cpuall.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
 #            beside DRAM-streaming threads, beside H2D copies, after idle gaps  -> lat.log
@@ -347,6 +349,24 @@ for part in "$@"; do
             done
         done
         ;;
+    mxgab)
+        # #9: one token's MXFP4 / NVFP4 rows by groups of four blocks (the default) against
+        # FT_X32_MXG=0 (the 16 x 4 transpose), alternated three times: from the cache at 16 threads
+        # and one, then from DRAM at 16 threads in both shapes; test_ggml_dot first when packed
+        [ -x $G/test_ggml_dot ] && step mxgab.log 60 $G/test_ggml_dot
+        for round in 1 2 3; do
+            for m in 1 0; do
+                for cfg in "16 8 mxfp4" "16 8 nvfp4" "1 8 mxfp4" "1 8 nvfp4" "16 0 mxfp4" "16 0 nvfp4" "16 0 gptoss"; do
+                    read -r t e f <<<"$cfg"
+                    sh=(--experts $e --format $f)
+                    [ $e = 0 ] && sh=(--format $f)
+                    [ $f = gptoss ] && sh=(--format mxfp4 --hidden 2880 --expert-width 2880 -k 4)
+                    echo "### $round FT_X32_MXG=$m threads $t experts $e $f" >>"$OUT/mxgab.log"
+                    step mxgab.log 60 env FT_X32_MXG=$m $G/bench_exec --threads $t --steps 300 "${sh[@]}"
+                done
+            done
+        done
+        ;;
     cpuall)
         # #8: --moe-backend cpu with every expert on the CPU (llama.cpp's CPU experts decode
         # 17.6 tok/s on this host): every MoE layer a CPU layer (unpinned, decoded on the CPU);
@@ -385,7 +405,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, keepab, tg128, execpf, pfsweep, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, keepab, tg128, execpf, pfsweep, mxgab, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

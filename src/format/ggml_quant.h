@@ -168,8 +168,9 @@ void ft_nvfp4_r_dot_rows_x32(const void *w, size_t row_bytes, int n_rows, const 
 int ft_ggml_x32_vnni(int use);
 /* Whether the AVX-512 tier reads MXFP4's block scales with VBMI's byte permutes (whole chunks):
  * the CPU's answer unless a test said otherwise; use as ft_ggml_x32_vnni's, and use = 2 also
- * transposes the codes by permutes (FT_X32_VBMI=3; off by default). Returns 0 (off, or no
- * VBMI), 1 or 2 as in use. */
+ * transposes the codes by permutes (FT_X32_VBMI=3; off by default). Any use > 0 (with VNNI) also
+ * runs one token's MXFP4 and NVFP4 rows by groups of four blocks (FT_X32_MXG=0: not). Returns 0
+ * (off, or no VBMI), 1 or 2 as in use. */
 int ft_ggml_x32_vbmi(int use);
 
 #endif

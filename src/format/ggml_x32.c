@@ -751,6 +751,216 @@ INL512 void row512_pair(const int f, const int vnni, struct wrow a, struct wrow 
     *yb = _mm512_reduce_add_ps(acc[1]) + (has_min(f) ? _mm512_reduce_add_ps(accm[1]) : 0.0f);
 }
 
+/* VBMI's vpermb: byte j of the result is byte idx[j] (6 bits) of t (asm as permt2b512). */
+INL512 __m512i permb512(__m512i idx, __m512i t) {
+    __m512i r;
+    __asm__("vpermb %2, %1, %0" : "=v"(r) : "v"(idx), "v"(t));
+    return r;
+}
+
+/* MXFP4 and NVFP4 rows of one token by groups (AVX-512 VNNI + VBMI): a chunk's 16 blocks as
+ * four groups of four, lane l of group g = block 4g + l in the block's own byte order. MXFP4's
+ * group is one vpermt2b from two loads of the row; NVFP4's codes are contiguous, one load. That
+ * replaces the 16 x 4 transpose (16 loads, 12 inserts, 8 unpacks a chunk); the e2m1 lookup is a
+ * vpermb, whose 6-bit index needs no mask. The token's codes are transposed once per call
+ * instead (mxg_x), and the groups' int32 partials summed per block back into row512's lanes:
+ * the same integer sums, then the same scale terms in the same lanes, so the same bits as
+ * row512 (test_ggml_dot x32_vbmi_same_bits). Measured (bench_exec, 2026-11-30): on the dev VM's
+ * Zen 4, one thread from the cache, MXFP4 +0-13%, NVFP4 +10-16%; on the H200 host at 16 threads
+ * from the cache MXFP4 +3-5%, NVFP4 +10%; from DRAM +1-5%. FT_X32_MXG=0 turns it off. */
+enum { MXG_MAX_NB = 256 }; /* rows of up to 8,192 elements (the token's transposed codes on the stack) */
+
+/* The token's codes of full chunk c (x32 layout: row kk = dword kk of each of 16 blocks) as
+ * o[g] (g < 4: codes 0..15 of blocks 4g..4g+3, the lanes' order) and o[4 + g] (codes 16..31):
+ * a dword transpose inside each 128-bit lane, then a transpose of the 128-bit lanes. */
+INL512 void mxg_x(const int8_t *q, __m512i o[8]) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512i r0 = _mm512_loadu_si512((const void *)(q + 256 * h)),
+                      r1 = _mm512_loadu_si512((const void *)(q + 256 * h + 64)),
+                      r2 = _mm512_loadu_si512((const void *)(q + 256 * h + 128)),
+                      r3 = _mm512_loadu_si512((const void *)(q + 256 * h + 192));
+        const __m512i t0 = _mm512_unpacklo_epi32(r0, r1), t1 = _mm512_unpackhi_epi32(r0, r1);
+        const __m512i t2 = _mm512_unpacklo_epi32(r2, r3), t3 = _mm512_unpackhi_epi32(r2, r3);
+        const __m512i a0 = _mm512_unpacklo_epi64(t0, t2), a1 = _mm512_unpackhi_epi64(t0, t2);
+        const __m512i a2 = _mm512_unpacklo_epi64(t1, t3), a3 = _mm512_unpackhi_epi64(t1, t3);
+        /* a_l's 128-bit lane g = block 4g + l's dwords 0..3; o[g]'s lane l = a_l's lane g */
+        const __m512i u0 = _mm512_shuffle_i64x2(a0, a1, 0x44), u1 = _mm512_shuffle_i64x2(a0, a1, 0xee);
+        const __m512i u2 = _mm512_shuffle_i64x2(a2, a3, 0x44), u3 = _mm512_shuffle_i64x2(a2, a3, 0xee);
+        o[4 * h + 0] = _mm512_shuffle_i64x2(u0, u2, 0x88);
+        o[4 * h + 1] = _mm512_shuffle_i64x2(u0, u2, 0xdd);
+        o[4 * h + 2] = _mm512_shuffle_i64x2(u1, u3, 0x88);
+        o[4 * h + 3] = _mm512_shuffle_i64x2(u1, u3, 0xdd);
+    }
+}
+
+/* The constants of row512_mxg's chunks */
+struct mxg_k {
+    __m512i idx[4]; /* group g's bytes: 16 l + j = code byte j of block 4g + l, from z[g]'s start */
+    __m512i sidx;   /* the 16 scale bytes (chunk512_lanes' VBMI path) */
+    __m512i back;   /* the transpose-add's dword 4l + j holds block 4j + l's sum: to lane b */
+    __m512i lut;
+};
+
+/* acc (row512's lanes: one per block) += full chunk c's terms */
+INL512 void chunk512_mxg(const struct mxg_k *k, const uint8_t *b0, const __m512i *xc,
+                         const struct x32_tok x, int64_t c, __m512 *acc) {
+    __m512i z[5];
+    for (int i = 0; i < 4; i++) z[i] = _mm512_loadu_si512((const void *)(b0 + 64 * i));
+    z[4] = _mm512_maskz_loadu_epi8(0xffff, b0 + 256); /* block 15's last 16 bytes */
+    const __m512i slo = permt2b512(z[0], k->sidx, z[1]), shi = permt2b512(z[2], k->sidx, z[3]);
+    const __m512 ws = e8m0_half512(_mm512_and_si512(_mm512_mask_blend_epi32(0xff00, slo, shi),
+                                                    _mm512_set1_epi32(0xff)));
+    __m512i a[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        const __m512i v = permt2b512(z[g], k->idx[g], z[g + 1]);
+        const __m512i lo = permb512(v, k->lut), hi = permb512(_mm512_srli_epi16(v, 4), k->lut);
+        a[g] = dpbusd512(dpbusd512(_mm512_setzero_si512(), lo, xc[g]), hi, xc[4 + g]);
+    }
+    /* each block's four partials summed: a 4 x 4 transpose-add inside the 128-bit lanes */
+    const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]),
+                                         _mm512_unpackhi_epi32(a[0], a[1]));
+    const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]),
+                                         _mm512_unpackhi_epi32(a[2], a[3]));
+    __m512i st = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+    st = _mm512_permutexvar_epi32(k->back, st);
+    const __m512 dx = _mm512_loadu_ps(x.d + c);
+    const __m512i hs = _mm512_loadu_si512((const void *)(x.h + 2 * c));
+    st = _mm512_add_epi32(_mm512_madd_epi16(hs, _mm512_set1_epi16((short)-foff(X_MXFP4))), st);
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(st), _mm512_mul_ps(ws, dx), *acc);
+}
+
+/* NVFP4 by groups: a chunk's codes are 256 contiguous bytes (16 per block), so group g is one
+ * load; lane l of group g = block 4g + l, its dwords 0, 1 the first 16 elements (scale ws[0]),
+ * 2, 3 the next (ws[1]). Each half's partials summed per block back into row512's lanes, with
+ * the half's correction as chunk_dot512 adds it: the same bits as row512. */
+INL512 void chunk512_nvg(const struct mxg_k *k, struct wrow r, const __m512i *xc,
+                         const struct x32_tok x, int64_t c, __m512 *acc) {
+    const uint8_t *b0 = r.p + r.coff + 16 * c;
+    __m512i a[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        const __m512i v = _mm512_loadu_si512((const void *)(b0 + 64 * g));
+        const __m512i lo = permb512(v, k->lut), hi = permb512(_mm512_srli_epi16(v, 4), k->lut);
+        a[g] = dpbusd512(dpbusd512(_mm512_setzero_si512(), lo, xc[g]), hi, xc[4 + g]);
+    }
+    float s2;
+    memcpy(&s2, r.p, 4);
+    const __m512 h = _mm512_set1_ps(s2 * 0.5f);
+    const __m512i sc = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r.p + 4 + 2 * c)));
+    const __m512 ws0 = _mm512_mul_ps(e4m3_512(_mm512_and_si512(sc, _mm512_set1_epi32(0xff))), h);
+    const __m512 ws1 = _mm512_mul_ps(e4m3_512(_mm512_srli_epi32(sc, 8)), h);
+    /* per 128-bit lane l: the halves' dword pairs of groups 0..3 (dword j of the sums = group j) */
+    const __m512i f01 = _mm512_unpacklo_epi64(a[0], a[1]), f23 = _mm512_unpacklo_epi64(a[2], a[3]);
+    const __m512i g01 = _mm512_unpackhi_epi64(a[0], a[1]), g23 = _mm512_unpackhi_epi64(a[2], a[3]);
+#define EVEN_ODD(p, q)                                                                             \
+    _mm512_add_epi32(                                                                              \
+        _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(p), _mm512_castsi512_ps(q), 0x88)), \
+        _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(p), _mm512_castsi512_ps(q), 0xdd)))
+    __m512i s0 = _mm512_permutexvar_epi32(k->back, EVEN_ODD(f01, f23));
+    __m512i s1 = _mm512_permutexvar_epi32(k->back, EVEN_ODD(g01, g23));
+#undef EVEN_ODD
+    const __m512 dx = _mm512_loadu_ps(x.d + c);
+    const __m512i hs = _mm512_loadu_si512((const void *)(x.h + 2 * c));
+    const __m512i ho = _mm512_mullo_epi16(hs, _mm512_set1_epi16((short)-foff(X_NVFP4)));
+    s0 = _mm512_add_epi32(_mm512_srai_epi32(_mm512_slli_epi32(ho, 16), 16), s0);
+    s1 = _mm512_add_epi32(_mm512_srai_epi32(ho, 16), s1);
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(ws0, dx), *acc);
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(ws1, dx), *acc);
+}
+
+/* One row: full chunks by groups, a short last chunk as row512's */
+INL512 void row512_mxg(const int f, const struct mxg_k *k, struct wrow r, int64_t nb,
+                       const __m512i *xg, const struct x32_tok x, int pf, float *y) {
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    const int64_t nf = nb & ~(int64_t)(X32_CHUNK - 1);
+    for (int64_t c = 0; c < nf; c += X32_CHUNK) {
+        prefetch_blocks(f, r, c, X32_CHUNK, pf);
+        if (f == X_NVFP4) chunk512_nvg(k, r, xg + 8 * (c / X32_CHUNK), x, c, &acc);
+        else chunk512_mxg(k, r.p + (size_t)c * 17, xg + 8 * (c / X32_CHUNK), x, c, &acc);
+    }
+    if (nf < nb) {
+        const int cb = (int)(nb - nf);
+        struct wchunk512 w;
+        prefetch_blocks(f, r, nf, cb, pf);
+        chunk512(f, 1, r, nf, cb, &w);
+        chunk_dot512(f, 1, &w, x.q + 32 * nf, x.d + nf, x.h + 2 * nf, cb, 0, &acc, &accm);
+    }
+    *y = _mm512_reduce_add_ps(acc);
+}
+
+/* Two rows whose last chunks hold tb <= 8 blocks: full chunks by groups, both tails as one
+ * chunk, as row512_pair (the same lanes, so the same bits as row512) */
+INL512 void row512_mxg_pair(const int f, const struct mxg_k *k, struct wrow a, struct wrow b, int64_t nb,
+                            const __m512i *xg, const struct x32_tok x, int pf, float *ya, float *yb) {
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 accm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    const int64_t nf = nb & ~(int64_t)(X32_CHUNK - 1);
+    const int tb = (int)(nb - nf);
+    for (int64_t c = 0; c < nf; c += X32_CHUNK) {
+        prefetch_blocks(f, a, c, X32_CHUNK, pf);
+        prefetch_blocks(f, b, c, X32_CHUNK, pf);
+        if (f == X_NVFP4) {
+            chunk512_nvg(k, a, xg + 8 * (c / X32_CHUNK), x, c, &acc[0]);
+            chunk512_nvg(k, b, xg + 8 * (c / X32_CHUNK), x, c, &acc[1]);
+        } else {
+            chunk512_mxg(k, a.p + (size_t)c * 17, xg + 8 * (c / X32_CHUNK), x, c, &acc[0]);
+            chunk512_mxg(k, b.p + (size_t)c * 17, xg + 8 * (c / X32_CHUNK), x, c, &acc[1]);
+        }
+    }
+    struct wchunk512 w;
+    prefetch_blocks(f, a, nf, tb, pf);
+    prefetch_blocks(f, b, nf, tb, pf);
+    chunk512_pair(f, 1, a, b, nf, tb, &w);
+    __m512 t = _mm512_mask_blend_ps(0xff00, acc[0], _mm512_shuffle_f32x4(acc[1], acc[1], 0x4e));
+    __m512 tm = _mm512_mask_blend_ps(0xff00, accm[0], _mm512_shuffle_f32x4(accm[1], accm[1], 0x4e));
+    chunk_dot512(f, 1, &w, x.q + 32 * nf, x.d + nf, x.h + 2 * nf, tb, 1, &t, &tm);
+    acc[0] = _mm512_mask_blend_ps(0xff00, t, acc[0]);
+    acc[1] = _mm512_mask_blend_ps(0xff00, _mm512_shuffle_f32x4(t, t, 0x4e), acc[1]);
+    *ya = _mm512_reduce_add_ps(acc[0]);
+    *yb = _mm512_reduce_add_ps(acc[1]);
+}
+
+/* FT_X32_MXG=0 turns row512_mxg off (for measuring; an ft_switch) */
+static int mxg_rows(void) {
+    static struct ft_switch sw = FT_SWITCH("FT_X32_MXG", 1);
+    return ft_sys_switch(&sw) != 0;
+}
+
+INL512 void rows512_mxg(const int f, const uint8_t *w, size_t rb, size_t coff, int n_rows,
+                        int64_t nb, const void *xq, float *y) {
+    _Alignas(64) __m512i xg[MXG_MAX_NB / X32_CHUNK * 8];
+    const struct x32_tok x = x32_tok(xq, nb, 0);
+    const int64_t nf = nb & ~(int64_t)(X32_CHUNK - 1);
+    for (int64_t c = 0; c < nf; c += X32_CHUNK) mxg_x(x.q + 32 * c, xg + 8 * (c / X32_CHUNK));
+    _Alignas(64) uint8_t ib[64];
+    for (int l = 0; l < 4; l++)
+        for (int j = 0; j < 16; j++) ib[16 * l + j] = (uint8_t)(1 + 17 * l + j);
+    struct mxg_k k = {
+        .sidx = _mm512_set_epi32(127, 110, 93, 76, 59, 42, 25, 8, 119, 102, 85, 68, 51, 34, 17, 0),
+        .back = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0),
+        .lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k_lut_e2m1_u)),
+    };
+    for (int g = 0; g < 4; g++)
+        k.idx[g] = _mm512_add_epi8(_mm512_load_si512((const void *)ib), _mm512_set1_epi8((char)(4 * g)));
+    const int pf = pf_ahead();
+    int r = 0;
+    if (nb % X32_CHUNK && nb % X32_CHUNK <= 8 && pair_rows())
+        for (; r + 1 < n_rows; r += 2)
+            row512_mxg_pair(f, &k, (struct wrow){w + r * rb, coff}, (struct wrow){w + (r + 1) * rb, coff}, nb,
+                            xg, x, pf, y + r, y + r + 1);
+    for (; r < n_rows; r++) row512_mxg(f, &k, (struct wrow){w + r * rb, coff}, nb, xg, x, pf, y + r);
+}
+T512 static void rows512_mxg_mx(const uint8_t *w, size_t rb, size_t coff, int n_rows, int64_t nb,
+                                const void *xq, float *y) {
+    rows512_mxg(X_MXFP4, w, rb, coff, n_rows, nb, xq, y);
+}
+T512 static void rows512_mxg_nv(const uint8_t *w, size_t rb, size_t coff, int n_rows, int64_t nb,
+                                const void *xq, float *y) {
+    rows512_mxg(X_NVFP4, w, rb, coff, n_rows, nb, xq, y);
+}
+
 /* ------------------------------------------------------------------ AVX2 */
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
@@ -1099,6 +1309,11 @@ static void rows_x32(int f, const uint8_t *w, size_t rb, size_t coff, int n_rows
     const enum ft_cpu_isa isa = ft_cpu_isa();
     if (isa >= FT_ISA_AVX512) {
         if (__atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) < 0) ft_ggml_x32_vbmi(-1);
+        if ((f == X_MXFP4 || f == X_NVFP4) && T == 1 && nb <= MXG_MAX_NB && nb >= X32_CHUNK &&
+            __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) > 0 && ft_ggml_x32_vnni(-1) && mxg_rows()) {
+            (f == X_NVFP4 ? rows512_mxg_nv : rows512_mxg_mx)(w, rb, coff, n_rows, nb, xq, y);
+            return;
+        }
         (ft_ggml_x32_vnni(-1) ? k_rows512v : k_rows512b)[f](w, rb, coff, n_rows, nb, xq, T, y, ldy);
         return;
     }
