@@ -51,6 +51,7 @@
 #            shapes, three rounds                                         -> pfsweep.log
 #   mxgab    #9 one token's MXFP4/NVFP4 rows by groups against FT_X32_MXG=0, from the
 #            cache and DRAM, alternated three times                        -> mxgab.log
+#   cpu9     #9 whole-model CPU decode, gpt-oss-20b and Qwen3-30B-A3B MXFP4/NVFP4 -> cpu9.log
 #   cpuall   #8 --moe-backend cpu with every expert on the CPU (48 CPU layers; 8 slots)   -> cpuall.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
 #            beside DRAM-streaming threads, beside H2D copies, after idle gaps  -> lat.log
@@ -351,20 +352,31 @@ for part in "$@"; do
         ;;
     mxgab)
         # #9: one token's MXFP4 / NVFP4 rows by groups of four blocks (the default) against
-        # FT_X32_MXG=0 (the 16 x 4 transpose), alternated three times: from the cache at 16 threads
-        # and one, then from DRAM at 16 threads in both shapes; test_ggml_dot first when packed
+        # FT_X32_MXG=0 (the 16 x 4 transpose), alternated three times: one thread from L2 (one
+        # small expert), from the cache at 16 threads and one, then from DRAM at 16 threads in
+        # both shapes; test_ggml_dot first when packed
         [ -x $G/test_ggml_dot ] && step mxgab.log 60 $G/test_ggml_dot
         for round in 1 2 3; do
             for m in 1 0; do
-                for cfg in "16 8 mxfp4" "16 8 nvfp4" "1 8 mxfp4" "1 8 nvfp4" "16 0 mxfp4" "16 0 nvfp4" "16 0 gptoss"; do
+                for cfg in "1 L2 mxfp4" "1 L2 nvfp4" "1 L2 bf16" "16 8 mxfp4" "16 8 nvfp4" "1 8 mxfp4" \
+                           "1 8 nvfp4" "16 0 mxfp4" "16 0 nvfp4" "16 0 gptoss"; do
                     read -r t e f <<<"$cfg"
                     sh=(--experts $e --format $f)
                     [ $e = 0 ] && sh=(--format $f)
+                    # one small expert, from L2: the kernels' own rate
+                    [ $e = L2 ] && sh=(--format $f --experts 1 -k 1 --hidden 1024 --expert-width 512)
                     [ $f = gptoss ] && sh=(--format mxfp4 --hidden 2880 --expert-width 2880 -k 4)
                     echo "### $round FT_X32_MXG=$m threads $t experts $e $f" >>"$OUT/mxgab.log"
                     step mxgab.log 60 env FT_X32_MXG=$m $G/bench_exec --threads $t --steps 300 "${sh[@]}"
                 done
             done
+        done
+        ;;
+    cpu9)
+        # #9: whole-model decode on the CPU backend with MXFP4 / NVFP4 experts (16 threads): each
+        # token reads every active weight once, so its GB/s against the DRAM read it prints
+        for f in gpt-oss-20b qwen3-30b-a3b:mxfp4 qwen3-30b-a3b:nvfp4; do
+            step cpu9.log 300 $G/ft bench --synthetic "$f" --backend cpu -t 16 -p 64 -n 64 -r 2
         done
         ;;
     cpuall)
@@ -405,7 +417,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, keepab, tg128, execpf, pfsweep, mxgab, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, keepab, tg128, execpf, pfsweep, mxgab, cpu9, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"
