@@ -644,7 +644,7 @@ INL512 void chunk_dot512(const int f, const int vnni, const struct wchunk512 *k,
 #define TOK 16 /* tokens whose accumulators live on the stack per pass over a row */
 /* Bytes prefetched ahead in the row stream. The executor runs on every core, where nearer is
  * better: the H200 host (16 threads, bench_exec from DRAM, 2026-11-30, two calls, alternated)
- * read NVFP4 at 83-96 GB/s with 4096 against 72-93 with 16384, MXFP4 76-90 against 55-91
+ * read NVFP4 at 83-96 GB/s with 4096 against 72-93 with 16384, MXFP4 75-90 against 55-91
  * (gpt-oss-20b's shape: 89-103 against 83-99); 2048 and 8192 no better. A guided stretch is
  * ~96 KB, so 16 KB ahead leaves its first 16 KB to demand misses and reads past its end. One
  * or four threads: no settled difference (the dev VM's one thread liked 16384 slightly). */
