@@ -1,4 +1,5 @@
-/* test_threadpool.c — the thread pool (core/threadpool.c): every worker runs each job once,
+/* test_threadpool.c — the thread pool (core/threadpool.c): every task of each job runs once,
+ * a late worker leaves its task to the others,
  * and the pinned pool (the offload backends' CPU executor) puts worker i on the i-th physical
  * core this process may use (core/sys.c: ft_sys_core_cpus), or, when fewer cores are allowed
  * than threads (checked in a child restricted by sched_setaffinity), stays unpinned with one
@@ -104,8 +105,8 @@ TEST(pinned_pool_one_core_per_worker) {
     EXPECT_EQ(atomic_load(&pr.calls), 3 * n);
     EXPECT_EQ(pr.n_seen, n);
     for (int i = 1; i < n; i++) {
-        CHECK_(pr.ncpu[i] == 1 && pr.cpu[i] == cpus[i], "worker %d: %d CPUs in its mask (want "
-               "exactly CPU %d, got %d)", i, pr.ncpu[i], cpus[i], pr.cpu[i]);
+        const int c = ft_pool_worker_cpu(p, i);
+        CHECK_(c == cpus[i], "worker %d: pinned to CPU %d, want CPU %d", i, c, cpus[i]);
     }
     EXPECT_CONTAINS(g_line, n > 1 ? "workers pinned to CPUs" : "cpu pool: 1 threads");
     fprintf(stderr, "  %s\n", g_line);
@@ -113,6 +114,57 @@ TEST(pinned_pool_one_core_per_worker) {
     /* a plain pool pins nothing */
     EXPECT_OK(ft_pool_init(&p, 2));
     EXPECT_EQ(ft_pool_pinned(p), 0);
+    ft_pool_free(p);
+}
+
+/* Every task of every job runs exactly once, on some thread. */
+struct tally {
+    atomic_int count[MAXW];
+    atomic_int n;
+};
+
+static void tally_task(void *ctx, int i, int n) {
+    struct tally *t = ctx;
+    atomic_store(&t->n, n);
+    atomic_fetch_add(&t->count[i], 1);
+}
+
+struct held_run {
+    struct ft_pool *p;
+    struct tally t;
+    int jobs;
+    atomic_int done;
+};
+
+static void *held_jobs(void *arg) {
+    struct held_run *h = arg;
+    for (int j = 0; j < h->jobs; j++) ft_pool_run(h->p, tally_task, &h->t);
+    atomic_store(&h->done, 1);
+    return NULL;
+}
+
+/* A worker held back (as an OS that wakes it late would) does not hold the job: its task is
+ * claimed by the caller or another worker, and every task still runs exactly once. Before
+ * tasks were claimed, worker i always ran task i, and these jobs waited for the held one. */
+TEST(late_worker_leaves_its_task_to_others) {
+    struct ft_pool *p = NULL;
+    EXPECT_OK(ft_pool_init(&p, 4));
+    if (!p) return;
+    struct held_run h = {.p = p, .jobs = 200};
+    for (int w = 1; w < 4; w++) ft_pool_hold_worker(p, w, w == 2);
+    pthread_t th;
+    EXPECT(pthread_create(&th, NULL, held_jobs, &h) == 0);
+    for (int ms = 0; ms < 10000 && !atomic_load(&h.done); ms++) usleep(1000);
+    const int finished = atomic_load(&h.done);
+    ft_pool_hold_worker(p, 2, 0); /* released: the jobs end either way */
+    pthread_join(th, NULL);
+    CHECK_(finished, "200 jobs did not finish in 10 s while worker 2 was held: they wait for it");
+    for (int i = 0; i < 4; i++) EXPECT_EQ(atomic_load(&h.t.count[i]), 200);
+    EXPECT_EQ(atomic_load(&h.t.n), 4);
+    /* released, and many short jobs back to back: still exactly once each */
+    struct tally t = {0};
+    for (int j = 0; j < 5000; j++) ft_pool_run(p, tally_task, &t);
+    for (int i = 0; i < 4; i++) EXPECT_EQ(atomic_load(&t.count[i]), 5000);
     ft_pool_free(p);
 }
 

@@ -52,6 +52,7 @@
 #   mxgab    #9 one token's MXFP4/NVFP4 rows by groups against FT_X32_MXG=0, from the
 #            cache and DRAM, alternated three times                        -> mxgab.log
 #   cpu9     #9 whole-model CPU decode, gpt-oss-20b and Qwen3-30B-A3B MXFP4/NVFP4 -> cpu9.log
+#   claimab  the pool's claimed tasks against FT_POOL_CLAIM=0, bench_exec, six rounds -> claimab.log
 #   cpuall   #8 --moe-backend cpu with every expert on the CPU (48 CPU layers; 8 slots)   -> cpuall.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
 #            beside DRAM-streaming threads, beside H2D copies, after idle gaps  -> lat.log
@@ -379,6 +380,19 @@ for part in "$@"; do
             step cpu9.log 300 $G/ft bench --synthetic "$f" --backend cpu -t 16 -p 64 -n 64 -r 2
         done
         ;;
+    claimab)
+        # the pool's claimed tasks (default) against FT_POOL_CLAIM=0 (worker i runs task i): a
+        # worker woken late no longer holds the step; bench_exec at 16 threads from DRAM,
+        # alternated six times (late workers come in ~1 run of 4 on this host)
+        for round in 1 2 3 4 5 6; do
+            for c in 1 0; do
+                for f in mxfp4 nvfp4; do
+                    echo "### $round FT_POOL_CLAIM=$c $f" >>"$OUT/claimab.log"
+                    step claimab.log 60 env FT_POOL_CLAIM=$c $G/bench_exec --format $f --threads 16 --steps 300
+                done
+            done
+        done
+        ;;
     cpuall)
         # #8: --moe-backend cpu with every expert on the CPU (llama.cpp's CPU experts decode
         # 17.6 tok/s on this host): every MoE layer a CPU layer (unpinned, decoded on the CPU);
@@ -417,7 +431,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, keepab, tg128, execpf, pfsweep, mxgab, cpu9, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, keepab, tg128, execpf, pfsweep, mxgab, cpu9, claimab, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

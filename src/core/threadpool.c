@@ -1,10 +1,14 @@
-/* threadpool.c — persistent workers woken per job by a generation counter.
+/* threadpool.c — persistent workers woken per job by a generation counter. A job's tasks 1..n-1
+ * go to whichever thread claims them first (the caller too, once task 0 is done): a worker the
+ * OS wakes late (a busy or virtualised host: under gVisor one of 16 executor workers often
+ * started 70-300 us into a ~250 us step) finds its task taken instead of holding the job back.
  * Workers spin briefly on the counter (decode issues thousands of small jobs per token, so a
  * futex round trip per job would dominate), then sleep on a condition variable. While spinning
  * they yield the core every 1,024 polls. For A/B runs: FT_POOL_SPIN=N polls before sleeping
  * (default 20,000, ~1 ms), FT_POOL_YIELD=N polls between yields (0: never). Under gVisor a
  * yield is a trap into its kernel, which also serves the CUDA driver's calls: 15 spinning
- * executor workers yield ~300,000 times a second while the engine waits for the GPU. */
+ * executor workers yield ~300,000 times a second while the engine waits for the GPU.
+ * FT_POOL_CLAIM=0: worker i runs task i (for measuring the claims against). */
 #define _GNU_SOURCE
 #include "core/threadpool.h"
 
@@ -21,11 +25,14 @@
 struct ft_pool {
     int n, pinned;
     int spin, yield; /* FT_POOL_SPIN, FT_POOL_YIELD */
+    int fixed;       /* FT_POOL_CLAIM=0: worker i runs task i (as before tasks were claimed) */
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     atomic_uint gen;       /* bumped once per job */
-    atomic_int pending;    /* workers still running the current job */
+    _Atomic unsigned long long claim; /* the job's generation << 32 | its next unclaimed task */
+    atomic_int *held;      /* ft_pool_hold_worker: worker i held back from claiming */
+    atomic_int pending;    /* tasks 1..n-1 of the current job not yet finished */
     atomic_int stop;
     ft_pool_fn fn;
     void *ctx;
@@ -35,6 +42,23 @@ struct worker_arg {
     struct ft_pool *p;
     int i;
 };
+
+/* Claims and runs job g's tasks until none is left (or job g is over: a thread that woke for
+ * it late then finds the next job's generation and leaves that to its own wake-up). fn and
+ * ctx are read after a claim succeeds: the job cannot end, and the caller cannot set the next
+ * job's, before that task is finished. */
+static void run_claimed(struct ft_pool *p, unsigned g) {
+    unsigned long long c = atomic_load_explicit(&p->claim, memory_order_acquire);
+    for (;;) {
+        if ((unsigned)(c >> 32) != g || (int)(c & 0xffffffffu) >= p->n) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acquire,
+                                                   memory_order_acquire))
+            continue;
+        p->fn(p->ctx, (int)(c & 0xffffffffu), p->n);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        c = atomic_load_explicit(&p->claim, memory_order_acquire);
+    }
+}
 
 static void *worker_main(void *arg) {
     struct worker_arg wa = *(struct worker_arg *)arg;
@@ -58,8 +82,16 @@ static void *worker_main(void *arg) {
         }
         if (atomic_load(&p->stop)) return NULL;
         seen = g;
-        p->fn(p->ctx, wa.i, p->n);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        for (int spins = 0; atomic_load_explicit(&p->held[wa.i], memory_order_acquire) &&
+                            !atomic_load(&p->stop);)
+            if (++spins % 1024 == 0) sched_yield();
+            else ft_sys_pause();
+        if (p->fixed) {
+            p->fn(p->ctx, wa.i, p->n);
+            atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        } else {
+            run_claimed(p, g);
+        }
     }
 }
 
@@ -108,11 +140,15 @@ static enum ft_status pool_init(struct ft_pool **out, int n_threads, const int *
     p->n = n_threads;
     p->spin = ft_sys_env_int("FT_POOL_SPIN", 20000);
     p->yield = ft_sys_env_int("FT_POOL_YIELD", 1024);
+    p->fixed = ft_sys_env_int("FT_POOL_CLAIM", 1) == 0;
     if (p->yield < 0) p->yield = 0;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
-    if (!p->threads) {
+    p->held = calloc((size_t)n_threads, sizeof *p->held);
+    if (!p->threads || !p->held) {
+        free(p->threads);
+        free(p->held);
         free(p);
         return ft_fail(FT_ERR_OOM, "thread pool: out of memory");
     }
@@ -149,10 +185,25 @@ void ft_pool_free(struct ft_pool *p) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p->threads);
+    free(p->held);
     free(p);
 }
 
+void ft_pool_hold_worker(struct ft_pool *p, int i, int hold) {
+    if (p && i >= 1 && i < p->n) atomic_store_explicit(&p->held[i], hold != 0, memory_order_release);
+}
+
 int ft_pool_size(const struct ft_pool *p) { return p ? p->n : 1; }
+
+int ft_pool_worker_cpu(const struct ft_pool *p, int i) {
+    cpu_set_t set;
+    if (!p || i < 1 || i >= p->n || pthread_getaffinity_np(p->threads[i], sizeof set, &set) != 0 ||
+        CPU_COUNT(&set) != 1)
+        return -1;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) return c;
+    return -1;
+}
 
 void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx) {
     if (!p || p->n == 1) {
@@ -162,11 +213,14 @@ void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx) {
     p->fn = fn;
     p->ctx = ctx;
     atomic_store(&p->pending, p->n - 1);
+    const unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->claim, (unsigned long long)g << 32 | 1u, memory_order_release);
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    atomic_store_explicit(&p->gen, g, memory_order_release);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    fn(ctx, 0, p->n);
+    fn(ctx, 0, p->n); /* task 0 stays on the caller (the executor's hook makes CUDA calls) */
+    if (!p->fixed) run_claimed(p, g);
     /* spin briefly, then yield: on an oversubscribed host a spinning caller would otherwise
      * hold the core a descheduled worker needs for a whole time slice */
     for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {

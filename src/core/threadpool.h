@@ -1,7 +1,10 @@
 /* threadpool.h — a persistent pthread pool for data-parallel loops.
  * One caller at a time (the engine thread); the caller takes part as worker 0.
- * ft_pool_run(p, fn, ctx) calls fn(ctx, i, n) once on each of the n workers and returns
- * when all are done; work is split by the callee (fixed ranges or an atomic counter). */
+ * ft_pool_run(p, fn, ctx) calls fn(ctx, i, n) once for each task i in [0, n) and returns when
+ * all are done: task 0 on the caller, the others on whichever thread claims them first (the
+ * caller too, after task 0), so a worker woken late does not hold the job back. A task may
+ * wait for work another running task has claimed, never for a task to start (no barriers).
+ * Work is split by the callee (fixed ranges by i, or an atomic counter). */
 #ifndef FT_CORE_THREADPOOL_H
 #define FT_CORE_THREADPOOL_H
 
@@ -21,6 +24,11 @@ enum ft_status ft_pool_init_pinned(struct ft_pool **out, int n_threads);
 int ft_pool_pinned(const struct ft_pool *p);
 void ft_pool_free(struct ft_pool *p);
 int ft_pool_size(const struct ft_pool *p);
+/* Tests: holds worker thread i (1 <= i < n) back from claiming tasks once it wakes for a job,
+ * until released (hold 0), as an OS that wakes it late would. */
+void ft_pool_hold_worker(struct ft_pool *p, int i, int hold);
+/* The one CPU worker thread i (1 <= i < n) may run on, or -1 (not pinned, or no such worker). */
+int ft_pool_worker_cpu(const struct ft_pool *p, int i);
 void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx);
 
 /* Splits [0, n) into `parts` near-equal ranges and gives range i as [*lo, *hi). */
