@@ -765,9 +765,11 @@ INL512 __m512i permb512(__m512i idx, __m512i t) {
  * vpermb, whose 6-bit index needs no mask. The token's codes are transposed once per call
  * instead (mxg_x), and the groups' int32 partials summed per block back into row512's lanes:
  * the same integer sums, then the same scale terms in the same lanes, so the same bits as
- * row512 (test_ggml_dot x32_vbmi_same_bits). Measured (bench_exec, 2026-11-30): on the dev VM's
- * Zen 4, one thread from the cache, MXFP4 +0-13%, NVFP4 +10-16%; on the H200 host at 16 threads
- * from the cache MXFP4 +3-5%, NVFP4 +10%; from DRAM +1-5%. FT_X32_MXG=0 turns it off. */
+ * row512 (test_ggml_dot x32_vbmi_same_bits). Measured (bench_exec, 2026-11-30), one thread
+ * from L2: the dev VM's Zen 4 19.4-19.8 GB/s against 16.2-16.5 (both formats), the H200 host's
+ * Xeon MXFP4 8.6-9.6 against 6.8-8.4; there at 16 threads from the cache MXFP4 +3-5%, NVFP4
+ * +10%, from DRAM +1-5% (its DRAM and per-core speed, not these kernels, bound the rest).
+ * FT_X32_MXG=0 turns it off. */
 enum { MXG_MAX_NB = 256 }; /* rows of up to 8,192 elements (the token's transposed codes on the stack) */
 
 /* The token's codes of full chunk c (x32 layout: row kk = dword kk of each of 16 blocks) as
