@@ -18,7 +18,7 @@ cmake -S . -B "$B" -DFT_CUDA=ON -DFT_CUDA_ARCH=90 >/dev/null
 cmake --build "$B" -j"$(nproc)" >/dev/null
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 rm -rf .gpu && mkdir -p .gpu
-cp "$B"/ft "$B"/bench_cpu "$B"/bench_ggml "$B"/bench_exec "$B"/bench_latency "$B"/test_gpu_* .gpu/
+cp "$B"/ft "$B"/bench_cpu "$B"/bench_ggml "$B"/bench_exec "$B"/bench_isa "$B"/bench_latency "$B"/test_gpu_* .gpu/
 if [ -n "${OLD_REV:-}" ]; then # OLD_REV=<commit>: that commit's ft as .gpu/ft_old (gpu_run.sh decab)
   W=/tmp/ft-old-$(git rev-parse --short "$OLD_REV")
   [ -d "$W" ] || git worktree add -q --detach "$W" "$OLD_REV"

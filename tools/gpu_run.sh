@@ -54,6 +54,7 @@
 #   cpu9     #9 whole-model CPU decode, gpt-oss-20b and Qwen3-30B-A3B MXFP4/NVFP4 -> cpu9.log
 #   claimab  the pool's claimed tasks against FT_POOL_CLAIM=0, bench_exec, six rounds -> claimab.log
 #   exec9    #9's condition as built: MXFP4/NVFP4 (both shapes) from DRAM, five rounds -> exec9.log
+#   isa      #9 bench_isa: the clock and zmm instruction throughput, 1 and 16 threads -> isa.log
 #   cpuall   #8 --moe-backend cpu with every expert on the CPU (48 CPU layers; 8 slots)   -> cpuall.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
 #            beside DRAM-streaming threads, beside H2D copies, after idle gaps  -> lat.log
@@ -408,6 +409,13 @@ for part in "$@"; do
         echo "### bf16" >>"$OUT/exec9.log"
         step exec9.log 60 $G/bench_exec --threads 16 --steps 300 --format bf16
         ;;
+    isa)
+        # #9: what one core does per second with the x32 kernels' instructions (bench_isa: the
+        # clock from dependent adds, each zmm instruction's throughput), one thread then 16
+        step isa.log 60 $G/bench_isa --threads 1
+        step isa.log 60 $G/bench_isa --threads 16
+        step isa.log 60 $G/bench_isa --threads 1
+        ;;
     cpuall)
         # #8: --moe-backend cpu with every expert on the CPU (llama.cpp's CPU experts decode
         # 17.6 tok/s on this host): every MoE layer a CPU layer (unpinned, decoded on the CPU);
@@ -446,7 +454,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, keepab, tg128, execpf, pfsweep, mxgab, cpu9, claimab, exec9, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, keepab, tg128, execpf, pfsweep, mxgab, cpu9, claimab, exec9, isa, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"
