@@ -55,6 +55,7 @@
 #   claimab  the pool's claimed tasks against FT_POOL_CLAIM=0, bench_exec, six rounds -> claimab.log
 #   exec9    #9's condition as built: MXFP4/NVFP4 (both shapes) from DRAM, five rounds -> exec9.log
 #   isa      #9 bench_isa: the clock and zmm instruction throughput, 1 and 16 threads -> isa.log
+#   pairab   #9 whole-chunk rows by groups in pairs against FT_X32_PAIR_FULL=0, three rounds -> pairab.log
 #   cpuall   #8 --moe-backend cpu with every expert on the CPU (48 CPU layers; 8 slots)   -> cpuall.log
 #   lat      #8 bench_latency: host<->GPU wake-up (stream sync, mapped flag, gate release) idle,
 #            beside DRAM-streaming threads, beside H2D copies, after idle gaps  -> lat.log
@@ -416,6 +417,22 @@ for part in "$@"; do
         step isa.log 60 $G/bench_isa --threads 16
         step isa.log 60 $G/bench_isa --threads 1
         ;;
+    pairab)
+        # #9: one token's rows of whole chunks by groups two interleaved (default) against one at
+        # a time (FT_X32_PAIR_FULL=0): one thread from L2, 16 threads from DRAM, three rounds
+        for round in 1 2 3; do
+            for pr in 1 0; do
+                for cfg in "1 L2 mxfp4" "1 L2 nvfp4" "16 0 mxfp4" "16 0 nvfp4" "16 0 gptoss"; do
+                    read -r t e f <<<"$cfg"
+                    sh=(--format $f)
+                    [ $e = L2 ] && sh=(--format $f --experts 1 -k 1 --hidden 1024 --expert-width 512)
+                    [ $f = gptoss ] && sh=(--format mxfp4 --hidden 2880 --expert-width 2880 -k 4)
+                    echo "### $round FT_X32_PAIR_FULL=$pr threads $t $e $f" >>"$OUT/pairab.log"
+                    step pairab.log 60 env FT_X32_PAIR_FULL=$pr $G/bench_exec --threads $t --steps 300 "${sh[@]}"
+                done
+            done
+        done
+        ;;
     cpuall)
         # #8: --moe-backend cpu with every expert on the CPU (llama.cpp's CPU experts decode
         # 17.6 tok/s on this host): every MoE layer a CPU layer (unpinned, decoded on the CPU);
@@ -454,7 +471,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, keepab, tg128, execpf, pfsweep, mxgab, cpu9, claimab, exec9, isa, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, oss, real, offload, long, profile, tm64, exec, exec2, ncu, decab, hybprof, sampab, hybab, splitab, hyb3env, keepab, tg128, execpf, pfsweep, mxgab, cpu9, claimab, exec9, isa, pairab, hyb3, hyb3x, cpuall, hybenv, lat, execab, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"

@@ -893,8 +893,9 @@ INL512 void row512_mxg(const int f, const struct mxg_k *k, struct wrow r, int64_
     *y = _mm512_reduce_add_ps(acc);
 }
 
-/* Two rows whose last chunks hold tb <= 8 blocks: full chunks by groups, both tails as one
- * chunk, as row512_pair (the same lanes, so the same bits as row512) */
+/* Two rows whose last chunks hold tb <= 8 blocks (or none): full chunks by groups, the two rows
+ * interleaved, both tails as one chunk, as row512_pair (the same lanes, so the same bits as
+ * row512) */
 INL512 void row512_mxg_pair(const int f, const struct mxg_k *k, struct wrow a, struct wrow b, int64_t nb,
                             const __m512i *xg, const struct x32_tok x, int pf, float *ya, float *yb) {
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -911,6 +912,11 @@ INL512 void row512_mxg_pair(const int f, const struct mxg_k *k, struct wrow a, s
             chunk512_mxg(k, a.p + (size_t)c * 17, xg + 8 * (c / X32_CHUNK), x, c, &acc[0]);
             chunk512_mxg(k, b.p + (size_t)c * 17, xg + 8 * (c / X32_CHUNK), x, c, &acc[1]);
         }
+    }
+    if (!tb) { /* rows of whole chunks: the two interleaved only */
+        *ya = _mm512_reduce_add_ps(acc[0]);
+        *yb = _mm512_reduce_add_ps(acc[1]);
+        return;
     }
     struct wchunk512 w;
     prefetch_blocks(f, a, nf, tb, pf);
@@ -949,7 +955,7 @@ INL512 void rows512_mxg(const int f, const uint8_t *w, size_t rb, size_t coff, i
         k.idx[g] = _mm512_add_epi8(_mm512_load_si512((const void *)ib), _mm512_set1_epi8((char)(4 * g)));
     const int pf = pf_ahead();
     int r = 0;
-    if (nb % X32_CHUNK && nb % X32_CHUNK <= 8 && pair_rows())
+    if (nb % X32_CHUNK ? nb % X32_CHUNK <= 8 && pair_rows() : pair_full_rows())
         for (; r + 1 < n_rows; r += 2)
             row512_mxg_pair(f, &k, (struct wrow){w + r * rb, coff}, (struct wrow){w + (r + 1) * rb, coff}, nb,
                             xg, x, pf, y + r, y + r + 1);
