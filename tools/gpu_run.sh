@@ -98,6 +98,27 @@ ab() { # ab LOG LABEL ROUNDS BENCH-ARGS...: ft bench as built, as built with eac
     done
 }
 
+exec_ab() { # exec_ab LOG VAR ROUNDS CFG...: bench_exec with VAR=1 then VAR=0, ROUNDS times, for each
+    # CFG "THREADS EXPERTS FORMAT": EXPERTS 0 rotates over 3x the L3 (from DRAM), L2 one small
+    # expert (the kernels' own rate), N the same N experts every step (from the cache); FORMAT
+    # gptoss is MXFP4 in gpt-oss-20b's expert shape
+    local log=$1 var=$2 rounds=$3 round v cfg t e f sh
+    shift 3
+    for round in $(seq "$rounds"); do
+        for v in 1 0; do
+            for cfg in "$@"; do
+                read -r t e f <<<"$cfg"
+                sh=(--experts $e --format $f)
+                [ $e = 0 ] && sh=(--format $f)
+                [ $e = L2 ] && sh=(--format $f --experts 1 -k 1 --hidden 1024 --expert-width 512)
+                [ $f = gptoss ] && sh=(--format mxfp4 --hidden 2880 --expert-width 2880 -k 4)
+                echo "### $round $var=$v threads $t experts $e $f" >>"$OUT/$log"
+                step "$log" 60 env "$var=$v" $G/bench_exec --threads $t --steps 300 "${sh[@]}"
+            done
+        done
+    done
+}
+
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
 lscpu >"$OUT/lscpu.txt" 2>&1
 for part in "$@"; do
@@ -360,21 +381,8 @@ for part in "$@"; do
         # small expert), from the cache at 16 threads and one, then from DRAM at 16 threads in
         # both shapes; test_ggml_dot first when packed
         [ -x $G/test_ggml_dot ] && step mxgab.log 60 $G/test_ggml_dot
-        for round in 1 2 3; do
-            for m in 1 0; do
-                for cfg in "1 L2 mxfp4" "1 L2 nvfp4" "1 L2 bf16" "16 8 mxfp4" "16 8 nvfp4" "1 8 mxfp4" \
-                           "1 8 nvfp4" "16 0 mxfp4" "16 0 nvfp4" "16 0 gptoss"; do
-                    read -r t e f <<<"$cfg"
-                    sh=(--experts $e --format $f)
-                    [ $e = 0 ] && sh=(--format $f)
-                    # one small expert, from L2: the kernels' own rate
-                    [ $e = L2 ] && sh=(--format $f --experts 1 -k 1 --hidden 1024 --expert-width 512)
-                    [ $f = gptoss ] && sh=(--format mxfp4 --hidden 2880 --expert-width 2880 -k 4)
-                    echo "### $round FT_X32_MXG=$m threads $t experts $e $f" >>"$OUT/mxgab.log"
-                    step mxgab.log 60 env FT_X32_MXG=$m $G/bench_exec --threads $t --steps 300 "${sh[@]}"
-                done
-            done
-        done
+        exec_ab mxgab.log FT_X32_MXG 3 "1 L2 mxfp4" "1 L2 nvfp4" "1 L2 bf16" "16 8 mxfp4" "16 8 nvfp4" \
+            "1 8 mxfp4" "1 8 nvfp4" "16 0 mxfp4" "16 0 nvfp4" "16 0 gptoss"
         ;;
     cpu9)
         # #9: whole-model decode on the CPU backend with MXFP4 / NVFP4 experts (16 threads): each
@@ -412,7 +420,7 @@ for part in "$@"; do
         ;;
     isa)
         # #9: what one core does per second with the x32 kernels' instructions (bench_isa: the
-        # clock from dependent adds, each zmm instruction's throughput), one thread then 16
+        # clock from dependent multiplies, each zmm instruction's throughput), one thread then 16
         step isa.log 60 $G/bench_isa --threads 1
         step isa.log 60 $G/bench_isa --threads 16
         step isa.log 60 $G/bench_isa --threads 1
@@ -420,18 +428,7 @@ for part in "$@"; do
     pairab)
         # #9: one token's rows of whole chunks by groups two interleaved (default) against one at
         # a time (FT_X32_PAIR_FULL=0): one thread from L2, 16 threads from DRAM, three rounds
-        for round in 1 2 3; do
-            for pr in 1 0; do
-                for cfg in "1 L2 mxfp4" "1 L2 nvfp4" "16 0 mxfp4" "16 0 nvfp4" "16 0 gptoss"; do
-                    read -r t e f <<<"$cfg"
-                    sh=(--format $f)
-                    [ $e = L2 ] && sh=(--format $f --experts 1 -k 1 --hidden 1024 --expert-width 512)
-                    [ $f = gptoss ] && sh=(--format mxfp4 --hidden 2880 --expert-width 2880 -k 4)
-                    echo "### $round FT_X32_PAIR_FULL=$pr threads $t $e $f" >>"$OUT/pairab.log"
-                    step pairab.log 60 env FT_X32_PAIR_FULL=$pr $G/bench_exec --threads $t --steps 300 "${sh[@]}"
-                done
-            done
-        done
+        exec_ab pairab.log FT_X32_PAIR_FULL 3 "1 L2 mxfp4" "1 L2 nvfp4" "16 0 mxfp4" "16 0 nvfp4" "16 0 gptoss"
         ;;
     cpuall)
         # #8: --moe-backend cpu with every expert on the CPU (llama.cpp's CPU experts decode
