@@ -711,6 +711,24 @@ static int pair_full_rows(void) {
     return ft_sys_switch(&sw) != 0;
 }
 
+/* Two rows' last chunks of tb <= 8 blocks (from block nf) as one chunk (chunk512_pair), their
+ * terms added into the lanes row512 adds them to: lanes 0..7 of acc[0] and of acc[1]. */
+INL512 void tails512_pair(const int f, const int vnni, struct wrow a, struct wrow b, int64_t nf,
+                          int tb, const struct x32_tok x, int pf, __m512 acc[2], __m512 accm[2]) {
+    struct wchunk512 k;
+    prefetch_blocks(f, a, nf, tb, pf);
+    prefetch_blocks(f, b, nf, tb, pf);
+    chunk512_pair(f, vnni, a, b, nf, tb, &k);
+    /* lanes 0..7: a's accumulators; 8..15: b's lanes 0..7 */
+    __m512 t = _mm512_mask_blend_ps(0xff00, acc[0], _mm512_shuffle_f32x4(acc[1], acc[1], 0x4e));
+    __m512 tm = _mm512_mask_blend_ps(0xff00, accm[0], _mm512_shuffle_f32x4(accm[1], accm[1], 0x4e));
+    chunk_dot512(f, vnni, &k, x.q + 32 * nf, x.d + nf, x.h + 2 * nf, tb, 1, &t, &tm);
+    acc[0] = _mm512_mask_blend_ps(0xff00, t, acc[0]);
+    acc[1] = _mm512_mask_blend_ps(0xff00, _mm512_shuffle_f32x4(t, t, 0x4e), acc[1]);
+    accm[0] = _mm512_mask_blend_ps(0xff00, tm, accm[0]);
+    accm[1] = _mm512_mask_blend_ps(0xff00, _mm512_shuffle_f32x4(tm, tm, 0x4e), accm[1]);
+}
+
 /* Two rows of one token whose last chunks hold tb = nb % 16 <= 8 blocks (Qwen3-30B-A3B's down
  * rows: 24 blocks) or none (its gate/up rows: 64): each row's full chunks, then both tails as one chunk (chunk512_pair), so
  * the tails fill one chunk's 16 lanes instead of half of two. The same bits as row512 for each
@@ -734,19 +752,7 @@ INL512 void row512_pair(const int f, const int vnni, struct wrow a, struct wrow 
         chunk_dot512(f, vnni, &k, x.q + 32 * c, x.d + c, x.h + 2 * c, X32_CHUNK, 0, &acc[1],
                      &accm[1]);
     }
-    if (tb) { /* (none: rows of whole chunks, pair_full_rows) */
-        prefetch_blocks(f, a, nf, tb, pf);
-        prefetch_blocks(f, b, nf, tb, pf);
-        chunk512_pair(f, vnni, a, b, nf, tb, &k);
-        /* lanes 0..7: a's accumulators; 8..15: b's lanes 0..7 (where row512 adds b's tail) */
-        __m512 t = _mm512_mask_blend_ps(0xff00, acc[0], _mm512_shuffle_f32x4(acc[1], acc[1], 0x4e));
-        __m512 tm = _mm512_mask_blend_ps(0xff00, accm[0], _mm512_shuffle_f32x4(accm[1], accm[1], 0x4e));
-        chunk_dot512(f, vnni, &k, x.q + 32 * nf, x.d + nf, x.h + 2 * nf, tb, 1, &t, &tm);
-        acc[0] = _mm512_mask_blend_ps(0xff00, t, acc[0]);
-        acc[1] = _mm512_mask_blend_ps(0xff00, _mm512_shuffle_f32x4(t, t, 0x4e), acc[1]);
-        accm[0] = _mm512_mask_blend_ps(0xff00, tm, accm[0]);
-        accm[1] = _mm512_mask_blend_ps(0xff00, _mm512_shuffle_f32x4(tm, tm, 0x4e), accm[1]);
-    }
+    if (tb) tails512_pair(f, vnni, a, b, nf, tb, x, pf, acc, accm); /* (none: whole chunks) */
     *ya = _mm512_reduce_add_ps(acc[0]) + (has_min(f) ? _mm512_reduce_add_ps(accm[0]) : 0.0f);
     *yb = _mm512_reduce_add_ps(acc[1]) + (has_min(f) ? _mm512_reduce_add_ps(accm[1]) : 0.0f);
 }
@@ -873,6 +879,13 @@ INL512 void chunk512_nvg(const struct mxg_k *k, struct wrow r, const __m512i *xc
     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(ws1, dx), *acc);
 }
 
+/* acc += full chunk c of row r by groups (xc: the token's codes of that chunk, mxg_x) */
+INL512 void chunk512_grp(const int f, const struct mxg_k *k, struct wrow r, const __m512i *xc,
+                         const struct x32_tok x, int64_t c, __m512 *acc) {
+    if (f == X_NVFP4) chunk512_nvg(k, r, xc, x, c, acc);
+    else chunk512_mxg(k, r.p + (size_t)c * 17, xc, x, c, acc);
+}
+
 /* One row: full chunks by groups, a short last chunk as row512's */
 INL512 void row512_mxg(const int f, const struct mxg_k *k, struct wrow r, int64_t nb,
                        const __m512i *xg, const struct x32_tok x, int pf, float *y) {
@@ -880,8 +893,7 @@ INL512 void row512_mxg(const int f, const struct mxg_k *k, struct wrow r, int64_
     const int64_t nf = nb & ~(int64_t)(X32_CHUNK - 1);
     for (int64_t c = 0; c < nf; c += X32_CHUNK) {
         prefetch_blocks(f, r, c, X32_CHUNK, pf);
-        if (f == X_NVFP4) chunk512_nvg(k, r, xg + 8 * (c / X32_CHUNK), x, c, &acc);
-        else chunk512_mxg(k, r.p + (size_t)c * 17, xg + 8 * (c / X32_CHUNK), x, c, &acc);
+        chunk512_grp(f, k, r, xg + 8 * (c / X32_CHUNK), x, c, &acc);
     }
     if (nf < nb) {
         const int cb = (int)(nb - nf);
@@ -905,28 +917,10 @@ INL512 void row512_mxg_pair(const int f, const struct mxg_k *k, struct wrow a, s
     for (int64_t c = 0; c < nf; c += X32_CHUNK) {
         prefetch_blocks(f, a, c, X32_CHUNK, pf);
         prefetch_blocks(f, b, c, X32_CHUNK, pf);
-        if (f == X_NVFP4) {
-            chunk512_nvg(k, a, xg + 8 * (c / X32_CHUNK), x, c, &acc[0]);
-            chunk512_nvg(k, b, xg + 8 * (c / X32_CHUNK), x, c, &acc[1]);
-        } else {
-            chunk512_mxg(k, a.p + (size_t)c * 17, xg + 8 * (c / X32_CHUNK), x, c, &acc[0]);
-            chunk512_mxg(k, b.p + (size_t)c * 17, xg + 8 * (c / X32_CHUNK), x, c, &acc[1]);
-        }
+        chunk512_grp(f, k, a, xg + 8 * (c / X32_CHUNK), x, c, &acc[0]);
+        chunk512_grp(f, k, b, xg + 8 * (c / X32_CHUNK), x, c, &acc[1]);
     }
-    if (!tb) { /* rows of whole chunks: the two interleaved only */
-        *ya = _mm512_reduce_add_ps(acc[0]);
-        *yb = _mm512_reduce_add_ps(acc[1]);
-        return;
-    }
-    struct wchunk512 w;
-    prefetch_blocks(f, a, nf, tb, pf);
-    prefetch_blocks(f, b, nf, tb, pf);
-    chunk512_pair(f, 1, a, b, nf, tb, &w);
-    __m512 t = _mm512_mask_blend_ps(0xff00, acc[0], _mm512_shuffle_f32x4(acc[1], acc[1], 0x4e));
-    __m512 tm = _mm512_mask_blend_ps(0xff00, accm[0], _mm512_shuffle_f32x4(accm[1], accm[1], 0x4e));
-    chunk_dot512(f, 1, &w, x.q + 32 * nf, x.d + nf, x.h + 2 * nf, tb, 1, &t, &tm);
-    acc[0] = _mm512_mask_blend_ps(0xff00, t, acc[0]);
-    acc[1] = _mm512_mask_blend_ps(0xff00, _mm512_shuffle_f32x4(t, t, 0x4e), acc[1]);
+    if (tb) tails512_pair(f, 1, a, b, nf, tb, x, pf, acc, accm); /* (none: whole chunks) */
     *ya = _mm512_reduce_add_ps(acc[0]);
     *yb = _mm512_reduce_add_ps(acc[1]);
 }
