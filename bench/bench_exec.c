@@ -64,6 +64,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_exec: %s\n", ft_error());
         return usage();
     }
+    if (n_experts < 0 || (n_experts > 0 && n_experts < k)) { /* a step's k must be distinct */
+        fprintf(stderr, "bench_exec: --experts %d: give at least -k (%d) experts, or 0 for the "
+                        "default rotation over 3x the last-level cache\n", n_experts, k);
+        return 2;
+    }
     struct ft_pool *pool = NULL;
     struct ft_bank gu = {0}, dn = {0};
     struct ft_moe_exec *ex = NULL;

@@ -115,10 +115,10 @@ static void *thread_main(void *arg) {
 int main(int argc, char **argv) {
     int threads = 1;
     long iters = 20000000;
-    for (int a = 1; a + 1 < argc; a += 2) {
-        if (!strcmp(argv[a], "--threads")) threads = atoi(argv[a + 1]);
-        else if (!strcmp(argv[a], "--iters")) iters = atol(argv[a + 1]);
-        else {
+    for (int a = 1; a < argc; a += 2) {
+        if (a + 1 < argc && !strcmp(argv[a], "--threads")) threads = atoi(argv[a + 1]);
+        else if (a + 1 < argc && !strcmp(argv[a], "--iters")) iters = atol(argv[a + 1]);
+        else { /* an unknown flag, or one without its value */
             fprintf(stderr, "usage: bench_isa [--threads N] [--iters M]\n");
             return 2;
         }
