@@ -211,6 +211,24 @@ TEST(executor_same_bits_any_pool_split_or_pair_order) {
                 memset(shuf, 0, sizeof shuf);
                 ft_moe_exec_run_pairs(ex, pool, &gu, &dn, &act, x, stok, sid, sw, T * k, shuf);
                 CHECK_(!memcmp(shuf, out[0], sizeof shuf), "fast=%d: pairs in reverse order differ", fast);
+                /* three tokens each through experts 0..k-1: every expert's rows are consecutive
+                 * tokens, so the rounded path's gate/up pass reads each token's input where it
+                 * was rounded; reversed, each expert's tokens run 2, 1, 0 and are copied per
+                 * row. The same bits, fused or not. */
+                int cid[3 * k], ctok[3 * k], rid[3 * k], rtok[3 * k];
+                float cw[3 * k], rw[3 * k];
+                for (int p = 0; p < 3 * k; p++) cid[p] = p % k, ctok[p] = p / k, cw[p] = w[p];
+                for (int p = 0; p < 3 * k; p++)
+                    rid[p] = cid[3 * k - 1 - p], rtok[p] = ctok[3 * k - 1 - p], rw[p] = cw[3 * k - 1 - p];
+                for (int fu = 0; fu < 2; fu++) {
+                    ft_moe_exec_set_fused(ex, fu);
+                    memset(fo, 0, sizeof fo), memset(shuf, 0, sizeof shuf);
+                    EXPECT_EQ(ft_moe_exec_run_pairs(ex, pool, &gu, &dn, &act, x, ctok, cid, cw, 3 * k, fo), k);
+                    EXPECT_EQ(ft_moe_exec_run_pairs(ex, pool, &gu, &dn, &act, x, rtok, rid, rw, 3 * k, shuf), k);
+                    CHECK_(!memcmp(fo, shuf, 3 * H * sizeof(float)) && fo[0] != 0.0f,
+                           "fast=%d fused=%d: consecutive tokens in place differ from copied", fast, fu);
+                }
+                ft_moe_exec_set_fused(ex, 0);
             }
             ft_pool_free(pool);
         }

@@ -53,6 +53,7 @@
 #            cache and DRAM, alternated three times                        -> mxgab.log
 #   cpu9     #9 whole-model CPU decode, gpt-oss-20b and Qwen3-30B-A3B MXFP4/NVFP4 -> cpu9.log
 #   claimab  the pool's claimed tasks against FT_POOL_CLAIM=0, bench_exec, six rounds -> claimab.log
+#   execenv  #9 bench_exec from DRAM under each EXEC_ENVS setting, alternated    -> execenv.log
 #   exec9    #9's condition as built: MXFP4/NVFP4 (both shapes) from DRAM, five rounds -> exec9.log
 #   isa      #9 bench_isa: the clock and zmm instruction throughput, 1 and 16 threads -> isa.log
 #   pairab   #9 whole-chunk rows by groups in pairs against FT_X32_PAIR_FULL=0, three rounds -> pairab.log
@@ -400,6 +401,23 @@ for part in "$@"; do
                 for f in mxfp4 nvfp4; do
                     echo "### $round FT_POOL_CLAIM=$c $f" >>"$OUT/claimab.log"
                     step claimab.log 60 env FT_POOL_CLAIM=$c $G/bench_exec --format $f --threads 16 --steps 300
+                done
+            done
+        done
+        ;;
+    execenv)
+        # #9: bench_exec at 16 threads from DRAM under each EXEC_ENVS setting (';'-separated, each
+        # a list of VAR=VALUE, "-" for the defaults), EXEC_ROUNDS rounds (default 3), formats
+        # EXEC_FMTS (default: mxfp4 nvfp4 gptoss), alternated in that order
+        IFS=';' read -r -a envs <<<"${EXEC_ENVS:--}"
+        for round in $(seq "${EXEC_ROUNDS:-3}"); do
+            for e in "${envs[@]}"; do
+                for f in ${EXEC_FMTS:-mxfp4 nvfp4 gptoss}; do
+                    sh=(--format $f)
+                    [ $f = gptoss ] && sh=(--format mxfp4 --hidden 2880 --expert-width 2880 -k 4)
+                    echo "### $round [$e] $f" >>"$OUT/execenv.log"
+                    # shellcheck disable=SC2086
+                    step execenv.log 60 env ${e/#-/} $G/bench_exec --threads 16 --steps 300 "${sh[@]}"
                 done
             done
         done

@@ -649,15 +649,24 @@ INL512 void chunk_dot512(const int f, const int vnni, const struct wchunk512 *k,
  * ~96 KB, so 16 KB ahead leaves its first 16 KB to demand misses and reads past its end. One
  * or four threads: no settled difference (the dev VM's one thread liked 16384 slightly). */
 enum { PF_AHEAD = 4096 };
-/* FT_X32_PF (bytes) overrides PF_AHEAD, for measuring on other hosts (an ft_switch) */
-static int pf_ahead(void) {
+/* The same, bounded to the call's rows (pf_upto, one token's MXFP4/NVFP4 rows by groups): the
+ * stretch's first bytes are fetched at once and nothing past its end, so further ahead pays.
+ * The H200 host (16 threads from DRAM, 2026-11-30, two calls, six rounds each, alternated):
+ * 8192 bounded read MXFP4 at 95.8 / 102.4 GB/s (mean of the rounds), NVFP4 99.1 / 105.4,
+ * gpt-oss-20b's shape 108.1 / 115.7, against 88.9 / 100.9, 93.6 / 102.5, 97.4 / 115.1 with
+ * 4096 per row; 4096 bounded in between, 2048 and no prefetch (72.6) below, 16384 no better. */
+enum { PF_BOUNDED = 8192 };
+/* FT_X32_PF (bytes) overrides both, for measuring on other hosts (an ft_switch); negative: no
+ * software prefetch */
+static int pf_ahead(int bounded) {
     static struct ft_switch sw = FT_SWITCH("FT_X32_PF", 0);
     int r = ft_sys_switch(&sw);
-    return r > 0 ? r : PF_AHEAD;
+    return r > 0 ? r : r < 0 ? 0 : bounded ? PF_BOUNDED : PF_AHEAD;
 }
 
-/* Prefetches the row bytes of blocks c .. c + n - 1, pf bytes further on. */
+/* Prefetches the row bytes of blocks c .. c + n - 1, pf bytes further on (pf 0: none). */
 static inline void prefetch_blocks(int f, struct wrow r, int64_t c, int n, int pf) {
+    if (!pf) return;
     const uint8_t *p = f == X_NVFP4 ? r.p + r.coff + 16 * c : r.p + (size_t)c * fbytes(f);
     const int bytes = n * (f == X_NVFP4 ? 16 : fbytes(f));
     for (int o = 0; o < bytes; o += 64)
@@ -685,7 +694,7 @@ INL512 void row512(const int f, const int vnni, struct wrow r, int64_t nb, const
     __m512 acc[TOK], accm[TOK];
     for (int t = 0; t < tn; t++)
         acc[t] = accm[t] = _mm512_setzero_ps();
-    const int pf = pf_ahead();
+    const int pf = pf_ahead(0);
     for (int64_t c = 0; c < nb; c += X32_CHUNK) {
         const int cb = nb - c < X32_CHUNK ? (int)(nb - c) : X32_CHUNK;
         prefetch_blocks(f, r, c, cb, pf);
@@ -737,7 +746,7 @@ INL512 void row512_pair(const int f, const int vnni, struct wrow a, struct wrow 
                         const void *xq, float *ya, float *yb) {
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     __m512 accm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    const int pf = pf_ahead();
+    const int pf = pf_ahead(0);
     const int64_t nf = nb & ~(int64_t)(X32_CHUNK - 1);
     const int tb = (int)(nb - nf);
     const struct x32_tok x = x32_tok(xq, nb, 0);
@@ -879,6 +888,31 @@ INL512 void chunk512_nvg(const struct mxg_k *k, struct wrow r, const __m512i *xc
     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(ws1, dx), *acc);
 }
 
+/* Prefetch bounded to one call's rows, the contiguous bytes [next, end) of a stretch: every
+ * line up to pf bytes past where the kernel is, none past the stretch's end, and the stretch's
+ * first pf bytes at once (prefetch_blocks runs pf ahead of each row, so past the stretch's end,
+ * and leaves its first pf bytes to demand misses). FT_X32_PFB=0: prefetch_blocks instead. */
+struct pf_cur {
+    uintptr_t next, end;
+};
+
+/* Every line: one line in two or four, leaving the rest to the hardware, read MXFP4 at 85 and
+ * 76 GB/s against 96 on the H200 host (and half as fast on the dev VM's Zen 4). */
+INL512 void pf_upto(struct pf_cur *q, const uint8_t *at) {
+    const uintptr_t t = (uintptr_t)at < q->end ? (uintptr_t)at : q->end;
+    for (; q->next < t; q->next += 64) __builtin_prefetch((const void *)q->next, 0, 2);
+}
+
+/* Where full chunk c of row r ends (the groups' formats) */
+INL512 const uint8_t *chunk_end(const int f, struct wrow r, int64_t c) {
+    return f == X_NVFP4 ? r.p + r.coff + 16 * (c + X32_CHUNK) : r.p + 17 * (c + X32_CHUNK);
+}
+
+static int pf_bounded(void) {
+    static struct ft_switch sw = FT_SWITCH("FT_X32_PFB", 1);
+    return ft_sys_switch(&sw) != 0;
+}
+
 /* acc += full chunk c of row r by groups (xc: the token's codes of that chunk, mxg_x) */
 INL512 void chunk512_grp(const int f, const struct mxg_k *k, struct wrow r, const __m512i *xc,
                          const struct x32_tok x, int64_t c, __m512 *acc) {
@@ -888,17 +922,20 @@ INL512 void chunk512_grp(const int f, const struct mxg_k *k, struct wrow r, cons
 
 /* One row: full chunks by groups, a short last chunk as row512's */
 INL512 void row512_mxg(const int f, const struct mxg_k *k, struct wrow r, int64_t nb,
-                       const __m512i *xg, const struct x32_tok x, int pf, float *y) {
+                       const __m512i *xg, const struct x32_tok x, int pf, struct pf_cur *q,
+                       float *y) {
     __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
     const int64_t nf = nb & ~(int64_t)(X32_CHUNK - 1);
     for (int64_t c = 0; c < nf; c += X32_CHUNK) {
-        prefetch_blocks(f, r, c, X32_CHUNK, pf);
+        if (q) pf_upto(q, chunk_end(f, r, c) + pf);
+        else prefetch_blocks(f, r, c, X32_CHUNK, pf);
         chunk512_grp(f, k, r, xg + 8 * (c / X32_CHUNK), x, c, &acc);
     }
     if (nf < nb) {
         const int cb = (int)(nb - nf);
         struct wchunk512 w;
-        prefetch_blocks(f, r, nf, cb, pf);
+        if (q) pf_upto(q, chunk_end(f, r, nf) + pf);
+        else prefetch_blocks(f, r, nf, cb, pf);
         chunk512(f, 1, r, nf, cb, &w);
         chunk_dot512(f, 1, &w, x.q + 32 * nf, x.d + nf, x.h + 2 * nf, cb, 0, &acc, &accm);
     }
@@ -909,18 +946,24 @@ INL512 void row512_mxg(const int f, const struct mxg_k *k, struct wrow r, int64_
  * interleaved, both tails as one chunk, as row512_pair (the same lanes, so the same bits as
  * row512) */
 INL512 void row512_mxg_pair(const int f, const struct mxg_k *k, struct wrow a, struct wrow b, int64_t nb,
-                            const __m512i *xg, const struct x32_tok x, int pf, float *ya, float *yb) {
+                            const __m512i *xg, const struct x32_tok x, int pf, struct pf_cur *q,
+                            float *ya, float *yb) {
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     __m512 accm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     const int64_t nf = nb & ~(int64_t)(X32_CHUNK - 1);
     const int tb = (int)(nb - nf);
     for (int64_t c = 0; c < nf; c += X32_CHUNK) {
-        prefetch_blocks(f, a, c, X32_CHUNK, pf);
-        prefetch_blocks(f, b, c, X32_CHUNK, pf);
+        if (q) { /* b ends after a */
+            pf_upto(q, chunk_end(f, b, c) + pf);
+        } else {
+            prefetch_blocks(f, a, c, X32_CHUNK, pf);
+            prefetch_blocks(f, b, c, X32_CHUNK, pf);
+        }
         chunk512_grp(f, k, a, xg + 8 * (c / X32_CHUNK), x, c, &acc[0]);
         chunk512_grp(f, k, b, xg + 8 * (c / X32_CHUNK), x, c, &acc[1]);
     }
-    if (tb) tails512_pair(f, 1, a, b, nf, tb, x, pf, acc, accm); /* (none: whole chunks) */
+    if (tb && q) pf_upto(q, chunk_end(f, b, nf) + pf);
+    if (tb) tails512_pair(f, 1, a, b, nf, tb, x, q ? 0 : pf, acc, accm); /* (none: whole chunks) */
     *ya = _mm512_reduce_add_ps(acc[0]);
     *yb = _mm512_reduce_add_ps(acc[1]);
 }
@@ -947,13 +990,16 @@ INL512 void rows512_mxg(const int f, const uint8_t *w, size_t rb, size_t coff, i
     };
     for (int g = 0; g < 4; g++)
         k.idx[g] = _mm512_add_epi8(_mm512_load_si512((const void *)ib), _mm512_set1_epi8((char)(4 * g)));
-    const int pf = pf_ahead();
+    const int bounded = pf_bounded(), pf = pf_ahead(bounded);
+    struct pf_cur cur = {(uintptr_t)w & ~(uintptr_t)63, (uintptr_t)(w + (size_t)n_rows * rb)};
+    struct pf_cur *q = pf && bounded ? &cur : NULL;
+    if (q) pf_upto(q, w + pf);
     int r = 0;
     if (nb % X32_CHUNK ? nb % X32_CHUNK <= 8 && pair_rows() : pair_full_rows())
         for (; r + 1 < n_rows; r += 2)
             row512_mxg_pair(f, &k, (struct wrow){w + r * rb, coff}, (struct wrow){w + (r + 1) * rb, coff}, nb,
-                            xg, x, pf, y + r, y + r + 1);
-    for (; r < n_rows; r++) row512_mxg(f, &k, (struct wrow){w + r * rb, coff}, nb, xg, x, pf, y + r);
+                            xg, x, pf, q, y + r, y + r + 1);
+    for (; r < n_rows; r++) row512_mxg(f, &k, (struct wrow){w + r * rb, coff}, nb, xg, x, pf, q, y + r);
 }
 T512 static void rows512_mxg_mx(const uint8_t *w, size_t rb, size_t coff, int n_rows, int64_t nb,
                                 const void *xq, float *y) {
@@ -1173,7 +1219,7 @@ INL256 void row256(const int f, struct wrow r, int64_t nb, const void *xq, int t
     __m256 acc[TOK], accm[TOK];
     for (int t = 0; t < tn; t++)
         acc[t] = accm[t] = _mm256_setzero_ps();
-    const int pf = pf_ahead();
+    const int pf = pf_ahead(0);
     for (int64_t c = 0; c < nb; c += X32_CHUNK) {
         const int cb = nb - c < X32_CHUNK ? (int)(nb - c) : X32_CHUNK;
         prefetch_blocks(f, r, c, cb, pf);

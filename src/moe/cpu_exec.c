@@ -63,6 +63,7 @@ struct ft_moe_exec {
     int fused;       /* ft_moe_exec_set_fused */
     atomic_int *done1, *ready; /* fused: [E] gate/up rows done per active expert; its act done */
     void *xqt;       /* [max_tokens, 2 H] each token's input rounded once (gate/up) */
+    int xq_tok;      /* this step's gate/up pass reads xqt by token (tokens_consecutive) */
     int timing;      /* ft_moe_exec_set_timing */
     int64_t t_mark;  /* timing: when the current phase began */
     struct ft_moe_exec_timing tm;
@@ -86,6 +87,7 @@ struct pass {
     const float *in;  /* [rows, K] */
     const uint8_t *xq; /* in quantised (xq_bytes per row), or NULL */
     size_t xq_bytes;
+    int xq_tok;       /* xq holds tokens, not rows: an expert's rows from its first row's token */
     float *out;       /* [rows, N] */
     void (*hook)(void *); /* run by worker 0 before it claims rows (the others start at once) */
     void *hook_ctx;
@@ -137,7 +139,8 @@ static void pass_rows(const struct pass *p, int a, int n0, int n1) {
     const struct ft_moe_exec *x = p->x;
     int e = x->active[a], r0 = x->offset[e], nr = x->count[e];
     if (p->xq)
-        ft_cpu_matmul_rows_xq(p->out + (size_t)r0 * p->N, p->N, p->xq + r0 * p->xq_bytes,
+        ft_cpu_matmul_rows_xq(p->out + (size_t)r0 * p->N, p->N,
+                              p->xq + (size_t)(p->xq_tok ? x->row_token[r0] : r0) * p->xq_bytes,
                               ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr, n0, n1, p->K);
     else
         ft_cpu_matmul_rows(p->out + (size_t)r0 * p->N, p->N, p->in + (size_t)r0 * p->K, p->K,
@@ -196,7 +199,7 @@ static void run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct f
     int timed = FT_MIN(workers, TIMED_WORKERS);
     int64_t span[2 * TIMED_WORKERS];
     p.span = timing_spans(x, timed, span, &p.launch_ns);
-    if (which == 0) p.hook = x->hook, p.hook_ctx = x->hook_ctx, x->hook = NULL;
+    if (which == 0) p.hook = x->hook, p.hook_ctx = x->hook_ctx, x->hook = NULL, p.xq_tok = x->xq_tok;
     ft_pool_run(pool, pass_task, &p);
     if (x->timing) {
         add_spans(x, &p, timed, which);
@@ -366,6 +369,7 @@ static void run_fused(struct ft_moe_exec *x, struct ft_pool *pool, const struct 
     struct fused f = {.x = x, .aj = *aj, .cj = *cj, .hook = x->hook, .hook_ctx = x->hook_ctx};
     x->hook = NULL;
     pass_init(&f.p[0], x, gate_up, x->xg, gxq, gxb, x->gu, n_active, workers);
+    f.p[0].xq_tok = x->xq_tok;
     pass_init(&f.p[1], x, down, x->act, dxq, dxb, x->y, n_active, workers);
     f.total1 = f.p[0].total;
     f.total = f.total1 + f.p[1].total;
@@ -457,6 +461,19 @@ void ft_moe_exec_set_hook(struct ft_moe_exec *x, void (*fn)(void *), void *ctx) 
     x->hook = fn, x->hook_ctx = ctx;
 }
 
+/* Whether each active expert's gathered rows are consecutive tokens (decode's k rows of one
+ * token, always): the gate/up pass can then read each token's rounded input where it was
+ * rounded (xqt) instead of a copy per row. The copies cost most of a decode step's gather:
+ * their stores hit lines the last step's workers read (the dev VM, 2 threads: ~5 of ~8 us). */
+static int tokens_consecutive(const struct ft_moe_exec *x, int n_active) {
+    for (int a = 0; a < n_active; a++) {
+        int e = x->active[a], r0 = x->offset[e];
+        for (int i = 1; i < x->count[e]; i++)
+            if (x->row_token[r0 + i] != x->row_token[r0] + i) return 0;
+    }
+    return 1;
+}
+
 int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
                           const struct ft_bank *gate_up, const struct ft_bank *down,
                           const struct ft_expert_act *act, const float *in, const int *tok,
@@ -486,9 +503,11 @@ int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
      * to its rows; the exact path copies the floats */
     enum ft_dtype gdt = gate_up->schema->dtype, ddt = down->schema->dtype;
     size_t gxb = x->fast ? ft_cpu_xq_bytes(gdt, H) : 0, dxb = x->fast ? ft_cpu_xq_bytes(ddt, I) : 0;
+    x->xq_tok = 0;
     if (gxb) {
         ft_cpu_xq_quant_pool(pool, gdt, in, H, H, n_tok, x->xqt);
-        for (int r = 0; r < R; r++)
+        x->xq_tok = tokens_consecutive(x, n_active);
+        for (int r = 0; !x->xq_tok && r < R; r++)
             memcpy((uint8_t *)x->xq + (size_t)r * gxb,
                    (const uint8_t *)x->xqt + (size_t)x->row_token[r] * gxb, gxb);
     } else {
@@ -498,12 +517,12 @@ int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
     mark(x, FT_EXEC_GATHER);
     struct act_job aj = {x, act, R, ddt, dxb};
     struct combine_job cj = {x, act ? act->down_bias : NULL, out, R};
+    const void *gxq = !gxb ? NULL : x->xq_tok ? x->xqt : x->xq;
     if (x->fused) {
-        run_fused(x, pool, gate_up, down, gxb ? x->xq : NULL, gxb, dxb ? x->xqd : NULL, dxb,
-                  n_active, &aj, &cj);
+        run_fused(x, pool, gate_up, down, gxq, gxb, dxb ? x->xqd : NULL, dxb, n_active, &aj, &cj);
         return n_active;
     }
-    run_pass(x, pool, gate_up, x->xg, gxb ? x->xq : NULL, gxb, x->gu, n_active, 0);
+    run_pass(x, pool, gate_up, x->xg, gxq, gxb, x->gu, n_active, 0);
     if ((size_t)R * I < ACT_POOL_MIN) act_rows(&aj, 0, R);
     else ft_pool_run(pool, act_task, &aj);
     mark(x, FT_EXEC_ACT);
