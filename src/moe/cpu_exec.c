@@ -147,21 +147,48 @@ static void pass_rows(const struct pass *p, int a, int n0, int n1) {
                            ft_bank_expert(p->bank, e), p->bank->schema->dtype, nr, n0, n1, p->K);
 }
 
+/* One worker's walk over the stretches it claims (pass_task, fused_task): claim() gives the next
+ * stretch (its first row in *g0, base the row its pass starts at) and its pass; each stretch is
+ * run split at experts (each piece's rows [n0, n1) of active expert a). A stretch is claimed
+ * when the last one is done: claiming one ahead, so the kernels could prefetch into it, gained
+ * nothing on the H200 host (ggml_x32.c's pf_upto). */
+struct walk {
+    long (*claim)(void *ctx, long *g0, long *base, const struct pass **p);
+    void (*piece)(void *ctx, const struct pass *p, int a, int n0, int n1);
+    void *ctx;
+    atomic_int *tasks; /* timing: stretches counted, else NULL */
+};
+
+static void walk(const struct walk *w) {
+    long g0, base, c;
+    const struct pass *p;
+    while ((c = w->claim(w->ctx, &g0, &base, &p)) > 0) {
+        if (w->tasks) atomic_fetch_add_explicit(w->tasks, 1, memory_order_relaxed);
+        for (long g = g0 - base, end = g0 - base + c; g < end;) { /* the stretch, split at experts */
+            int a = (int)(g / p->N), n0 = (int)(g % p->N);
+            int n1 = (int)FT_MIN((long)p->N, n0 + (end - g));
+            w->piece(w->ctx, p, a, n0, n1);
+            g += n1 - n0;
+        }
+    }
+}
+
+static long pass_claim(void *ctx, long *g0, long *base, const struct pass **p) {
+    *base = 0, *p = ctx;
+    return claim(ctx, g0);
+}
+
+static void pass_piece(void *ctx, const struct pass *p, int a, int n0, int n1) {
+    (void)ctx;
+    pass_rows(p, a, n0, n1);
+}
+
 static void pass_task(void *ctx, int i, int n) {
     struct pass *p = ctx;
     (void)n;
     if (i == 0 && p->hook) p->hook(p->hook_ctx);
     int64_t t_in = p->span ? ft_time_ns() : 0;
-    long g0, c;
-    while ((c = claim(p, &g0)) > 0) {
-        if (p->span) atomic_fetch_add_explicit(&p->tasks, 1, memory_order_relaxed);
-        for (long g = g0, end = g0 + c; g < end;) { /* the stretch, split at experts */
-            int a = (int)(g / p->N), n0 = (int)(g % p->N);
-            int n1 = (int)FT_MIN((long)p->N, n0 + (end - g));
-            pass_rows(p, a, n0, n1);
-            g += n1 - n0;
-        }
-    }
+    walk(&(struct walk){pass_claim, pass_piece, p, p->span ? &p->tasks : NULL});
     if (p->span && i < TIMED_WORKERS) p->span[2 * i] = t_in, p->span[2 * i + 1] = ft_time_ns();
 }
 
@@ -325,34 +352,39 @@ static long fused_claim(struct fused *f, long *g0) {
     }
 }
 
+static long fused_walk_claim(void *ctx, long *g0, long *base, const struct pass **p) {
+    struct fused *f = ctx;
+    long c = fused_claim(f, g0);
+    int ph = c > 0 && *g0 >= f->total1;
+    *base = ph ? f->total1 : 0, *p = &f->p[ph];
+    return c;
+}
+
+/* A down piece waits for its expert's activation; the piece that completes an expert's
+ * gate/up rows runs it */
+static void fused_piece(void *ctx, const struct pass *p, int a, int n0, int n1) {
+    struct fused *f = ctx;
+    struct ft_moe_exec *x = f->x;
+    const int ph = p == &f->p[1];
+    if (ph)
+        for (int spins = 0; !atomic_load_explicit(&x->ready[a], memory_order_acquire);)
+            wait_pause(&spins);
+    pass_rows(p, a, n0, n1);
+    if (!ph && atomic_fetch_add_explicit(&x->done1[a], n1 - n0, memory_order_acq_rel) + (n1 - n0) ==
+                   p->N) { /* this expert's last gate/up rows */
+        int e = x->active[a];
+        act_rows(&f->aj, x->offset[e], x->offset[e] + x->count[e]);
+        atomic_store_explicit(&x->ready[a], 1, memory_order_release);
+    }
+    if (ph) atomic_fetch_add_explicit(&f->done2, n1 - n0, memory_order_release);
+}
+
 static void fused_task(void *ctx, int i, int n) {
     struct fused *f = ctx;
     struct ft_moe_exec *x = f->x;
     if (i == 0 && f->hook) f->hook(f->hook_ctx);
     int64_t t_in = f->span ? ft_time_ns() : 0;
-    long g0, c;
-    while ((c = fused_claim(f, &g0)) > 0) {
-        if (f->span) atomic_fetch_add_explicit(&f->tasks, 1, memory_order_relaxed);
-        int ph = g0 >= f->total1;
-        const struct pass *p = &f->p[ph];
-        long base = ph ? f->total1 : 0;
-        for (long g = g0 - base, end = g0 - base + c; g < end;) { /* split at experts */
-            int a = (int)(g / p->N), n0 = (int)(g % p->N);
-            int n1 = (int)FT_MIN((long)p->N, n0 + (end - g));
-            if (ph)
-                for (int spins = 0; !atomic_load_explicit(&x->ready[a], memory_order_acquire);)
-                    wait_pause(&spins);
-            pass_rows(p, a, n0, n1);
-            if (!ph && atomic_fetch_add_explicit(&x->done1[a], n1 - n0, memory_order_acq_rel) +
-                               (n1 - n0) == p->N) { /* this expert's last gate/up rows */
-                int e = x->active[a];
-                act_rows(&f->aj, x->offset[e], x->offset[e] + x->count[e]);
-                atomic_store_explicit(&x->ready[a], 1, memory_order_release);
-            }
-            if (ph) atomic_fetch_add_explicit(&f->done2, n1 - n0, memory_order_release);
-            g += n1 - n0;
-        }
-    }
+    walk(&(struct walk){fused_walk_claim, fused_piece, f, f->span ? &f->tasks : NULL});
     if (f->split_combine || i == 0) {
         for (int spins = 0; atomic_load_explicit(&f->done2, memory_order_acquire) < f->total - f->total1;)
             wait_pause(&spins);
