@@ -976,8 +976,37 @@ static int mxg_rows(void) {
     return ft_sys_switch(&sw) != 0;
 }
 
+/* FT_X32_DRY=1 (measuring only, wrong results): rows512_mxg reads its rows with the same
+ * prefetch and computes nothing, so bench_exec shows what the access pattern and the executor's
+ * scheduling alone reach. The H200 host (16 threads, 2026-11-30, five rounds): dry 128 / 126
+ * GB/s (MXFP4 / NVFP4 shapes; 108 / 112 without prefetch) against 117 / 121 computing, the DRAM
+ * probe 115-184: the kernels cost ~10%, the one-stream-per-core pattern and the steps the rest. */
+static int dry_rows(void) {
+    static struct ft_switch sw = FT_SWITCH("FT_X32_DRY", 0);
+    return ft_sys_switch(&sw) != 0;
+}
+
+INL512 void rows512_dry(const uint8_t *w, size_t rb, int n_rows, int pf, float *y) {
+    struct pf_cur q = {(uintptr_t)w & ~(uintptr_t)63, (uintptr_t)(w + (size_t)n_rows * rb)};
+    pf_upto(&q, w + pf);
+    for (int r = 0; r < n_rows; r++) {
+        const uint8_t *p = w + (size_t)r * rb;
+        __m512i a = _mm512_setzero_si512();
+        size_t o = 0;
+        for (; o + 64 <= rb; o += 64) {
+            if (!(o & 255)) pf_upto(&q, p + o + 256 + pf);
+            a = _mm512_xor_si512(a, _mm512_loadu_si512((const void *)(p + o)));
+        }
+        y[r] = (float)_mm512_reduce_add_epi32(_mm512_and_si512(a, _mm512_set1_epi32(1)));
+    }
+}
+
 INL512 void rows512_mxg(const int f, const uint8_t *w, size_t rb, size_t coff, int n_rows,
                         int64_t nb, const void *xq, float *y) {
+    if (dry_rows()) {
+        rows512_dry(w, rb, n_rows, pf_ahead(1), y);
+        return;
+    }
     _Alignas(64) __m512i xg[MXG_MAX_NB / X32_CHUNK * 8];
     const struct x32_tok x = x32_tok(xq, nb, 0);
     const int64_t nf = nb & ~(int64_t)(X32_CHUNK - 1);
