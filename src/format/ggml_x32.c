@@ -980,7 +980,9 @@ static int mxg_rows(void) {
  * prefetch and computes nothing, so bench_exec shows what the access pattern and the executor's
  * scheduling alone reach. The H200 host (16 threads, 2026-11-30, five rounds): dry 128 / 126
  * GB/s (MXFP4 / NVFP4 shapes; 108 / 112 without prefetch) against 117 / 121 computing, the DRAM
- * probe 115-184: the kernels cost ~10%, the one-stream-per-core pattern and the steps the rest. */
+ * probe 115-184: the kernels cost ~10%, the steps the rest. Not the one stream per core: the
+ * call's bytes read as 2, 4, 8 interleaved streams (256 bytes from each in turn) read 110, 105,
+ * 97 GB/s against 112 (MXFP4 shape, five rounds, another instance). */
 static int dry_rows(void) {
     static struct ft_switch sw = FT_SWITCH("FT_X32_DRY", 0);
     return ft_sys_switch(&sw) != 0;
