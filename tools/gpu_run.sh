@@ -52,6 +52,7 @@
 #   mxgab    #9 one token's MXFP4/NVFP4 rows by groups against FT_X32_MXG=0, from the
 #            cache and DRAM, alternated three times                        -> mxgab.log
 #   cpu9     #9 whole-model CPU decode, gpt-oss-20b and Qwen3-30B-A3B MXFP4/NVFP4 -> cpu9.log
+#   cpuab    #9 whole-model CPU decode, as built against .gpu/ft_old (OLD_REV), twice -> cpuab.log
 #   claimab  the pool's claimed tasks against FT_POOL_CLAIM=0, bench_exec, six rounds -> claimab.log
 #   execenv  #9 bench_exec from DRAM under each EXEC_ENVS setting, alternated    -> execenv.log
 #   exec9    #9's condition as built: MXFP4/NVFP4 (both shapes) from DRAM, five rounds -> exec9.log
@@ -390,6 +391,19 @@ for part in "$@"; do
         # token reads every active weight once, so its GB/s against the DRAM read it prints
         for f in gpt-oss-20b qwen3-30b-a3b:mxfp4 qwen3-30b-a3b:nvfp4; do
             step cpu9.log 300 $G/ft bench --synthetic "$f" --backend cpu -t 16 -p 64 -n 64 -r 2
+        done
+        ;;
+    cpuab)
+        # #9: whole-model CPU decode as built against .gpu/ft_old (OLD_REV), alternated twice:
+        # gpt-oss-20b and Qwen3-30B-A3B MXFP4/NVFP4, 16 threads
+        for round in 1 2; do
+            for bin in ft ft_old; do
+                [ -x $G/$bin ] || continue
+                for f in gpt-oss-20b qwen3-30b-a3b:mxfp4 qwen3-30b-a3b:nvfp4; do
+                    echo "### $round $bin $f" >>"$OUT/cpuab.log"
+                    step cpuab.log 120 $G/$bin bench --synthetic "$f" --backend cpu -t 16 -p 16 -n 64 -r 2
+                done
+            done
         done
         ;;
     claimab)
