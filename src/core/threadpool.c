@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/log.h"
 #include "core/status.h"
@@ -29,13 +30,19 @@ struct ft_pool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint gen;       /* bumped once per job */
-    _Atomic unsigned long long claim; /* the job's generation << 32 | its next unclaimed task */
     atomic_int *held;      /* ft_pool_hold_worker: worker i held back from claiming */
-    atomic_int pending;    /* tasks 1..n-1 of the current job not yet finished */
+    /* A cache line each for what the spinning workers poll (written once a job), the claims
+     * and the count of tasks left: sharing one line, every claim and every finished task
+     * invalidated the line 15 spinning workers read, and every job's lock the one they poll
+     * stop on. The H200 host (16 threads, 2026-11-30, against the build before, six rounds
+     * alternated): an empty job 2.9-3.6 us against 3.7-5.0; bench_exec MXFP4 95.5, NVFP4 97.5,
+     * gpt-oss shape 105.9 GB/s against 92.9 / 94.2 / 104.8. */
+    _Alignas(64) atomic_uint gen; /* bumped once per job */
     atomic_int stop;
     ft_pool_fn fn;
     void *ctx;
+    _Alignas(64) _Atomic unsigned long long claim; /* the job's generation << 32 | its next unclaimed task */
+    _Alignas(64) atomic_int pending; /* tasks 1..n-1 of the current job not yet finished */
 };
 
 struct worker_arg {
@@ -135,8 +142,9 @@ int ft_pool_pinned(const struct ft_pool *p) { return p ? p->pinned : 0; }
 static enum ft_status pool_init(struct ft_pool **out, int n_threads, const int *cpus) {
     *out = NULL;
     if (n_threads <= 0) n_threads = ft_sys_physical_cores();
-    struct ft_pool *p = calloc(1, sizeof *p);
+    struct ft_pool *p = aligned_alloc(64, sizeof *p); /* (a multiple of 64: its alignment) */
     if (!p) return ft_fail(FT_ERR_OOM, "thread pool: out of memory");
+    memset(p, 0, sizeof *p);
     p->n = n_threads;
     p->spin = ft_sys_env_int("FT_POOL_SPIN", 20000);
     p->yield = ft_sys_env_int("FT_POOL_YIELD", 1024);
