@@ -9,6 +9,7 @@
 
 #include "core/sys.h"
 #include "moe/bw_profile.h"
+#include "core/env.h"
 #include "test.h"
 
 static char g_dir[64];
@@ -16,7 +17,7 @@ static char g_dir[64];
 TEST(round_trip_missing_and_corrupt) {
     snprintf(g_dir, sizeof g_dir, "/tmp/ft_bw_XXXXXX");
     EXPECT(mkdtemp(g_dir) != NULL);
-    setenv("FREETOKEN_CACHE", g_dir, 1);
+    setenv("FREETOKEN_CACHE", g_dir, 1); ft_env_reload();
     struct ft_bw_profile p = {.expert_bytes = 9437184, .threads = 16, .dram_read_gbps = 106.5,
                               .cpu_expert_gbps = 91.25, .cpu_fixed_s = 4e-5,
                               .pinned_h2d_gbps = 54.9, .copy_dma_gbps = 55.0,

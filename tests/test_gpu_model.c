@@ -16,6 +16,7 @@
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "engine_draws.h"
+#include "core/env.h"
 #include "test.h"
 
 static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2_moe", "mixtral",
@@ -239,13 +240,14 @@ static void offload_case(const char *name, int slots, int path, const char *faul
     struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
     struct ft_engine_opts oo = ro;
     oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = slots, oo.copy_path = path, oo.verify_copies = 2;
-    oo.no_graphs = 0; /* decode spans as graphs from their second step (FT_SPAN_GRAPHS) */
+    oo.no_graphs = 0; /* decode spans as graphs from their second step (span graphs) */
     oo.moe_mode = 0; /* every miss fetched */
     if (fault) setenv("FT_TEST_COPY_FAULT", fault, 1);
+    ft_env_reload();
     struct ft_engine *re = NULL, *oe = NULL;
     EXPECT_OK(ft_engine_init(&re, m, g_pool, &ro));
     EXPECT_OK(ft_engine_init(&oe, m, g_pool, &oo));
-    unsetenv("FT_TEST_COPY_FAULT");
+    unsetenv("FT_TEST_COPY_FAULT"); ft_env_reload();
     float *a = malloc((size_t)T * V * 4), *b = malloc((size_t)T * V * 4);
     int same_prefill = 0, same_decode = 1;
     if (re && oe) {
@@ -291,7 +293,7 @@ static void split_case(const char *name, int mode) {
     struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
     struct ft_engine_opts oo = ro;
     oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = 4, oo.moe_mode = mode;
-    oo.no_graphs = 0; /* decode spans as graphs from their second step (FT_SPAN_GRAPHS) */
+    oo.no_graphs = 0; /* decode spans as graphs from their second step (span graphs) */
     struct ft_engine *re = NULL, *oe = NULL;
     EXPECT_OK(ft_engine_init(&re, m, g_pool, &ro));
     EXPECT_OK(ft_engine_init(&oe, m, g_pool, &oo));
@@ -437,42 +439,19 @@ TEST(cpu_and_hybrid_match_resident) {
         split_case(moe[i], 2);
     }
     split_case("qwen3moe_q4km.gguf", 2);
-    /* the next span launched ahead and held by the gate until the CPU's share is stored (cpu
-     * mode: every layer step has CPU experts; the gate is read at engine init) */
-    setenv("FT_SPAN_GATE", "1", 1);
-    split_case("qwen3_moe", 1);
-    split_case("mixtral", 1);
-    unsetenv("FT_SPAN_GATE");
-    /* the host polling the router's done flag instead of syncing the stream, gated and not,
-     * and with FT_STEP_TIMING's one clock (the flag's stores and the experts' stamps) */
-    setenv("FT_ROUTER_SPIN", "1", 1);
+    /* FT_PROFILE's probe changes no result: level 1 times the steps and the layer steps' host
+     * side; level 2 adds per-op events and runs eagerly (spans kernel by kernel, no graphs) */
+    setenv("FT_PROFILE", "1", 1);
+    ft_env_reload();
     split_case("qwen3_moe", 2);
-    setenv("FT_SPAN_GATE", "1", 1);
-    split_case("mixtral", 1);
-    unsetenv("FT_SPAN_GATE");
-    unsetenv("FT_ROUTER_SPIN");
-    /* the spans launched kernel by kernel instead of as CUDA graphs */
-    setenv("FT_SPAN_GRAPHS", "0", 1);
-    ft_sys_switches_reload();
+    split_case("qwen2_moe", 1);
+    setenv("FT_PROFILE", "2", 1);
+    ft_env_reload();
     split_case("qwen3_moe", 2);
     split_case("mixtral", 1);
     offload_case("qwen3_moe", 3, 1, NULL);
-    setenv("FT_SPAN_GATE", "1", 1);
-    split_case("qwen2_moe", 1);
-    unsetenv("FT_SPAN_GATE");
-    unsetenv("FT_SPAN_GRAPHS");
-    ft_sys_switches_reload();
-    /* a poller on a side stream through each layer step's CPU share (read at engine init) */
-    setenv("FT_KEEPALIVE", "1", 1);
-    split_case("qwen3_moe", 2);
-    split_case("mixtral", 1);
-    unsetenv("FT_KEEPALIVE");
-    setenv("FT_STEP_TIMING", "1", 1); /* hybrid, then cpu (CPU experts every step) gated */
-    split_case("qwen2_moe", 2);
-    setenv("FT_SPAN_GATE", "1", 1);
-    split_case("qwen2_moe", 1);
-    unsetenv("FT_SPAN_GATE");
-    unsetenv("FT_STEP_TIMING");
+    unsetenv("FT_PROFILE");
+    ft_env_reload();
 }
 
 TEST(offload_matches_resident) {

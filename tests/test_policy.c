@@ -175,20 +175,4 @@ TEST(copies_that_slow_the_cpu) {
     EXPECT_EQ(brute2(0.215e-3, 0.077e-3, 0.077e-3, 0.05e-3, 4), 1);
 }
 
-/* FT_SPLIT_RATES=1's one-rate split: every CPU sample into one rate, F = 0 priced at it, no
- * forced F = 0 calls (the split before f6f5fe8, kept for A/B runs) */
-TEST(one_rate_switch) {
-    struct ft_split s;
-    EXPECT_OK(ft_split_init(&s, FT_MOE_HYBRID, 1, 0.215e-3, 0.077e-3, 0.01e-3, 0.05e-3));
-    s.one_rate = 1;
-    int none = 0;
-    for (int i = 0; i < 256; i++) none += ft_split_fetch_count(&s, 0, 4) == 0;
-    EXPECT_EQ(none, 0); /* brute2 with a 0.01 ms CPU alone would fetch none; one rate fetches one */
-    EXPECT_EQ(ft_split_fetch_count(&s, 0, 4), brute(0.215e-3, 0.077e-3, 0.05e-3, 4));
-    ft_split_observe_cpu(&s, 0, 4, 0.05e-3 + 4 * 0.1e-3, 0); /* alone, yet into the one rate */
-    EXPECT(fabs(s.layer[0].cpu_s - (0.077e-3 + 0.1 * (0.1e-3 - 0.077e-3))) < 1e-12); /* no warm-up */
-    EXPECT_EQ(s.layer[0].cpu_solo_s, 0.01e-3);
-    ft_split_free(&s);
-}
-
 TEST_MAIN("policy")

@@ -21,6 +21,7 @@
 #include "mem/platform.h"
 #include "mem/residency.h"
 #include "model/model.h"
+#include "core/env.h"
 #include "test.h"
 
 #ifndef FT_TESTING
@@ -184,7 +185,7 @@ TEST(platform_detection_and_override) {
     EXPECT_EQ(ft_platform_classify("6.1.0-18-amd64"), FT_PLATFORM_LINUX);
     struct ft_platform p;
     log_start();
-    setenv("FT_TEST_KERNEL_RELEASE", "5.15.90.1-microsoft-standard-WSL2", 1);
+    setenv("FT_TEST_KERNEL_RELEASE", "5.15.90.1-microsoft-standard-WSL2", 1); ft_env_reload();
     ft_platform_detect(&p);
     EXPECT_EQ(p.kind, FT_PLATFORM_WSL2);
     EXPECT(p.faked);
@@ -195,16 +196,16 @@ TEST(platform_detection_and_override) {
     const char *v = "Linux version 5.15.153.1-microsoft-standard-WSL2 (root@x) (gcc) #1 SMP\n";
     EXPECT(write(fd, v, strlen(v)) == (ssize_t)strlen(v));
     close(fd);
-    setenv("FT_TEST_KERNEL_RELEASE", path, 1);
+    setenv("FT_TEST_KERNEL_RELEASE", path, 1); ft_env_reload();
     ft_platform_detect(&p);
     EXPECT_EQ(p.kind, FT_PLATFORM_WSL2);
     EXPECT_STREQ(p.kernel, "5.15.153.1-microsoft-standard-WSL2");
-    setenv("FT_TEST_KERNEL_RELEASE", "6.1.0-18-amd64", 1);
+    setenv("FT_TEST_KERNEL_RELEASE", "6.1.0-18-amd64", 1); ft_env_reload();
     ft_platform_detect(&p);
     EXPECT_EQ(p.kind, FT_PLATFORM_LINUX);
     ft_platform_log(&p);
     EXPECT(log_has("platform: Linux"));
-    unsetenv("FT_TEST_KERNEL_RELEASE");
+    unsetenv("FT_TEST_KERNEL_RELEASE"); ft_env_reload();
     unlink(path);
     log_stop();
 }
@@ -259,14 +260,14 @@ TEST(budget_sources) {
     /* the environment variable itself */
     o.flag = NULL;
     o.env = NULL;
-    setenv("FREETOKEN_PIN_BUDGET_GB", "1.5", 1);
+    setenv("FREETOKEN_PIN_BUDGET_GB", "1.5", 1); ft_env_reload();
     EXPECT_OK(ft_pin_budget_init(&b, &k_linux, fake, &o));
     EXPECT_EQ(b.source, FT_PIN_SRC_ENV);
     EXPECT_EQ(b.limit_bytes, 3 * GIB_ / 2);
-    setenv("FREETOKEN_PIN_BUDGET_GB", "lots", 1);
+    setenv("FREETOKEN_PIN_BUDGET_GB", "lots", 1); ft_env_reload();
     EXPECT_EQ(ft_pin_budget_init(&b, &k_linux, fake, &o), FT_ERR_INVALID_ARG);
     EXPECT_CONTAINS(ft_error(), "FREETOKEN_PIN_BUDGET_GB 'lots': not a size");
-    unsetenv("FREETOKEN_PIN_BUDGET_GB");
+    unsetenv("FREETOKEN_PIN_BUDGET_GB"); ft_env_reload();
     EXPECT_EQ(f.probe_bytes, 0);
     log_stop();
 }

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "core/sys.h"
 #include "core/threadpool.h"
@@ -44,36 +45,47 @@ static void sink(void *ctx, enum ft_log_level lvl, const char *line) {
     if (strstr(line, "cpu pool:")) snprintf(g_line, sizeof g_line, "%s", line);
 }
 
-/* A hot-path switch: read once, cached through changes of its variable, read again after a
- * reload (ft bench's --env configurations). */
-TEST(switch_caches_until_reload) {
-    static struct ft_switch sw = FT_SWITCH("FT_TEST_SWITCH", 5);
-    unsetenv("FT_TEST_SWITCH");
-    ft_sys_switches_reload();
-    EXPECT_EQ(ft_sys_switch(&sw), 5);
-    setenv("FT_TEST_SWITCH", "9", 1);
-    EXPECT_EQ(ft_sys_switch(&sw), 5); /* cached */
-    ft_sys_switches_reload();
-    EXPECT_EQ(ft_sys_switch(&sw), 9);
-    unsetenv("FT_TEST_SWITCH");
-    EXPECT_EQ(ft_sys_switch(&sw), 9);
-    ft_sys_switches_reload();
-    EXPECT_EQ(ft_sys_switch(&sw), 5);
+/* The environment table: values read once and kept until ft_env_reload; a number, or the
+ * default when unset, empty or not numeric. */
+TEST(env_table_reads_once_until_reload) {
+    setenv("FT_PROFILE", "2", 1);
+    ft_env_reload();
+    EXPECT_EQ(ft_env_int(FT_ENV_PROFILE, 7), 2);
+    setenv("FT_PROFILE", "0", 1);
+    EXPECT_EQ(ft_env_int(FT_ENV_PROFILE, 7), 2); /* kept */
+    ft_env_reload();
+    EXPECT_EQ(ft_env_int(FT_ENV_PROFILE, 7), 0);
+    setenv("FT_PROFILE", "-12", 1);
+    ft_env_reload();
+    EXPECT_EQ(ft_env_int(FT_ENV_PROFILE, 7), -12);
+    setenv("FT_PROFILE", "", 1);
+    ft_env_reload();
+    EXPECT_EQ(ft_env_int(FT_ENV_PROFILE, 7), 7);
+    EXPECT(ft_env_str(FT_ENV_PROFILE) == NULL);
+    setenv("FT_PROFILE", "split", 1);
+    ft_env_reload();
+    EXPECT_EQ(ft_env_int(FT_ENV_PROFILE, 7), 7);
+    EXPECT_STREQ(ft_env_str(FT_ENV_PROFILE), "split");
+    unsetenv("FT_PROFILE");
+    ft_env_reload();
+    EXPECT_EQ(ft_env_int(FT_ENV_PROFILE, 7), 7);
 }
 
-/* The measuring switches' reader: a number, or the default when unset, empty or not numeric. */
-TEST(env_int_reads_numbers_else_default) {
-    unsetenv("FT_TEST_ENV_INT");
-    EXPECT_EQ(ft_sys_env_int("FT_TEST_ENV_INT", 7), 7);
-    setenv("FT_TEST_ENV_INT", "0", 1);
-    EXPECT_EQ(ft_sys_env_int("FT_TEST_ENV_INT", 7), 0);
-    setenv("FT_TEST_ENV_INT", "-12", 1);
-    EXPECT_EQ(ft_sys_env_int("FT_TEST_ENV_INT", 7), -12);
-    setenv("FT_TEST_ENV_INT", "", 1);
-    EXPECT_EQ(ft_sys_env_int("FT_TEST_ENV_INT", 7), 7);
-    setenv("FT_TEST_ENV_INT", "split", 1);
-    EXPECT_EQ(ft_sys_env_int("FT_TEST_ENV_INT", 7), 7);
-    unsetenv("FT_TEST_ENV_INT");
+/* --help-env lists every entry with its default, and the value set now */
+TEST(env_table_prints_every_entry) {
+    setenv("FREETOKEN_PIN_BUDGET_GB", "6", 1);
+    ft_env_reload();
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ft_env_print(f);
+    fclose(f);
+    static const char *names[] = {"FREETOKEN_PIN_BUDGET_GB", "FREETOKEN_CACHE", "FT_PROFILE"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) EXPECT(strstr(buf, names[i]) != NULL);
+    EXPECT(strstr(buf, "set now: 6") != NULL);
+    free(buf);
+    unsetenv("FREETOKEN_PIN_BUDGET_GB");
+    ft_env_reload();
 }
 
 TEST(core_cpus_one_per_physical_core_within_affinity) {

@@ -43,8 +43,6 @@ static const char k_usage[] =
     "                       of decoding greedily\n"
     "  --vram-limit A,B,..  --moe-backend A,B,..  comma lists: one table per combination, each\n"
     "                       a new engine on the same loaded model (and its pinned banks)\n"
-    "  --env 'FT_X=1 FT_Y=0/FT_X=0/'  measuring-switch settings per configuration ('/'\n"
-    "                       between them; empty: the defaults), combined with the lists\n"
     "  --cycles N           the combinations N times over, alternated (default 1)\n";
 
 static int parse_routing(const char *s, struct ft_engine_opts *eo) {
@@ -155,14 +153,9 @@ static double step_bytes(const struct ft_model *m, double distinct) {
     return b - (double)moe * m->top_k * m->expert_bytes + (double)moe * distinct * m->expert_bytes;
 }
 
-/* One decode step after tok, its token into *next (host_argmax: from the logits copied back). */
-static enum ft_status decode_step(struct ft_engine *e, struct ft_sampler *smp, int host_argmax,
-                                  int32_t tok, float *logits, int vocab, int32_t *next) {
-    if (host_argmax) {
-        const enum ft_status st = ft_engine_forward(e, &tok, 1, logits, 0);
-        *next = ft_argmax(logits, vocab);
-        return st;
-    }
+/* One decode step after tok, its token into *next. */
+static enum ft_status decode_step(struct ft_engine *e, struct ft_sampler *smp, int32_t tok,
+                                  float *logits, int32_t *next) {
     const enum ft_status st = ft_gen_step(e, smp, tok, logits, next);
     if (st == FT_OK && *next < 0) *next = ft_sampler_sample(smp, logits);
     return st;
@@ -187,16 +180,14 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
     int32_t w0[4] = {1, 2, 3, 4};
     if ((st = ft_engine_prefill(e, p > 0 ? ids : w0, p > 0 ? p : 4, logits, 0)) != FT_OK) goto done;
     /* decode steps as ft serve and ft run take them (ft_gen_step): the greedy id found on the
-     * device, a device draw for sampling without penalties (FT_ENGINE_DRAW=0: not), else the
-     * logits to the host sampler; FT_BENCH_HOST_ARGMAX=1 copies every greedy step's logits to
-     * the host for the argmax instead */
+     * device, a device draw for sampling without penalties, else the logits to the host
+     * sampler */
     const int sampled = b->smp.temperature > 0;
-    const int host_argmax = !sampled && ft_sys_env_int("FT_BENCH_HOST_ARGMAX", 0) > 0;
     if ((st = ft_sampler_init(&smp, &b->smp, m->vocab)) != FT_OK) goto done;
     const int engine_draw = sampled && ft_sampler_engine_drawable(smp) && ft_engine_draws_on_device(e);
     for (int i = 0; i < 3 && n > 0; i++) {
         int32_t next;
-        if ((st = decode_step(e, smp, host_argmax, w0[0], logits, m->vocab, &next)) != FT_OK) goto done;
+        if ((st = decode_step(e, smp, w0[0], logits, &next)) != FT_OK) goto done;
     }
     if (p > 0) {
         double distinct = 0;
@@ -227,7 +218,7 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
             int64_t t0 = ft_time_us();
             for (int i = 0; i < n; i++) {
                 tok = next;
-                if ((st = decode_step(e, smp, host_argmax, tok, logits, m->vocab, &next)) != FT_OK) goto done;
+                if ((st = decode_step(e, smp, tok, logits, &next)) != FT_OK) goto done;
                 ft_sampler_accept(smp, next);
             }
             tps[r] = n / ((ft_time_us() - t0) / 1e6);
@@ -285,7 +276,7 @@ static enum ft_status bench_table(struct bench *b, long p, long n, long reps, lo
 }
 
 /* --vram-limit / --moe-backend given as comma lists: the values, split in place */
-enum { MAX_LIST = 8, MAX_ENV_VARS = 16 };
+enum { MAX_LIST = 8 };
 static int split_list(char *v, const char **out) {
     int n = 0;
     for (char *t = strtok(v, ","); t; t = strtok(NULL, ",")) {
@@ -295,51 +286,6 @@ static int split_list(char *v, const char **out) {
     return n;
 }
 
-/* --env: configurations split at '/', each its NAME=VALUE words split at spaces (in place);
- * every name any configuration sets is in names (n_names). Returns the configurations, or -1
- * (a word without '=', too many). */
-struct env_cfg {
-    int n;
-    char *name[MAX_ENV_VARS], *value[MAX_ENV_VARS];
-};
-static int parse_env(char *v, struct env_cfg *out, const char **names, int *n_names) {
-    int n = 0;
-    *n_names = 0;
-    for (char *cfg = v;; n++) {
-        char *slash = strchr(cfg, '/');
-        if (slash) *slash = 0;
-        if (n == MAX_LIST) return -1;
-        out[n].n = 0;
-        for (char *save = NULL, *w = strtok_r(cfg, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
-            char *eq = strchr(w, '=');
-            if (!eq || eq == w || out[n].n == MAX_ENV_VARS) return -1;
-            *eq = 0;
-            out[n].name[out[n].n] = w, out[n].value[out[n].n++] = eq + 1;
-            int known = 0;
-            for (int k = 0; k < *n_names; k++) known |= !strcmp(names[k], w);
-            if (!known) {
-                if (*n_names == MAX_ENV_VARS) return -1;
-                names[(*n_names)++] = w;
-            }
-        }
-        if (!slash) return n + 1;
-        cfg = slash + 1;
-    }
-}
-
-/* Sets configuration c's variables; the others any configuration sets go back to what they
- * were when ft started (orig; NULL: unset); then every ft_switch reads again. */
-static void apply_env(const struct env_cfg *c, const char **names, char **orig, int n_names) {
-    for (int k = 0; k < n_names; k++) {
-        const char *v = orig[k];
-        for (int j = 0; c && j < c->n; j++)
-            if (!strcmp(c->name[j], names[k])) v = c->value[j];
-        if (v) setenv(names[k], v, 1);
-        else unsetenv(names[k]);
-    }
-    ft_sys_switches_reload();
-}
-
 int ft_cmd_bench(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "bw")) return ft_cmd_bench_bw(argc - 1, argv + 1);
     struct ft_engine_opts be;
@@ -347,7 +293,6 @@ int ft_cmd_bench(int argc, char **argv) {
     ft_cli_backend_init(&be, &be_auto);
     const char *model = NULL, *synthetic = NULL, *routing = NULL;
     long p = 512, n = 128, reps = 3, threads = 0, seed = 1, batch = 2048, top_k = 0, cycles = 1;
-    char env_arg[1024] = "";
     struct ft_sampling smp = ft_sampling_default();
     smp.temperature = 0; /* greedy unless --temp */
     char lists[2][256] = {"", ""}; /* --vram-limit, --moe-backend given as lists */
@@ -399,12 +344,6 @@ int ft_cmd_bench(int argc, char **argv) {
             target = &top_k, lo = 0, hi = 1 << 24;
         } else if (!strcmp(a, "--cycles")) {
             target = &cycles, lo = 1, hi = 20;
-        } else if (!strcmp(a, "--env")) {
-            const char *v = ft_cli_value(argc, argv, &i);
-            if (!v) return 2;
-            if (strlen(v) >= sizeof env_arg)
-                return ft_cli_usage_error("bench", "--env: longer than %zu characters", sizeof env_arg - 1);
-            snprintf(env_arg, sizeof env_arg, "%s", v);
         } else {
             return ft_cli_usage_error("bench", "unknown option '%s'", a);
         }
@@ -430,23 +369,15 @@ int ft_cmd_bench(int argc, char **argv) {
     for (int li = 0; li < 2; li++)
         if (lists[li][0] && (nv[li] = split_list(lists[li], vals[li])) <= 0)
             return ft_cli_usage_error("bench", "%s: give 1 to %d comma-separated values", list_flag[li], MAX_LIST);
-    struct env_cfg envs[MAX_LIST];
-    const char *env_names[MAX_ENV_VARS];
-    char *env_orig[MAX_ENV_VARS];
-    int n_env = 1, n_names = 0;
-    envs[0].n = 0;
-    if (env_arg[0] && (n_env = parse_env(env_arg, envs, env_names, &n_names)) <= 0)
-        return ft_cli_usage_error("bench", "--env: give up to %d configurations of NAME=VALUE words "
-                                  "(up to %d names), separated by '/'", MAX_LIST, MAX_ENV_VARS);
-    /* combination c: vram c / (nv[1] * n_env), moe backend (c / n_env) % nv[1], env c % n_env;
-     * cfg_val: its list values (NULL: that flag was no list) */
-    int n_cfg = nv[0] * nv[1] * n_env;
-    struct ft_engine_opts cfg[MAX_LIST * MAX_LIST * MAX_LIST];
-    const char *cfg_val[MAX_LIST * MAX_LIST * MAX_LIST][2];
+    /* combination c: vram c / nv[1], moe backend c % nv[1]; cfg_val: its list values (NULL:
+     * that flag was no list) */
+    int n_cfg = nv[0] * nv[1];
+    struct ft_engine_opts cfg[MAX_LIST * MAX_LIST];
+    const char *cfg_val[MAX_LIST * MAX_LIST][2];
     for (int c = 0; c < n_cfg; c++) {
         struct ft_engine_opts bc = be;
         int ba = be_auto;
-        cfg_val[c][0] = vals[0][c / (nv[1] * n_env)], cfg_val[c][1] = vals[1][(c / n_env) % nv[1]];
+        cfg_val[c][0] = vals[0][c / nv[1]], cfg_val[c][1] = vals[1][c % nv[1]];
         for (int li = 0; li < 2; li++) {
             char *av[3] = {"bench", (char *)list_flag[li], (char *)cfg_val[c][li]};
             int ai = 1;
@@ -455,11 +386,6 @@ int ft_cmd_bench(int argc, char **argv) {
         cfg[c] = eo;
         ft_cli_backend_apply(&cfg[c], &bc, ba);
     }
-    for (int k = 0; k < n_names; k++) {
-        const char *o = getenv(env_names[k]);
-        env_orig[k] = o ? strdup(o) : NULL;
-    }
-    if (n_names) apply_env(&envs[0], env_names, env_orig, n_names);
     enum ft_status st = ft_session_open(&b.s, model, synthetic, (int)threads, &cfg[0]);
     if (st != FT_OK) return ft_cli_fail(st);
     b.threads = ft_pool_size(b.s.pool);
@@ -479,20 +405,11 @@ int ft_cmd_bench(int argc, char **argv) {
             printf("%s### configuration %d of %d:", k ? "\n" : "", c + 1, n_cfg);
             for (int li = 0; li < 2; li++)
                 if (cfg_val[c][li]) printf(" %s %s", list_flag[li], cfg_val[c][li]);
-            if (n_names) {
-                printf(" --env '");
-                for (int j = 0; j < envs[c % n_env].n; j++)
-                    printf("%s%s=%s", j ? " " : "", envs[c % n_env].name[j], envs[c % n_env].value[j]);
-                printf("'");
-            }
             if (cycles > 1) printf(" (cycle %d of %ld)", k / n_cfg + 1, cycles);
             printf("\n");
             fflush(stdout);
         }
-        if (k > 0) {
-            if (n_names) apply_env(&envs[c % n_env], env_names, env_orig, n_names);
-            st = ft_session_reopen(&b.s, &cfg[c]);
-        }
+        if (k > 0) st = ft_session_reopen(&b.s, &cfg[c]);
         if (st == FT_OK) st = bench_table(&b, p, n, reps, seed);
         if (st != FT_OK && n_cfg * cycles > 1) { /* say so, and go on with the next one */
             fflush(stdout);
@@ -503,7 +420,6 @@ int ft_cmd_bench(int argc, char **argv) {
         if (st != FT_OK) break;
     }
     ft_session_close(&b.s);
-    for (int k = 0; k < n_names; k++) free(env_orig[k]);
     if (st == FT_OK && failed != FT_OK) return ft_cli_exit_code(failed);
     return st == FT_OK ? 0 : ft_cli_fail(st);
 }

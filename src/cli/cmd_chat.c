@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "cli/opts.h"
 #include "cli/session.h"
+#include "core/env.h"
 #include "core/status.h"
 #include "engine/generate.h"
 #include "text/chat.h"
@@ -160,7 +161,7 @@ int ft_cmd_chat(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     struct turn t = {0};
 #ifdef FT_TESTING
-    if (getenv("FT_TEST_SLOW_EMIT_MS")) t.slow_ms = atoi(getenv("FT_TEST_SLOW_EMIT_MS"));
+    t.slow_ms = ft_env_int(FT_ENV_TEST_SLOW_EMIT_MS, 0);
 #endif
     fprintf(stderr, "ft chat: %s (template %s). /reset clears, /exit leaves, Ctrl-C stops an answer.\n",
             model, ft_chat_template_name(tmpl));

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/env.h"
 
 static const struct ft_cmd k_cmds[] = {
     {"run", "generate from a prompt (text or ids), streamed, with tok/s", ft_cmd_run},
@@ -23,6 +24,7 @@ static void usage(FILE *f) {
                "commands:\n");
     for (size_t i = 0; k_cmds[i].name; i++)
         fprintf(f, "  %-9s %s\n", k_cmds[i].name, k_cmds[i].help);
+    fprintf(f, "\nft --help-env lists the environment variables ft reads.\n");
 }
 
 int main(int argc, char **argv) {
@@ -30,6 +32,10 @@ int main(int argc, char **argv) {
         !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--help-env")) {
+        ft_env_print(stdout);
+        return 0;
     }
     for (size_t i = 0; k_cmds[i].name; i++)
         if (!strcmp(argv[1], k_cmds[i].name)) return k_cmds[i].fn(argc - 1, argv + 1);

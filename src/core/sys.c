@@ -115,7 +115,7 @@ void *ft_sys_alloc_pages(size_t bytes) {
     /* expert banks: transparent huge pages where the kernel offers them ("madvise" mode), so
      * the first touch faults 2 MiB at a time and the executor's streams miss the TLB less;
      * advice only (ignored where unsupported) */
-    if (bytes >= ((size_t)4 << 20) && ft_sys_env_int("FT_THP", 1)) madvise(p, bytes, MADV_HUGEPAGE);
+    if (bytes >= ((size_t)4 << 20)) madvise(p, bytes, MADV_HUGEPAGE);
 #endif
     return p;
 }
@@ -124,22 +124,3 @@ void ft_sys_free_pages(void *p, size_t bytes) {
     if (p) munmap(p, bytes ? bytes : 1);
 }
 
-static unsigned g_switch_gen = 1;
-
-int ft_sys_switch(struct ft_switch *s) {
-    unsigned g = __atomic_load_n(&g_switch_gen, __ATOMIC_ACQUIRE);
-    if (__atomic_load_n(&s->gen, __ATOMIC_ACQUIRE) == g) return __atomic_load_n(&s->value, __ATOMIC_RELAXED);
-    int v = ft_sys_env_int(s->name, s->dflt); /* racing readers store the same value */
-    __atomic_store_n(&s->value, v, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->gen, g, __ATOMIC_RELEASE);
-    return v;
-}
-
-void ft_sys_switches_reload(void) { __atomic_add_fetch(&g_switch_gen, 1, __ATOMIC_ACQ_REL); }
-
-int ft_sys_env_int(const char *name, int dflt) {
-    const char *v = getenv(name);
-    char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    return v && end != v ? (int)x : dflt;
-}

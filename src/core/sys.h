@@ -16,23 +16,6 @@ void ft_sys_cpu_model(char *buf, size_t cap);
 /* Bytes of the largest (last-level) CPU cache, from sysfs; 32 MiB when unknown. */
 uint64_t ft_sys_llc_bytes(void);
 
-/* Environment variable name as an integer (the measuring switches, FT_*), or dflt when it is
- * unset or does not start with a number. */
-int ft_sys_env_int(const char *name, int dflt);
-
-/* A measuring switch used on hot paths: its variable read once and cached, again after
- * ft_sys_switches_reload (ft bench's --env configurations set variables between engines).
- * Declare one per switch: static struct ft_switch sw = FT_SWITCH("FT_X", 1); ft_sys_switch(&sw).
- * Any thread. */
-struct ft_switch {
-    const char *name;
-    int dflt, value;
-    unsigned gen; /* the reload generation value was read in (0: never) */
-};
-#define FT_SWITCH(name, dflt) {name, dflt, 0, 0}
-int ft_sys_switch(struct ft_switch *s);
-void ft_sys_switches_reload(void);
-
 /* A spin-wait loop's pause (PAUSE on x86: frees the sibling hyperthread's pipeline). */
 static inline void ft_sys_pause(void) {
 #if defined(__x86_64__)

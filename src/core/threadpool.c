@@ -4,11 +4,7 @@
  * started 70-300 us into a ~250 us step) finds its task taken instead of holding the job back.
  * Workers spin briefly on the counter (decode issues thousands of small jobs per token, so a
  * futex round trip per job would dominate), then sleep on a condition variable. While spinning
- * they yield the core every 1,024 polls. For A/B runs: FT_POOL_SPIN=N polls before sleeping
- * (default 20,000, ~1 ms), FT_POOL_YIELD=N polls between yields (0: never). Under gVisor a
- * yield is a trap into its kernel, which also serves the CUDA driver's calls: 15 spinning
- * executor workers yield ~300,000 times a second while the engine waits for the GPU.
- * FT_POOL_CLAIM=0: worker i runs task i (for measuring the claims against). */
+ * they yield the core every 1,024 polls (SPIN_POLLS in all, about 1 ms). */
 #define _GNU_SOURCE
 #include "core/threadpool.h"
 
@@ -25,8 +21,6 @@
 
 struct ft_pool {
     int n, pinned;
-    int spin, yield; /* FT_POOL_SPIN, FT_POOL_YIELD */
-    int fixed;       /* FT_POOL_CLAIM=0: worker i runs task i (as before tasks were claimed) */
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -34,9 +28,7 @@ struct ft_pool {
     /* A cache line each for what the spinning workers poll (written once a job), the claims
      * and the count of tasks left: sharing one line, every claim and every finished task
      * invalidated the line 15 spinning workers read, and every job's lock the one they poll
-     * stop on. The H200 host (16 threads, 2026-11-30, against the build before, six rounds
-     * alternated): an empty job 2.9-3.6 us against 3.7-5.0; bench_exec MXFP4 95.5, NVFP4 97.5,
-     * gpt-oss shape 105.9 GB/s against 92.9 / 94.2 / 104.8. */
+     * stop on (an empty job cost about a quarter more; bench/RESULTS.md). */
     _Alignas(64) atomic_uint gen; /* bumped once per job */
     atomic_int stop;
     ft_pool_fn fn;
@@ -44,6 +36,8 @@ struct ft_pool {
     _Alignas(64) _Atomic unsigned long long claim; /* the job's generation << 32 | its next unclaimed task */
     _Alignas(64) atomic_int pending; /* tasks 1..n-1 of the current job not yet finished */
 };
+
+enum { SPIN_POLLS = 20000, YIELD_POLLS = 1024 }; /* polls before sleeping; between yields */
 
 struct worker_arg {
     struct ft_pool *p;
@@ -77,9 +71,9 @@ static void *worker_main(void *arg) {
         int spins = 0;
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
                !atomic_load(&p->stop)) {
-            if (++spins < p->spin) {
+            if (++spins < SPIN_POLLS) {
                 ft_sys_pause();
-                if (p->yield && spins % p->yield == 0) sched_yield();
+                if (spins % YIELD_POLLS == 0) sched_yield();
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -93,12 +87,7 @@ static void *worker_main(void *arg) {
                             !atomic_load(&p->stop);)
             if (++spins % 1024 == 0) sched_yield();
             else ft_sys_pause();
-        if (p->fixed) {
-            p->fn(p->ctx, wa.i, p->n);
-            atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
-        } else {
-            run_claimed(p, g);
-        }
+        run_claimed(p, g);
     }
 }
 
@@ -146,10 +135,6 @@ static enum ft_status pool_init(struct ft_pool **out, int n_threads, const int *
     if (!p) return ft_fail(FT_ERR_OOM, "thread pool: out of memory");
     memset(p, 0, sizeof *p);
     p->n = n_threads;
-    p->spin = ft_sys_env_int("FT_POOL_SPIN", 20000);
-    p->yield = ft_sys_env_int("FT_POOL_YIELD", 1024);
-    p->fixed = ft_sys_env_int("FT_POOL_CLAIM", 1) == 0;
-    if (p->yield < 0) p->yield = 0;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
@@ -228,7 +213,7 @@ void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     fn(ctx, 0, p->n); /* task 0 stays on the caller (the executor's hook makes CUDA calls) */
-    if (!p->fixed) run_claimed(p, g);
+    run_claimed(p, g);
     /* spin briefly, then yield: on an oversubscribed host a spinning caller would otherwise
      * hold the core a descheduled worker needs for a whole time slice */
     for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {

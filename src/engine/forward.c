@@ -621,10 +621,7 @@ int ft_engine_max_ctx(const struct ft_engine *e) { return e->opts.max_ctx; }
 int ft_engine_max_chunk(const struct ft_engine *e) { return e->opts.max_chunk; }
 int ft_engine_on_gpu(const struct ft_engine *e) { return e->gpu != NULL; }
 
-int ft_engine_draws_on_device(const struct ft_engine *e) {
-    static struct ft_switch draw = FT_SWITCH("FT_ENGINE_DRAW", 1);
-    return e->gpu != NULL && ft_sys_switch(&draw) != 0;
-}
+int ft_engine_draws_on_device(const struct ft_engine *e) { return e->gpu != NULL; }
 
 void ft_engine_draw_stats(const struct ft_engine *e, long *rows, long *on_host) {
     *rows = e->draw_rows, *on_host = e->draw_host;

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device.h"
 #include "engine/gpu_offload.h"
+#include "engine/gpu_probe.h"
 #include "engine/sample.h"
 #include "moe/cpu_exec.h"
 #include "moe/policy.h"
@@ -23,7 +24,6 @@
 #include "core/timer.h"
 #include "core/log.h"
 #include "core/status.h"
-#include "core/sys.h"
 
 #define MAX_GRAPH_T 8
 #define DEQ_CHUNK 16 /* experts per chunk when block-format experts are dequantised for prefill */
@@ -43,9 +43,6 @@ struct gpu_layer {
     float *sinks, *router_b, *gu_b, *dn_b;
     float act_limit, act_alpha;
 };
-
-/* FT_STEP_TIMING's one-clock marks of a layer step, after the CPU's end */
-enum { CLK_EXPERTS, CLK_FENCED, CLK_GATE_START, CLK_GATE_OPEN, CLK_SPAN, CLK_ADDED, CLK_STORED, CLK_SEEN, CLK_N };
 
 struct ft_gpu {
     const struct ft_model *m;
@@ -87,61 +84,16 @@ struct ft_gpu {
     struct ft_pool *exec_pool;         /* its workers: one per physical core, pinned */
     float *h_xn, *h_cpu_out, *d_cpu_out; /* pinned [8, H] x2, device [8, H] */
     /* the device's pointers to h_topk_all, h_xn, h_topw, h_cpu_out (mapped pinned memory; NULL:
-     * not mapped, or FT_MAPPED_STAGING=0): the spans' kernels read and write them directly */
+     * not mapped): the spans' kernels read and write them directly */
     int32_t *m_topk_all;
     float *m_xn, *m_topw, *m_cpu_out;
-    /* FT_SPAN_GATE=1 (off by default: no gain shown yet): the next span is launched while the
-     * CPU experts run, held by ft_cuda_gate until the host stores 1 to h_gate[0] (m_gate: the
-     * device's pointer); h_gate[1] counts the gate's timeouts. gate_off: after a failure. */
-    int *h_gate, *m_gate, gate_off;
-    /* FT_KEEPALIVE=1 (a measuring switch, off): while a layer step's CPU experts run, a gate
-     * kernel on s_keep polls h_keep (m_keep: the device's pointer), released when they end, so
-     * the GPU and its PCIe link never sit idle between the GPU's share and the next span. The
-     * span started 30-57 us after its launch where back-to-back launches take ~10
-     * (bench_latency's idle-gap rows say whether idleness is why). */
-    int *h_keep, *m_keep;
-    cudaStream_t s_keep;
-    /* the router's done flag (with mapped staging, under FT_ROUTER_SPIN=1 or FT_STEP_TIMING):
-     * each span's stage-out stores its launch number to h_done (m_done: the device's pointer,
-     * d_seq its count) and its GPU time; with router_poll (FT_ROUTER_SPIN=1) the host polls it
-     * against spans_out, the spans launched, instead of syncing the stream. Off by default: on
-     * the H200 host the two waits were the same (93 us a layer step, tg128 44.7 vs 43.5 tok/s),
-     * and bench_latency's flag took 21 us with copies running against the sync's 12. */
-    unsigned *h_done, *m_done, *d_seq, spans_out;
-    int router_poll, done_lost; /* done_lost: the stream finished without the flag, warned once */
-    /* FT_STEP_TIMING with the done flag: each layer step with CPU experts on one clock, the
-     * host's CLOCK_REALTIME, the GPU's %globaltimer mapped onto it by an offset measured with
-     * gate round trips at set-up (clk_off0, at clk_t0) and again at free, the drift between
-     * the two taken as linear (2.5-7 us a second on the H200 host). From the CPU's end:
-     * the GPU's experts' end (h_stamp[0]), the engine thread's stores (the gate's release among
-     * them) drained (clk_fenced, a fence's end), a gated span's gate starting to poll and opening,
-     * the span's first kernel (h_stamp[1]), the CPU's share added (h_stamp[2]), the router's
-     * store, the host seeing it; clk_polls: the gate's polls that found it shut. clk_sum:
-     * the raw GPU time (host time for CLK_SEEN, CLK_FENCED) minus the CPU's end; clk_at: the CPU's end
-     * after clk_t0, for the drift */
-    unsigned long long *h_stamp, *m_stamp;
-    int64_t clk_off0, clk_t0, cpu_end_real, clk_fenced;
-    int clk_armed, clk_gated;
-    double clk_sum[CLK_N], clk_at[CLK_N];
-    long clk_n[CLK_N], clk_polls;
     int *cpu_pairs, *cpu_tok, *cpu_ids;
     float *cpu_w, *h_topw;
     /* synthetic zipf / sticky routing: the zipf CDF, the sticky ids [L, k], stats scratch */
     struct ft_cuda_synth synth;
     float *d_zipf_cdf, *d_synth_stats;
     int32_t *d_sticky;
-    /* FT_GPU_PROFILE=1: steps run eagerly with an event between op groups; the sums are kept
-     * apart for decode (0) and prefill (1) steps */
-    int prof, prof_kind;
-    cudaEvent_t ev[1024];
-    int n_ev, ev_cat[1024];
-    double prof_ms[2][16];
-    long prof_steps[2], prof_seen[2]; /* the first step of each kind (lazy module loads) is not summed */
-    /* offload decode, host side of each layer step (printed with FT_GPU_PROFILE): ns spent
-     * launching before the router sync, waiting for it, on the cache lookup and copies, on the
-     * expert launches, and on the CPU experts; layer steps counted, those with CPU experts */
-    int64_t hp_ns[5], hp_last;
-    long hp_n, hp_cpu;
+    struct ft_gpu_probe *probe; /* FT_PROFILE timing; NULL: off */
     /* graphs per decode batch size: logits only, then the greedy argmax, then the draw at the end */
     cudaGraphExec_t graph[3][MAX_GRAPH_T + 1];
     int graph_seen[3][MAX_GRAPH_T + 1];
@@ -150,14 +102,6 @@ struct ft_gpu {
     cudaGraphExec_t *span_graph;
     uint8_t *span_seen;
     int *span_end;
-    /* FT_STEP_TIMING=1: where each decode step's wall time goes on the host (printed at free):
-     * before the step (the caller), issuing copies and launches, waiting for the GPU (and the
-     * GPU's own time from events), copying results out */
-    int step_timing;
-    cudaEvent_t st_ev[2];
-    int64_t st_last, st_ns[4];
-    double st_gpu_ms;
-    long st_n, st_gaps;
 };
 
 int ft_gpu_available(void) { return ft_cuda_device_count() > 0; }
@@ -452,19 +396,9 @@ struct prefill_batch {
     int T, l;
 };
 
-enum { P_NORM, P_QKV, P_KV, P_ROPE_KV, P_ATTN, P_OPROJ, P_ROUTER, P_SORT, P_EXPERTS, P_SHARED,
-       P_DENSE, P_HEAD, P_N };
-static const char *const k_prof_names[P_N] = {"norms+residual", "q(kv) proj", "k+v proj",
-                                              "qk-norm+rope+kv write",
-                                              "attention", "o proj", "router+top-k", "moe sort+gather",
-                                              "routed experts", "shared expert", "dense mlp",
-                                              "final norm+lm_head"};
-
-/* Marks the end of an op group (profiling only). */
-static void prof_mark(struct ft_gpu *g, int cat) {
-    if (g->prof <= 0 || g->n_ev >= 1024) return;
-    cudaEventRecord(g->ev[g->n_ev], g->s);
-    g->ev_cat[g->n_ev++] = cat;
+/* Marks the end of an op group (FT_PROFILE=2 only). */
+static inline void prof_mark(struct ft_gpu *g, enum ft_probe_op op) {
+    if (g->probe) ft_gpu_probe_op(g->probe, op, g->s);
 }
 
 /* One batch of experts (offload) or all of them (resident): gate_up, SiLU, down. */
@@ -538,7 +472,7 @@ static enum ft_status moe_prefill(struct ft_gpu *g, const struct gpu_layer *L, i
     int32_t *counts = g->d_counts_all + (size_t)l * E;
     ft_cuda_moe_sort(counts, g->offsets, g->rtok, g->pair_dst, g->topk, T, k, E, s);
     ft_cuda_gather_bf16(g->xg16, g->xn16, g->rtok, R, H, s);
-    prof_mark(g, P_SORT);
+    prof_mark(g, FT_OP_SORT);
     struct prefill_batch pb = {g, L, T, l};
     enum ft_status st = FT_OK;
     if (!g->off) {
@@ -552,19 +486,8 @@ static enum ft_status moe_prefill(struct ft_gpu *g, const struct gpu_layer *L, i
         st = ft_offload_prefill(g->off, l, experts, n, g->d_slot_of, s, moe_prefill_batch, &pb);
     }
     if (st == FT_OK) ft_cuda_moe_unsort(g->y, g->my, g->pair_dst, g->topw, T, k, H, s);
-    prof_mark(g, P_EXPERTS);
+    prof_mark(g, FT_OP_EXPERTS);
     return st;
-}
-
-static void prof_collect(struct ft_gpu *g) {
-    cudaEventSynchronize(g->ev[g->n_ev - 1]);
-    if (g->prof_seen[g->prof_kind]++ == 0) return;
-    for (int i = 1; i < g->n_ev; i++) {
-        float ms = 0;
-        cudaEventElapsedTime(&ms, g->ev[i - 1], g->ev[i]);
-        g->prof_ms[g->prof_kind][g->ev_cat[i]] += ms;
-    }
-    g->prof_steps[g->prof_kind]++;
 }
 
 static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
@@ -595,82 +518,6 @@ static void combine_experts(struct ft_gpu *g, int T) {
     ft_cuda_moe_combine(g->x, g->my, g->topw, T, g->m->top_k, g->m->hidden, 1, g->s);
 }
 
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* FT_STEP_TIMING's one clock: the GPU's %globaltimer minus the host's CLOCK_REALTIME, from 64
- * round trips (a gate kernel opened by the host, its clear seen back), each taken at the
- * midpoint; the median into *off_out, its time into *at, logged when log. Returns 0 when it
- * cannot measure. */
-static int clock_calibrate(struct ft_gpu *g, int64_t *off_out, int64_t *at, int log) {
-    int *h = NULL;
-    void *m = NULL;
-    int64_t off[64], half[64];
-    int n = 0;
-    if (cudaHostAlloc((void **)&h, 32, cudaHostAllocMapped) != cudaSuccess ||
-        cudaHostGetDevicePointer(&m, h, 0) != cudaSuccess) {
-        cudaGetLastError();
-        if (h) cudaFreeHost(h);
-        return 0;
-    }
-    for (int r = 0; r < 64; r++) {
-        h[0] = h[1] = 0;
-        ft_cuda_gate(m, g->s);
-        int64_t w = ft_time_ns();
-        while (ft_time_ns() - w < 50000) ft_sys_pause(); /* the gate is polling by now */
-        int64_t r0 = ft_time_real_ns();
-        __atomic_store_n(&h[0], 1, __ATOMIC_RELEASE);
-        while (__atomic_load_n(&h[0], __ATOMIC_ACQUIRE) && ft_time_ns() - w < 100000000) ft_sys_pause();
-        int64_t r1 = ft_time_real_ns();
-        if (cudaStreamSynchronize(g->s) != cudaSuccess) break;
-        if (r1 - r0 > 1000000) continue; /* the poll gave up (a lazy load?): no sample */
-        unsigned long long t;
-        memcpy(&t, h + 2, 8);
-        off[n] = (int64_t)t - (r0 + r1) / 2, half[n++] = (r1 - r0) / 2;
-    }
-    cudaGetLastError();
-    cudaFreeHost(h);
-    if (n < 32) {
-        ft_log_warn("FT_STEP_TIMING: no clock offset (%d of 64 round trips); the one-clock line is off", n);
-        return 0;
-    }
-    qsort(off, n, sizeof *off, cmp_i64), qsort(half, n, sizeof *half, cmp_i64);
-    *off_out = off[n / 2], *at = ft_time_real_ns();
-    if (!log) return 1;
-    ft_log_info("FT_STEP_TIMING: GPU %%globaltimer - CLOCK_REALTIME = %.1f us (10-90%%: %.1f to %.1f; "
-                "a round trip's half %.1f us), the one clock's error", off[n / 2] / 1e3,
-                off[n / 10] / 1e3, off[n * 9 / 10] / 1e3, half[n / 2] / 1e3);
-    return 1;
-}
-
-/* FT_STEP_TIMING's one-clock line, at free: the offset measured again, each mark's mean with
- * the offset taken as linear in time between the two measurements */
-static void clock_report(struct ft_gpu *g) {
-    static const char *const names[CLK_N] = {"the GPU's experts end", "the host's stores drain",
-                                             "a gate starts polling",
-                                             "opens", "the span starts", "the CPU's share is added",
-                                             "the router's ids are stored",
-                                             "the host sees them"};
-    int64_t off1 = g->clk_off0, t1 = g->clk_t0;
-    int again = clock_calibrate(g, &off1, &t1, 0);
-    double drift = again && t1 > g->clk_t0 ? (double)(off1 - g->clk_off0) / (double)(t1 - g->clk_t0) : 0;
-    char line[512];
-    int n = 0;
-    for (int i = 0; i < CLK_N; i++) {
-        long c = g->clk_n[i];
-        double us = c ? (i == CLK_SEEN || i == CLK_FENCED ? g->clk_sum[i] / c
-                                       : (g->clk_sum[i] - c * (double)g->clk_off0 - drift * g->clk_at[i]) / c) / 1e3 : 0;
-        if (c && n < (int)sizeof line)
-            n += snprintf(line + n, sizeof line - n, "%s%s %.1f", n ? ", " : "", names[i], us);
-    }
-    ft_log_info("offload decode, one clock, us after the CPU's end over %ld layer steps (%ld gated, "
-                "%.1f polls each; clock drift %.2f us/s%s): %s", g->clk_n[CLK_SEEN], g->clk_n[CLK_GATE_OPEN],
-                g->clk_n[CLK_GATE_OPEN] ? (double)g->clk_polls / g->clk_n[CLK_GATE_OPEN] : 0.0, drift * 1e6,
-                again ? "" : ", not measured at the end", line);
-}
-
 /* An offloaded layer step's GPU side after its plan: the experts already resident at once,
  * the copies of the fetched ones, then those experts behind the copies. The fetched are
  * ~1-2 of 8 in a hybrid step at 30G, so most of the GPU's expert time no longer waits for
@@ -686,85 +533,37 @@ static enum ft_status offload_experts(struct ft_gpu *g, const struct gpu_layer *
     if (nf) gpu_experts(g, L, l, T, g->d_slots + n, eids, gu, dn);
     combine_experts(g, T);
     if (nf) ft_offload_decode_done(g->off, g->s);
-    if (g->m_stamp) ft_cuda_stamp(g->m_stamp, g->s);
     return FT_OK;
 }
 
+/* Offloaded decode spans run as graphs unless graphs are off (--no-graphs, FT_PROFILE=2). */
+static int span_graphs(const struct ft_gpu *g, int T) {
+    return g->off && g->o.graphs && !ft_gpu_probe_eager(g->probe) && T <= MAX_GRAPH_T;
+}
+
+/* A span's graph: per batch size and start layer; span_keys of them */
+static size_t span_key(const struct ft_gpu *g, int T, int l0) {
+    return (size_t)T * (g->m->n_layers + 1) + l0;
+}
+static size_t span_keys(const struct ft_gpu *g) { return span_key(g, MAX_GRAPH_T + 1, 0); }
+
 /* A cpu/hybrid layer step issues its copies and GPU expert launches from inside the CPU
  * executor's gate/up pass (the engine thread is the pool's worker 0; the other workers start on
- * the CPU experts at once), instead of before the executor: those took 64 us of a 580 us layer
- * step on the H200 (FT_GPU_PROFILE). Alternated at 30G (2026-11-30): 39.4 / 40.3 tok/s against
- * 37.9 / 27.3 issuing first. FT_HYBRID_OVERLAP=0 issues first. */
-static int hybrid_overlap(void) {
-    static struct ft_switch sw = FT_SWITCH("FT_HYBRID_OVERLAP", 1);
-    return ft_sys_switch(&sw) != 0;
-}
-
-/* span_launch's graphs are on for this step size (FT_SPAN_GRAPHS=0: kernel by kernel). On the
- * H200 host (2026-11-30, alternated in one process) the two traded places: one call had the
- * span start 29-32 us after the CPU's end launched kernel by kernel against 43-57 as a graph,
- * and hybrid at 30G at 53.9 / 53.7 tok/s against 48.4 / 42.1 (the graph runs last in each
- * cycle, in a call that slowed as it went); the next, on another instance, had graphs ahead
- * by 2-3% at 24G and 30G (hybrid 48.8 / 48.5 against 47.7 / 47.5, 59.3 / 56.8 against
- * 57.4 / 54.9; graphs first in each pair) and level at 12G and for the cpu backend. An earlier
- * session: 46.5 / 47.5 against 44.7 / 46.4. Graphs stay the default. */
-static int span_graphs(const struct ft_gpu *g, int T) {
-    static struct ft_switch sw = FT_SWITCH("FT_SPAN_GRAPHS", 1);
-    return g->off && ft_sys_switch(&sw) && g->o.graphs && !g->prof && T <= MAX_GRAPH_T;
-}
-
-/* A span's graph: per batch size, start layer and gating; span_keys of them */
-static size_t span_key(const struct ft_gpu *g, int T, int l0, int gated) {
-    return ((size_t)T * (g->m->n_layers + 1) + l0) * 2 + (gated != 0);
-}
-static size_t span_keys(const struct ft_gpu *g) { return span_key(g, MAX_GRAPH_T + 1, 0, 0); }
-
+ * the CPU experts at once) instead of before it: issuing first put ~60 us of launches in front
+ * of the CPU's share of every layer step. */
 struct issue_hook {
     struct ft_gpu *g;
     const struct gpu_layer *L;
     int l, T, ran;
     const int32_t *eids;
     enum ft_status st;
-    int gate, tried, next; /* launch the next span gated; tried to; its MoE layer */
 };
 
-static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l, int gated);
-
-/* ft_moe_exec's hook: the GPU's side of the layer step (offload_experts), then (gate) the next
- * span behind a gate, meant to let the GPU start it the moment the CPU's share is stored
- * instead of a launch's latency later: on the H200 host a span started ~46 us after the CPU's
- * end while the GPU's experts ended within 10 us of it. Alternated at 30G on the H200 host
- * (2026-11-30, five pairs): +1.8% tok/s on average, one gated run in a slow spell at half
- * speed, and the host's wait for the router no shorter, so it is off by default
- * (FT_SPAN_GATE=1). */
+/* ft_moe_exec's hook: the GPU's side of the layer step (offload_experts). */
 static void issue_hook(void *ctx) {
     struct issue_hook *h = ctx;
     h->ran = 1;
     h->st = offload_experts(h->g, h->L, h->l, h->T, h->eids);
-    if (h->st == FT_OK && h->gate) {
-        h->tried = 1;
-        h->st = span(h->g, h->T, h->l + 1, &h->next, 1);
-    }
-}
-
-/* The span from l0 may be launched gated: gating is on, and that span already ran ungated, so
- * its kernels are loaded (a lazy module load behind a spinning gate may need the context to
- * sync: NVIDIA's lazy-loading notes) */
-static int gate_ready(const struct ft_gpu *g, int T, int l0) {
-    if (g->gate_off || !g->m_gate || !span_graphs(g, T) || !g->span_seen) return 0;
-    return g->span_seen[span_key(g, T, l0, 0)] != 0;
-}
-
-/* A gate held for 20 s (the CPU side hung) fails the step and stops gating: a late store to
- * the gate could otherwise let a later span through early. The released span has added a
- * partial CPU sum and written that position's KV; the scheduler ends the step's requests with
- * the error, which frees their KV. */
-static enum ft_status gate_check(struct ft_gpu *g) {
-    if (!g->h_gate || !__atomic_load_n(&g->h_gate[1], __ATOMIC_ACQUIRE)) return FT_OK;
-    g->h_gate[1] = 0, g->gate_off = 1;
-    return ft_fail(FT_ERR_CUDA, "decode: the GPU waited 20 s for a layer's CPU experts; the step "
-                   "failed and spans are no longer launched ahead of the CPU (unset FT_SPAN_GATE "
-                   "to never do so)");
 }
 
 /* The end of MoE layer l's decode step: the CPU's share of its experts joins x (cpu/hybrid:
@@ -782,8 +581,7 @@ static void moe_tail(struct ft_gpu *g, int l, int T) {
                         cudaMemcpyHostToDevice, s);
         ft_cuda_add(g->x, g->d_cpu_out, (size_t)T * H, s); /* x += CPU experts */
     }
-    if (g->m_stamp && g->off && g->exec) ft_cuda_stamp(g->m_stamp + 2, s); /* FT_STEP_TIMING */
-    prof_mark(g, P_EXPERTS);
+    prof_mark(g, FT_OP_EXPERTS);
     if (L->has_shared) {
         int Is = m->shared_inter;
         ft_cuda_gemv(g->gu, 2 * Is, g->xn, L->sh_gu, NULL, T, 2 * Is, H, s);
@@ -791,21 +589,19 @@ static void moe_tail(struct ft_gpu *g, int l, int T) {
         ft_cuda_gemv(g->sh, H, g->act, L->sh_down, NULL, T, H, Is, s);
         ft_cuda_gemv(g->score, 1, g->xn, L->sh_score, NULL, T, 1, H, s);
         ft_cuda_sigmoid_scale_add(g->x, g->sh, g->score, T, H, s); /* x += shared expert */
-        prof_mark(g, P_SHARED);
+        prof_mark(g, FT_OP_SHARED);
     }
 }
 
 /* One span of a decode step, all on the stream with no host sync: the tail of MoE layer l0 - 1
  * (l0 > 0), then layers l0.. through the next MoE layer's router (offloading: with its ids,
  * normalised rows and weights copied back). Returns that MoE layer, or n_layers. */
-static int decode_span(struct ft_gpu *g, int T, int l0, int gated) {
+static int decode_span(struct ft_gpu *g, int T, int l0) {
     const struct ft_model *m = g->m;
     int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim;
     int E = m->n_experts, k = m->top_k;
     float eps = m->rms_eps;
     cudaStream_t s = g->s;
-    if (gated) ft_cuda_gate(g->m_gate, s);
-    if (g->m_stamp) ft_cuda_stamp(g->m_stamp + 1, s); /* FT_STEP_TIMING: the span starts */
     if (l0 > 0) moe_tail(g, l0 - 1, T);
     int moe = m->n_layers;
     for (int l = l0; l < m->n_layers; l++) {
@@ -813,22 +609,22 @@ static int decode_span(struct ft_gpu *g, int T, int l0, int gated) {
         struct ft_cuda_gemv_args qkv = {{g->q, g->k, g->v}, qd, kd, qd, {L->bq, L->bk, L->bv},
                                         g->x, L->wqkv, L->attn_norm, eps, NULL, 0, T, qd + 2 * kd, H};
         ft_cuda_gemv_ex(&qkv, s);
-        prof_mark(g, P_QKV);
+        prof_mark(g, FT_OP_QKV);
         size_t layer_off = (size_t)l * g->o.n_blocks * FT_KV_BLOCK * kd;
         ft_cuda_qk_rope_kv(g->q, g->k, g->v, g->k_cache + layer_off, g->v_cache + layer_off,
                            L->q_norm, L->k_norm, eps, g->d_pos, g->inv_freq, m->rope_mscale,
                            g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, m->n_heads,
                            m->n_kv_heads, hd, m->rot_dim, s);
-        prof_mark(g, P_ROPE_KV);
+        prof_mark(g, FT_OP_ROPE_KV);
         ft_cuda_attention(g->att, g->att_part, g->q, g->k_cache + layer_off, g->v_cache + layer_off,
                           g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T,
                           m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window,
                           L->sinks, g->o.max_ctx, g->att_split_small, s);
-        prof_mark(g, P_ATTN);
+        prof_mark(g, FT_OP_ATTN);
         struct ft_cuda_gemv_args o = {{g->x, NULL, NULL}, H, 0, H, {L->bo, NULL, NULL}, g->att,
                                       L->wo, NULL, 0.0f, NULL, 1, T, H, qd};
         ft_cuda_gemv_ex(&o, s); /* x += o_proj(att) */
-        prof_mark(g, P_OPROJ);
+        prof_mark(g, FT_OP_OPROJ);
         if (!L->is_moe) {
             int I = L->I;
             struct ft_cuda_gemv_args gu = {{g->gu, NULL, NULL}, 2 * I, 0, 2 * I, {NULL, NULL, NULL},
@@ -838,7 +634,7 @@ static int decode_span(struct ft_gpu *g, int T, int l0, int gated) {
             struct ft_cuda_gemv_args dn = {{g->x, NULL, NULL}, H, 0, H, {NULL, NULL, NULL}, g->act,
                                            L->w_down, NULL, 0.0f, NULL, 1, T, H, I};
             ft_cuda_gemv_ex(&dn, s);
-            prof_mark(g, P_DENSE);
+            prof_mark(g, FT_OP_DENSE);
             continue;
         }
         /* router logits with the fused ffn norm; the normalised rows land in xn for the experts */
@@ -848,11 +644,10 @@ static int decode_span(struct ft_gpu *g, int T, int l0, int gated) {
         size_t ko = (size_t)l * MAX_GRAPH_T * k;
         int32_t *ids = g->d_topk_all + ko; /* kept for the distinct count */
         route(g, l, T, ids);
-        prof_mark(g, P_ROUTER);
+        prof_mark(g, FT_OP_ROUTER);
         if (g->off && g->m_topk_all) { /* the router's results written into host memory */
             ft_cuda_stage_out(g->m_topk_all + ko, ids, g->exec ? g->m_topw : NULL, g->topw, T * k,
-                              g->exec ? g->m_xn : NULL, g->xn, g->exec ? T * H : 0,
-                              g->m_done ? g->d_seq : NULL, g->m_done, s);
+                              g->exec ? g->m_xn : NULL, g->xn, g->exec ? T * H : 0, NULL, NULL, s);
         } else if (g->off) { /* the router's ids come back; misses are copied into cache slots */
             cudaMemcpyAsync(g->h_topk_all + ko, ids, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
             if (g->exec) { /* the CPU executor needs the normalised rows and the weights */
@@ -868,13 +663,11 @@ static int decode_span(struct ft_gpu *g, int T, int l0, int gated) {
 
 /* Offloaded decode syncs at every MoE layer's router, so the whole step cannot be one graph;
  * each span between two syncs is one instead (captured the second time a batch size reaches
- * it), which turns ~20 launches into one: on the H200 host (gVisor) a launch costs ~3 us of
- * the engine thread, on the critical path of every layer step. FT_SPAN_GRAPHS=0: launched
- * one by one (see span_graphs). gated: held by ft_cuda_gate (launched before the CPU experts it
- * adds are done). */
-static enum ft_status span_launch(struct ft_gpu *g, int T, int l0, int *moe_l, int gated) {
+ * it), which turns ~20 launches into one: a launch costs the engine thread microseconds on
+ * the critical path of every layer step (more under a virtualised host such as gVisor). */
+static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l) {
     if (!span_graphs(g, T)) {
-        *moe_l = decode_span(g, T, l0, gated);
+        *moe_l = decode_span(g, T, l0);
         return FT_OK;
     }
     size_t n = span_keys(g);
@@ -885,18 +678,18 @@ static enum ft_status span_launch(struct ft_gpu *g, int T, int l0, int *moe_l, i
         if (!g->span_graph || !g->span_seen || !g->span_end)
             return ft_fail(FT_ERR_OOM, "decode span graphs: out of memory");
     }
-    size_t key = span_key(g, T, l0, gated);
+    size_t key = span_key(g, T, l0);
     if (g->span_graph[key]) {
         *moe_l = g->span_end[l0];
     } else if (g->span_seen[key] != 1) { /* first time (lazy module loads), or no graph: one by one */
         if (!g->span_seen[key]) g->span_seen[key] = 1;
-        *moe_l = decode_span(g, T, l0, gated);
+        *moe_l = decode_span(g, T, l0);
         return FT_OK;
     } else { /* second time: capture, then launch */
         cudaGraph_t graph = NULL;
         if (cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
             return ft_cuda_check("span graph capture");
-        *moe_l = g->span_end[l0] = decode_span(g, T, l0, gated);
+        *moe_l = g->span_end[l0] = decode_span(g, T, l0);
         cudaError_t e = cudaStreamEndCapture(g->s, &graph);
         if (e == cudaSuccess) e = cudaGraphInstantiate(&g->span_graph[key], graph, 0);
         if (graph) cudaGraphDestroy(graph);
@@ -905,7 +698,7 @@ static enum ft_status span_launch(struct ft_gpu *g, int T, int l0, int *moe_l, i
             g->span_graph[key] = NULL, g->span_seen[key] = 2;
             ft_log_warn("decode span graph (batch %d, layer %d) failed to capture (%s); that span "
                         "is launched kernel by kernel", T, l0, cudaGetErrorString(e));
-            *moe_l = decode_span(g, T, l0, gated);
+            *moe_l = decode_span(g, T, l0);
             return FT_OK;
         }
     }
@@ -913,125 +706,57 @@ static enum ft_status span_launch(struct ft_gpu *g, int T, int l0, int *moe_l, i
                                                                    : ft_cuda_check("span graph launch");
 }
 
-/* span_launch, counting the spans that end at a router (each stores its number to h_done) */
-static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l, int gated) {
-    enum ft_status st = span_launch(g, T, l0, moe_l, gated);
-    if (st == FT_OK && *moe_l < g->m->n_layers) g->spans_out++;
-    return st;
-}
-
-/* Waits for the last span's router results: syncs the stream, or (FT_ROUTER_SPIN=1) polls
- * h_done. A CUDA error, or the stream done without the flag (then the data is there all the
- * same), ends the poll; it checks the stream every 1,024 polls. */
-static enum ft_status wait_router(struct ft_gpu *g) {
-    if (!g->m_done || !g->router_poll)
-        return cudaStreamSynchronize(g->s) == cudaSuccess ? FT_OK : ft_cuda_check("router ids");
-    for (unsigned n = 1;; n++) {
-        if ((int)(__atomic_load_n(g->h_done, __ATOMIC_ACQUIRE) - g->spans_out) >= 0) return FT_OK;
-        if (n % 1024) {
-            ft_sys_pause();
-            continue;
-        }
-        cudaError_t e = cudaStreamQuery(g->s);
-        if (e == cudaErrorNotReady) continue;
-        if (e != cudaSuccess) return ft_cuda_check("router ids");
-        if ((int)(__atomic_load_n(g->h_done, __ATOMIC_ACQUIRE) - g->spans_out) >= 0) return FT_OK;
-        if (!g->done_lost)
-            ft_log_warn("decode: the stream finished without the router's done flag (%u, expected "
-                        "%u); waiting on the stream instead (unset FT_ROUTER_SPIN to always do so)",
-                        *g->h_done, g->spans_out);
-        g->done_lost = 1, g->router_poll = 0; /* the stream sync from now on */
-        return FT_OK;
+/* The CPU's share of layer l's routed experts (the pairs the plan left to it), computed from
+ * the host banks while the GPU runs its share; the GPU's side is issued from inside the
+ * executor (issue_hook) when hook is set. */
+static enum ft_status cpu_experts(struct ft_gpu *g, int l, int T, int n_cpu, struct issue_hook *hook) {
+    const struct ft_model *m = g->m;
+    const int k = m->top_k;
+    const int32_t *h_ids = g->h_topk_all + (size_t)l * MAX_GRAPH_T * k;
+    int64_t t0 = ft_time_us();
+    for (int i = 0; i < n_cpu; i++) {
+        int p = g->cpu_pairs[i];
+        g->cpu_tok[i] = p / k, g->cpu_ids[i] = h_ids[p], g->cpu_w[i] = g->h_topw[p];
     }
+    if (hook) ft_moe_exec_set_hook(g->exec, issue_hook, hook);
+    int nd = ft_moe_exec_run_pairs(g->exec, g->exec_pool, &m->layers[l].bank[FT_BANK_GATE_UP],
+                                   &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act, g->h_xn,
+                                   g->cpu_tok, g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
+    if (hook && !hook->ran) issue_hook(hook); /* the executor had no pass to run it in */
+    if (hook && hook->st != FT_OK) return hook->st;
+    ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6);
+    return FT_OK;
 }
 
 /* The routed experts of MoE layer l, whose router ran: resident, on the GPU; offloaded, the
  * hits and the fetched misses on the GPU, the rest on the CPU from the host banks at once. */
-static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
+static enum ft_status moe_experts(struct ft_gpu *g, int l, int T) {
     const struct ft_model *m = g->m;
     const struct gpu_layer *L = &g->L[l];
-    int H = m->hidden, k = m->top_k;
+    const int k = m->top_k;
     const int32_t *eids = g->d_topk_all + (size_t)l * MAX_GRAPH_T * k; /* expert ids */
-    *next = -1;
     if (!g->off) {
         gpu_experts(g, L, l, T, eids, eids, L->gu, L->down);
         combine_experts(g, T);
         return FT_OK;
     }
+    ft_gpu_probe_phase(g->probe, FT_PH_LAUNCH);
+    if (cudaStreamSynchronize(g->s) != cudaSuccess) return ft_cuda_check("router ids");
+    ft_gpu_probe_phase(g->probe, FT_PH_WAIT);
     int n_cpu = 0;
-    struct issue_hook hook = {0};
-    const int32_t *h_ids = g->h_topk_all + (size_t)l * MAX_GRAPH_T * k;
-    int64_t ta = ft_time_ns();
-    enum ft_status st = wait_router(g);
+    enum ft_status st = ft_offload_decode_plan(g->off, l, g->h_topk_all + (size_t)l * MAX_GRAPH_T * k,
+                                               T * k, g->cpu_pairs, &n_cpu);
     if (st != FT_OK) return st;
-    int64_t tb = ft_time_ns();
-    if (g->clk_armed && g->m_done) { /* the layer step after one with CPU experts, one clock */
-        int64_t seen = ft_time_real_ns(), end = g->cpu_end_real;
-        unsigned long long t[CLK_N] = {0};
-        memcpy(&t[CLK_EXPERTS], g->h_stamp, 8), memcpy(&t[CLK_SPAN], g->h_stamp + 1, 8);
-        memcpy(&t[CLK_ADDED], g->h_stamp + 2, 8);
-        memcpy(&t[CLK_STORED], g->h_done + 2, 8);
-        if (g->clk_gated) {
-            memcpy(&t[CLK_GATE_OPEN], g->h_gate + 2, 8), memcpy(&t[CLK_GATE_START], g->h_gate + 4, 8);
-            g->clk_polls += g->h_gate[6];
-        }
-        t[CLK_SEEN] = (unsigned long long)seen, t[CLK_FENCED] = (unsigned long long)g->clk_fenced;
-        for (int i = 0; i < CLK_N; i++)
-            if (t[i]) g->clk_sum[i] += (double)((int64_t)t[i] - end), g->clk_at[i] += (double)(end - g->clk_t0), g->clk_n[i]++;
-    }
-    g->clk_armed = 0;
-    st = gate_check(g);
+    ft_gpu_probe_phase(g->probe, FT_PH_PLAN);
+    struct issue_hook hook = {g, L, l, T, 0, eids, FT_OK};
+    if (!g->exec || !n_cpu) st = offload_experts(g, L, l, T, eids);
+    ft_gpu_probe_phase(g->probe, FT_PH_ISSUE);
     if (st != FT_OK) return st;
-    const int overlap = g->exec && hybrid_overlap();
-    st = ft_offload_decode_plan(g->off, l, h_ids, T * k, g->cpu_pairs, &n_cpu);
-    if (st != FT_OK) return st;
-    int64_t tc = ft_time_ns(); /* the expert launches start */
-    if (l > 0) g->hp_ns[0] += ta - g->hp_last;
-    g->hp_ns[1] += tb - ta, g->hp_ns[2] += tc - tb, g->hp_n++;
-    g->hp_last = tc;
-    if (overlap && n_cpu) /* copies and launches from inside the executor's first pass */
-        hook = (struct issue_hook){g, L, l, T, 0, eids, FT_OK, gate_ready(g, T, l + 1), 0, -1};
-    else if ((st = offload_experts(g, L, l, T, eids)) != FT_OK)
-        return st;
-    int64_t now = ft_time_ns();
-    g->hp_ns[3] += now - g->hp_last, g->hp_last = now;
-    if (g->exec) memset(g->h_cpu_out, 0, (size_t)T * H * sizeof(float)); /* moe_tail adds it */
-    if (n_cpu) { /* the rest on the CPU from the host banks, while the GPU works */
-        int64_t t0 = ft_time_us();
-        for (int i = 0; i < n_cpu; i++) {
-            int p = g->cpu_pairs[i];
-            g->cpu_tok[i] = p / k, g->cpu_ids[i] = h_ids[p], g->cpu_w[i] = g->h_topw[p];
-        }
-        if (hook.g) ft_moe_exec_set_hook(g->exec, issue_hook, &hook);
-        /* FT_KEEPALIVE: polled until the CPU's share ends; at most one poller in flight (a
-         * release is a store of 1, not a count), so a new one only once the last is done */
-        if (g->m_keep && cudaStreamQuery(g->s_keep) == cudaSuccess) {
-            g->h_keep[0] = 0;
-            ft_cuda_gate(g->m_keep, g->s_keep);
-        }
-        int nd = ft_moe_exec_run_pairs(g->exec, g->exec_pool, &m->layers[l].bank[FT_BANK_GATE_UP],
-                                       &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act, g->h_xn,
-                                       g->cpu_tok, g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
-        if (g->m_keep) __atomic_store_n(&g->h_keep[0], 1, __ATOMIC_RELEASE);
-        if (g->m_stamp) /* FT_STEP_TIMING: the CPU's end; a router follows unless this was the last */
-            g->cpu_end_real = ft_time_real_ns(), g->clk_armed = 1, g->clk_gated = hook.tried;
-        if (hook.g && !hook.ran) issue_hook(&hook); /* the executor had no pass to run it in */
-        if (hook.tried) /* the CPU's share is stored: the gated span goes (also on failure) */
-            __atomic_store_n(&g->h_gate[0], 1, __ATOMIC_RELEASE);
-        if (g->m_stamp) { /* FT_STEP_TIMING: when this thread's stores (the release) have drained */
-            __atomic_thread_fence(__ATOMIC_SEQ_CST);
-            g->clk_fenced = ft_time_real_ns();
-        }
-        if (hook.g && hook.st != FT_OK) {
-            if (hook.tried) g->gate_off = 1; /* the gate may be left set */
-            return hook.st;
-        }
-        if (hook.tried) *next = hook.next;
-        ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6);
-        now = ft_time_ns();
-        g->hp_ns[4] += now - g->hp_last, g->hp_last = now, g->hp_cpu++;
-    }
-    return FT_OK;
+    if (g->exec) memset(g->h_cpu_out, 0, (size_t)T * m->hidden * sizeof(float)); /* moe_tail adds it */
+    if (!n_cpu) return FT_OK;
+    st = cpu_experts(g, l, T, n_cpu, g->exec ? &hook : NULL);
+    ft_gpu_probe_phase(g->probe, FT_PH_CPU);
+    return st;
 }
 
 /* Decode-sized steps (T <= 8): GEMV kernels only, each input norm fused into the GEMV that
@@ -1040,20 +765,14 @@ static enum ft_status moe_experts(struct ft_gpu *g, int l, int T, int *next) {
  * every layer. */
 static enum ft_status decode_layers(struct ft_gpu *g, int T) {
     const struct ft_model *m = g->m;
-    g->clk_armed = 0; /* FT_STEP_TIMING: a layer step's clock does not span two steps */
-    if (g->h_gate && g->h_gate[1]) { /* a timed-out gate of a step that failed otherwise */
-        g->h_gate[1] = 0, g->gate_off = 1;
-        ft_log_warn("decode: a gate timed out in an earlier failed step; spans are no longer "
-                    "launched ahead of the CPU");
-    }
     if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, g->s);
     ft_cuda_embed(g->x, g->embed, g->d_ids, T, m->hidden, g->s);
-    prof_mark(g, P_NORM);
-    for (int l0 = 0, next = -1;;) { /* next >= 0: the span from l0 to it was launched */
-        int l = next;
-        enum ft_status st = next >= 0 ? FT_OK : span(g, T, l0, &l, 0);
+    prof_mark(g, FT_OP_NORM);
+    for (int l0 = 0;;) {
+        int l = m->n_layers;
+        enum ft_status st = span(g, T, l0, &l);
         if (st != FT_OK || l >= m->n_layers) return st;
-        if ((st = moe_experts(g, l, T, &next)) != FT_OK) return st;
+        if ((st = moe_experts(g, l, T)) != FT_OK) return st;
         l0 = l + 1;
     }
 }
@@ -1068,45 +787,45 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
     enum ft_status st = FT_OK;
     if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, s);
     ft_cuda_embed(g->x, g->embed, g->d_ids, T, H, s);
-    prof_mark(g, P_NORM);
+    prof_mark(g, FT_OP_NORM);
     for (int l = 0; l < m->n_layers && st == FT_OK; l++) {
         const struct gpu_layer *L = &g->L[l];
         ft_cuda_add_rmsnorm(g->x, l ? g->y : NULL, g->xn, g->xn16, L->attn_norm, T, H, m->rms_eps, s);
-        prof_mark(g, P_NORM);
+        prof_mark(g, FT_OP_NORM);
         st = mm(g, g->q, qd, g->xn, g->xn16, L->wqkv, L->bq, T, qd, H);
-        prof_mark(g, P_QKV);
+        prof_mark(g, FT_OP_QKV);
         if (st == FT_OK) st = mm(g, g->k, kd, g->xn, g->xn16, L->wqkv + (size_t)qd * H, L->bk, T, kd, H);
         if (st == FT_OK) st = mm(g, g->v, kd, g->xn, g->xn16, L->wqkv + (size_t)(qd + kd) * H, L->bv, T, kd, H);
         if (st != FT_OK) break;
-        prof_mark(g, P_KV);
+        prof_mark(g, FT_OP_KV);
         size_t layer_off = (size_t)l * g->o.n_blocks * FT_KV_BLOCK * kd;
         ft_cuda_qk_rope_kv(g->q, g->k, g->v, g->k_cache + layer_off, g->v_cache + layer_off,
                            L->q_norm, L->k_norm, m->rms_eps, g->d_pos, g->inv_freq, m->rope_mscale,
                            g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, m->n_heads,
                            m->n_kv_heads, hd, m->rot_dim, s);
-        prof_mark(g, P_ROPE_KV);
+        prof_mark(g, FT_OP_ROPE_KV);
         ft_cuda_attention_prefill(g->att, g->q, g->k_cache + layer_off, g->v_cache + layer_off,
                                   g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK,
                                   g->d_att_tiles, g->n_att_tiles, m->n_heads, m->n_kv_heads, hd,
                                   1.0f / sqrtf((float)hd), L->window, L->sinks, s);
         ft_cuda_to_bf16(g->att16, g->att, (size_t)T * qd, s);
-        prof_mark(g, P_ATTN);
+        prof_mark(g, FT_OP_ATTN);
         if ((st = mm(g, g->y, H, g->att, g->att16, L->wo, L->bo, T, H, qd)) != FT_OK) break;
-        prof_mark(g, P_OPROJ);
+        prof_mark(g, FT_OP_OPROJ);
         ft_cuda_add_rmsnorm(g->x, g->y, g->xn, g->xn16, L->ffn_norm, T, H, m->rms_eps, s);
-        prof_mark(g, P_NORM);
+        prof_mark(g, FT_OP_NORM);
         if (!L->is_moe) {
             int I = L->I;
             st = mm(g, g->gu, 2 * I, g->xn, g->xn16, L->w_gu, NULL, T, 2 * I, H);
             ft_cuda_silu_mul(g->act, g->gu, T, I, s);
             ft_cuda_to_bf16(g->act16, g->act, (size_t)T * I, s);
             if (st == FT_OK) st = mm(g, g->y, H, g->act, g->act16, L->w_down, NULL, T, H, I);
-            prof_mark(g, P_DENSE);
+            prof_mark(g, FT_OP_DENSE);
             continue;
         }
         if ((st = mm(g, g->router, E, g->xn, g->xn16, L->router, L->router_b, T, E, H)) != FT_OK) break;
         route(g, l, T, g->topk);
-        prof_mark(g, P_ROUTER);
+        prof_mark(g, FT_OP_ROUTER);
         if ((st = moe_prefill(g, L, l, T)) != FT_OK) break;
         if (L->has_shared) {
             int Is = m->shared_inter;
@@ -1116,7 +835,7 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
             if (st == FT_OK) st = mm(g, g->sh, H, g->act, g->act16, L->sh_down, NULL, T, H, Is);
             ft_cuda_gemv(g->score, 1, g->xn, L->sh_score, NULL, T, 1, H, s);
             ft_cuda_sigmoid_scale_add(g->y, g->sh, g->score, T, H, s);
-            prof_mark(g, P_SHARED);
+            prof_mark(g, FT_OP_SHARED);
         }
     }
     return st;
@@ -1136,7 +855,7 @@ static enum ft_status head(struct ft_gpu *g, const int32_t *d_rows, int rows, in
         ft_cuda_rmsnorm(g->xl, g->xl16, g->xl, g->final_norm, rows, H, m->rms_eps, g->s);
         st = mm(g, g->logits, V, g->xl, g->xl16, g->lm_head, NULL, rows, V, H);
     }
-    prof_mark(g, P_HEAD);
+    prof_mark(g, FT_OP_HEAD);
     return st;
 }
 
@@ -1172,7 +891,6 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
                               float *logits, int32_t *top1, const struct ft_draw *draws,
                               double *distinct_out) {
     const struct ft_model *m = g->m;
-    int64_t t_enter = g->step_timing ? ft_time_ns() : 0;
     int T = 0, rows = 0, decode = n_segs <= g->o.max_seqs, max_pos = 1;
     if (n_segs > g->o.max_seqs)
         return ft_fail(FT_ERR_INVALID_ARG, "GPU forward: %d sequences in one step (max %d)", n_segs,
@@ -1206,7 +924,7 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
     }
     double distinct = 0;
     enum ft_status st = FT_OK;
-    int use_graph = decode && g->o.graphs && T <= MAX_GRAPH_T && !g->prof && !g->off;
+    int use_graph = decode && g->o.graphs && T <= MAX_GRAPH_T && !ft_gpu_probe_eager(g->probe) && !g->off;
     /* greedy ids on the device: after the head, unless the lm_head runs in passes (then from
      * the copied logits below) */
     int dev_top1 = top1 && rows <= g->logit_rows && rows > 0, gi = dev_top1 ? (draws ? 2 : 1) : 0;
@@ -1214,18 +932,9 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         memcpy(g->h_draw, draws, (size_t)rows * sizeof *draws);
         cudaMemcpyAsync(g->d_draw, g->h_draw, (size_t)rows * sizeof *draws, cudaMemcpyHostToDevice, s);
     }
-    g->n_ev = 0;
-    g->prof_kind = T > MAX_GRAPH_T;
-    if (g->prof) prof_mark(g, P_NORM); /* step start */
-    int prof_step = g->prof;
-    int timing = g->step_timing && decode && T <= MAX_GRAPH_T;
-    if (timing) cudaEventRecord(g->st_ev[0], s);
+    ft_gpu_probe_step_begin(g->probe, T > MAX_GRAPH_T, decode && T <= MAX_GRAPH_T, s);
     if (use_graph && g->graph[gi][T]) {
         if (cudaGraphLaunch(g->graph[gi][T], s) != cudaSuccess) st = ft_cuda_check("cudaGraphLaunch");
-        /* FT_STEP_TIMING=2: each replay twice, the second queued behind the first: the GPU time
-         * it adds is a replay's own, without the wait for the launch (measuring only) */
-        if (timing && g->step_timing == 2 && cudaGraphLaunch(g->graph[gi][T], s) != cudaSuccess)
-            st = ft_cuda_check("cudaGraphLaunch");
     } else if (use_graph && g->graph_seen[gi][T]) { /* second time at this size: capture, then replay */
         cudaGraph_t graph;
         if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
@@ -1245,9 +954,8 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         st = layers(g, T, max_pos, rows);
         if (st == FT_OK && dev_top1) pick_tokens(g, rows, draws != NULL);
     }
-    if (timing) cudaEventRecord(g->st_ev[1], s);
     if (st != FT_OK) return st;
-    if (prof_step && g->n_ev > 1) prof_collect(g);
+    ft_gpu_probe_step_issued(g->probe, s);
     if (logits && rows > g->logit_rows) { /* all-position logits: lm_head in passes */
         for (int r0 = 0; r0 < rows && st == FT_OK; r0 += g->logit_rows) {
             int n = rows - r0 < g->logit_rows ? rows - r0 : g->logit_rows;
@@ -1260,7 +968,6 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         for (int r = 0; top1 && r < rows; r++) top1[r] = ft_argmax(logits + (size_t)r * m->vocab, m->vocab);
         logits = NULL; /* delivered */
     }
-    int64_t t_issued = timing ? ft_time_ns() : 0;
     if (logits) cudaMemcpyAsync(g->h_logits, g->logits, (size_t)rows * m->vocab * 4, cudaMemcpyDeviceToHost, s);
     if (dev_top1) cudaMemcpyAsync(g->h_top1, g->d_top1, (size_t)rows * 4, cudaMemcpyDeviceToHost, s);
     int small = T <= MAX_GRAPH_T;
@@ -1271,20 +978,10 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         cudaMemcpyAsync(g->h_counts_all, g->d_counts_all, (size_t)m->n_layers * m->n_experts * 4,
                         cudaMemcpyDeviceToHost, s);
     if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("GPU forward");
-    if ((st = gate_check(g)) != FT_OK) return st;
-    int64_t t_synced = timing ? ft_time_ns() : 0;
-    if (g->step_timing && !timing) g->st_last = 0; /* a prefill step between: no caller gap */
+    ft_gpu_probe_step_synced(g->probe);
     if (logits) memcpy(logits, g->h_logits, (size_t)rows * m->vocab * 4);
     if (dev_top1) memcpy(top1, g->h_top1, (size_t)rows * 4);
-    if (timing) {
-        int64_t t_done = ft_time_ns();
-        float ms = 0;
-        cudaEventElapsedTime(&ms, g->st_ev[0], g->st_ev[1]);
-        if (g->st_last) g->st_ns[0] += t_enter - g->st_last, g->st_gaps++;
-        g->st_ns[1] += t_issued - t_enter, g->st_ns[2] += t_synced - t_issued;
-        g->st_ns[3] += t_done - t_synced, g->st_gpu_ms += ms;
-        g->st_n++, g->st_last = t_done;
-    }
+    ft_gpu_probe_step_end(g->probe);
     if (distinct_out && m->n_experts) {
         if (small) { /* count distinct ids per MoE layer from the copied top-k */
             int moe = 0;
@@ -1352,15 +1049,11 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
         free(g);
         return ft_fail(FT_ERR_CUDA, "GPU: cannot create a stream");
     }
-    g->prof = ft_sys_env_int("FT_GPU_PROFILE", 0) > 0;
-    for (int i = 0; g->prof && i < 1024; i++) cudaEventCreate(&g->ev[i]);
-    g->step_timing = ft_sys_env_int("FT_STEP_TIMING", 0);
-    for (int i = 0; g->step_timing && i < 2; i++) cudaEventCreate(&g->st_ev[i]);
-    st = ft_blas_init(&g->blas, g->s);
+    st = ft_gpu_probe_init(&g->probe);
+    if (st == FT_OK) st = ft_blas_init(&g->blas, g->s);
     if (st == FT_OK) st = upload(g);
     if (st == FT_OK) st = alloc_scratch(g);
     if (st == FT_OK && o->offload) {
-        const int mapped = ft_sys_env_int("FT_MAPPED_STAGING", 1) != 0; /* 0: staging by copies */
         size_t headroom = (size_t)256 << 20, left = g->limit > g->used + headroom ? g->limit - g->used - headroom : 0;
         g->d_slots = dalloc(g, (size_t)2 * MAX_GRAPH_T * (m->top_k > 0 ? m->top_k : 1) * 4, &st); /* decode: two lists */
         g->d_slot_of = dalloc(g, (size_t)(m->n_experts > 0 ? m->n_experts : 1) * 4, &st);
@@ -1376,26 +1069,12 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
             g->h_cpu_out = halloc((size_t)MAX_GRAPH_T * H * 4, &st);
             g->h_topw = halloc((size_t)R * 4, &st);
             g->d_cpu_out = dalloc(g, (size_t)MAX_GRAPH_T * H * 4, &st);
-            if (st == FT_OK && mapped) {
+            if (st == FT_OK) {
                 void *p[3] = {NULL, NULL, NULL};
                 if (cudaHostGetDevicePointer(&p[0], g->h_xn, 0) == cudaSuccess &&
                     cudaHostGetDevicePointer(&p[1], g->h_topw, 0) == cudaSuccess &&
                     cudaHostGetDevicePointer(&p[2], g->h_cpu_out, 0) == cudaSuccess)
                     g->m_xn = p[0], g->m_topw = p[1], g->m_cpu_out = p[2];
-                cudaGetLastError();
-            }
-            g->h_gate = halloc(8 * sizeof(int), &st); /* [2..5]: the GPU's times (ft_cuda_gate) */
-            void *gp = NULL;
-            if (st == FT_OK && (g->h_gate[0] = g->h_gate[1] = 0, g->m_cpu_out) &&
-                ft_sys_env_int("FT_SPAN_GATE", 0) && cudaHostGetDevicePointer(&gp, g->h_gate, 0) == cudaSuccess)
-                g->m_gate = gp;
-            cudaGetLastError();
-            if (st == FT_OK && ft_sys_env_int("FT_KEEPALIVE", 0)) {
-                g->h_keep = halloc(8 * sizeof(int), &st);
-                void *kp = NULL;
-                if (st == FT_OK && cudaHostGetDevicePointer(&kp, g->h_keep, 0) == cudaSuccess &&
-                    cudaStreamCreateWithFlags(&g->s_keep, cudaStreamNonBlocking) == cudaSuccess)
-                    g->m_keep = kp;
                 cudaGetLastError();
             }
             g->cpu_pairs = malloc((size_t)R * sizeof *g->cpu_pairs);
@@ -1406,26 +1085,10 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                 st = ft_fail(FT_ERR_OOM, "offload: out of memory");
         }
         void *p = NULL; /* the router's ids straight into host memory, with the rest mapped */
-        if (st == FT_OK && mapped && (!g->exec || g->m_xn) &&
+        if (st == FT_OK && (!g->exec || g->m_xn) &&
             cudaHostGetDevicePointer(&p, g->h_topk_all, 0) == cudaSuccess)
             g->m_topk_all = p;
         cudaGetLastError();
-        g->router_poll = ft_sys_env_int("FT_ROUTER_SPIN", 0) != 0;
-        if (st == FT_OK && g->m_topk_all && (g->router_poll || g->step_timing)) { /* wait_router */
-            g->d_seq = dalloc(g, 2 * sizeof(unsigned), &st);
-            g->h_done = halloc(4 * sizeof(unsigned), &st); /* [2..3]: the GPU's time of the store */
-            p = NULL;
-            if (st == FT_OK && cudaMemset(g->d_seq, 0, 2 * sizeof(unsigned)) == cudaSuccess &&
-                (*g->h_done = 0, cudaHostGetDevicePointer(&p, g->h_done, 0) == cudaSuccess))
-                g->m_done = p;
-            cudaGetLastError();
-        }
-        if (st == FT_OK && g->m_done && g->exec && g->step_timing && clock_calibrate(g, &g->clk_off0, &g->clk_t0, 1)) {
-            g->h_stamp = halloc(32, &st); /* [0..2]: marks of a layer step (CLK_*) */
-            p = NULL;
-            if (st == FT_OK && cudaHostGetDevicePointer(&p, g->h_stamp, 0) == cudaSuccess) g->m_stamp = p;
-            cudaGetLastError();
-        }
     }
     if (st != FT_OK) {
         ft_gpu_free(g);
@@ -1445,29 +1108,8 @@ static void dfree(void *p) {
 
 void ft_gpu_free(struct ft_gpu *g) {
     if (!g) return;
-    if (g->h_keep) __atomic_store_n(&g->h_keep[0], 1, __ATOMIC_RELEASE); /* no poller left waiting */
     cudaDeviceSynchronize();
-    for (int kind = 0; g->prof && kind < 2; kind++) {
-        const double *ms = g->prof_ms[kind];
-        long n = g->prof_steps[kind];
-        double tot = 0;
-        for (int c = 0; c < P_N; c++) tot += ms[c];
-        if (!n || tot <= 0) continue;
-        ft_log_info("GPU %s profile over %ld eager steps: %.3f ms per step",
-                    kind ? "prefill" : "decode", n, tot / n);
-        for (int c = 0; c < P_N; c++)
-            if (ms[c] > 0)
-                ft_log_info("  %-24s %8.3f ms  %5.1f%%", k_prof_names[c], ms[c] / n, 100.0 * ms[c] / tot);
-    }
-    if ((g->prof || g->step_timing) && g->hp_n) /* FT_GPU_PROFILE=1 or FT_STEP_TIMING=1 */
-        ft_log_info("offload decode, host side per layer step (%ld steps, %ld with CPU experts): "
-                    "launches before the router sync %.1f us, waiting for it %.1f, cache lookup "
-                    "and copies %.1f, expert launches %.1f, CPU experts %.1f (%.1f where any)",
-                    g->hp_n, g->hp_cpu, g->hp_ns[0] / 1e3 / g->hp_n, g->hp_ns[1] / 1e3 / g->hp_n,
-                    g->hp_ns[2] / 1e3 / g->hp_n, g->hp_ns[3] / 1e3 / g->hp_n,
-                    g->hp_ns[4] / 1e3 / g->hp_n, g->hp_cpu ? g->hp_ns[4] / 1e3 / g->hp_cpu : 0.0);
-    if (g->clk_n[CLK_SEEN]) clock_report(g);
-    for (int i = 0; g->prof && i < 1024; i++) cudaEventDestroy(g->ev[i]);
+    ft_gpu_probe_free(g->probe); /* its report first */
     if (g->off) {
         struct ft_gpu_offload_stats os;
         ft_offload_get_stats(g->off, &os);
@@ -1479,10 +1121,10 @@ void ft_gpu_free(struct ft_gpu *g) {
     }
     /* the offload buffers exist from before ft_offload_init, which may have failed */
     dfree(g->d_slots), dfree(g->d_slot_of), dfree(g->d_cpu_out), dfree(g->deq), dfree(g->chunk_slot_of);
-    dfree(g->d_zipf_cdf), dfree(g->d_sticky), dfree(g->d_synth_stats), dfree(g->d_seq);
+    dfree(g->d_zipf_cdf), dfree(g->d_sticky), dfree(g->d_synth_stats);
     ft_moe_exec_free(g->exec);
     ft_pool_free(g->exec_pool);
-    void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw, g->h_gate, g->h_done, g->h_stamp, g->h_keep};
+    void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw};
     for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
         if (hp[i]) cudaFreeHost(hp[i]);
     free(g->cpu_pairs), free(g->cpu_tok), free(g->cpu_ids), free(g->cpu_w);
@@ -1492,15 +1134,6 @@ void ft_gpu_free(struct ft_gpu *g) {
     for (size_t i = 0; g->span_graph && i < span_keys(g); i++)
         if (g->span_graph[i]) cudaGraphExecDestroy(g->span_graph[i]);
     free(g->span_graph), free(g->span_seen), free(g->span_end);
-    if (g->step_timing && g->st_n) { /* caller: between two decode steps in a row only */
-        double n = (double)g->st_n;
-        ft_log_info("step timing over %ld decode steps, us each: caller %.1f, issue %.1f, wait %.1f "
-                    "(GPU %.1f), copy-out %.1f", g->st_n, g->st_ns[0] / 1e3 / (g->st_gaps ? g->st_gaps : 1),
-                    g->st_ns[1] / 1e3 / n, g->st_ns[2] / 1e3 / n, g->st_gpu_ms * 1e3 / n,
-                    g->st_ns[3] / 1e3 / n);
-    }
-    for (int i = 0; i < 2; i++)
-        if (g->st_ev[i]) cudaEventDestroy(g->st_ev[i]);
     for (int l = 0; g->L && l < g->m->n_layers; l++) {
         struct gpu_layer *L = &g->L[l];
         void *ps[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->bq, L->bk, L->bv, L->bo,
@@ -1521,12 +1154,10 @@ void ft_gpu_free(struct ft_gpu *g) {
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
         if (hs[i]) cudaFreeHost(hs[i]);
     ft_blas_free(g->blas);
-    if (g->s_keep) cudaStreamDestroy(g->s_keep);
     if (g->s) cudaStreamDestroy(g->s);
     free(g->L);
     free(g);
-    /* an error a teardown call left must not fail the next engine's first check (it did, as
-     * cudaErrorIllegalState, after FT_STEP_TIMING's old event clock) */
+    /* an error a teardown call left must not fail the next engine's first check */
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) ft_log_warn("GPU engine teardown: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
 }

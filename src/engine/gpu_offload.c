@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_ops.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "core/sys.h"
@@ -45,7 +46,6 @@ struct ft_offload {
     int pre_layer, pre_n, pre_buf, pre_b;
     int32_t pre_e[16];
     int timing_pending, t2_pending;
-    int copy_end_at_copies; /* FT_SPLIT_COPY_END=0: a copy sample ends with the copies (before f6f5fe8) */
     uint64_t *sums;                 /* [L][E][2] host checksums (verify != off; else the probe's) */
     const uint8_t **map_gu, **map_dn;/* [L] device pointers of mapped banks, NULL if unregistered */
     int32_t *h_slots;               /* pinned staging [2 max_pairs] */
@@ -160,7 +160,7 @@ static void collect_timing(struct ft_offload *f) {
 }
 
 void ft_offload_decode_done(struct ft_offload *f, cudaStream_t s) {
-    if (!f->timing_pending || f->pf_copying || f->copy_end_at_copies) return;
+    if (!f->timing_pending || f->pf_copying) return;
     cudaEventRecord(f->ev_t2, s);
     f->t2_pending = 1;
 }
@@ -660,7 +660,7 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     ft_platform_detect(&plat); /* the same detection the residency manager and VRAM margin use */
     f->verify = o->verify >= 0 ? o->verify : plat.kind == FT_PLATFORM_WSL2;
 #ifdef FT_TESTING
-    const char *fault = getenv("FT_TEST_COPY_FAULT"); /* "noop:K" or "zero:K" */
+    const char *fault = ft_env_str(FT_ENV_TEST_COPY_FAULT); /* "noop:K" or "zero:K" */
     if (fault && (!strncmp(fault, "noop:", 5) || !strncmp(fault, "zero:", 5))) {
         f->fault_kind = fault[0] == 'n' ? 1 : 2;
         f->fault_at = atoi(fault + 5);
@@ -713,8 +713,6 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     st = ft_split_init(&f->split, (enum ft_moe_mode)o->moe_mode, f->n_layers, c_copy, c_cpu, c_solo, c_fixed);
     if (st != FT_OK) goto fail;
     /* measuring switches (tools/gpu_run.sh splitab): the split as it was before f6f5fe8 */
-    f->split.one_rate = ft_sys_env_int("FT_SPLIT_RATES", 0) == 1;
-    f->copy_end_at_copies = ft_sys_env_int("FT_SPLIT_COPY_END", 1) == 0;
     ft_log_info("offload (%s): %d expert slots (%.2f GiB, %.0f%% of %zu experts); copy paths: DMA "
                 "%.1f GB/s, gather %.1f GB/s -> %s; copy verification %s",
                 ft_moe_mode_name((enum ft_moe_mode)o->moe_mode), f->n_slots,

@@ -339,7 +339,7 @@ INL512 __m512i permt2b512(__m512i a, __m512i idx, __m512i b) {
 }
 
 /* ft_ggml_x32_vbmi: -1 unknown, 0 off, 1 the MXFP4 scales by permutes, 2 the codes' transpose
- * too (FT_X32_VBMI=3, measuring) */
+ * too (slower; kept for the tests' same-bits check) */
 static int g_vbmi = -1;
 
 /* The same with AVX-512BW: pairs to int16 (never saturating, see the header), then int32. */
@@ -407,8 +407,7 @@ struct wchunk512 {
  * b, picked by byte permutes from the chunk's first 256 bytes (z[0..3], 64 each: blocks 0-6,
  * and 7's first two dwords, from z[0..1]; the rest of 7 and blocks 8-14 from z[2..3]) and
  * block 15's 16 code bytes (at s0 + 256) inserted. 16 one-op permutes and blends in place of
- * 16 loads, 12 inserts and 8 unpacks; only with FT_X32_VBMI=3 (slower on the dev VM's Zen 4,
- * not yet measured on Intel, whose shuffle port this sequence relieves). */
+ * 16 loads, 12 inserts and 8 unpacks; only with ft_ggml_x32_vbmi(2) (slower on Zen 4). */
 static const uint8_t k_mx_lo[4][64] = {
     {1, 2, 3, 4, 18, 19, 20, 21, 35, 36, 37, 38, 52, 53, 54, 55, 69, 70, 71, 72, 86, 87, 88, 89, 103, 104, 105, 106, 120, 121, 122, 123, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {5, 6, 7, 8, 22, 23, 24, 25, 39, 40, 41, 42, 56, 57, 58, 59, 73, 74, 75, 76, 90, 91, 92, 93, 107, 108, 109, 110, 124, 125, 126, 127, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
@@ -454,8 +453,7 @@ INL512 void chunk512_lanes(const int f, const int vnni, const uint8_t *const p[1
         /* each 64 bytes of the chunk hold 4 of the scale bytes (at 17 b), picked into the low
          * byte of lanes 0..7 from the first 128 and 8..15 from the next; the bytes between are
          * masked off. In place of the scalar conversions below, stored and loaded back as a
-         * vector: one thread on the dev VM (Zen 4) read 15.7 GB/s against 14.5 from DRAM, 3%
-         * more from the cache (its runs move 10-20%); not yet measured on the H200 host. */
+         * vector (one thread read ~8% faster from DRAM). */
         const __m512i idx = _mm512_set_epi32(127, 110, 93, 76, 59, 42, 25, 8, 119, 102, 85, 68, 51,
                                              34, 17, 0);
         const __m512i lo = permt2b512(z[0], idx, z[1]);
@@ -643,26 +641,13 @@ INL512 void chunk_dot512(const int f, const int vnni, const struct wchunk512 *k,
 
 #define TOK 16 /* tokens whose accumulators live on the stack per pass over a row */
 /* Bytes prefetched ahead in the row stream. The executor runs on every core, where nearer is
- * better: the H200 host (16 threads, bench_exec from DRAM, 2026-11-30, two calls, alternated)
- * read NVFP4 at 83-96 GB/s with 4096 against 72-93 with 16384, MXFP4 75-90 against 55-91
- * (gpt-oss-20b's shape: 89-103 against 83-99); 2048 and 8192 no better. A guided stretch is
- * ~96 KB, so 16 KB ahead leaves its first 16 KB to demand misses and reads past its end. One
- * or four threads: no settled difference (the dev VM's one thread liked 16384 slightly). */
+ * better: 4096 read faster than 16384 from DRAM on 16 cores (2048 and 8192 no better); a guided
+ * stretch is ~96 KB, so far ahead would read past its end. */
 enum { PF_AHEAD = 4096 };
 /* The same, bounded to the call's rows (pf_upto, one token's MXFP4/NVFP4 rows by groups): the
- * stretch's first bytes are fetched at once and nothing past its end, so further ahead pays.
- * The H200 host (16 threads from DRAM, 2026-11-30, two calls, six rounds each, alternated):
- * 8192 bounded read MXFP4 at 95.8 / 102.4 GB/s (mean of the rounds), NVFP4 99.1 / 105.4,
- * gpt-oss-20b's shape 108.1 / 115.7, against 88.9 / 100.9, 93.6 / 102.5, 97.4 / 115.1 with
- * 4096 per row; 4096 bounded in between, 2048 and no prefetch (72.6) below, 16384 no better. */
+ * stretch's first bytes are fetched at once and nothing past its end, so further ahead pays
+ * (8192 bounded beat 4096 per row by 5-10%; 16384 no better). */
 enum { PF_BOUNDED = 8192 };
-/* FT_X32_PF (bytes) overrides both, for measuring on other hosts (an ft_switch); negative: no
- * software prefetch */
-static int pf_ahead(int bounded) {
-    static struct ft_switch sw = FT_SWITCH("FT_X32_PF", 0);
-    int r = ft_sys_switch(&sw);
-    return r > 0 ? r : r < 0 ? 0 : bounded ? PF_BOUNDED : PF_AHEAD;
-}
 
 /* Prefetches the row bytes of blocks c .. c + n - 1, pf bytes further on (pf 0: none). */
 static inline void prefetch_blocks(int f, struct wrow r, int64_t c, int n, int pf) {
@@ -670,7 +655,7 @@ static inline void prefetch_blocks(int f, struct wrow r, int64_t c, int n, int p
     const uint8_t *p = f == X_NVFP4 ? r.p + r.coff + 16 * c : r.p + (size_t)c * fbytes(f);
     const int bytes = n * (f == X_NVFP4 ? 16 : fbytes(f));
     for (int o = 0; o < bytes; o += 64)
-        __builtin_prefetch(p + pf + o, 0, 2); /* prefetcht1: nta, t2 and t0 no better (H200) */
+        __builtin_prefetch(p + pf + o, 0, 2); /* prefetcht1: nta, t2 and t0 no better */
     /* NVFP4 keeps a row's scales apart from its codes: the codes alone, pf on, leave the rows'
      * scale stretches (K/16 bytes each) to demand misses */
     if (f == X_NVFP4) __builtin_prefetch(r.p + 4 + 2 * c + pf, 0, 2);
@@ -694,7 +679,7 @@ INL512 void row512(const int f, const int vnni, struct wrow r, int64_t nb, const
     __m512 acc[TOK], accm[TOK];
     for (int t = 0; t < tn; t++)
         acc[t] = accm[t] = _mm512_setzero_ps();
-    const int pf = pf_ahead(0);
+    const int pf = PF_AHEAD;
     for (int64_t c = 0; c < nb; c += X32_CHUNK) {
         const int cb = nb - c < X32_CHUNK ? (int)(nb - c) : X32_CHUNK;
         prefetch_blocks(f, r, c, cb, pf);
@@ -708,17 +693,9 @@ INL512 void row512(const int f, const int vnni, struct wrow r, int64_t nb, const
             _mm512_reduce_add_ps(acc[t]) + (has_min(f) ? _mm512_reduce_add_ps(accm[t]) : 0.0f);
 }
 
-/* FT_X32_PAIR=0 turns row512_pair off (for measuring; an ft_switch). */
-static int pair_rows(void) {
-    static struct ft_switch sw = FT_SWITCH("FT_X32_PAIR", 1);
-    return ft_sys_switch(&sw) != 0;
-}
-
-/* FT_X32_PAIR_FULL=0: rows of whole chunks one at a time (for measuring; an ft_switch) */
-static int pair_full_rows(void) {
-    static struct ft_switch sw = FT_SWITCH("FT_X32_PAIR_FULL", 1);
-    return ft_sys_switch(&sw) != 0;
-}
+/* Rows go two at a time (row512_pair) for one token when they have whole chunks only or a
+ * short last chunk (at most 8 blocks). */
+static inline int pair_rows(int64_t nb) { return nb % X32_CHUNK ? nb % X32_CHUNK <= 8 : 1; }
 
 /* Two rows' last chunks of tb <= 8 blocks (from block nf) as one chunk (chunk512_pair), their
  * terms added into the lanes row512 adds them to: lanes 0..7 of acc[0] and of acc[1]. */
@@ -746,7 +723,7 @@ INL512 void row512_pair(const int f, const int vnni, struct wrow a, struct wrow 
                         const void *xq, float *ya, float *yb) {
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     __m512 accm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    const int pf = pf_ahead(0);
+    const int pf = PF_AHEAD;
     const int64_t nf = nb & ~(int64_t)(X32_CHUNK - 1);
     const int tb = (int)(nb - nf);
     const struct x32_tok x = x32_tok(xq, nb, 0);
@@ -780,11 +757,8 @@ INL512 __m512i permb512(__m512i idx, __m512i t) {
  * vpermb, whose 6-bit index needs no mask. The token's codes are transposed once per call
  * instead (mxg_x), and the groups' int32 partials summed per block back into row512's lanes:
  * the same integer sums, then the same scale terms in the same lanes, so the same bits as
- * row512 (test_ggml_dot x32_vbmi_same_bits). Measured (bench_exec, 2026-11-30), one thread
- * from L2: the dev VM's Zen 4 19.4-19.8 GB/s against 16.2-16.5 (both formats), the H200 host's
- * Xeon MXFP4 8.6-9.6 against 6.8-8.4; there at 16 threads from the cache MXFP4 +3-5%, NVFP4
- * +10%, from DRAM +1-5% (its DRAM and per-core speed, not these kernels, bound the rest).
- * FT_X32_MXG=0 turns it off. */
+ * row512 (test_ggml_dot x32_vbmi_same_bits). One core reads ~15-20% faster than through the
+ * transpose; on 16 cores DRAM bounds the gain to a few percent. */
 enum { MXG_MAX_NB = 256 }; /* rows of up to 8,192 elements (the token's transposed codes on the stack) */
 
 /* The token's codes of full chunk c (x32 layout: row kk = dword kk of each of 16 blocks) as
@@ -891,15 +865,13 @@ INL512 void chunk512_nvg(const struct mxg_k *k, struct wrow r, const __m512i *xc
 /* Prefetch bounded to one call's rows, the contiguous bytes [next, end) of a stretch: every
  * line up to pf bytes past where the kernel is, none past the stretch's end, and the stretch's
  * first pf bytes at once (prefetch_blocks runs pf ahead of each row, so past the stretch's end,
- * and leaves its first pf bytes to demand misses). FT_X32_PFB=0: prefetch_blocks instead. */
+ * and leaves its first pf bytes to demand misses). */
 struct pf_cur {
     uintptr_t next, end;
 };
 
-/* Every line: one line in two or four, leaving the rest to the hardware, read MXFP4 at 85 and
- * 76 GB/s against 96 on the H200 host (and half as fast on the dev VM's Zen 4). Carrying on
- * into the stretch the worker claims next (claimed one ahead, hinted by the executor) gained
- * nothing there: MXFP4 95.8, NVFP4 95.7 GB/s against 97.6, 102.8 without (eight rounds). */
+/* Every line (one line in two or four, leaving the rest to the hardware, read 10-20% slower;
+ * prefetching into the worker's next stretch gained nothing). */
 INL512 void pf_upto(struct pf_cur *q, const uint8_t *at) {
     const uintptr_t t = (uintptr_t)at < q->end ? (uintptr_t)at : q->end;
     for (; q->next < t; q->next += 64) __builtin_prefetch((const void *)q->next, 0, 2);
@@ -908,11 +880,6 @@ INL512 void pf_upto(struct pf_cur *q, const uint8_t *at) {
 /* Where full chunk c of row r ends (the groups' formats) */
 INL512 const uint8_t *chunk_end(const int f, struct wrow r, int64_t c) {
     return f == X_NVFP4 ? r.p + r.coff + 16 * (c + X32_CHUNK) : r.p + 17 * (c + X32_CHUNK);
-}
-
-static int pf_bounded(void) {
-    static struct ft_switch sw = FT_SWITCH("FT_X32_PFB", 1);
-    return ft_sys_switch(&sw) != 0;
 }
 
 /* acc += full chunk c of row r by groups (xc: the token's codes of that chunk, mxg_x) */
@@ -970,45 +937,8 @@ INL512 void row512_mxg_pair(const int f, const struct mxg_k *k, struct wrow a, s
     *yb = _mm512_reduce_add_ps(acc[1]);
 }
 
-/* FT_X32_MXG=0 turns row512_mxg off (for measuring; an ft_switch) */
-static int mxg_rows(void) {
-    static struct ft_switch sw = FT_SWITCH("FT_X32_MXG", 1);
-    return ft_sys_switch(&sw) != 0;
-}
-
-/* FT_X32_DRY=1 (measuring only, wrong results): rows512_mxg reads its rows with the same
- * prefetch and computes nothing, so bench_exec shows what the access pattern and the executor's
- * scheduling alone reach. The H200 host (16 threads, 2026-11-30, five rounds): dry 128 / 126
- * GB/s (MXFP4 / NVFP4 shapes; 108 / 112 without prefetch) against 117 / 121 computing, the DRAM
- * probe 115-184: the kernels cost ~10%, the steps the rest. Not the one stream per core: the
- * call's bytes read as 2, 4, 8 interleaved streams (256 bytes from each in turn) read 110, 105,
- * 97 GB/s against 112 (MXFP4 shape, five rounds, another instance). */
-static int dry_rows(void) {
-    static struct ft_switch sw = FT_SWITCH("FT_X32_DRY", 0);
-    return ft_sys_switch(&sw) != 0;
-}
-
-INL512 void rows512_dry(const uint8_t *w, size_t rb, int n_rows, int pf, float *y) {
-    struct pf_cur q = {(uintptr_t)w & ~(uintptr_t)63, (uintptr_t)(w + (size_t)n_rows * rb)};
-    pf_upto(&q, w + pf);
-    for (int r = 0; r < n_rows; r++) {
-        const uint8_t *p = w + (size_t)r * rb;
-        __m512i a = _mm512_setzero_si512();
-        size_t o = 0;
-        for (; o + 64 <= rb; o += 64) {
-            if (!(o & 255)) pf_upto(&q, p + o + 256 + pf);
-            a = _mm512_xor_si512(a, _mm512_loadu_si512((const void *)(p + o)));
-        }
-        y[r] = (float)_mm512_reduce_add_epi32(_mm512_and_si512(a, _mm512_set1_epi32(1)));
-    }
-}
-
 INL512 void rows512_mxg(const int f, const uint8_t *w, size_t rb, size_t coff, int n_rows,
                         int64_t nb, const void *xq, float *y) {
-    if (dry_rows()) {
-        rows512_dry(w, rb, n_rows, pf_ahead(1), y);
-        return;
-    }
     _Alignas(64) __m512i xg[MXG_MAX_NB / X32_CHUNK * 8];
     const struct x32_tok x = x32_tok(xq, nb, 0);
     const int64_t nf = nb & ~(int64_t)(X32_CHUNK - 1);
@@ -1023,12 +953,12 @@ INL512 void rows512_mxg(const int f, const uint8_t *w, size_t rb, size_t coff, i
     };
     for (int g = 0; g < 4; g++)
         k.idx[g] = _mm512_add_epi8(_mm512_load_si512((const void *)ib), _mm512_set1_epi8((char)(4 * g)));
-    const int bounded = pf_bounded(), pf = pf_ahead(bounded);
+    const int pf = PF_BOUNDED;
     struct pf_cur cur = {(uintptr_t)w & ~(uintptr_t)63, (uintptr_t)(w + (size_t)n_rows * rb)};
-    struct pf_cur *q = pf && bounded ? &cur : NULL;
-    if (q) pf_upto(q, w + pf);
+    struct pf_cur *q = &cur;
+    pf_upto(q, w + pf);
     int r = 0;
-    if (nb % X32_CHUNK ? nb % X32_CHUNK <= 8 && pair_rows() : pair_full_rows())
+    if (pair_rows(nb))
         for (; r + 1 < n_rows; r += 2)
             row512_mxg_pair(f, &k, (struct wrow){w + r * rb, coff}, (struct wrow){w + (r + 1) * rb, coff}, nb,
                             xg, x, pf, q, y + r, y + r + 1);
@@ -1252,7 +1182,7 @@ INL256 void row256(const int f, struct wrow r, int64_t nb, const void *xq, int t
     __m256 acc[TOK], accm[TOK];
     for (int t = 0; t < tn; t++)
         acc[t] = accm[t] = _mm256_setzero_ps();
-    const int pf = pf_ahead(0);
+    const int pf = PF_AHEAD;
     for (int64_t c = 0; c < nb; c += X32_CHUNK) {
         const int cb = nb - c < X32_CHUNK ? (int)(nb - c) : X32_CHUNK;
         prefetch_blocks(f, r, c, cb, pf);
@@ -1286,9 +1216,9 @@ INL256 void row256(const int f, struct wrow r, int64_t nb, const void *xq, int t
             call(row, nb, xq, t0, T - t0 < TOK ? T - t0 : TOK, y + r, ldy);                        \
     }
 /* The AVX-512 tiers: for one token, rows two at a time through row512_pair where it applies:
- * rows with a short last chunk, and (FT_X32_PAIR_FULL, default 1) rows of whole chunks. */
+ * rows with a short last chunk, and rows of whole chunks. */
 #define ROWS_BODY512(call, pair)                                                                   \
-    if (T == 1 && (nb % X32_CHUNK ? nb % X32_CHUNK <= 8 && pair_rows() : pair_full_rows())) {      \
+    if (T == 1 && pair_rows(nb)) {                                                                 \
         int r = 0;                                                                                 \
         for (; r + 1 < n_rows; r += 2)                                                             \
             pair((struct wrow){w + r * rb, coff}, (struct wrow){w + (r + 1) * rb, coff}, nb, xq,   \
@@ -1372,10 +1302,7 @@ int ft_ggml_x32_vbmi(int use) {
 #if defined(__x86_64__) || defined(__i386__)
     if (h < 0) __atomic_store_n(&has, h = __builtin_cpu_supports("avx512vbmi") ? 1 : 0, __ATOMIC_RELAXED);
     if (use < 0 && __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) < 0) {
-        /* FT_X32_VBMI=0: off; 3: the codes' transpose by permutes too (for measuring: on the
-         * dev VM's Zen 4 it ran 14.4-15.0 GB/s against 15.9-16.1 with the scales' alone) */
-        const int env = ft_sys_env_int("FT_X32_VBMI", 1);
-        use = env == 3 ? 2 : env != 0;
+        use = 1; /* 2 (the codes' transpose by permutes too) ran slower; tests compare both */
     }
     if (use >= 0) __atomic_store_n(&g_vbmi, h ? use : 0, __ATOMIC_RELAXED);
     return __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED);
@@ -1392,7 +1319,7 @@ static void rows_x32(int f, const uint8_t *w, size_t rb, size_t coff, int n_rows
     if (isa >= FT_ISA_AVX512) {
         if (__atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) < 0) ft_ggml_x32_vbmi(-1);
         if ((f == X_MXFP4 || f == X_NVFP4) && T == 1 && nb <= MXG_MAX_NB && nb >= X32_CHUNK &&
-            __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) > 0 && ft_ggml_x32_vnni(-1) && mxg_rows()) {
+            __atomic_load_n(&g_vbmi, __ATOMIC_RELAXED) > 0 && ft_ggml_x32_vnni(-1)) {
             (f == X_NVFP4 ? rows512_mxg_nv : rows512_mxg_mx)(w, rb, coff, n_rows, nb, xq, y);
             return;
         }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/utsname.h>
 
+#include "core/env.h"
 #include "core/log.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -39,7 +40,7 @@ void ft_platform_detect(struct ft_platform *out) {
     struct utsname u;
     if (uname(&u) == 0) snprintf(out->kernel, sizeof out->kernel, "%s", u.release);
 #ifdef FT_TESTING
-    const char *fake = getenv("FT_TEST_KERNEL_RELEASE");
+    const char *fake = ft_env_str(FT_ENV_TEST_KERNEL_RELEASE);
     if (fake && *fake) {
         out->faked = 1;
         if (fake[0] == '/') {

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "core/sys.h"
@@ -308,7 +309,7 @@ enum ft_status ft_pin_budget_init(struct ft_pin_budget *b, const struct ft_platf
     memset(b, 0, sizeof *b);
     b->limit_bytes = FT_PIN_UNLIMITED;
     b->source = FT_PIN_SRC_UNCAPPED;
-    const char *env = o->env ? o->env : getenv("FREETOKEN_PIN_BUDGET_GB");
+    const char *env = o->env ? o->env : ft_env_str(FT_ENV_PIN_BUDGET_GB);
     enum ft_status st = FT_OK;
     if (o->flag) {
         FT_TRY(ft_parse_size(o->flag, "--pin-budget", &b->limit_bytes));

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "core/sys.h"
 
@@ -23,7 +24,7 @@ static void sanitize(const char *in, char *out, size_t cap) {
 }
 
 static void cache_dir(char *buf, size_t cap) {
-    const char *e = getenv("FREETOKEN_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    const char *e = ft_env_str(FT_ENV_CACHE), *x = ft_env_str(FT_ENV_XDG_CACHE_HOME), *h = ft_env_str(FT_ENV_HOME);
     if (e && *e) snprintf(buf, cap, "%s", e);
     else if (x && *x) snprintf(buf, cap, "%s/freetoken", x);
     else snprintf(buf, cap, "%s/.cache/freetoken", h && *h ? h : "/tmp");

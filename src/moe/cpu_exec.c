@@ -1,13 +1,11 @@
 /* cpu_exec.c — CPU expert executor: groups the step's (token, expert) pairs by expert, rounds
- * each token's input once, then four pool jobs: the gate/up pass and the down pass, whose rows
- * are claimed in guided stretches through an atomic cursor, and between and after them the
- * activation and the weighted combine, split over rows and columns. Fused (the default;
- * FT_EXEC_FUSED=0 or ft_moe_exec_set_fused for the four jobs): one pool job, the two passes'
- * rows on one cursor, each expert's activation run by the worker that finishes its gate/up
- * rows and its down rows waiting only for that, the combine after the last down row. On the
- * H200 host's 16 cores (2026-11-30, bench_exec, two alternations) a step took 228-236 us
- * against 251-271 for MXFP4, 244-252 against 257-339 for NVFP4, 572-586 against 586-604 for
- * bf16, and hybrid decode at 30G was 3% faster. Engine thread only. */
+ * each token's input once, then runs the gate/up pass and the down pass, whose rows are
+ * claimed in guided stretches through an atomic cursor, with the activation between them and
+ * the weighted combine after. Fused (the default; ft_moe_exec_set_fused(x, 0) gives four
+ * separate pool jobs): one pool job, the two passes' rows on one cursor, each expert's
+ * activation run by the worker that finishes its gate/up rows and its down rows waiting only
+ * for that, the combine after the last down row (no barrier between the passes: a step about
+ * 5-10% shorter, bench/RESULTS.md). Engine thread only. */
 #include "moe/cpu_exec.h"
 
 #include <sched.h>
@@ -25,24 +23,13 @@
  * claimed through an atomic cursor in chunks of what is left / (2 x workers), never fewer than
  * about TILE_BYTES of weights. The first claims give every worker a long contiguous stretch
  * (the hardware prefetcher and the kernels' prefetch run ahead undisturbed); the shrinking
- * tail keeps workers finishing together (the pass ends at a barrier).
- * On the H200 host (16 threads, MXFP4, 2026-11-30) fixed 32 KB tiles read 75-79 GB/s in the
- * gate/up pass, 128 KB tiles 95 GB/s but with workers idle at the end (mean busy 126 us of
- * 139). FT_EXEC_TILE_KB overrides TILE_BYTES; FT_EXEC_GUIDE=0 hands out fixed tiles (for
- * measuring). */
+ * tail keeps workers finishing together (the pass ends at a barrier). Fixed 32 KB tiles read
+ * about a fifth slower; fixed 128 KB tiles left workers idle at the end. */
 enum { TILE_BYTES = 32 << 10, TILE_MIN = 8, TILE_MAX = 512 };
 
 static int min_rows(size_t row_bytes) {
-    static struct ft_switch sw = FT_SWITCH("FT_EXEC_TILE_KB", 0);
-    const int kb = FT_MAX(ft_sys_switch(&sw), 0);
-    size_t target = kb > 0 ? (size_t)kb << 10 : TILE_BYTES;
-    int t = (int)(target / (row_bytes ? row_bytes : 1));
+    int t = (int)(TILE_BYTES / (row_bytes ? row_bytes : 1));
     return t < TILE_MIN ? TILE_MIN : t > TILE_MAX ? TILE_MAX : t;
-}
-
-static int guided(void) {
-    static struct ft_switch sw = FT_SWITCH("FT_EXEC_GUIDE", 1);
-    return ft_sys_switch(&sw) != 0;
 }
 
 struct ft_moe_exec {
@@ -91,7 +78,7 @@ struct pass {
     float *out;       /* [rows, N] */
     void (*hook)(void *); /* run by worker 0 before it claims rows (the others start at once) */
     void *hook_ctx;
-    int K, N, chunk_min, parts; /* parts: 2 x workers (guided), 0: fixed chunk_min tiles */
+    int K, N, chunk_min, parts; /* parts: 2 x workers */
     long total;       /* n_active * N rows */
     atomic_long next;
     atomic_int tasks;
@@ -106,15 +93,15 @@ static void pass_init(struct pass *p, struct ft_moe_exec *x, const struct ft_ban
     *p = (struct pass){.x = x, .bank = bank, .in = in, .xq = xq, .xq_bytes = xq_bytes, .out = out,
                        .K = bank->cols, .N = bank->rows};
     p->chunk_min = min_rows(ft_dtype_row_bytes(bank->schema->dtype, p->K));
-    p->parts = guided() ? 2 * workers : 0;
+    p->parts = 2 * workers;
     p->total = (long)n_active * p->N;
     atomic_init(&p->next, 0);
     atomic_init(&p->tasks, 0);
 }
 
-/* The next stretch's rows when rem of the pass are left (> 0): guided, or fixed tiles. */
+/* The next stretch's rows when rem of the pass are left (> 0). */
 static long stretch(const struct pass *p, long rem) {
-    long c = p->parts ? rem / p->parts : 0;
+    long c = rem / p->parts;
     c = c < p->chunk_min ? p->chunk_min : (c + 7) & ~7L;
     return c > rem ? rem : c;
 }
@@ -447,7 +434,7 @@ enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int to
     x->xqd = malloc(R * 2 * (size_t)I);
     x->done1 = malloc((size_t)n_experts * sizeof *x->done1);
     x->ready = malloc((size_t)n_experts * sizeof *x->ready);
-    x->fused = ft_sys_env_int("FT_EXEC_FUSED", 1) != 0;
+    x->fused = 1;
     x->xqt = malloc((size_t)max_tokens * 2 * (size_t)H);
     if (!x->xq || !x->xqd || !x->done1 || !x->ready || !x->xqt || !x->count || !x->offset || !x->active || !x->row_token ||
         !x->row_e || !x->row_w || !x->xg || !x->gu || !x->act || !x->y) {

@@ -15,7 +15,6 @@ enum ft_status ft_split_init(struct ft_split *s, enum ft_moe_mode mode, int n_la
     s->mode = mode;
     s->n_layers = n_layers;
     s->alpha = 0.1;
-    s->one_rate = 0;
     s->layer = calloc((size_t)n_layers, sizeof *s->layer);
     if (!s->layer) return ft_fail(FT_ERR_OOM, "split policy: out of memory");
     for (int l = 0; l < n_layers; l++)
@@ -58,7 +57,7 @@ int ft_split_fetch_count(struct ft_split *s, int layer, int m) {
     struct ft_split_costs *c = &s->layer[layer];
     double x = (m * c->cpu_s + c->cpu_fixed_s) / (c->copy_s + c->cpu_s);
     int best = 0, lo = (int)floor(x) - 1, hi = (int)ceil(x) + 1;
-    double best_t = m * (s->one_rate ? c->cpu_s : c->cpu_solo_s) + c->cpu_fixed_s; /* F = 0 */
+    double best_t = m * c->cpu_solo_s + c->cpu_fixed_s; /* F = 0 */
     lo = lo < 1 ? 1 : lo > m ? m : lo; /* the crossing may lie outside [1, m] */
     hi = hi < 1 ? 1 : hi > m ? m : hi;
     for (int f = lo; f <= hi; f++) {
@@ -69,7 +68,7 @@ int ft_split_fetch_count(struct ft_split *s, int layer, int m) {
      * estimate can come back down after a slow spell (otherwise nothing would ever sample it);
      * likewise the CPU alone after 64 calls that split */
     c->unused = best == m || best == 0 ? c->unused + 1 : 0;
-    c->fetching = best > 0 && best < m && !s->one_rate ? c->fetching + 1 : 0;
+    c->fetching = best > 0 && best < m ? c->fetching + 1 : 0;
     if (c->unused >= 64) {
         c->unused = 0;
         return best == m ? m - 1 : 1;
@@ -84,17 +83,15 @@ int ft_split_fetch_count(struct ft_split *s, int layer, int m) {
 void ft_split_observe_copy(struct ft_split *s, int layer, int n, double seconds) {
     struct ft_split_costs *c = &s->layer[layer];
     if (n <= 0 || seconds <= 0) return;
-    ewma(&c->copy_s, seconds / n, s->alpha, s->one_rate ? 8 : c->samples_copy);
+    ewma(&c->copy_s, seconds / n, s->alpha, c->samples_copy);
     c->samples_copy++;
 }
 
 void ft_split_observe_cpu(struct ft_split *s, int layer, int n, double seconds, int beside_copies) {
     struct ft_split_costs *c = &s->layer[layer];
     if (n <= 0 || seconds <= 0) return;
-    if (s->one_rate) beside_copies = 1;
     long *k = beside_copies ? &c->samples_cpu : &c->samples_solo;
     /* the fixed part stays; the rest is per expert */
-    ewma(beside_copies ? &c->cpu_s : &c->cpu_solo_s, (seconds - c->cpu_fixed_s) / n, s->alpha,
-         s->one_rate ? 8 : *k);
+    ewma(beside_copies ? &c->cpu_s : &c->cpu_solo_s, (seconds - c->cpu_fixed_s) / n, s->alpha, *k);
     (*k)++;
 }

@@ -33,9 +33,6 @@ struct ft_split {
     int n_layers;
     struct ft_split_costs *layer; /* [n_layers] */
     double alpha;                 /* running-average weight of a new sample (0.1) */
-    int one_rate; /* measuring switch (FT_SPLIT_RATES=1): the split before f6f5fe8, one CPU rate
-                   * for every sample and for F = 0, no forced F = 0 calls, no warm-up, for an
-                   * A/B of the two in one process (tools/gpu_run.sh splitab) */
 };
 
 /* copy_s / cpu_s / cpu_solo_s: initial guesses per expert (e.g. bytes / PCIe and bytes / DRAM

@@ -69,13 +69,6 @@ INL512 __m512 ld512m(const void *w, int i, enum ft_dtype wt, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* FT_BF16_PF=0: decode's 8-row tiles (bf16/f16/f32 weights) without the next tile's
- * prefetch (for measuring; an ft_switch) */
-static int bf_prefetch(void) {
-    static struct ft_switch sw = FT_SWITCH("FT_BF16_PF", 1);
-    return ft_sys_switch(&sw) != 0;
-}
-
 /* The accumulators of a tile are named variables, not an array: clang keeps an array of
  * vectors on the stack when the nested loops are not fully unrolled, which cost 3x in GEMM.
  * a<r><j>: row r, token j; 8 x 1 (decode) or 4 x 4 (prefill); unused ones are optimised out. */
@@ -129,7 +122,7 @@ INL512 void tile512(float *y, int ldy, const float *x, int ldx, const void *w, e
 INL512 void rows512(float *y, int ldy, const float *x, int ldx, const void *w, enum ft_dtype wt,
                     int T, int n0, int n1, int K) {
     int n = n0;
-    const int pf = bf_prefetch();
+    const int pf = 1; /* decode's 8-row tiles prefetch the next tile */
     if (T == 1) /* the next tile prefetched where it is this stretch's */
         for (; n + 8 <= n1; n += 8)
             tile512(y, ldy, x, ldx, w, wt, K, n, 0, 8, 1, pf && n + 16 <= n1);
@@ -211,7 +204,7 @@ INLBF void tilebf(float *y, int ldy, const uint16_t *x, const uint16_t *w, int K
 TBF static void rowsbf(float *y, int ldy, const uint16_t *x, const uint16_t *w, int T, int n0,
                       int n1, int K) {
     int n = n0;
-    const int pf = bf_prefetch();
+    const int pf = 1; /* decode's 8-row tiles prefetch the next tile */
     if (T == 1) /* the next tile prefetched where it is this stretch's */
         for (; n + 8 <= n1; n += 8)
             tilebf(y, ldy, x, w, K, n, 0, 8, 1, pf && n + 16 <= n1);
@@ -352,7 +345,7 @@ INL256 void tile256(float *y, int ldy, const float *x, int ldx, const void *w, e
 INL256 void rows256(float *y, int ldy, const float *x, int ldx, const void *w, enum ft_dtype wt,
                     int T, int n0, int n1, int K) {
     int n = n0;
-    const int pf = T == 1 && bf_prefetch();
+    const int pf = T == 1;
     for (; n + 4 <= n1; n += 4) {
         int t = 0;
         for (; t + 2 <= T; t += 2)

@@ -10,7 +10,6 @@
 
 #include "backend/cuda/cuda_ops.h"
 extern "C" {
-#include "core/sys.h"
 }
 
 using namespace nvcuda;
@@ -22,15 +21,15 @@ __global__ void moe_count_kernel(int32_t *counts, const int32_t *ids, int R) {
 
 #define MG_TM 32 /* the smallest row tile (the tile list's bound is R / MG_TM + E) */
 
-/* Rows (tokens) per tile of the grouped GEMM: 32 (the default), or 64 (FT_MOE_TM=64, or
- * ft_cuda_moe_set_tile_rows): an expert with 33-64 rows then reads its weights once, not twice
- * (at pp512, ~32 rows per expert, spread). The sort's tile list and the GEMM use the same. */
+/* Rows (tokens) per tile of the grouped GEMM: 32, or 64 (ft_cuda_moe_set_tile_rows; the tests
+ * run both): with 64 an expert with 33-64 rows reads its weights once, not twice, but at pp512
+ * (~32 rows per expert) 32 was no slower. The sort's tile list and the GEMM use the same. */
 static int g_tile_rows;
 
 extern "C" void ft_cuda_moe_set_tile_rows(int tm) { g_tile_rows = tm == 64 || tm == 32 ? tm : 0; }
 
 static int moe_tile_rows(void) {
-    if (!g_tile_rows) g_tile_rows = ft_sys_env_int("FT_MOE_TM", 32) == 64 ? 64 : 32;
+    if (!g_tile_rows) g_tile_rows = 32;
     return g_tile_rows;
 }
 

@@ -15,7 +15,6 @@
 
 #include "backend/cuda/cuda_ops.h"
 extern "C" {
-#include "core/sys.h"
 }
 #include "core/status.h"
 #include "engine/sample.h"
@@ -99,7 +98,7 @@ static int pdl_on(void) {
         int dev = 0, major = 0;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-        on = major >= 9 && ft_sys_env_int("FT_PDL", 1) != 0;
+        on = major >= 9;
     }
     return on;
 }
@@ -885,21 +884,13 @@ __global__ void gemv_splitk_kernel(struct ft_cuda_gemv_args a) {
 }
 
 /* The most rows a GEMV takes the block-per-row kernel for: the router (128) and o_proj (2048 rows
- * of 4096: a warp a row gave 256 blocks, 2 an SM). Measured 2026-11-30, alternated: tg128 on 12
- * layers 829 / 831 tok/s against 818 / 814 at 512 rows; at 8192 (qkv's 5120 rows too) 814 / 810. */
+ * of 4096: a warp a row gave 256 blocks, 2 an SM); 512 and 8192 were measured slower. */
 #define SPLITK_MAX_N 2048
-
-/* FT_GEMV_SPLITK=0 keeps every GEMV on one warp per row (A/B runs) */
-static int splitk_on(void) {
-    static int on = -1;
-    if (on < 0) on = ft_sys_env_int("FT_GEMV_SPLITK", 1) != 0;
-    return on;
-}
 
 extern "C" void ft_cuda_gemv_ex(const struct ft_cuda_gemv_args *args, cudaStream_t s) {
     dim3 grid(cdiv(args->N, GEMV_WARPS));
     int th = GEMV_WARPS * WARP;
-    const int splitk = args->N <= SPLITK_MAX_N && args->K % 8 == 0 && splitk_on();
+    const int splitk = args->N <= SPLITK_MAX_N && args->K % 8 == 0;
     for (int t0 = 0; t0 < args->T; t0 += 8) { /* 8 tokens per launch */
         struct ft_cuda_gemv_args a = *args;
         a.T = args->T - t0 < 8 ? args->T - t0 : 8;
