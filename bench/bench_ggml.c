@@ -24,6 +24,7 @@
 #include "core/sys.h"
 #include "core/threadpool.h"
 #include "core/timer.h"
+#include "backend/cpu/ggml_dot.h"
 #include "format/ggml_quant.h"
 #include "format/quant.h"
 

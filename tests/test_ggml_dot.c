@@ -19,6 +19,7 @@
 #include "backend/cpu/ops.h"
 #include "core/rng.h"
 #include "format/fp_formats.h"
+#include "backend/cpu/ggml_dot.h"
 #include "format/ggml_quant.h"
 #include "format/quant.h"
 #include "test.h"
@@ -106,7 +107,7 @@ TEST(dequant_every_tier_bit_exact) {
             EXPECT_OK(ft_ggml_dequant_row(type, w, ref, n));
             for (int a = 1; a < nt; a++) {
                 ft_cpu_set_isa(ts[a]);
-                EXPECT_OK(ft_ggml_dequant_row(type, w, got, n));
+                EXPECT_OK(ft_cpu_ggml_dequant_row(type, w, got, n));
                 int64_t bad = 0;
                 for (int64_t i = 0; i < n; i++)
                     bad += !same_float(got[i], ref[i]);

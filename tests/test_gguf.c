@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backend/cpu/ggml_dot.h"
 #include "backend/cpu/ops.h"
 #include "core/file.h"
 #include "core/status.h"

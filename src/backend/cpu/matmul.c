@@ -1,5 +1,5 @@
 /* matmul.c — y = x · w^T with fp32 activations and F32/F16/BF16 weights read in place (GGML
- * block formats go to format/ggml_quant.c's row dots).
+ * block formats go to ggml_dot.c's row dots).
  * ft_cpu_matmul_rows is the kernel everything else (dense layers, the MoE CPU executor) runs:
  * rows are processed in tiles of 4; for each tile the token blocks are looped inside, so the
  * tile's weight rows stay in L1/L2 while x streams past, and each weight vector is loaded and
@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "core/sys.h"
 #include "format/fp_formats.h"
+#include "backend/cpu/ggml_dot.h"
 #include "format/ggml_quant.h"
 
 #if defined(__x86_64__) || defined(__i386__)

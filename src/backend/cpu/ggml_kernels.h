@@ -1,13 +1,15 @@
-/* ggml_kernels.h — internal to format/: what ggml_quant.c (the scalar reference and the
- * driver behind ft_ggml_dequant_row / ft_ggml_dot_row / ft_ggml_dot_rows) shares with
- * ggml_simd.c (the AVX2 and AVX-512 tiers): the per-tier kernel table and the small scalar
- * pieces of block decoding every tier uses. Pure functions: any thread. */
-#ifndef FT_FORMAT_GGML_KERNELS_H
-#define FT_FORMAT_GGML_KERNELS_H
+/* ggml_kernels.h — internal to backend/cpu: what ggml_dot.c (the driver behind
+ * ft_cpu_ggml_dequant_row / ft_ggml_dot_row / ft_ggml_dot_rows) shares with ggml_simd.c,
+ * ggml_x8.c and ggml_x32.c (the AVX2 and AVX-512 tiers): the per-tier kernel table and the
+ * scalar helpers they use (the block layouts' own are in format/ggml_quant.h). Pure
+ * functions: any thread. */
+#ifndef FT_BACKEND_CPU_GGML_KERNELS_H
+#define FT_BACKEND_CPU_GGML_KERNELS_H
 
 #include <stdint.h>
 #include <string.h>
 
+#include "backend/cpu/ggml_dot.h"
 #include "format/ggml_quant.h"
 
 /* Lanes of one dot-product accumulator in memory: an AVX-512 register (AVX2 uses the first
@@ -49,11 +51,6 @@ static inline int32_t ft_ggml_round_even(float f) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
-/* The little-endian 16 bits at p. */
-static inline uint16_t ft_ggml_rd16(const uint8_t *p) {
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
@@ -65,34 +62,5 @@ static inline __attribute__((always_inline, target("f16c"))) float ft_ggml_f16c(
     return _cvtsh_ss(ft_ggml_rd16(p));
 }
 #endif
-
-/* E8M0 exponent byte -> 2^(e-127) / 2 (GGML's ggml_e8m0_to_fp32_half: the E2M1 table below
- * holds doubled values). */
-static inline float ft_ggml_e8m0_half(uint8_t e) {
-    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-/* MXFP4's E2M1 code -> twice its value (kvalues_mxfp4); Q4_0's code -> code - 8. Both are
- * "a 16-entry table times the block scale", which is how the vector tiers decode them. */
-extern const int8_t ft_ggml_lut_mxfp4[16];
-extern const int8_t ft_ggml_lut_q4_0[16];
-
-/* The packed 6-bit scales and mins of a Q4_K / Q5_K block (12 bytes at q) as 16 bytes:
- * out[j] = scale of sub-block j, out[8 + j] = its min (GGML's get_scale_min_k4 for j = 0..7,
- * unpacked four at a time as in ggml-cpu's quants.c). */
-static inline void ft_ggml_k4_scales(const uint8_t *q, uint8_t out[16]) {
-    uint32_t u[4];
-    memcpy(u, q, 12);
-    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
-    u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4); /* mins 4..7 */
-    const uint32_t mins = u[1] & m6;                       /* mins 0..3 */
-    u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);        /* scales 4..7 */
-    u[2] = mins;
-    u[0] &= m6; /* scales 0..3 */
-    memcpy(out, u, 16);
-}
 
 #endif

@@ -12,7 +12,7 @@
  *   (Q6_K: d dx (sum_j sc_j sum_{i in j} q_i c_i - 32 sum_j sc_j csum_j))
  * where the integer sums are exact and only the per-block products and the sum over blocks
  * are rounded (f32). */
-#include "format/ggml_kernels.h"
+#include "backend/cpu/ggml_kernels.h"
 
 #include <math.h>
 

@@ -26,7 +26,7 @@
  * the 8 multiply-adds of a chunk accumulate every int32 lane over one block: one lane per
  * block, and the f32 work (convert, times ws dx, add) is one vector per 16 blocks, not one
  * per 2. */
-#include "format/ggml_kernels.h"
+#include "backend/cpu/ggml_kernels.h"
 
 #include <math.h>
 #include <stdlib.h>

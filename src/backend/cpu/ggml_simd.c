@@ -4,14 +4,14 @@
  * tokens, then ggml_acc.inc's multiply-accumulate) or straight into a fused multiply-add with
  * one token's x (decode, T = 1: no round trip through memory, 1.7x faster in cache).
  * Runtime-dispatched target() functions like backend/cpu/matmul.c (the build is plain -O2);
- * ggml_quant.c picks the tier from ft_cpu_isa(). Pure functions: any thread.
+ * ggml_dot.c picks the tier from ft_cpu_isa(). Pure functions: any thread.
  *
  * Exactness: each element is computed with GGML's f32 operations in GGML's order (a scale
  * times the integer code, minus a min for Q4_K/Q5_K), each its own intrinsic so nothing is
  * contracted into an FMA. Where a block has few distinct values per scale (Q4_0, MXFP4,
  * Q4_K, Q5_K: 16 or 32 codes per sub-block) AVX-512 computes them once into a register table
  * and looks each element up with a permute, instead of converting and scaling every element. */
-#include "format/ggml_kernels.h"
+#include "backend/cpu/ggml_kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -76,7 +76,7 @@
     }
 
 /* Everything of tier SUF after its decoders <type>_<SUF>: the kernels of the seven types, the
- * multiply-accumulate (ggml_acc.inc) and the table ggml_quant.c dispatches through. */
+ * multiply-accumulate (ggml_acc.inc) and the table ggml_dot.c dispatches through. */
 #define TIER_ENTRY(t, blk) .deq[t] = blk##_deq, .dot[t] = blk##_dot
 #define TIER(SUF, name)                                                                            \
     BLOCK_KERNELS(SUF, q8_0_##SUF, 34, 32)                                                         \
@@ -265,7 +265,7 @@ INL512 void q6_k_512(const uint8_t *b, struct sink512 *s) {
 }
 
 #define ACC_SUF 512
-#include "format/ggml_acc.inc"
+#include "backend/cpu/ggml_acc.inc"
 TIER(512, ft_ggml_tier_avx512)
 
 /* ================================================================ AVX2 ======== */
@@ -392,7 +392,7 @@ INL256 void q6_k_256(const uint8_t *b, struct sink256 *s) {
 }
 
 #define ACC_SUF 256
-#include "format/ggml_acc.inc"
+#include "backend/cpu/ggml_acc.inc"
 TIER(256, ft_ggml_tier_avx2)
 
 #endif /* x86 */
