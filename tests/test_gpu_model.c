@@ -224,6 +224,49 @@ TEST(all_logits_in_several_passes) {
     ft_model_free(m);
 }
 
+/* --backend auto on the GPU: a model that fits stays resident; a MoE model over the VRAM budget
+ * (--vram-limit) goes to the offload backend and gives the resident logits; a dense one over it
+ * is refused naming --backend cpu; --backend offload on a dense model runs it resident. */
+TEST(backend_auto_picks_offload_when_over_the_limit) {
+    struct ft_model *moe = NULL, *dense = NULL;
+    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/qwen3_moe", &moe));
+    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/llama", &dense));
+    if (!moe || !dense) return;
+    struct ft_engine_opts ao = {.max_ctx = 64, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .backend_auto = 1};
+    struct ft_engine *re = NULL, *oe = NULL, *de = NULL;
+    EXPECT_OK(ft_engine_init(&re, moe, g_pool, &ao));
+    if (re) EXPECT_STREQ(ft_engine_backend(re), "cuda");
+    size_t resident = re ? ft_engine_vram_used(re) : 0, experts = 0;
+    for (int l = 0; l < moe->n_layers; l++)
+        experts += moe->layers[l].is_moe ? moe->expert_bytes * (size_t)moe->n_experts : 0;
+    /* a limit below what all experts resident took, above what offload needs with a few slots */
+    struct ft_engine_opts lo = ao;
+    size_t est = moe->dense_bytes + experts + (size_t)moe->n_layers * 1024 * 8 * moe->n_kv_heads * moe->head_dim;
+    lo.vram_limit = (resident < est ? resident : est) - experts / 2; /* est: forward.c's estimate */
+    lo.moe_cache_slots = 4;
+    EXPECT_OK(ft_engine_init(&oe, moe, g_pool, &lo));
+    if (re && oe) {
+        EXPECT_STREQ(ft_engine_backend(oe), "offload");
+        int32_t ids[5] = {1, 7, 42, 3, 99};
+        size_t V = (size_t)moe->vocab;
+        float *a = malloc(5 * V * 4), *b = malloc(5 * V * 4);
+        EXPECT_OK(ft_engine_prefill(re, ids, 5, a, 1));
+        EXPECT_OK(ft_engine_prefill(oe, ids, 5, b, 1));
+        double e = max_err(a, b, 5 * V);
+        CHECK_(e <= 1e-4, "auto-offloaded logits differ from resident by %g", e);
+        free(a), free(b);
+    }
+    struct ft_engine_opts dl = ao;
+    dl.vram_limit = 4096;
+    EXPECT_EQ(ft_engine_init(&de, dense, g_pool, &dl), FT_ERR_UNSUPPORTED);
+    EXPECT(strstr(ft_error(), "--backend cpu") != NULL);
+    struct ft_engine_opts doff = {.max_ctx = 64, .max_chunk = 64, .backend = FT_BACKEND_OFFLOAD};
+    EXPECT_OK(ft_engine_init(&de, dense, g_pool, &doff));
+    if (de) EXPECT_STREQ(ft_engine_backend(de), "cuda");
+    ft_engine_free(re), ft_engine_free(oe), ft_engine_free(de);
+    ft_model_free(moe), ft_model_free(dense);
+}
+
 /* The offload backend with a cache far smaller than the experts (nearly every expert misses):
  * prefill (several batches per layer) and token-by-token decode logits bit-identical to the
  * resident backend, through each copy path, and with injected copy faults (a copy that does

@@ -447,6 +447,40 @@ int ft_engine_fast_matrices(const struct ft_model *m) {
     return n;
 }
 
+/* Bytes a resident GPU engine needs at least: every weight (all experts included) and a
+ * 1,024-token KV cache (keys and values in f32, as the GPU keeps them). */
+static uint64_t resident_bytes(const struct ft_model *m) {
+    uint64_t b = m->dense_bytes, kv = (uint64_t)m->n_layers * 1024 * 2 * 4 * m->n_kv_heads * m->head_dim;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].is_moe) b += (uint64_t)m->n_experts * m->expert_bytes;
+    return b + kv;
+}
+
+/* The GPU backend for opts->backend cuda or offload: --backend auto picks offload (hybrid) for
+ * a MoE model that does not fit the VRAM budget resident, and refuses a dense one; offload on a
+ * model without experts runs it resident. Says so in one line. */
+static enum ft_status pick_gpu_backend(const struct ft_model *m, struct ft_engine_opts *o) {
+    const int moe = m->n_experts > 0;
+    if (o->backend == FT_BACKEND_OFFLOAD && !moe) {
+        ft_log_info("%s has no experts to offload: --backend offload runs it resident on the GPU",
+                    m->arch->name);
+        o->backend = FT_BACKEND_CUDA;
+        return FT_OK;
+    }
+    if (!o->backend_auto || o->backend != FT_BACKEND_CUDA) return FT_OK;
+    const uint64_t need = resident_bytes(m), have = ft_gpu_vram_budget(o->device, o->vram_limit);
+    if (need <= have) return FT_OK;
+    if (!moe)
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: %.1f GiB of weights and KV cache do not fit the %.1f "
+                       "GiB of GPU memory this engine may use (free VRAM or --vram-limit); use "
+                       "--backend cpu", m->arch->name, need / 1073741824.0, have / 1073741824.0);
+    ft_log_info("backend auto: %.1f GiB resident would not fit the %.1f GiB of GPU memory this engine "
+                "may use; experts stay in host RAM (--backend offload, hybrid)", need / 1073741824.0,
+                have / 1073741824.0);
+    o->backend = FT_BACKEND_OFFLOAD;
+    return FT_OK;
+}
+
 enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                               struct ft_pool *pool, const struct ft_engine_opts *opts) {
     *out = NULL;
@@ -479,6 +513,11 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->pool = pool;
     e->opts = *opts;
     if (!gpu) e->opts.backend = FT_BACKEND_CPU;
+    enum ft_status st = gpu ? pick_gpu_backend(m, &e->opts) : FT_OK;
+    if (st != FT_OK) {
+        free(e);
+        return st;
+    }
     if (e->opts.max_ctx <= 0)
         e->opts.max_ctx = m->cfg.max_position_embeddings > 0
                               ? FT_MIN(m->cfg.max_position_embeddings, 4096) : 4096;
@@ -514,7 +553,6 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->tok_blocks = malloc((size_t)C * sizeof *e->tok_blocks);
     e->ids = malloc((size_t)C * sizeof(int32_t));
     e->xl = malloc((size_t)C * H * sizeof(float));
-    enum ft_status st = FT_OK;
     if (!e->k_cache || !e->v_cache || !e->x || !e->xn || !e->y || !e->q || !e->att || !e->k ||
         !e->v || !e->gu || !e->act || !e->router || !e->top_ids || !e->top_w || !e->pos ||
         !e->sticky || !e->free_blocks || !e->seq0_blocks || !e->tok_blocks || !e->ids || !e->xl) {
@@ -525,7 +563,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     for (int b = 0; e->free_blocks && b < e->n_blocks; b++) e->free_blocks[b] = e->n_blocks - 1 - b;
     e->n_free = e->n_blocks;
     e->seq0_n_blocks = seq_blocks; /* taken from the pool at the first ft_engine_forward */
-    int n8 = opts->cpu_act_fast && (!gpu || opts->backend == FT_BACKEND_OFFLOAD) ? ft_engine_fast_matrices(m) : 0;
+    int n8 = opts->cpu_act_fast && (!gpu || e->opts.backend == FT_BACKEND_OFFLOAD) ? ft_engine_fast_matrices(m) : 0;
     if (n8) ft_log_info("cpu: int8/bf16 activations for %d matrices (--cpu-act f32: exact fp32)", n8);
     if (st == FT_OK && !gpu && m->n_experts > 0 && opts->routing == FT_ROUTING_ZIPF) {
         /* synth_id's running sums of r^-S, once (the GPU draws from its own table) */

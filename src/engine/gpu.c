@@ -14,10 +14,10 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device.h"
-#include "engine/gpu_offload.h"
 #include "engine/gpu_probe.h"
 #include "engine/sample.h"
 #include "moe/cpu_exec.h"
+#include "moe/offload.h"
 #include "moe/policy.h"
 #include "mem/platform.h"
 #include "mem/residency.h"
@@ -1009,6 +1009,26 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
     return FT_OK;
 }
 
+/* What the engine may allocate on device d: --vram-limit (at most the free memory), or the
+ * free memory minus a margin, larger on WSL2, where a failed allocation through the dxg bridge
+ * can stop the whole VM (mem/platform.c says why and logs it). Every buffer is allocated at
+ * load, within it, and never grown while serving. */
+static size_t vram_budget(const struct ft_cuda_device *d, size_t vram_limit) {
+    struct ft_platform plat;
+    struct ft_vram_margin vm;
+    ft_platform_detect(&plat);
+    ft_vram_margin(&plat, d->total_bytes, &vm);
+    size_t headroom = (size_t)vm.bytes, limit = vram_limit ? vram_limit
+                      : (d->free_bytes > headroom ? d->free_bytes - headroom : d->free_bytes / 2);
+    return limit > d->free_bytes ? d->free_bytes : limit;
+}
+
+size_t ft_gpu_vram_budget(int device, size_t vram_limit) {
+    struct ft_cuda_device d;
+    if (ft_cuda_device_count() <= device || ft_cuda_device_query(device, &d) != FT_OK) return 0;
+    return vram_budget(&d, vram_limit);
+}
+
 enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                            const struct ft_gpu_opts *o) {
     *out = NULL;
@@ -1022,17 +1042,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     if (!g) return ft_fail(FT_ERR_OOM, "GPU: out of memory");
     g->m = m;
     g->o = *o;
-    /* VRAM left unallocated: larger on WSL2, where a failed allocation through the dxg bridge
-     * can stop the whole VM (mem/platform.c says why and logs it); every buffer is allocated
-     * here, at load, and never grown while serving */
-    struct ft_platform plat;
-    struct ft_vram_margin vm;
-    ft_platform_detect(&plat);
-    ft_vram_margin(&plat, d.total_bytes, &vm);
-    size_t headroom = (size_t)vm.bytes;
-    g->limit = o->vram_limit ? o->vram_limit
-                             : (d.free_bytes > headroom ? d.free_bytes - headroom : d.free_bytes / 2);
-    if (g->limit > d.free_bytes) g->limit = d.free_bytes;
+    g->limit = vram_budget(&d, o->vram_limit);
     g->q_dim = m->n_heads * m->head_dim;
     g->kv_dim = m->n_kv_heads * m->head_dim;
     g->max_i = m->cfg.intermediate_size > m->shared_inter ? m->cfg.intermediate_size : m->shared_inter;
@@ -1058,7 +1068,9 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
         g->d_slots = dalloc(g, (size_t)2 * MAX_GRAPH_T * (m->top_k > 0 ? m->top_k : 1) * 4, &st); /* decode: two lists */
         g->d_slot_of = dalloc(g, (size_t)(m->n_experts > 0 ? m->n_experts : 1) * 4, &st);
         if (st == FT_OK)
-            st = ft_offload_init(&g->off, m, o, left, MAX_GRAPH_T * m->top_k, dalloc_cb, g);
+            st = ft_offload_init(&g->off, m, &(struct ft_offload_opts){o->device, o->cache_slots,
+                                 o->cache_rate, o->verify, o->copy_path, o->moe_mode, o->pin_budget,
+                                 o->cpu_layers}, left, MAX_GRAPH_T * m->top_k, dalloc_cb, g);
         if (st == FT_OK && (o->moe_mode != FT_MOE_OFFLOAD || ft_offload_has_cpu_layers(g->off))) {
             /* the CPU executor's side (cpu / hybrid, and the residency manager's CPU layers) */
             int R = MAX_GRAPH_T * m->top_k, H = m->hidden;
@@ -1203,6 +1215,7 @@ enum ft_status ft_gpu_row_logits(struct ft_gpu *g, int r, float *out) {
     return ft_fail(FT_ERR_UNSUPPORTED, "no CUDA backend in this build");
 }
 double ft_gpu_hbm_gbps(void) { return 0.0; }
+size_t ft_gpu_vram_budget(int device, size_t vram_limit) { return (void)device, (void)vram_limit, 0; }
 void ft_gpu_offload_stats(const struct ft_gpu *g, struct ft_gpu_offload_stats *out) {
     (void)g;
     memset(out, 0, sizeof *out);

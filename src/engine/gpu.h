@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "engine/forward.h"
+#include "moe/offload.h"
 
 struct ft_gpu;
 
@@ -36,17 +37,6 @@ struct ft_gpu_opts {
                                 cores) */
 };
 
-struct ft_gpu_offload_stats {
-    int active, n_slots, path;      /* path: 1 DMA, 2 gather */
-    double hit_rate;
-    long hits, misses;              /* expert lookups so far */
-    long copies, mismatches, repaired;
-    long cpu_experts;               /* misses computed on the CPU (cpu / hybrid) */
-    double cpu_s;                   /* CPU executor seconds */
-    double copy_bytes, copy_s;      /* expert bytes copied, copy-stream seconds spent on them */
-    double copy_gbps;               /* expert bytes / copy time (host-observed) */
-    double pcie_gbps;               /* pinned H2D measured at startup */
-};
 void ft_gpu_offload_stats(const struct ft_gpu *g, struct ft_gpu_offload_stats *out);
 /* Offload: the host residency of the expert banks (returns 0 when not offloading). */
 struct ft_residency_stats;
@@ -71,6 +61,9 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
                               double *distinct_out);
 /* Logit row r of the last ft_gpu_forward into out ([vocab] floats). */
 enum ft_status ft_gpu_row_logits(struct ft_gpu *g, int r, float *out);
+/* Bytes the engine may allocate on device (--vram-limit, else the free VRAM less a margin);
+ * 0 without a device. */
+size_t ft_gpu_vram_budget(int device, size_t vram_limit);
 /* HBM bandwidth probe (device-to-device copy, read + write) in GB/s. */
 double ft_gpu_hbm_gbps(void);
 size_t ft_gpu_vram_used(const struct ft_gpu *g);

@@ -12,7 +12,7 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "engine/forward.h"
-#include "moe/checksum.h"
+#include "core/checksum.h"
 
 struct ft_sampler {
     struct ft_sampling p;

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "backend/draw.h"
 #include "ft.h"
 
 struct ft_sampling {
@@ -44,14 +45,6 @@ int ft_sampler_plain_greedy(const struct ft_sampler *s);
  * [V] floats); T <= 0: ft_argmax. What ft_sampler_sample does for a temperature-only request,
  * and what the GPU backend's draw kernel does on the device. */
 int32_t ft_draw_softmax(float *x, int V, float T, double u, float *scratch);
-/* One row's draw by the engine (ft_engine_forward_batch_draw), for a request without penalties. */
-struct ft_draw {
-    float temperature; /* <= 0: the argmax */
-    float u;           /* the uniform in [0, 1) the draw uses */
-    float top_p;       /* >= 1: off */
-    float min_p;       /* <= 0: off */
-    int32_t top_k;     /* <= 0: off */
-};
 /* 1 for a request the engine can draw itself: no penalty (greedy, or any temperature, top-k,
  * top-p and min-p). */
 int ft_sampler_engine_drawable(const struct ft_sampler *s);

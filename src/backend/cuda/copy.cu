@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_ops.h"
-#include "moe/checksum.h"
+#include "core/checksum.h"
 
 extern "C" enum ft_status ft_cuda_copy_dma(void *const *dst, const void *const *src,
                                            const size_t *bytes, int n, cudaStream_t s) {

@@ -17,8 +17,8 @@
 extern "C" {
 }
 #include "core/status.h"
-#include "engine/sample.h"
-#include "moe/checksum.h"
+#include "backend/draw.h"
+#include "core/checksum.h"
 
 #define WARP 32
 

@@ -1,9 +1,9 @@
-/* checksum.h — the expert-copy integrity checksum (DESIGN.md section 5), computed identically
+/* checksum.h — the expert-copy integrity checksum (docs/ARCHITECTURE.md section 5), computed identically
  * on the host (when a bank is filled) and on the device (on the copied slot): the wrapping sum
  * over 64-bit words of mix64(word ^ index * C). Order-independent, so the device can reduce in
  * parallel; a zeroed or skipped copy changes it with near certainty. Pure functions. */
-#ifndef FT_MOE_CHECKSUM_H
-#define FT_MOE_CHECKSUM_H
+#ifndef FT_CORE_CHECKSUM_H
+#define FT_CORE_CHECKSUM_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,10 +1,10 @@
-/* gpu_offload.c — the offload backend's expert cache (DESIGN.md section 5): experts stay in the
+/* offload.c — the offload backend's expert cache (docs/ARCHITECTURE.md section 5): experts stay in the
  * host banks (registered: pinned and mapped), the GPU keeps a pool of slots, misses are copied
  * by batched DMA or by a gather kernel reading mapped memory (probed, timed, the faster chosen
  * at startup), and an integrity guard checks copied slots against checksums taken when the
  * banks were filled, re-copying through the other path on a mismatch.
  * Engine thread only. Built only with FT_HAVE_CUDA. */
-#include "engine/gpu_offload.h"
+#include "moe/offload.h"
 
 #ifdef FT_HAVE_CUDA
 
@@ -18,9 +18,11 @@
 #include "core/sys.h"
 #include "core/threadpool.h"
 #include "core/timer.h"
-#include "moe/checksum.h"
+#include "core/checksum.h"
 #include "moe/policy.h"
+#include "mem/platform.h"
 #include "mem/residency.h"
+#include "model/model.h"
 #include "moe/bw_profile.h"
 #include "backend/cuda/device.h"
 
@@ -541,7 +543,7 @@ static void checksum_banks(struct ft_offload *f, int l0, int pn) {
 /* Pins the banks through the residency manager (pin budget, WSL2 caps, the pinned -> mlock ->
  * pageable chain) and records the mapped device pointers of the pinned ones for the gather
  * path. Layers left unpinned are CPU layers: their misses are computed on the CPU. */
-static enum ft_status register_banks(struct ft_offload *f, const struct ft_gpu_opts *o) {
+static enum ft_status register_banks(struct ft_offload *f, const struct ft_offload_opts *o) {
     struct ft_residency_opts ro = {.pin_budget = o->pin_budget, .cpu_layers = o->cpu_layers,
                                    .device = o->device};
     enum ft_status st = FT_OK;
@@ -573,7 +575,7 @@ static enum ft_status register_banks(struct ft_offload *f, const struct ft_gpu_o
 }
 
 enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m,
-                               const struct ft_gpu_opts *o, size_t avail_bytes, int max_pairs,
+                               const struct ft_offload_opts *o, size_t avail_bytes, int max_pairs,
                                ft_dalloc_fn dalloc, void *dctx) {
     *out = NULL;
     struct ft_offload *f = calloc(1, sizeof *f);

@@ -1,14 +1,44 @@
-/* gpu_offload.h — internal interface between gpu.c and gpu_offload.c (the offload backend's
- * expert cache, copy engine and integrity guard). Not a public header. Engine thread only. */
-#ifndef FT_ENGINE_GPU_OFFLOAD_H
-#define FT_ENGINE_GPU_OFFLOAD_H
+/* offload.h — the GPU half of the offloaded MoE step: the expert cache's slots on the device,
+ * the copy engine and its integrity guard, the residency of the host banks and the hybrid
+ * split's feedback (moe/offload.c). The CUDA forward pass (engine/gpu.c) calls it per layer
+ * step. Engine thread only; the functions exist only with FT_HAVE_CUDA. */
+#ifndef FT_MOE_OFFLOAD_H
+#define FT_MOE_OFFLOAD_H
 
-#include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/gpu.h"
 #include "moe/cache.h"
+
+/* What the offload cache is asked for (the GPU backend's options, engine/gpu.h). */
+struct ft_offload_opts {
+    int device;
+    int cache_slots;        /* > 0: exactly this many slots */
+    double cache_rate;      /* > 0: this fraction of all experts; else auto from the VRAM left */
+    int verify;             /* -1 default (sample on WSL2, off on Linux), 0 off, 1 sample, 2 all */
+    int copy_path;          /* 0 pick the faster at startup, 1 DMA, 2 gather kernel */
+    int moe_mode;           /* enum ft_moe_mode */
+    const char *pin_budget; /* --pin-budget (NULL: env / platform default) */
+    const char *cpu_layers; /* --moe-cpu-layers (NULL: auto) */
+};
+
+struct ft_gpu_offload_stats {
+    int active, n_slots, path;      /* path: 1 DMA, 2 gather */
+    double hit_rate;
+    long hits, misses;              /* expert lookups so far */
+    long copies, mismatches, repaired;
+    long cpu_experts;               /* misses computed on the CPU (cpu / hybrid) */
+    double cpu_s;                   /* CPU executor seconds */
+    double copy_bytes, copy_s;      /* expert bytes copied, copy-stream seconds spent on them */
+    double copy_gbps;               /* expert bytes / copy time (host-observed) */
+    double pcie_gbps;               /* pinned H2D measured at startup */
+};
+
+#ifdef FT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+struct ft_model;
+struct ft_residency_plan;
 
 struct ft_offload;
 
@@ -17,7 +47,7 @@ struct ft_offload;
  * probes and times both copy paths. */
 typedef void *(*ft_dalloc_fn)(void *ctx, size_t bytes);
 enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m,
-                               const struct ft_gpu_opts *o, size_t avail_bytes, int max_pairs,
+                               const struct ft_offload_opts *o, size_t avail_bytes, int max_pairs,
                                ft_dalloc_fn dalloc, void *dctx);
 void ft_offload_free(struct ft_offload *f);
 
@@ -62,4 +92,5 @@ void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stat
 int ft_offload_has_cpu_layers(const struct ft_offload *f);
 const struct ft_residency_plan *ft_offload_residency(const struct ft_offload *f);
 
+#endif /* FT_HAVE_CUDA */
 #endif
