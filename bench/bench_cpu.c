@@ -1,6 +1,6 @@
 /* bench_cpu.c — standalone CPU backend benchmark (not a test): host DRAM read GB/s, then the
  * bf16 GEMV (T = 1, decode) of ft_cpu_matmul as weight GB/s and the T = 64 GEMM (prefill) as
- * GFLOP/s, each printed next to the DRAM ceiling measured in the same run (DESIGN.md 1.1);
+ * GFLOP/s, each printed next to the DRAM ceiling measured in the same run (docs/ARCHITECTURE.md section 1);
  * then both again with bf16 activations (--cpu-act fast) where the CPU has AVX512-BF16.
  * Usage: bench_cpu [--mib M] [--k K] [--threads N] [--reps R] [--isa 0-3]
  *   --mib: weight matrix size (default 1024 MiB; use several GiB on the target machine so it

@@ -4,7 +4,7 @@
  * its weights there, and the figure is the
  * mean over all steps (ft bench bw reports the best of 12, the number the hybrid split starts
  * from). Printed as GB/s of expert weights read, next to the host DRAM read bandwidth measured
- * in the same run (DESIGN.md 1.1) and round by round against probes taken between the
+ * in the same run (docs/ARCHITECTURE.md section 1) and round by round against probes taken between the
  * rounds (the median of those ratios: that host's DRAM reading drifts), then where a step goes: its phases (ft_moe_exec_timing), each
  * pass's worker start, busy and end-wait times, and the cost of an empty pool job.
  * Usage: bench_exec [--format FMT] [--threads N] [--hidden H] [--expert-width I] [-k K]

@@ -6,7 +6,7 @@
  * path (ft_ggml_dot_rows_x8 for the K-quants, ft_ggml_dot_rows_x32 for the 32-element blocks,
  * ft_nvfp4_r_dot_rows_x32 for NVFP4 rows; x quantised once, outside the timing, as the engine
  * does once per step). Each is printed next to the DRAM read ceiling of the same run, for one
- * thread and for all (DESIGN.md 1.1).
+ * thread and for all (docs/ARCHITECTURE.md section 1).
  * Usage: bench_ggml [--mib M] [--k K] [--threads N] [--reps R] [--isa 0-3]
  *   --mib: bytes of blocks per type (default 1024 MiB: several times the last-level cache of a
  *   server part), --k: row length (default 4096, a multiple of 256), --threads: pool size

@@ -38,8 +38,7 @@ static const char k_usage[] =
     "  model's experts have that format and size ($FREETOKEN_CACHE or ~/.cache/freetoken).\n";
 
 /* Experts read in rotating sets of k over ft_bw_rotation_experts (3x the last-level cache), so
- * no rep finds its experts there (16, then 64, were too few on the H200 machine: its L3 is
- * 300 MiB, and the executor showed 100-110% of DRAM bandwidth) */
+ * no rep finds its experts there (a fixed 64 fit a 300 MiB L3 and read faster than DRAM) */
 struct bw {
     struct ft_pool *pool;
     struct ft_moe_exec *exec;
@@ -80,7 +79,7 @@ struct copier {
 /* k experts (gate_up + down each) into the slots by DMA; returns seconds (host-observed).
  * poll: wait by polling the stream with 20 us sleeps instead of cudaDeviceSynchronize, which
  * spins a core: next to the pinned executor pool a spinning copier took a worker's core and
- * the executor measured 11.8 GB/s instead of ~100 (H200 host, 2026-11-30). The engine never
+ * the executor measured a tenth of its speed. The engine never
  * spins while the executor runs (its copies are asynchronous), so the concurrent figure must
  * not either. */
 static double copy_k(struct bw *b, void *slots, int set, int gather, const void *map_gu,

@@ -1,4 +1,4 @@
-/* status.h — raising and forwarding errors (DESIGN.md section 7).
+/* status.h — raising and forwarding errors (docs/ARCHITECTURE.md section 7).
  * ft_fail() records a thread-local message and returns the status, so a raise site reads
  *   return ft_fail(FT_ERR_FORMAT, "%s: tensor %s: shape [%d] != [%d]", path, name, a, b);
  * FT_TRY forwards a failure to the function's `fail:` label with `st` set. */

@@ -1,4 +1,4 @@
-/* forward.h — the layer loop on the CPU backend (DESIGN.md section 3): embed, attention with a
+/* forward.h — the layer loop on the CPU backend (docs/ARCHITECTURE.md section 3): embed, attention with a
  * KV cache, dense MLP or MoE block, final norm and lm_head, for a chunk of tokens of one
  * sequence. Owns its KV cache, scratch and (borrowed) thread pool.
  * Engine thread only. */

@@ -1,4 +1,4 @@
-/* bank.h — per-layer host expert banks (DESIGN.md section 4).
+/* bank.h — per-layer host expert banks (docs/ARCHITECTURE.md section 4).
  * A bank holds one layer's experts for one weight family (gate_up or down), one contiguous,
  * 64-byte aligned row per expert in a page-aligned allocation, so one expert is one copy per
  * bank for the GPU cache and one sequential stream for the CPU executor.

@@ -1,4 +1,4 @@
-/* platform.h — which kind of host this is, for the residency manager (DESIGN.md section 4):
+/* platform.h — which kind of host this is, for the residency manager (docs/ARCHITECTURE.md section 4):
  * native Linux (pinned memory uncapped) or WSL2 (the Windows driver caps pinned memory, and GPU
  * allocations go through the dxg bridge). Also: the VRAM margin to leave on this platform.
  * Called by mem/residency.c at load and by `ft inspect`. Any thread; no state. */

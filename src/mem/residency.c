@@ -1,5 +1,5 @@
 /* residency.c — pin budget, pin probe, --moe-cpu-layers, and the per-layer pinned -> locked ->
- * pageable chain (DESIGN.md section 4; issue 6). Engine thread for plan/apply/wait/free; one
+ * pageable chain (docs/ARCHITECTURE.md section 4; issue 6). Engine thread for plan/apply/wait/free; one
  * background registration thread per plan; budget charges are atomic (any thread). Every
  * decision is logged through core/log; nothing here aborts a load. */
 #define _GNU_SOURCE

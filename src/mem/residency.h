@@ -1,4 +1,4 @@
-/* residency.h — where each MoE layer's host expert banks live (DESIGN.md section 4).
+/* residency.h — where each MoE layer's host expert banks live (docs/ARCHITECTURE.md section 4).
  *
  * One pin budget per engine (every pinned byte, banks or other buffers, is charged to it), and a
  * per-layer chain pinned -> locked (mlock) -> pageable. Layers that end up unpinned ("CPU
@@ -87,7 +87,7 @@ const struct ft_pin_backend *ft_pin_backend_default(void);
 const struct ft_pin_backend *ft_pin_backend_none(void);
 
 #ifdef FT_TESTING
-/* A fake pinner (DESIGN.md section 7 fault injection): pin succeeds until it would exceed
+/* A fake pinner (docs/ARCHITECTURE.md section 7 fault injection): pin succeeds until it would exceed
  * refuse_after_bytes (0 = never refuses), and the fail_call-th pin call (1-based, 0 = never)
  * fails regardless; a refusal leaves a "sticky error" that clear_error must clear (the next
  * pin fails while it is set, like CUDA). lock is the real mlock unless fail_lock. */

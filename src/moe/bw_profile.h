@@ -1,5 +1,5 @@
 /* bw_profile.h — the bandwidth profile `ft bench bw` measures and the hybrid split starts from
- * (DESIGN.md section 6): host DRAM read, CPU-executor and copy-engine rates per expert format and
+ * (docs/ARCHITECTURE.md section 6): host DRAM read, CPU-executor and copy-engine rates per expert format and
  * size, alone and while both run at once. Stored as JSON in the user's cache directory, keyed by
  * GPU name, CPU model, expert format and expert bytes. Any thread (no shared state). */
 #ifndef FT_MOE_BW_PROFILE_H
@@ -23,8 +23,8 @@ struct ft_bw_profile {
 };
 
 /* Experts to rotate over when timing the executor, so that no step finds its weights in the
- * last-level cache: at least 64, and enough to span 3x the LLC (the H200 host's L3 is 300 MiB:
- * 64 MXFP4 experts of Qwen3-30B-A3B's shape, 160 MB, fit in it and measured L3, not DRAM). */
+ * last-level cache: at least 64, and enough to span 3x the LLC (64 MXFP4 experts of
+ * Qwen3-30B-A3B's shape, 160 MB, fit a 300 MiB L3 and measured the cache, not DRAM). */
 int ft_bw_rotation_experts(uint64_t expert_bytes);
 
 /* The file a profile with this key lives in ($FREETOKEN_CACHE, else $XDG_CACHE_HOME/freetoken,

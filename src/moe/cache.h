@@ -1,4 +1,4 @@
-/* cache.h — the GPU expert cache's bookkeeping (DESIGN.md section 5), pure C: one global pool
+/* cache.h — the GPU expert cache's bookkeeping (docs/ARCHITECTURE.md section 5), pure C: one global pool
  * of S slots shared by all MoE layers (key = layer * E + expert), least-recently-used eviction
  * that never evicts an expert the current step uses, per-layer hit/miss counters. The copies
  * themselves are the GPU backend's; this module only decides. Deterministic. Engine thread only.

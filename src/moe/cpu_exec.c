@@ -138,7 +138,7 @@ static void pass_rows(const struct pass *p, int a, int n0, int n1) {
  * stretch (its first row in *g0, base the row its pass starts at) and its pass; each stretch is
  * run split at experts (each piece's rows [n0, n1) of active expert a). A stretch is claimed
  * when the last one is done: claiming one ahead, so the kernels could prefetch into it, gained
- * nothing on the H200 host (ggml_x32.c's pf_upto). */
+ * nothing (ggml_x32.c's pf_upto). */
 struct walk {
     long (*claim)(void *ctx, long *g0, long *base, const struct pass **p);
     void (*piece)(void *ctx, const struct pass *p, int a, int n0, int n1);
@@ -288,7 +288,7 @@ static void combine_task(void *ctx, int i, int n) {
 }
 
 /* Below this many output elements a step's activation or combine runs on the engine thread:
- * a pool job costs about 4 us on the H200 host (bench_exec's empty job), about what 4K
+ * a pool job costs about 4 us on 16 cores (bench_exec's empty job), about what 4K
  * activations with their rounding for the down pass (~2 ns each) or combine terms take on one
  * core. */
 enum { ACT_POOL_MIN = 4096, COMBINE_POOL_MIN = 4096 };
@@ -483,7 +483,7 @@ void ft_moe_exec_set_hook(struct ft_moe_exec *x, void (*fn)(void *), void *ctx) 
 /* Whether each active expert's gathered rows are consecutive tokens (decode's k rows of one
  * token, always): the gate/up pass can then read each token's rounded input where it was
  * rounded (xqt) instead of a copy per row. The copies cost most of a decode step's gather:
- * their stores hit lines the last step's workers read (the dev VM, 2 threads: ~5 of ~8 us). */
+ * their stores hit lines the last step's workers read (~5 of ~8 us on 2 threads). */
 static int tokens_consecutive(const struct ft_moe_exec *x, int n_active) {
     for (int a = 0; a < n_active; a++) {
         int e = x->active[a], r0 = x->offset[e];
@@ -519,9 +519,8 @@ int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
         x->row_w[r] = w[p];
     }
     /* gate/up inputs: each token rounded once (decode's k rows share one token), then copied
-     * to its rows; the exact path copies the floats. Rounding inside the fused job (task 0,
-     * while the other workers wake) took the H200 host's gather from 4.4 to 1.6 us a step but
-     * no GB/s (eight rounds, 2026-11-30): not kept. */
+     * to its rows; the exact path copies the floats. (Rounding inside the fused job while the
+     * other workers wake shortened the gather but gained no GB/s.) */
     enum ft_dtype gdt = gate_up->schema->dtype, ddt = down->schema->dtype;
     size_t gxb = x->fast ? ft_cpu_xq_bytes(gdt, H) : 0, dxb = x->fast ? ft_cpu_xq_bytes(ddt, I) : 0;
     x->xq_tok = 0;

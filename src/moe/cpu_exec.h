@@ -1,4 +1,4 @@
-/* cpu_exec.h — the CPU expert executor (DESIGN.md section 6): computes routed experts for a
+/* cpu_exec.h — the CPU expert executor (docs/ARCHITECTURE.md section 6): computes routed experts for a
  * batch of tokens straight from the host banks. Two passes over the pool, gate/up then down,
  * their rows claimed in guided stretches through an atomic cursor; each weight byte is read
  * once per call. Engine thread only (it drives the pool). */

@@ -141,8 +141,8 @@ static int verify(struct ft_offload *f, struct ft_cache_fill *fl, int n) {
 /* The previous copy batch's time (surely complete once the caller has synchronised) into the
  * copy statistics; fed to the split policy as seconds per expert of that layer, up to the end
  * of the fetched experts' own work where decode marked it (ft_offload_decode_done): that GPU
- * tail is the copy side's too, and on the H200 host it ended the layer step ~20 us after the
- * CPU when the split counted the copies alone. */
+ * tail is the copy side's too (counting the copies alone, it ended the layer step ~20 us after
+ * the CPU). */
 static void collect_timing(struct ft_offload *f) {
     if (!f->timing_pending) return;
     float ms = 0, ms2 = 0;
@@ -518,10 +518,7 @@ static void checksum_task(void *ctx, int i, int n) {
 
 /* The host checksums the copies are checked against: with the guard on, of every expert, on
  * one thread per core; with it off, only of the pn experts of layer l0 the startup probe
- * copies. One thread used to sum all of them on every engine start, guard on or off: on the
- * H200 host `ft bench --synthetic qwen3-30b-a3b --backend offload` loaded in 32.4 s with that
- * (54 GiB of bf16 experts) and in 14.3-15.2 s without, and each of ft bench's engine reopens
- * took ~30 s instead of ~3. */
+ * copies (summing 54 GiB of experts on one thread doubled a 30B model's load time). */
 static void checksum_banks(struct ft_offload *f, int l0, int pn) {
     if (!f->verify) {
         checksum_range(f, (long)l0 * f->E, (long)l0 * f->E + pn);

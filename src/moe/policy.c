@@ -24,15 +24,12 @@ enum ft_status ft_split_init(struct ft_split *s, enum ft_moe_mode mode, int n_la
 }
 
 /* est moved a step alpha toward sample, the sample first held within [est / 10, 3 est] once
- * there is an estimate: one stalled step (gVisor, a page fault storm: 0.85 ms for a 0.1 ms
- * expert was seen on the H200 host) moves it by at most 20%, while a lasting change still
- * gets there in a few steps. The starting guess counts as one sample: the first 8 samples (n:
- * those before this one) are averaged in with it, or a guess far off (the CPU alone started at
- * 0.157 ms an expert on the H200 host and was nearer 0.05) would take a thousand steps to
- * leave, sampled once in 64 calls. The one run in which the first sample replaced the guess
- * instead (2026-11-30, a slower instance, with the copy-side change of the same commit) learnt
- * 0.43-0.70 ms a CPU expert at 24G and fell to 26 tok/s against cpu's 43; this warm-up, bounded
- * by the guess, is what was measured within 5% of the better backend. */
+ * there is an estimate: one stalled step (a page-fault storm under a virtualised host made one
+ * expert take 8x its time) moves it by at most 20%, while a lasting change still gets there in
+ * a few steps. The starting guess counts as one sample: the first 8 samples (n: those before
+ * this one) are averaged in with it, or a guess 3x off would take a thousand steps to leave,
+ * sampled once in 64 calls. Letting the first sample replace the guess instead once learnt a
+ * CPU rate 10x too slow and lost 40% of tok/s. */
 static void ewma(double *est, double sample, double alpha, long n) {
     if (!isfinite(*est)) { /* a start from a profile rate of 0: the first sample replaces it */
         *est = sample;

@@ -1,16 +1,12 @@
-/* policy.h — the per-layer fetch-vs-compute split of the hybrid backend (DESIGN.md section 6):
+/* policy.h — the per-layer fetch-vs-compute split of the hybrid backend (docs/ARCHITECTURE.md section 6):
  * of a step's M missing experts, fetch F over PCIe into cache slots and compute M - F on the
  * CPU, concurrently, choosing F to minimise the slower side. The costs are learnt while the
  * engine runs (running averages per layer): seconds to copy one expert, and seconds of CPU time
  * per expert twice, with copies running beside the CPU and without: the copies read the same
  * DRAM the CPU experts stream, so fetching one of four misses can cost the CPU more than it
- * saves (on the H200 host at 30G, 2026-11-30, a split that priced the CPU one way ran 9.5%
- * below the cpu backend: 51.7 tok/s against 57.1; the two-rate split ran 4.7% below). An
- * earlier form of this, FT_SPLIT_ALONE, was deleted in d1fb004 after 40.2 / 43.8 tok/s against
- * the one-rate split's 44.5 / 44.0 at 30G, when the executor was slower and the cpu backend
- * below hybrid; the two-rate split is compared only across calls, never alternated with the
- * one-rate split in one. The CPU side's fixed cost per layer stays where it starts (the bw
- * profile's, or 50 us). Pure C; engine thread only. */
+ * saves (a split pricing the CPU at one rate fell ~10% below the cpu backend; this one stays
+ * within 5% of the better of cpu and offload: bench/RESULTS.md). The CPU side's fixed cost per
+ * layer stays where it starts (the bw profile's, or 50 us). Pure C; engine thread only. */
 #ifndef FT_MOE_POLICY_H
 #define FT_MOE_POLICY_H
 

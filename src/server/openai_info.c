@@ -74,7 +74,7 @@ void ft_srv_stats(struct ft_server *s, const struct ft_http_req *req, struct ft_
             (json_int_t)t.cache.copies, "copy_gbps", t.cache.copy_gbps, "pcie_gbps",
             t.cache.pcie_gbps, "verify_mismatches", (json_int_t)t.cache.mismatches, "repaired",
             (json_int_t)t.cache.repaired));
-    if (t.has_residency) { /* where the expert banks live (DESIGN.md section 4) */
+    if (t.has_residency) { /* where the expert banks live (docs/ARCHITECTURE.md section 4) */
         const struct ft_residency_stats *r = &t.residency;
         json_object_set_new(j, "residency", json_pack(
             "{s:s, s:s, s:f, s:f, s:{s:i, s:i, s:i}, s:s, s:b}", "platform", r->platform,

@@ -59,7 +59,7 @@ enum ft_status ft_cpu_ggml_dequant_row(int type, const void *src, float *dst, in
 /* ------------------------------------------------------------------ dot products */
 
 /* A chunk is small so that decoding and multiplying overlap in the out-of-order window
- * (measured on the H200 host: 256 elements read 40% faster than 1024 with T = 1). */
+ * (256 elements read 40% faster than 1024 with T = 1). */
 #define CHUNK 256 /* elements of a row decoded at once: a multiple of every block size */
 #define ROWS 4    /* rows decoded per chunk (their blocks are read as 4 streams) */
 #define TOKENS 64 /* tokens per pass over the rows (more: the rows are decoded again) */
@@ -102,7 +102,7 @@ static void dot_tile(const struct ft_ggml_tier *k, int type, const uint8_t *w, s
 }
 
 /* One token through the tier's fused kernel: rows in tiles of 4, each tile prefetching the
- * next one while it computes (measured on the H200 host: +30% single-thread). */
+ * next one while it computes (+30% on one thread). */
 static void dot_rows_fused(ft_ggml_dot_fn dot, int type, const uint8_t *w, size_t row_bytes,
                            int n_rows, const float *x, float *y) {
     _Alignas(64) float acc[ROWS * FT_GGML_LANES];

@@ -1,6 +1,6 @@
 /* ops.h — the CPU backend: every op of the forward pass on fp32 activations, with weights in
  * F32, F16 or BF16 read in place (fp32 accumulation). The same functions are the reference
- * the CUDA ops are tested against (DESIGN.md section 7: ft_cpu_<op>, same argument order as
+ * the CUDA ops are tested against (docs/ARCHITECTURE.md section 7: ft_cpu_<op>, same argument order as
  * ft_cuda_<op>).
  * Threading: functions taking a pool run on it and must be called from one thread at a time
  * (the engine thread); the others are single-threaded and reentrant.
