@@ -30,6 +30,8 @@
 #   lat      bench_latency: host<->GPU wake-up idle, beside DRAM streams and copies -> lat.log
 #   ncu      Nsight Compute per-kernel time + DRAM bytes of resident decode; memcheck of the
 #            op tests (Firecracker kinds only: kind nvidia-h200-x2)          -> ncu.log, sanitize.log
+#   prec     issue 25 part 6: the n08 and plain fixtures through cuda and offload, per position
+#            with the router gaps (tools/check_fixtures.py), and the CPU fast path beside -> prec.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec sustained -> bw.log
 # Each command's exit status is logged; a failing one does not stop the rest.
 set -u
@@ -77,6 +79,17 @@ for part in "$@"; do
             step bench.log 300 $G/ft bench --synthetic "$f" --backend cpu -t 16 -p 512 -n 64 -r 2
         done
         step bench.log 200 $G/bench_ggml --threads 16 --mib 2048
+        ;;
+    prec)
+        # a position off by > 0.1 without a router near-tie, or "first8" (the fp32 decode path)
+        # above 1e-3, is a bug; near-ties flipping under bf16 rounding are not
+        F="--only mixtral_n08 qwen3_moe_n08 mixtral qwen3_moe"
+        for b in cuda offload; do
+            echo "== $b" >>"$OUT/prec.log"
+            step prec.log 200 python3 tools/check_fixtures.py --ft $G/ft --backend $b --positions $F
+        done
+        echo "== cpu fast" >>"$OUT/prec.log"
+        step prec.log 200 python3 tools/check_fixtures.py --ft $G/ft --backend cpu --cpu-act fast --positions $F
         ;;
     auto)
         # --backend auto (the default) over the VRAM limit: the offload backend, said in one line
@@ -236,7 +249,7 @@ for part in "$@"; do
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cuda
         step real.log 120 $G/ft bench --model $M -p 512 -n 128 -r 3 --backend cpu -t 16
         ;;
-    *) echo "gpu_run: unknown part '$part' (tests, bench, auto, oss, real, offload, long, profile, tg128, hyb3, hybab, decab, cpuab, cpu9, cpuall, exec, exec9, isa, lat, ncu, bw)" >&2 ;;
+    *) echo "gpu_run: unknown part '$part' (tests, bench, auto, prec, oss, real, offload, long, profile, tg128, hyb3, hybab, decab, cpuab, cpu9, cpuall, exec, exec9, isa, lat, ncu, bw)" >&2 ;;
     esac
 done
 echo "gpu_run: done in $SECONDS s; logs in $OUT" | tee -a "$OUT/done.txt"
