@@ -468,4 +468,50 @@ TEST(generation_config) {
     }
 }
 
+/* Qwen3.5's multimodal wrapper: the language model's fields in text_config (the vision config
+ * beside it is not read), tie_word_embeddings and the special tokens from the top level too;
+ * layer_types with linear_attention layers and the DeltaNet sizes; an unknown layer type. */
+TEST(hybrid_text_config_and_layer_types) {
+    static const char *vl =
+        "{\"architectures\":[\"Qwen3_5MoeForConditionalGeneration\"],\"model_type\":\"qwen3_5_moe\","
+        "\"tie_word_embeddings\":false,\"image_token_id\":248056,\"vision_config\":{\"depth\":27,"
+        "\"hidden_size\":1152},\"text_config\":{\"vocab_size\":248320,\"hidden_size\":2048,"
+        "\"num_hidden_layers\":4,\"num_attention_heads\":16,\"num_key_value_heads\":2,"
+        "\"head_dim\":256,\"tie_word_embeddings\":true,\"eos_token_id\":248044,"
+        "\"layer_types\":[\"linear_attention\",\"linear_attention\",\"linear_attention\","
+        "\"full_attention\"],\"linear_num_key_heads\":16,\"linear_num_value_heads\":32,"
+        "\"linear_key_head_dim\":128,\"linear_value_head_dim\":128,\"linear_conv_kernel_dim\":4,"
+        "\"num_experts\":256,\"num_experts_per_tok\":8,\"moe_intermediate_size\":512,"
+        "\"shared_expert_intermediate_size\":512,\"mtp_num_hidden_layers\":1,"
+        "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000000,"
+        "\"mrope_section\":[11,11,10],\"mrope_interleaved\":true}}}";
+    struct ft_config c;
+    EXPECT_OK(ft_config_parse(vl, strlen(vl), "vl/config.json", &c));
+    EXPECT_STREQ(c.arch, "Qwen3_5MoeForConditionalGeneration");
+    EXPECT_EQ(c.text_config, 1);
+    EXPECT_EQ(c.hidden_size, 2048);
+    EXPECT_EQ(c.head_dim, 256);
+    EXPECT_EQ(c.n_experts, 256);
+    EXPECT_EQ(c.tie_word_embeddings, 0); /* the wrapper's own, not text_config's */
+    EXPECT_EQ(c.n_eos, 1);
+    EXPECT_EQ(c.eos_token_ids[0], 248044);
+    EXPECT(c.linear != NULL);
+    if (c.linear) EXPECT(c.linear[0] && c.linear[1] && c.linear[2] && !c.linear[3]);
+    EXPECT_EQ(c.linear_num_value_heads, 32);
+    EXPECT_EQ(c.linear_key_head_dim, 128);
+    EXPECT_EQ(c.mtp_layers, 1);
+    EXPECT_NEAR(c.rope.theta, 1e7, 0);
+    EXPECT_EQ(c.rope.partial_rotary_set, 0); /* the arch's 0.25 applies at load */
+    ft_config_free(&c);
+    EXPECT_EQ(parse_patched("{\"layer_types\":[\"full_attention\",\"mamba\",\"full_attention\","
+                            "\"full_attention\"]}", &c), FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "layer_types[1]");
+    EXPECT_EQ(parse_patched("{\"text_config\":3}", &c), FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "text_config");
+    EXPECT_OK(parse_patched("{\"partial_rotary_factor\":0.5}", &c));
+    EXPECT_EQ(c.rope.partial_rotary_set, 1);
+    EXPECT(c.linear == NULL);
+    ft_config_free(&c);
+}
+
 TEST_MAIN("hfconfig")

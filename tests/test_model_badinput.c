@@ -18,6 +18,8 @@
 
 static char g_root[256];
 
+static const char *g_good = GOOD; /* the fixture make_dir and rewrite copy */
+
 static void write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return;
@@ -34,7 +36,9 @@ static const char *make_dir(const char *name, const char *from, const char *to, 
     mkdir(dir, 0755);
     char *cfg = NULL;
     size_t n = 0;
-    if (ft_file_read(GOOD "/config.json", &cfg, &n) != FT_OK) return dir;
+    char src[600];
+    snprintf(src, sizeof src, "%s/config.json", g_good);
+    if (ft_file_read(src, &cfg, &n) != FT_OK) return dir;
     if (from) {
         char *at = strstr(cfg, from);
         if (at) {
@@ -52,7 +56,8 @@ static const char *make_dir(const char *name, const char *from, const char *to, 
     free(cfg);
     if (!skip_weights) {
         struct ft_map m;
-        if (ft_file_map(GOOD "/model.safetensors", &m) == FT_OK) {
+        snprintf(src, sizeof src, "%s/model.safetensors", g_good);
+        if (ft_file_map(src, &m) == FT_OK) {
             write_file(ft_path_join(path, sizeof path, dir, "model.safetensors"), m.data, m.size);
             ft_file_unmap(&m);
         }
@@ -64,7 +69,9 @@ static const char *make_dir(const char *name, const char *from, const char *to, 
  * row fewer, or retyping `retype` as I16 (same bytes). */
 static void rewrite(const char *dir, const char *drop, const char *reshape, const char *retype) {
     struct ft_st_file *f;
-    if (ft_st_open(GOOD "/model.safetensors", &f) != FT_OK) return;
+    char src[600];
+    snprintf(src, sizeof src, "%s/model.safetensors", g_good);
+    if (ft_st_open(src, &f) != FT_OK) return;
     int n = ft_st_count(f), k = 0;
     struct ft_st_out *out = calloc((size_t)n, sizeof *out);
     for (int i = 0; i < n; i++) {
@@ -299,6 +306,28 @@ TEST(gemma3_refused_by_gpu_backends) {
 done:
     ft_pool_free(pool);
     ft_model_free(m);
+}
+
+/* Hybrid (Gated DeltaNet) checkpoints: an unknown layer_types entry, a missing DeltaNet
+ * tensor and value heads that are no multiple of the key heads each give one line naming the
+ * field or tensor, exit 2; a GPU backend asked for explicitly says to use --backend cpu. */
+TEST(hybrid_bad_input) {
+    g_good = FT_TEST_DATA "/models/qwen3_5_moe";
+    const char *d = make_dir("hyb_types", "\"linear_attention\"", "\"mamba\"", 0);
+    expect_load_error(d, FT_ERR_FORMAT, "layer_types[0]");
+    expect_cli_error(d, "layer_types[0]", "linear_attention");
+    d = make_dir("hyb_missing", NULL, NULL, 0);
+    rewrite(d, "model.layers.1.linear_attn.A_log", NULL, NULL);
+    expect_load_error(d, FT_ERR_FORMAT, "model.layers.1.linear_attn.A_log");
+    expect_cli_error(d, "model.layers.1.linear_attn.A_log", "missing");
+    d = make_dir("hyb_heads", "\"linear_num_value_heads\": 4", "\"linear_num_value_heads\": 3", 0);
+    expect_load_error(d, FT_ERR_FORMAT, "linear_num_value_heads");
+    expect_cli_error(d, "linear_num_value_heads 3", "linear_num_key_heads 2");
+    g_good = FT_TEST_DATA "/models/qwen3_5_moe_vl"; /* the wrapper names its tensors in full */
+    d = make_dir("hyb_vl_missing", NULL, NULL, 0);
+    rewrite(d, "model.language_model.layers.0.linear_attn.conv1d.weight", NULL, NULL);
+    expect_cli_error(d, "model.language_model.layers.0.linear_attn.conv1d.weight", "missing");
+    g_good = GOOD;
 }
 
 TEST(bad_flags) {

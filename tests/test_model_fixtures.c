@@ -21,7 +21,8 @@
 static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2_moe", "mixtral",
                                          "llama",     "mistral",          "qwen2",     "qwen3",
                                          "gpt_oss",   "gpt_oss_mxfp4",    "qwen3_moe_fp8", "qwen3_moe_nvfp4",
-                                         "gemma3",    "qwen3_moe_n08",    "mixtral_n08"};
+                                         "gemma3",    "qwen3_moe_n08",    "mixtral_n08",
+                                         "qwen3_5_moe", "qwen3_5_moe_vl",  "qwen3_next", "qwen3_5"};
 
 /* issue 25's exact-path fixtures: N(0, 0.08) matrices, U(0.8, 1.2) norms (QK-norm in
  * qwen3_moe_n08), logits of sd 0.5; their reference holds transformers in float64 too */
@@ -151,6 +152,70 @@ TEST(fixtures_chunked_prefill_and_odd_pool) {
     check_fixture("gpt_oss", pool, 5); /* sliding window 8 on alternate layers, sinks */
     check_fixture("gemma3", pool, 5);  /* sliding layers with their own RoPE base */
     check_fixture("qwen3_moe_n08", pool, 5);
+    /* Gated DeltaNet layers: the conv window and the delta-rule state carried across chunks of
+     * 5, of 3 (shorter than the conv kernel) and of 1 */
+    check_fixture("qwen3_5_moe", pool, 5);
+    check_fixture("qwen3_next", pool, 3);
+    check_fixture("qwen3_5", pool, 1);
+    ft_pool_free(pool);
+}
+
+/* Hybrid models keep one recurrent state per sequence: two sequences prefilled and decoded
+ * together in one batch give each its solo logits; a freed sequence's state goes with its KV
+ * blocks, and a new sequence in its place starts from zeros; a sequence cannot continue from a
+ * position it did not reach (no state), and truncating keeps all or nothing. */
+TEST(hybrid_sequences_keep_their_own_state) {
+    struct ft_pool *pool;
+    EXPECT_OK(ft_pool_init(&pool, 2));
+    struct ft_model *m = NULL;
+    struct ft_engine *e = NULL, *solo = NULL;
+    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/qwen3_5_moe", &m));
+    struct ft_engine_opts eo = {.max_ctx = 48, .max_chunk = 32, .kv_tokens = 144};
+    if (m) EXPECT_OK(ft_engine_init(&e, m, pool, &eo));
+    if (m) EXPECT_OK(ft_engine_init(&solo, m, pool, &eo));
+    if (!e || !solo) goto done;
+    const int V = m->vocab;
+    int32_t a[12], b[9], blocks[3][3];
+    for (int i = 0; i < 12; i++) a[i] = (i * 37 + 5) % V;
+    for (int i = 0; i < 9; i++) b[i] = (i * 53 + 11) % V;
+    for (int s = 0; s < 3; s++) EXPECT_OK(ft_engine_kv_alloc(e, 3, blocks[s]));
+    float *lg = malloc((size_t)4 * V * sizeof *lg), *ref = malloc((size_t)V * sizeof *ref);
+    /* solo references: a's last logits after 12, then after one more token; b's after 9 */
+    float *ra = malloc((size_t)2 * V * sizeof *ra), *rb = malloc((size_t)V * sizeof *rb);
+    int32_t more = 7;
+    EXPECT_OK(ft_engine_prefill(solo, a, 12, ra, 0));
+    EXPECT_OK(ft_engine_forward(solo, &more, 1, ra + V, 0));
+    ft_engine_reset(solo);
+    EXPECT_OK(ft_engine_prefill(solo, b, 9, rb, 0));
+    /* a's first 7 tokens alone, then a's last 5 with all of b in one step, then a decode step */
+    struct ft_seg s1 = {a, 7, 0, blocks[0], FT_LOGITS_NONE};
+    EXPECT_OK(ft_engine_forward_batch(e, &s1, 1, NULL));
+    struct ft_seg s2[2] = {{a + 7, 5, 7, blocks[0], FT_LOGITS_LAST}, {b, 9, 0, blocks[1], FT_LOGITS_LAST}};
+    EXPECT_OK(ft_engine_forward_batch(e, s2, 2, lg));
+    EXPECT(max_err(lg, ra, V) <= 1e-4);
+    EXPECT(max_err(lg + V, rb, V) <= 1e-4);
+    struct ft_seg s3 = {&more, 1, 12, blocks[0], FT_LOGITS_LAST};
+    EXPECT_OK(ft_engine_forward_batch(e, &s3, 1, lg));
+    EXPECT(max_err(lg, ra + V, V) <= 1e-4);
+    /* b's blocks freed: a new sequence on them starts clean and matches b's solo run again */
+    ft_engine_kv_free(e, blocks[1], 3);
+    EXPECT_OK(ft_engine_kv_alloc(e, 3, blocks[1]));
+    struct ft_seg s4 = {b, 9, 0, blocks[1], FT_LOGITS_LAST};
+    EXPECT_OK(ft_engine_forward_batch(e, &s4, 1, lg));
+    EXPECT(max_err(lg, rb, V) <= 1e-4);
+    /* a sequence that never ran cannot continue mid-way */
+    struct ft_seg s5 = {b, 2, 4, blocks[2], FT_LOGITS_LAST};
+    EXPECT_EQ(ft_engine_forward_batch(e, &s5, 1, lg), FT_ERR_INVALID_ARG);
+    /* truncation of a hybrid model's own sequence: all or nothing */
+    ft_engine_reset(solo);
+    EXPECT_OK(ft_engine_prefill(solo, a, 12, lg, 0));
+    EXPECT_EQ(ft_engine_truncate(solo, 12), 12);
+    EXPECT_EQ(ft_engine_truncate(solo, 5), 0);
+    free(lg), free(ref), free(ra), free(rb);
+done:
+    ft_engine_free(e);
+    ft_engine_free(solo);
+    ft_model_free(m);
     ft_pool_free(pool);
 }
 

@@ -16,11 +16,30 @@ float64 on the same bf16 values, stored as f32: what an exact engine converges t
 float64, -1 on dense layers: where rounding the activations, as the GPU prefill does, can pick
 another expert).
 
+The hybrid linear-attention fixtures (HYBRID: qwen3_5_moe, qwen3_5_moe_vl, qwen3_next, qwen3_5)
+have 4 layers, Gated DeltaNet ("linear_attention") layers around one full-attention layer (gated
+q_proj, partial RoPE 0.25), GDN GQA (2 key heads, 4 or 6 value heads, key head dim 16, value head
+dim 12, conv kernel 4). Their (1 + w) RMSNorms are drawn around 0, the GDN's gated RMSNorm (plain
+w) around 1, A_log = log U(1, 16), dt_bias N(-2.5, 0.5) (decays exp(g) spread over (0, 1), not
+all ~0 as with the model's own dt_bias = 1), embeddings N(0, 1). They are built with the torch
+GDN path (no fla / causal-conv1d / kernels package may be importable) and the build checks that
+transformers' token-by-token cached path (conv state + recurrent delta rule) reproduces the
+teacher-forced (chunked) logits, and that the saved checkpoint reloads to the same logits.
+qwen3_5_moe_vl is Qwen3_5MoeForConditionalGeneration with a tiny vision tower, saved in the
+published layout (model.language_model.*, model.visual.*, lm_head.*; routed experts fused as
+mlp.experts.gate_up_proj [E, 2I, H] / mlp.experts.down_proj [E, H, I], as Qwen/Qwen3.5-*-A*B store
+them; transformers' save_pretrained would split them per expert); its reference is text-only.
+The others are saved as save_pretrained writes them (model.*, per-expert experts.N.*_proj.weight).
+Each hybrid fixture also gets qwen3_moe's tokenizer.json, tokenizer_config.json and
+generation_config.json.
+
 Run where torch and transformers are installed (the GPU machine, or any machine with them):
     python3 tools/gen_fixtures.py [OUT_DIR] [--only NAME ...]   (default tests/data/models)
 """
+import importlib.util
 import json
 import os
+import shutil
 import sys
 
 import torch
@@ -38,6 +57,21 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=42, num_hidden_layers=3, num_attenti
               num_key_value_heads=2, head_dim=24, intermediate_size=56, max_position_embeddings=256,
               rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
 MOE = dict(num_experts_per_tok=3, moe_intermediate_size=20)
+# the hybrid GDN fixtures: 4 layers, GDN with GQA (2 key heads; 4 or 6 value heads), key head dim
+# 16, value head dim 12; attention 6 heads / 2 KV heads, head_dim 24, partial RoPE 0.25 (6 dims)
+HYBRID_COMMON = dict(vocab_size=VOCAB, hidden_size=42, num_hidden_layers=4, num_attention_heads=6,
+                     num_key_value_heads=2, head_dim=24, max_position_embeddings=256,
+                     rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+                     linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                     linear_value_head_dim=12, linear_conv_kernel_dim=4,
+                     layer_types=["linear_attention"] * 3 + ["full_attention"])
+LAYERS_B = dict(layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"])
+# Qwen3.5-MoE: every layer MoE with a shared expert, top-k always renormalised (no norm_topk_prob),
+# the published RoPE (theta 1e7, interleaved MRoPE; text-only positions make it plain RoPE)
+Q35_MOE = dict(MOE, num_experts=7, shared_expert_intermediate_size=28,
+               rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                                "partial_rotary_factor": 0.25, "mrope_interleaved": True,
+                                "mrope_section": [1, 1, 1]})
 
 # name -> (config class, model class, extra config)
 FIXTURES = {
@@ -82,11 +116,34 @@ FIXTURES = {
                     dict(num_experts_per_tok=2, num_local_experts=8, intermediate_size=28,
                          sliding_window=None,
                          rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # hybrid Gated DeltaNet / attention (HYBRID below): built from HYBRID_COMMON, not COMMON
+    "qwen3_5_moe": ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", dict(Q35_MOE)),
+    "qwen3_5_moe_vl": ("Qwen3_5MoeConfig", "Qwen3_5MoeForConditionalGeneration",
+                       dict(text_config=dict(HYBRID_COMMON, **Q35_MOE), vision_config=dict(
+                           depth=1, hidden_size=16, num_heads=2, intermediate_size=32,
+                           out_hidden_size=42, patch_size=2, temporal_patch_size=2,
+                           spatial_merge_size=2, num_position_embeddings=16))),
+    "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM",
+                   dict(MOE, **LAYERS_B, num_experts=7, shared_expert_intermediate_size=28,
+                        norm_topk_prob=False, mlp_only_layers=[2], intermediate_size=56,
+                        linear_num_value_heads=6,
+                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                         "partial_rotary_factor": 0.25})),
+    "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
+                dict(LAYERS_B, intermediate_size=56, linear_num_value_heads=6,
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                      "partial_rotary_factor": 0.25, "mrope_interleaved": True,
+                                      "mrope_section": [1, 1, 1]})),
 }
 N08 = {"qwen3_moe_n08", "mixtral_n08"}
-# seeds picked for top-1 margins of the greedy steps >= 0.04 and router gaps >= 2e-3 (1e-6 is
-# the fp32 noise); the default is 1234 + the fixture's index
-SEEDS = {"qwen3_moe_n08": 1281, "mixtral_n08": 1269}
+HYBRID = {"qwen3_5_moe", "qwen3_5_moe_vl", "qwen3_next", "qwen3_5"}
+FUSED_EXPERTS = {"qwen3_5_moe_vl"}  # saved with the published fused expert tensors
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
+# seeds picked for top-1 margins of the greedy steps >= 0.04 (the hybrid ones >= 0.05) and router
+# gaps >= 2e-3 (1e-6 is the fp32 noise); the default is 1234 + the fixture's index (qwen3_5_moe's
+# default 1245 qualifies)
+SEEDS = {"qwen3_moe_n08": 1281, "mixtral_n08": 1269,
+         "qwen3_5_moe_vl": 1646, "qwen3_next": 1647, "qwen3_5": 1748}
 
 
 def init_weights(model, seed, plus_one_norms=False):
@@ -120,11 +177,119 @@ def init_weights_n08(model, seed):
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
 
 
+def init_weights_hybrid(model, seed):
+    """the HYBRID fixtures: matrices N(0, 1/fan_in) (routers x3), token embeddings N(0, 1), the
+    (1 + w) RMSNorms (input/post-attention, q/k, final) w ~ 0.1 N(0, 1), the GDN's gated RMSNorm
+    (plain w) and LayerNorm weights ~ 1 + 0.1 N(0, 1), biases 0.1 N(0, 1); GDN A_log = log U(1, 16)
+    (the model's own range, floor 1), dt_bias N(-2.5, 0.5); all rounded to bf16"""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for mname, mod in model.named_modules():
+            cls = type(mod).__name__
+            for pname, p in mod.named_parameters(recurse=False):
+                if pname == "A_log":
+                    p.copy_((1.0 + 15.0 * torch.rand(p.shape, generator=g)).log())
+                elif pname == "dt_bias":
+                    p.copy_(-2.5 + 0.5 * torch.randn(p.shape, generator=g))
+                elif cls.endswith("RMSNormGated"):  # w * rms(x) * silu(z)
+                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+                elif cls.endswith("RMSNorm"):  # (1 + w) * rms(x)
+                    p.copy_(0.1 * torch.randn(p.shape, generator=g))
+                elif p.dim() == 1:  # LayerNorm (vision) weights around 1, biases small
+                    p.copy_((0.0 if pname == "bias" else 1.0) + 0.1 * torch.randn(p.shape, generator=g))
+                else:
+                    if isinstance(mod, torch.nn.Embedding):
+                        std = 0.5 if "visual" in mname else 1.0
+                    else:  # conv weights [out, in/groups, *kernel]; experts [E, out, in]
+                        conv = isinstance(mod, torch.nn.modules.conv._ConvNd)
+                        std = 1.0 / (p[0].numel() if conv else p.shape[-1]) ** 0.5
+                        if cls.endswith("TopKRouter"):
+                            std *= 3.0  # spread router logits so top-k is not near ties
+                    p.copy_(std * torch.randn(p.shape, generator=g))
+                p.copy_(p.to(torch.bfloat16).to(torch.float32))
+
+
+def check_norm_conventions(model):
+    """{class: 'w' | '1+w' | 'w*silu(z)'} of the model's RMSNorm classes, checked numerically (an
+    unexpected convention stops the build: init_weights_hybrid would pick the wrong centre)"""
+    seen = {}
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for mod in model.modules():
+            cls = type(mod).__name__
+            if not cls.endswith(("RMSNorm", "RMSNormGated")) or cls in seen:
+                continue
+            w = mod.weight.float()
+            x = torch.randn(3, w.shape[0], generator=g)
+            r = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+            if cls.endswith("Gated"):
+                z = torch.randn(3, w.shape[0], generator=g)
+                ok, conv = torch.allclose(mod(x, z), r * w * torch.nn.functional.silu(z), atol=1e-5), "w*silu(z)"
+            else:
+                ok, conv = torch.allclose(mod(x), r * (1.0 + w), atol=1e-5), "1+w"
+            if not ok:
+                sys.exit(f"{cls}: not the expected {conv} RMSNorm")
+            seen[cls] = conv
+    return seen
+
+
+def check_torch_gdn_path():
+    """the GDN layers must run transformers' torch reference (chunked / recurrent delta rule, conv1d
+    by F.conv1d): none of the packages it would dispatch to may be importable"""
+    for pkg in ("fla", "causal_conv1d", "kernels"):
+        if importlib.util.find_spec(pkg) is not None:
+            sys.exit(f"{pkg} is importable: the GDN layers would not run the torch reference path")
+
+
+def decoder_layers(model):
+    base = getattr(model.model, "language_model", model.model)
+    return base.layers
+
+
+def final_norm(model):
+    return getattr(model.model, "language_model", model.model).norm.weight
+
+
+def gdn_stats(model, ids):
+    """(decay exp(g), beta) of every GDN layer, value head and prompt position, flattened"""
+    decays, betas, hooks = [], [], []
+
+    def pre(mod, args, kwargs):
+        x = kwargs.get("hidden_states", args[0] if args else None)
+        if hasattr(mod, "in_proj_ba"):  # Qwen3-Next: fused, grouped per key head
+            _, _, _, _, b, a = mod.fix_query_key_value_ordering(mod.in_proj_qkvz(x), mod.in_proj_ba(x))
+        else:
+            b, a = mod.in_proj_b(x), mod.in_proj_a(x)
+        gl = -mod.A_log.float().exp() * torch.nn.functional.softplus(a.float() + mod.dt_bias)
+        decays.append(gl.exp().flatten())
+        betas.append(b.sigmoid().flatten())
+    for mod in model.modules():
+        if type(mod).__name__.endswith("GatedDeltaNet"):
+            hooks.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
+    with torch.no_grad():
+        model(ids)
+    for h in hooks:
+        h.remove()
+    return torch.cat(decays), torch.cat(betas)
+
+
+def stepwise_logits(model, full):
+    """logits [T, V] of full [1, T] fed one token at a time through the cache: the GDN layers take
+    their recurrent path (conv state + recurrent delta rule) from the second token on"""
+    out, pkv = [], None
+    with torch.no_grad():
+        for t in range(full.shape[1]):
+            r = model(full[:, t:t + 1], past_key_values=pkv, use_cache=True)
+            pkv = r.past_key_values
+            out.append(r.logits[0, -1].float())
+    return torch.stack(out)
+
+
 def router_gaps(model, ids):
     """[layers, T]: per MoE layer and position the k-th minus the (k+1)-th router logit
     (float64), -1 where the layer is dense"""
-    k = model.config.num_experts_per_tok
-    layers = model.model.layers
+    k = getattr(model.config, "text_config", model.config).num_experts_per_tok
+    layers = decoder_layers(model)
     gaps = torch.full((len(layers), ids.shape[1]), -1.0, dtype=torch.float64)
     hooks = []
     for i, layer in enumerate(layers):
@@ -145,17 +310,26 @@ def router_gaps(model, ids):
 
 def build(name, seed):
     cfg_cls, model_cls, extra = FIXTURES[name]
-    kw = dict(COMMON)
-    kw.update(extra)
+    hybrid = name in HYBRID
+    if "text_config" in extra:  # a composite (multimodal) config: given whole
+        kw = dict(extra)
+    else:
+        kw = dict(HYBRID_COMMON if hybrid else COMMON)
+        kw.update(extra)
     cfg = getattr(transformers, cfg_cls)(**kw)
     cfg._attn_implementation = "eager"
     cfg._experts_implementation = "eager"  # the plain per-expert loop, no grouped_mm
+    if hybrid:
+        check_torch_gdn_path()
     torch.manual_seed(seed)
     model = getattr(transformers, model_cls)(cfg).eval().to(torch.float32)
     gemma = "Gemma" in model_cls
     n08 = name in N08
     if n08:
         init_weights_n08(model, seed)
+    elif hybrid:
+        norms = check_norm_conventions(model)
+        init_weights_hybrid(model, seed)
     else:
         init_weights(model, seed, gemma)
     g = torch.Generator().manual_seed(seed + 1000)
@@ -166,8 +340,8 @@ def build(name, seed):
         if not n08:
             # scale the final norm (works for tied embeddings too) so logits have std near 1
             s = float(logits.std())
-            w = model.model.norm.weight
-            if gemma:  # the norm multiplies by 1 + w
+            w = final_norm(model)
+            if gemma or hybrid:  # the norm multiplies by 1 + w
                 w.copy_((1.0 + w) / s - 1.0)
             else:
                 w.mul_(1.0 / s)
@@ -179,13 +353,32 @@ def build(name, seed):
             more["logits64"] = model(ids).logits[0].float().contiguous()
             model.float()
         out = model.generate(ids, max_new_tokens=N_GREEDY, do_sample=False, min_new_tokens=N_GREEDY,
-                             eos_token_id=None, pad_token_id=0)
+                             eos_token_id=None, pad_token_id=0,
+                             **(dict(output_logits=True, return_dict_in_generate=True) if hybrid else {}))
+    if hybrid:
+        gen_logits = torch.stack(out.logits)[:, 0].float()  # generate's prefill + cached decode steps
+        out = out.sequences
     greedy = out[0, T_PROMPT:]
-    if n08:
+    if n08 or hybrid:
         gap, same = greedy_gap(model, ids, greedy)
+    if hybrid:
+        full = torch.cat([ids[0], greedy[:-1]])[None]
+        with torch.no_grad():
+            tf = model(full).logits[0].float()  # teacher-forced: the chunked delta rule
+        d_step = float((stepwise_logits(model, full) - tf).abs().max())
+        d_gen = float((gen_logits - tf[T_PROMPT - 1:]).abs().max())
+        decay, beta = gdn_stats(model, ids)
+        moe = hasattr(getattr(model.config, "text_config", model.config), "num_experts_per_tok")
+        rg = router_gaps(model, ids) if moe else torch.tensor([-1.0])
     d = os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)
     model.to(torch.bfloat16).save_pretrained(d)
+    if name in FUSED_EXPERTS:
+        # the published layout: save_pretrained splits the fused experts into experts.N.*_proj.weight
+        # (transformers' qwen2_moe conversion, reverted on save); Qwen3.5-MoE checkpoints keep them
+        # fused. The module names are already model.language_model.* / model.visual.* / lm_head.*
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()},
+                  os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
     for f in ("generation_config.json",):
         p = os.path.join(d, f)
         if os.path.exists(p):
@@ -199,6 +392,29 @@ def build(name, seed):
         print(f"  |fp32 - fp64| {float((logits - more['logits64']).abs().max()):.2e}, smallest router "
               f"gap {float(rg[rg >= 0].min()):.2e}, smallest greedy top-1 margin {gap:.3f}"
               f"{'' if same else ' (teacher-forced argmax differs from generate)'}")
+    if hybrid:
+        src = os.path.join(OUT, "qwen3_moe")  # the tiny tokenizer (gen_fixture_tokenizer.py)
+        if not os.path.exists(os.path.join(src, "tokenizer.json")):
+            src = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "models", "qwen3_moe")
+        for f in TOKENIZER_FILES:
+            shutil.copyfile(os.path.join(src, f), os.path.join(d, f))
+        back, info = getattr(transformers, model_cls).from_pretrained(
+            d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+        back.config._experts_implementation = "eager"
+        bad = {k: v for k, v in info.items() if v}
+        with torch.no_grad():
+            d_load = float((back.eval()(ids).logits[0].float() - logits).abs().max())
+        print(f"  norms {norms}; smallest greedy top-1 margin {gap:.3f}"
+              f"{'' if same else ' (teacher-forced argmax differs from generate)'}"
+              + (f", smallest router gap {float(rg[rg >= 0].min()):.2e}" if (rg >= 0).any() else ""))
+        print(f"  |token-by-token cached - teacher-forced| {d_step:.2e} over {full.shape[1]} positions, "
+              f"|generate prefill+decode - teacher-forced| {d_gen:.2e}, |reloaded - reference| {d_load:.2e}"
+              + (f", LOADING ISSUES {bad}" if bad else ""))
+        q = torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0])
+        print(f"  GDN decay exp(g) quantiles {[round(v, 3) for v in decay.quantile(q).tolist()]}, "
+              f"beta {[round(v, 3) for v in beta.quantile(q).tolist()]}")
+        if d_step > 1e-4 or d_gen > 1e-4 or d_load > 1e-5 or bad or not same:
+            sys.exit(f"{name}: a consistency check failed")
 
 
 if __name__ == "__main__":

@@ -177,6 +177,18 @@ int ft_cmd_inspect(int argc, char **argv) {
     } else {
         printf("experts       none (dense model)\n");
     }
+    int n_linear = 0;
+    uint64_t state = ft_config_state_bytes(&c, a, &n_linear);
+    int n_kvl = c.n_layers - n_linear;
+    double kv_tok = 2.0 * 4 * (double)c.n_kv_heads * hd * n_kvl; /* f32 keys and values */
+    printf("kv cache      %s per token (%d attention layers)", size(kv_tok, b1, sizeof b1), n_kvl);
+    if (n_linear)
+        printf("; recurrent state %s per sequence (%d Gated DeltaNet layers)", size((double)state, b2, sizeof b2),
+               n_linear);
+    printf("\n");
+    if (c.mtp_layers > 0)
+        printf("mtp           %d multi-token-prediction layer%s in the checkpoint, not used (speculative "
+               "decoding with them is a later step)\n", c.mtp_layers, c.mtp_layers > 1 ? "s" : "");
     uint64_t ram = ft_sys_ram_bytes();
     struct ft_platform plat;
     ft_platform_detect(&plat);

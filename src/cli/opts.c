@@ -206,7 +206,8 @@ void ft_cli_apply_sampling(const struct ft_cli_sampling *s, struct ft_gen_params
 }
 
 const char ft_cli_backend_usage[] =
-    "  --backend B         cpu, cuda, or auto (default: cuda when a GPU is present)\n"
+    "  --backend B         cpu, cuda, offload or auto (default: cuda when the model fits the\n"
+    "                      GPU, offload when a MoE model does not, else cpu)\n"
     "  --device N          CUDA device (default 0)\n"
     "  --vram-limit SIZE   device memory the engine may use, e.g. 24G (emulate a smaller card)\n"
     "  --no-graphs         run GPU decode steps eagerly instead of replaying CUDA graphs\n"

@@ -51,6 +51,20 @@ struct ft_engine {
     int top1_rows;
     struct ft_sampler *draw_smp; /* the engine's draws: scratch for ft_sampler_draw_row */
     long draw_rows, draw_host;   /* rows the GPU drew, and of those sent back to the host */
+    /* hybrid models (Gated DeltaNet layers among attention ones) */
+    int *kv_of;                 /* [L] the layer's index in the KV cache, or -1 (no attention) */
+    int n_kv_layers;
+    int *gdn_of;                /* [L] the layer's index among the DeltaNet layers, or -1 */
+    float *qg;                  /* [chunk, 2 q_dim] gated attention's q_proj rows, [q | gate] a head */
+    float *g_qkv, *g_z, *g_b, *g_a, *g_o; /* [chunk, Cc], [chunk, Dv], [chunk, Hv] x2, [chunk, Dv] */
+    /* recurrent state: one slot per live sequence, found by the sequence's first KV block (a
+     * sequence owns its blocks until ft_engine_kv_free, which frees its slot too); per DeltaNet
+     * layer the conv's last K-1 inputs [Cc][K-1] then the delta-rule state [Hv][dk][dv], f32 */
+    float *st;                  /* [n_st][st_floats] */
+    int32_t *st_key;            /* [n_st] owner's first KV block, -1: free */
+    int n_st;
+    size_t st_floats;
+    int *seg_slot;              /* [chunk] the slot of each segment of the step */
 };
 
 /* --- matmul with an output row stride, rows split over the pool --- */
@@ -209,7 +223,15 @@ static void dense_mlp(struct ft_engine *e, const struct ft_layer *L, int T) {
 static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
     const struct ft_model *m = e->m;
     int hd = m->head_dim, qd = e->q_dim, kd = e->kv_dim;
-    mm(e, e->q, qd, e->xn, &L->wq, L->bq, T);
+    if (L->attn_gate) { /* [q_h | gate_h] per head: q out of it, the gate stays in qg */
+        mm(e, e->qg, 2 * qd, e->xn, &L->wq, L->bq, T);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < m->n_heads; h++)
+                memcpy(e->q + (size_t)t * qd + (size_t)h * hd, e->qg + (size_t)t * 2 * qd + (size_t)h * 2 * hd,
+                       (size_t)hd * sizeof(float));
+    } else {
+        mm(e, e->q, qd, e->xn, &L->wq, L->bq, T);
+    }
     mm(e, e->k, kd, e->xn, &L->wk, L->bk, T);
     mm(e, e->v, kd, e->xn, &L->wv, L->bv, T);
     if (L->q_norm) {
@@ -220,7 +242,7 @@ static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int 
     float msc = L->rope_local ? 1.0f : m->rope_mscale;
     ft_cpu_rope(e->q, e->pos, inv, msc, T, m->n_heads, hd, m->rot_dim);
     ft_cpu_rope(e->k, e->pos, inv, msc, T, m->n_kv_heads, hd, m->rot_dim);
-    size_t layer_off = (size_t)l * e->n_blocks * FT_KV_BLOCK * kd;
+    size_t layer_off = (size_t)e->kv_of[l] * e->n_blocks * FT_KV_BLOCK * kd;
     float *kc = e->k_cache + layer_off, *vc = e->v_cache + layer_off;
     for (int t = 0; t < T; t++) {
         int p = e->pos[t];
@@ -232,7 +254,162 @@ static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int 
                            m->n_heads, m->n_kv_heads, hd,
                            m->attn_scale > 0 ? m->attn_scale : 1.0f / sqrtf((float)hd), L->window,
                            L->sinks);
+    if (L->attn_gate) /* the output times sigmoid(gate), per head and element */
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < m->n_heads; h++) {
+                float *o = e->att + (size_t)t * qd + (size_t)h * hd;
+                const float *gt = e->qg + (size_t)t * 2 * qd + (size_t)h * 2 * hd + hd;
+                for (int d = 0; d < hd; d++) o[d] *= ft_sigmoid(gt[d]);
+            }
     mm(e, e->y, m->hidden, e->att, &L->wo, L->bo, T);
+}
+
+/* ---- Gated DeltaNet (linear attention) ---- */
+
+struct gdn_job {
+    struct ft_engine *e;
+    const struct ft_layer *L;
+    const struct ft_seg *segs;
+    int n_segs, gl;             /* gl: the layer's index among the DeltaNet layers */
+};
+
+/* The state of DeltaNet layer gl in slot s: conv inputs [Cc][K-1], then S [Hv][dk][dv]. */
+static float *gdn_state(const struct ft_engine *e, int s, int gl) {
+    const struct ft_model *m = e->m;
+    size_t cc = 2 * (size_t)m->gdn_hk * m->gdn_dk + (size_t)m->gdn_hv * m->gdn_dv;
+    size_t per = (size_t)(m->gdn_kernel - 1) * cc + (size_t)m->gdn_hv * m->gdn_dk * m->gdn_dv;
+    return e->st + (size_t)s * e->st_floats + (size_t)gl * per;
+}
+
+/* Channels of the causal depthwise conv, in place over g_qkv, each token after the sequence's
+ * last K-1 inputs (its state), then SiLU: out[t] = silu(sum_j w[j] u[t - (K-1) + j]). */
+static void gdn_conv_task(void *ctx, int i, int n) {
+    struct gdn_job *j = ctx;
+    const struct ft_model *m = j->e->m;
+    const int K = m->gdn_kernel, Cc = 2 * m->gdn_hk * m->gdn_dk + m->gdn_hv * m->gdn_dv;
+    long c0, c1;
+    ft_split(Cc, i, n, &c0, &c1);
+    for (int s = 0, t0 = 0; s < j->n_segs; t0 += j->segs[s++].n) {
+        float *win0 = gdn_state(j->e, j->e->seg_slot[s], j->gl); /* [Cc][K-1] */
+        for (long c = c0; c < c1; c++) {
+            const float *w = j->L->gdn_conv + (size_t)c * K;
+            float *win = win0 + (size_t)c * (K - 1);
+            for (int t = t0; t < t0 + j->segs[s].n; t++) {
+                float *u = j->e->g_qkv + (size_t)t * Cc + c, raw = *u, y = w[K - 1] * raw;
+                for (int q = 0; q < K - 1; q++) y += w[q] * win[q];
+                for (int q = 0; q + 1 < K - 1; q++) win[q] = win[q + 1];
+                if (K > 1) win[K - 2] = raw;
+                *u = y / (1.0f + expf(-y));
+            }
+        }
+    }
+}
+
+/* x / sqrt(sum x^2 + 1e-6) (transformers' l2norm: the epsilon on the sum), times scale. */
+static void l2norm(float *y, const float *x, int n, float scale) {
+    float ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float r = scale / sqrtf(ss + 1e-6f);
+    for (int i = 0; i < n; i++) y[i] = x[i] * r;
+}
+
+/* Value heads [h0, h1) through every token of every segment: the gated delta rule (recurrent
+ * form) from the sequence's state, then the gated RMSNorm, into g_o. */
+static void gdn_rule_task(void *ctx, int i, int n) {
+    struct gdn_job *j = ctx;
+    struct ft_engine *e = j->e;
+    const struct ft_model *m = e->m;
+    const struct ft_layer *L = j->L;
+    const int Hk = m->gdn_hk, Hv = m->gdn_hv, dk = m->gdn_dk, dv = m->gdn_dv, r = Hv / Hk;
+    const int Dk = Hk * dk, Dv = Hv * dv, Cc = 2 * Dk + Dv, K = m->gdn_kernel;
+    long h0, h1;
+    ft_split(Hv, i, n, &h0, &h1);
+    float q[dk], k[dk], pred[dv];
+    const float qscale = 1.0f / sqrtf((float)dk);
+    for (int s = 0, t0 = 0; s < j->n_segs; t0 += j->segs[s++].n) {
+        float *S0 = gdn_state(e, e->seg_slot[s], j->gl) + (size_t)(K - 1) * Cc;
+        for (long h = h0; h < h1; h++) {
+            float *S = S0 + (size_t)h * dk * dv; /* [dk][dv] */
+            const int kh = (int)(h / r);       /* value head h reads key head h / r */
+            for (int t = t0; t < t0 + j->segs[s].n; t++) {
+                const float *row = e->g_qkv + (size_t)t * Cc, *v = row + 2 * Dk + h * dv;
+                l2norm(q, row + (size_t)kh * dk, dk, qscale);
+                l2norm(k, row + Dk + (size_t)kh * dk, dk, 1.0f);
+                const float beta = ft_sigmoid(e->g_b[(size_t)t * Hv + h]);
+                const float x = e->g_a[(size_t)t * Hv + h] + L->gdn_dt[h];
+                const float sp = x > 20.0f ? x : log1pf(expf(x)); /* softplus (torch's threshold) */
+                const float decay = expf(L->gdn_A[h] * sp);
+                for (int c = 0; c < dv; c++) pred[c] = 0;
+                for (int a = 0; a < dk; a++) {
+                    float *Sa = S + (size_t)a * dv;
+                    for (int c = 0; c < dv; c++) {
+                        Sa[c] *= decay;
+                        pred[c] += k[a] * Sa[c];
+                    }
+                }
+                for (int c = 0; c < dv; c++) pred[c] = beta * (v[c] - pred[c]);
+                float *o = e->g_o + (size_t)t * Dv + (size_t)h * dv;
+                for (int c = 0; c < dv; c++) o[c] = 0;
+                for (int a = 0; a < dk; a++) {
+                    float *Sa = S + (size_t)a * dv;
+                    for (int c = 0; c < dv; c++) {
+                        Sa[c] += k[a] * pred[c];
+                        o[c] += q[a] * Sa[c];
+                    }
+                }
+                /* gated RMSNorm: norm(o) * w * silu(z) */
+                float ss = 0;
+                for (int c = 0; c < dv; c++) ss += o[c] * o[c];
+                const float rn = 1.0f / sqrtf(ss / (float)dv + m->rms_eps);
+                const float *z = e->g_z + (size_t)t * Dv + (size_t)h * dv;
+                for (int c = 0; c < dv; c++) o[c] = o[c] * rn * L->gdn_norm[c] * (z[c] / (1.0f + expf(-z[c])));
+            }
+        }
+    }
+}
+
+static void gdn(struct ft_engine *e, const struct ft_layer *L, int l, const struct ft_seg *segs,
+                int n_segs, int T) {
+    const struct ft_model *m = e->m;
+    const int Dk = m->gdn_hk * m->gdn_dk, Dv = m->gdn_hv * m->gdn_dv;
+    mm(e, e->g_qkv, 2 * Dk + Dv, e->xn, &L->gdn_qkv, NULL, T);
+    mm(e, e->g_z, Dv, e->xn, &L->gdn_z, NULL, T);
+    mm(e, e->g_b, m->gdn_hv, e->xn, &L->gdn_b, NULL, T);
+    mm(e, e->g_a, m->gdn_hv, e->xn, &L->gdn_a, NULL, T);
+    struct gdn_job j = {e, L, segs, n_segs, e->gdn_of[l]};
+    ft_pool_run(e->pool, gdn_conv_task, &j);
+    ft_pool_run(e->pool, gdn_rule_task, &j);
+    mm(e, e->y, m->hidden, e->g_o, &L->gdn_out, NULL, T);
+}
+
+/* Each segment's recurrent-state slot (e->seg_slot): the one its sequence owns, a free one
+ * for a sequence starting at position 0 (zeroed; a restarted sequence's own is zeroed too). */
+static enum ft_status state_slots(struct ft_engine *e, const struct ft_seg *segs, int n_segs) {
+    for (int i = 0; i < n_segs; i++) {
+        const int32_t key = segs[i].blocks[0];
+        int s = -1, free_s = -1;
+        for (int q = 0; q < e->n_st && s < 0; q++) {
+            if (e->st_key[q] == key) s = q;
+            else if (e->st_key[q] < 0 && free_s < 0) free_s = q;
+        }
+        if (s < 0 && segs[i].pos0 > 0)
+            return ft_fail(FT_ERR_INVALID_ARG, "forward: a sequence at position %d has no recurrent "
+                           "state (hybrid models continue only the tokens they last ran)", segs[i].pos0);
+        if (s < 0 && free_s < 0) { /* one more slot */
+            float *st = realloc(e->st, (size_t)(e->n_st + 1) * e->st_floats * sizeof(float));
+            if (st) e->st = st;
+            int32_t *key2 = st ? realloc(e->st_key, (size_t)(e->n_st + 1) * sizeof *key2) : NULL;
+            if (!key2)
+                return ft_fail(FT_ERR_OOM, "engine: out of memory for one more sequence's recurrent "
+                               "state (%.1f MiB)", e->st_floats * 4 / 1048576.0);
+            e->st_key = key2;
+            free_s = e->n_st++;
+        }
+        if (s < 0) s = free_s, e->st_key[s] = key;
+        if (segs[i].pos0 == 0) memset(e->st + (size_t)s * e->st_floats, 0, e->st_floats * sizeof(float));
+        e->seg_slot[i] = s;
+    }
+    return FT_OK;
 }
 
 /* Validates a batch and lays its tokens out in e->ids / pos / tok_blocks. */
@@ -268,13 +445,20 @@ static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs
                                   float *logits) {
     const struct ft_model *m = e->m;
     int H = m->hidden, T = e->step_tokens;
+    if (m->n_gdn) {
+        enum ft_status st = state_slots(e, segs, n_segs);
+        if (st != FT_OK) return st;
+    }
     ft_cpu_embed(e->x, m->embed.data, m->embed.dtype, e->ids, T, H);
     if (m->embed_scale > 0)
         for (size_t i = 0; i < (size_t)T * H; i++) e->x[i] *= m->embed_scale;
     for (int l = 0; l < m->n_layers; l++) {
         const struct ft_layer *L = &m->layers[l];
         ft_cpu_rmsnorm(e->xn, e->x, L->attn_norm, T, H, m->rms_eps);
-        attention(e, L, l, T);
+        if (L->gdn)
+            gdn(e, L, l, segs, n_segs, T);
+        else
+            attention(e, L, l, T);
         if (L->post_attn_norm) ft_cpu_rmsnorm(e->y, e->y, L->post_attn_norm, T, H, m->rms_eps);
         ft_cpu_add(e->x, e->y, (size_t)T * H);
         ft_cpu_rmsnorm(e->xn, e->x, L->ffn_norm, T, H, m->rms_eps);
@@ -413,6 +597,8 @@ enum ft_status ft_engine_kv_alloc(struct ft_engine *e, int n, int32_t *blocks) {
 }
 
 void ft_engine_kv_free(struct ft_engine *e, const int32_t *blocks, int n) {
+    for (int s = 0; n > 0 && s < e->n_st; s++) /* the sequence's recurrent state goes with it */
+        if (e->st_key[s] == blocks[0]) e->st_key[s] = -1;
     for (int i = 0; i < n; i++) e->free_blocks[e->n_free++] = blocks[i];
 }
 
@@ -485,11 +671,12 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                               struct ft_pool *pool, const struct ft_engine_opts *opts) {
     *out = NULL;
     int gpu = opts->backend == FT_BACKEND_CUDA || opts->backend == FT_BACKEND_OFFLOAD;
-    if (gpu && (m->arch->flags & FT_ARCH_GEMMA)) { /* CPU-only archs */
+    if (gpu && (m->arch->flags & (FT_ARCH_GEMMA | FT_ARCH_HYBRID))) { /* CPU-only archs */
         if (!opts->backend_auto)
             return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it "
-                           "yet (Gemma 3: extra norms, local RoPE); use --backend cpu",
-                           m->arch->name);
+                           "yet (%s); use --backend cpu", m->arch->name,
+                           (m->arch->flags & FT_ARCH_GEMMA) ? "Gemma 3: extra norms, local RoPE"
+                                                            : "Gated DeltaNet layers, gated attention");
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
     }
@@ -530,7 +717,16 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     int seq_blocks = (e->opts.max_ctx + FT_KV_BLOCK - 1) / FT_KV_BLOCK;
     if (e->opts.kv_tokens <= 0) e->opts.kv_tokens = e->opts.max_ctx;
     e->n_blocks = FT_MAX((e->opts.kv_tokens + FT_KV_BLOCK - 1) / FT_KV_BLOCK, seq_blocks);
-    size_t kv = (size_t)m->n_layers * e->n_blocks * FT_KV_BLOCK * e->kv_dim;
+    e->kv_of = malloc((size_t)m->n_layers * sizeof *e->kv_of);
+    e->gdn_of = malloc((size_t)m->n_layers * sizeof *e->gdn_of);
+    int n_gdn = 0, gated = 0;
+    for (int l = 0; e->kv_of && e->gdn_of && l < m->n_layers; l++) {
+        const struct ft_layer *L = &m->layers[l];
+        e->kv_of[l] = L->gdn ? -1 : e->n_kv_layers++;
+        e->gdn_of[l] = L->gdn ? n_gdn++ : -1;
+        gated |= L->attn_gate;
+    }
+    size_t kv = (size_t)e->n_kv_layers * e->n_blocks * FT_KV_BLOCK * e->kv_dim;
     int att_w = FT_MAX(e->q_dim, H); /* att doubles as the shared expert's [T, H] output */
     e->k_cache = malloc((gpu ? 1 : kv) * sizeof(float)); /* the GPU keeps its own cache */
     e->v_cache = malloc((gpu ? 1 : kv) * sizeof(float));
@@ -553,7 +749,20 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->tok_blocks = malloc((size_t)C * sizeof *e->tok_blocks);
     e->ids = malloc((size_t)C * sizeof(int32_t));
     e->xl = malloc((size_t)C * H * sizeof(float));
-    if (!e->k_cache || !e->v_cache || !e->x || !e->xn || !e->y || !e->q || !e->att || !e->k ||
+    e->seg_slot = malloc((size_t)C * sizeof *e->seg_slot);
+    int hybrid_ok = 1;
+    if (gated) hybrid_ok &= (e->qg = malloc((size_t)C * 2 * e->q_dim * sizeof(float))) != NULL;
+    if (n_gdn) {
+        const size_t Dk = (size_t)m->gdn_hk * m->gdn_dk, Dv = (size_t)m->gdn_hv * m->gdn_dv;
+        e->g_qkv = malloc((size_t)C * (2 * Dk + Dv) * sizeof(float));
+        e->g_z = malloc((size_t)C * Dv * sizeof(float));
+        e->g_o = malloc((size_t)C * Dv * sizeof(float));
+        e->g_b = malloc((size_t)C * m->gdn_hv * sizeof(float));
+        e->g_a = malloc((size_t)C * m->gdn_hv * sizeof(float));
+        hybrid_ok &= e->g_qkv && e->g_z && e->g_o && e->g_b && e->g_a;
+        e->st_floats = ft_model_state_bytes(m) / sizeof(float);
+    }
+    if (!hybrid_ok || !e->kv_of || !e->gdn_of || !e->seg_slot || !e->k_cache || !e->v_cache || !e->x || !e->xn || !e->y || !e->q || !e->att || !e->k ||
         !e->v || !e->gu || !e->act || !e->router || !e->top_ids || !e->top_w || !e->pos ||
         !e->sticky || !e->free_blocks || !e->seq0_blocks || !e->tok_blocks || !e->ids || !e->xl) {
         st = ft_fail(FT_ERR_OOM, "engine: out of memory for a %d-token KV cache (%.1f GiB); "
@@ -633,6 +842,9 @@ void ft_engine_free(struct ft_engine *e) {
     free(e->tok_blocks);
     free(e->ids);
     free(e->xl);
+    free(e->kv_of), free(e->gdn_of), free(e->seg_slot), free(e->qg);
+    free(e->g_qkv), free(e->g_z), free(e->g_o), free(e->g_b), free(e->g_a);
+    free(e->st), free(e->st_key);
     ft_moe_exec_free(e->moe);
     free(e->xq);
     ft_gpu_free(e->gpu);
@@ -651,8 +863,10 @@ int ft_engine_residency_stats(const struct ft_engine *e, struct ft_residency_sta
 }
 
 void ft_engine_reset(struct ft_engine *e) { e->n_past = 0; }
-void ft_engine_truncate(struct ft_engine *e, int n) {
-    if (n >= 0 && n < e->n_past) e->n_past = n;
+int ft_engine_truncate(struct ft_engine *e, int n) {
+    /* a recurrent state cannot go back: a hybrid model keeps all or nothing */
+    if (n >= 0 && n < e->n_past) e->n_past = e->m->n_gdn ? 0 : n;
+    return e->n_past;
 }
 int ft_engine_n_past(const struct ft_engine *e) { return e->n_past; }
 int ft_engine_max_ctx(const struct ft_engine *e) { return e->opts.max_ctx; }

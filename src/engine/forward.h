@@ -106,8 +106,9 @@ enum ft_status ft_engine_forward_draw(struct ft_engine *e, const int32_t *ids, i
 enum ft_status ft_engine_prefill(struct ft_engine *e, const int32_t *ids, int T, float *logits,
                                  int all_logits);
 void ft_engine_reset(struct ft_engine *e);   /* forget the sequence (n_past = 0) */
-/* Keeps the first n positions of the KV cache (n <= n_past); later ones are overwritten. */
-void ft_engine_truncate(struct ft_engine *e, int n);
+/* Keeps the first n positions of the KV cache (n <= n_past); later ones are overwritten. A model
+ * with recurrent (Gated DeltaNet) layers cannot go back: it keeps all or none. Returns n_past. */
+int ft_engine_truncate(struct ft_engine *e, int n);
 int ft_engine_n_past(const struct ft_engine *e);
 int ft_engine_max_ctx(const struct ft_engine *e);
 int ft_engine_max_chunk(const struct ft_engine *e); /* tokens per forward call */

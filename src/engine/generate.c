@@ -139,7 +139,7 @@ enum ft_status ft_generate(struct ft_engine *e, const struct ft_tok *tok, const 
     /* reuse the common prefix (at least one token is always recomputed for its logits) */
     int keep = 0, n_past = ft_engine_n_past(e);
     while (keep < n_past && keep < n_prompt - 1 && ctx_ids[keep] == prompt[keep]) keep++;
-    ft_engine_truncate(e, keep);
+    keep = ft_engine_truncate(e, keep); /* a hybrid model keeps all of it or none */
     res->n_cached = keep;
     for (int i = 0; i < n_prompt; i++) ft_sampler_add_prompt(smp, prompt[i]);
     int64_t t0 = ft_time_us();

@@ -194,6 +194,7 @@ static enum ft_status parse_rope(json_t *root, const char *label, struct ft_conf
     FT_TRY(get_num(sc, where, "rope_theta", label, top_theta, 0, 0, &r->theta));
     double top_prf;
     FT_TRY(get_num(root, "", "partial_rotary_factor", label, 1.0, 0, 0, &top_prf));
+    r->partial_rotary_set = get(root, "partial_rotary_factor") || (sc && get(sc, "partial_rotary_factor"));
     FT_TRY(get_num(sc, where, "partial_rotary_factor", label, top_prf, 0, 0,
                    &r->partial_rotary_factor));
     if (r->partial_rotary_factor > 1)
@@ -327,7 +328,8 @@ fail:
     return st;
 }
 
-/* layer_types: one "sliding_attention" / "full_attention" per layer (gpt-oss). */
+/* layer_types: one "sliding_attention" / "full_attention" (gpt-oss, Gemma 3) or
+ * "linear_attention" (Qwen3-Next, Qwen3.5: Gated DeltaNet) per layer. */
 static enum ft_status parse_layer_types(json_t *root, const char *label, struct ft_config *cfg) {
     json_t *lt = get(root, "layer_types");
     if (!lt) return FT_OK;
@@ -335,13 +337,20 @@ static enum ft_status parse_layer_types(json_t *root, const char *label, struct 
         return ft_fail(FT_ERR_FORMAT, "%s: 'layer_types' must be a list of %d strings", label,
                        cfg->n_layers);
     cfg->sliding = calloc((size_t)cfg->n_layers, 1);
-    if (!cfg->sliding) return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
+    cfg->linear = calloc((size_t)cfg->n_layers, 1);
+    if (!cfg->sliding || !cfg->linear) return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
+    int n_linear = 0;
     for (int l = 0; l < cfg->n_layers; l++) {
         const char *s = json_string_value(json_array_get(lt, (size_t)l));
         if (s && strcmp(s, "sliding_attention") == 0) cfg->sliding[l] = 1;
+        else if (s && strcmp(s, "linear_attention") == 0) cfg->linear[l] = 1, n_linear++;
         else if (!s || strcmp(s, "full_attention") != 0)
-            return ft_fail(FT_ERR_FORMAT, "%s: 'layer_types[%d]' must be \"sliding_attention\" or "
-                           "\"full_attention\"", label, l);
+            return ft_fail(FT_ERR_FORMAT, "%s: 'layer_types[%d]' must be \"full_attention\", "
+                           "\"sliding_attention\" or \"linear_attention\"", label, l);
+    }
+    if (!n_linear) {
+        free(cfg->linear);
+        cfg->linear = NULL;
     }
     return FT_OK;
 }
@@ -382,10 +391,11 @@ void ft_config_init(struct ft_config *cfg) {
 enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
                                struct ft_config *cfg) {
     enum ft_status st = FT_OK;
-    json_t *root = NULL;
+    json_t *root = NULL, *top = NULL; /* top: the document; root: where the LM fields are */
     if (!label) label = "config.json";
     ft_config_init(cfg);
     FT_TRY(load_object(json, len, label, &root));
+    top = root;
     json_t *ar = json_object_get(root, "architectures");
     if (!ar || json_is_null(ar)) {
         st = ft_fail(FT_ERR_FORMAT, "%s: required field 'architectures' is missing (e.g. "
@@ -408,6 +418,18 @@ enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
         FT_TRY(get_str(root, "dtype", label, cfg->torch_dtype, sizeof cfg->torch_dtype));
     else
         FT_TRY(get_str(root, "torch_dtype", label, cfg->torch_dtype, sizeof cfg->torch_dtype));
+    /* a multimodal wrapper (Qwen3.5's *ForConditionalGeneration) keeps the language model's
+     * fields in text_config; its top level keeps tie_word_embeddings (and the vision config,
+     * which the engine does not read) */
+    json_t *tc = get(root, "text_config");
+    if (tc && !json_is_object(tc)) {
+        st = ft_fail(FT_ERR_FORMAT, "%s: 'text_config' must be an object, got %s", label, jtype(tc));
+        goto fail;
+    }
+    if (tc) {
+        root = tc;
+        cfg->text_config = 1;
+    }
 
     FT_TRY(get_int(root, "", "vocab_size", label, 1, 0, 1, &cfg->vocab_size));
     FT_TRY(get_int(root, "", "hidden_size", label, 1, 0, 1, &cfg->hidden_size));
@@ -430,12 +452,19 @@ enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
     FT_TRY(get_int(root, "", "max_position_embeddings", label, 0, 0, 0,
                    &cfg->max_position_embeddings));
     FT_TRY(get_num(root, "", "rms_norm_eps", label, 1e-6, 0, 0, &cfg->rms_norm_eps));
-    FT_TRY(get_bool(root, "", "tie_word_embeddings", label, -1, &cfg->tie_word_embeddings));
+    FT_TRY(get_bool(top, "", "tie_word_embeddings", label, -1, &cfg->tie_word_embeddings));
     FT_TRY(get_bool(root, "", "attention_bias", label, -1, &cfg->attention_bias));
     FT_TRY(get_int(root, "", "sliding_window", label, 0, 0, 0, &cfg->sliding_window));
     FT_TRY(get_bool(root, "", "use_sliding_window", label, -1, &cfg->use_sliding_window));
     FT_TRY(get_int(root, "", "max_window_layers", label, 0, 0, 0, &cfg->max_window_layers));
     FT_TRY(parse_layer_types(root, label, cfg));
+    FT_TRY(get_int(root, "", "full_attention_interval", label, 0, 0, 1, &cfg->full_attention_interval));
+    FT_TRY(get_int(root, "", "linear_num_key_heads", label, 0, 0, 1, &cfg->linear_num_key_heads));
+    FT_TRY(get_int(root, "", "linear_num_value_heads", label, 0, 0, 1, &cfg->linear_num_value_heads));
+    FT_TRY(get_int(root, "", "linear_key_head_dim", label, 0, 0, 1, &cfg->linear_key_head_dim));
+    FT_TRY(get_int(root, "", "linear_value_head_dim", label, 0, 0, 1, &cfg->linear_value_head_dim));
+    FT_TRY(get_int(root, "", "linear_conv_kernel_dim", label, 0, 0, 1, &cfg->linear_conv_kernel_dim));
+    FT_TRY(get_int(root, "", "mtp_num_hidden_layers", label, 0, 0, 0, &cfg->mtp_layers));
     FT_TRY(get_num(root, "", "query_pre_attn_scalar", label, 0, 0, 1, &cfg->query_pre_attn_scalar));
     const char *acts[2] = {"hidden_activation", "hidden_act"};
     for (int i = 0; i < 2; i++) {
@@ -468,11 +497,12 @@ enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
     FT_TRY(get_num(root, "", "swiglu_alpha", label, 1.702, 0, 0, &cfg->swiglu_alpha));
     FT_TRY(parse_rope(root, label, cfg));
     FT_TRY(parse_moe(root, label, cfg));
-    FT_TRY(get_special_tokens(root, label, cfg));
-    json_decref(root);
+    FT_TRY(get_special_tokens(top, label, cfg));
+    if (tc) FT_TRY(get_special_tokens(tc, label, cfg));
+    json_decref(top);
     return FT_OK;
 fail:
-    json_decref(root);
+    json_decref(top);
     ft_config_free(cfg);
     return st;
 }
@@ -544,6 +574,8 @@ void ft_config_free(struct ft_config *cfg) {
     if (!cfg) return;
     free(cfg->mlp_only);
     free(cfg->sliding);
+    free(cfg->linear);
     cfg->mlp_only = NULL;
     cfg->sliding = NULL;
+    cfg->linear = NULL;
 }

@@ -22,6 +22,7 @@ struct ft_rope {
     double attention_factor;   /* yarn mscale; 0 = derive 0.1*ln(factor)+1 */
     int truncate;              /* yarn: 1 (default) floors/ceils the correction range */
     double partial_rotary_factor; /* fraction of head_dim rotated (default 1) */
+    int partial_rotary_set;    /* the config gives it (else Qwen3-Next / Qwen3.5 use 0.25) */
     int rot_dims;              /* rotated dims when known exactly (GGUF rope.dimension_count), 0 */
 };
 
@@ -63,6 +64,15 @@ struct ft_config {
     uint8_t *mlp_only;        /* [n_layers]: 1 if mlp_only_layers lists the layer; may be NULL */
     uint8_t *sliding;         /* [n_layers]: layer_types (gpt-oss): 1 "sliding_attention", 0
                                  "full_attention"; NULL when the config has no layer_types */
+    uint8_t *linear;          /* [n_layers]: layer_types "linear_attention" (Gated DeltaNet
+                                 layers of Qwen3-Next / Qwen3.5); NULL when none is listed */
+    int full_attention_interval; /* hybrid models without layer_types: every N-th layer is full
+                                    attention (0 = absent; the arch's default applies) */
+    /* Gated DeltaNet sizes (0 = absent): key and value heads, their widths, conv kernel */
+    int linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim;
+    int linear_conv_kernel_dim;
+    int mtp_layers;           /* mtp_num_hidden_layers: multi-token-prediction layers (unused) */
+    int text_config;          /* the LM fields came from a multimodal wrapper's text_config */
     double swiglu_limit;      /* gpt-oss clamped SwiGLU: limit (0 = plain SwiGLU) and alpha */
     double swiglu_alpha;
     /* Gemma 3: RoPE of the sliding layers (rope_parameters.sliding_attention; 0 = the same as

@@ -20,6 +20,12 @@ enum ft_arch_flag {
                                        bias, expert biases, clamped SwiGLU with (up + 1) */
     FT_ARCH_GEMMA = 1 << 9,         /* Gemma 3: (1 + w) norms, embeddings times sqrt(H), norms
                                        after attention and after the MLP, GELU-tanh, local RoPE */
+    FT_ARCH_HYBRID = 1 << 10,       /* Qwen3-Next / Qwen3.5: Gated DeltaNet layers among gated
+                                       full-attention ones (layer_types; default every 4th full),
+                                       q_proj rows per head [q | gate], (1 + w) norms except the
+                                       DeltaNet's gated one, partial RoPE (default 0.25) */
+    FT_ARCH_GDN_GROUPED = 1 << 11,  /* Qwen3-Next: in_proj_qkvz / in_proj_ba rows grouped per key
+                                       head (Qwen3.5: in_proj_qkv, _z, _b, _a) */
 };
 
 struct ft_arch {
@@ -34,6 +40,9 @@ struct ft_arch {
     const char *gguf;
     int gguf_moe;
     int gguf_norm_topk; /* norm_topk_prob when the GGUF has no expert_weights_norm (llama.cpp's) */
+    /* where the language model's tensors are ("model." when NULL; a multimodal wrapper's:
+     * "model.language_model.") */
+    const char *prefix;
 };
 
 /* The arch for config.json's architectures[0], or NULL. */

@@ -33,8 +33,18 @@ void *ft_model_alloc(struct ft_model *m, size_t bytes) {
     return p;
 }
 
+/* A checkpoint tensor by its text-model name ("model.layers.0..."): a multimodal wrapper keeps
+ * them under its arch's prefix ("model.language_model.layers.0..."). */
+static const char *file_name(const struct ft_model *m, const char *name, char *buf, size_t cap) {
+    const char *pre = m->arch ? m->arch->prefix : NULL;
+    if (!pre || m->gguf || strncmp(name, "model.", 6)) return name;
+    snprintf(buf, cap, "%s%s", pre, name + 6);
+    return buf;
+}
+
 static const struct ft_st_tensor *find(const struct ft_model *m, const char *name) {
-    return ft_st_set_find(m->st, name);
+    char full[320];
+    return ft_st_set_find(m->st, file_name(m, name, full, sizeof full));
 }
 
 /* GGML block formats only reach here from GGUF files (ft_st_set_wrap), never from safetensors */
@@ -72,7 +82,9 @@ static enum ft_status fp8_scales(struct ft_model *m, const char *name, int rows,
 static enum ft_status get_tensor(const struct ft_model *m, const char *name, int n_dims,
                                  int64_t rows, int64_t cols, const struct ft_st_tensor **out) {
     const struct ft_st_tensor *t = find(m, name);
+    char full[320];
     *out = t;
+    name = file_name(m, name, full, sizeof full); /* as the file spells it, in messages */
     if (!t)
         return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' is missing (incomplete download, or "
                        "config.json does not match the weights?)", m->label, name);
@@ -180,8 +192,10 @@ static enum ft_status load_vec(struct ft_model *m, const char *name, int n, floa
     float *p = ft_model_alloc(m, (size_t)n * sizeof *p);
     if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
     ft_to_f32(p, t->data, t->dtype, (size_t)n);
-    /* Gemma norms compute x * (1 + w): folded here (llama.cpp's GGUF files already hold 1 + w) */
-    if ((m->arch->flags & FT_ARCH_GEMMA) && !m->gguf && strstr(name, "norm.weight"))
+    /* Gemma and Qwen3.5 norms compute x * (1 + w): folded here (llama.cpp's GGUF files already
+     * hold 1 + w); the Gated DeltaNet's gated norm uses its weight as is */
+    if ((m->arch->flags & (FT_ARCH_GEMMA | FT_ARCH_HYBRID)) && !m->gguf && strstr(name, "norm.weight") &&
+        !strstr(name, "linear_attn.norm.weight"))
         for (int i = 0; i < n; i++) p[i] = 1.0f + p[i];
     *out = p;
     m->n_params += (uint64_t)n;
@@ -407,6 +421,74 @@ int ft_model_layer_is_moe(const struct ft_model *m, int l) {
     return ft_config_layer_is_moe(&m->cfg, m->arch, l);
 }
 
+/* Rows [r0, r0 + n) of w into rows [d0, d0 + n) of dst (same dtype and width). */
+static void copy_rows(void *dst, int d0, const struct ft_weight *w, int r0, int n) {
+    size_t rb = ft_dtype_row_bytes(w->dtype, w->cols);
+    memcpy((uint8_t *)dst + (size_t)d0 * rb, (const uint8_t *)w->data + (size_t)r0 * rb, (size_t)n * rb);
+}
+
+/* A new weight of rows x w's width and dtype, its rows filled by the caller. */
+static enum ft_status new_weight(struct ft_model *m, const struct ft_weight *w, int rows,
+                                 struct ft_weight *out) {
+    void *p = ft_model_alloc(m, (size_t)rows * ft_dtype_row_bytes(w->dtype, w->cols));
+    if (!p) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
+    *out = (struct ft_weight){p, w->dtype, rows, w->cols};
+    return FT_OK;
+}
+
+/* A Gated DeltaNet layer's tensors (linear_attn.*). Qwen3-Next groups its input projections per
+ * key head ([q | k | v of its r value heads | z of them] and [b of them | a of them]): they are
+ * regrouped into Qwen3.5's flat q, k, v / z / b / a rows here, so one forward reads both. */
+static enum ft_status load_gdn(struct ft_model *m, int l, struct ft_layer *L) {
+    const int H = m->hidden, Hk = m->gdn_hk, Hv = m->gdn_hv, dk = m->gdn_dk, dv = m->gdn_dv;
+    const int K = m->gdn_kernel, r = Hv / Hk, Dk = Hk * dk, Dv = Hv * dv, Cc = 2 * Dk + Dv;
+    char n[256];
+    enum ft_status st;
+#define P(...) NAME(n, "model.layers.%d.linear_attn." __VA_ARGS__)
+    if (m->arch->flags & FT_ARCH_GDN_GROUPED) {
+        struct ft_weight qkvz, ba;
+        FT_TRY(load_weight(m, P("in_proj_qkvz.weight", l), 2 * Dk + 2 * Dv, H, &qkvz));
+        FT_TRY(load_weight(m, P("in_proj_ba.weight", l), 2 * Hv, H, &ba));
+        FT_TRY(new_weight(m, &qkvz, Cc, &L->gdn_qkv));
+        FT_TRY(new_weight(m, &qkvz, Dv, &L->gdn_z));
+        FT_TRY(new_weight(m, &ba, Hv, &L->gdn_b));
+        FT_TRY(new_weight(m, &ba, Hv, &L->gdn_a));
+        const int gs = 2 * dk + 2 * r * dv; /* one key head's group of rows */
+        for (int g = 0; g < Hk; g++) {
+            copy_rows((void *)L->gdn_qkv.data, g * dk, &qkvz, g * gs, dk);
+            copy_rows((void *)L->gdn_qkv.data, Dk + g * dk, &qkvz, g * gs + dk, dk);
+            copy_rows((void *)L->gdn_qkv.data, 2 * Dk + g * r * dv, &qkvz, g * gs + 2 * dk, r * dv);
+            copy_rows((void *)L->gdn_z.data, g * r * dv, &qkvz, g * gs + 2 * dk + r * dv, r * dv);
+            copy_rows((void *)L->gdn_b.data, g * r, &ba, g * 2 * r, r);
+            copy_rows((void *)L->gdn_a.data, g * r, &ba, g * 2 * r + r, r);
+        }
+    } else {
+        FT_TRY(load_weight(m, P("in_proj_qkv.weight", l), Cc, H, &L->gdn_qkv));
+        FT_TRY(load_weight(m, P("in_proj_z.weight", l), Dv, H, &L->gdn_z));
+        FT_TRY(load_weight(m, P("in_proj_b.weight", l), Hv, H, &L->gdn_b));
+        FT_TRY(load_weight(m, P("in_proj_a.weight", l), Hv, H, &L->gdn_a));
+    }
+    const struct ft_st_tensor *cw;
+    FT_TRY(get_tensor(m, P("conv1d.weight", l), 3, Cc, 1, &cw));
+    if (cw->shape[2] != K)
+        return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' must be [%d, 1, %d] (linear_conv_kernel_dim)",
+                       cw->file, n, Cc, K);
+    if (!(L->gdn_conv = ft_model_alloc(m, (size_t)Cc * K * sizeof(float))))
+        return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
+    ft_to_f32(L->gdn_conv, cw->data, cw->dtype, (size_t)Cc * K);
+    m->n_params += (uint64_t)Cc * K;
+    m->dense_bytes += ft_dtype_row_bytes(cw->dtype, (int64_t)Cc * K);
+    FT_TRY(load_vec(m, P("A_log", l), Hv, &L->gdn_A));
+    for (int h = 0; h < Hv; h++) L->gdn_A[h] = -expf(L->gdn_A[h]);
+    FT_TRY(load_vec(m, P("dt_bias", l), Hv, &L->gdn_dt));
+    FT_TRY(load_vec(m, P("norm.weight", l), dv, &L->gdn_norm));
+    FT_TRY(load_weight(m, P("out_proj.weight", l), H, Dv, &L->gdn_out));
+#undef P
+    return FT_OK;
+fail:
+    return st;
+}
+
 static enum ft_status load_layer(struct ft_model *m, int l) {
     struct ft_layer *L = &m->layers[l];
     const struct ft_arch *a = m->arch;
@@ -423,12 +505,18 @@ static enum ft_status load_layer(struct ft_model *m, int l) {
     } else {
         FT_TRY(load_vec(m, P("post_attention_layernorm.weight", l), H, &L->ffn_norm));
     }
-    FT_TRY(load_weight(m, P("self_attn.q_proj.weight", l), q, H, &L->wq));
+    L->gdn = m->cfg.linear && m->cfg.linear[l];
+    if (L->gdn) {
+        FT_TRY(load_gdn(m, l, L));
+        goto ffn;
+    }
+    L->attn_gate = (a->flags & FT_ARCH_HYBRID) != 0;
+    FT_TRY(load_weight(m, P("self_attn.q_proj.weight", l), L->attn_gate ? 2 * q : q, H, &L->wq));
     FT_TRY(load_weight(m, P("self_attn.k_proj.weight", l), kv, H, &L->wk));
     FT_TRY(load_weight(m, P("self_attn.v_proj.weight", l), kv, H, &L->wv));
     FT_TRY(load_weight(m, P("self_attn.o_proj.weight", l), H, q, &L->wo));
     if ((a->flags & FT_ARCH_QKV_BIAS) || m->cfg.attention_bias == 1) {
-        FT_TRY(load_vec(m, P("self_attn.q_proj.bias", l), q, &L->bq));
+        FT_TRY(load_vec(m, P("self_attn.q_proj.bias", l), L->attn_gate ? 2 * q : q, &L->bq));
         FT_TRY(load_vec(m, P("self_attn.k_proj.bias", l), kv, &L->bk));
         FT_TRY(load_vec(m, P("self_attn.v_proj.bias", l), kv, &L->bv));
         if (m->cfg.attention_bias == 1 && find(m, P("self_attn.o_proj.bias", l)))
@@ -441,6 +529,7 @@ static enum ft_status load_layer(struct ft_model *m, int l) {
         FT_TRY(load_vec(m, P("self_attn.k_norm.weight", l), m->head_dim, &L->k_norm));
     }
     L->window = layer_window(m, l);
+ffn:
     L->is_moe = ft_model_layer_is_moe(m, l);
     if (!L->is_moe) {
         int I = m->cfg.intermediate_size;
@@ -536,6 +625,7 @@ enum ft_status ft_rope_init(const struct ft_config *cfg, int head_dim, float **i
  * would be silently wrong. Safetensors checkpoints often carry extras on purpose (multi-token
  * prediction layers, vision towers, activation scales, a tied lm_head), so they only warn. */
 static int benign_extra(const char *name) {
+    if (!strncmp(name, "model.visual.", 13) || !strncmp(name, "mtp.", 4)) return 1; /* noted apart */
     static const char *const k_suffixes[] = {"rotary_emb.inv_freq", ".input_scale", ".k_scale",
                                              ".v_scale"};
     size_t n = strlen(name);
@@ -564,11 +654,83 @@ static enum ft_status check_unused(struct ft_model *m) {
                        "%s model with this metadata (a variant this engine does not know, or a "
                        "missing key; running without it would give wrong output)", m->label, first,
                        n, m->cfg.model_type[0] ? m->cfg.model_type : m->arch->name);
+    int visual = 0, mtp = 0;
+    for (int i = 0; !m->gguf && i < ft_st_set_count(m->st); i++) {
+        const char *name = ft_st_set_at(m->st, i)->name;
+        visual += !strncmp(name, "model.visual.", 13), mtp += !strncmp(name, "mtp.", 4);
+    }
+    if (visual)
+        ft_log_info("%s: the vision tower (%d tensors) is not read: text only (image input is "
+                    "refused)", m->label, visual);
+    if (mtp)
+        ft_log_info("%s: %d multi-token-prediction tensors are not read (speculative decoding with "
+                    "them is not implemented yet)", m->label, mtp);
     if (relevant)
         ft_log_warn("%s: %d tensor%s not used (%s%s): extra layers or towers are fine, but a weight "
                     "this engine should read would make the output wrong", m->label, relevant,
                     relevant > 1 ? "s are" : " is", list, relevant > 3 ? ", ..." : "");
     return FT_OK;
+}
+
+/* The DeltaNet sizes a config gives, transformers' defaults where it is silent: key heads,
+ * value heads, key width, value width, conv kernel. */
+static void gdn_sizes(const struct ft_config *c, int z[5]) {
+    z[0] = c->linear_num_key_heads > 0 ? c->linear_num_key_heads : 16;
+    z[1] = c->linear_num_value_heads > 0 ? c->linear_num_value_heads : 32;
+    z[2] = c->linear_key_head_dim > 0 ? c->linear_key_head_dim : 128;
+    z[3] = c->linear_value_head_dim > 0 ? c->linear_value_head_dim : 128;
+    z[4] = c->linear_conv_kernel_dim > 0 ? c->linear_conv_kernel_dim : 4;
+}
+
+uint64_t ft_config_state_bytes(const struct ft_config *c, const struct ft_arch *a, int *n_linear) {
+    *n_linear = 0;
+    if (!(a->flags & FT_ARCH_HYBRID)) return 0;
+    int every = c->full_attention_interval > 0 ? c->full_attention_interval : 4, z[5];
+    for (int l = 0; l < c->n_layers; l++) *n_linear += c->linear ? c->linear[l] : (l + 1) % every != 0;
+    gdn_sizes(c, z);
+    uint64_t cc = 2 * (uint64_t)z[0] * z[2] + (uint64_t)z[1] * z[3];
+    return (uint64_t)*n_linear * ((uint64_t)(z[4] - 1) * cc + (uint64_t)z[1] * z[2] * z[3]) * 4;
+}
+
+/* Qwen3-Next / Qwen3.5: which layers are Gated DeltaNet (layer_types, or every layer but each
+ * full_attention_interval-th, 4 by default), their sizes (transformers' defaults where the
+ * config is silent) and partial RoPE's default 0.25. Other archs refuse linear_attention. */
+static enum ft_status hybrid_shapes(struct ft_model *m) {
+    struct ft_config *c = &m->cfg;
+    if (!(m->arch->flags & FT_ARCH_HYBRID)) {
+        for (int l = 0; c->linear && l < m->n_layers; l++)
+            if (c->linear[l])
+                return ft_fail(FT_ERR_UNSUPPORTED, "%s/config.json: 'layer_types[%d]' is "
+                               "\"linear_attention\", which %s does not have", m->label, l, m->arch->name);
+        return FT_OK;
+    }
+    if (!c->linear) {
+        int every = c->full_attention_interval > 0 ? c->full_attention_interval : 4;
+        if (!(c->linear = calloc((size_t)m->n_layers, 1))) return ft_fail(FT_ERR_OOM, "out of memory");
+        for (int l = 0; l < m->n_layers; l++) c->linear[l] = (l + 1) % every != 0;
+    }
+    if (!c->rope.partial_rotary_set) c->rope.partial_rotary_factor = 0.25;
+    int z[5];
+    gdn_sizes(c, z);
+    m->gdn_hk = z[0], m->gdn_hv = z[1], m->gdn_dk = z[2], m->gdn_dv = z[3], m->gdn_kernel = z[4];
+    if (m->gdn_hv % m->gdn_hk)
+        return ft_fail(FT_ERR_FORMAT, "%s/config.json: linear_num_value_heads %d is not a multiple "
+                       "of linear_num_key_heads %d", m->label, m->gdn_hv, m->gdn_hk);
+    if ((int64_t)m->gdn_hv * m->gdn_dv > INT_MAX / 4 || (int64_t)m->gdn_hk * m->gdn_dk > INT_MAX / 4 ||
+        m->gdn_kernel > 64)
+        return ft_fail(FT_ERR_FORMAT, "%s/config.json: the linear attention sizes are too large "
+                       "(%d x %d value, %d x %d key, kernel %d)", m->label, m->gdn_hv, m->gdn_dv,
+                       m->gdn_hk, m->gdn_dk, m->gdn_kernel);
+    m->n_gdn = 0;
+    for (int l = 0; l < m->n_layers; l++) m->n_gdn += c->linear[l];
+    return FT_OK;
+}
+
+uint64_t ft_model_state_bytes(const struct ft_model *m) {
+    if (!m->n_gdn) return 0;
+    uint64_t cc = 2 * (uint64_t)m->gdn_hk * m->gdn_dk + (uint64_t)m->gdn_hv * m->gdn_dv;
+    uint64_t per = (uint64_t)(m->gdn_kernel - 1) * cc + (uint64_t)m->gdn_hv * m->gdn_dk * m->gdn_dv;
+    return (uint64_t)m->n_gdn * per * sizeof(float);
 }
 
 /* Shapes and derived sizes shared by loaded and synthetic models. */
@@ -605,7 +767,9 @@ enum ft_status ft_model_shapes(struct ft_model *m) {
                        "of num_key_value_heads %d", m->label, m->n_heads, m->n_kv_heads);
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     if (!m->layers) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
-    enum ft_status st = ft_rope_init(c, m->head_dim, &m->inv_freq, &m->rot_dim, &m->rope_mscale);
+    enum ft_status st = hybrid_shapes(m);
+    if (st != FT_OK) return st;
+    st = ft_rope_init(c, m->head_dim, &m->inv_freq, &m->rot_dim, &m->rope_mscale);
     if (st != FT_OK || !(m->arch->flags & FT_ARCH_GEMMA)) return st;
     m->embed_scale = sqrtf((float)m->hidden);
     if (c->query_pre_attn_scalar > 0) m->attn_scale = (float)(1.0 / sqrt(c->query_pre_attn_scalar));

@@ -38,6 +38,20 @@ struct ft_layer {
     float *post_attn_norm;      /* [H] norm of the attention's output or NULL (Gemma 3) */
     float *post_ffn_norm;       /* [H] norm of the MLP's output or NULL (Gemma 3) */
     int rope_local;             /* this layer rotates with inv_freq_local (Gemma 3 sliding) */
+    int attn_gate;              /* wq is [n_heads * 2 hd, H], per head [q | gate]: the attention
+                                   output is multiplied by sigmoid(gate) before wo (Qwen3.5) */
+    /* Gated DeltaNet (linear attention) in place of attention when gdn (Qwen3-Next / Qwen3.5);
+     * Dk = Hk dk, Dv = Hv dv (ft_model's gdn_* sizes), Cc = 2 Dk + Dv conv channels */
+    int gdn;
+    struct ft_weight gdn_qkv;   /* [Cc, H]: q (Hk x dk), k (Hk x dk), v (Hv x dv) rows */
+    struct ft_weight gdn_z;     /* [Dv, H] the output gate */
+    struct ft_weight gdn_b;     /* [Hv, H] beta = sigmoid(b) */
+    struct ft_weight gdn_a;     /* [Hv, H] decay input */
+    float *gdn_conv;            /* [Cc, K] f32: causal depthwise conv, tap K-1 on the current token */
+    float *gdn_A;               /* [Hv] f32: -exp(A_log) */
+    float *gdn_dt;              /* [Hv] f32: dt_bias */
+    float *gdn_norm;            /* [dv] f32: the gated RMSNorm's weight (used as is) */
+    struct ft_weight gdn_out;   /* [H, Dv] */
     int window;                 /* sliding window (0 = full attention) */
     int is_moe;
     /* dense MLP (is_moe == 0) */
@@ -62,6 +76,9 @@ struct ft_model {
     char label[4096];           /* directory, GGUF file or synthetic preset name */
     int n_layers, hidden, n_heads, n_kv_heads, head_dim, vocab;
     int n_experts, top_k, expert_inter, norm_topk, shared_inter;
+    /* Gated DeltaNet layers (n_gdn of them; 0: none): key / value heads and widths, conv
+     * kernel; each sequence keeps ft_model_state_bytes of recurrent state */
+    int n_gdn, gdn_hk, gdn_hv, gdn_dk, gdn_dv, gdn_kernel;
     float rms_eps;
     struct ft_weight embed;     /* [V, H] */
     struct ft_weight lm_head;   /* [V, H] (may alias embed) */
@@ -146,5 +163,10 @@ int ft_config_expert_width(const struct ft_config *c, const struct ft_arch *a);
 
 /* Bytes of weights read per decoded token (dense + k active experts per MoE layer + head). */
 uint64_t ft_model_bytes_per_token(const struct ft_model *m);
+/* Bytes of recurrent state one sequence keeps (the Gated DeltaNet layers' conv windows and
+ * delta-rule states, f32); 0 for a model without such layers. */
+uint64_t ft_model_state_bytes(const struct ft_model *m);
+/* The same from a config alone (ft inspect): bytes per sequence, and the DeltaNet layers. */
+uint64_t ft_config_state_bytes(const struct ft_config *c, const struct ft_arch *a, int *n_linear);
 
 #endif

@@ -5,11 +5,14 @@
 #include "model/arch.h"
 
 extern const struct ft_arch ft_arch_llama, ft_arch_mistral, ft_arch_qwen2, ft_arch_qwen3,
-    ft_arch_qwen2_moe, ft_arch_qwen3_moe, ft_arch_mixtral, ft_arch_gpt_oss, ft_arch_gemma3;
+    ft_arch_qwen2_moe, ft_arch_qwen3_moe, ft_arch_mixtral, ft_arch_gpt_oss, ft_arch_gemma3,
+    ft_arch_qwen3_next, ft_arch_qwen3_5, ft_arch_qwen3_5_vl, ft_arch_qwen3_5_moe, ft_arch_qwen3_5_moe_vl;
 
 static const struct ft_arch *const k_archs[] = {
     &ft_arch_llama,     &ft_arch_mistral,   &ft_arch_qwen2,   &ft_arch_qwen3,
     &ft_arch_qwen2_moe, &ft_arch_qwen3_moe, &ft_arch_mixtral, &ft_arch_gpt_oss, &ft_arch_gemma3,
+    &ft_arch_qwen3_next, &ft_arch_qwen3_5, &ft_arch_qwen3_5_vl, &ft_arch_qwen3_5_moe,
+    &ft_arch_qwen3_5_moe_vl,
 };
 
 const struct ft_arch *ft_arch_find(const char *name) {
@@ -30,7 +33,7 @@ const struct ft_arch *ft_arch_find_gguf(const char *name, int has_experts) {
 }
 
 const char *ft_arch_list(void) {
-    static char buf[512];
+    static char buf[1024];
     if (!buf[0]) {
         for (size_t i = 0; i < sizeof k_archs / sizeof k_archs[0]; i++) {
             if (i) strcat(buf, ", ");

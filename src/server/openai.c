@@ -235,6 +235,12 @@ static int message_text(json_t *c, size_t i, const char **text, char **owned,
     json_array_foreach(c, k, part) {
         json_t *t = json_object_get(part, "text");
         const char *type = json_string_value(json_object_get(part, "type"));
+        if (type && (!strcmp(type, "image_url") || !strcmp(type, "input_image") || !strcmp(type, "image"))) {
+            ft_sbuf_free(&b);
+            ft_http_error(resp, 400, "messages", "messages[%zu].content[%zu]: image input is not "
+                          "supported (this server runs the language model only)", i, k);
+            return -1;
+        }
         if (!type || strcmp(type, "text") || !json_is_string(t)) {
             ft_sbuf_free(&b);
             ft_http_error(resp, 400, "messages", "messages[%zu].content[%zu]: only parts "

@@ -110,6 +110,13 @@ def test_errors(client):
         check(False, "unknown model is rejected")
     except openai.NotFoundError as e:
         check(e.status_code == 404, "unknown model -> 404")
+    try:  # image parts (a multimodal checkpoint's vision tower is not read): a clear 400
+        chat(client, [{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}])
+        check(False, "image input is rejected")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400 and "image input is not supported" in str(e), "image part -> 400")
 
 
 def test_concurrency(client, refs):
