@@ -65,6 +65,12 @@ struct ft_engine {
     int n_st;
     size_t st_floats;
     int *seg_slot;              /* [chunk] the slot of each segment of the step */
+    /* MLA (the KV cache rows hold the latent then the rotated shared key: kv_dim = L + dr) */
+    float *m_qa;                /* [chunk, q_lora] */
+    float *m_kva;               /* [chunk, L + dr] */
+    float *m_qn;                /* [nh, chunk, dn] each head's q_nope, contiguous */
+    float *m_ql;                /* [chunk, nh, L + dr] each head's query in the latent space */
+    float *m_lat;               /* [nh, chunk, L] attention's output in the latent space */
 };
 
 /* --- matmul with an output row stride, rows split over the pool --- */
@@ -149,9 +155,55 @@ static int synth_unused(const int *ids, int j, int l, int E, int zipf) {
 }
 
 /* Router: softmax over all experts, top-k, optional renormalisation (fp32, as transformers). */
+/* The sigmoid router (DeepSeek-V3 style) for token row p of router logits: scores s = sigmoid,
+ * chosen by s + bias within the topk_group groups of the highest sum of their two best, the
+ * weights s (not the bias) of the chosen, renormalised (norm_topk), times routed_scale. */
+static void route_sigmoid(const struct ft_model *m, const float *bias, const float *p, int *ids, float *w) {
+    const int E = m->n_experts, k = m->top_k, G = m->n_group, gs = E / G;
+    float s[E], sel[E];
+    for (int x = 0; x < E; x++) s[x] = ft_sigmoid(p[x]), sel[x] = s[x] + (bias ? bias[x] : 0.0f);
+    if (G > 1) {
+        float gsc[G];
+        for (int g = 0; g < G; g++) {
+            float a = -INFINITY, b = -INFINITY;
+            for (int x = g * gs; x < (g + 1) * gs; x++) {
+                if (sel[x] > a) b = a, a = sel[x];
+                else if (sel[x] > b) b = sel[x];
+            }
+            gsc[g] = a + (gs > 1 ? b : 0.0f);
+        }
+        uint8_t keep[G];
+        memset(keep, 0, sizeof keep);
+        for (int j = 0; j < m->topk_group; j++) {
+            int best = -1;
+            for (int g = 0; g < G; g++)
+                if (!keep[g] && (best < 0 || gsc[g] > gsc[best])) best = g;
+            keep[best] = 1;
+        }
+        for (int x = 0; x < E; x++)
+            if (!keep[x / gs]) sel[x] = -INFINITY;
+    }
+    float sum = 0;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int x = 0; x < E; x++)
+            if (sel[x] > -INFINITY && (best < 0 || sel[x] > sel[best])) best = x;
+        if (best < 0) best = 0; /* not reached: topk_group groups hold at least k experts */
+        ids[j] = best, w[j] = s[best], sum += s[best];
+        sel[best] = -INFINITY;
+    }
+    for (int j = 0; j < k; j++) w[j] = (m->norm_topk ? w[j] / (sum + 1e-20f) : w[j]) * m->routed_scale;
+}
+
 static void route(struct ft_engine *e, int l, int T) {
     const struct ft_model *m = e->m;
     int E = m->n_experts, k = m->top_k;
+    if (m->router_sigmoid && e->opts.routing == FT_ROUTING_MODEL) {
+        for (int t = 0; t < T; t++)
+            route_sigmoid(m, m->layers[l].router_score_bias, e->router + (size_t)t * E,
+                          e->top_ids + (size_t)t * k, e->top_w + (size_t)t * k);
+        return;
+    }
     for (int t = 0; t < T; t++) {
         float *p = e->router + (size_t)t * E;
         int *ids = e->top_ids + (size_t)t * k;
@@ -201,11 +253,11 @@ static void moe_block(struct ft_engine *e, const struct ft_layer *L, int l, int 
         mm(e, e->gu + Is, 2 * Is, e->xn, &L->sh_up, NULL, T);
         ft_cpu_silu_mul(e->act, e->gu, T, Is);
         float score[T > 0 ? T : 1];
-        mm(e, score, 1, e->xn, &L->sh_score, NULL, T);
+        if (L->sh_score.data) mm(e, score, 1, e->xn, &L->sh_score, NULL, T);
         float *sh = e->att; /* free at this point; [T, H] fits in [T, q_dim >= ...] checked at init */
         mm(e, sh, H, e->act, &L->sh_down, NULL, T);
         for (int t = 0; t < T; t++) {
-            float g = ft_sigmoid(score[t]);
+            float g = L->sh_score.data ? ft_sigmoid(score[t]) : 1.0f; /* plain shared experts */
             for (int h = 0; h < H; h++) e->y[(size_t)t * H + h] += g * sh[(size_t)t * H + h];
         }
     }
@@ -218,6 +270,79 @@ static void dense_mlp(struct ft_engine *e, const struct ft_layer *L, int T) {
     if (e->m->gelu_tanh) ft_cpu_gelu_tanh_mul(e->act, e->gu, T, I);
     else ft_cpu_silu_mul(e->act, e->gu, T, I);
     mm(e, e->y, e->m->hidden, e->act, &L->w_down, NULL, T);
+}
+
+/* RoPE on dim dims at offset off of each of n_heads heads (hstride apart, rows ld apart):
+ * adjacent pairs (2i, 2i + 1) when pairs (DeepSeek's interleaved layout), else dims i and
+ * i + dim / 2 (rotate_half). The rotated dims stay in place: q and k rotate alike, so their
+ * dot products are those of transformers' de-interleaved form. */
+static void rope_at(float *x, int ld, int n_heads, int hstride, int off, int dim, const int32_t *pos,
+                    int T, const float *inv, float msc, int pairs) {
+    const int half = dim / 2;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            const float a = (float)pos[t] * inv[i], c = cosf(a) * msc, s = sinf(a) * msc;
+            for (int h = 0; h < n_heads; h++) {
+                float *p = x + (size_t)t * ld + (size_t)h * hstride + off;
+                float *x0 = pairs ? p + 2 * i : p + i, *x1 = pairs ? p + 2 * i + 1 : p + i + half;
+                const float a0 = *x0, a1 = *x1;
+                *x0 = a0 * c - a1 * s;
+                *x1 = a1 * c + a0 * s;
+            }
+        }
+}
+
+/* Rows [r0, r0 + n) of w, as a weight of its own. */
+static struct ft_weight rows_of(const struct ft_weight *w, int r0, int n) {
+    return (struct ft_weight){(const uint8_t *)w->data + (size_t)r0 * ft_dtype_row_bytes(w->dtype, w->cols),
+                              w->dtype, n, w->cols};
+}
+
+/* Multi-head latent attention, absorbed: the cache row of a position is [c_kv (L) | k_pe (dr)],
+ * c_kv the normalised latent and k_pe the rotated shared key; each head's q_nope is carried
+ * into the latent space by its k_nope rows of kv_b (uk_t), so score = q_lat . c_kv + q_pe .
+ * k_pe, and the head's value is its v rows of kv_b times the weighted sum of the c_kv. */
+static void mla_attention(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
+    const struct ft_model *m = e->m;
+    const int nh = m->n_heads, dn = m->mla_nope, dr = m->mla_rope, dv = m->mla_v;
+    const int Lr = m->mla_kv_lora, D = Lr + dr, qd = nh * (dn + dr);
+    if (L->q_a.data) {
+        mm(e, e->m_qa, m->mla_q_lora, e->xn, &L->q_a, L->bq_a, T);
+        ft_cpu_rmsnorm(e->m_qa, e->m_qa, L->q_a_norm, T, m->mla_q_lora, m->rms_eps);
+        mm(e, e->q, qd, e->m_qa, &L->q_b, NULL, T);
+    } else {
+        mm(e, e->q, qd, e->xn, &L->wq, NULL, T);
+    }
+    mm(e, e->m_kva, D, e->xn, &L->kv_a, L->bkv_a, T);
+    for (int t = 0; t < T; t++)
+        ft_cpu_rmsnorm(e->m_kva + (size_t)t * D, e->m_kva + (size_t)t * D, L->kv_a_norm, 1, Lr, m->rms_eps);
+    rope_at(e->q, qd, nh, dn + dr, dn, dr, e->pos, T, m->inv_freq, m->rope_mscale, m->rope_pairs);
+    rope_at(e->m_kva, D, 1, D, Lr, dr, e->pos, T, m->inv_freq, m->rope_mscale, m->rope_pairs);
+    float *kc = e->k_cache + (size_t)e->kv_of[l] * e->n_blocks * FT_KV_BLOCK * D;
+    for (int t = 0; t < T; t++) {
+        int p = e->pos[t];
+        size_t row = (size_t)e->tok_blocks[t][p / FT_KV_BLOCK] * FT_KV_BLOCK + p % FT_KV_BLOCK;
+        memcpy(kc + row * D, e->m_kva + (size_t)t * D, (size_t)D * sizeof(float));
+    }
+    for (int h = 0; h < nh; h++) /* q_nope per head, contiguous; q_pe beside each q_lat */
+        for (int t = 0; t < T; t++) {
+            const float *qh = e->q + (size_t)t * qd + (size_t)h * (dn + dr);
+            memcpy(e->m_qn + ((size_t)h * T + t) * dn, qh, (size_t)dn * sizeof(float));
+            memcpy(e->m_ql + ((size_t)t * nh + h) * D + Lr, qh + dn, (size_t)dr * sizeof(float));
+        }
+    for (int h = 0; h < nh; h++) {
+        struct ft_weight uk = rows_of(&L->uk_t, h * Lr, Lr);
+        if (dn > 0) mm(e, e->m_ql + (size_t)h * D, nh * D, e->m_qn + (size_t)h * T * dn, &uk, NULL, T);
+        else
+            for (int t = 0; t < T; t++) memset(e->m_ql + ((size_t)t * nh + h) * D, 0, (size_t)Lr * sizeof(float));
+    }
+    ft_cpu_attention_latent(e->pool, e->m_lat, e->m_ql, kc, e->pos, e->tok_blocks, FT_KV_BLOCK, T, nh,
+                            D, Lr, m->attn_scale);
+    for (int h = 0; h < nh; h++) {
+        struct ft_weight uv = rows_of(&L->kv_b, h * (dn + dv) + dn, dv);
+        mm(e, e->att + (size_t)h * dv, nh * dv, e->m_lat + (size_t)h * T * Lr, &uv, NULL, T);
+    }
+    mm(e, e->y, m->hidden, e->att, &L->wo, L->bo, T);
 }
 
 static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
@@ -457,6 +582,8 @@ static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs
         ft_cpu_rmsnorm(e->xn, e->x, L->attn_norm, T, H, m->rms_eps);
         if (L->gdn)
             gdn(e, L, l, segs, n_segs, T);
+        else if (L->mla)
+            mla_attention(e, L, l, T);
         else
             attention(e, L, l, T);
         if (L->post_attn_norm) ft_cpu_rmsnorm(e->y, e->y, L->post_attn_norm, T, H, m->rms_eps);
@@ -671,12 +798,14 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                               struct ft_pool *pool, const struct ft_engine_opts *opts) {
     *out = NULL;
     int gpu = opts->backend == FT_BACKEND_CUDA || opts->backend == FT_BACKEND_OFFLOAD;
-    if (gpu && (m->arch->flags & (FT_ARCH_GEMMA | FT_ARCH_HYBRID))) { /* CPU-only archs */
+    if (gpu && (m->arch->flags & (FT_ARCH_GEMMA | FT_ARCH_HYBRID | FT_ARCH_MLA | FT_ARCH_SIGMOID_ROUTER))) {
+        /* CPU-only archs */
         if (!opts->backend_auto)
             return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it "
                            "yet (%s); use --backend cpu", m->arch->name,
-                           (m->arch->flags & FT_ARCH_GEMMA) ? "Gemma 3: extra norms, local RoPE"
-                                                            : "Gated DeltaNet layers, gated attention");
+                           (m->arch->flags & FT_ARCH_GEMMA)    ? "Gemma 3: extra norms, local RoPE"
+                           : (m->arch->flags & FT_ARCH_HYBRID) ? "Gated DeltaNet layers, gated attention"
+                                                               : "latent attention, sigmoid router");
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
     }
@@ -712,7 +841,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->rng = opts->seed ? opts->seed : 0x9e3779b97f4a7c15ull;
     int C = e->opts.max_chunk, H = m->hidden, k = m->top_k > 0 ? m->top_k : 1;
     e->q_dim = m->n_heads * m->head_dim;
-    e->kv_dim = m->n_kv_heads * m->head_dim;
+    e->kv_dim = m->mla ? m->mla_kv_lora + m->mla_rope : m->n_kv_heads * m->head_dim;
     e->max_i = FT_MAX(m->cfg.intermediate_size, m->shared_inter);
     int seq_blocks = (e->opts.max_ctx + FT_KV_BLOCK - 1) / FT_KV_BLOCK;
     if (e->opts.kv_tokens <= 0) e->opts.kv_tokens = e->opts.max_ctx;
@@ -727,9 +856,10 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
         gated |= L->attn_gate;
     }
     size_t kv = (size_t)e->n_kv_layers * e->n_blocks * FT_KV_BLOCK * e->kv_dim;
-    int att_w = FT_MAX(e->q_dim, H); /* att doubles as the shared expert's [T, H] output */
+    int att_w = FT_MAX(FT_MAX(e->q_dim, H), m->n_heads * m->mla_v); /* att doubles as the shared
+                                                                        expert's [T, H] output */
     e->k_cache = malloc((gpu ? 1 : kv) * sizeof(float)); /* the GPU keeps its own cache */
-    e->v_cache = malloc((gpu ? 1 : kv) * sizeof(float));
+    e->v_cache = malloc((gpu || m->mla ? 1 : kv) * sizeof(float)); /* MLA: one row per position */
     e->x = malloc((size_t)C * H * sizeof(float));
     e->xn = malloc((size_t)C * H * sizeof(float));
     e->y = malloc((size_t)C * H * sizeof(float));
@@ -762,6 +892,15 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
         hybrid_ok &= e->g_qkv && e->g_z && e->g_o && e->g_b && e->g_a;
         e->st_floats = ft_model_state_bytes(m) / sizeof(float);
     }
+    if (m->mla) {
+        const size_t nh = (size_t)m->n_heads, Lr = (size_t)m->mla_kv_lora, D = Lr + m->mla_rope;
+        e->m_qa = malloc((size_t)C * FT_MAX(m->mla_q_lora, 1) * sizeof(float));
+        e->m_kva = malloc((size_t)C * D * sizeof(float));
+        e->m_qn = malloc((size_t)C * nh * FT_MAX(m->mla_nope, 1) * sizeof(float));
+        e->m_ql = malloc((size_t)C * nh * D * sizeof(float));
+        e->m_lat = malloc((size_t)C * nh * Lr * sizeof(float));
+        hybrid_ok &= e->m_qa && e->m_kva && e->m_qn && e->m_ql && e->m_lat;
+    }
     if (!hybrid_ok || !e->kv_of || !e->gdn_of || !e->seg_slot || !e->k_cache || !e->v_cache || !e->x || !e->xn || !e->y || !e->q || !e->att || !e->k ||
         !e->v || !e->gu || !e->act || !e->router || !e->top_ids || !e->top_w || !e->pos ||
         !e->sticky || !e->free_blocks || !e->seq0_blocks || !e->tok_blocks || !e->ids || !e->xl) {
@@ -783,6 +922,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     }
     if (st == FT_OK && !gpu && opts->cpu_act_fast) { /* mm()'s buffer; ft_cpu_xq_bytes <= 2 K */
         int max_k = FT_MAX(FT_MAX(H, e->q_dim), FT_MAX(e->max_i, m->expert_inter));
+        max_k = FT_MAX(max_k, FT_MAX(m->mla_kv_lora, m->mla_q_lora));
         if (!(e->xq = malloc((size_t)C * 2 * max_k)))
             st = ft_fail(FT_ERR_OOM, "engine: out of memory for quantised activations");
     }
@@ -845,6 +985,7 @@ void ft_engine_free(struct ft_engine *e) {
     free(e->kv_of), free(e->gdn_of), free(e->seg_slot), free(e->qg);
     free(e->g_qkv), free(e->g_z), free(e->g_o), free(e->g_b), free(e->g_a);
     free(e->st), free(e->st_key);
+    free(e->m_qa), free(e->m_kva), free(e->m_qn), free(e->m_ql), free(e->m_lat);
     ft_moe_exec_free(e->moe);
     free(e->xq);
     ft_gpu_free(e->gpu);

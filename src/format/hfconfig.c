@@ -268,12 +268,14 @@ static enum ft_status parse_rope(json_t *root, const char *label, struct ft_conf
         FT_TRY(get_num(sc, where, "beta_slow", label, 1, 0, 0, &r->beta_slow));
         FT_TRY(get_num(sc, where, "attention_factor", label, 0, 0, 0, &r->attention_factor));
         FT_TRY(get_bool(sc, where, "truncate", label, 1, &r->truncate));
+        double msa;
+        FT_TRY(get_num(sc, where, "mscale_all_dim", label, 0, 0, 1, &msa));
+        r->mscale_all_dim = msa;
         if (r->attention_factor == 0) {
             /* transformers: with mscale and mscale_all_dim both set, the ratio of the two
              * get_mscale values; otherwise 0 (= derive 0.1*ln(factor)+1 at use). */
-            double ms, msa;
+            double ms;
             FT_TRY(get_num(sc, where, "mscale", label, 0, 0, 1, &ms));
-            FT_TRY(get_num(sc, where, "mscale_all_dim", label, 0, 0, 1, &msa));
             if (ms != 0 && msa != 0 && r->factor > 1)
                 r->attention_factor =
                     (0.1 * ms * log(r->factor) + 1) / (0.1 * msa * log(r->factor) + 1);
@@ -287,13 +289,34 @@ fail:
 
 static enum ft_status parse_moe(json_t *root, const char *label, struct ft_config *cfg) {
     enum ft_status st = FT_OK;
-    int ne = 0, nle = 0;
+    int ne = 0, nle = 0, nre = 0;
     FT_TRY(get_int(root, "", "num_experts", label, 0, 0, 0, &ne));
     FT_TRY(get_int(root, "", "num_local_experts", label, 0, 0, 0, &nle));
+    FT_TRY(get_int(root, "", "n_routed_experts", label, 0, 0, 0, &nre));
     if (ne && nle && ne != nle)
         return ft_fail(FT_ERR_FORMAT, "%s: 'num_experts' (%d) and 'num_local_experts' (%d) disagree",
                        label, ne, nle);
-    cfg->n_experts = ne ? ne : nle;
+    cfg->n_experts = ne ? ne : nle ? nle : nre;
+    json_t *sf = get(root, "scoring_func");
+    if (sf && !json_is_string(sf))
+        return ft_fail(FT_ERR_FORMAT, "%s: 'scoring_func' must be a string, got %s", label, jtype(sf));
+    if (sf && strcmp(json_string_value(sf), "sigmoid") && strcmp(json_string_value(sf), "softmax"))
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: 'scoring_func' \"%s\" is not supported (sigmoid, "
+                       "softmax)", label, json_string_value(sf));
+    cfg->scoring_sigmoid = sf && !strcmp(json_string_value(sf), "sigmoid");
+    FT_TRY(get_int(root, "", "n_group", label, 0, 0, 0, &cfg->n_group));
+    FT_TRY(get_int(root, "", "topk_group", label, 0, 0, 0, &cfg->topk_group));
+    FT_TRY(get_num(root, "", "routed_scaling_factor", label, 1.0, 0, 0, &cfg->routed_scaling_factor));
+    FT_TRY(get_int(root, "", "n_shared_experts", label, 0, 0, 0, &cfg->n_shared_experts));
+    FT_TRY(get_int(root, "", "first_k_dense_replace", label, 0, 0, 0, &cfg->first_k_dense_replace));
+    if (cfg->n_group > 1) {
+        if (cfg->n_experts % cfg->n_group)
+            return ft_fail(FT_ERR_FORMAT, "%s: 'n_group' (%d) does not divide the %d experts", label,
+                           cfg->n_group, cfg->n_experts);
+        if (cfg->topk_group < 1 || cfg->topk_group > cfg->n_group)
+            return ft_fail(FT_ERR_FORMAT, "%s: 'topk_group' (%d) must be in [1, n_group = %d]", label,
+                           cfg->topk_group, cfg->n_group);
+    }
     FT_TRY(get_int(root, "", "num_experts_per_tok", label, 0, 0, 0, &cfg->n_experts_per_tok));
     if (cfg->n_experts && cfg->n_experts_per_tok > cfg->n_experts)
         return ft_fail(FT_ERR_FORMAT, "%s: 'num_experts_per_tok' (%d) exceeds the %d experts",
@@ -386,6 +409,9 @@ void ft_config_init(struct ft_config *cfg) {
     cfg->rope.partial_rotary_factor = 1;
     cfg->rope.truncate = 1; /* YaRN's floor/ceil of the ramp, as transformers and llama.cpp */
     cfg->swiglu_alpha = 1.702;
+    cfg->routed_scaling_factor = 1;
+    cfg->rope_interleave = -1;
+    cfg->use_qk_norm = -1;
 }
 
 enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
@@ -465,6 +491,18 @@ enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
     FT_TRY(get_int(root, "", "linear_value_head_dim", label, 0, 0, 1, &cfg->linear_value_head_dim));
     FT_TRY(get_int(root, "", "linear_conv_kernel_dim", label, 0, 0, 1, &cfg->linear_conv_kernel_dim));
     FT_TRY(get_int(root, "", "mtp_num_hidden_layers", label, 0, 0, 0, &cfg->mtp_layers));
+    if (!cfg->mtp_layers)
+        FT_TRY(get_int(root, "", "num_nextn_predict_layers", label, 0, 0, 0, &cfg->mtp_layers));
+    json_t *ql = get(root, "q_lora_rank"); /* null: a plain q_proj */
+    if (ql && !json_is_null(ql))
+        FT_TRY(get_int(root, "", "q_lora_rank", label, 0, 0, 1, &cfg->q_lora_rank));
+    FT_TRY(get_int(root, "", "kv_lora_rank", label, 0, 0, 1, &cfg->kv_lora_rank));
+    FT_TRY(get_int(root, "", "qk_nope_head_dim", label, 0, 0, 0, &cfg->qk_nope_head_dim));
+    FT_TRY(get_int(root, "", "qk_rope_head_dim", label, 0, 0, 0, &cfg->qk_rope_head_dim));
+    FT_TRY(get_int(root, "", "v_head_dim", label, 0, 0, 1, &cfg->v_head_dim));
+    FT_TRY(get_bool(root, "", "rope_interleave", label, -1, &cfg->rope_interleave));
+    FT_TRY(get_bool(root, "", "use_qk_norm", label, -1, &cfg->use_qk_norm));
+    FT_TRY(get_int(root, "", "rotary_dim", label, 0, 0, 1, &cfg->rotary_dim));
     FT_TRY(get_num(root, "", "query_pre_attn_scalar", label, 0, 0, 1, &cfg->query_pre_attn_scalar));
     const char *acts[2] = {"hidden_activation", "hidden_act"};
     for (int i = 0; i < 2; i++) {

@@ -20,6 +20,7 @@ struct ft_rope {
     double beta_fast;          /* yarn (default 32) */
     double beta_slow;          /* yarn (default 1) */
     double attention_factor;   /* yarn mscale; 0 = derive 0.1*ln(factor)+1 */
+    double mscale_all_dim;     /* yarn (DeepSeek): the softmax scale times mscale(factor, it)^2 */
     int truncate;              /* yarn: 1 (default) floors/ceils the correction range */
     double partial_rotary_factor; /* fraction of head_dim rotated (default 1) */
     int partial_rotary_set;    /* the config gives it (else Qwen3-Next / Qwen3.5 use 0.25) */
@@ -71,7 +72,23 @@ struct ft_config {
     /* Gated DeltaNet sizes (0 = absent): key and value heads, their widths, conv kernel */
     int linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim;
     int linear_conv_kernel_dim;
-    int mtp_layers;           /* mtp_num_hidden_layers: multi-token-prediction layers (unused) */
+    int mtp_layers;           /* mtp_num_hidden_layers / num_nextn_predict_layers: multi-token-
+                                 prediction layers (not used) */
+    /* Multi-head Latent Attention (DeepSeek-V2/V3, Kimi-K2, GLM-4.7-Flash; 0 when absent):
+     * q LoRA rank (0: plain q_proj), latent KV rank, per-head q/k widths without and with RoPE,
+     * v width; rope_interleave (-1 absent) */
+    int q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    int rope_interleave;
+    /* sigmoid routers (DeepSeek-V3, GLM-4.5, MiniMax-M2): scoring_func "sigmoid", groups of
+     * experts of which topk_group are kept (n_group 0 or 1: none), the routed weights' scale;
+     * shared experts (n_shared_experts x moe_intermediate_size); the first dense layers */
+    int scoring_sigmoid;
+    int n_group, topk_group;
+    double routed_scaling_factor;
+    int n_shared_experts;
+    int first_k_dense_replace;
+    int use_qk_norm;          /* GLM-4.5: -1 absent */
+    int rotary_dim;           /* MiniMax-M2: rotated dims of each head (0 = from the factor) */
     int text_config;          /* the LM fields came from a multimodal wrapper's text_config */
     double swiglu_limit;      /* gpt-oss clamped SwiGLU: limit (0 = plain SwiGLU) and alpha */
     double swiglu_alpha;

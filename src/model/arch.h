@@ -26,6 +26,12 @@ enum ft_arch_flag {
                                        DeltaNet's gated one, partial RoPE (default 0.25) */
     FT_ARCH_GDN_GROUPED = 1 << 11,  /* Qwen3-Next: in_proj_qkvz / in_proj_ba rows grouped per key
                                        head (Qwen3.5: in_proj_qkv, _z, _b, _a) */
+    FT_ARCH_MLA = 1 << 12,          /* Multi-head Latent Attention (DeepSeek-V2/V3, Kimi-K2):
+                                       q LoRA (or q_proj), latent KV + a shared RoPE key */
+    FT_ARCH_SIGMOID_ROUTER = 1 << 13, /* sigmoid scores, e_score_correction_bias for selection,
+                                       group-limited top-k, routed_scaling_factor */
+    FT_ARCH_SHARED_PLAIN = 1 << 14, /* shared_experts: one ungated MLP of n_shared_experts x
+                                       moe_intermediate_size (DeepSeek, GLM) */
 };
 
 struct ft_arch {

@@ -409,6 +409,7 @@ static int layer_window(const struct ft_model *m, int l) {
 int ft_config_layer_is_moe(const struct ft_config *c, const struct ft_arch *a, int l) {
     if (!(a->flags & FT_ARCH_MOE) || c->n_experts <= 0) return 0;
     if (c->mlp_only && c->mlp_only[l]) return 0;
+    if (l < c->first_k_dense_replace) return 0; /* DeepSeek / GLM: the first layers are dense */
     int step = c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1;
     return (l + 1) % step == 0;
 }
@@ -445,7 +446,7 @@ static enum ft_status load_gdn(struct ft_model *m, int l, struct ft_layer *L) {
     char n[256];
     enum ft_status st;
 #define P(...) NAME(n, "model.layers.%d.linear_attn." __VA_ARGS__)
-    if (m->arch->flags & FT_ARCH_GDN_GROUPED) {
+    if ((m->arch->flags & FT_ARCH_GDN_GROUPED) && !m->gguf) { /* GGUF: flat, as Qwen3.5's */
         struct ft_weight qkvz, ba;
         FT_TRY(load_weight(m, P("in_proj_qkvz.weight", l), 2 * Dk + 2 * Dv, H, &qkvz));
         FT_TRY(load_weight(m, P("in_proj_ba.weight", l), 2 * Hv, H, &ba));
@@ -489,6 +490,49 @@ fail:
     return st;
 }
 
+/* An MLA layer's attention tensors (self_attn.*), and kv_b's k_nope rows transposed per head
+ * into uk_t (bf16) for the absorbed form. */
+static enum ft_status load_mla(struct ft_model *m, int l, struct ft_layer *L) {
+    const int H = m->hidden, nh = m->n_heads, dn = m->mla_nope, dr = m->mla_rope, dv = m->mla_v;
+    const int Lr = m->mla_kv_lora, ql = m->mla_q_lora;
+    char n[256];
+    enum ft_status st;
+    L->mla = 1;
+#define P(...) NAME(n, "model.layers.%d.self_attn." __VA_ARGS__)
+    if (ql > 0) {
+        FT_TRY(load_weight(m, P("q_a_proj.weight", l), ql, H, &L->q_a));
+        FT_TRY(load_vec(m, P("q_a_layernorm.weight", l), ql, &L->q_a_norm));
+        FT_TRY(load_weight(m, P("q_b_proj.weight", l), nh * (dn + dr), ql, &L->q_b));
+        if (m->cfg.attention_bias == 1) FT_TRY(load_vec(m, P("q_a_proj.bias", l), ql, &L->bq_a));
+    } else {
+        FT_TRY(load_weight(m, P("q_proj.weight", l), nh * (dn + dr), H, &L->wq));
+    }
+    FT_TRY(load_weight(m, P("kv_a_proj_with_mqa.weight", l), Lr + dr, H, &L->kv_a));
+    if (m->cfg.attention_bias == 1) FT_TRY(load_vec(m, P("kv_a_proj_with_mqa.bias", l), Lr + dr, &L->bkv_a));
+    FT_TRY(load_vec(m, P("kv_a_layernorm.weight", l), Lr, &L->kv_a_norm));
+    FT_TRY(load_weight(m, P("kv_b_proj.weight", l), nh * (dn + dv), Lr, &L->kv_b));
+    FT_TRY(load_weight(m, P("o_proj.weight", l), H, nh * dv, &L->wo));
+    if (m->cfg.attention_bias == 1 && find(m, P("o_proj.bias", l))) FT_TRY(load_vec(m, n, H, &L->bo));
+#undef P
+    uint16_t *t = ft_model_alloc(m, (size_t)nh * Lr * (dn > 0 ? dn : 1) * 2);
+    float *row = malloc((size_t)Lr * sizeof *row);
+    if (!t || !row) {
+        free(row);
+        return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
+    }
+    size_t rb = ft_dtype_row_bytes(L->kv_b.dtype, Lr);
+    for (int h = 0; h < nh; h++)
+        for (int i = 0; i < dn; i++) {
+            ft_to_f32(row, (const uint8_t *)L->kv_b.data + (size_t)(h * (dn + dv) + i) * rb, L->kv_b.dtype, Lr);
+            for (int c = 0; c < Lr; c++) t[((size_t)h * Lr + c) * dn + i] = ft_f32_to_bf16(row[c]);
+        }
+    free(row);
+    L->uk_t = (struct ft_weight){t, FT_DTYPE_BF16, nh * Lr, dn};
+    return FT_OK;
+fail:
+    return st;
+}
+
 static enum ft_status load_layer(struct ft_model *m, int l) {
     struct ft_layer *L = &m->layers[l];
     const struct ft_arch *a = m->arch;
@@ -508,6 +552,10 @@ static enum ft_status load_layer(struct ft_model *m, int l) {
     L->gdn = m->cfg.linear && m->cfg.linear[l];
     if (L->gdn) {
         FT_TRY(load_gdn(m, l, L));
+        goto ffn;
+    }
+    if (a->flags & FT_ARCH_MLA) {
+        FT_TRY(load_mla(m, l, L));
         goto ffn;
     }
     L->attn_gate = (a->flags & FT_ARCH_HYBRID) != 0;
@@ -544,10 +592,20 @@ ffn:
     const char *router = a->flags & FT_ARCH_OAI_MOE ? "router" : "gate";
     FT_TRY(load_weight(m, NAME(n, "model.layers.%d.%s.%s.weight", l, a->moe_block, router),
                        m->n_experts, H, &L->router));
+    if ((a->flags & FT_ARCH_SIGMOID_ROUTER) &&
+        find(m, NAME(n, "model.layers.%d.%s.gate.e_score_correction_bias", l, a->moe_block)))
+        FT_TRY(load_vec(m, n, m->n_experts, &L->router_score_bias));
     if (a->flags & FT_ARCH_OAI_MOE)
         FT_TRY(load_vec(m, NAME(n, "model.layers.%d.%s.router.bias", l, a->moe_block), m->n_experts,
                         &L->router_bias));
     FT_TRY(load_experts(m, l, L));
+    if ((a->flags & FT_ARCH_SHARED_PLAIN) && m->shared_inter > 0) { /* ungated: sh_score none */
+        int Is = m->shared_inter;
+        L->has_shared = 1;
+        FT_TRY(load_weight(m, P("mlp.shared_experts.gate_proj.weight", l), Is, H, &L->sh_gate));
+        FT_TRY(load_weight(m, P("mlp.shared_experts.up_proj.weight", l), Is, H, &L->sh_up));
+        FT_TRY(load_weight(m, P("mlp.shared_experts.down_proj.weight", l), H, Is, &L->sh_down));
+    }
     if ((a->flags & FT_ARCH_SHARED_EXPERT) && m->shared_inter > 0) {
         int Is = m->shared_inter;
         L->has_shared = 1;
@@ -726,6 +784,47 @@ static enum ft_status hybrid_shapes(struct ft_model *m) {
     return FT_OK;
 }
 
+/* DeepSeek-style models: MLA's sizes (the per-head q/k width is dn + dr; RoPE over dr, in
+ * adjacent pairs unless rope_interleave is false; the softmax scale (dn + dr)^-1/2, times
+ * YaRN's mscale(factor, mscale_all_dim)^2), the sigmoid router's groups and scale, the plain
+ * shared experts' width. */
+static enum ft_status mla_router_shapes(struct ft_model *m) {
+    const struct ft_config *c = &m->cfg;
+    if (m->arch->flags & FT_ARCH_MLA) {
+        if (c->kv_lora_rank <= 0 || c->qk_rope_head_dim <= 0 || c->qk_rope_head_dim % 2 ||
+            c->qk_nope_head_dim < 0 || c->v_head_dim <= 0)
+            return ft_fail(FT_ERR_FORMAT, "%s/config.json: MLA needs kv_lora_rank, qk_rope_head_dim "
+                           "(even), qk_nope_head_dim and v_head_dim (got %d, %d, %d, %d)", m->label,
+                           c->kv_lora_rank, c->qk_rope_head_dim, c->qk_nope_head_dim, c->v_head_dim);
+        m->mla = 1;
+        m->mla_q_lora = c->q_lora_rank, m->mla_kv_lora = c->kv_lora_rank;
+        m->mla_nope = c->qk_nope_head_dim, m->mla_rope = c->qk_rope_head_dim, m->mla_v = c->v_head_dim;
+        m->head_dim = m->mla_nope + m->mla_rope;
+        m->n_kv_heads = m->n_heads;
+        m->rope_pairs = c->rope_interleave != 0; /* DeepSeek-V3's default: interleaved */
+        double scale = 1.0 / sqrt((double)m->head_dim), f = c->rope.factor;
+        if (c->rope.type != FT_ROPE_DEFAULT && c->rope.mscale_all_dim != 0 && f > 1) {
+            double ms = 0.1 * c->rope.mscale_all_dim * log(f) + 1.0;
+            scale *= ms * ms;
+        }
+        m->attn_scale = (float)scale;
+    }
+    if (m->arch->flags & FT_ARCH_SIGMOID_ROUTER) {
+        m->router_sigmoid = 1;
+        m->n_group = c->n_group > 1 ? c->n_group : 1;
+        m->topk_group = c->n_group > 1 ? c->topk_group : 1;
+        m->routed_scale = (float)c->routed_scaling_factor;
+        if (c->norm_topk_prob == -1) m->norm_topk = 1; /* their default */
+        if (m->n_experts % m->n_group || m->top_k > m->n_experts / m->n_group * m->topk_group)
+            return ft_fail(FT_ERR_FORMAT, "%s/config.json: n_group %d / topk_group %d leave fewer than "
+                           "num_experts_per_tok %d of the %d experts", m->label, m->n_group,
+                           m->topk_group, m->top_k, m->n_experts);
+    }
+    if (m->arch->flags & FT_ARCH_SHARED_PLAIN)
+        m->shared_inter = c->n_shared_experts > 0 ? c->n_shared_experts * c->moe_intermediate_size : 0;
+    return FT_OK;
+}
+
 uint64_t ft_model_state_bytes(const struct ft_model *m) {
     if (!m->n_gdn) return 0;
     uint64_t cc = 2 * (uint64_t)m->gdn_hk * m->gdn_dk + (uint64_t)m->gdn_hv * m->gdn_dv;
@@ -768,8 +867,9 @@ enum ft_status ft_model_shapes(struct ft_model *m) {
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     if (!m->layers) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
     enum ft_status st = hybrid_shapes(m);
+    if (st == FT_OK) st = mla_router_shapes(m);
     if (st != FT_OK) return st;
-    st = ft_rope_init(c, m->head_dim, &m->inv_freq, &m->rot_dim, &m->rope_mscale);
+    st = ft_rope_init(c, m->mla ? m->mla_rope : m->head_dim, &m->inv_freq, &m->rot_dim, &m->rope_mscale);
     if (st != FT_OK || !(m->arch->flags & FT_ARCH_GEMMA)) return st;
     m->embed_scale = sqrtf((float)m->hidden);
     if (c->query_pre_attn_scalar > 0) m->attn_scale = (float)(1.0 / sqrt(c->query_pre_attn_scalar));

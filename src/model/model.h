@@ -52,6 +52,19 @@ struct ft_layer {
     float *gdn_dt;              /* [Hv] f32: dt_bias */
     float *gdn_norm;            /* [dv] f32: the gated RMSNorm's weight (used as is) */
     struct ft_weight gdn_out;   /* [H, Dv] */
+    /* Multi-head Latent Attention in place of wq/wk/wv when mla (ft_model's mla_* sizes: L the
+     * latent, dn / dr the per-head q-k widths without / with RoPE, dv the value width) */
+    int mla;
+    struct ft_weight q_a;       /* [q_lora, H] (q LoRA), or none (wq [nh (dn + dr), H]) */
+    float *q_a_norm;            /* [q_lora] */
+    struct ft_weight q_b;       /* [nh (dn + dr), q_lora] */
+    struct ft_weight kv_a;      /* [L + dr, H]: the latent, then the shared RoPE key */
+    float *kv_a_norm;           /* [L] */
+    float *bq_a, *bkv_a;        /* biases of q_a and kv_a (attention_bias) or NULL */
+    struct ft_weight kv_b;      /* [nh (dn + dv), L]: per head k_nope rows, then v rows */
+    struct ft_weight uk_t;      /* [nh L, dn] bf16: each head's k_nope rows of kv_b transposed,
+                                   to carry q_nope into the latent space (the absorbed form) */
+    float *router_score_bias;   /* [E] e_score_correction_bias (choice only) or NULL */
     int window;                 /* sliding window (0 = full attention) */
     int is_moe;
     /* dense MLP (is_moe == 0) */
@@ -79,6 +92,12 @@ struct ft_model {
     /* Gated DeltaNet layers (n_gdn of them; 0: none): key / value heads and widths, conv
      * kernel; each sequence keeps ft_model_state_bytes of recurrent state */
     int n_gdn, gdn_hk, gdn_hv, gdn_dk, gdn_dv, gdn_kernel;
+    /* MLA sizes (mla: the attention layers use them): q LoRA rank (0: q_proj), latent rank,
+     * per-head widths; rope_pairs: RoPE rotates adjacent pairs (2i, 2i + 1) */
+    int mla, mla_q_lora, mla_kv_lora, mla_nope, mla_rope, mla_v, rope_pairs;
+    /* sigmoid router: groups of experts (n_group <= 1: none), groups kept, routed weights' scale */
+    int router_sigmoid, n_group, topk_group;
+    float routed_scale;
     float rms_eps;
     struct ft_weight embed;     /* [V, H] */
     struct ft_weight lm_head;   /* [V, H] (may alias embed) */

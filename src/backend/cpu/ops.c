@@ -643,3 +643,57 @@ void ft_cpu_attention_paged(struct ft_pool *pool, float *out, const float *q, co
                          blocks,  block_size, sinks};
     ft_pool_run(pool, attn_worker, &c);
 }
+
+struct latent_ctx {
+    float *out;
+    const float *q, *cache;
+    const int32_t *pos;
+    const int32_t *const *blocks;
+    int block_size, T, n_heads, d_qk, d_v;
+    float scale;
+};
+
+static void latent_worker(void *ctx, int i, int n) {
+    const struct latent_ctx *c = ctx;
+    long lo, hi;
+    ft_split((long)c->T * c->n_heads, i, n, &lo, &hi);
+    int cap = 0;
+    float *p = NULL;
+    for (long w = lo; w < hi; w++) {
+        const int t = (int)(w / c->n_heads), h = (int)(w % c->n_heads), S = c->pos[t] + 1;
+        if (S > cap) {
+            float *np = realloc(p, (size_t)S * sizeof *p);
+            if (!np) break; /* (rows left as they were: only on out of memory) */
+            p = np, cap = S;
+        }
+        const float *qh = c->q + ((size_t)t * c->n_heads + h) * c->d_qk;
+        float mx = -INFINITY;
+        for (int j = 0; j < S; j++) {
+            const float *row = c->cache + ((size_t)c->blocks[t][j / c->block_size] * c->block_size +
+                                           j % c->block_size) * c->d_qk;
+            float d = 0;
+            for (int x = 0; x < c->d_qk; x++) d += qh[x] * row[x];
+            p[j] = d * c->scale;
+            mx = p[j] > mx ? p[j] : mx;
+        }
+        float sum = 0;
+        for (int j = 0; j < S; j++) sum += p[j] = expf(p[j] - mx);
+        float *o = c->out + ((size_t)h * c->T + t) * c->d_v;
+        memset(o, 0, (size_t)c->d_v * sizeof *o);
+        for (int j = 0; j < S; j++) {
+            const float *row = c->cache + ((size_t)c->blocks[t][j / c->block_size] * c->block_size +
+                                           j % c->block_size) * c->d_qk;
+            const float wj = p[j] / sum;
+            for (int x = 0; x < c->d_v; x++) o[x] += wj * row[x];
+        }
+    }
+    free(p);
+}
+
+void ft_cpu_attention_latent(struct ft_pool *pool, float *out, const float *q, const float *cache,
+                             const int32_t *pos, const int32_t *const *blocks, int block_size, int T,
+                             int n_heads, int d_qk, int d_v, float scale) {
+    FT_ASSERT(d_v <= d_qk && block_size > 0);
+    struct latent_ctx c = {out, q, cache, pos, blocks, block_size, T, n_heads, d_qk, d_v, scale};
+    ft_pool_run(pool, latent_worker, &c);
+}

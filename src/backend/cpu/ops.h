@@ -78,6 +78,16 @@ void ft_cpu_attention(struct ft_pool *pool, float *out, const float *q, const fl
                       const float *v, const int32_t *pos, int T, int n_heads, int n_kv_heads,
                       int head_dim, float scale, int window);
 
+/* Multi-head latent attention (MLA's absorbed form) over a paged cache of one shared row per
+ * position: cache [n_blocks * block_size, d_qk] (the latent, then the rotated key part), found
+ * as ft_cpu_attention_paged finds its rows. q: [T, n_heads, d_qk] (each head's query already in
+ * the latent space); token t attends to positions p <= pos[t]; out: [n_heads, T, d_v], the
+ * softmax-weighted sum of the first d_v dims of the rows (d_v <= d_qk). Softmax in fp32 of
+ * q . row * scale. Heads x tokens split over the pool. */
+void ft_cpu_attention_latent(struct ft_pool *pool, float *out, const float *q, const float *cache,
+                             const int32_t *pos, const int32_t *const *blocks, int block_size, int T,
+                             int n_heads, int d_qk, int d_v, float scale);
+
 /* Paged KV variant (continuous batching): k, v are pools [n_blocks * block_size, n_kv_heads,
  * head_dim]; token t (of any sequence) finds cache position p at row
  * blocks[t][p / block_size] * block_size + p % block_size. Same masking as above. sinks (may be

@@ -1,0 +1,14 @@
+/* deepseek_v3.c — DeepSeek-V3 / R1 and Kimi-K2 (DeepseekV3ForCausalLM): Multi-head Latent
+ * Attention (q LoRA or q_proj; the KV cache holds the normalised latent and the rotated shared
+ * key, attention runs in the absorbed form), interleaved-pair RoPE (rope_interleave, default
+ * on) with YaRN's softmax scale; the first first_k_dense_replace layers dense, then a MoE with
+ * a sigmoid router (e_score_correction_bias for the choice only, n_group / topk_group
+ * group-limited top-k, norm_topk_prob, routed_scaling_factor) and plain shared experts. */
+#include "model/arch.h"
+
+const struct ft_arch ft_arch_deepseek_v3 = {
+    .name = "DeepseekV3ForCausalLM",
+    .flags = FT_ARCH_MOE | FT_ARCH_MLA | FT_ARCH_SIGMOID_ROUTER | FT_ARCH_SHARED_PLAIN,
+    .moe_block = "mlp",
+    .expert_w = {"gate_proj", "up_proj", "down_proj"},
+};
