@@ -359,7 +359,10 @@ static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int 
     }
     mm(e, e->k, kd, e->xn, &L->wk, L->bk, T);
     mm(e, e->v, kd, e->xn, &L->wv, L->bv, T);
-    if (L->q_norm) {
+    if (L->q_norm && L->qk_norm_all) { /* over all heads at once (MiniMax-M2) */
+        ft_cpu_rmsnorm(e->q, e->q, L->q_norm, T, qd, m->rms_eps);
+        ft_cpu_rmsnorm(e->k, e->k, L->k_norm, T, kd, m->rms_eps);
+    } else if (L->q_norm) {
         ft_cpu_rmsnorm(e->q, e->q, L->q_norm, T * m->n_heads, hd, m->rms_eps);
         ft_cpu_rmsnorm(e->k, e->k, L->k_norm, T * m->n_kv_heads, hd, m->rms_eps);
     }

@@ -304,11 +304,27 @@ static enum ft_status parse_moe(json_t *root, const char *label, struct ft_confi
         return ft_fail(FT_ERR_UNSUPPORTED, "%s: 'scoring_func' \"%s\" is not supported (sigmoid, "
                        "softmax)", label, json_string_value(sf));
     cfg->scoring_sigmoid = sf && !strcmp(json_string_value(sf), "sigmoid");
-    FT_TRY(get_int(root, "", "n_group", label, 0, 0, 0, &cfg->n_group));
-    FT_TRY(get_int(root, "", "topk_group", label, 0, 0, 0, &cfg->topk_group));
-    FT_TRY(get_num(root, "", "routed_scaling_factor", label, 1.0, 0, 0, &cfg->routed_scaling_factor));
+    FT_TRY(get_int(root, "", "n_group", label, 0, -1, 0, &cfg->n_group));
+    FT_TRY(get_int(root, "", "topk_group", label, 0, -1, 0, &cfg->topk_group));
+    FT_TRY(get_num(root, "", "routed_scaling_factor", label, -1.0, 0, 0, &cfg->routed_scaling_factor));
     FT_TRY(get_int(root, "", "n_shared_experts", label, 0, 0, 0, &cfg->n_shared_experts));
-    FT_TRY(get_int(root, "", "first_k_dense_replace", label, 0, 0, 0, &cfg->first_k_dense_replace));
+    FT_TRY(get_int(root, "", "first_k_dense_replace", label, 0, -1, 0, &cfg->first_k_dense_replace));
+    json_t *mlt = get(root, "mlp_layer_types"); /* GLM-4.7-Flash: "dense" / "sparse" per layer */
+    if (mlt) {
+        if (!json_is_array(mlt) || json_array_size(mlt) != (size_t)cfg->n_layers)
+            return ft_fail(FT_ERR_FORMAT, "%s: 'mlp_layer_types' must be a list of %d strings", label,
+                           cfg->n_layers);
+        if (!cfg->mlp_only && !(cfg->mlp_only = calloc((size_t)cfg->n_layers, 1)))
+            return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
+        for (int l = 0; l < cfg->n_layers; l++) {
+            const char *t = json_string_value(json_array_get(mlt, (size_t)l));
+            if (!t || (strcmp(t, "dense") && strcmp(t, "sparse")))
+                return ft_fail(FT_ERR_FORMAT, "%s: 'mlp_layer_types[%d]' must be \"dense\" or \"sparse\"",
+                               label, l);
+            cfg->mlp_only[l] |= !strcmp(t, "dense");
+        }
+        if (cfg->first_k_dense_replace < 0) cfg->first_k_dense_replace = 0; /* the list says */
+    }
     if (cfg->n_group > 1) {
         if (cfg->n_experts % cfg->n_group)
             return ft_fail(FT_ERR_FORMAT, "%s: 'n_group' (%d) does not divide the %d experts", label,
@@ -335,7 +351,7 @@ static enum ft_status parse_moe(json_t *root, const char *label, struct ft_confi
             return ft_fail(FT_ERR_FORMAT, "%s: 'mlp_only_layers' must be a list of layer ids, got %s",
                            label, jtype(ml));
         if (json_array_size(ml) > 0) {
-            cfg->mlp_only = calloc((size_t)cfg->n_layers, 1);
+            if (!cfg->mlp_only) cfg->mlp_only = calloc((size_t)cfg->n_layers, 1);
             if (!cfg->mlp_only) return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
         }
         for (size_t i = 0; i < json_array_size(ml); i++) {
@@ -409,7 +425,8 @@ void ft_config_init(struct ft_config *cfg) {
     cfg->rope.partial_rotary_factor = 1;
     cfg->rope.truncate = 1; /* YaRN's floor/ceil of the ramp, as transformers and llama.cpp */
     cfg->swiglu_alpha = 1.702;
-    cfg->routed_scaling_factor = 1;
+    cfg->routed_scaling_factor = -1;
+    cfg->n_group = cfg->topk_group = cfg->first_k_dense_replace = -1;
     cfg->rope_interleave = -1;
     cfg->use_qk_norm = -1;
 }
@@ -467,7 +484,8 @@ enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
                      "'num_attention_heads' (%d)", label, cfg->n_kv_heads, cfg->n_heads);
         goto fail;
     }
-    if (!get(root, "head_dim") && cfg->hidden_size % cfg->n_heads != 0) {
+    /* (MLA models size their heads by qk_nope_head_dim + qk_rope_head_dim instead) */
+    if (!get(root, "head_dim") && !get(root, "kv_lora_rank") && cfg->hidden_size % cfg->n_heads != 0) {
         st = ft_fail(FT_ERR_FORMAT, "%s: 'num_attention_heads' (%d) does not divide 'hidden_size' "
                      "(%d) and 'head_dim' is not given", label, cfg->n_heads, cfg->hidden_size);
         goto fail;
@@ -502,7 +520,6 @@ enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
     FT_TRY(get_int(root, "", "v_head_dim", label, 0, 0, 1, &cfg->v_head_dim));
     FT_TRY(get_bool(root, "", "rope_interleave", label, -1, &cfg->rope_interleave));
     FT_TRY(get_bool(root, "", "use_qk_norm", label, -1, &cfg->use_qk_norm));
-    FT_TRY(get_int(root, "", "rotary_dim", label, 0, 0, 1, &cfg->rotary_dim));
     FT_TRY(get_num(root, "", "query_pre_attn_scalar", label, 0, 0, 1, &cfg->query_pre_attn_scalar));
     const char *acts[2] = {"hidden_activation", "hidden_act"};
     for (int i = 0; i < 2; i++) {

@@ -81,14 +81,14 @@ struct ft_config {
     int rope_interleave;
     /* sigmoid routers (DeepSeek-V3, GLM-4.5, MiniMax-M2): scoring_func "sigmoid", groups of
      * experts of which topk_group are kept (n_group 0 or 1: none), the routed weights' scale;
-     * shared experts (n_shared_experts x moe_intermediate_size); the first dense layers */
+     * shared experts (n_shared_experts x moe_intermediate_size); the first dense layers
+     * (n_group, topk_group, first_k_dense_replace, routed_scaling_factor: -1 absent) */
     int scoring_sigmoid;
     int n_group, topk_group;
     double routed_scaling_factor;
     int n_shared_experts;
     int first_k_dense_replace;
     int use_qk_norm;          /* GLM-4.5: -1 absent */
-    int rotary_dim;           /* MiniMax-M2: rotated dims of each head (0 = from the factor) */
     int text_config;          /* the LM fields came from a multimodal wrapper's text_config */
     double swiglu_limit;      /* gpt-oss clamped SwiGLU: limit (0 = plain SwiGLU) and alpha */
     double swiglu_alpha;

@@ -32,6 +32,7 @@ enum ft_arch_flag {
                                        group-limited top-k, routed_scaling_factor */
     FT_ARCH_SHARED_PLAIN = 1 << 14, /* shared_experts: one ungated MLP of n_shared_experts x
                                        moe_intermediate_size (DeepSeek, GLM) */
+    FT_ARCH_QK_NORM_ALL = 1 << 15,  /* q_norm / k_norm over all heads at once (MiniMax-M2) */
 };
 
 struct ft_arch {
@@ -49,6 +50,12 @@ struct ft_arch {
     /* where the language model's tensors are ("model." when NULL; a multimodal wrapper's:
      * "model.language_model.") */
     const char *prefix;
+    /* defaults where config.json is silent (transformers' for the arch): the rotated fraction of
+     * head_dim (0: 1), the leading dense layers, expert groups and groups kept, the routed
+     * weights' scale (0: 1) */
+    double partial_rotary;
+    int dense_first, n_group, topk_group;
+    double routed_scale;
 };
 
 /* The arch for config.json's architectures[0], or NULL. */

@@ -11,4 +11,8 @@ const struct ft_arch ft_arch_deepseek_v3 = {
     .flags = FT_ARCH_MOE | FT_ARCH_MLA | FT_ARCH_SIGMOID_ROUTER | FT_ARCH_SHARED_PLAIN,
     .moe_block = "mlp",
     .expert_w = {"gate_proj", "up_proj", "down_proj"},
+    .dense_first = 3,
+    .n_group = 8,
+    .topk_group = 4,
+    .routed_scale = 2.5,
 };

@@ -572,7 +572,11 @@ static enum ft_status load_layer(struct ft_model *m, int l) {
     }
     if (a->flags & FT_ARCH_OAI_MOE)
         FT_TRY(load_vec(m, P("self_attn.sinks", l), m->n_heads, &L->sinks));
-    if (a->flags & FT_ARCH_QK_NORM) {
+    if (a->flags & FT_ARCH_QK_NORM_ALL) { /* one norm over every head's dims */
+        FT_TRY(load_vec(m, P("self_attn.q_norm.weight", l), q, &L->q_norm));
+        FT_TRY(load_vec(m, P("self_attn.k_norm.weight", l), kv, &L->k_norm));
+        L->qk_norm_all = 1;
+    } else if ((a->flags & FT_ARCH_QK_NORM) || m->cfg.use_qk_norm == 1) {
         FT_TRY(load_vec(m, P("self_attn.q_norm.weight", l), m->head_dim, &L->q_norm));
         FT_TRY(load_vec(m, P("self_attn.k_norm.weight", l), m->head_dim, &L->k_norm));
     }
@@ -592,8 +596,9 @@ ffn:
     const char *router = a->flags & FT_ARCH_OAI_MOE ? "router" : "gate";
     FT_TRY(load_weight(m, NAME(n, "model.layers.%d.%s.%s.weight", l, a->moe_block, router),
                        m->n_experts, H, &L->router));
-    if ((a->flags & FT_ARCH_SIGMOID_ROUTER) &&
-        find(m, NAME(n, "model.layers.%d.%s.gate.e_score_correction_bias", l, a->moe_block)))
+    if ((a->flags & FT_ARCH_SIGMOID_ROUTER) && /* the router's (DeepSeek, GLM) or the block's (MiniMax) */
+        (find(m, NAME(n, "model.layers.%d.%s.gate.e_score_correction_bias", l, a->moe_block)) ||
+         find(m, NAME(n, "model.layers.%d.%s.e_score_correction_bias", l, a->moe_block))))
         FT_TRY(load_vec(m, n, m->n_experts, &L->router_score_bias));
     if (a->flags & FT_ARCH_OAI_MOE)
         FT_TRY(load_vec(m, NAME(n, "model.layers.%d.%s.router.bias", l, a->moe_block), m->n_experts,
@@ -767,7 +772,6 @@ static enum ft_status hybrid_shapes(struct ft_model *m) {
         if (!(c->linear = calloc((size_t)m->n_layers, 1))) return ft_fail(FT_ERR_OOM, "out of memory");
         for (int l = 0; l < m->n_layers; l++) c->linear[l] = (l + 1) % every != 0;
     }
-    if (!c->rope.partial_rotary_set) c->rope.partial_rotary_factor = 0.25;
     int z[5];
     gdn_sizes(c, z);
     m->gdn_hk = z[0], m->gdn_hv = z[1], m->gdn_dk = z[2], m->gdn_dv = z[3], m->gdn_kernel = z[4];
@@ -809,6 +813,13 @@ static enum ft_status mla_router_shapes(struct ft_model *m) {
         }
         m->attn_scale = (float)scale;
     }
+    struct ft_config *w = &m->cfg; /* the arch's defaults where the config is silent */
+    if (w->first_k_dense_replace < 0) w->first_k_dense_replace = m->arch->dense_first;
+    if (w->n_group < 0) w->n_group = m->arch->n_group;
+    if (w->topk_group < 0) w->topk_group = m->arch->topk_group;
+    if (w->routed_scaling_factor < 0) w->routed_scaling_factor = m->arch->routed_scale > 0 ? m->arch->routed_scale : 1;
+    if (!w->rope.partial_rotary_set && m->arch->partial_rotary > 0)
+        w->rope.partial_rotary_factor = m->arch->partial_rotary;
     if (m->arch->flags & FT_ARCH_SIGMOID_ROUTER) {
         m->router_sigmoid = 1;
         m->n_group = c->n_group > 1 ? c->n_group : 1;

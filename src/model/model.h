@@ -33,7 +33,8 @@ struct ft_layer {
     struct ft_weight wk, wv;    /* [n_kv*hd, H] */
     struct ft_weight wo;        /* [H, n_heads*hd] */
     float *bq, *bk, *bv, *bo;   /* biases or NULL */
-    float *q_norm, *k_norm;     /* [hd] f32 or NULL (Qwen3) */
+    float *q_norm, *k_norm;     /* [hd] f32 or NULL (Qwen3); qk_norm_all: [nh hd] / [nkv hd] */
+    int qk_norm_all;            /* q_norm / k_norm over all heads at once (MiniMax-M2) */
     float *sinks;               /* [n_heads] attention sink logits or NULL (gpt-oss) */
     float *post_attn_norm;      /* [H] norm of the attention's output or NULL (Gemma 3) */
     float *post_ffn_norm;       /* [H] norm of the MLP's output or NULL (Gemma 3) */

@@ -11,17 +11,20 @@
 const struct ft_arch ft_arch_qwen3_5 = {
     .name = "Qwen3_5ForCausalLM",
     .flags = QWEN35_FLAGS,
+    .partial_rotary = 0.25,
 };
 
 const struct ft_arch ft_arch_qwen3_5_vl = {
     .name = "Qwen3_5ForConditionalGeneration",
     .flags = QWEN35_FLAGS,
+    .partial_rotary = 0.25,
     .prefix = "model.language_model.",
 };
 
 const struct ft_arch ft_arch_qwen3_5_moe = {
     .name = "Qwen3_5MoeForCausalLM",
     .flags = QWEN35_MOE_FLAGS,
+    .partial_rotary = 0.25,
     .moe_block = "mlp",
     .expert_w = {"gate_proj", "up_proj", "down_proj"},
 };
@@ -29,6 +32,7 @@ const struct ft_arch ft_arch_qwen3_5_moe = {
 const struct ft_arch ft_arch_qwen3_5_moe_vl = {
     .name = "Qwen3_5MoeForConditionalGeneration",
     .flags = QWEN35_MOE_FLAGS,
+    .partial_rotary = 0.25,
     .moe_block = "mlp",
     .expert_w = {"gate_proj", "up_proj", "down_proj"},
     .prefix = "model.language_model.",

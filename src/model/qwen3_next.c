@@ -8,6 +8,7 @@ const struct ft_arch ft_arch_qwen3_next = {
     .name = "Qwen3NextForCausalLM",
     .flags = FT_ARCH_MOE | FT_ARCH_QK_NORM | FT_ARCH_SHARED_EXPERT | FT_ARCH_HYBRID |
              FT_ARCH_GDN_GROUPED,
+    .partial_rotary = 0.25,
     .moe_block = "mlp",
     .expert_w = {"gate_proj", "up_proj", "down_proj"},
 };
