@@ -330,6 +330,27 @@ TEST(hybrid_bad_input) {
     g_good = GOOD;
 }
 
+/* MLA / sigmoid-router checkpoints: kv_lora_rank missing, a group count that does not divide the
+ * experts, a missing latent-attention tensor: one line naming the field or tensor, exit 2. */
+TEST(mla_bad_input) {
+    g_good = FT_TEST_DATA "/models/deepseek_v3";
+    const char *d = make_dir("mla_nolora", "\"kv_lora_rank\": 32", "\"kv_lora_rank_x\": 32", 0);
+    expect_load_error(d, FT_ERR_FORMAT, "kv_lora_rank");
+    expect_cli_error(d, "kv_lora_rank", "config.json");
+    d = make_dir("mla_groups", "\"n_group\": 4", "\"n_group\": 3", 0);
+    expect_load_error(d, FT_ERR_FORMAT, "n_group");
+    expect_cli_error(d, "'n_group' (3) does not divide the 8 experts", NULL);
+    d = make_dir("mla_missing", NULL, NULL, 0);
+    rewrite(d, "model.layers.2.self_attn.kv_b_proj.weight", NULL, NULL);
+    expect_cli_error(d, "model.layers.2.self_attn.kv_b_proj.weight", "missing");
+    /* an FP8 block checkpoint's scale tensor of the wrong shape (DeepSeek's weight_scale_inv) */
+    g_good = FT_TEST_DATA "/models/qwen3_moe_fp8";
+    d = make_dir("fp8_scale", NULL, NULL, 0);
+    rewrite(d, NULL, "model.layers.0.mlp.experts.0.down_proj.weight_scale_inv", NULL);
+    expect_cli_error(d, "model.layers.0.mlp.experts.0.down_proj.weight_scale_inv", "[1, 1]");
+    g_good = GOOD;
+}
+
 TEST(bad_flags) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' logits --model '%s' --ids 1,x,3 --out /dev/null 2>/dev/null",

@@ -22,7 +22,9 @@ static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2
                                          "llama",     "mistral",          "qwen2",     "qwen3",
                                          "gpt_oss",   "gpt_oss_mxfp4",    "qwen3_moe_fp8", "qwen3_moe_nvfp4",
                                          "gemma3",    "qwen3_moe_n08",    "mixtral_n08",
-                                         "qwen3_5_moe", "qwen3_5_moe_vl",  "qwen3_next", "qwen3_5"};
+                                         "qwen3_5_moe", "qwen3_5_moe_vl",  "qwen3_next", "qwen3_5",
+                                         "deepseek_v3", "deepseek_v3_noqlora", "glm4_moe",
+                                         "glm4_moe_qknorm", "glm4_moe_lite", "minimax_m2"};
 
 /* issue 25's exact-path fixtures: N(0, 0.08) matrices, U(0.8, 1.2) norms (QK-norm in
  * qwen3_moe_n08), logits of sd 0.5; their reference holds transformers in float64 too */
@@ -157,6 +159,11 @@ TEST(fixtures_chunked_prefill_and_odd_pool) {
     check_fixture("qwen3_5_moe", pool, 5);
     check_fixture("qwen3_next", pool, 3);
     check_fixture("qwen3_5", pool, 1);
+    /* the latent KV cache across chunks; sigmoid routers per chunk */
+    check_fixture("deepseek_v3", pool, 5);
+    check_fixture("deepseek_v3_noqlora", pool, 3);
+    check_fixture("glm4_moe_lite", pool, 7);
+    check_fixture("minimax_m2", pool, 5);
     ft_pool_free(pool);
 }
 

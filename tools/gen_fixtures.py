@@ -33,6 +33,23 @@ The others are saved as save_pretrained writes them (model.*, per-expert experts
 Each hybrid fixture also gets qwen3_moe's tokenizer.json, tokenizer_config.json and
 generation_config.json.
 
+The sigmoid-routed MoE fixtures (SIGMOID_MOE: deepseek_v3, deepseek_v3_noqlora, glm4_moe,
+glm4_moe_qknorm, glm4_moe_lite, minimax_m2) have 4 layers and 8 routed experts whose router adds
+e_score_correction_bias (a buffer: drawn U(-0.3, 0.3), bf16 values, saved as f32 as the published
+checkpoints store it) to the sigmoid scores. DeepSeek-V3 / GLM-4.7-Flash (Glm4MoeLite): MLA (4
+heads, kv_lora_rank 32, q_lora_rank 24 or none, qk_nope 16, qk_rope 8, v_head_dim 12,
+interleaved RoPE), one dense layer then MoE layers with a shared expert, group-limited routing (4
+groups, 2 kept), routed_scaling_factor 2.5; deepseek_v3_noqlora has DeepSeek-V3's YaRN (factor 40,
+mscale = mscale_all_dim = 1: softmax scale x1.874). GLM-4.5 (Glm4Moe): GQA with q/k/v biases,
+partial RoPE 0.5, qk norm in glm4_moe_qknorm (which also has 2 groups, 1 kept). MiniMax-M2: every
+layer MoE (no shared expert), q/k RMSNorm over all heads, partial RoPE (rotary_dim 12 of 24). All
+are saved as save_pretrained writes them, the published layouts (per-expert
+mlp.experts.N.{gate,up,down}_proj.weight; MiniMax-M2 block_sparse_moe.experts.N.w1/w2/w3.weight).
+The build checks cached decode against teacher-forced logits, the saved checkpoint reloading, and
+that the group-limited choice differs from plain top-k for some token-layer pairs; it copies
+qwen3_moe's tokenizer files, and text_reference.json comes from
+`python3 tools/gen_text_refs.py tests/data/models/NAME`, as for the hybrid fixtures.
+
 Run where torch and transformers are installed (the GPU machine, or any machine with them):
     python3 tools/gen_fixtures.py [OUT_DIR] [--only NAME ...]   (default tests/data/models)
 """
@@ -44,6 +61,7 @@ import sys
 
 import torch
 import transformers
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 from fixture_util import greedy_gap
@@ -72,6 +90,18 @@ Q35_MOE = dict(MOE, num_experts=7, shared_expert_intermediate_size=28,
                rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
                                 "partial_rotary_factor": 0.25, "mrope_interleaved": True,
                                 "mrope_section": [1, 1, 1]})
+# DeepSeek-V3 / GLM-4.7-Flash MLA (4 heads; v_head_dim 12 != qk_nope_head_dim 16 on purpose) and
+# MoE (8 experts in 4 groups, 2 groups kept, a shared expert, one dense layer first); head_dim
+# None: removed from COMMON (the MLA configs derive it from qk_rope_head_dim)
+MLA = dict(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4, head_dim=None,
+           kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, rope_interleave=True)
+DSV3_MOE = dict(MOE, n_routed_experts=8, n_shared_experts=1, n_group=4, topk_group=2,
+                routed_scaling_factor=2.5, first_k_dense_replace=1, num_mtp_layers=0)
+# GLM-4.5: partial RoPE 0.5, q/k/v biases, 8 experts top-3 with a shared one, one group (as shipped)
+GLM4_MOE = dict(MOE, num_hidden_layers=4, partial_rotary_factor=0.5, attention_bias=True,
+                use_qk_norm=False, n_routed_experts=8, n_shared_experts=1, n_group=1, topk_group=1,
+                routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+                num_mtp_layers=0, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
 
 # name -> (config class, model class, extra config)
 FIXTURES = {
@@ -134,16 +164,50 @@ FIXTURES = {
                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                       "partial_rotary_factor": 0.25, "mrope_interleaved": True,
                                       "mrope_section": [1, 1, 1]})),
+    # sigmoid-routed MoE with e_score_correction_bias (SIGMOID_MOE below): 4 layers, one dense first
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", dict(MLA, **DSV3_MOE, q_lora_rank=24,
+                    norm_topk_prob=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    "deepseek_v3_noqlora": ("DeepseekV3Config", "DeepseekV3ForCausalLM", dict(
+        MLA, **dict(DSV3_MOE, num_experts_per_tok=2), q_lora_rank=None, norm_topk_prob=False,
+        # DeepSeek-V3's YaRN (mscale = mscale_all_dim = 1: cos/sin unscaled, the softmax scale
+        # times (0.1 ln(factor) + 1)^2 = 1.874), its factor 40, original context 64 here (4096
+        # there; 64 puts the 4 rotary pairs at ramp 0, 0.5, 1, 1: one extrapolated, one blended)
+        max_position_embeddings=2560,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "beta_fast": 32,
+                         "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0,
+                         "original_max_position_embeddings": 64})),
+    "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM", dict(GLM4_MOE)),  # GLM-4.5: no groups
+    "glm4_moe_qknorm": ("Glm4MoeConfig", "Glm4MoeForCausalLM",
+                        dict(GLM4_MOE, use_qk_norm=True, num_experts_per_tok=2, n_group=2, topk_group=1)),
+    # GLM-4.7-Flash: DeepSeek-V3's MLA + MoE, the dense/sparse pattern as mlp_layer_types
+    "glm4_moe_lite": ("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM", dict(
+        MLA, **{k: v for k, v in DSV3_MOE.items() if k != "num_mtp_layers"}, num_nextn_predict_layers=0,
+        q_lora_rank=24, norm_topk_prob=True,
+        mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # MiniMax-M2: every layer MoE (no shared expert, experts of intermediate_size), sigmoid + bias
+    # plain top-k (always renormalised), q/k RMSNorm over all heads at once, partial RoPE
+    "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2ForCausalLM", dict(
+        num_hidden_layers=4, intermediate_size=20, num_local_experts=8, num_experts_per_tok=3,
+        # the published config's descriptive keys (transformers reads only rope_parameters)
+        rotary_dim=12, use_qk_norm=True, qk_norm_type="per_layer", scoring_func="sigmoid",
+        use_routing_bias=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "partial_rotary_factor": 0.5})),
 }
 N08 = {"qwen3_moe_n08", "mixtral_n08"}
 HYBRID = {"qwen3_5_moe", "qwen3_5_moe_vl", "qwen3_next", "qwen3_5"}
+SIGMOID_MOE = {"deepseek_v3", "deepseek_v3_noqlora", "glm4_moe", "glm4_moe_qknorm",
+               "glm4_moe_lite", "minimax_m2"}
 FUSED_EXPERTS = {"qwen3_5_moe_vl"}  # saved with the published fused expert tensors
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
-# seeds picked for top-1 margins of the greedy steps >= 0.04 (the hybrid ones >= 0.05) and router
-# gaps >= 2e-3 (1e-6 is the fp32 noise); the default is 1234 + the fixture's index (qwen3_5_moe's
-# default 1245 qualifies)
+# seeds picked for top-1 margins of the greedy steps >= 0.04 (the hybrid and SIGMOID_MOE ones
+# >= 0.05) and router gaps >= 2e-3 (1e-6 is the fp32 noise; for SIGMOID_MOE the k-th minus next
+# biased sigmoid score among the kept groups, and the topk_group-th minus next group score, over
+# prompt + greedy); the default is 1234 + the fixture's index (qwen3_5_moe's default 1245 qualifies)
 SEEDS = {"qwen3_moe_n08": 1281, "mixtral_n08": 1269,
-         "qwen3_5_moe_vl": 1646, "qwen3_next": 1647, "qwen3_5": 1748}
+         "qwen3_5_moe_vl": 1646, "qwen3_next": 1647, "qwen3_5": 1748,
+         "deepseek_v3": 1260, "deepseek_v3_noqlora": 1334, "glm4_moe": 1258, "glm4_moe_qknorm": 1293,
+         "glm4_moe_lite": 1286, "minimax_m2": 1364}
 
 
 def init_weights(model, seed, plus_one_norms=False):
@@ -207,6 +271,71 @@ def init_weights_hybrid(model, seed):
                             std *= 3.0  # spread router logits so top-k is not near ties
                     p.copy_(std * torch.randn(p.shape, generator=g))
                 p.copy_(p.to(torch.bfloat16).to(torch.float32))
+
+
+def init_score_bias(model, seed):
+    """the SIGMOID_MOE routers' e_score_correction_bias (a buffer, zeros in the model, saved in the
+    checkpoint): U(-0.3, 0.3), rounded to bf16 (it is stored as f32, as the published checkpoints
+    do, and must read the same either way)"""
+    g = torch.Generator().manual_seed(seed + 2000)
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_((0.6 * torch.rand(b.shape, generator=g) - 0.3).to(torch.bfloat16).float())
+
+
+def sigmoid_routers(model):
+    """[(layer, router module, e_score_correction_bias)] of the SIGMOID_MOE models"""
+    out = []
+    for i, layer in enumerate(decoder_layers(model)):
+        mlp = layer.mlp
+        if hasattr(mlp, "gate") and hasattr(mlp, "experts"):
+            bias = getattr(mlp.gate, "e_score_correction_bias", getattr(mlp, "e_score_correction_bias", None))
+            out.append((i, mlp.gate, bias))
+    return out
+
+
+def router_selection(model, ids):
+    """what the sigmoid + bias routers pick for ids [1, T], in float64: per MoE layer and position
+    whether the group-limited top-k differs from plain top-k over all experts (both on
+    sigmoid + e_score_correction_bias) and from top-k without the bias; the smallest margins the
+    choice depends on (k-th minus (k+1)-th biased score among the kept groups' experts; the
+    topk_group-th minus the next group score); and that the model's own indices are those"""
+    c = model.config
+    k, E = c.num_experts_per_tok, c.num_local_experts
+    n_group, topk_group = getattr(c, "n_group", 1) or 1, getattr(c, "topk_group", 1) or 1
+    st = dict(pairs=0, group_diff=0, bias_diff=0, kgap=float("inf"), ggap=float("inf"), mismatch=0)
+    hooks = []
+    for i, gate, bias in sigmoid_routers(model):
+        def post(mod, args, out, bias=bias):
+            x = args[0].reshape(-1, mod.weight.shape[1]).double()
+            sc = torch.sigmoid(x @ mod.weight.double().T)
+            sfc = sc + bias.double()
+            plain = sfc.topk(k, -1).indices.sort(-1).values
+            nob = sc.topk(k, -1).indices.sort(-1).values
+            if n_group > 1:
+                gs = sfc.view(-1, n_group, E // n_group).topk(2, -1).values.sum(-1)
+                gtop = gs.topk(topk_group + 1, -1).values
+                st["ggap"] = min(st["ggap"], float((gtop[:, topk_group - 1] - gtop[:, topk_group]).min()))
+                keep = torch.zeros_like(gs).scatter_(1, gs.topk(topk_group, -1).indices, 1.0)
+                keep = keep[:, :, None].expand(-1, -1, E // n_group).reshape(-1, E).bool()
+                masked = sfc.masked_fill(~keep, float("-inf"))
+            else:
+                masked = sfc
+            top = masked.topk(k + 1, -1)
+            sel = top.indices[:, :k].sort(-1).values
+            if (masked > float("-inf")).sum(-1).min() > k:
+                st["kgap"] = min(st["kgap"], float((top.values[:, k - 1] - top.values[:, k]).min()))
+            st["pairs"] += sel.shape[0]
+            st["group_diff"] += int((sel != plain).any(-1).sum())
+            st["bias_diff"] += int((sel != nob).any(-1).sum())
+            st["mismatch"] += int((out[2].sort(-1).values != sel).any(-1).sum())
+        hooks.append(gate.register_forward_hook(post))
+    with torch.no_grad():
+        model(ids)
+    for h in hooks:
+        h.remove()
+    return st
 
 
 def check_norm_conventions(model):
@@ -316,6 +445,9 @@ def build(name, seed):
     else:
         kw = dict(HYBRID_COMMON if hybrid else COMMON)
         kw.update(extra)
+    sig = name in SIGMOID_MOE
+    if sig and kw.get("head_dim", 0) is None:  # MLA: head_dim is derived (qk_rope_head_dim)
+        del kw["head_dim"]
     cfg = getattr(transformers, cfg_cls)(**kw)
     cfg._attn_implementation = "eager"
     cfg._experts_implementation = "eager"  # the plain per-expert loop, no grouped_mm
@@ -332,6 +464,8 @@ def build(name, seed):
         init_weights_hybrid(model, seed)
     else:
         init_weights(model, seed, gemma)
+        if sig:
+            init_score_bias(model, seed)
     g = torch.Generator().manual_seed(seed + 1000)
     ids = torch.randint(3, VOCAB, (1, T_PROMPT), generator=g)
     more = {}  # the n08 fixtures' extra reference tensors
@@ -354,19 +488,20 @@ def build(name, seed):
             model.float()
         out = model.generate(ids, max_new_tokens=N_GREEDY, do_sample=False, min_new_tokens=N_GREEDY,
                              eos_token_id=None, pad_token_id=0,
-                             **(dict(output_logits=True, return_dict_in_generate=True) if hybrid else {}))
-    if hybrid:
+                             **(dict(output_logits=True, return_dict_in_generate=True) if hybrid or sig else {}))
+    if hybrid or sig:
         gen_logits = torch.stack(out.logits)[:, 0].float()  # generate's prefill + cached decode steps
         out = out.sequences
     greedy = out[0, T_PROMPT:]
-    if n08 or hybrid:
+    if n08 or hybrid or sig:
         gap, same = greedy_gap(model, ids, greedy)
-    if hybrid:
+    if hybrid or sig:
         full = torch.cat([ids[0], greedy[:-1]])[None]
         with torch.no_grad():
             tf = model(full).logits[0].float()  # teacher-forced: the chunked delta rule
         d_step = float((stepwise_logits(model, full) - tf).abs().max())
         d_gen = float((gen_logits - tf[T_PROMPT - 1:]).abs().max())
+    if hybrid:
         decay, beta = gdn_stats(model, ids)
         moe = hasattr(getattr(model.config, "text_config", model.config), "num_experts_per_tok")
         rg = router_gaps(model, ids) if moe else torch.tensor([-1.0])
@@ -379,6 +514,12 @@ def build(name, seed):
         # fused. The module names are already model.language_model.* / model.visual.* / lm_head.*
         save_file({k: v.contiguous() for k, v in model.state_dict().items()},
                   os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    if sig:  # the routers' bias in f32, as the published checkpoints store it
+        st_path = os.path.join(d, "model.safetensors")
+        with safe_open(st_path, framework="pt") as f:
+            sd = {k: f.get_tensor(k) for k in f.keys()}
+        sd = {k: v.float() if k.endswith("e_score_correction_bias") else v for k, v in sd.items()}
+        save_file(sd, st_path, metadata={"format": "pt"})
     for f in ("generation_config.json",):
         p = os.path.join(d, f)
         if os.path.exists(p):
@@ -392,6 +533,8 @@ def build(name, seed):
         print(f"  |fp32 - fp64| {float((logits - more['logits64']).abs().max()):.2e}, smallest router "
               f"gap {float(rg[rg >= 0].min()):.2e}, smallest greedy top-1 margin {gap:.3f}"
               f"{'' if same else ' (teacher-forced argmax differs from generate)'}")
+    if sig:
+        report_sigmoid_moe(name, model, model_cls, d, ids, full, logits, gap, same, d_step, d_gen)
     if hybrid:
         src = os.path.join(OUT, "qwen3_moe")  # the tiny tokenizer (gen_fixture_tokenizer.py)
         if not os.path.exists(os.path.join(src, "tokenizer.json")):
@@ -415,6 +558,48 @@ def build(name, seed):
               f"beta {[round(v, 3) for v in beta.quantile(q).tolist()]}")
         if d_step > 1e-4 or d_gen > 1e-4 or d_load > 1e-5 or bad or not same:
             sys.exit(f"{name}: a consistency check failed")
+
+
+def copy_tokenizer(d):
+    src = os.path.join(OUT, "qwen3_moe")  # the tiny tokenizer (gen_fixture_tokenizer.py)
+    if not os.path.exists(os.path.join(src, "tokenizer.json")):
+        src = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "models", "qwen3_moe")
+    for f in TOKENIZER_FILES:
+        shutil.copyfile(os.path.join(src, f), os.path.join(d, f))
+
+
+def report_sigmoid_moe(name, model, model_cls, d, ids, full, logits, gap, same, d_step, d_gen):
+    """the SIGMOID_MOE checks: cached decode vs teacher-forced, greedy margins, the routers'
+    group-limited / biased choices and their margins, the attention scale, the saved checkpoint
+    reloading to the same logits; a failed check stops the build"""
+    copy_tokenizer(d)
+    back, info = getattr(transformers, model_cls).from_pretrained(
+        d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+    back.config._experts_implementation = "eager"
+    bad = {k: v for k, v in info.items() if v}
+    with torch.no_grad():
+        d_load = float((back.eval()(ids).logits[0].float() - logits).abs().max())
+    bias_ok = all(float(b.abs().min()) > 0 and torch.equal(b.float(), b2.float())
+                  for (_, _, b), (_, _, b2) in zip(sigmoid_routers(model), sigmoid_routers(back)))
+    back.eval()  # f32, as the reference ran (the model itself is bf16 by now)
+    rp, rf = router_selection(back, ids), router_selection(back, full)
+    attn = decoder_layers(back)[0].self_attn
+    c = back.config
+    plain = (c.qk_nope_head_dim + c.qk_rope_head_dim if hasattr(c, "qk_nope_head_dim") else attn.head_dim) ** -0.5
+    print(f"  smallest greedy top-1 margin {gap:.3f}{'' if same else ' (teacher-forced argmax differs from generate)'}")
+    print(f"  |token-by-token cached - teacher-forced| {d_step:.2e} over {full.shape[1]} positions, "
+          f"|generate prefill+decode - teacher-forced| {d_gen:.2e}, |reloaded - reference| {d_load:.2e}"
+          + (f", LOADING ISSUES {bad}" if bad else ""))
+    for what, r in (("prompt", rp), ("prompt+greedy", rf)):
+        print(f"  routers ({what}): {r['group_diff']} of {r['pairs']} token-layer pairs pick other experts "
+              f"than plain top-k (group-limited), {r['bias_diff']} other than top-k without the bias; "
+              f"smallest k-th gap {r['kgap']:.2e}, group gap {r['ggap']:.2e}")
+    print(f"  attention scale {attn.scaling:.6f} (1/sqrt(qk head dim) {plain:.6f}, ratio {attn.scaling / plain:.6f}), "
+          f"cos/sin factor {back.model.rotary_emb.attention_scaling}")
+    if (d_step > 1e-4 or d_gen > 1e-4 or d_load > 1e-5 or bad or not same or not bias_ok
+            or rp["mismatch"] or rf["mismatch"] or (c.n_group if hasattr(c, "n_group") else 1) > 1
+            and rp["group_diff"] == 0):
+        sys.exit(f"{name}: a consistency check failed")
 
 
 if __name__ == "__main__":

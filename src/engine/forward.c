@@ -308,14 +308,14 @@ static void mla_attention(struct ft_engine *e, const struct ft_layer *L, int l, 
     const int Lr = m->mla_kv_lora, D = Lr + dr, qd = nh * (dn + dr);
     if (L->q_a.data) {
         mm(e, e->m_qa, m->mla_q_lora, e->xn, &L->q_a, L->bq_a, T);
-        ft_cpu_rmsnorm(e->m_qa, e->m_qa, L->q_a_norm, T, m->mla_q_lora, m->rms_eps);
+        ft_cpu_rmsnorm(e->m_qa, e->m_qa, L->q_a_norm, T, m->mla_q_lora, 1e-6f); /* fixed, as HF */
         mm(e, e->q, qd, e->m_qa, &L->q_b, NULL, T);
     } else {
         mm(e, e->q, qd, e->xn, &L->wq, NULL, T);
     }
     mm(e, e->m_kva, D, e->xn, &L->kv_a, L->bkv_a, T);
     for (int t = 0; t < T; t++)
-        ft_cpu_rmsnorm(e->m_kva + (size_t)t * D, e->m_kva + (size_t)t * D, L->kv_a_norm, 1, Lr, m->rms_eps);
+        ft_cpu_rmsnorm(e->m_kva + (size_t)t * D, e->m_kva + (size_t)t * D, L->kv_a_norm, 1, Lr, 1e-6f);
     rope_at(e->q, qd, nh, dn + dr, dn, dr, e->pos, T, m->inv_freq, m->rope_mscale, m->rope_pairs);
     rope_at(e->m_kva, D, 1, D, Lr, dr, e->pos, T, m->inv_freq, m->rope_mscale, m->rope_pairs);
     float *kc = e->k_cache + (size_t)e->kv_of[l] * e->n_blocks * FT_KV_BLOCK * D;
