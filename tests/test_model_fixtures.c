@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cpu/ops.h"
 #include "core/threadpool.h"
@@ -32,7 +33,9 @@ static const char *const k_exact[] = {"qwen3_moe_n08", "mixtral_n08"};
 #define EXACT_TOL 1e-4
 
 static const char *const k_gguf[] = {"qwen2_q4km", "llama_q40", "qwen3moe_q4km", "qwen2moe_q8",
-                                     "qwen2_q4km_split", "gpt_oss_mxfp4", "gemma3"};
+                                     "qwen2_q4km_split", "gpt_oss_mxfp4", "gemma3",
+                                     "qwen35moe_bf16", "qwen35_bf16", "qwen3next_bf16",
+                                     "qwen35moe_q8", "qwen35_q8"};
 #define GGUF_TOL 1e-3
 
 struct ref {
@@ -296,7 +299,7 @@ TEST(exact_path_precision) {
 TEST(gemma3_legacy_config_spelling) {
     char src[600], dir[64], path[2048];
     snprintf(src, sizeof src, "%s/models/gemma3", FT_TEST_DATA);
-    snprintf(dir, sizeof dir, "gemma3_legacy");
+    snprintf(dir, sizeof dir, "/tmp/ft_gemma3_legacy_%d", (int)getpid()); /* not the cwd */
     snprintf(path, sizeof path, "mkdir -p %s && cp %s/model.safetensors %s/", dir, src, dir);
     EXPECT(system(path) == 0);
     snprintf(path, sizeof path, "%s/config.json", src);
@@ -318,6 +321,8 @@ TEST(gemma3_legacy_config_spelling) {
     snprintf(path, sizeof path, "%s/reference.safetensors", src);
     check_model("gemma3 (4.5x config)", dir, path, 1e-3, pool, 512);
     ft_pool_free(pool);
+    snprintf(path, sizeof path, "rm -rf %s", dir);
+    EXPECT(system(path) == 0);
 }
 
 /* llama.cpp files: names, metadata, q/k interleave (llama), block formats, stacked experts */

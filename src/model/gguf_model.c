@@ -3,10 +3,15 @@
  * model.c reads, with GGML's dimension order reversed into row-major shapes, kept in their
  * block formats (the CPU matmuls dot the blocks; the GPU dequantises dense weights to bf16 at
  * upload), llama-arch q/k rows un-interleaved; stacked experts (ffn_*_exps) are copied into
- * banks in their block format (bank.h row schemas).
+ * banks in their block format (bank.h row schemas). Qwen3-Next / Qwen3.5 DeltaNet layers (ssm_*,
+ * attn_qkv, attn_gate) become the flat Hugging Face tensors load_gdn reads: rows regrouped,
+ * Qwen3.5's value heads moved back from llama.cpp's tiled order (or the key heads repeated
+ * where ssm_out's blocks forbid that), A = -exp(A_log) back into A_log; multi-token-prediction
+ * layers (nextn) are skipped.
  * Engine thread, once, from ft_model_load_ex. */
 #include "model/gguf_model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +118,65 @@ static void add_eos(struct ft_config *c, const struct ft_gguf_file *f, const cha
     if (c->n_eos < FT_MAX_EOS) c->eos_token_ids[c->n_eos++] = (int)id;
 }
 
+/* Whether a Qwen3.5 file's value heads are in llama.cpp's tiled order (its converter moves
+ * Hugging Face's value head g * r + j, the j-th of key head g, to j * Hk + g, so that GGML's
+ * repeat of q and k lines up) and some DeltaNet layer's ssm_out is in blocks that straddle
+ * value heads: its columns cannot be moved back to the grouped order. Such a file is read in
+ * its own tiled order instead, with the key heads repeated once per value head (Hk := Hv): value
+ * head p then reads key head p, as its tiled position p = j * Hk + g asks (key head g = p % Hk). */
+static int gdn_keep_tiled(const struct ft_gguf_file *f, const struct ft_arch *arch,
+                          const struct ft_config *c) {
+    if ((arch->flags & FT_ARCH_GDN_GROUPED) || c->linear_num_key_heads == c->linear_num_value_heads)
+        return 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        char n[64];
+        snprintf(n, sizeof n, "blk.%d.ssm_out.weight", l);
+        const struct ft_gguf_tensor *g = ft_gguf_find(f, n);
+        int bs = g ? ft_ggml_block_size(g->type) : 1;
+        if (bs > 1 && c->linear_value_head_dim % bs) return bs;
+    }
+    return 0;
+}
+
+/* Qwen3-Next / Qwen3.5: the DeltaNet sizes (ssm.*), which layers are DeltaNet ones
+ * (attention.recurrent_layers, else every full_attention_interval-th layer is attention). */
+static enum ft_status hybrid_config(const struct ft_gguf_file *f, const char *a,
+                                    const struct ft_arch *arch, struct ft_config *c) {
+    enum ft_status st = FT_OK;
+    const char *lbl = ft_gguf_label(f);
+    char k[160];
+    int dv_all = 0;
+    FT_TRY(req_int(f, a, "ssm.conv_kernel", &c->linear_conv_kernel_dim));
+    FT_TRY(req_int(f, a, "ssm.state_size", &c->linear_key_head_dim));
+    FT_TRY(req_int(f, a, "ssm.group_count", &c->linear_num_key_heads));
+    FT_TRY(req_int(f, a, "ssm.time_step_rank", &c->linear_num_value_heads));
+    FT_TRY(req_int(f, a, "ssm.inner_size", &dv_all));
+    if (dv_all % c->linear_num_value_heads || c->linear_num_value_heads % c->linear_num_key_heads)
+        return ft_fail(FT_ERR_FORMAT, "%s: %s.ssm.inner_size %d / ssm.time_step_rank %d / "
+                       "ssm.group_count %d: need whole value heads, a whole number per key head",
+                       lbl, a, dv_all, c->linear_num_value_heads, c->linear_num_key_heads);
+    c->linear_value_head_dim = dv_all / c->linear_num_value_heads;
+    FT_TRY(opt_int(f, a, "full_attention_interval", &c->full_attention_interval));
+    const struct ft_gguf_value *rl = ft_gguf_get(f, key(k, sizeof k, a, "attention.recurrent_layers"));
+    if (rl) { /* one flag per block, MTP layers (false) included */
+        if (rl->type != FT_GGUF_ARRAY || rl->v.arr.items || rl->v.arr.n < (uint64_t)c->n_layers)
+            return ft_fail(FT_ERR_FORMAT, "%s: %s must be an array of %d flags", lbl, k, c->n_layers);
+        if (!(c->linear = calloc((size_t)c->n_layers, 1))) return ft_fail(FT_ERR_OOM, "%s: out of memory", lbl);
+        for (int l = 0; l < c->n_layers; l++) c->linear[l] = ft_gguf_arr_u64(rl, (uint64_t)l) != 0;
+    }
+    int bs = gdn_keep_tiled(f, arch, c);
+    if (bs) {
+        ft_log_info("%s: the DeltaNet value heads stay in llama.cpp's tiled order (ssm_out's blocks "
+                    "of %d straddle value heads of %d): the %d key heads are repeated to %d, one "
+                    "per value head", lbl, bs, c->linear_value_head_dim, c->linear_num_key_heads,
+                    c->linear_num_value_heads);
+        c->linear_num_key_heads = c->linear_num_value_heads;
+    }
+    return FT_OK;
+fail:
+    return st;
+}
+
 enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
                               const struct ft_arch **arch_out) {
     enum ft_status st = FT_OK;
@@ -127,12 +191,22 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
     const struct ft_arch *arch = ft_arch_find_gguf(a, n_exp > 0);
     if (!arch)
         return ft_fail(FT_ERR_UNSUPPORTED, "%s: GGUF architecture '%s'%s is not supported "
-                       "(supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, and llama with "
-                       "experts as Mixtral)", lbl, a, n_exp ? " with experts" : "");
+                       "(supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, qwen3next, qwen35, "
+                       "qwen35moe, gpt-oss, gemma3, and llama with experts as Mixtral)", lbl, a,
+                       n_exp ? " with experts" : "");
     *arch_out = arch;
     snprintf(c->arch, sizeof c->arch, "%s", arch->name);
     snprintf(c->model_type, sizeof c->model_type, "%s", a);
     FT_TRY(req_int(f, a, "block_count", &c->n_layers));
+    /* llama.cpp counts multi-token-prediction layers (blk.N.nextn.*, after the trunk) in
+     * block_count; they are not read */
+    int nextn = 0;
+    FT_TRY(opt_int(f, a, "nextn_predict_layers", &nextn));
+    if (nextn >= c->n_layers)
+        return ft_fail(FT_ERR_FORMAT, "%s: %s.nextn_predict_layers = %d leaves no layer of "
+                       "block_count %d", lbl, a, nextn, c->n_layers);
+    c->n_layers -= nextn;
+    c->mtp_layers = nextn;
     FT_TRY(req_int(f, a, "embedding_length", &c->hidden_size));
     FT_TRY(req_int(f, a, "attention.head_count", &c->n_heads));
     c->n_kv_heads = c->n_heads;
@@ -145,6 +219,7 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
     FT_TRY(opt_int(f, a, "attention.key_length", &c->head_dim));
     int vlen = c->head_dim, rot = c->head_dim;
     FT_TRY(opt_int(f, a, "attention.value_length", &vlen));
+    const int have_rot = ft_gguf_get(f, key(k, sizeof k, a, "rope.dimension_count")) != NULL;
     FT_TRY(opt_int(f, a, "rope.dimension_count", &rot));
     if (vlen != c->head_dim)
         return ft_fail(FT_ERR_UNSUPPORTED, "%s: key_length %d != value_length %d is not supported",
@@ -152,8 +227,11 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
     if (c->head_dim < 2 || rot < 2 || rot > c->head_dim || rot % 2)
         return ft_fail(FT_ERR_FORMAT, "%s: head size %d and rope.dimension_count %d are inconsistent "
                        "(need an even count in [2, head size])", lbl, c->head_dim, rot);
-    c->rope.partial_rotary_factor = (double)rot / c->head_dim;
-    c->rope.rot_dims = rot;
+    if (have_rot || !(arch->flags & FT_ARCH_HYBRID)) { /* hybrid: else the arch's 0.25 */
+        c->rope.partial_rotary_factor = (double)rot / c->head_dim;
+        c->rope.partial_rotary_set = 1;
+        c->rope.rot_dims = rot;
+    }
     const char *rs = NULL;
     if (ft_gguf_get(f, key(k, sizeof k, a, "rope.scaling.type"))) FT_TRY(ft_gguf_get_str(f, k, &rs));
     if (rs && strcmp(rs, "none") != 0) {
@@ -176,7 +254,8 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
         return ft_fail(FT_ERR_FORMAT, "%s: token_embd.weight has %lld rows", lbl, (long long)vocab);
     c->vocab_size = (int)vocab;
     c->tie_word_embeddings = ft_gguf_find(f, "output.weight") ? 0 : 1;
-    c->attention_bias = has_tensor(f, "blk.%d.attn_q.bias", 0);
+    c->attention_bias = 0; /* hybrid models: layer 0 may be a DeltaNet one */
+    for (int l = 0; l < c->n_layers; l++) c->attention_bias |= has_tensor(f, "blk.%d.attn_q.bias", l);
     if (n_exp) {
         if (n_exp > (1u << 20))
             return ft_fail(FT_ERR_FORMAT, "%s: %s = %llu is out of range", lbl, k,
@@ -221,6 +300,7 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
         c->swiglu_limit = 7.0;
         c->swiglu_alpha = 1.702;
     }
+    if (arch->flags & FT_ARCH_HYBRID) FT_TRY(hybrid_config(f, a, arch, c));
     uint64_t id;
     if (ft_gguf_get_u64(f, "tokenizer.ggml.bos_token_id", &id) == FT_OK && id <= INT32_MAX)
         c->bos_token_id = (int)id;
@@ -304,6 +384,204 @@ static enum ft_status convert(struct ft_model *m, const struct ft_gguf_tensor *g
     return FT_OK;
 }
 
+/* ------------------------------------------------------------------ DeltaNet layers */
+
+/* A DeltaNet layer's tensors as llama.cpp writes them, and the Hugging Face layout load_gdn
+ * reads (Qwen3.5's flat in_proj_qkv / _z / _b / _a, value heads grouped per key head). */
+struct gdn_file {
+    int Hk, Hv, dk, dv, K; /* the file's sizes (Hk: ssm.group_count) */
+    int tiled;             /* Qwen3.5 converter: value heads in tiled order (gdn_keep_tiled) */
+    int keep;              /* left tiled, the key heads repeated to Hv (m->gdn_hk == Hv) */
+};
+
+enum gdn_rows { /* what an output row of a rebuilt tensor is */
+    GR_QKV,   /* in_proj_qkv / conv1d channels: q | k | v */
+    GR_Z,     /* in_proj_z: v-head rows of dv */
+    GR_HEAD,  /* in_proj_b / _a: one row per value head */
+    GR_BA_B,  /* Qwen3-Next ssm_ba, per key head [b of its r value heads | a of them] */
+    GR_BA_A,
+    GR_IN_QKV, /* legacy Qwen3-Next ssm_in (in_proj_qkvz as is), per key head [q | k | v | z] */
+    GR_IN_Z,
+};
+
+/* The file's value head that Hugging Face's value head h (= g * r + j) is. */
+static int gdn_vhead(const struct gdn_file *x, int h) {
+    int r = x->Hv / x->Hk;
+    return x->tiled && !x->keep ? (h % r) * x->Hk + h / r : h;
+}
+
+/* The file's row for output row i of a tensor of kind w. */
+static int64_t gdn_src_row(const struct gdn_file *x, enum gdn_rows w, int64_t i) {
+    const int r = x->Hv / x->Hk, dk = x->dk, dv = x->dv, Dk = x->Hk * dk;
+    const int64_t gs = 2 * dk + 2 * (int64_t)r * dv; /* a key head's rows in ssm_in */
+    switch (w) {
+    case GR_QKV: {
+        int64_t dko = (int64_t)(x->keep ? x->Hv : x->Hk) * dk; /* the output's key rows */
+        if (i < 2 * dko) {
+            int64_t part = i / dko, head = i % dko / dk; /* kept tiled: value head p reads key
+                                                            head p % Hk */
+            return part * Dk + (x->keep ? head % x->Hk : head) * dk + i % dk;
+        }
+        i -= 2 * dko;
+        return 2 * (int64_t)Dk + (int64_t)gdn_vhead(x, (int)(i / dv)) * dv + i % dv;
+    }
+    case GR_Z:
+        return (int64_t)gdn_vhead(x, (int)(i / dv)) * dv + i % dv;
+    case GR_HEAD:
+        return gdn_vhead(x, (int)i);
+    case GR_BA_B:
+    case GR_BA_A:
+        return i / r * 2 * r + (w == GR_BA_A ? r : 0) + i % r;
+    case GR_IN_QKV:
+        if (i < 2 * (int64_t)Dk) return i % Dk / dk * gs + (i / Dk) * dk + i % dk;
+        i -= 2 * (int64_t)Dk;
+        return i / ((int64_t)r * dv) * gs + 2 * dk + i % ((int64_t)r * dv);
+    case GR_IN_Z:
+        return i / ((int64_t)r * dv) * gs + 2 * dk + (int64_t)r * dv + i % ((int64_t)r * dv);
+    }
+    return 0;
+}
+
+static enum ft_status gdn_bad_shape(const struct ft_model *m, const struct ft_gguf_tensor *g,
+                                    const char *want) {
+    return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' has GGML shape {%lld, %lld, %lld}, expected %s "
+                   "(from the ssm.* metadata)", ft_gguf_label(m->gguf), g->name, (long long)g->ne[0],
+                   (long long)g->ne[1], (long long)g->ne[2], want);
+}
+
+/* t = rows of g ([in_rows, cols] row-major, any format: rows move whole) picked by w. */
+static enum ft_status gdn_rows(struct ft_model *m, const struct ft_gguf_tensor *g, const char *hf,
+                               const struct gdn_file *x, enum gdn_rows w, int64_t in_rows,
+                               int64_t out_rows, int64_t cols, struct ft_st_tensor *t) {
+    if (g->n_dims != 2 || g->ne[0] != cols || g->ne[1] != in_rows) {
+        char want[64];
+        snprintf(want, sizeof want, "{%lld, %lld}", (long long)cols, (long long)in_rows);
+        return gdn_bad_shape(m, g, want);
+    }
+    enum ft_status st = convert(m, g, hf, 0, t);
+    if (st != FT_OK) return st;
+    t->shape[0] = out_rows;
+    if ((w == GR_QKV || w == GR_Z || w == GR_HEAD) && !x->tiled) return FT_OK; /* as it is */
+    size_t rb = ft_ggml_row_bytes(g->type, cols);
+    uint8_t *buf = ft_model_alloc(m, (size_t)out_rows * rb);
+    if (!buf) return ft_fail(FT_ERR_OOM, "%s: out of memory converting '%s'", m->label, g->name);
+    for (int64_t i = 0; i < out_rows; i++)
+        memcpy(buf + (size_t)i * rb, (const uint8_t *)g->data + (size_t)gdn_src_row(x, w, i) * rb, rb);
+    t->data = buf;
+    t->n_bytes = (size_t)out_rows * rb;
+    return FT_OK;
+}
+
+/* ssm_a (A = -exp(A_log)) back into A_log, or ssm_dt.bias, in Hugging Face's head order (f32). */
+static enum ft_status gdn_vec(struct ft_model *m, const struct ft_gguf_tensor *g, const char *hf,
+                              const struct gdn_file *x, int is_a, struct ft_st_tensor *t) {
+    enum ft_dtype dt = ft_dtype_from_ggml(g->type);
+    if (g->n_dims != 1 || g->ne[0] != x->Hv) {
+        char want[32];
+        snprintf(want, sizeof want, "{%d}", x->Hv);
+        return gdn_bad_shape(m, g, want);
+    }
+    if (dt != FT_DTYPE_F32 && dt != FT_DTYPE_F16 && dt != FT_DTYPE_BF16)
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: tensor '%s' is %s (F32, F16 or BF16 expected)",
+                       ft_gguf_label(m->gguf), g->name, ft_ggml_type_name(g->type));
+    enum ft_status st = convert(m, g, hf, 0, t);
+    if (st != FT_OK) return st;
+    float *v = ft_model_alloc(m, (size_t)2 * x->Hv * sizeof *v);
+    if (!v) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
+    ft_to_f32(v + x->Hv, g->data, dt, (size_t)x->Hv);
+    for (int h = 0; h < x->Hv; h++) {
+        float a = v[x->Hv + gdn_vhead(x, h)];
+        if (is_a && !(a < 0))
+            return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s'[%d] = %g; llama.cpp stores -exp(A_log) "
+                           "there, which is < 0", ft_gguf_label(m->gguf), g->name, h, (double)a);
+        v[h] = is_a ? logf(-a) : a; /* load_gdn takes -exp() of it again */
+    }
+    t->dtype = FT_DTYPE_F32;
+    t->data = v;
+    t->n_bytes = (size_t)x->Hv * sizeof *v;
+    return FT_OK;
+}
+
+/* ssm_out [H, Dv]: its columns (value heads of dv) back in grouped order, moved in whole
+ * blocks (gdn_keep_tiled made sure a head is whole blocks), or as is. */
+static enum ft_status gdn_out(struct ft_model *m, const struct ft_gguf_tensor *g, const char *hf,
+                              const struct gdn_file *x, struct ft_st_tensor *t) {
+    if (g->n_dims != 2 || g->ne[0] != (int64_t)x->Hv * x->dv || g->ne[1] != m->hidden) {
+        char want[64];
+        snprintf(want, sizeof want, "{%d, %d}", x->Hv * x->dv, m->hidden);
+        return gdn_bad_shape(m, g, want);
+    }
+    enum ft_status st = convert(m, g, hf, 0, t);
+    if (st != FT_OK || !x->tiled || x->keep) return st;
+    if (x->dv % ft_ggml_block_size(g->type))
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: tensor '%s' (%s) has blocks straddling value heads "
+                       "but other layers' do not", ft_gguf_label(m->gguf), g->name,
+                       ft_ggml_type_name(g->type));
+    size_t rb = ft_ggml_row_bytes(g->type, g->ne[0]), hb = ft_ggml_row_bytes(g->type, x->dv);
+    uint8_t *buf = ft_model_alloc(m, t->n_bytes);
+    if (!buf) return ft_fail(FT_ERR_OOM, "%s: out of memory converting '%s'", m->label, g->name);
+    for (int64_t row = 0; row < g->ne[1]; row++)
+        for (int h = 0; h < x->Hv; h++)
+            memcpy(buf + (size_t)row * rb + (size_t)h * hb,
+                   (const uint8_t *)g->data + (size_t)row * rb + (size_t)gdn_vhead(x, h) * hb, hb);
+    t->data = buf;
+    return FT_OK;
+}
+
+/* One DeltaNet tensor of layer l (suffix: its name after "blk.l.") into ts[*k] (ssm_ba and
+ * ssm_in into two); 0 when suffix is not one. */
+static enum ft_status gdn_tensor(struct ft_model *m, const struct gdn_file *x,
+                                 const struct ft_gguf_tensor *g, int l, const char *suffix,
+                                 struct ft_st_tensor *ts, int64_t *k, int *done) {
+    const int H = m->hidden, Dk = x->Hk * x->dk, Dv = x->Hv * x->dv, Cc = 2 * Dk + Dv;
+    const int Cc_out = 2 * m->gdn_hk * x->dk + Dv; /* the key heads repeated when kept tiled */
+    char n0[160], n1[160];
+    enum ft_status st = FT_OK;
+    *done = 1;
+#define HF(buf, s) (snprintf(buf, sizeof buf, "model.layers.%d.linear_attn.%s", l, s), buf)
+    if (!strcmp(suffix, "attn_qkv.weight")) {
+        st = gdn_rows(m, g, HF(n0, "in_proj_qkv.weight"), x, GR_QKV, Cc, Cc_out, H, &ts[(*k)++]);
+    } else if (!strcmp(suffix, "attn_gate.weight")) {
+        st = gdn_rows(m, g, HF(n0, "in_proj_z.weight"), x, GR_Z, Dv, Dv, H, &ts[(*k)++]);
+    } else if (!strcmp(suffix, "ssm_beta.weight") || !strcmp(suffix, "ssm_alpha.weight")) {
+        HF(n0, suffix[4] == 'b' ? "in_proj_b.weight" : "in_proj_a.weight");
+        st = gdn_rows(m, g, n0, x, GR_HEAD, x->Hv, x->Hv, H, &ts[(*k)++]);
+    } else if (!strcmp(suffix, "ssm_ba.weight")) { /* Qwen3-Next: split per key head */
+        st = gdn_rows(m, g, HF(n0, "in_proj_b.weight"), x, GR_BA_B, 2 * x->Hv, x->Hv, H, &ts[(*k)++]);
+        if (st == FT_OK)
+            st = gdn_rows(m, g, HF(n1, "in_proj_a.weight"), x, GR_BA_A, 2 * x->Hv, x->Hv, H, &ts[(*k)++]);
+    } else if (!strcmp(suffix, "ssm_in.weight")) { /* early Qwen3-Next files: in_proj_qkvz as is */
+        if (x->tiled) {
+            *done = 0;
+            return FT_OK;
+        }
+        st = gdn_rows(m, g, HF(n0, "in_proj_qkv.weight"), x, GR_IN_QKV, Cc + Dv, Cc, H, &ts[(*k)++]);
+        if (st == FT_OK)
+            st = gdn_rows(m, g, HF(n1, "in_proj_z.weight"), x, GR_IN_Z, Cc + Dv, Dv, H, &ts[(*k)++]);
+    } else if (!strcmp(suffix, "ssm_conv1d.weight")) { /* {K, Cc} -> [Cc, 1, K] */
+        enum ft_dtype dt = ft_dtype_from_ggml(g->type);
+        if (dt != FT_DTYPE_F32 && dt != FT_DTYPE_F16 && dt != FT_DTYPE_BF16)
+            return ft_fail(FT_ERR_UNSUPPORTED, "%s: tensor '%s' is %s (F32, F16 or BF16 expected)",
+                           ft_gguf_label(m->gguf), g->name, ft_ggml_type_name(g->type));
+        struct ft_st_tensor *t = &ts[(*k)++];
+        st = gdn_rows(m, g, HF(n0, "conv1d.weight"), x, GR_QKV, Cc, Cc_out, x->K, t);
+        t->n_dims = 3;
+        t->shape[0] = Cc_out, t->shape[1] = 1, t->shape[2] = x->K;
+    } else if (!strcmp(suffix, "ssm_a")) {
+        st = gdn_vec(m, g, HF(n0, "A_log"), x, 1, &ts[(*k)++]);
+    } else if (!strcmp(suffix, "ssm_dt.bias")) {
+        st = gdn_vec(m, g, HF(n0, "dt_bias"), x, 0, &ts[(*k)++]);
+    } else if (!strcmp(suffix, "ssm_norm.weight")) { /* shared by the value heads, plain w */
+        st = convert(m, g, HF(n0, "norm.weight"), 0, &ts[(*k)++]);
+    } else if (!strcmp(suffix, "ssm_out.weight")) {
+        st = gdn_out(m, g, HF(n0, "out_proj.weight"), x, &ts[(*k)++]);
+    } else {
+        *done = 0;
+    }
+#undef HF
+    return st;
+}
+
 /* "blk.12.attn_q.weight" -> 12 and "attn_q.weight"; -1 when not a layer tensor. */
 static int split_layer(const char *name, const char **suffix) {
     if (strncmp(name, "blk.", 4) != 0) return -1;
@@ -317,21 +595,41 @@ static int split_layer(const char *name, const char **suffix) {
 enum ft_status ft_gguf_model_tensors(struct ft_model *m) {
     const struct ft_gguf_file *f = m->gguf;
     const char *lbl = ft_gguf_label(f);
-    int64_t n = ft_gguf_tensor_count(f), k = 0;
-    struct ft_st_tensor *ts = ft_model_alloc(m, (size_t)(n ? n : 1) * sizeof *ts);
+    int64_t n = ft_gguf_tensor_count(f), k = 0, cap = 2 * n + 1; /* ssm_ba, ssm_in: two each */
+    struct ft_st_tensor *ts = ft_model_alloc(m, (size_t)cap * sizeof *ts);
     if (!ts) return ft_fail(FT_ERR_OOM, "%s: out of memory", lbl);
-    memset(ts, 0, (size_t)(n ? n : 1) * sizeof *ts);
-    int qk_perm = (m->arch->flags & FT_ARCH_GGUF_QK_PERMUTED) != 0;
+    memset(ts, 0, (size_t)cap * sizeof *ts);
+    int qk_perm = (m->arch->flags & FT_ARCH_GGUF_QK_PERMUTED) != 0, n_mtp = 0;
+    int blocks = m->n_layers + m->cfg.mtp_layers;
+    struct gdn_file gx = {0};
+    if (m->n_gdn) {
+        char key_hk[160];
+        uint64_t hk = 0;
+        snprintf(key_hk, sizeof key_hk, "%s.ssm.group_count", m->cfg.model_type);
+        if (ft_gguf_get_u64(f, key_hk, &hk) != FT_OK || hk == 0 || m->gdn_hv % (int)hk)
+            return ft_fail(FT_ERR_FORMAT, "%s: bad %s", lbl, key_hk);
+        gx.Hk = (int)hk, gx.Hv = m->gdn_hv, gx.dk = m->gdn_dk, gx.dv = m->gdn_dv, gx.K = m->gdn_kernel;
+        gx.tiled = !(m->arch->flags & FT_ARCH_GDN_GROUPED) && gx.Hk != gx.Hv;
+        gx.keep = gx.tiled && m->gdn_hk != gx.Hk;
+    }
     for (int64_t i = 0; i < n; i++) {
         const struct ft_gguf_tensor *g = ft_gguf_tensor_at(f, i);
         const char *suffix = NULL, *hf = NULL;
         char name[256];
         int l = split_layer(g->name, &suffix), permute = 0;
-        if (l >= m->n_layers) {
+        if (l >= 0 && (l >= m->n_layers || !strncmp(suffix, "nextn.", 6)) && l < blocks) {
+            n_mtp++; /* a multi-token-prediction layer's (nextn_predict_layers) */
+            continue;
+        } else if (l >= m->n_layers) {
             return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' is past block_count %d", lbl, g->name,
-                           m->n_layers);
+                           blocks);
         } else if (l >= 0) {
-            int skip = 0;
+            int skip = 0, done = 0;
+            if (m->cfg.linear && m->cfg.linear[l]) {
+                enum ft_status st = gdn_tensor(m, &gx, g, l, suffix, ts, &k, &done);
+                if (st != FT_OK) return st;
+                if (done) continue;
+            }
             for (int e = 0; e < 3; e++)
                 skip |= !strcmp(suffix, k_experts[e]) || !strcmp(suffix, k_expert_bias[e]);
             if (skip) continue; /* filled into the banks by ft_gguf_load_experts */
@@ -366,6 +664,11 @@ enum ft_status ft_gguf_model_tensors(struct ft_model *m) {
         }
         k++;
     }
+    if (n_mtp)
+        ft_log_info("%s: the %d multi-token-prediction layer%s (%d tensors, nextn) %s not read "
+                    "(speculative decoding with them is not implemented yet)", lbl,
+                    m->cfg.mtp_layers, m->cfg.mtp_layers == 1 ? "" : "s", n_mtp,
+                    m->cfg.mtp_layers == 1 ? "is" : "are");
     return ft_st_set_wrap(ts, (int)k, lbl, &m->st);
 }
 

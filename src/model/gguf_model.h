@@ -12,7 +12,8 @@
 enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
                               const struct ft_arch **arch);
 /* m->st from m->gguf (after ft_model_shapes): every tensor but the stacked experts, renamed,
- * converted where needed. A tensor the arch has no place for is an error. */
+ * converted where needed. A tensor the arch has no place for is an error; those of the
+ * multi-token-prediction layers (nextn_predict_layers, after the trunk) are skipped. */
 enum ft_status ft_gguf_model_tensors(struct ft_model *m);
 /* Applies rope_freqs.weight (llama 3 rope scaling as llama.cpp stores it) to m->inv_freq. */
 enum ft_status ft_gguf_rope_freqs(struct ft_model *m);

@@ -2,7 +2,8 @@
  * Qwen3-Next hybrid with flat DeltaNet projections (in_proj_qkv, _z, _b, _a); the MoE always
  * renormalises its top-k. Text-only *ForCausalLM checkpoints and the published multimodal
  * wrappers (*ForConditionalGeneration: text_config, tensors under model.language_model.; the
- * vision tower is not read). mRoPE reduces to plain RoPE for text positions. */
+ * vision tower is not read). mRoPE reduces to plain RoPE for text positions. llama.cpp's GGUF
+ * files (qwen35, qwen35moe; their value heads in llama.cpp's tiled order): gguf_model.c. */
 #include "model/arch.h"
 
 #define QWEN35_FLAGS (FT_ARCH_QK_NORM | FT_ARCH_HYBRID)
@@ -12,6 +13,7 @@ const struct ft_arch ft_arch_qwen3_5 = {
     .name = "Qwen3_5ForCausalLM",
     .flags = QWEN35_FLAGS,
     .partial_rotary = 0.25,
+    .gguf = "qwen35",
 };
 
 const struct ft_arch ft_arch_qwen3_5_vl = {
@@ -27,6 +29,7 @@ const struct ft_arch ft_arch_qwen3_5_moe = {
     .partial_rotary = 0.25,
     .moe_block = "mlp",
     .expert_w = {"gate_proj", "up_proj", "down_proj"},
+    .gguf = "qwen35moe",
 };
 
 const struct ft_arch ft_arch_qwen3_5_moe_vl = {

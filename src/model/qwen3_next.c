@@ -11,4 +11,8 @@ const struct ft_arch ft_arch_qwen3_next = {
     .partial_rotary = 0.25,
     .moe_block = "mlp",
     .expert_w = {"gate_proj", "up_proj", "down_proj"},
+    /* llama.cpp's qwen3next (in_proj_qkvz split into attn_qkv and attn_gate, ssm_ba as is:
+     * gguf_model.c) always renormalises the top-k, whatever norm_topk_prob was */
+    .gguf = "qwen3next",
+    .gguf_norm_topk = 1,
 };
