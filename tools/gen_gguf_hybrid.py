@@ -37,7 +37,9 @@ says "qwen2" (the rest of it runs unchanged).
 
 Usage (where torch, transformers 5.x, numpy and safetensors are installed, e.g. the venv of
 tools/gen_fixtures.py):
-    python3 tools/gen_gguf_hybrid.py [--llama LLAMA_CPP_DIR] [OUT_DIR]
+    python3 tools/gen_gguf_hybrid.py [--llama LLAMA_CPP_DIR] [--only NAME [--seed N]] [OUT_DIR]
+(default OUT_DIR tests/data/gguf/models; deterministic: a rerun writes the same bytes. --only
+NAME --seed N rebuilds one fixture from another seed, to look for a better one.)
 """
 import glob
 import json
