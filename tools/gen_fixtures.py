@@ -536,17 +536,8 @@ def build(name, seed):
     if sig:
         report_sigmoid_moe(name, model, model_cls, d, ids, full, logits, gap, same, d_step, d_gen)
     if hybrid:
-        src = os.path.join(OUT, "qwen3_moe")  # the tiny tokenizer (gen_fixture_tokenizer.py)
-        if not os.path.exists(os.path.join(src, "tokenizer.json")):
-            src = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "models", "qwen3_moe")
-        for f in TOKENIZER_FILES:
-            shutil.copyfile(os.path.join(src, f), os.path.join(d, f))
-        back, info = getattr(transformers, model_cls).from_pretrained(
-            d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
-        back.config._experts_implementation = "eager"
-        bad = {k: v for k, v in info.items() if v}
-        with torch.no_grad():
-            d_load = float((back.eval()(ids).logits[0].float() - logits).abs().max())
+        copy_tokenizer(d)
+        back, bad, d_load = reload_check(model_cls, d, ids, logits)
         print(f"  norms {norms}; smallest greedy top-1 margin {gap:.3f}"
               f"{'' if same else ' (teacher-forced argmax differs from generate)'}"
               + (f", smallest router gap {float(rg[rg >= 0].min()):.2e}" if (rg >= 0).any() else ""))
@@ -568,17 +559,24 @@ def copy_tokenizer(d):
         shutil.copyfile(os.path.join(src, f), os.path.join(d, f))
 
 
-def report_sigmoid_moe(name, model, model_cls, d, ids, full, logits, gap, same, d_step, d_gen):
-    """the SIGMOID_MOE checks: cached decode vs teacher-forced, greedy margins, the routers'
-    group-limited / biased choices and their margins, the attention scale, the saved checkpoint
-    reloading to the same logits; a failed check stops the build"""
-    copy_tokenizer(d)
+def reload_check(model_cls, d, ids, logits):
+    """the saved checkpoint at d reloaded by transformers (fp32, eager): the model, the loading
+    info's non-empty entries, and max |its logits - logits|"""
     back, info = getattr(transformers, model_cls).from_pretrained(
         d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
     back.config._experts_implementation = "eager"
     bad = {k: v for k, v in info.items() if v}
     with torch.no_grad():
         d_load = float((back.eval()(ids).logits[0].float() - logits).abs().max())
+    return back, bad, d_load
+
+
+def report_sigmoid_moe(name, model, model_cls, d, ids, full, logits, gap, same, d_step, d_gen):
+    """the SIGMOID_MOE checks: cached decode vs teacher-forced, greedy margins, the routers'
+    group-limited / biased choices and their margins, the attention scale, the saved checkpoint
+    reloading to the same logits; a failed check stops the build"""
+    copy_tokenizer(d)
+    back, bad, d_load = reload_check(model_cls, d, ids, logits)
     bias_ok = all(float(b.abs().min()) > 0 and torch.equal(b.float(), b2.float())
                   for (_, _, b), (_, _, b2) in zip(sigmoid_routers(model), sigmoid_routers(back)))
     back.eval()  # f32, as the reference ran (the model itself is bf16 by now)

@@ -31,15 +31,15 @@ static const struct entry k_table[FT_ENV_N] = {
 static const char *g_val[FT_ENV_N];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+#ifdef FT_TESTING
+static const int k_testing = 1;
+#else
+static const int k_testing = 0;
+#endif
+
 static void load(void) {
     for (int i = 0; i < FT_ENV_N; i++) {
-        const char *v = k_table[i].test_only
-#ifdef FT_TESTING
-                            ? getenv(k_table[i].name)
-#else
-                            ? NULL
-#endif
-                            : getenv(k_table[i].name);
+        const char *v = k_table[i].test_only && !k_testing ? NULL : getenv(k_table[i].name);
         g_val[i] = v && *v ? v : NULL;
     }
 }
@@ -66,9 +66,7 @@ void ft_env_print(FILE *out) {
     fputs("Environment variables ft reads (once, at start-up):\n", out);
     for (int i = 0; i < FT_ENV_N; i++) {
         const struct entry *e = &k_table[i];
-#ifndef FT_TESTING
-        if (e->test_only) continue;
-#endif
+        if (e->test_only && !k_testing) continue;
         fprintf(out, "  %-24s %s%s\n", e->name, e->test_only ? "(test builds) " : "", e->meaning);
         fprintf(out, "  %-24s default: %s%s%s\n", "", e->dflt, g_val[i] ? "; set now: " : "",
                 g_val[i] ? g_val[i] : "");

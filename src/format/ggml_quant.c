@@ -278,7 +278,7 @@ void ft_ggml_dequant_blocks(int type, const void *src, int64_t nb, float *y) {
     for (int64_t i = 0; i < nb; i++) f(s + (size_t)i * bytes, y + i * blck);
 }
 
-enum ft_status ft_ggml_dequant_row(int type, const void *src, float *dst, int64_t n) {
+enum ft_status ft_ggml_check_row(int type, int64_t n) {
     if (!ft_ggml_can_compute(type))
         return ft_fail(FT_ERR_UNSUPPORTED, "ggml: cannot dequantise type %s (%d)",
                        ft_ggml_type_name(type), type);
@@ -286,7 +286,12 @@ enum ft_status ft_ggml_dequant_row(int type, const void *src, float *dst, int64_
     if (n < 0 || n % blck)
         return ft_fail(FT_ERR_INVALID_ARG, "ggml: %s row of %lld elements is not a multiple of %d",
                        ft_ggml_type_name(type), (long long)n, blck);
-    ft_ggml_dequant_blocks(type, src, n / blck, dst);
     return FT_OK;
+}
+
+enum ft_status ft_ggml_dequant_row(int type, const void *src, float *dst, int64_t n) {
+    enum ft_status st = ft_ggml_check_row(type, n);
+    if (st == FT_OK) ft_ggml_dequant_blocks(type, src, n / ft_ggml_block_size(type), dst);
+    return st;
 }
 

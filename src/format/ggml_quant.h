@@ -80,6 +80,10 @@ size_t ft_ggml_row_bytes(int type, int64_t n);
  * FT_ERR_UNSUPPORTED for a type ft_ggml_can_compute rejects, FT_ERR_INVALID_ARG for a bad n. */
 enum ft_status ft_ggml_dequant_row(int type, const void *src, float *dst, int64_t n);
 
+/* FT_OK when a row of n elements of `type` can be dequantised; else FT_ERR_UNSUPPORTED (a type
+ * ft_ggml_can_compute rejects) or FT_ERR_INVALID_ARG (n not a multiple of the block size). */
+enum ft_status ft_ggml_check_row(int type, int64_t n);
+
 /* The scalar reference decoder of nb blocks (elements, for the plain types) of `type` at src
  * into dst; the CPU backend's ISA tiers fall back to it (backend/cpu/ggml_dot.c). */
 void ft_ggml_dequant_blocks(int type, const void *src, int64_t nb, float *dst);

@@ -45,15 +45,9 @@ static void acc_scalar(const float *buf, int ldb, int R, int n, const float *x, 
 }
 
 enum ft_status ft_cpu_ggml_dequant_row(int type, const void *src, float *dst, int64_t n) {
-    if (!ft_ggml_can_compute(type))
-        return ft_fail(FT_ERR_UNSUPPORTED, "ggml: cannot dequantise type %s (%d)",
-                       ft_ggml_type_name(type), type);
-    const int blck = ft_ggml_block_size(type);
-    if (n < 0 || n % blck)
-        return ft_fail(FT_ERR_INVALID_ARG, "ggml: %s row of %lld elements is not a multiple of %d",
-                       ft_ggml_type_name(type), (long long)n, blck);
-    deq_blocks(tier_now(), type, src, n / blck, dst);
-    return FT_OK;
+    enum ft_status st = ft_ggml_check_row(type, n);
+    if (st == FT_OK) deq_blocks(tier_now(), type, src, n / ft_ggml_block_size(type), dst);
+    return st;
 }
 
 /* ------------------------------------------------------------------ dot products */
