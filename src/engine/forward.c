@@ -403,10 +403,7 @@ struct gdn_job {
 
 /* The state of DeltaNet layer gl in slot s: conv inputs [Cc][K-1], then S [Hv][dk][dv]. */
 static float *gdn_state(const struct ft_engine *e, int s, int gl) {
-    const struct ft_model *m = e->m;
-    size_t cc = 2 * (size_t)m->gdn_hk * m->gdn_dk + (size_t)m->gdn_hv * m->gdn_dv;
-    size_t per = (size_t)(m->gdn_kernel - 1) * cc + (size_t)m->gdn_hv * m->gdn_dk * m->gdn_dv;
-    return e->st + (size_t)s * e->st_floats + (size_t)gl * per;
+    return e->st + (size_t)s * e->st_floats + (size_t)gl * (e->st_floats / e->m->n_gdn);
 }
 
 /* Channels of the causal depthwise conv, in place over g_qkv, each token after the sequence's

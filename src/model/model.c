@@ -837,10 +837,8 @@ static enum ft_status mla_router_shapes(struct ft_model *m) {
 }
 
 uint64_t ft_model_state_bytes(const struct ft_model *m) {
-    if (!m->n_gdn) return 0;
-    uint64_t cc = 2 * (uint64_t)m->gdn_hk * m->gdn_dk + (uint64_t)m->gdn_hv * m->gdn_dv;
-    uint64_t per = (uint64_t)(m->gdn_kernel - 1) * cc + (uint64_t)m->gdn_hv * m->gdn_dk * m->gdn_dv;
-    return (uint64_t)m->n_gdn * per * sizeof(float);
+    int n;
+    return ft_config_state_bytes(&m->cfg, m->arch, &n); /* the sizes hybrid_shapes read */
 }
 
 /* Shapes and derived sizes shared by loaded and synthetic models. */
