@@ -508,6 +508,25 @@ TEST(hybrid_text_config_and_layer_types) {
     EXPECT_CONTAINS(ft_error(), "layer_types[1]");
     EXPECT_EQ(parse_patched("{\"text_config\":3}", &c), FT_ERR_FORMAT);
     EXPECT_CONTAINS(ft_error(), "text_config");
+    /* the MoE fields of the sigmoid-router families, wrong in type or value */
+    EXPECT_EQ(parse_patched("{\"mlp_layer_types\":[\"dense\",\"sparse\"]}", &c), FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "mlp_layer_types");
+    EXPECT_EQ(parse_patched("{\"mlp_layer_types\":[\"dense\",\"sparse\",\"moe\",\"dense\"]}", &c),
+              FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "mlp_layer_types[2]");
+    EXPECT_EQ(parse_patched("{\"scoring_func\":\"relu\"}", &c), FT_ERR_UNSUPPORTED);
+    EXPECT_CONTAINS(ft_error(), "scoring_func");
+    EXPECT_EQ(parse_patched("{\"scoring_func\":3}", &c), FT_ERR_FORMAT);
+    EXPECT_EQ(parse_patched("{\"num_experts\":8,\"num_experts_per_tok\":2,\"n_group\":4,"
+                            "\"topk_group\":5}", &c), FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "topk_group");
+    EXPECT_EQ(parse_patched("{\"q_lora_rank\":\"big\"}", &c), FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "q_lora_rank");
+    EXPECT_OK(parse_patched("{\"q_lora_rank\":null,\"mlp_layer_types\":[\"dense\",\"sparse\","
+                            "\"sparse\",\"dense\"]}", &c));
+    EXPECT_EQ(c.q_lora_rank, 0);
+    EXPECT(c.mlp_only && c.mlp_only[0] && !c.mlp_only[1] && c.mlp_only[3]);
+    ft_config_free(&c);
     EXPECT_OK(parse_patched("{\"partial_rotary_factor\":0.5}", &c));
     EXPECT_EQ(c.rope.partial_rotary_set, 1);
     EXPECT(c.linear == NULL);
