@@ -2,7 +2,9 @@
  * format decode (through the format's own spec-checked decoder, format/fp_formats.h and
  * format/ggml_quant.h) to finite values of about 1/sqrt(fan_in) rms, the weights do not depend
  * on the thread count, the gpt-oss shape carries its biases, sinks and alternating windows,
- * and bad preset strings are clear errors. */
+ * the 2025-26 families' presets (Qwen3.5 / 3.6 hybrids, DeepSeek-V3 / Kimi-K2 / GLM-4.7-Flash
+ * MLA, GLM-4.5, MiniMax-M2) have their published shapes and run, and bad preset strings are
+ * clear errors. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 #include "format/fp_formats.h"
 #include "format/ggml_quant.h"
 #include "model/model.h"
+#include "model/synthetic.h"
 #include "test.h"
 
 static void dequant(const struct ft_bank *b, int e, int r, float *dst) {
@@ -154,6 +157,137 @@ TEST(synthetic_gpt_oss_wiring) {
         EXPECT(m->layers[1].sinks && m->layers[1].router_bias && m->layers[1].bq && m->layers[1].bo);
         EXPECT(m->layers[1].act.limit == 7.0f && m->layers[1].act.gu_bias && m->layers[1].act.down_bias);
         EXPECT(m->rope_mscale > 1.0f); /* YaRN factor 32: attention factor 0.1 ln 32 + 1 */
+        ft_model_free(m);
+    }
+    ft_pool_free(pool);
+}
+
+/* The published shapes, from the configs alone: layer kinds, KV bytes per token (f32, as the
+ * CPU engine keeps them: keys and values, or one latent row), recurrent state per sequence. */
+TEST(synthetic_presets_have_the_published_shapes) {
+    static const struct {
+        const char *name;
+        const char *arch;
+        int layers, linear, moe, kv_per_tok;
+        uint64_t state;
+    } want[] = {
+        /* 30 DeltaNet layers: 3 x (2 x 16 x 128 + 32 x 128) conv floats + 32 x 128 x 128 */
+        {"qwen3.6-35b-a3b", "Qwen3_5MoeForCausalLM", 40, 30, 40, 2 * 4 * 2 * 256 * 10, 30ull * (3 * 8192 + 524288) * 4},
+        {"qwen3.5-122b-a10b@8", "Qwen3_5MoeForCausalLM", 8, 6, 8, 2 * 4 * 2 * 256 * 2, 6ull * (3 * 12288 + 1048576) * 4},
+        {"deepseek-v3", "DeepseekV3ForCausalLM", 61, 0, 58, 4 * (512 + 64) * 61, 0},
+        {"kimi-k2@16", "DeepseekV3ForCausalLM", 16, 0, 15, 4 * (512 + 64) * 16, 0},
+        {"glm-4.7-flash", "Glm4MoeLiteForCausalLM", 47, 0, 46, 4 * (512 + 64) * 47, 0},
+        {"glm-4.5-air", "Glm4MoeForCausalLM", 46, 0, 45, 2 * 4 * 8 * 128 * 46, 0},
+        {"minimax-m2@16", "MiniMaxM2ForCausalLM", 16, 0, 16, 2 * 4 * 8 * 128 * 16, 0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        struct ft_config c;
+        const struct ft_arch *a = NULL;
+        EXPECT_OK(ft_synthetic_config(want[i].name, &c, &a));
+        if (!a) continue;
+        EXPECT_STREQ(a->name, want[i].arch);
+        EXPECT_EQ(c.n_layers, want[i].layers);
+        int n_linear = 0, moe = 0;
+        EXPECT(ft_config_state_bytes(&c, a, &n_linear) == want[i].state);
+        EXPECT_EQ(n_linear, want[i].linear);
+        for (int l = 0; l < c.n_layers; l++) moe += ft_config_layer_is_moe(&c, a, l);
+        EXPECT_EQ(moe, want[i].moe);
+        int mla = (a->flags & FT_ARCH_MLA) != 0, kvl = c.n_layers - n_linear;
+        int kv = mla ? 4 * (c.kv_lora_rank + c.qk_rope_head_dim) * kvl : 2 * 4 * c.n_kv_heads * c.head_dim * kvl;
+        EXPECT_EQ(kv, want[i].kv_per_tok);
+        ft_config_free(&c);
+    }
+}
+
+/* A prefill and a decode step give finite logits. */
+static void run_steps(struct ft_model *m, struct ft_pool *pool) {
+    struct ft_engine_opts eo = {.max_ctx = 32, .max_chunk = 16};
+    struct ft_engine *e = NULL;
+    EXPECT_OK(ft_engine_init(&e, m, pool, &eo));
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    float *lg = malloc((size_t)m->vocab * sizeof *lg);
+    if (e && lg) {
+        EXPECT_OK(ft_engine_forward(e, ids, 8, lg, 0));
+        EXPECT_OK(ft_engine_forward(e, ids, 1, lg, 0));
+        int bad = 0;
+        for (int v = 0; v < m->vocab; v++) bad += !isfinite(lg[v]);
+        EXPECT_EQ(bad, 0);
+    }
+    free(lg);
+    ft_engine_free(e);
+}
+
+/* The tiny presets' wiring (each family at a test size): DeltaNet and gated attention layers,
+ * the latent attention with q LoRA and YaRN, groups and leading dense layers, plain shared
+ * experts, biases, QK-norm over all heads; all run. */
+TEST(synthetic_new_family_wiring) {
+    struct ft_pool *pool;
+    EXPECT_OK(ft_pool_init(&pool, 2));
+    struct ft_model *m = NULL;
+    EXPECT_OK(ft_model_synthetic("tiny-qwen3.5", pool, 1, &m));
+    if (m) {
+        EXPECT_EQ(m->n_gdn, 3);
+        EXPECT(m->layers[0].gdn && m->layers[0].gdn_conv && m->layers[0].gdn_A[0] < 0);
+        EXPECT(!m->layers[3].gdn && m->layers[3].attn_gate && m->layers[3].q_norm);
+        EXPECT_EQ(m->layers[3].wq.rows, 2 * m->n_heads * m->head_dim);
+        EXPECT(m->layers[0].has_shared && m->layers[0].sh_score.data);
+        EXPECT_EQ(m->rot_dim, 16); /* 0.25 of 64 */
+        run_steps(m, pool);
+        ft_model_free(m);
+    }
+    m = NULL;
+    EXPECT_OK(ft_model_synthetic("tiny-deepseek", pool, 1, &m));
+    if (m) {
+        EXPECT(m->mla && m->layers[0].mla && m->layers[0].q_a.data && m->layers[0].uk_t.data);
+        EXPECT(!m->layers[0].is_moe && m->layers[1].is_moe && m->layers[1].router_score_bias);
+        EXPECT(m->router_sigmoid && m->n_group == 4 && m->topk_group == 2 && m->routed_scale == 2.5f);
+        EXPECT(m->layers[1].has_shared && !m->layers[1].sh_score.data && m->shared_inter == 128);
+        EXPECT(m->attn_scale > 1.0f / sqrtf(48.0f)); /* YaRN's mscale^2 on the softmax scale */
+        run_steps(m, pool);
+        ft_model_free(m);
+    }
+    m = NULL;
+    EXPECT_OK(ft_model_synthetic("tiny-glm", pool, 1, &m));
+    if (m) {
+        EXPECT(m->layers[1].bq && m->layers[1].bk && m->layers[1].bv && !m->layers[1].q_norm);
+        EXPECT_EQ(m->rot_dim, 16); /* half of 32 */
+        EXPECT(!m->layers[0].is_moe && m->layers[1].is_moe);
+        run_steps(m, pool);
+        ft_model_free(m);
+    }
+    m = NULL;
+    EXPECT_OK(ft_model_synthetic("tiny-minimax", pool, 1, &m));
+    if (m) {
+        EXPECT(m->layers[0].qk_norm_all && m->layers[0].is_moe && !m->layers[0].has_shared);
+        EXPECT_EQ(m->expert_inter, 128);
+        EXPECT(m->norm_topk && m->router_sigmoid);
+        run_steps(m, pool);
+        ft_model_free(m);
+    }
+    ft_pool_free(pool);
+}
+
+/* Real shapes at a few layers, experts Q4_0 to keep them small: Qwen3.6-35B-A3B's three
+ * DeltaNet layers and one gated attention layer; GLM-4.7-Flash's dense layer and a MoE one. */
+TEST(synthetic_real_shapes_run) {
+    struct ft_pool *pool;
+    EXPECT_OK(ft_pool_init(&pool, 2));
+    struct ft_model *m = NULL;
+    EXPECT_OK(ft_model_synthetic("qwen3.6-35b-a3b:q4_0@4", pool, 1, &m));
+    if (m) {
+        EXPECT(m->n_gdn == 3 && m->gdn_hk == 16 && m->gdn_hv == 32 && m->gdn_dk == 128);
+        EXPECT(m->n_experts == 256 && m->top_k == 8 && m->expert_inter == 512 && m->shared_inter == 512);
+        EXPECT_EQ(ft_model_state_bytes(m), 3ull * (3 * 8192 + 524288) * 4);
+        run_steps(m, pool);
+        ft_model_free(m);
+    }
+    m = NULL;
+    EXPECT_OK(ft_model_synthetic("glm-4.7-flash:q4_0@2", pool, 1, &m));
+    if (m) {
+        EXPECT(m->mla_q_lora == 768 && m->mla_kv_lora == 512 && m->mla_nope == 192 && m->mla_v == 256);
+        EXPECT(!m->layers[0].is_moe && m->layers[1].is_moe && m->n_experts == 64 && m->top_k == 4);
+        EXPECT(m->routed_scale == 1.8f);
+        run_steps(m, pool);
         ft_model_free(m);
     }
     ft_pool_free(pool);

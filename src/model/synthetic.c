@@ -20,6 +20,7 @@
 #include "format/fp_formats.h"
 #include "format/ggml_quant.h"
 #include "model/model.h"
+#include "model/synthetic.h"
 
 struct preset {
     const char *name, *arch;
@@ -27,21 +28,95 @@ struct preset {
     double theta;
     enum ft_dtype experts_dtype; /* the checkpoints' expert format (FT_DTYPE_BF16 = plain) */
     int oai;                     /* gpt-oss: biases, sinks, alternating 128-token windows, YaRN */
+    /* the 2025-26 families (0: the preset has none of it) */
+    int shared;                  /* Qwen: the gated shared expert's width; DeepSeek / GLM:
+                                    n_shared_experts plain shared experts of expert_inter */
+    int dense_first;             /* leading dense layers (first_k_dense_replace) */
+    int gdn_hk, gdn_hv, gdn_d;   /* Gated DeltaNet key / value heads and head width; every 4th
+                                    layer is gated full attention (Qwen3.5 / 3.6) */
+    int q_lora, kv_lora, nope, rope, v_dim; /* MLA ranks and per-head widths (kv_lora > 0) */
+    int n_group, topk_group;     /* sigmoid router groups (0: none) */
+    double routed_scale;         /* routed_scaling_factor (0: 1) */
+    double partial;              /* rotated fraction of head_dim (0: the arch's default) */
+    double yarn;                 /* YaRN factor over 4096 positions, mscale = mscale_all_dim = 1 */
+    int bias;                    /* q/k/v biases (GLM-4.5) */
 };
 
-/* Shapes from the models' published config.json files. qwen3.6-35b-a3b is taken as a plain
- * Qwen3-MoE shape (its hybrid linear-attention layers and shared expert are not modelled).
- * gpt-oss: expert width = intermediate_size; YaRN factor 32 over 4096 positions; layers
- * alternate sliding (even) and full attention; experts MXFP4 as released. */
+/* Shapes from the models' published config.json files. qwen3-30b-a3b..tiny-gpt-oss: plain
+ * GQA + MoE. gpt-oss: expert width = intermediate_size; YaRN factor 32 over 4096 positions;
+ * layers alternate sliding (even) and full attention; experts MXFP4 as released.
+ * qwen3.6-35b-a3b / qwen3.5-122b-a10b: 3 Gated DeltaNet layers to 1 gated full-attention one
+ * (rotary 64 of 256), 256 experts top-8 plus the gated shared expert. deepseek-v3 / kimi-k2 /
+ * glm-4.7-flash: MLA (the latent KV cache), sigmoid routers with plain shared experts, leading
+ * dense layers. glm-4.5-air: GQA with q/k/v biases, half-rotary. minimax-m2: QK-norm over all
+ * heads, rotary 64 of 128, experts intermediate_size wide, no shared expert. The tiny-* ones
+ * are the same wiring at test sizes. */
+#define GQA_MOE(n, a, L, H, nh, nkv, hd, E, k, I, ff, V, th, dt, o) \
+    {.name = n, .arch = a, .layers = L, .hidden = H, .heads = nh, .kv_heads = nkv, .head_dim = hd, \
+     .experts = E, .top_k = k, .expert_inter = I, .inter = ff, .vocab = V, .theta = th, \
+     .experts_dtype = dt, .oai = o}
 static const struct preset k_presets[] = {
-    {"qwen3-30b-a3b", "Qwen3MoeForCausalLM", 48, 2048, 32, 4, 128, 128, 8, 768, 6144, 151936, 1e6, FT_DTYPE_BF16, 0},
-    {"qwen3.6-35b-a3b", "Qwen3MoeForCausalLM", 40, 2048, 16, 2, 256, 256, 8, 512, 5120, 248320, 1e7, FT_DTYPE_BF16, 0},
-    {"mixtral-8x7b", "MixtralForCausalLM", 32, 4096, 32, 8, 128, 8, 2, 14336, 14336, 32000, 1e6, FT_DTYPE_BF16, 0},
-    {"gpt-oss-20b", "GptOssForCausalLM", 24, 2880, 64, 8, 64, 32, 4, 2880, 2880, 201088, 150000, FT_DTYPE_MXFP4, 1},
-    {"gpt-oss-120b", "GptOssForCausalLM", 36, 2880, 64, 8, 64, 128, 4, 2880, 2880, 201088, 150000, FT_DTYPE_MXFP4, 1},
-    {"tiny", "Qwen3MoeForCausalLM", 4, 256, 8, 2, 32, 16, 4, 256, 512, 1024, 1e6, FT_DTYPE_BF16, 0},
-    {"tiny-gpt-oss", "GptOssForCausalLM", 4, 256, 8, 2, 32, 16, 4, 128, 128, 1024, 150000, FT_DTYPE_MXFP4, 1},
+    GQA_MOE("qwen3-30b-a3b", "Qwen3MoeForCausalLM", 48, 2048, 32, 4, 128, 128, 8, 768, 6144, 151936, 1e6, FT_DTYPE_BF16, 0),
+    GQA_MOE("mixtral-8x7b", "MixtralForCausalLM", 32, 4096, 32, 8, 128, 8, 2, 14336, 14336, 32000, 1e6, FT_DTYPE_BF16, 0),
+    GQA_MOE("gpt-oss-20b", "GptOssForCausalLM", 24, 2880, 64, 8, 64, 32, 4, 2880, 2880, 201088, 150000, FT_DTYPE_MXFP4, 1),
+    GQA_MOE("gpt-oss-120b", "GptOssForCausalLM", 36, 2880, 64, 8, 64, 128, 4, 2880, 2880, 201088, 150000, FT_DTYPE_MXFP4, 1),
+    GQA_MOE("tiny", "Qwen3MoeForCausalLM", 4, 256, 8, 2, 32, 16, 4, 256, 512, 1024, 1e6, FT_DTYPE_BF16, 0),
+    GQA_MOE("tiny-gpt-oss", "GptOssForCausalLM", 4, 256, 8, 2, 32, 16, 4, 128, 128, 1024, 150000, FT_DTYPE_MXFP4, 1),
+    {.name = "qwen3.6-35b-a3b", .arch = "Qwen3_5MoeForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 40, .hidden = 2048, .heads = 16,
+     .kv_heads = 2, .head_dim = 256, .experts = 256, .top_k = 8, .expert_inter = 512, .vocab = 248320,
+     .theta = 1e7, .shared = 512, .gdn_hk = 16, .gdn_hv = 32, .gdn_d = 128},
+    {.name = "qwen3.5-122b-a10b", .arch = "Qwen3_5MoeForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 48, .hidden = 3072, .heads = 32,
+     .kv_heads = 2, .head_dim = 256, .experts = 256, .top_k = 8, .expert_inter = 1024, .vocab = 248320,
+     .theta = 1e7, .shared = 1024, .gdn_hk = 16, .gdn_hv = 64, .gdn_d = 128},
+    {.name = "deepseek-v3", .arch = "DeepseekV3ForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 61, .hidden = 7168, .heads = 128,
+     .experts = 256, .top_k = 8, .expert_inter = 2048, .inter = 18432, .vocab = 129280, .theta = 10000,
+     .shared = 1, .dense_first = 3, .q_lora = 1536, .kv_lora = 512, .nope = 128, .rope = 64, .v_dim = 128,
+     .n_group = 8, .topk_group = 4, .routed_scale = 2.5, .yarn = 40},
+    {.name = "kimi-k2", .arch = "DeepseekV3ForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 61, .hidden = 7168, .heads = 64,
+     .experts = 384, .top_k = 8, .expert_inter = 2048, .inter = 18432, .vocab = 163840, .theta = 50000,
+     .shared = 1, .dense_first = 1, .q_lora = 1536, .kv_lora = 512, .nope = 128, .rope = 64, .v_dim = 128,
+     .n_group = 1, .topk_group = 1, .routed_scale = 2.827, .yarn = 32},
+    {.name = "glm-4.7-flash", .arch = "Glm4MoeLiteForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 47, .hidden = 2048, .heads = 20,
+     .experts = 64, .top_k = 4, .expert_inter = 1536, .inter = 10240, .vocab = 154880, .theta = 1e6,
+     .shared = 1, .dense_first = 1, .q_lora = 768, .kv_lora = 512, .nope = 192, .rope = 64, .v_dim = 256,
+     .n_group = 1, .topk_group = 1, .routed_scale = 1.8},
+    {.name = "glm-4.5-air", .arch = "Glm4MoeForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 46, .hidden = 4096, .heads = 96,
+     .kv_heads = 8, .head_dim = 128, .experts = 128, .top_k = 8, .expert_inter = 1408, .inter = 10944,
+     .vocab = 151552, .theta = 1e6, .shared = 1, .dense_first = 1, .n_group = 1, .topk_group = 1,
+     .routed_scale = 1.0, .partial = 0.5, .bias = 1},
+    {.name = "minimax-m2", .arch = "MiniMaxM2ForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 62, .hidden = 3072, .heads = 48,
+     .kv_heads = 8, .head_dim = 128, .experts = 256, .top_k = 8, .expert_inter = 1536, .inter = 1536,
+     .vocab = 200064, .theta = 5e6, .partial = 0.5},
+    {.name = "tiny-qwen3.5", .arch = "Qwen3_5MoeForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 4, .hidden = 256, .heads = 4,
+     .kv_heads = 2, .head_dim = 64, .experts = 16, .top_k = 4, .expert_inter = 128, .vocab = 1024,
+     .theta = 1e7, .shared = 128, .gdn_hk = 2, .gdn_hv = 4, .gdn_d = 32},
+    {.name = "tiny-deepseek", .arch = "DeepseekV3ForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 4, .hidden = 256, .heads = 4,
+     .experts = 16, .top_k = 4, .expert_inter = 128, .inter = 512, .vocab = 1024, .theta = 10000,
+     .shared = 1, .dense_first = 1, .q_lora = 64, .kv_lora = 64, .nope = 32, .rope = 16, .v_dim = 32,
+     .n_group = 4, .topk_group = 2, .routed_scale = 2.5, .yarn = 40},
+    {.name = "tiny-glm", .arch = "Glm4MoeForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 4, .hidden = 256, .heads = 8,
+     .kv_heads = 2, .head_dim = 32, .experts = 16, .top_k = 4, .expert_inter = 128, .inter = 512,
+     .vocab = 1024, .theta = 1e6, .shared = 1, .dense_first = 1, .n_group = 1, .topk_group = 1,
+     .routed_scale = 1.0, .partial = 0.5, .bias = 1},
+    {.name = "tiny-minimax", .arch = "MiniMaxM2ForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 4, .hidden = 256, .heads = 8,
+     .kv_heads = 2, .head_dim = 32, .experts = 16, .top_k = 4, .expert_inter = 128, .inter = 128,
+     .vocab = 1024, .theta = 5e6, .partial = 0.5},
 };
+#define PRESET_NAMES                                                                              \
+    "qwen3-30b-a3b, qwen3.6-35b-a3b, qwen3.5-122b-a10b, deepseek-v3, kimi-k2, glm-4.7-flash, "    \
+    "glm-4.5-air, minimax-m2, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b, tiny, tiny-gpt-oss, "     \
+    "tiny-qwen3.5, tiny-deepseek, tiny-glm, tiny-minimax"
 
 /* ':FORMAT' names: the bank schema names (mem/bank.c), fp8 for fp8_b128; f16/f32 are not
  * offered (no checkpoint stores experts so) */
@@ -62,7 +137,7 @@ enum ft_status ft_synthetic_format(const char *name, enum ft_dtype *out) {
 }
 
 const char *ft_synthetic_presets(void) {
-    return "qwen3-30b-a3b, qwen3.6-35b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b, tiny, tiny-gpt-oss; "
+    return PRESET_NAMES "; "
            "':FORMAT' sets the experts' format: " FORMAT_NAMES "; '@N' keeps N layers";
 }
 
@@ -235,10 +310,18 @@ static float *zeros(struct ft_model *m, size_t n) {
     return p;
 }
 
-enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint64_t seed,
-                                  struct ft_model **out) {
+/* n f32 values uniform in [lo, hi) (small per-layer vectors: one thread) */
+static float *uniform(struct ft_model *m, size_t n, float lo, float hi, uint64_t *seed) {
+    float *p = ft_model_alloc(m, n * sizeof *p);
+    uint64_t s = (*seed += 0x632be59bd9b4e019ull);
+    for (size_t i = 0; p && i < n; i++) p[i] = lo + (hi - lo) * 0.5f * (rand_pm1(&s) + 1.0f);
+    if (p) m->n_params += (uint64_t)n;
+    return p;
+}
+
+/* "NAME[:FORMAT][@N]": the preset (with N layers if given) and its experts' format. */
+static enum ft_status parse_preset(const char *preset, struct preset *out, enum ft_dtype *xdt) {
     const struct preset *p = NULL;
-    *out = NULL;
     /* "@N": the preset with N layers (same shapes; quicker to make, for A/B runs of per-layer
      * kernels) */
     const char *at = strchr(preset, '@');
@@ -264,26 +347,25 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
     if (!p)
         return ft_fail(FT_ERR_INVALID_ARG, "--synthetic: unknown preset '%.*s' (known: %s)", (int)nlen,
                        base, ft_synthetic_presets());
-    struct preset fewer;
-    if (n_layers) fewer = *p, fewer.layers = (int)n_layers, p = &fewer;
-    enum ft_dtype xdt = p->experts_dtype;
-    if (colon && ft_synthetic_format(colon + 1, &xdt) != FT_OK) {
+    *out = *p;
+    if (n_layers) out->layers = (int)n_layers;
+    *xdt = p->experts_dtype;
+    if (colon && ft_synthetic_format(colon + 1, xdt) != FT_OK) {
         char why[256];
         snprintf(why, sizeof why, "%s", ft_error()); /* ft_fail rewrites the message it reads */
         return ft_fail(FT_ERR_INVALID_ARG, "--synthetic %s: %s", preset, why);
     }
-    struct ft_model *m = calloc(1, sizeof *m);
-    if (!m) return ft_fail(FT_ERR_OOM, "out of memory");
-    enum ft_status st;
-    struct ft_config *c = &m->cfg;
-    ft_config_init(c);
-    snprintf(m->label, sizeof m->label, "synthetic:%s", preset);
+    return FT_OK;
+}
+
+/* What the preset's config.json says, as ft_config fields (ft_config_init first). */
+static enum ft_status preset_config(const struct preset *p, struct ft_config *c) {
     snprintf(c->arch, sizeof c->arch, "%s", p->arch);
     c->n_layers = p->layers;
     c->hidden_size = p->hidden;
     c->n_heads = p->heads;
-    c->n_kv_heads = p->kv_heads;
-    c->head_dim = p->head_dim;
+    c->n_kv_heads = p->kv_lora ? p->heads : p->kv_heads;
+    c->head_dim = p->kv_lora ? p->nope + p->rope : p->head_dim;
     c->n_experts = p->experts;
     c->n_experts_per_tok = p->top_k;
     c->moe_intermediate_size = p->expert_inter;
@@ -292,6 +374,39 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
     c->max_position_embeddings = 32768;
     c->norm_topk_prob = 1;
     c->rope.theta = p->theta;
+    c->attention_bias = p->bias;
+    if (p->partial > 0) c->rope.partial_rotary_factor = p->partial, c->rope.partial_rotary_set = 1;
+    if (p->gdn_hv) { /* Qwen3.5 / 3.6: layer_types by full_attention_interval 4 */
+        c->linear_num_key_heads = p->gdn_hk, c->linear_num_value_heads = p->gdn_hv;
+        c->linear_key_head_dim = c->linear_value_head_dim = p->gdn_d;
+        c->linear_conv_kernel_dim = 4;
+        c->full_attention_interval = 4;
+        c->shared_expert_intermediate_size = p->shared;
+        c->max_position_embeddings = 262144;
+    } else if (p->shared) { /* DeepSeek / GLM: n_shared_experts of expert_inter */
+        c->n_shared_experts = p->shared;
+    }
+    if (p->kv_lora) {
+        c->q_lora_rank = p->q_lora, c->kv_lora_rank = p->kv_lora;
+        c->qk_nope_head_dim = p->nope, c->qk_rope_head_dim = p->rope, c->v_head_dim = p->v_dim;
+        c->rope_interleave = 1;
+    }
+    if (ft_arch_find(p->arch)->flags & FT_ARCH_SIGMOID_ROUTER) {
+        c->scoring_sigmoid = 1;
+        c->n_group = p->n_group, c->topk_group = p->topk_group;
+        c->routed_scaling_factor = p->routed_scale > 0 ? p->routed_scale : 1.0;
+        c->first_k_dense_replace = p->dense_first;
+        c->use_qk_norm = 0;
+    }
+    if (p->yarn > 0) { /* DeepSeek-V3 / Kimi-K2: mscale = mscale_all_dim = 1 */
+        c->rope.type = FT_ROPE_YARN;
+        c->rope.factor = p->yarn;
+        c->rope.original_max_pos = 4096;
+        c->rope.beta_fast = 32, c->rope.beta_slow = 1;
+        c->rope.mscale_all_dim = 1;
+        c->rope.attention_factor = 1;
+        c->max_position_embeddings = (int)(4096 * p->yarn);
+    }
     if (p->oai) { /* gpt-oss's config.json */
         c->max_position_embeddings = 131072;
         c->rms_norm_eps = 1e-5;
@@ -304,9 +419,177 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
         c->rope.beta_fast = 32;
         c->rope.beta_slow = 1;
         c->rope.truncate = 0;
-        if (!(c->sliding = calloc((size_t)p->layers, 1))) goto oom;
+        if (!(c->sliding = calloc((size_t)p->layers, 1))) return ft_fail(FT_ERR_OOM, "out of memory");
         for (int l = 0; l < p->layers; l += 2) c->sliding[l] = 1;
     }
+    return FT_OK;
+}
+
+enum ft_status ft_synthetic_config(const char *preset, struct ft_config *c, const struct ft_arch **arch) {
+    struct preset p;
+    enum ft_dtype xdt;
+    ft_config_init(c);
+    enum ft_status st = parse_preset(preset, &p, &xdt);
+    if (st == FT_OK) st = preset_config(&p, c);
+    if (st == FT_OK) *arch = ft_arch_find(p.arch);
+    return st;
+}
+
+/* Elements of layer l's non-expert weights (the RAM estimate; the builders below). */
+static double layer_dense(const struct ft_model *m, int l) {
+    const double H = m->hidden, nh = m->n_heads;
+    const struct ft_layer *L = &m->layers[l];
+    double a;
+    if (L->gdn) {
+        double Dk = (double)m->gdn_hk * m->gdn_dk, Dv = (double)m->gdn_hv * m->gdn_dv;
+        a = H * (2 * Dk + 2 * Dv + 2.0 * m->gdn_hv) + H * Dv;
+    } else if (m->mla) {
+        double qd = nh * (m->mla_nope + m->mla_rope), Lr = m->mla_kv_lora;
+        a = (m->mla_q_lora ? m->mla_q_lora * (H + qd) : H * qd) + (Lr + m->mla_rope) * H +
+            nh * Lr * (2.0 * m->mla_nope + m->mla_v) + H * nh * m->mla_v;
+    } else {
+        double q = nh * m->head_dim, kv = (double)m->n_kv_heads * m->head_dim;
+        a = H * ((L->attn_gate ? 2 : 1) * q + 2 * kv) + H * q;
+    }
+    if (!L->is_moe) return a + 3.0 * H * m->cfg.intermediate_size;
+    return a + (double)m->n_experts * H + 3.0 * H * m->shared_inter;
+}
+
+/* A Gated DeltaNet layer: projections, conv taps, decays of -1..-16 (A = -exp(A_log), A_log
+ * drawn as transformers initialises it), dt_bias near softplus^-1 of 0.01..0.1. */
+static enum ft_status build_gdn(struct ft_model *m, struct ft_pool *pool, struct ft_layer *L, uint64_t *seed) {
+    const int H = m->hidden, Hv = m->gdn_hv, K = m->gdn_kernel;
+    const int Dk = m->gdn_hk * m->gdn_dk, Dv = Hv * m->gdn_dv, Cc = 2 * Dk + Dv;
+    enum ft_status st;
+    L->gdn = 1;
+    FT_TRY(weight(m, pool, &L->gdn_qkv, Cc, H, seed));
+    FT_TRY(weight(m, pool, &L->gdn_z, Dv, H, seed));
+    FT_TRY(weight(m, pool, &L->gdn_b, Hv, H, seed));
+    FT_TRY(weight(m, pool, &L->gdn_a, Hv, H, seed));
+    FT_TRY(weight(m, pool, &L->gdn_out, H, Dv, seed));
+    float c = sqrtf(3.0f / (float)K);
+    if (!(L->gdn_conv = uniform(m, (size_t)Cc * K, -c, c, seed)) ||
+        !(L->gdn_A = uniform(m, (size_t)Hv, -16.0f, -1.0f, seed)) ||
+        !(L->gdn_dt = uniform(m, (size_t)Hv, -4.6f, -2.25f, seed)) || !(L->gdn_norm = ones(m, m->gdn_dv)))
+        return ft_fail(FT_ERR_OOM, "synthetic %s: out of memory", m->label);
+    return FT_OK;
+fail:
+    return st;
+}
+
+/* A latent-attention layer: q LoRA (or q_proj), kv_a, kv_b, and uk_t (random as well: the
+ * absorbed form reads it in kv_b's place; the values do not matter here). */
+static enum ft_status build_mla(struct ft_model *m, struct ft_pool *pool, struct ft_layer *L, uint64_t *seed) {
+    const int H = m->hidden, nh = m->n_heads, dn = m->mla_nope, dr = m->mla_rope, dv = m->mla_v;
+    const int Lr = m->mla_kv_lora, ql = m->mla_q_lora;
+    enum ft_status st;
+    L->mla = 1;
+    if (ql > 0) {
+        FT_TRY(weight(m, pool, &L->q_a, ql, H, seed));
+        FT_TRY(weight(m, pool, &L->q_b, nh * (dn + dr), ql, seed));
+        if (!(L->q_a_norm = ones(m, ql))) goto oom;
+    } else {
+        FT_TRY(weight(m, pool, &L->wq, nh * (dn + dr), H, seed));
+    }
+    FT_TRY(weight(m, pool, &L->kv_a, Lr + dr, H, seed));
+    FT_TRY(weight(m, pool, &L->kv_b, nh * (dn + dv), Lr, seed));
+    FT_TRY(weight(m, pool, &L->uk_t, nh * Lr, dn, seed));
+    FT_TRY(weight(m, pool, &L->wo, H, nh * dv, seed));
+    if (!(L->kv_a_norm = ones(m, Lr))) goto oom;
+    return FT_OK;
+oom:
+    return ft_fail(FT_ERR_OOM, "synthetic %s: out of memory", m->label);
+fail:
+    return st;
+}
+
+/* Grouped-query attention: Qwen3.5's gated q ([q | gate] per head), GLM's q/k/v biases (zero),
+ * per-head or all-heads QK-norm, gpt-oss's biases, sinks and windows. */
+static enum ft_status build_gqa(struct ft_model *m, struct ft_pool *pool, struct ft_layer *L, int l,
+                                uint64_t *seed) {
+    const struct ft_config *c = &m->cfg;
+    const int H = m->hidden, q = m->n_heads * m->head_dim, kv = m->n_kv_heads * m->head_dim;
+    const unsigned fl = m->arch->flags;
+    enum ft_status st;
+    L->attn_gate = (fl & FT_ARCH_HYBRID) != 0;
+    FT_TRY(weight(m, pool, &L->wq, L->attn_gate ? 2 * q : q, H, seed));
+    FT_TRY(weight(m, pool, &L->wk, kv, H, seed));
+    FT_TRY(weight(m, pool, &L->wv, kv, H, seed));
+    FT_TRY(weight(m, pool, &L->wo, H, q, seed));
+    if (fl & FT_ARCH_QK_NORM_ALL) {
+        if (!(L->q_norm = ones(m, q)) || !(L->k_norm = ones(m, kv))) goto oom;
+        L->qk_norm_all = 1;
+    } else if (fl & FT_ARCH_QK_NORM) {
+        if (!(L->q_norm = ones(m, m->head_dim)) || !(L->k_norm = ones(m, m->head_dim))) goto oom;
+    }
+    if (c->attention_bias == 1 &&
+        (!(L->bq = zeros(m, (size_t)q)) || !(L->bk = zeros(m, (size_t)kv)) || !(L->bv = zeros(m, (size_t)kv))))
+        goto oom;
+    if (fl & FT_ARCH_OAI_MOE) { /* zero biases and sinks: the same work as learnt ones */
+        L->window = c->sliding[l] ? c->sliding_window : 0;
+        if (!(L->bo = zeros(m, (size_t)H)) || !(L->sinks = zeros(m, (size_t)m->n_heads))) goto oom;
+    }
+    return FT_OK;
+oom:
+    return ft_fail(FT_ERR_OOM, "synthetic %s: out of memory", m->label);
+fail:
+    return st;
+}
+
+/* The MLP: dense (leading dense layers), or router + banks + shared expert(s). */
+static enum ft_status build_ffn(struct ft_model *m, struct ft_pool *pool, struct ft_layer *L,
+                                const struct ft_row_schema *xs, uint64_t *seed) {
+    const int H = m->hidden, E = m->n_experts, I = m->expert_inter, Is = m->shared_inter;
+    const unsigned fl = m->arch->flags;
+    enum ft_status st;
+    if (!L->is_moe) {
+        const int Id = m->cfg.intermediate_size;
+        FT_TRY(weight(m, pool, &L->w_gate, Id, H, seed));
+        FT_TRY(weight(m, pool, &L->w_up, Id, H, seed));
+        FT_TRY(weight(m, pool, &L->w_down, H, Id, seed));
+        return FT_OK;
+    }
+    FT_TRY(weight(m, pool, &L->router, E, H, seed));
+    if ((fl & FT_ARCH_SIGMOID_ROUTER) && !(L->router_score_bias = zeros(m, (size_t)E))) goto oom;
+    if (fl & FT_ARCH_OAI_MOE) {
+        L->act.limit = (float)m->cfg.swiglu_limit;
+        L->act.alpha = (float)m->cfg.swiglu_alpha;
+        if (!(L->router_bias = zeros(m, (size_t)E)) || !(L->act.gu_bias = zeros(m, (size_t)E * 2 * I)) ||
+            !(L->act.down_bias = zeros(m, (size_t)E * H)))
+            goto oom;
+    }
+    if (Is > 0 && (fl & (FT_ARCH_SHARED_EXPERT | FT_ARCH_SHARED_PLAIN))) {
+        L->has_shared = 1;
+        FT_TRY(weight(m, pool, &L->sh_gate, Is, H, seed));
+        FT_TRY(weight(m, pool, &L->sh_up, Is, H, seed));
+        FT_TRY(weight(m, pool, &L->sh_down, H, Is, seed));
+        if (fl & FT_ARCH_SHARED_EXPERT) FT_TRY(weight(m, pool, &L->sh_score, 1, H, seed));
+    }
+    FT_TRY(ft_bank_init(&L->bank[0], xs, FT_BANK_GATE_UP, E, 2 * I, H));
+    FT_TRY(ft_bank_init(&L->bank[1], xs, FT_BANK_DOWN, E, H, I));
+    FT_TRY(ft_bank_fill_random(pool, &L->bank[0], seed));
+    FT_TRY(ft_bank_fill_random(pool, &L->bank[1], seed));
+    return FT_OK;
+oom:
+    return ft_fail(FT_ERR_OOM, "synthetic %s: out of memory", m->label);
+fail:
+    return st;
+}
+
+enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint64_t seed,
+                                  struct ft_model **out) {
+    struct preset pr;
+    const struct preset *p = &pr;
+    enum ft_dtype xdt;
+    *out = NULL;
+    enum ft_status st = parse_preset(preset, &pr, &xdt);
+    if (st != FT_OK) return st;
+    struct ft_model *m = calloc(1, sizeof *m);
+    if (!m) return ft_fail(FT_ERR_OOM, "out of memory");
+    struct ft_config *c = &m->cfg;
+    ft_config_init(c);
+    snprintf(m->label, sizeof m->label, "synthetic:%s", preset);
+    FT_TRY(preset_config(p, c));
     m->arch = ft_arch_find(p->arch);
     FT_TRY(ft_model_shapes(m));
     int blk = ft_dtype_is_block(xdt) ? ft_ggml_block_size(ft_dtype_ggml(xdt)) : 1;
@@ -316,16 +599,23 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
                      m->expert_inter);
         goto fail;
     }
+    /* the layer kinds first (the estimate reads them) */
+    for (int l = 0; l < m->n_layers; l++) {
+        m->layers[l].gdn = c->linear && c->linear[l];
+        m->layers[l].attn_gate = !m->layers[l].gdn && (m->arch->flags & FT_ARCH_HYBRID);
+        m->layers[l].is_moe = ft_model_layer_is_moe(m, l);
+    }
     /* estimate and check RAM before touching gigabytes */
-    int H = m->hidden, q = m->n_heads * m->head_dim, kv = m->n_kv_heads * m->head_dim;
-    int E = m->n_experts, I = m->expert_inter;
+    const int H = m->hidden, E = m->n_experts, I = m->expert_inter;
     double experts = (double)E * (2.0 * I * ft_dtype_row_bytes(xdt, H) + (double)H * ft_dtype_row_bytes(xdt, I));
-    double need = (double)p->layers * (experts + (double)H * (2 * q + 2 * kv) * 2) + 2.0 * p->vocab * H * 2;
+    double need = 2.0 * p->vocab * H * 2;
+    for (int l = 0; l < m->n_layers; l++)
+        need += layer_dense(m, l) * 2 + (m->layers[l].is_moe ? experts : 0);
     uint64_t ram = ft_sys_ram_bytes();
     if (ram && need > 0.92 * (double)ram) {
         st = ft_fail(FT_ERR_OOM, "synthetic %s needs %.1f GiB of weights but this machine has "
-                     "%.1f GiB RAM (use a smaller preset, e.g. tiny)", preset,
-                     need / (1 << 30), (double)ram / (1 << 30));
+                     "%.1f GiB RAM (use fewer layers, e.g. %s@4, smaller experts, e.g. :q4_k, or "
+                     "a smaller preset)", preset, need / (1 << 30), (double)ram / (1 << 30), p->name);
         goto fail;
     }
     const struct ft_row_schema *xs = ft_row_schema_for(xdt);
@@ -338,29 +628,10 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
     for (int l = 0; l < m->n_layers; l++) {
         struct ft_layer *L = &m->layers[l];
         if (!(L->attn_norm = ones(m, H)) || !(L->ffn_norm = ones(m, H))) goto oom;
-        FT_TRY(weight(m, pool, &L->wq, q, H, &seed));
-        FT_TRY(weight(m, pool, &L->wk, kv, H, &seed));
-        FT_TRY(weight(m, pool, &L->wv, kv, H, &seed));
-        FT_TRY(weight(m, pool, &L->wo, H, q, &seed));
-        FT_TRY(weight(m, pool, &L->router, E, H, &seed));
-        if (m->arch->flags & FT_ARCH_QK_NORM) {
-            if (!(L->q_norm = ones(m, m->head_dim)) || !(L->k_norm = ones(m, m->head_dim))) goto oom;
-        }
-        if (p->oai) { /* zero biases and sinks: the same work as learnt ones */
-            L->window = c->sliding[l] ? c->sliding_window : 0;
-            L->act.limit = (float)c->swiglu_limit;
-            L->act.alpha = (float)c->swiglu_alpha;
-            if (!(L->bq = zeros(m, (size_t)q)) || !(L->bk = zeros(m, (size_t)kv)) ||
-                !(L->bv = zeros(m, (size_t)kv)) || !(L->bo = zeros(m, (size_t)H)) ||
-                !(L->sinks = zeros(m, (size_t)m->n_heads)) || !(L->router_bias = zeros(m, (size_t)E)) ||
-                !(L->act.gu_bias = zeros(m, (size_t)E * 2 * I)) || !(L->act.down_bias = zeros(m, (size_t)E * H)))
-                goto oom;
-        }
-        L->is_moe = 1;
-        FT_TRY(ft_bank_init(&L->bank[0], xs, FT_BANK_GATE_UP, E, 2 * I, H));
-        FT_TRY(ft_bank_init(&L->bank[1], xs, FT_BANK_DOWN, E, H, I));
-        FT_TRY(ft_bank_fill_random(pool, &L->bank[0], &seed));
-        FT_TRY(ft_bank_fill_random(pool, &L->bank[1], &seed));
+        if (L->gdn) FT_TRY(build_gdn(m, pool, L, &seed));
+        else if (m->mla) FT_TRY(build_mla(m, pool, L, &seed));
+        else FT_TRY(build_gqa(m, pool, L, l, &seed));
+        FT_TRY(build_ffn(m, pool, L, xs, &seed));
         int tenth = (l + 1) * 10 / m->n_layers;
         if (need > 4.0 * (1 << 30) && tenth > l * 10 / m->n_layers) /* large presets take minutes */
             ft_log_info("synthetic %s: %d%% (%d of %d layers)", preset, tenth * 10, l + 1, m->n_layers);

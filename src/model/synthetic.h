@@ -1,0 +1,13 @@
+/* synthetic.h — what a synthetic preset's config.json would say, without its weights (ft
+ * inspect --synthetic, tests); the models themselves: ft_model_synthetic (model.h). Any thread. */
+#ifndef FT_MODEL_SYNTHETIC_H
+#define FT_MODEL_SYNTHETIC_H
+
+#include "format/hfconfig.h"
+#include "model/arch.h"
+
+/* The config of preset "NAME[:FORMAT][@N]" (ft_config_init'ed here; free with ft_config_free)
+ * and its arch. Errors as ft_model_synthetic's. */
+enum ft_status ft_synthetic_config(const char *preset, struct ft_config *c, const struct ft_arch **arch);
+
+#endif
