@@ -54,6 +54,9 @@ static int run_file(const char *file, const char *family) {
         const char *name = str_or_null(c, "name");
         json_t *jm = json_object_get(c, "messages"), *jo = json_object_get(c, "options"), *m;
         struct ft_chat_msg msgs[32];
+        struct ft_chat_tool_call calls[32][4];
+        char *args_text[128];
+        int n_args = 0;
         size_t mi;
         int n = 0;
         json_array_foreach(jm, mi, m) {
@@ -61,8 +64,22 @@ static int run_file(const char *file, const char *family) {
             msgs[n].content = str_or_null(m, "content");
             msgs[n].reasoning = str_or_null(m, "reasoning");
             msgs[n].name = str_or_null(m, "name");
+            msgs[n].tool_calls = calls[n];
+            msgs[n].n_tool_calls = 0;
+            json_t *tc = json_object_get(m, "tool_calls"), *call;
+            size_t ti;
+            json_array_foreach(tc, ti, call) {
+                json_t *fn = json_object_get(call, "function");
+                struct ft_chat_tool_call *k = &calls[n][msgs[n].n_tool_calls++];
+                k->id = str_or_null(call, "id");
+                k->name = str_or_null(fn, "name");
+                k->arguments = args_text[n_args++] =
+                    json_dumps(json_object_get(fn, "arguments"), JSON_COMPACT);
+            }
             n++;
         }
+        json_t *jt = json_object_get(jo, "tools");
+        char *tools_text = json_is_array(jt) ? json_dumps(jt, JSON_COMPACT) : NULL;
         struct ft_chat_opts o = {
             .add_generation_prompt =
                 (int)json_integer_value(json_object_get(jo, "add_generation_prompt")),
@@ -70,6 +87,7 @@ static int run_file(const char *file, const char *family) {
             .bos_token = str_or_null(jo, "bos_token"),
             .eos_token = str_or_null(jo, "eos_token"),
             .date = str_or_null(jo, "date"),
+            .tools_json = tools_text,
         };
         const char *want = str_or_null(c, "expected");
         char *got = NULL;
@@ -89,6 +107,8 @@ static int run_file(const char *file, const char *family) {
                    family, name, ft_error());
         }
         free(got);
+        free(tools_text);
+        for (int i = 0; i < n_args; i++) free(args_text[i]);
         n_cases++;
     }
     ft_chat_template_free(t);
@@ -98,6 +118,47 @@ static int run_file(const char *file, const char *family) {
 
 static int run_family(const char *family) {
     return run_file(family, family);
+}
+
+TEST(qwen2_tools_match_transformers) {
+    EXPECT(run_file("tools_qwen2", "qwen2") >= 12);
+}
+TEST(qwen3_tools_match_transformers) {
+    EXPECT(run_file("tools_qwen3", "qwen3") >= 12);
+}
+
+/* Python's json.dumps text (the templates' tojson), including float repr */
+TEST(tojson_is_python) {
+    static const char *const cases[][2] = {
+        {"{\"a\":1,\"b\":[true,null,\"x\"]}", "{\"a\": 1, \"b\": [true, null, \"x\"]}"},
+        {"[1.0, 0.5, 1e20, 1.5e-7, 123456789.25, -0.0001, 3.14159]",
+         "[1.0, 0.5, 1e+20, 1.5e-07, 123456789.25, -0.0001, 3.14159]"},
+        {"\"tab\\t \\u0001 \\\"q\\\" \u00fc\"", "\"tab\\t \\u0001 \\\"q\\\" \u00fc\""},
+        {"{}", "{}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = ft_chat_tojson(cases[i][0]);
+        EXPECT_STREQ(got, cases[i][1]);
+        free(got);
+    }
+    EXPECT(ft_chat_tojson("{bad") == NULL);
+}
+
+/* families whose renderer has no tool support refuse tools instead of dropping them */
+TEST(tools_refused_where_unsupported) {
+    struct ft_chat_template *t = NULL;
+    EXPECT_OK(ft_chat_template_detect(NULL, "llama3", &t));
+    struct ft_chat_msg m = {.role = FT_ROLE_USER, .content = "hi"};
+    struct ft_chat_opts o = {.add_generation_prompt = 1, .enable_thinking = -1,
+                             .tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"};
+    char *out = NULL;
+    EXPECT_EQ(ft_chat_render(t, &m, 1, &o, &out), FT_ERR_UNSUPPORTED);
+    EXPECT_CONTAINS(ft_error(), "llama3");
+    EXPECT(!ft_chat_supports_tools(t));
+    ft_chat_template_free(t);
+    EXPECT_OK(ft_chat_template_detect(NULL, "qwen2", &t));
+    EXPECT(ft_chat_supports_tools(t));
+    ft_chat_template_free(t);
 }
 
 TEST(qwen3_matches_transformers) {
@@ -185,8 +246,9 @@ TEST(override_names) {
     for (int i = 0; i < 8; i++) {
         EXPECT_OK(ft_chat_template_detect(NULL, names[i], &t));
         EXPECT_STREQ(ft_chat_template_name(t), names[i]);
-        struct ft_chat_msg m = {FT_ROLE_USER, "hi", NULL, NULL};
-        struct ft_chat_opts o = {1, -1, "<s>", "</s>", "2025-01-01", NULL};
+        struct ft_chat_msg m = {.role = FT_ROLE_USER, .content = "hi"};
+        struct ft_chat_opts o = {.add_generation_prompt = 1, .enable_thinking = -1, .bos_token = "<s>",
+                                 .eos_token = "</s>", .date = "2025-01-01"};
         char *out = NULL;
         EXPECT_OK(ft_chat_render(t, &m, 1, &o, &out));
         EXPECT_CONTAINS(out, "hi");
@@ -206,7 +268,7 @@ TEST(bad_render_arguments) {
     EXPECT_EQ(ft_chat_render(t, NULL, 0, NULL, &out), FT_ERR_INVALID_ARG);
     EXPECT(out == NULL);
     /* NULL options and NULL content are allowed */
-    struct ft_chat_msg m = {FT_ROLE_USER, NULL, NULL, NULL};
+    struct ft_chat_msg m = {.role = FT_ROLE_USER};
     EXPECT_OK(ft_chat_render(t, &m, 1, NULL, &out));
     EXPECT_STREQ(out, "<|im_start|>user\n<|im_end|>\n");
     free(out);
@@ -217,7 +279,7 @@ TEST(bad_render_arguments) {
 TEST(harmony_options) {
     struct ft_chat_template *t = NULL;
     EXPECT_OK(ft_chat_template_detect(NULL, "harmony", &t));
-    struct ft_chat_msg m = {FT_ROLE_USER, "hi", NULL, NULL};
+    struct ft_chat_msg m = {.role = FT_ROLE_USER, .content = "hi"};
     struct ft_chat_opts o = {
         .add_generation_prompt = 1, .enable_thinking = -1, .reasoning_effort = "high"};
     char *out = NULL;

@@ -25,6 +25,7 @@ struct ft_sampler {
     double *w;            /* [vocab] the candidates' weights */
     float *wf;            /* [vocab] every token's weight (ft_cpu_exp_shift) */
     int kept;             /* after a filter: its survivors are sorted[0..kept); else -1 */
+    struct ft_logit_mask mask; /* apply == NULL: none */
 };
 
 struct ft_sampling ft_sampling_default(void) {
@@ -78,6 +79,7 @@ enum ft_status ft_sampler_init(struct ft_sampler **out, const struct ft_sampling
 
 void ft_sampler_free(struct ft_sampler *s) {
     if (!s) return;
+    if (s->mask.free) s->mask.free(s->mask.ctx);
     free(s->in_prompt);
     free(s->n_generated);
     free(s->sorted);
@@ -94,6 +96,12 @@ void ft_sampler_add_prompt(struct ft_sampler *s, int32_t id) {
 
 void ft_sampler_accept(struct ft_sampler *s, int32_t id) {
     if (id >= 0 && id < s->vocab) s->n_generated[id]++;
+    if (s->mask.accept) s->mask.accept(s->mask.ctx, id);
+}
+
+void ft_sampler_set_mask(struct ft_sampler *s, const struct ft_logit_mask *m) {
+    if (s->mask.free) s->mask.free(s->mask.ctx);
+    s->mask = *m;
 }
 
 /* A float's bits as a key that sorts descending (larger values first, -0 after +0). */
@@ -276,7 +284,7 @@ static int by_id(const void *a, const void *b) {
 }
 
 int ft_sampler_plain_greedy(const struct ft_sampler *s) {
-    return s->p.temperature <= 0 && !has_penalties(&s->p);
+    return s->p.temperature <= 0 && !has_penalties(&s->p) && !s->mask.apply;
 }
 
 static int32_t draw_scaled(const float *x, int V, double u01, float *w);
@@ -308,6 +316,7 @@ static int32_t draw_processed(struct ft_sampler *s, float *logits, double u01) {
 
 int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
     int V = s->vocab;
+    if (s->mask.apply) s->mask.apply(s->mask.ctx, logits, V);
     if (s->p.temperature <= 0) { /* greedy still honours the penalties */
         struct ft_sampling saved = s->p;
         s->p.top_k = 0, s->p.top_p = 1, s->p.min_p = 0;
@@ -368,7 +377,9 @@ int32_t ft_draw_softmax(float *x, int V, float T, double u, float *scratch) {
     return draw_scaled(x, V, u, scratch);
 }
 
-int ft_sampler_engine_drawable(const struct ft_sampler *s) { return !has_penalties(&s->p); }
+int ft_sampler_engine_drawable(const struct ft_sampler *s) {
+    return !has_penalties(&s->p) && !s->mask.apply;
+}
 
 void ft_sampler_engine_draw(struct ft_sampler *s, struct ft_draw *d) {
     const struct ft_sampling *p = &s->p;

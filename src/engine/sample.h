@@ -29,8 +29,21 @@ enum ft_status ft_sampling_validate(const struct ft_sampling *p);
 
 struct ft_sampler;
 
+/* A constraint on the next token (a grammar: text/json_grammar.h): apply sets the logits of the
+ * tokens it forbids to -INFINITY, accept advances it by the token chosen, free releases ctx.
+ * A sampler holding one never lets the engine pick the token on its own (plain greedy or device
+ * draws): the logits always come back to be masked on the host. */
+struct ft_logit_mask {
+    void (*apply)(void *ctx, float *logits, int vocab);
+    void (*accept)(void *ctx, int32_t id);
+    void (*free)(void *ctx);
+    void *ctx;
+};
+
 enum ft_status ft_sampler_init(struct ft_sampler **out, const struct ft_sampling *p, int vocab);
-void ft_sampler_free(struct ft_sampler *s);
+void ft_sampler_free(struct ft_sampler *s); /* frees its mask too */
+/* Takes over the mask (its free runs in ft_sampler_free); apply runs before the penalties. */
+void ft_sampler_set_mask(struct ft_sampler *s, const struct ft_logit_mask *m);
 /* Records a prompt token (repetition penalty only) or a generated token (all penalties). */
 void ft_sampler_add_prompt(struct ft_sampler *s, int32_t id);
 void ft_sampler_accept(struct ft_sampler *s, int32_t id);

@@ -207,8 +207,10 @@ static void finish(struct ft_sched *s, struct ft_req *r, enum ft_finish why, enu
     }
     if (r->n_blocks) ft_engine_kv_free(s->e, r->blocks, r->n_blocks);
     r->n_blocks = 0;
-    ft_sampler_free(r->smp);
+    ft_sampler_free(r->smp); /* and the mask it holds */
     r->smp = NULL;
+    if (r->p.mask.free) r->p.mask.free(r->p.mask.ctx); /* ended before it reached a sampler */
+    memset(&r->p.mask, 0, sizeof r->p.mask);
     ft_stop_free(&r->stopper);
     record_done(s, r, err != FT_OK ? 2 : why == FT_FINISH_CANCELLED ? 1 : 0);
     push_event(r, &ev);
@@ -255,6 +257,8 @@ static void admit(struct ft_sched *s) {
         s->run_snapshot++;
         s->kv_used_snapshot = kv_used_tokens(s);
         for (int i = 0; i < r->n_prompt; i++) ft_sampler_add_prompt(r->smp, r->prompt[i]);
+        if (r->p.mask.apply) ft_sampler_set_mask(r->smp, &r->p.mask);
+        memset(&r->p.mask, 0, sizeof r->p.mask);
         ft_detok_init(&r->dt, s->tok, r->p.skip_special);
         ft_stop_init(&r->stopper, (const char *const *)r->stop, r->p.n_stop);
         s->running[s->n_running++] = r;
@@ -545,6 +549,7 @@ enum ft_status ft_sched_submit(struct ft_sched *s, const struct ft_req_params *p
     pthread_cond_init(&r->cv, NULL);
     r->p = *p;
     r->p.prompt = NULL;
+    memset(&r->p.mask, 0, sizeof r->p.mask); /* taken over only once queued */
     r->n_prompt = p->n_prompt;
     r->max_tokens = max_tokens;
     r->prompt = malloc((size_t)p->n_prompt * sizeof *r->prompt);
@@ -565,6 +570,7 @@ enum ft_status ft_sched_submit(struct ft_sched *s, const struct ft_req_params *p
                                              : "too many requests queued (%d); retry later",
                        s->o.queue_cap);
     }
+    r->p.mask = p->mask;
     if (s->q_tail) s->q_tail->next = r;
     else s->q_head = r;
     s->q_tail = r;
@@ -573,6 +579,11 @@ enum ft_status ft_sched_submit(struct ft_sched *s, const struct ft_req_params *p
     pthread_mutex_unlock(&s->mu);
     *out = r;
     return FT_OK;
+}
+
+int ft_sched_eos(const struct ft_sched *s, const int32_t **ids) {
+    *ids = s->eos;
+    return s->n_eos;
 }
 
 static int cmp_double(const void *a, const void *b) {

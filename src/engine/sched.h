@@ -41,6 +41,9 @@ struct ft_req_params {
     int n_stop;
     int ignore_eos;
     int skip_special;       /* detokenisation skips special tokens (default 1) */
+    struct ft_logit_mask mask; /* optional token constraint (apply NULL: none); a successful
+                                  submit takes it over (freed when the request ends); on a
+                                  failed submit the caller still owns it */
 };
 
 enum ft_ev_type { FT_EV_TEXT, FT_EV_DONE, FT_EV_ERROR };
@@ -95,5 +98,7 @@ struct ft_sched_stats {
     struct ft_residency_stats residency;
 };
 void ft_sched_stats(struct ft_sched *s, struct ft_sched_stats *out);
+/* The stop token ids the engine ends a request on (read-only; fixed after ft_sched_init). */
+int ft_sched_eos(const struct ft_sched *s, const int32_t **ids);
 
 #endif

@@ -144,7 +144,7 @@ enum ft_status ft_chat_render(const struct ft_chat_template *t, const struct ft_
                               int n, const struct ft_chat_opts *o, char **out) {
     enum ft_status st = FT_OK;
     struct chat_out co = {0};
-    struct ft_chat_opts defaults = {0, -1, NULL, NULL, NULL, NULL};
+    struct ft_chat_opts defaults = {.enable_thinking = -1};
     *out = NULL;
     if (!t) return ft_fail(FT_ERR_INVALID_ARG, "chat render: no template");
     if (n <= 0 || !msgs) return ft_fail(FT_ERR_INVALID_ARG, "chat render: empty conversation");

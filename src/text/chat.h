@@ -12,12 +12,21 @@
 
 enum ft_chat_role { FT_ROLE_SYSTEM, FT_ROLE_USER, FT_ROLE_ASSISTANT, FT_ROLE_TOOL };
 
+/* An assistant tool call (OpenAI "tool_calls" entry). */
+struct ft_chat_tool_call {
+    const char *id;        /* may be NULL */
+    const char *name;
+    const char *arguments; /* JSON object text (rendered the way the template's tojson writes it) */
+};
+
 struct ft_chat_msg {
     enum ft_chat_role role;
     const char *content;   /* UTF-8; NULL renders as "" */
     const char *reasoning; /* assistant thinking (Qwen3 reasoning_content, gpt-oss "thinking"); may
                               be NULL */
     const char *name; /* tool name / tool call id (Mistral needs a 9-character id); may be NULL */
+    const struct ft_chat_tool_call *tool_calls; /* assistant: the calls it made */
+    int n_tool_calls;
 };
 
 struct ft_chat_opts {
@@ -28,6 +37,8 @@ struct ft_chat_opts {
     /* extras (zero-initialised = template default) */
     const char *date; /* gpt-oss "Current date: YYYY-MM-DD"; NULL = today (local time) */
     const char *reasoning_effort; /* gpt-oss "Reasoning: X"; NULL = "medium" */
+    const char *tools_json; /* JSON list of OpenAI tools ({"type": "function", "function": {...}})
+                               the template lists in its system turn; NULL or "[]" = none */
 };
 
 struct ft_chat_template;
@@ -49,6 +60,12 @@ const char *ft_chat_template_names(void);
 enum ft_status ft_chat_render(const struct ft_chat_template *t, const struct ft_chat_msg *msgs,
                               int n, const struct ft_chat_opts *o, char **out);
 void ft_chat_template_free(struct ft_chat_template *t);
+/* 1 when the family's renderer writes tools and assistant tool calls (else ft_chat_render
+ * fails on them with a message naming the family). */
+int ft_chat_supports_tools(const struct ft_chat_template *t);
+/* Appends Python's json.dumps(v, ensure_ascii=False) text of a JSON document (what the
+ * templates' tojson writes) to a malloc'd string; NULL when json is not valid JSON. */
+char *ft_chat_tojson(const char *json);
 
 /* "system", "user", "assistant", "tool" */
 const char *ft_chat_role_name(enum ft_chat_role r);

@@ -46,6 +46,11 @@ void py_strip_char(const char **s, size_t *n, char ch, int left, int right);
 /* Python len() of a UTF-8 string (code points). */
 size_t utf8_len(const char *s);
 
+/* Python json.dumps(v, ensure_ascii=False) of a jansson value (', ' and ': ' separators, float
+ * repr), appended to o. */
+struct json_t;
+void co_pyjson(struct chat_out *o, const struct json_t *v);
+
 enum ft_status chat_render_family(const struct ft_chat_template *t, const struct ft_chat_msg *m,
                                   int n, const struct ft_chat_opts *o, struct chat_out *out);
 

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "core/status.h"
 #include "text/chat_impl.h"
 
@@ -37,6 +39,52 @@ static void put_stripped(struct chat_out *o, const char *s) {
     co_putn(o, s, n);
 }
 
+/* ---- tools (the Hermes-style blocks of the Qwen templates) ---- */
+
+/* The tools list of o, parsed; NULL when there is none. */
+static json_t *tools_of(const struct ft_chat_opts *o) {
+    json_t *t = o->tools_json ? json_loads(o->tools_json, 0, NULL) : NULL;
+    if (json_is_array(t) && json_array_size(t)) return t;
+    json_decref(t);
+    return NULL;
+}
+
+/* {%- for tool in tools %}{{- "\n" }}{{- tool | tojson }}{%- endfor %} */
+static void put_tools(struct chat_out *out, const json_t *tools) {
+    size_t i;
+    json_t *t;
+    json_array_foreach((json_t *)tools, i, t) {
+        co_put(out, "\n");
+        co_pyjson(out, t);
+    }
+}
+
+/* {{- tool_call.arguments | tojson }}: arguments arrive as JSON text and are rendered as the
+ * object they hold (as vLLM parses them before rendering); text that is not JSON is a string. */
+static void put_args(struct chat_out *out, const char *args) {
+    json_t *v = args ? json_loads(args, JSON_DECODE_ANY, NULL) : NULL;
+    if (!v) v = json_string(args ? args : "");
+    co_pyjson(out, v);
+    json_decref(v);
+}
+
+/* '<tool_call>\n{"name": "' + name + '", "arguments": ' + args + '}\n</tool_call>' */
+static void put_hermes_call(struct chat_out *out, const struct ft_chat_tool_call *c) {
+    co_put(out, "<tool_call>\n{\"name\": \"");
+    co_put(out, c->name);
+    co_put(out, "\", \"arguments\": ");
+    put_args(out, c->arguments);
+    co_put(out, "}\n</tool_call>");
+}
+
+static const char k_hermes_tools_head[] =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+    "provided with function signatures within <tools></tools> XML tags:\n<tools>";
+static const char k_hermes_tools_tail[] =
+    "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+    "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+
 /* ---- generic ChatML (transformers docs template) ---- */
 static void chatml_turn(struct chat_out *out, const struct ft_chat_msg *msg) {
     co_put(out, "<|im_start|>");
@@ -53,12 +101,27 @@ static enum ft_status render_chatml(const struct ft_chat_msg *m, int n,
     return FT_OK;
 }
 
-/* ---- Qwen2/2.5 (ChatML, a default system prompt, tool results as user turns), no tools ---- */
+/* ---- Qwen2/2.5 (ChatML, a default system prompt, tools, tool results as user turns) ---- */
+static void qwen2_system(const struct ft_chat_template *t, const struct ft_chat_msg *m, int n,
+                         const json_t *tools, struct chat_out *out) {
+    const char *sys = n > 0 && m[0].role == FT_ROLE_SYSTEM ? S(m[0].content) : t->default_system;
+    co_put(out, "<|im_start|>system\n");
+    co_put(out, sys);
+    if (!tools) {
+        co_put(out, "<|im_end|>\n");
+        return;
+    }
+    co_put(out, "\n\n");
+    co_put(out, k_hermes_tools_head);
+    put_tools(out, tools);
+    co_put(out, k_hermes_tools_tail);
+}
+
 static enum ft_status render_qwen2(const struct ft_chat_template *t, const struct ft_chat_msg *m,
                                    int n, const struct ft_chat_opts *o, struct chat_out *out) {
-    co_put(out, "<|im_start|>system\n");
-    co_put(out, n > 0 && m[0].role == FT_ROLE_SYSTEM ? S(m[0].content) : t->default_system);
-    co_put(out, "<|im_end|>\n");
+    json_t *tools = tools_of(o);
+    qwen2_system(t, m, n, tools, out);
+    json_decref(tools);
     for (int i = 0; i < n; i++) {
         if (m[i].role == FT_ROLE_TOOL) { /* consecutive tool results share one user turn */
             if (i == 0 || m[i - 1].role != FT_ROLE_TOOL) co_put(out, "<|im_start|>user");
@@ -66,6 +129,19 @@ static enum ft_status render_qwen2(const struct ft_chat_template *t, const struc
             co_put(out, m[i].content);
             co_put(out, "\n</tool_response>");
             if (i == n - 1 || m[i + 1].role != FT_ROLE_TOOL) co_put(out, "<|im_end|>\n");
+            continue;
+        }
+        if (m[i].role == FT_ROLE_ASSISTANT && m[i].n_tool_calls) {
+            co_put(out, "<|im_start|>assistant");
+            if (*S(m[i].content)) {
+                co_put(out, "\n");
+                co_put(out, m[i].content);
+            }
+            for (int k = 0; k < m[i].n_tool_calls; k++) {
+                co_put(out, "\n");
+                put_hermes_call(out, &m[i].tool_calls[k]);
+            }
+            co_put(out, "<|im_end|>\n");
             continue;
         }
         if (m[i].role != FT_ROLE_SYSTEM || i > 0) chatml_turn(out, &m[i]); /* first: above */
@@ -109,6 +185,7 @@ static void qwen3_assistant(const struct ft_chat_msg *msg, int idx, int last_que
         py_strip_char(&c, &cn, '\n', 1, 0);
     }
     co_put(out, "<|im_start|>assistant\n");
+    const int has_content = cn > 0; /* the template tests `content` before its lstrip */
     if (idx > last_query && (is_last || rn > 0)) {
         co_put(out, "<think>\n");
         py_strip_char(&r, &rn, '\n', 1, 1);
@@ -117,12 +194,27 @@ static void qwen3_assistant(const struct ft_chat_msg *msg, int idx, int last_que
         py_strip_char(&c, &cn, '\n', 1, 0);
     }
     co_putn(out, c, cn);
+    for (int k = 0; k < msg->n_tool_calls; k++) {
+        if (k > 0 || has_content) co_put(out, "\n");
+        put_hermes_call(out, &msg->tool_calls[k]);
+    }
     co_put(out, "<|im_end|>\n");
 }
 
 static enum ft_status render_qwen3(const struct ft_chat_msg *m, int n, const struct ft_chat_opts *o,
                                    struct chat_out *out) {
-    if (m[0].role == FT_ROLE_SYSTEM) {
+    json_t *tools = tools_of(o);
+    if (tools) {
+        co_put(out, "<|im_start|>system\n");
+        if (m[0].role == FT_ROLE_SYSTEM) {
+            co_put(out, m[0].content);
+            co_put(out, "\n\n");
+        }
+        co_put(out, k_hermes_tools_head);
+        put_tools(out, tools);
+        co_put(out, k_hermes_tools_tail);
+        json_decref(tools);
+    } else if (m[0].role == FT_ROLE_SYSTEM) {
         co_put(out, "<|im_start|>system\n");
         co_put(out, m[0].content);
         co_put(out, "<|im_end|>\n");
@@ -426,8 +518,21 @@ static enum ft_status render_harmony(const struct ft_chat_template *t, const str
     return FT_OK;
 }
 
+int ft_chat_supports_tools(const struct ft_chat_template *t) {
+    return t && (t->family == CHAT_QWEN2 || t->family == CHAT_QWEN3);
+}
+
 enum ft_status chat_render_family(const struct ft_chat_template *t, const struct ft_chat_msg *m,
                                   int n, const struct ft_chat_opts *o, struct chat_out *out) {
+    int calls = 0;
+    for (int i = 0; i < n; i++) calls |= m[i].n_tool_calls > 0;
+    json_t *tools = tools_of(o);
+    json_decref(tools);
+    if ((tools || calls) && !ft_chat_supports_tools(t))
+        return ft_fail(FT_ERR_UNSUPPORTED, "chat template %s: tools and assistant tool_calls are "
+                       "not rendered for this family yet (they are for qwen2, qwen3); send the "
+                       "request without tools, or start the server with --chat-template qwen2|qwen3 "
+                       "if the model was trained on that format", ft_chat_template_name(t));
     switch (t->family) {
     case CHAT_CHATML: return render_chatml(m, n, o, out);
     case CHAT_QWEN3: return render_qwen3(m, n, o, out);

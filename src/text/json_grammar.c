@@ -1,0 +1,1133 @@
+/* json_grammar.c — JSON Schema -> byte-level pushdown matcher -> token mask (json_grammar.h).
+ * A compiled grammar is a table of nodes (object, array, string, number, integer, literal set,
+ * union, tool call); the matcher is a stack of frames, one per open value, each with a phase.
+ * A frame that ends on a closing byte (string, object, array, a literal nothing else extends)
+ * pops itself; a number (or a literal another one extends) stays until a byte it cannot take,
+ * which then goes to the frame below. Feeding a token = feeding its bytes to a copy of the state.
+ * Compiling runs on the caller's thread; a compiled grammar is read-only afterwards. */
+#include "text/json_grammar.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+
+#define MAX_SET 64 /* properties, literals, tools per node (bit masks) */
+#define MAX_NUM 32 /* bytes of a number */
+#define NO_LIMIT 0xffffffffu
+
+enum nk { NK_OBJECT, NK_ARRAY, NK_STRING, NK_NUMBER, NK_INTEGER, NK_LIT, NK_UNION, NK_CALL };
+
+struct prop {
+    char *name;
+    size_t len;
+    int node;
+};
+
+struct node {
+    enum nk k;
+    /* object */
+    struct prop *props;
+    int n_props, addl;   /* addl: node of other keys' values, -1 = none allowed */
+    uint64_t req;        /* required properties */
+    /* array */
+    int items;
+    uint32_t min_items, max_items;
+    /* string */
+    uint32_t min_len, max_len;
+    /* literal set (enum/const/true/false/null), also the tool names of a call */
+    char **lits;
+    size_t *lit_len;
+    int n_lits;
+    /* union */
+    int *alts;
+    int n_alts;
+    /* call: lits are the names, args[i] the arguments node of tool i */
+    int *args;
+};
+
+struct ft_jg {
+    struct node *nodes;
+    int n_nodes, cap;
+    int root;       /* value grammar: the value; calls grammar: the call node */
+    int calls;
+    int any;        /* node of any value (-1 until needed) */
+    char *lit[4];   /* calls: open, sep, close, close_alt */
+    size_t lit_len[4];
+    char *key1, *key2; /* "\"name\"", "\"arguments\"" */
+    size_t key1_len, key2_len;
+};
+
+/* ---------------------------------------------------------------- compiling */
+
+/* The status of the last compile error (compile functions return -1 and set the message). */
+static _Thread_local enum ft_status t_st;
+#define jfail(st_, ...) (t_st = ft_fail(st_, __VA_ARGS__))
+
+
+static int new_node(struct ft_jg *g, enum nk k) {
+    if (g->n_nodes == g->cap) {
+        int cap = g->cap ? g->cap * 2 : 16;
+        struct node *p = realloc(g->nodes, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        g->nodes = p, g->cap = cap;
+    }
+    struct node *n = &g->nodes[g->n_nodes];
+    memset(n, 0, sizeof *n);
+    n->k = k;
+    n->addl = -1;
+    n->items = -1;
+    n->max_items = n->max_len = NO_LIMIT;
+    return g->n_nodes++;
+}
+
+static int add_lit(struct ft_jg *g, int idx, const char *s, size_t len) {
+    struct node *n = &g->nodes[idx];
+    if (n->n_lits >= MAX_SET) return -1;
+    char **l = realloc(n->lits, (size_t)(n->n_lits + 1) * sizeof *l);
+    if (!l) return -1;
+    n->lits = l;
+    size_t *ll = realloc(n->lit_len, (size_t)(n->n_lits + 1) * sizeof *ll);
+    if (!ll) return -1;
+    n->lit_len = ll;
+    if (!(l[n->n_lits] = malloc(len + 1))) return -1;
+    memcpy(l[n->n_lits], s, len);
+    l[n->n_lits][len] = 0;
+    ll[n->n_lits++] = len;
+    return 0;
+}
+
+static int add_alt(struct ft_jg *g, int idx, int alt) {
+    struct node *n = &g->nodes[idx];
+    int *a = realloc(n->alts, (size_t)(n->n_alts + 1) * sizeof *a);
+    if (!a) return -1;
+    n->alts = a;
+    a[n->n_alts++] = alt;
+    return 0;
+}
+
+/* Bytes a value of node i may begin with. */
+static void first_set(const struct ft_jg *g, int i, uint8_t set[256], int depth) {
+    const struct node *n = &g->nodes[i];
+    if (depth > 16) return;
+    switch (n->k) {
+    case NK_OBJECT: case NK_CALL: set['{'] = 1; break;
+    case NK_ARRAY: set['['] = 1; break;
+    case NK_STRING: set['"'] = 1; break;
+    case NK_NUMBER: case NK_INTEGER:
+        set['-'] = 1;
+        for (int c = '0'; c <= '9'; c++) set[c] = 1;
+        break;
+    case NK_LIT:
+        for (int j = 0; j < n->n_lits; j++) set[(unsigned char)n->lits[j][0]] = 1;
+        break;
+    case NK_UNION:
+        for (int j = 0; j < n->n_alts; j++) first_set(g, n->alts[j], set, depth + 1);
+        break;
+    }
+}
+
+static int any_node(struct ft_jg *g) {
+    if (g->any >= 0) return g->any;
+    int u = new_node(g, NK_UNION);
+    if (u < 0) return -1;
+    g->any = u;
+    int o = new_node(g, NK_OBJECT), a = new_node(g, NK_ARRAY), s = new_node(g, NK_STRING),
+        num = new_node(g, NK_NUMBER), l = new_node(g, NK_LIT);
+    if (o < 0 || a < 0 || s < 0 || num < 0 || l < 0) return -1;
+    g->nodes[o].addl = u;
+    g->nodes[a].items = u;
+    if (add_lit(g, l, "true", 4) || add_lit(g, l, "false", 5) || add_lit(g, l, "null", 4) ||
+        add_alt(g, u, o) || add_alt(g, u, a) || add_alt(g, u, s) || add_alt(g, u, num) ||
+        add_alt(g, u, l))
+        return -1;
+    return u;
+}
+
+struct cc {
+    struct ft_jg *g;
+    const json_t *root;
+    int strict;
+    struct { char *ref; int node; } memo[64];
+    int n_memo;
+    int depth;
+};
+
+static const char *const k_keywords[] = {
+    "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
+    "enum", "const", "anyOf", "oneOf", "$ref", "$defs", "definitions", "minLength", "maxLength",
+    /* annotations */
+    "title", "description", "default", "examples", "format", "$schema", "$id", "$comment",
+    "deprecated", "readOnly", "writeOnly", NULL};
+
+static int oom(void) {
+    jfail(FT_ERR_OOM, "json schema: out of memory");
+    return -1;
+}
+
+static int compile(struct cc *c, const json_t *s, const char *ptr);
+
+static int check_keywords(struct cc *c, const json_t *s, const char *ptr) {
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)s, key, v) {
+        int known = 0;
+        for (int i = 0; k_keywords[i] && !known; i++) known = !strcmp(key, k_keywords[i]);
+        if (!known && c->strict) {
+            jfail(FT_ERR_UNSUPPORTED, "json schema: keyword \"%s\" at %s is not supported "
+                    "(supported: type, properties, required, additionalProperties, items, "
+                    "minItems, maxItems, enum, const, anyOf, oneOf, $ref, $defs, minLength, "
+                    "maxLength)", key, ptr);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int get_u32(const json_t *s, const char *key, uint32_t *out, const char *ptr) {
+    json_t *v = json_object_get(s, key);
+    if (!v) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000) {
+        jfail(FT_ERR_INVALID_ARG, "json schema: %s at %s must be an integer in [0, 1000000]",
+                key, ptr);
+        return -1;
+    }
+    *out = (uint32_t)json_integer_value(v);
+    return 0;
+}
+
+static int compile_lits(struct cc *c, const json_t *s, const char *ptr) {
+    int idx = new_node(c->g, NK_LIT);
+    if (idx < 0) return oom();
+    json_t *e = json_object_get(s, "enum"), *v;
+    size_t i;
+    if (e && (!json_is_array(e) || !json_array_size(e) || json_array_size(e) > MAX_SET)) {
+        jfail(FT_ERR_INVALID_ARG, "json schema: enum at %s must be a list of 1 to %d values",
+                ptr, MAX_SET);
+        return -1;
+    }
+    json_t *one = json_array();
+    if (!one) return oom();
+    if (!e) json_array_append(one, json_object_get(s, "const"));
+    json_array_foreach(e ? e : one, i, v) {
+        char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        int bad = !t || add_lit(c->g, idx, t, strlen(t));
+        free(t);
+        if (bad) {
+            json_decref(one);
+            return oom();
+        }
+    }
+    json_decref(one);
+    return idx;
+}
+
+static int compile_object(struct cc *c, const json_t *s, const char *ptr) {
+    json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+    json_t *addl = json_object_get(s, "additionalProperties");
+    if (props && !json_is_object(props)) {
+        jfail(FT_ERR_INVALID_ARG, "json schema: properties at %s must be an object", ptr);
+        return -1;
+    }
+    if (json_object_size(props) > MAX_SET) {
+        jfail(FT_ERR_UNSUPPORTED, "json schema: at most %d properties per object (%s has %zu)",
+                MAX_SET, ptr, json_object_size(props));
+        return -1;
+    }
+    int idx = new_node(c->g, NK_OBJECT);
+    if (idx < 0) return oom();
+    struct prop *pv = calloc(json_object_size(props) + 1, sizeof *pv);
+    if (!pv) return oom();
+    c->g->nodes[idx].props = pv;
+    const char *key;
+    json_t *v;
+    int n = 0;
+    json_object_foreach(props, key, v) {
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s/properties/%s", ptr, key);
+        if (strchr(key, '"') || strchr(key, '\\')) {
+            jfail(FT_ERR_UNSUPPORTED, "json schema: property name at %s has a quote or "
+                    "backslash", sub);
+            return -1;
+        }
+        int child = compile(c, v, sub);
+        if (child < 0) return -1;
+        pv = c->g->nodes[idx].props; /* compile may have moved the node table, not this array */
+        if (!(pv[n].name = strdup(key))) return oom();
+        pv[n].len = strlen(key);
+        pv[n].node = child;
+        c->g->nodes[idx].n_props = ++n;
+    }
+    if (req && !json_is_array(req)) {
+        jfail(FT_ERR_INVALID_ARG, "json schema: required at %s must be a list of names", ptr);
+        return -1;
+    }
+    size_t i;
+    json_array_foreach(req, i, v) {
+        int found = -1;
+        for (int j = 0; j < n && json_is_string(v); j++)
+            if (!strcmp(pv[j].name, json_string_value(v))) found = j;
+        if (found < 0) {
+            jfail(FT_ERR_INVALID_ARG, "json schema: required[%zu] at %s is not one of its "
+                    "properties", i, ptr);
+            return -1;
+        }
+        c->g->nodes[idx].req |= 1ull << found;
+    }
+    int a = -1;
+    if (addl && json_is_object(addl)) {
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s/additionalProperties", ptr);
+        if ((a = compile(c, addl, sub)) < 0) return -1;
+    } else if (json_is_true(addl) || (!addl && n == 0)) {
+        /* absent: any key only for an object that declares none (declared ones otherwise, as
+         * OpenAI's strict mode requires) */
+        if ((a = any_node(c->g)) < 0) return oom();
+    }
+    c->g->nodes[idx].addl = a;
+    return idx;
+}
+
+static int compile_array(struct cc *c, const json_t *s, const char *ptr) {
+    json_t *items = json_object_get(s, "items");
+    int child;
+    if (items && !json_is_boolean(items)) {
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s/items", ptr);
+        child = compile(c, items, sub);
+    } else {
+        child = any_node(c->g);
+    }
+    if (child < 0) return -1;
+    int idx = new_node(c->g, NK_ARRAY);
+    if (idx < 0) return oom();
+    struct node *n = &c->g->nodes[idx];
+    n->items = child;
+    if (json_is_false(items)) n->max_items = 0;
+    if (get_u32(s, "minItems", &n->min_items, ptr) || get_u32(s, "maxItems", &n->max_items, ptr))
+        return -1;
+    if (n->min_items > n->max_items) {
+        jfail(FT_ERR_INVALID_ARG, "json schema: minItems > maxItems at %s", ptr);
+        return -1;
+    }
+    return idx;
+}
+
+static int compile_type(struct cc *c, const json_t *s, const char *type, const char *ptr) {
+    int idx;
+    if (!strcmp(type, "object")) return compile_object(c, s, ptr);
+    if (!strcmp(type, "array")) return compile_array(c, s, ptr);
+    if (!strcmp(type, "string")) {
+        if ((idx = new_node(c->g, NK_STRING)) < 0) return oom();
+        struct node *n = &c->g->nodes[idx];
+        if (get_u32(s, "minLength", &n->min_len, ptr) || get_u32(s, "maxLength", &n->max_len, ptr))
+            return -1;
+        if (n->min_len > n->max_len) {
+            jfail(FT_ERR_INVALID_ARG, "json schema: minLength > maxLength at %s", ptr);
+            return -1;
+        }
+        return idx;
+    }
+    if (!strcmp(type, "number") || !strcmp(type, "integer")) {
+        idx = new_node(c->g, type[0] == 'n' ? NK_NUMBER : NK_INTEGER);
+        return idx < 0 ? oom() : idx;
+    }
+    if (!strcmp(type, "boolean") || !strcmp(type, "null")) {
+        if ((idx = new_node(c->g, NK_LIT)) < 0) return oom();
+        if (type[0] == 'b' ? add_lit(c->g, idx, "true", 4) || add_lit(c->g, idx, "false", 5)
+                           : add_lit(c->g, idx, "null", 4))
+            return oom();
+        return idx;
+    }
+    jfail(FT_ERR_INVALID_ARG, "json schema: type \"%s\" at %s is not a JSON Schema type "
+            "(object, array, string, number, integer, boolean, null)", type, ptr);
+    return -1;
+}
+
+/* A union of alternatives that must begin differently; integer beside number is dropped (a
+ * number covers it). Lenient: a later overlapping alternative is dropped. */
+static int make_union(struct cc *c, const int *alts, int n, const char *ptr) {
+    int idx = new_node(c->g, NK_UNION);
+    if (idx < 0) return oom();
+    uint8_t used[256] = {0};
+    for (int i = 0; i < n; i++) {
+        uint8_t set[256] = {0};
+        first_set(c->g, alts[i], set, 0);
+        int clash = 0;
+        for (int b = 0; b < 256; b++) clash |= set[b] && used[b];
+        if (clash) {
+            enum nk k = c->g->nodes[alts[i]].k;
+            if (k == NK_INTEGER || k == NK_NUMBER) {
+                for (int j = 0; j < c->g->nodes[idx].n_alts; j++)
+                    if (c->g->nodes[c->g->nodes[idx].alts[j]].k == NK_INTEGER)
+                        c->g->nodes[idx].alts[j] = alts[i] ; /* number replaces integer */
+                continue;
+            }
+            if (!c->strict) continue;
+            jfail(FT_ERR_UNSUPPORTED, "json schema: the alternatives at %s overlap (anyOf/oneOf "
+                    "or a type list must differ in the kind of value: object, array, string, "
+                    "number, true/false, null)", ptr);
+            return -1;
+        }
+        for (int b = 0; b < 256; b++) used[b] |= set[b];
+        if (add_alt(c->g, idx, alts[i])) return oom();
+    }
+    return idx;
+}
+
+static int compile_ref(struct cc *c, const char *ref, const char *ptr) {
+    for (int i = 0; i < c->n_memo; i++)
+        if (!strcmp(c->memo[i].ref, ref)) return c->memo[i].node;
+    const json_t *t = NULL;
+    if (!strcmp(ref, "#")) t = c->root;
+    else if (!strncmp(ref, "#/$defs/", 8)) t = json_object_get(json_object_get(c->root, "$defs"), ref + 8);
+    else if (!strncmp(ref, "#/definitions/", 14))
+        t = json_object_get(json_object_get(c->root, "definitions"), ref + 14);
+    if (!t) {
+        jfail(FT_ERR_UNSUPPORTED, "json schema: $ref \"%s\" at %s: only local \"#/$defs/NAME\" "
+                "or \"#/definitions/NAME\" references are supported", ref, ptr);
+        return -1;
+    }
+    if (c->n_memo == 64) {
+        jfail(FT_ERR_UNSUPPORTED, "json schema: more than 64 $ref targets");
+        return -1;
+    }
+    /* a union of one alternative stands for the target, so a recursive $ref finds it */
+    int idx = new_node(c->g, NK_UNION);
+    if (idx < 0) return oom();
+    if (!(c->memo[c->n_memo].ref = strdup(ref))) return oom();
+    c->memo[c->n_memo++].node = idx;
+    int target = compile(c, t, ref);
+    if (target < 0) return -1;
+    return add_alt(c->g, idx, target) ? oom() : idx;
+}
+
+static int compile_alts(struct cc *c, const json_t *list, const char *kw, const char *ptr) {
+    if (!json_is_array(list) || !json_array_size(list) || json_array_size(list) > MAX_SET) {
+        jfail(FT_ERR_INVALID_ARG, "json schema: %s at %s must be a list of 1 to %d schemas",
+                kw, ptr, MAX_SET);
+        return -1;
+    }
+    int alts[MAX_SET], n = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v) {
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s/%s/%zu", ptr, kw, i);
+        if ((alts[n++] = compile(c, v, sub)) < 0) return -1;
+    }
+    return n == 1 ? alts[0] : make_union(c, alts, n, ptr);
+}
+
+static int compile(struct cc *c, const json_t *s, const char *ptr) {
+    if (json_is_true(s) || (json_is_object(s) && !json_object_size(s))) {
+        int a = any_node(c->g);
+        return a < 0 ? oom() : a;
+    }
+    if (!json_is_object(s)) {
+        jfail(FT_ERR_INVALID_ARG, "json schema: the schema at %s must be an object", ptr);
+        return -1;
+    }
+    if (++c->depth > 64) {
+        jfail(FT_ERR_UNSUPPORTED, "json schema: nested more than 64 levels at %s", ptr);
+        return -1;
+    }
+    int r = -1;
+    json_t *type = json_object_get(s, "type"), *ref = json_object_get(s, "$ref");
+    if (check_keywords(c, s, ptr)) goto done;
+    if (json_is_string(ref)) {
+        r = compile_ref(c, json_string_value(ref), ptr);
+    } else if (json_object_get(s, "enum") || json_object_get(s, "const")) {
+        r = compile_lits(c, s, ptr);
+    } else if (json_object_get(s, "anyOf")) {
+        r = compile_alts(c, json_object_get(s, "anyOf"), "anyOf", ptr);
+    } else if (json_object_get(s, "oneOf")) {
+        r = compile_alts(c, json_object_get(s, "oneOf"), "oneOf", ptr);
+    } else if (json_is_string(type)) {
+        r = compile_type(c, s, json_string_value(type), ptr);
+    } else if (json_is_array(type) && json_array_size(type) && json_array_size(type) <= 7) {
+        int alts[7], n = 0;
+        size_t i;
+        json_t *t;
+        json_array_foreach(type, i, t) {
+            if (!json_is_string(t)) break;
+            if ((alts[n++] = compile_type(c, s, json_string_value(t), ptr)) < 0) goto done;
+        }
+        if (n != (int)json_array_size(type)) {
+            jfail(FT_ERR_INVALID_ARG, "json schema: type at %s must be a name or a list of "
+                    "names", ptr);
+            goto done;
+        }
+        r = n == 1 ? alts[0] : make_union(c, alts, n, ptr);
+    } else if (type) {
+        jfail(FT_ERR_INVALID_ARG, "json schema: type at %s must be a name or a list of names",
+                ptr);
+    } else if (json_object_get(s, "properties")) {
+        r = compile_object(c, s, ptr);
+    } else if (json_object_get(s, "items")) {
+        r = compile_array(c, s, ptr);
+    } else {
+        r = any_node(c->g);
+        if (r < 0) oom();
+    }
+done:
+    c->depth--;
+    return r;
+}
+
+static struct ft_jg *jg_new(void) {
+    struct ft_jg *g = calloc(1, sizeof *g);
+    if (g) g->any = -1, g->root = -1;
+    return g;
+}
+
+static void cc_free(struct cc *c) {
+    for (int i = 0; i < c->n_memo; i++) free(c->memo[i].ref);
+}
+
+enum ft_status ft_jg_compile_schema(const json_t *schema, int strict, struct ft_jg **out) {
+    *out = NULL;
+    struct ft_jg *g = jg_new();
+    if (!g) return jfail(FT_ERR_OOM, "json schema: out of memory");
+    struct cc c = {.g = g, .root = schema, .strict = strict};
+    g->root = compile(&c, schema, "#");
+    cc_free(&c);
+    if (g->root < 0) {
+        enum ft_status st = t_st;
+        ft_jg_free(g);
+        return st;
+    }
+    *out = g;
+    return FT_OK;
+}
+
+enum ft_status ft_jg_compile_object(struct ft_jg **out) {
+    json_t *s = json_pack("{s:s}", "type", "object");
+    enum ft_status st = s ? ft_jg_compile_schema(s, 1, out) : jfail(FT_ERR_OOM, "out of memory");
+    json_decref(s);
+    return st;
+}
+
+static char *dup_key(const char *k, size_t *len) {
+    size_t n = strlen(k);
+    char *s = malloc(n + 3);
+    if (s) {
+        s[0] = '"';
+        memcpy(s + 1, k, n);
+        s[n + 1] = '"';
+        s[n + 2] = 0;
+        *len = n + 2;
+    }
+    return s;
+}
+
+enum ft_status ft_jg_compile_calls(const json_t *tools, const char *only,
+                                   const struct ft_jg_calls_fmt *fmt, struct ft_jg **out) {
+    *out = NULL;
+    struct ft_jg *g = jg_new();
+    if (!g) return jfail(FT_ERR_OOM, "tool grammar: out of memory");
+    enum ft_status st = FT_OK;
+    g->calls = 1;
+    const char *l[4] = {fmt->open, fmt->sep, fmt->close, fmt->close_alt};
+    for (int i = 0; i < 4; i++)
+        if (l[i]) {
+            if (!(g->lit[i] = strdup(l[i]))) goto oom;
+            g->lit_len[i] = strlen(l[i]);
+        }
+    if (!(g->key1 = dup_key("name", &g->key1_len)) ||
+        !(g->key2 = dup_key(fmt->args_key ? fmt->args_key : "arguments", &g->key2_len)))
+        goto oom;
+    int call = new_node(g, NK_CALL);
+    if (call < 0) goto oom;
+    g->root = call;
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (!name || (only && strcmp(name, only))) continue;
+        json_t *params = json_object_get(fn, "parameters");
+        struct cc c = {.g = g, .root = params, .strict = 0};
+        char ptr[300];
+        snprintf(ptr, sizeof ptr, "tools[%zu].function.parameters", i);
+        int a = params ? compile(&c, params, ptr) : -2;
+        cc_free(&c);
+        if (a == -2) { /* no parameters: any object */
+            json_t *o = json_pack("{s:s}", "type", "object");
+            struct cc c2 = {.g = g, .root = o};
+            a = o ? compile(&c2, o, ptr) : -1;
+            json_decref(o);
+        }
+        if (a < 0) {
+            st = t_st;
+            goto fail;
+        }
+        struct node *n = &g->nodes[call];
+        int *args = realloc(n->args, (size_t)(n->n_lits + 1) * sizeof *args);
+        if (!args) goto oom;
+        n->args = args;
+        args[n->n_lits] = a;
+        if (strchr(name, '"') || strchr(name, '\\')) {
+            st = jfail(FT_ERR_INVALID_ARG, "tools[%zu].function.name has a quote or backslash", i);
+            goto fail;
+        }
+        if (add_lit(g, call, name, strlen(name))) {
+            st = g->nodes[call].n_lits >= MAX_SET
+                     ? jfail(FT_ERR_UNSUPPORTED, "tools: at most %d functions", MAX_SET)
+                     : jfail(FT_ERR_OOM, "tool grammar: out of memory");
+            goto fail;
+        }
+    }
+    if (!g->nodes[call].n_lits) {
+        st = jfail(FT_ERR_INVALID_ARG, only ? "tool_choice names function '%s', which is not "
+                     "in tools" : "tools: no function with a name%s", only ? only : "");
+        goto fail;
+    }
+    *out = g;
+    return FT_OK;
+oom:
+    st = jfail(FT_ERR_OOM, "tool grammar: out of memory");
+fail:
+    ft_jg_free(g);
+    return st;
+}
+
+void ft_jg_free(struct ft_jg *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct node *n = &g->nodes[i];
+        for (int j = 0; j < n->n_props; j++) free(n->props[j].name);
+        free(n->props);
+        for (int j = 0; j < n->n_lits; j++) free(n->lits[j]);
+        free(n->lits);
+        free(n->lit_len);
+        free(n->alts);
+        free(n->args);
+    }
+    free(g->nodes);
+    for (int i = 0; i < 4; i++) free(g->lit[i]);
+    free(g->key1);
+    free(g->key2);
+    free(g);
+}
+
+/* ---------------------------------------------------------------- matching */
+
+enum { ROOT = -1 };
+/* phases */
+enum { R_START, R_END };                                  /* value root */
+enum { T_OPEN, T_TAIL };                                  /* calls root */
+enum { P_START = 0 };                                     /* every value frame starts here */
+enum { O_OPEN = 1, O_KEY, O_COLON, O_VAL, O_AFTER, O_COMMA };
+enum { A_OPEN = 1, A_AFTER, A_COMMA };
+enum { S_IN = 1, S_ESC, S_U };
+enum { N_MINUS = 1, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
+enum { L_IN = 1 };
+enum { C_K1 = 1, C_COLON1, C_NAME0, C_NAME, C_COMMA, C_K2, C_COLON2, C_ARGS, C_END };
+
+enum res { ACCEPT, REJECT, POP_RETRY, ACCEPT_POP };
+
+static int is_ws(unsigned char b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
+
+static enum res ws_or_reject(struct ft_jg_frame *f, unsigned char b) {
+    if (!is_ws(b) || f->ws >= FT_JG_MAX_WS) return REJECT;
+    f->ws++;
+    return ACCEPT;
+}
+
+static void frame_init(struct ft_jg_frame *f, int node) {
+    memset(f, 0, sizeof *f);
+    f->node = node;
+    f->sel = -1;
+}
+
+static enum res feed_top(const struct ft_jg *g, struct ft_jg_state *st, unsigned char b);
+
+/* Opens a child value of node in the state and gives it b. */
+static enum res push_value(const struct ft_jg *g, struct ft_jg_state *st, int node,
+                           unsigned char b) {
+    if (st->depth >= FT_JG_MAX_DEPTH + 2) return REJECT;
+    frame_init(&st->f[st->depth++], node);
+    enum res r = feed_top(g, st, b);
+    return r == POP_RETRY ? REJECT : r; /* a fresh value cannot end before its first byte */
+}
+
+/* Narrows the literal candidates by b at pos: the new mask. */
+static uint64_t narrow(char *const *lits, const size_t *len, uint64_t alive, uint32_t pos,
+                       unsigned char b) {
+    uint64_t out = 0;
+    for (uint64_t m = alive; m; m &= m - 1) {
+        int i = __builtin_ctzll(m);
+        if (pos < len[i] && (unsigned char)lits[i][pos] == b) out |= 1ull << i;
+    }
+    return out;
+}
+
+static int some_complete(const size_t *len, uint64_t alive, uint32_t pos) {
+    for (uint64_t m = alive; m; m &= m - 1)
+        if (len[__builtin_ctzll(m)] == pos) return 1;
+    return 0;
+}
+
+static int some_longer(const size_t *len, uint64_t alive, uint32_t pos) {
+    for (uint64_t m = alive; m; m &= m - 1)
+        if (len[__builtin_ctzll(m)] > pos) return 1;
+    return 0;
+}
+
+static uint64_t all_mask(int n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
+
+/* UTF-8 inside strings and keys (RFC 3629: no overlongs, no surrogates, at most U+10FFFF):
+ * count's low byte holds the continuation bytes still due, the next byte the lead byte while
+ * the first continuation (the constrained one) is due. 1: take b. */
+static int utf8_ok(struct ft_jg_frame *f, unsigned char b) {
+    unsigned due = f->count & 0xff, lead = f->count >> 8 & 0xff;
+    if ((b & 0xc0) == 0x80) {
+        if (!due) return 0;
+        if ((lead == 0xe0 && b < 0xa0) || (lead == 0xed && b > 0x9f) ||
+            (lead == 0xf0 && b < 0x90) || (lead == 0xf4 && b > 0x8f))
+            return 0;
+        f->count = due - 1;
+        return 1;
+    }
+    if (due) return 0;
+    if (b < 0x80) return 1;
+    if (b >= 0xc2 && b <= 0xdf) due = 1;
+    else if (b >= 0xe0 && b <= 0xef) due = 2;
+    else if (b >= 0xf0 && b <= 0xf4) due = 3;
+    else return 0;
+    f->count = due | (uint32_t)b << 8;
+    return 1;
+}
+
+static int obj_more(const struct node *n, const struct ft_jg_frame *f) {
+    return (all_mask(n->n_props) & ~f->seen) || n->addl >= 0;
+}
+
+static enum res object_byte(const struct ft_jg *g, struct ft_jg_state *st, struct ft_jg_frame *f,
+                            unsigned char b) {
+    const struct node *n = &g->nodes[f->node];
+    switch (f->phase) {
+    case P_START:
+        if (b != '{') return REJECT;
+        f->phase = O_OPEN;
+        return ACCEPT;
+    case O_OPEN: case O_COMMA:
+        if (b == '"' && obj_more(n, f)) {
+            f->phase = O_KEY, f->pos = 0, f->ws = 0;
+            f->alive = all_mask(n->n_props) & ~f->seen;
+            return ACCEPT;
+        }
+        if (b == '}' && f->phase == O_OPEN && !(n->req & ~f->seen)) return ACCEPT_POP;
+        return ws_or_reject(f, b);
+    case O_KEY: {
+        if (b == '"' && !f->count) {
+            f->sel = -1;
+            for (uint64_t m = f->alive; m; m &= m - 1) {
+                int i = __builtin_ctzll(m);
+                if (n->props[i].len == f->pos) f->sel = (int16_t)i;
+            }
+            if (f->sel < 0 && n->addl < 0) return REJECT;
+            if (f->sel >= 0) f->seen |= 1ull << f->sel;
+            f->phase = O_COLON, f->ws = 0;
+            return ACCEPT;
+        }
+        if (b == '"' || b == '\\' || b < 0x20 || !utf8_ok(f, b)) return REJECT;
+        uint64_t a = 0;
+        for (uint64_t m = f->alive; m; m &= m - 1) {
+            int i = __builtin_ctzll(m);
+            if (f->pos < n->props[i].len && (unsigned char)n->props[i].name[f->pos] == b)
+                a |= 1ull << i;
+        }
+        if (!a && n->addl < 0) return REJECT;
+        f->alive = a;
+        f->pos++;
+        return ACCEPT;
+    }
+    case O_COLON:
+        if (b == ':') {
+            f->phase = O_VAL, f->ws = 0;
+            return ACCEPT;
+        }
+        return ws_or_reject(f, b);
+    case O_VAL:
+        if (is_ws(b)) return ws_or_reject(f, b);
+        f->phase = O_AFTER, f->ws = 0;
+        return push_value(g, st, f->sel >= 0 ? n->props[f->sel].node : n->addl, b);
+    case O_AFTER:
+        if (b == ',' && obj_more(n, f)) {
+            f->phase = O_COMMA, f->ws = 0;
+            return ACCEPT;
+        }
+        if (b == '}' && !(n->req & ~f->seen)) return ACCEPT_POP;
+        return ws_or_reject(f, b);
+    }
+    return REJECT;
+}
+
+static enum res array_byte(const struct ft_jg *g, struct ft_jg_state *st, struct ft_jg_frame *f,
+                           unsigned char b) {
+    const struct node *n = &g->nodes[f->node];
+    switch (f->phase) {
+    case P_START:
+        if (b != '[') return REJECT;
+        f->phase = A_OPEN;
+        return ACCEPT;
+    case A_OPEN: case A_COMMA:
+        if (b == ']' && f->phase == A_OPEN && n->min_items == 0) return ACCEPT_POP;
+        if (is_ws(b)) return ws_or_reject(f, b);
+        if (f->count >= n->max_items) return REJECT;
+        f->count++;
+        f->phase = A_AFTER, f->ws = 0;
+        return push_value(g, st, n->items, b);
+    case A_AFTER:
+        if (b == ',' && f->count < n->max_items) {
+            f->phase = A_COMMA, f->ws = 0;
+            return ACCEPT;
+        }
+        if (b == ']' && f->count >= n->min_items) return ACCEPT_POP;
+        return ws_or_reject(f, b);
+    }
+    return REJECT;
+}
+
+static int hex(unsigned char b) {
+    return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+}
+
+static enum res string_byte(const struct node *n, struct ft_jg_frame *f, unsigned char b) {
+    switch (f->phase) {
+    case P_START:
+        if (b != '"') return REJECT;
+        f->phase = S_IN;
+        return ACCEPT;
+    case S_IN:
+        if (b == '"') return f->pos >= n->min_len && !f->count ? ACCEPT_POP : REJECT;
+        if (b < 0x20) return REJECT;
+        if ((b & 0xc0) == 0x80) return utf8_ok(f, b) ? ACCEPT : REJECT; /* same character */
+        if (f->pos >= n->max_len || !utf8_ok(f, b)) return REJECT;
+        if (b == '\\') {
+            f->phase = S_ESC;
+            return ACCEPT;
+        }
+        f->pos++;
+        return ACCEPT;
+    case S_ESC:
+        if (b == 'u') {
+            f->phase = S_U, f->count = 0;
+            return ACCEPT;
+        }
+        if (!strchr("\"\\/bfnrt", b) || !b) return REJECT;
+        f->phase = S_IN, f->pos++;
+        return ACCEPT;
+    case S_U:
+        if (!hex(b)) return REJECT;
+        if (++f->count == 4) f->phase = S_IN, f->pos++, f->count = 0;
+        return ACCEPT;
+    }
+    return REJECT;
+}
+
+static int number_complete(const struct ft_jg_frame *f) {
+    return f->phase == N_ZERO || f->phase == N_INT || f->phase == N_FRAC || f->phase == N_EXP;
+}
+
+static enum res number_byte(const struct node *n, struct ft_jg_frame *f, unsigned char b) {
+    int digit = b >= '0' && b <= '9', real = n->k == NK_NUMBER, next = -1;
+    switch (f->phase) {
+    case P_START: next = b == '-' ? N_MINUS : b == '0' ? N_ZERO : digit ? N_INT : -1; break;
+    case N_MINUS: next = b == '0' ? N_ZERO : digit ? N_INT : -1; break;
+    case N_ZERO: case N_INT: case N_FRAC:
+        if (digit && f->phase != N_ZERO) next = f->phase;
+        else if (b == '.' && real && f->phase != N_FRAC) next = N_DOT;
+        else if ((b == 'e' || b == 'E') && real) next = N_E;
+        break;
+    case N_DOT: next = digit ? N_FRAC : -1; break;
+    case N_E: next = b == '+' || b == '-' ? N_ESIGN : digit ? N_EXP : -1; break;
+    case N_ESIGN: case N_EXP: next = digit ? N_EXP : -1; break;
+    }
+    /* integers stay within int64 (19 digits) so every client's JSON parser reads them */
+    if (next < 0 || f->pos >= (real ? MAX_NUM : 19)) return number_complete(f) ? POP_RETRY : REJECT;
+    f->phase = (uint8_t)next;
+    f->pos++;
+    return ACCEPT;
+}
+
+static enum res lit_byte(const struct node *n, struct ft_jg_frame *f, unsigned char b) {
+    if (f->phase == P_START) f->phase = L_IN, f->alive = all_mask(n->n_lits), f->pos = 0;
+    uint64_t a = narrow(n->lits, n->lit_len, f->alive, f->pos, b);
+    if (!a) return some_complete(n->lit_len, f->alive, f->pos) ? POP_RETRY : REJECT;
+    f->alive = a;
+    f->pos++;
+    return some_longer(n->lit_len, a, f->pos) ? ACCEPT : ACCEPT_POP;
+}
+
+/* Matches the fixed key literal k (with whitespace before it). */
+static enum res key_byte(struct ft_jg_frame *f, const char *k, size_t len, unsigned char b,
+                         int next) {
+    if (f->pos == 0 && is_ws(b)) return ws_or_reject(f, b);
+    if ((unsigned char)k[f->pos] != b) return REJECT;
+    if (++f->pos == len) f->phase = (uint8_t)next, f->ws = 0;
+    return ACCEPT;
+}
+
+static enum res call_byte(const struct ft_jg *g, struct ft_jg_state *st, struct ft_jg_frame *f,
+                          unsigned char b) {
+    const struct node *n = &g->nodes[f->node];
+    switch (f->phase) {
+    case P_START:
+        if (b != '{') return REJECT;
+        f->phase = C_K1, f->pos = 0;
+        return ACCEPT;
+    case C_K1: return key_byte(f, g->key1, g->key1_len, b, C_COLON1);
+    case C_COLON1: case C_COLON2:
+        if (b != ':') return ws_or_reject(f, b);
+        f->phase = f->phase == C_COLON1 ? C_NAME0 : C_ARGS, f->ws = 0;
+        return ACCEPT;
+    case C_NAME0:
+        if (b != '"') return ws_or_reject(f, b);
+        f->phase = C_NAME, f->pos = 0, f->alive = all_mask(n->n_lits);
+        return ACCEPT;
+    case C_NAME:
+        if (b == '"') {
+            f->sel = -1;
+            for (uint64_t m = f->alive; m; m &= m - 1)
+                if (n->lit_len[__builtin_ctzll(m)] == f->pos) f->sel = (int16_t)__builtin_ctzll(m);
+            if (f->sel < 0) return REJECT;
+            f->phase = C_COMMA, f->ws = 0;
+            return ACCEPT;
+        }
+        if (!(f->alive = narrow(n->lits, n->lit_len, f->alive, f->pos, b))) return REJECT;
+        f->pos++;
+        return ACCEPT;
+    case C_COMMA:
+        if (b != ',') return ws_or_reject(f, b);
+        f->phase = C_K2, f->pos = 0, f->ws = 0;
+        return ACCEPT;
+    case C_K2: return key_byte(f, g->key2, g->key2_len, b, C_COLON2);
+    case C_ARGS:
+        if (is_ws(b)) return ws_or_reject(f, b);
+        f->phase = C_END, f->ws = 0;
+        return push_value(g, st, n->args[f->sel], b);
+    case C_END:
+        if (b == '}') return ACCEPT_POP;
+        return ws_or_reject(f, b);
+    }
+    return REJECT;
+}
+
+/* calls root: literals 0 open, 1 sep, 2 close, 3 close_alt */
+static uint64_t tail_mask(const struct ft_jg *g) {
+    uint64_t m = 0;
+    for (int i = 1; i < 4; i++)
+        if (g->lit[i]) m |= 1ull << i;
+    return m;
+}
+
+static void push_call(const struct ft_jg *g, struct ft_jg_state *st) {
+    struct ft_jg_frame *r = &st->f[0];
+    r->phase = T_TAIL, r->pos = 0, r->alive = tail_mask(g);
+    frame_init(&st->f[st->depth++], g->root);
+}
+
+static enum res root_byte(const struct ft_jg *g, struct ft_jg_state *st, struct ft_jg_frame *f,
+                          unsigned char b) {
+    if (!g->calls) {
+        if (f->phase == R_START && !is_ws(b)) {
+            f->phase = R_END, f->ws = 0;
+            return push_value(g, st, g->root, b);
+        }
+        return ws_or_reject(f, b);
+    }
+    if (f->phase == T_OPEN) {
+        if (f->pos >= g->lit_len[0] || (unsigned char)g->lit[0][f->pos] != b) return REJECT;
+        if (++f->pos == g->lit_len[0]) push_call(g, st);
+        return ACCEPT;
+    }
+    uint64_t a = narrow(g->lit, g->lit_len, f->alive, f->pos, b);
+    if (!a) return REJECT;
+    f->alive = a;
+    f->pos++;
+    if ((a & 2) && g->lit_len[1] == f->pos) push_call(g, st); /* sep: the next call */
+    return ACCEPT;
+}
+
+static enum res feed_top(const struct ft_jg *g, struct ft_jg_state *st, unsigned char b) {
+    struct ft_jg_frame *f = &st->f[st->depth - 1];
+    if (f->node == ROOT) return root_byte(g, st, f, b);
+    const struct node *n = &g->nodes[f->node];
+    if (n->k == NK_UNION) { /* resolve by the first byte */
+        for (int i = 0; i < n->n_alts; i++) {
+            uint8_t set[256] = {0};
+            first_set(g, n->alts[i], set, 0);
+            if (set[b]) {
+                frame_init(f, n->alts[i]);
+                return feed_top(g, st, b);
+            }
+        }
+        return REJECT;
+    }
+    switch (n->k) {
+    case NK_OBJECT: return object_byte(g, st, f, b);
+    case NK_ARRAY: return array_byte(g, st, f, b);
+    case NK_STRING: return string_byte(n, f, b);
+    case NK_NUMBER: case NK_INTEGER: return number_byte(n, f, b);
+    case NK_LIT: return lit_byte(n, f, b);
+    case NK_CALL: return call_byte(g, st, f, b);
+    case NK_UNION: break;
+    }
+    return REJECT;
+}
+
+/* One byte through the stack: frames that end without consuming it pass it down. */
+static int feed_byte(const struct ft_jg *g, struct ft_jg_state *st, unsigned char b) {
+    for (;;) {
+        int d = st->depth;
+        enum res r = feed_top(g, st, b);
+        if (r == REJECT) return -1;
+        if (r == ACCEPT) return 0;
+        /* the frame that answered is st->f[d-1] (a push above it answered for itself) */
+        if (st->depth != d) return r == ACCEPT_POP ? (st->depth--, 0) : -1;
+        st->depth--;
+        if (st->depth <= 0) return -1;
+        if (r == ACCEPT_POP) return 0;
+        /* POP_RETRY: the frame below gets b */
+    }
+}
+
+void ft_jg_start(const struct ft_jg *g, struct ft_jg_state *st) {
+    st->depth = 1;
+    st->dead = 0;
+    frame_init(&st->f[0], ROOT);
+    if (g->calls && g->lit_len[0] == 0) push_call(g, st);
+}
+
+int ft_jg_feed(const struct ft_jg *g, struct ft_jg_state *st, const char *s, size_t n) {
+    if (st->dead) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (feed_byte(g, st, (unsigned char)s[i])) {
+            st->dead = 1;
+            return -1;
+        }
+    return 0;
+}
+
+/* 1 when frame f can end without another byte. */
+static int frame_can_end(const struct ft_jg *g, const struct ft_jg_frame *f) {
+    const struct node *n = &g->nodes[f->node];
+    if (n->k == NK_NUMBER || n->k == NK_INTEGER) return number_complete(f);
+    if (n->k == NK_LIT) return f->phase == L_IN && some_complete(n->lit_len, f->alive, f->pos);
+    return 0;
+}
+
+int ft_jg_accepting(const struct ft_jg *g, const struct ft_jg_state *st) {
+    if (st->dead || st->depth < 1) return 0;
+    for (int i = st->depth - 1; i >= 1; i--)
+        if (!frame_can_end(g, &st->f[i])) return 0;
+    const struct ft_jg_frame *r = &st->f[0];
+    if (!g->calls) return r->phase == R_END;
+    if (r->phase != T_TAIL) return 0;
+    if (st->depth > 1) return 0; /* a call still open */
+    for (int i = 2; i < 4; i++)
+        if ((r->alive >> i & 1) && g->lit_len[i] == r->pos) return 1;
+    return 0;
+}
+
+int ft_jg_match(const struct ft_jg *g, const char *s, size_t n) {
+    struct ft_jg_state st;
+    ft_jg_start(g, &st);
+    return ft_jg_feed(g, &st, s, n) == 0 && ft_jg_accepting(g, &st);
+}
+
+/* ---------------------------------------------------------------- tokens */
+
+enum ft_status ft_jg_vocab_init(struct ft_jg_vocab *v, int n_vocab,
+                                const char *(*bytes_of)(void *ctx, int32_t id, size_t *len,
+                                                        int *special),
+                                void *ctx) {
+    memset(v, 0, sizeof *v);
+    const char **b = calloc((size_t)n_vocab, sizeof *b);
+    uint32_t *len = calloc((size_t)n_vocab, sizeof *len);
+    uint8_t *plain = calloc((size_t)n_vocab, 1);
+    if (!b || !len || !plain) {
+        free(b), free(len), free(plain);
+        return ft_fail(FT_ERR_OOM, "grammar vocabulary: out of memory");
+    }
+    for (int32_t id = 0; id < n_vocab; id++) {
+        size_t n = 0;
+        int special = 0;
+        const char *s = bytes_of(ctx, id, &n, &special);
+        if (!s || !n || special) continue;
+        b[id] = s;
+        len[id] = (uint32_t)n;
+        /* plain: whole UTF-8 characters, none of them '"', '\\' or a control character */
+        struct ft_jg_frame f = {0};
+        int p = 1;
+        for (size_t i = 0; i < n && p; i++) {
+            unsigned char c = (unsigned char)s[i];
+            p = c >= 0x20 && c != '"' && c != '\\' && utf8_ok(&f, c);
+        }
+        plain[id] = (uint8_t)(p && !f.count);
+    }
+    v->n_vocab = n_vocab, v->bytes = b, v->len = len, v->plain = plain;
+    return FT_OK;
+}
+
+void ft_jg_vocab_free(struct ft_jg_vocab *v) {
+    free((void *)v->bytes);
+    free((void *)v->len);
+    free((void *)v->plain);
+    memset(v, 0, sizeof *v);
+}
+
+static int token_ok(const struct ft_jg *g, const struct ft_jg_state *st,
+                    const struct ft_jg_vocab *v, int32_t id, const uint8_t *ok1, int fast) {
+    const char *s = v->bytes[id];
+    if (!s) return 0;
+    if (ok1 && !ok1[(unsigned char)s[0]]) return 0;
+    if (fast && v->plain[id]) return 1;
+    struct ft_jg_state t;
+    t.depth = st->depth, t.dead = 0;
+    memcpy(t.f, st->f, (size_t)st->depth * sizeof t.f[0]);
+    return ft_jg_feed(g, &t, s, v->len[id]) == 0;
+}
+
+int ft_jg_token_ok(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
+                   int32_t id) {
+    if (id < 0 || id >= v->n_vocab || st->dead) return 0;
+    return token_ok(g, st, v, id, NULL, 0);
+}
+
+/* 1 when the top frame is inside a string of unbounded length: plain bytes all fit. */
+static int in_free_string(const struct ft_jg *g, const struct ft_jg_state *st) {
+    const struct ft_jg_frame *f = &st->f[st->depth - 1];
+    if (f->node == ROOT) return 0;
+    const struct node *n = &g->nodes[f->node];
+    return n->k == NK_STRING && f->phase == S_IN && n->max_len == NO_LIMIT && !f->count;
+}
+
+void ft_jg_mask(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
+                const int32_t *end, int n_end, float *logits) {
+    float saved[16];
+    int ne = n_end < 16 ? n_end : 16, any = 0;
+    for (int i = 0; i < ne; i++) saved[i] = end[i] >= 0 && end[i] < v->n_vocab ? logits[end[i]] : 0;
+    uint8_t ok1[256];
+    for (int c = 0; c < 256; c++) { /* which first bytes can fit at all */
+        struct ft_jg_state t;
+        t.depth = st->depth, t.dead = st->dead;
+        memcpy(t.f, st->f, (size_t)st->depth * sizeof t.f[0]);
+        char ch = (char)c;
+        ok1[c] = ft_jg_feed(g, &t, &ch, 1) == 0;
+    }
+    const int fast = in_free_string(g, st);
+    for (int32_t id = 0; id < v->n_vocab; id++) {
+        if (logits[id] == -INFINITY) continue;
+        if (!st->dead && token_ok(g, st, v, id, ok1, fast)) any = 1;
+        else logits[id] = -INFINITY;
+    }
+    const int done = ft_jg_accepting(g, st);
+    for (int i = 0; i < ne; i++)
+        if (end[i] >= 0 && end[i] < v->n_vocab) logits[end[i]] = done || !any ? saved[i] : -INFINITY;
+}

@@ -1,0 +1,102 @@
+/* json_grammar.h — grammar-constrained decoding for JSON: a JSON Schema (or "any JSON object",
+ * or a sequence of tool calls wrapped in a model family's markers) compiled into a byte-level
+ * pushdown matcher, and the per-token mask built from it (which vocabulary entries may come
+ * next, given the bytes each token decodes to).
+ *
+ * Supported schema keywords: type (one or a list), properties, required, additionalProperties
+ * (bool or schema), items, minItems, maxItems, enum, const, anyOf / oneOf (alternatives must
+ * begin with different characters: object, array, string, number, true/false, null), $ref to
+ * "#/$defs/..." or "#/definitions/...", minLength, maxLength; annotations (title,
+ * description, default, examples, format, $schema, $id, $comment, deprecated, readOnly,
+ * writeOnly) are ignored. Any other keyword is FT_ERR_UNSUPPORTED naming it, unless lenient
+ * (then ignored: the output is still valid JSON of the right shape). Whitespace between tokens
+ * is allowed in runs of at most FT_JG_MAX_WS bytes, so a model cannot loop on blanks.
+ *
+ * Called by the server (server/openai*.c) on connection threads: a compiled struct ft_jg is
+ * immutable and may be shared; a struct ft_jg_state and a constraint belong to one request
+ * (the engine thread runs it through struct ft_logit_mask). */
+#ifndef FT_TEXT_JSON_GRAMMAR_H
+#define FT_TEXT_JSON_GRAMMAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "ft.h"
+
+#define FT_JG_MAX_DEPTH 32 /* nesting of objects/arrays (deeper: the opening byte is refused) */
+#define FT_JG_MAX_WS 24    /* whitespace bytes in a row between JSON tokens */
+
+struct ft_jg;
+
+/* How a family writes tool calls around the JSON call objects:
+ * open CALL (sep CALL)* close, each CALL {"name": NAME, "<args_key>": ARGS}. */
+struct ft_jg_calls_fmt {
+    const char *open, *sep, *close; /* e.g. "<tool_call>\n", "\n</tool_call>\n<tool_call>\n",
+                                       "\n</tool_call>" (sep NULL: one call only) */
+    const char *close_alt;          /* another accepted ending (e.g. close + "\n"), or NULL */
+    const char *args_key;           /* "arguments" (Hermes/Qwen, Mistral) or "parameters" */
+};
+
+/* A value matching schema (a JSON object; true/{} = any value). strict: unsupported keywords are
+ * an error; else ignored. Errors name the keyword and its JSON pointer. */
+enum ft_status ft_jg_compile_schema(const json_t *schema, int strict, struct ft_jg **out);
+/* Any JSON object (response_format json_object). */
+enum ft_status ft_jg_compile_object(struct ft_jg **out);
+/* Tool calls of the OpenAI-style tools array ([{"type": "function", "function": {"name",
+ * "parameters"}}]); only: restrict to that function's name (NULL: any of them). The parameters
+ * schemas are compiled leniently. */
+enum ft_status ft_jg_compile_calls(const json_t *tools, const char *only,
+                                   const struct ft_jg_calls_fmt *fmt, struct ft_jg **out);
+void ft_jg_free(struct ft_jg *g);
+
+/* The matcher state (small, copied by value). */
+struct ft_jg_frame {
+    int32_t node;
+    uint8_t phase, ws;
+    int16_t sel;     /* chosen property / tool / alternative, -1 none */
+    uint32_t pos;    /* bytes into a literal / key / number; chars into a string */
+    uint32_t count;  /* array items so far */
+    uint64_t alive;  /* literal or key candidates still possible */
+    uint64_t seen;   /* object: properties written */
+};
+struct ft_jg_state {
+    int depth;
+    int dead;        /* a byte was refused: nothing more is accepted */
+    struct ft_jg_frame f[FT_JG_MAX_DEPTH + 2];
+};
+
+void ft_jg_start(const struct ft_jg *g, struct ft_jg_state *st);
+/* Feeds bytes; returns 0 when all were accepted, -1 at the first refused one (st is then dead). */
+int ft_jg_feed(const struct ft_jg *g, struct ft_jg_state *st, const char *s, size_t n);
+/* 1 when the text so far is a complete match (generation may end here). */
+int ft_jg_accepting(const struct ft_jg *g, const struct ft_jg_state *st);
+/* 1 when text is a complete match from the start. */
+int ft_jg_match(const struct ft_jg *g, const char *s, size_t n);
+
+/* The vocabulary as bytes: what each token decodes to (special tokens other than the end ids
+ * are never allowed); end ids are allowed only when the match is complete. */
+struct ft_jg_vocab {
+    int n_vocab;
+    const char *const *bytes; /* [n_vocab] decoded bytes, NULL = never allowed */
+    const uint32_t *len;      /* [n_vocab] */
+    const uint8_t *plain;     /* [n_vocab] 1: bytes are plain string content (no '"', '\\', < 0x20) */
+};
+/* Builds the table from a token -> bytes function (special ids excluded). */
+enum ft_status ft_jg_vocab_init(struct ft_jg_vocab *v, int n_vocab,
+                                const char *(*bytes_of)(void *ctx, int32_t id, size_t *len,
+                                                        int *special),
+                                void *ctx);
+void ft_jg_vocab_free(struct ft_jg_vocab *v);
+
+/* Sets logits[id] = -INFINITY for every token that may not come next in st; end: the stop
+ * token ids. When no token at all fits (cannot happen for a well-formed grammar) the end ids are
+ * left allowed. The server wraps it into engine/sample.h's struct ft_logit_mask. */
+void ft_jg_mask(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
+                const int32_t *end, int n_end, float *logits);
+/* 1 when token id may come next in state st (end ids excluded: see ft_jg_mask). */
+int ft_jg_token_ok(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
+                   int32_t id);
+
+#endif

@@ -1,0 +1,529 @@
+/* tool_parse.c — tool-call parsers for the families' output formats (tool_parse.h): a streaming
+ * splitter that holds call blocks (from their start marker to their end marker, or to the end of
+ * the text), and one body parser per format turning a block into calls. */
+#include "text/tool_parse.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define DS_BAR "\xef\xbd\x9c" /* ｜ */
+#define DS_SEP "\xe2\x96\x81" /* ▁ */
+#define DS_CALLS_BEGIN "<" DS_BAR "tool" DS_SEP "calls" DS_SEP "begin" DS_BAR ">"
+#define DS_CALLS_END "<" DS_BAR "tool" DS_SEP "calls" DS_SEP "end" DS_BAR ">"
+#define DS_CALL_BEGIN "<" DS_BAR "tool" DS_SEP "call" DS_SEP "begin" DS_BAR ">"
+#define DS_CALL_END "<" DS_BAR "tool" DS_SEP "call" DS_SEP "end" DS_BAR ">"
+#define DS_TOOL_SEP "<" DS_BAR "tool" DS_SEP "sep" DS_BAR ">"
+
+struct fmt_desc {
+    const char *name;
+    const char *start, *end; /* end NULL: the block runs to the end of the text */
+    const char *const *markers;
+};
+
+static const char *const k_m_hermes[] = {"<tool_call>", "</tool_call>", NULL};
+static const char *const k_m_llama3[] = {"<|python_tag|>", NULL};
+static const char *const k_m_mistral[] = {"[TOOL_CALLS]", "[ARGS]", NULL};
+static const char *const k_m_deepseek[] = {DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL_BEGIN,
+                                           DS_CALL_END, DS_TOOL_SEP, NULL};
+static const char *const k_m_glm[] = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>",
+                                      "<arg_value>", "</arg_value>", NULL};
+static const char *const k_m_minimax[] = {"<minimax:tool_call>", "</minimax:tool_call>", NULL};
+static const char *const k_m_none[] = {NULL};
+
+static const struct fmt_desc k_fmts[FT_TOOLS_N] = {
+    [FT_TOOLS_NONE] = {"none", NULL, NULL, k_m_none},
+    [FT_TOOLS_HERMES] = {"hermes", "<tool_call>", "</tool_call>", k_m_hermes},
+    [FT_TOOLS_QWEN3_CODER] = {"qwen3_coder", "<tool_call>", "</tool_call>", k_m_hermes},
+    [FT_TOOLS_LLAMA3] = {"llama3", "<|python_tag|>", NULL, k_m_llama3},
+    [FT_TOOLS_MISTRAL] = {"mistral", "[TOOL_CALLS]", NULL, k_m_mistral},
+    [FT_TOOLS_DEEPSEEK] = {"deepseek", DS_CALLS_BEGIN, DS_CALLS_END, k_m_deepseek},
+    [FT_TOOLS_GLM] = {"glm", "<tool_call>", "</tool_call>", k_m_glm},
+    [FT_TOOLS_MINIMAX] = {"minimax", "<minimax:tool_call>", "</minimax:tool_call>", k_m_minimax},
+};
+
+static const struct ft_jg_calls_fmt k_g_hermes = {
+    "<tool_call>\n", "\n</tool_call>\n<tool_call>\n", "\n</tool_call>", "\n</tool_call>\n",
+    "arguments"};
+static const struct ft_jg_calls_fmt k_g_llama3 = {"", "; ", "", NULL, "parameters"};
+static const struct ft_jg_calls_fmt k_g_mistral = {"[TOOL_CALLS][", ", ", "]", NULL, "arguments"};
+
+const char *ft_tool_fmt_name(enum ft_tool_fmt f) {
+    return f >= 0 && f < FT_TOOLS_N ? k_fmts[f].name : "?";
+}
+
+int ft_tool_fmt_from_name(const char *name) {
+    for (int i = 0; i < FT_TOOLS_N; i++)
+        if (name && !strcmp(name, k_fmts[i].name)) return i;
+    return -1;
+}
+
+const char *ft_tool_fmt_names(void) {
+    return "hermes, qwen3_coder, llama3, mistral, deepseek, glm, minimax, none";
+}
+
+enum ft_tool_fmt ft_tool_fmt_detect(const char *src) {
+    if (!src) return FT_TOOLS_NONE;
+    if (strstr(src, "<minimax:tool_call>")) return FT_TOOLS_MINIMAX;
+    if (strstr(src, "<arg_key>")) return FT_TOOLS_GLM;
+    if (strstr(src, "<function=") && strstr(src, "<parameter=")) return FT_TOOLS_QWEN3_CODER;
+    if (strstr(src, "<tool_call>")) return FT_TOOLS_HERMES;
+    if (strstr(src, "tool" DS_SEP "calls" DS_SEP "begin")) return FT_TOOLS_DEEPSEEK;
+    if (strstr(src, "[TOOL_CALLS]")) return FT_TOOLS_MISTRAL;
+    if (strstr(src, "<|python_tag|>") || strstr(src, "\"parameters\": ")) return FT_TOOLS_LLAMA3;
+    return FT_TOOLS_NONE;
+}
+
+const struct ft_jg_calls_fmt *ft_tool_fmt_grammar(enum ft_tool_fmt f) {
+    switch (f) {
+    case FT_TOOLS_HERMES: return &k_g_hermes;
+    case FT_TOOLS_LLAMA3: return &k_g_llama3;
+    case FT_TOOLS_MISTRAL: return &k_g_mistral;
+    default: return NULL;
+    }
+}
+
+const char *const *ft_tool_fmt_markers(enum ft_tool_fmt f) {
+    return f >= 0 && f < FT_TOOLS_N ? k_fmts[f].markers : k_m_none;
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+static void put(struct ft_tool_parser *p, char **b, size_t *n, size_t *cap, const char *s,
+                size_t k) {
+    if (p->oom || !k) return;
+    if (*n + k + 1 > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < *n + k + 1) c *= 2;
+        char *q = realloc(*b, c);
+        if (!q) {
+            p->oom = 1;
+            return;
+        }
+        *b = q, *cap = c;
+    }
+    memcpy(*b + *n, s, k);
+    *n += k;
+    (*b)[*n] = 0;
+}
+
+static void emit(struct ft_tool_parser *p, const char *s, size_t k) {
+    put(p, &p->out, &p->n_out, &p->cap_out, s, k);
+    for (size_t i = 0; i < k && !p->seen_text; i++)
+        p->seen_text = s[i] != ' ' && s[i] != '\n' && s[i] != '\t' && s[i] != '\r';
+}
+
+static void add_call(struct ft_tool_parser *p, const char *name, json_t *args) {
+    if (p->n_calls == p->cap_calls) {
+        int c = p->cap_calls ? p->cap_calls * 2 : 4;
+        struct ft_tool_call *q = realloc(p->calls, (size_t)c * sizeof *q);
+        if (!q) {
+            p->oom = 1;
+            return;
+        }
+        p->calls = q, p->cap_calls = c;
+    }
+    char *a = json_dumps(args, JSON_COMPACT);
+    char *n = strdup(name);
+    if (!a || !n) {
+        free(a), free(n);
+        p->oom = 1;
+        return;
+    }
+    p->calls[p->n_calls++] = (struct ft_tool_call){n, a};
+}
+
+/* ---------------------------------------------------------------- body parsers */
+
+static const char *skip_ws(const char *s, const char *e) {
+    while (s < e && (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')) s++;
+    return s;
+}
+
+static const char *rskip_ws(const char *s, const char *e) {
+    while (e > s && (e[-1] == ' ' || e[-1] == '\n' || e[-1] == '\t' || e[-1] == '\r')) e--;
+    return e;
+}
+
+static const char *find(const char *s, const char *e, const char *needle) {
+    size_t k = strlen(needle);
+    for (; s + k <= e; s++)
+        if (!memcmp(s, needle, k)) return s;
+    return NULL;
+}
+
+/* The arguments of a JSON call object: an object, or a string holding one. */
+static json_t *call_args(json_t *o, const char *key) {
+    json_t *a = json_object_get(o, key);
+    if (!a) return json_object();
+    if (json_is_object(a)) return json_incref(a);
+    if (json_is_string(a)) {
+        json_t *v = json_loads(json_string_value(a), 0, NULL);
+        if (json_is_object(v)) return v;
+        json_decref(v);
+    }
+    return NULL;
+}
+
+/* {"name": ..., "arguments"|"parameters": ...} -> a call; 0 or -1. */
+static int json_call(struct ft_tool_parser *p, json_t *o) {
+    const char *name = json_string_value(json_object_get(o, "name"));
+    if (!json_is_object(o) || !name || !*name) return -1;
+    json_t *args = call_args(o, json_object_get(o, "arguments") ? "arguments" : "parameters");
+    if (!args) return -1;
+    add_call(p, name, args);
+    json_decref(args);
+    return 0;
+}
+
+/* Calls from a JSON object or a list of them. */
+static int json_calls(struct ft_tool_parser *p, const char *s, const char *e) {
+    json_error_t err;
+    json_t *v = json_loadb(s, (size_t)(e - s), 0, &err);
+    int rc = -1;
+    if (json_is_object(v)) rc = json_call(p, v);
+    else if (json_is_array(v) && json_array_size(v)) {
+        size_t i;
+        json_t *o;
+        rc = 0;
+        json_array_foreach(v, i, o) rc |= json_call(p, o);
+    }
+    json_decref(v);
+    return rc;
+}
+
+/* The JSON type the tool's schema gives parameter param of function fn ("" when unknown). */
+static const char *param_type(const json_t *tools, const char *fn, const char *param) {
+    size_t i;
+    json_t *t;
+    json_array_foreach((json_t *)tools, i, t) {
+        json_t *f = json_object_get(t, "function");
+        if (!f) f = t;
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (!name || strcmp(name, fn)) continue;
+        json_t *params = json_object_get(f, "parameters");
+        if (!params) params = json_object_get(f, "input_schema");
+        json_t *prop = json_object_get(json_object_get(params, "properties"), param);
+        json_t *ty = json_object_get(prop, "type");
+        if (json_is_string(ty)) return json_string_value(ty);
+        if (json_is_array(ty) && json_is_string(json_array_get(ty, 0)))
+            return json_string_value(json_array_get(ty, 0));
+        return "";
+    }
+    return "";
+}
+
+/* A parameter's text as JSON: a string for "string" (or unknown) properties; parsed for others
+ * when it parses. */
+static json_t *typed_value(const json_t *tools, const char *fn, const char *param, const char *s,
+                           size_t n) {
+    const char *ty = param_type(tools, fn, param);
+    if (*ty && strcmp(ty, "string")) {
+        json_t *v = json_loadb(s, n, JSON_DECODE_ANY, NULL);
+        if (v) return v;
+        if (!strcmp(ty, "boolean") && (n == 4 || n == 5)) /* Python-style True/False */
+            return json_boolean(!memcmp(s, "True", n) || !memcmp(s, "true", n));
+    }
+    return json_stringn(s, n);
+}
+
+static char *dupn(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) memcpy(d, s, n), d[n] = 0;
+    return d;
+}
+
+/* One leading and one trailing newline off (the XML formats put values on their own lines). */
+static void trim_nl(const char **s, const char **e) {
+    if (*s < *e && **s == '\n') (*s)++;
+    if (*e > *s && (*e)[-1] == '\n') (*e)--;
+}
+
+static int set_param(struct ft_tool_parser *p, json_t *args, const char *fn, const char *k,
+                     const char *ke, const char *v, const char *ve) {
+    char *key = dupn(k, (size_t)(ke - k));
+    if (!key) return -1;
+    json_object_set_new(args, key, typed_value(p->tools, fn, key, v, (size_t)(ve - v)));
+    free(key);
+    return 0;
+}
+
+/* <function=N>\n<parameter=P>\nV\n</parameter>...</function> */
+static int qwen3_coder_body(struct ft_tool_parser *p, const char *s, const char *e) {
+    const char *f = find(s, e, "<function=");
+    if (!f) return -1;
+    const char *ne = find(f, e, ">");
+    if (!ne) return -1;
+    char *fn = dupn(f + 10, (size_t)(ne - f - 10));
+    json_t *args = json_object();
+    int rc = fn && args ? 0 : -1;
+    const char *fend = find(ne, e, "</function>");
+    if (!fend) fend = e;
+    for (const char *q = ne; rc == 0 && (q = find(q, fend, "<parameter=")) != NULL;) {
+        const char *ke = find(q, fend, ">");
+        if (!ke) break;
+        const char *v = ke + 1, *ve = find(v, fend, "</parameter>");
+        const char *next = find(v, fend, "<parameter=");
+        if (!ve || (next && next < ve)) ve = next ? next : fend;
+        const char *vs = v;
+        trim_nl(&vs, &ve);
+        rc = set_param(p, args, fn, q + 11, ke, vs, ve);
+        q = ve;
+    }
+    if (rc == 0) add_call(p, fn, args);
+    free(fn);
+    json_decref(args);
+    return rc;
+}
+
+/* N\n<arg_key>P</arg_key>\n<arg_value>V</arg_value>... */
+static int glm_body(struct ft_tool_parser *p, const char *s, const char *e) {
+    s = skip_ws(s, e);
+    const char *ne = find(s, e, "<arg_key>");
+    const char *nend = rskip_ws(s, ne ? ne : e);
+    if (nend == s) return -1;
+    char *fn = dupn(s, (size_t)(nend - s));
+    json_t *args = json_object();
+    int rc = fn && args ? 0 : -1;
+    for (const char *q = ne; rc == 0 && q && (q = find(q, e, "<arg_key>")) != NULL;) {
+        const char *ke = find(q, e, "</arg_key>");
+        const char *v = ke ? find(ke, e, "<arg_value>") : NULL;
+        const char *ve = v ? find(v, e, "</arg_value>") : NULL;
+        if (!ve) {
+            rc = -1;
+            break;
+        }
+        rc = set_param(p, args, fn, q + 9, ke, v + 11, ve);
+        q = ve;
+    }
+    if (rc == 0) add_call(p, fn, args);
+    free(fn);
+    json_decref(args);
+    return rc;
+}
+
+/* <invoke name="N"><parameter name="P">V</parameter>...</invoke> ... */
+static int minimax_body(struct ft_tool_parser *p, const char *s, const char *e) {
+    int n = 0;
+    for (const char *q = s; (q = find(q, e, "<invoke name=\"")) != NULL; n++) {
+        const char *ne = find(q + 14, e, "\"");
+        const char *iend = ne ? find(ne, e, "</invoke>") : NULL;
+        if (!ne || !iend) return -1;
+        char *fn = dupn(q + 14, (size_t)(ne - q - 14));
+        json_t *args = json_object();
+        int rc = fn && args ? 0 : -1;
+        for (const char *r = ne; rc == 0 && (r = find(r, iend, "<parameter name=\"")) != NULL;) {
+            const char *ke = find(r + 17, iend, "\"");
+            const char *v = ke ? find(ke, iend, ">") : NULL;
+            const char *ve = v ? find(v, iend, "</parameter>") : NULL;
+            if (!ve) {
+                rc = -1;
+                break;
+            }
+            const char *vs = v + 1;
+            trim_nl(&vs, &ve);
+            rc = set_param(p, args, fn, r + 17, ke, vs, ve);
+            r = ve;
+        }
+        if (rc == 0) add_call(p, fn, args);
+        free(fn);
+        json_decref(args);
+        if (rc) return -1;
+        q = iend;
+    }
+    return n ? 0 : -1;
+}
+
+/* <｜tool▁call▁begin｜>[function<｜tool▁sep｜>]N[\n```json\n]ARGS[\n```]<｜tool▁call▁end｜> ... */
+static int deepseek_body(struct ft_tool_parser *p, const char *s, const char *e) {
+    int n = 0;
+    const size_t kb = strlen(DS_CALL_BEGIN), ks = strlen(DS_TOOL_SEP);
+    for (const char *q = s; (q = find(q, e, DS_CALL_BEGIN)) != NULL; n++) {
+        const char *b = q + kb, *ce = find(b, e, DS_CALL_END);
+        if (!ce) ce = e;
+        const char *sep = find(b, ce, DS_TOOL_SEP);
+        if (!sep) return -1;
+        const char *name = b, *name_end = sep, *a = sep + ks;
+        if (sep - b == 8 && !memcmp(b, "function", 8)) { /* V3: type, sep, name, fenced json */
+            name = a;
+            const char *nl = find(a, ce, "\n");
+            name_end = nl ? nl : ce;
+            a = name_end;
+        }
+        const char *fence = find(a, ce, "```json");
+        const char *ae = ce;
+        if (fence) {
+            a = fence + 7;
+            const char *close = find(a, ce, "```");
+            if (close) ae = close;
+        }
+        a = skip_ws(a, ae), ae = rskip_ws(a, ae);
+        char *fn = dupn(name, (size_t)(rskip_ws(name, name_end) - name));
+        json_t *args = json_loadb(a, (size_t)(ae - a), 0, NULL);
+        int ok = fn && *fn && json_is_object(args);
+        if (ok) add_call(p, fn, args);
+        free(fn);
+        json_decref(args);
+        if (!ok) return -1;
+        q = ce;
+    }
+    return n ? 0 : -1;
+}
+
+/* [{...}, ...] or {...}, or N[ARGS]{...}[TOOL_CALLS]N2[ARGS]{...} (v11 tokenizers) */
+static int mistral_body(struct ft_tool_parser *p, const char *s, const char *e) {
+    s = skip_ws(s, e), e = rskip_ws(s, e);
+    if (s < e && (*s == '[' || *s == '{')) return json_calls(p, s, e);
+    int n = 0;
+    for (const char *q = s; q < e; n++) {
+        const char *a = find(q, e, "[ARGS]");
+        if (!a) return -1;
+        const char *next = find(a, e, "[TOOL_CALLS]");
+        const char *ae = next ? next : e;
+        char *fn = dupn(q, (size_t)(a - q));
+        json_t *args = json_loadb(a + 6, (size_t)(ae - a - 6), 0, NULL);
+        int ok = fn && *fn && json_is_object(args);
+        if (ok) add_call(p, fn, args);
+        free(fn);
+        json_decref(args);
+        if (!ok) return -1;
+        q = next ? next + 12 : e;
+    }
+    return n ? 0 : -1;
+}
+
+/* {...}; {...} or a list */
+static int llama3_body(struct ft_tool_parser *p, const char *s, const char *e) {
+    s = skip_ws(s, e), e = rskip_ws(s, e);
+    if (s < e && *s == '[') return json_calls(p, s, e);
+    int n = 0;
+    while (s < e) {
+        json_error_t err;
+        json_t *v = json_loadb(s, (size_t)(e - s), JSON_DISABLE_EOF_CHECK, &err);
+        if (!v) return -1;
+        int rc = json_call(p, v);
+        json_decref(v);
+        if (rc) return -1;
+        n++;
+        s = skip_ws(s + err.position, e);
+        if (s < e && *s == ';') s = skip_ws(s + 1, e);
+    }
+    return n ? 0 : -1;
+}
+
+static int parse_body(struct ft_tool_parser *p, const char *s, const char *e) {
+    int n0 = p->n_calls, rc = -1;
+    switch (p->fmt) {
+    case FT_TOOLS_HERMES: {
+        const char *a = skip_ws(s, e), *b = rskip_ws(a, e);
+        rc = json_calls(p, a, b);
+        break;
+    }
+    case FT_TOOLS_QWEN3_CODER: rc = qwen3_coder_body(p, s, e); break;
+    case FT_TOOLS_LLAMA3: rc = llama3_body(p, s, e); break;
+    case FT_TOOLS_MISTRAL: rc = mistral_body(p, s, e); break;
+    case FT_TOOLS_DEEPSEEK: rc = deepseek_body(p, s, e); break;
+    case FT_TOOLS_GLM: rc = glm_body(p, s, e); break;
+    case FT_TOOLS_MINIMAX: rc = minimax_body(p, s, e); break;
+    default: break;
+    }
+    if (rc) { /* all or nothing: calls of a bad block are dropped, its text kept */
+        for (int i = n0; i < p->n_calls; i++) free(p->calls[i].name), free(p->calls[i].args);
+        p->n_calls = n0;
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------- streaming */
+
+void ft_tool_parser_init(struct ft_tool_parser *p, enum ft_tool_fmt fmt, const json_t *tools) {
+    memset(p, 0, sizeof *p);
+    p->fmt = fmt;
+    p->tools = tools;
+}
+
+void ft_tool_parser_free(struct ft_tool_parser *p) {
+    for (int i = 0; i < p->n_calls; i++) free(p->calls[i].name), free(p->calls[i].args);
+    free(p->calls);
+    free(p->hold);
+    free(p->out);
+    memset(p, 0, sizeof *p);
+}
+
+/* Length of the longest suffix of [s, s+n) that is a proper prefix of m. */
+static size_t partial(const char *s, size_t n, const char *m) {
+    size_t k = strlen(m);
+    for (size_t l = k - 1 < n ? k - 1 : n; l > 0; l--)
+        if (!memcmp(s + n - l, m, l)) return l;
+    return 0;
+}
+
+/* Drops the first k held bytes. */
+static void consume(struct ft_tool_parser *p, size_t k) {
+    memmove(p->hold, p->hold + k, p->n_hold - k);
+    p->n_hold -= k;
+}
+
+/* llama3 writes a bare JSON call as its whole reply: '{' before any other text opens a block */
+static int bare_json_start(const struct ft_tool_parser *p) {
+    if (p->fmt != FT_TOOLS_LLAMA3 || p->seen_text) return 0;
+    const char *s = skip_ws(p->hold, p->hold + p->n_hold);
+    return s < p->hold + p->n_hold && *s == '{';
+}
+
+static void scan(struct ft_tool_parser *p) {
+    const struct fmt_desc *d = &k_fmts[p->fmt];
+    while (!p->oom && p->n_hold) {
+        if (!p->in_block) {
+            if (bare_json_start(p)) {
+                p->in_block = 2; /* no marker to give back */
+                return;
+            }
+            if (p->fmt == FT_TOOLS_LLAMA3 && !p->seen_text &&
+                skip_ws(p->hold, p->hold + p->n_hold) == p->hold + p->n_hold)
+                return; /* only blanks so far: a bare call may follow */
+            const char *m = find(p->hold, p->hold + p->n_hold, d->start);
+            if (!m) {
+                size_t keep = partial(p->hold, p->n_hold, d->start);
+                emit(p, p->hold, p->n_hold - keep);
+                consume(p, p->n_hold - keep);
+                return;
+            }
+            emit(p, p->hold, (size_t)(m - p->hold));
+            consume(p, (size_t)(m - p->hold) + strlen(d->start));
+            p->in_block = 1;
+            continue;
+        }
+        if (!d->end) return; /* to the end of the text */
+        const char *m = find(p->hold, p->hold + p->n_hold, d->end);
+        if (!m) return;
+        if (parse_body(p, p->hold, m)) { /* not a call: give the block back as text */
+            emit(p, d->start, strlen(d->start));
+            emit(p, p->hold, (size_t)(m - p->hold) + strlen(d->end));
+        }
+        consume(p, (size_t)(m - p->hold) + strlen(d->end));
+        p->in_block = 0;
+    }
+}
+
+void ft_tool_parser_push(struct ft_tool_parser *p, const char *s, size_t n) {
+    if (p->fmt == FT_TOOLS_NONE) {
+        emit(p, s, n);
+        return;
+    }
+    put(p, &p->hold, &p->n_hold, &p->cap_hold, s, n);
+    scan(p);
+}
+
+void ft_tool_parser_finish(struct ft_tool_parser *p) {
+    if (p->in_block) {
+        const struct fmt_desc *d = &k_fmts[p->fmt];
+        if (parse_body(p, p->hold, p->hold + p->n_hold)) {
+            if (p->in_block == 1) emit(p, d->start, strlen(d->start));
+            emit(p, p->hold, p->n_hold);
+        }
+    } else {
+        emit(p, p->hold, p->n_hold);
+    }
+    p->n_hold = 0;
+    p->in_block = 0;
+}

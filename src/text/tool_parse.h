@@ -1,0 +1,76 @@
+/* tool_parse.h — model output -> tool calls, per family format:
+ *   hermes       <tool_call>{"name": N, "arguments": {...}}</tool_call> ...  (Qwen2.5, Qwen3)
+ *   qwen3_coder  <tool_call><function=N><parameter=P>value</parameter></function></tool_call>
+ *   llama3       {"name": N, "parameters": {...}} (the whole reply; ';' between calls), or
+ *                after <|python_tag|>
+ *   mistral      [TOOL_CALLS][{"name": N, "arguments": {...}}, ...]  or [TOOL_CALLS]N[ARGS]{...}
+ *   deepseek     <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```
+ *                <｜tool▁call▁end｜>...<｜tool▁calls▁end｜>  (V3; also V3.1's N<｜tool▁sep｜>{...})
+ *   glm          <tool_call>N\n<arg_key>P</arg_key>\n<arg_value>V</arg_value>...</tool_call> (GLM-4.5)
+ *   minimax      <minimax:tool_call><invoke name="N"><parameter name="P">V</parameter></invoke>
+ *                </minimax:tool_call>  (MiniMax-M2)
+ * Text outside the call blocks is content. Parameter values of the XML formats are typed by the
+ * tool's JSON schema (a "string" property stays a string; others are parsed as JSON when they
+ * can be). A block that does not parse is given back as content, never dropped.
+ * Streaming: push text as it comes; content is released at once except bytes that may begin a
+ * call marker; each call is reported once its block closes.
+ * Used by the server; one parser belongs to one request (one thread). */
+#ifndef FT_TEXT_TOOL_PARSE_H
+#define FT_TEXT_TOOL_PARSE_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "text/json_grammar.h"
+
+enum ft_tool_fmt {
+    FT_TOOLS_NONE,
+    FT_TOOLS_HERMES,
+    FT_TOOLS_QWEN3_CODER,
+    FT_TOOLS_LLAMA3,
+    FT_TOOLS_MISTRAL,
+    FT_TOOLS_DEEPSEEK,
+    FT_TOOLS_GLM,
+    FT_TOOLS_MINIMAX,
+    FT_TOOLS_N,
+};
+
+const char *ft_tool_fmt_name(enum ft_tool_fmt f);
+/* -1 for an unknown name */
+int ft_tool_fmt_from_name(const char *name);
+/* "hermes, qwen3_coder, llama3, mistral, deepseek, glm, minimax" */
+const char *ft_tool_fmt_names(void);
+/* The format a chat template writes, from its source text (tools markers); FT_TOOLS_NONE when
+ * it has no tool calls. */
+enum ft_tool_fmt ft_tool_fmt_detect(const char *template_src);
+/* How to force calls of this format with a JSON grammar; NULL for the XML formats. */
+const struct ft_jg_calls_fmt *ft_tool_fmt_grammar(enum ft_tool_fmt f);
+/* The special-token texts this format's markers use (NULL-terminated list). */
+const char *const *ft_tool_fmt_markers(enum ft_tool_fmt f);
+
+struct ft_tool_call {
+    char *name;
+    char *args; /* compact JSON object text */
+};
+
+struct ft_tool_parser {
+    enum ft_tool_fmt fmt;
+    const json_t *tools; /* the request's tools (for typing XML parameters); may be NULL */
+    int in_block, seen_text;
+    char *hold;          /* bytes held back: a possible marker start, or an open block */
+    size_t n_hold, cap_hold;
+    char *out;           /* content released by push/finish (the caller consumes, sets n_out 0) */
+    size_t n_out, cap_out;
+    struct ft_tool_call *calls; /* every call parsed so far */
+    int n_calls, cap_calls;
+    int oom;
+};
+
+void ft_tool_parser_init(struct ft_tool_parser *p, enum ft_tool_fmt fmt, const json_t *tools);
+void ft_tool_parser_push(struct ft_tool_parser *p, const char *s, size_t n);
+/* End of the text: an open block is parsed if it can be (else released as content). */
+void ft_tool_parser_finish(struct ft_tool_parser *p);
+void ft_tool_parser_free(struct ft_tool_parser *p);
+
+#endif

@@ -1,0 +1,171 @@
+/* test_tool_parse.c — tool-call parsers (text/tool_parse.h): each family's output format into
+ * (content, calls), the same when the text arrives one byte at a time, typed XML parameters,
+ * blocks that do not parse given back as content, format names and detection. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "test.h"
+#include "text/tool_parse.h"
+
+#define DS_BAR "\xef\xbd\x9c"
+#define DS_SEP "\xe2\x96\x81"
+
+static const char *k_tools =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+    "\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},"
+    "\"hot\":{\"type\":\"boolean\"}}}}}]";
+
+struct result {
+    char content[2048];
+    int n_calls;
+    char names[4][64], args[4][256];
+};
+
+/* Runs text through a parser in pieces of `step` bytes (0: all at once). */
+static void run(enum ft_tool_fmt fmt, const char *text, size_t step, struct result *r) {
+    json_t *tools = json_loads(k_tools, 0, NULL);
+    struct ft_tool_parser p;
+    ft_tool_parser_init(&p, fmt, tools);
+    memset(r, 0, sizeof *r);
+    size_t n = strlen(text), off = 0, used = 0;
+    while (off < n) {
+        size_t k = step && step < n - off ? step : n - off;
+        ft_tool_parser_push(&p, text + off, k);
+        off += k;
+        memcpy(r->content + used, p.out, p.n_out);
+        used += p.n_out;
+        p.n_out = 0;
+    }
+    ft_tool_parser_finish(&p);
+    memcpy(r->content + used, p.out, p.n_out);
+    used += p.n_out;
+    r->content[used] = 0;
+    r->n_calls = p.n_calls;
+    for (int i = 0; i < p.n_calls && i < 4; i++) {
+        snprintf(r->names[i], sizeof r->names[i], "%s", p.calls[i].name);
+        snprintf(r->args[i], sizeof r->args[i], "%s", p.calls[i].args);
+    }
+    EXPECT(!p.oom);
+    ft_tool_parser_free(&p);
+    json_decref(tools);
+}
+
+/* One-shot and byte-by-byte give the same content and calls. */
+static void expect_parse(enum ft_tool_fmt fmt, const char *text, const char *content, int n_calls,
+                         const char *name0, const char *args0, const char *name1,
+                         const char *args1) {
+    struct result a, b;
+    run(fmt, text, 0, &a);
+    run(fmt, text, 1, &b);
+    CHECK_(!strcmp(a.content, content), "%s: content \"%s\" (want \"%s\")", ft_tool_fmt_name(fmt),
+           a.content, content);
+    EXPECT_STREQ(b.content, a.content);
+    CHECK_(a.n_calls == n_calls, "%s: %d calls (want %d)", ft_tool_fmt_name(fmt), a.n_calls, n_calls);
+    EXPECT_EQ(b.n_calls, a.n_calls);
+    if (n_calls > 0 && a.n_calls > 0) {
+        EXPECT_STREQ(a.names[0], name0);
+        EXPECT_STREQ(a.args[0], args0);
+        EXPECT_STREQ(b.args[0], args0);
+    }
+    if (n_calls > 1 && a.n_calls > 1) {
+        EXPECT_STREQ(a.names[1], name1);
+        EXPECT_STREQ(a.args[1], args1);
+    }
+}
+
+TEST(hermes) {
+    expect_parse(FT_TOOLS_HERMES,
+                 "I'll check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                 "\"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": "
+                 "\"{\\\"tz\\\": \\\"UTC\\\"}\"}\n</tool_call>",
+                 "I'll check.\n\n", 2, "get_weather", "{\"city\":\"Paris\"}", "get_time",
+                 "{\"tz\":\"UTC\"}");
+    expect_parse(FT_TOOLS_HERMES, "no calls, just < and <tool text", "no calls, just < and <tool text",
+                 0, NULL, NULL, NULL, NULL);
+    /* a block that is not a call comes back as content */
+    expect_parse(FT_TOOLS_HERMES, "a<tool_call>not json</tool_call>b",
+                 "a<tool_call>not json</tool_call>b", 0, NULL, NULL, NULL, NULL);
+    /* an unclosed block at the end is parsed if it can be */
+    expect_parse(FT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n", "", 1, "f",
+                 "{}", NULL, NULL);
+    expect_parse(FT_TOOLS_HERMES, "<tool_call>\n{\"name\": \"f\", \"argu", "<tool_call>\n{\"name\": \"f\", \"argu",
+                 0, NULL, NULL, NULL, NULL);
+}
+
+TEST(qwen3_coder_typed_parameters) {
+    expect_parse(FT_TOOLS_QWEN3_CODER,
+                 "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
+                 "<parameter=days>\n3\n</parameter>\n<parameter=hot>\ntrue\n</parameter>\n"
+                 "</function>\n</tool_call>",
+                 "", 1, "get_weather", "{\"city\":\"New York\",\"days\":3,\"hot\":true}", NULL,
+                 NULL);
+    /* a string property keeps digits as text */
+    expect_parse(FT_TOOLS_QWEN3_CODER,
+                 "<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n"
+                 "</function>\n</tool_call>", "", 1, "get_weather", "{\"city\":\"42\"}", NULL, NULL);
+}
+
+TEST(llama3_json) {
+    expect_parse(FT_TOOLS_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
+                 "", 1, "get_weather", "{\"city\":\"Oslo\"}", NULL, NULL);
+    expect_parse(FT_TOOLS_LLAMA3,
+                 "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", "
+                 "\"parameters\": {\"x\": 1}}", "", 2, "a", "{}", "b", "{\"x\":1}");
+    expect_parse(FT_TOOLS_LLAMA3, "The answer is {not a call}", "The answer is {not a call}", 0,
+                 NULL, NULL, NULL, NULL);
+    expect_parse(FT_TOOLS_LLAMA3, "{\"x\": 1}", "{\"x\": 1}", 0, NULL, NULL, NULL, NULL);
+}
+
+TEST(mistral) {
+    expect_parse(FT_TOOLS_MISTRAL,
+                 "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, "
+                 "{\"name\": \"get_time\", \"arguments\": {}}]",
+                 "", 2, "get_weather", "{\"city\":\"Rome\"}", "get_time", "{}");
+    expect_parse(FT_TOOLS_MISTRAL, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Rome\"}", "", 1,
+                 "get_weather", "{\"city\":\"Rome\"}", NULL, NULL);
+}
+
+TEST(deepseek) {
+    expect_parse(FT_TOOLS_DEEPSEEK,
+                 "Sure.<" DS_BAR "tool" DS_SEP "calls" DS_SEP "begin" DS_BAR "><" DS_BAR "tool" DS_SEP
+                 "call" DS_SEP "begin" DS_BAR ">function<" DS_BAR "tool" DS_SEP "sep" DS_BAR
+                 ">get_weather\n```json\n{\"city\": \"Lima\"}\n```<" DS_BAR "tool" DS_SEP "call" DS_SEP
+                 "end" DS_BAR "><" DS_BAR "tool" DS_SEP "calls" DS_SEP "end" DS_BAR ">",
+                 "Sure.", 1, "get_weather", "{\"city\":\"Lima\"}", NULL, NULL);
+    expect_parse(FT_TOOLS_DEEPSEEK,
+                 "<" DS_BAR "tool" DS_SEP "calls" DS_SEP "begin" DS_BAR "><" DS_BAR "tool" DS_SEP
+                 "call" DS_SEP "begin" DS_BAR ">get_time<" DS_BAR "tool" DS_SEP "sep" DS_BAR
+                 ">{}<" DS_BAR "tool" DS_SEP "call" DS_SEP "end" DS_BAR "><" DS_BAR "tool" DS_SEP
+                 "calls" DS_SEP "end" DS_BAR ">", "", 1, "get_time", "{}", NULL, NULL);
+}
+
+TEST(glm_and_minimax) {
+    expect_parse(FT_TOOLS_GLM,
+                 "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Bern</arg_value>\n"
+                 "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
+                 "", 1, "get_weather", "{\"city\":\"Bern\",\"days\":2}", NULL, NULL);
+    expect_parse(FT_TOOLS_MINIMAX,
+                 "ok<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">"
+                 "Kyiv</parameter>\n</invoke>\n<invoke name=\"get_time\">\n</invoke>\n"
+                 "</minimax:tool_call>",
+                 "ok", 2, "get_weather", "{\"city\":\"Kyiv\"}", "get_time", "{}");
+}
+
+TEST(names_and_detection) {
+    for (int f = 0; f < FT_TOOLS_N; f++) EXPECT_EQ(ft_tool_fmt_from_name(ft_tool_fmt_name(f)), f);
+    EXPECT_EQ(ft_tool_fmt_from_name("bogus"), -1);
+    EXPECT_CONTAINS(ft_tool_fmt_names(), "hermes");
+    EXPECT_EQ(ft_tool_fmt_detect("{{ '<tool_call>' }}"), FT_TOOLS_HERMES);
+    EXPECT_EQ(ft_tool_fmt_detect("<tool_call><function=x><parameter=y>"), FT_TOOLS_QWEN3_CODER);
+    EXPECT_EQ(ft_tool_fmt_detect("<tool_call>{{ name }}<arg_key>"), FT_TOOLS_GLM);
+    EXPECT_EQ(ft_tool_fmt_detect("<minimax:tool_call>"), FT_TOOLS_MINIMAX);
+    EXPECT_EQ(ft_tool_fmt_detect("[TOOL_CALLS]"), FT_TOOLS_MISTRAL);
+    EXPECT_EQ(ft_tool_fmt_detect("no tools here"), FT_TOOLS_NONE);
+    EXPECT_EQ(ft_tool_fmt_detect(NULL), FT_TOOLS_NONE);
+    EXPECT(ft_tool_fmt_grammar(FT_TOOLS_HERMES) != NULL);
+    EXPECT(ft_tool_fmt_grammar(FT_TOOLS_GLM) == NULL);
+}
+
+TEST_MAIN("tool_parse")
