@@ -520,6 +520,9 @@ static enum ft_status state_slots(struct ft_engine *e, const struct ft_seg *segs
         if (s < 0 && segs[i].pos0 > 0)
             return ft_fail(FT_ERR_INVALID_ARG, "forward: a sequence at position %d has no recurrent "
                            "state (hybrid models continue only the tokens they last ran)", segs[i].pos0);
+        if (s < 0 && free_s < 0 && e->gpu)
+            return ft_fail(FT_ERR_INVALID_ARG, "forward: more than %d sequences with recurrent state "
+                           "at once (the GPU holds that many; fewer running requests)", e->n_st);
         if (s < 0 && free_s < 0) { /* one more slot */
             float *st = realloc(e->st, (size_t)(e->n_st + 1) * e->st_floats * sizeof(float));
             if (st) e->st = st;
@@ -531,7 +534,8 @@ static enum ft_status state_slots(struct ft_engine *e, const struct ft_seg *segs
             free_s = e->n_st++;
         }
         if (s < 0) s = free_s, e->st_key[s] = key;
-        if (segs[i].pos0 == 0) memset(e->st + (size_t)s * e->st_floats, 0, e->st_floats * sizeof(float));
+        if (segs[i].pos0 == 0 && !e->gpu) /* the GPU zeroes its own */
+            memset(e->st + (size_t)s * e->st_floats, 0, e->st_floats * sizeof(float));
         e->seg_slot[i] = s;
     }
     return FT_OK;
@@ -643,8 +647,10 @@ static enum ft_status forward_rows(struct ft_engine *e, const struct ft_seg *seg
                             : ft_argmax(l + (size_t)r * V, V);
         return st;
     }
+    if (e->m->n_gdn && (st = state_slots(e, segs, n_segs)) != FT_OK) return st;
     double distinct = 0;
-    st = ft_gpu_forward(e->gpu, segs, n_segs, logits, top1, draws, &distinct);
+    st = ft_gpu_forward(e->gpu, segs, n_segs, e->m->n_gdn ? e->seg_slot : NULL, logits, top1, draws,
+                        &distinct);
     if (st == FT_OK && e->m->n_experts) {
         e->distinct_sum += distinct;
         e->distinct_n++;
@@ -769,6 +775,13 @@ static uint64_t resident_bytes(const struct ft_model *m) {
     return b + kv;
 }
 
+/* Sequences whose recurrent state the GPU holds: as many as the KV cache holds full contexts
+ * (the scheduler's running requests), at least 4, at most a step's sequences. */
+static int gpu_state_slots(const struct ft_engine *e) {
+    const int full = e->n_blocks * FT_KV_BLOCK / FT_MAX(e->opts.max_ctx, 1) + 1;
+    return FT_MIN(FT_MAX(full, 4), ft_engine_max_seqs(e));
+}
+
 /* The GPU backend for opts->backend cuda or offload: --backend auto picks offload (hybrid) for
  * a MoE model that does not fit the VRAM budget resident, and refuses a dense one; offload on a
  * model without experts runs it resident. Says so in one line. */
@@ -798,14 +811,12 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                               struct ft_pool *pool, const struct ft_engine_opts *opts) {
     *out = NULL;
     int gpu = opts->backend == FT_BACKEND_CUDA || opts->backend == FT_BACKEND_OFFLOAD;
-    if (gpu && (m->arch->flags & (FT_ARCH_GEMMA | FT_ARCH_HYBRID | FT_ARCH_MLA | FT_ARCH_SIGMOID_ROUTER))) {
-        /* CPU-only archs */
+    if (gpu && (m->arch->flags & (FT_ARCH_GEMMA | FT_ARCH_MLA))) { /* CPU-only archs */
         if (!opts->backend_auto)
             return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it "
                            "yet (%s); use --backend cpu", m->arch->name,
-                           (m->arch->flags & FT_ARCH_GEMMA)    ? "Gemma 3: extra norms, local RoPE"
-                           : (m->arch->flags & FT_ARCH_HYBRID) ? "Gated DeltaNet layers, gated attention"
-                                                               : "latent attention, sigmoid router");
+                           (m->arch->flags & FT_ARCH_GEMMA) ? "Gemma 3: extra norms, local RoPE"
+                                                            : "latent attention (MLA)");
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
     }
@@ -945,8 +956,13 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                                  .pin_budget = e->opts.pin_budget,
                                  .cpu_layers = e->opts.cpu_layers,
                                  .cpu_act_fast = e->opts.cpu_act_fast,
-                                 .cpu_threads = e->opts.moe_cpu_threads};
-        st = ft_gpu_init(&e->gpu, m, &go);
+                                 .cpu_threads = e->opts.moe_cpu_threads,
+                                 .state_slots = n_gdn ? gpu_state_slots(e) : 0};
+        if (n_gdn && !(e->st_key = malloc((size_t)go.state_slots * sizeof *e->st_key)))
+            st = ft_fail(FT_ERR_OOM, "engine: out of memory");
+        for (int q = 0; st == FT_OK && q < go.state_slots; q++) e->st_key[q] = -1;
+        e->n_st = go.state_slots; /* fixed: the device holds the states */
+        if (st == FT_OK) st = ft_gpu_init(&e->gpu, m, &go);
     }
     if (st != FT_OK) {
         ft_engine_free(e);

@@ -42,6 +42,15 @@ struct gpu_layer {
      * the clamped SwiGLU (act_limit > 0); NULL / 0 otherwise */
     float *sinks, *router_b, *gu_b, *dn_b;
     float act_limit, act_alpha;
+    /* Qwen3.5 gated attention: wgate [q_dim, H], each head's gate rows (the q rows in wqkv) */
+    uint16_t *wgate;
+    int qk_norm_all;                  /* q_norm / k_norm over all heads at once (MiniMax-M2) */
+    float *score_bias;                /* sigmoid router: the selection-only bias [E] or NULL */
+    /* Gated DeltaNet layer (gdn): wgdn [Cc + Dv + 2 Hv, H] = qkv, z, b, a rows; gdn_out [H, Dv] */
+    int gdn, gl, kv;                  /* gl: its index among the DeltaNet layers; kv: this
+                                         layer's in the KV cache (-1: none) */
+    uint16_t *wgdn, *gdn_out;
+    float *gdn_conv, *gdn_A, *gdn_dt, *gdn_norm;
 };
 
 struct ft_gpu {
@@ -53,13 +62,20 @@ struct ft_gpu {
     struct gpu_layer *L;
     uint16_t *embed, *lm_head;
     float *final_norm, *inv_freq;
-    float *k_cache, *v_cache;          /* [L, n_blocks*16, kv_dim] */
+    float *k_cache, *v_cache;          /* [attention layers, n_blocks*16, kv_dim] */
+    int n_kv_layers;
+    /* Gated DeltaNet: the projections of a step [C, gdn_ld] (q k v | z | b | a), the recurrent
+     * state of n_slots sequences [n_slots, st_floats] (engine/forward.c's layout) */
+    float *gp, *gate, *d_state;
+    int gdn_ld, n_slots, seg_grid; /* seg_grid: segments the DeltaNet kernels launch for */
+    size_t st_floats;
     int max_blocks, kv_dim, q_dim, max_i, C, logit_rows;
     /* step inputs: ids, positions, token->sequence, logit rows and block tables are views of
      * one pinned block (h_in) and one device block (d_in), sent with one copy a step */
     int32_t *d_in, *h_in;
     int32_t *d_ids, *d_pos, *d_tok_seq, *d_tables, *d_rows, *d_topk_all, *d_att_tiles;
     int32_t *h_ids, *h_pos, *h_tok_seq, *h_tables, *h_rows, *h_topk_all, *h_att_tiles; /* pinned */
+    int32_t *d_seg_t0, *d_seg_slot, *h_seg_t0, *h_seg_slot; /* segments' first tokens, state slots */
     int32_t *d_top1, *h_top1;          /* greedy ids per logit row (ft_gpu_forward's top1) */
     struct ft_draw *d_draw, *h_draw;   /* [logit_rows] ft_gpu_forward's draws */
     int n_att_tiles; /* prefill attention's query tiles this step */
@@ -213,6 +229,58 @@ static void *up_bank(struct ft_gpu *g, const struct ft_bank *b, enum ft_status *
     return d;
 }
 
+/* Rows [r0, r0 + n) of w, as a weight of its own. */
+static struct ft_weight rows_of(const struct ft_weight *w, int r0, int n) {
+    return (struct ft_weight){(const uint8_t *)w->data + (size_t)r0 * ft_dtype_row_bytes(w->dtype, w->cols),
+                              w->dtype, n, w->cols};
+}
+
+/* An attention layer: q, k, v rows stacked (Qwen3.5's per-head [q | gate] rows of wq split
+ * into the q rows there and the gate rows in wgate), its norms and biases. */
+static void upload_attention(struct ft_gpu *g, const struct ft_layer *hl, struct gpu_layer *L,
+                             enum ft_status *st) {
+    const struct ft_model *m = g->m;
+    const int qd = g->q_dim, kd = g->kv_dim, hd = m->head_dim, nh = m->n_heads;
+    L->qk_norm_all = hl->qk_norm_all;
+    L->q_norm = up_f(g, hl->q_norm, hl->qk_norm_all ? qd : hd, st);
+    L->k_norm = up_f(g, hl->k_norm, hl->qk_norm_all ? kd : hd, st);
+    L->bq = up_f(g, hl->bq, qd, st);
+    L->bk = up_f(g, hl->bk, kd, st);
+    L->bv = up_f(g, hl->bv, kd, st);
+    L->bo = up_f(g, hl->bo, m->hidden, st);
+    L->sinks = up_f(g, hl->sinks, (size_t)nh, st);
+    L->wo = up_w(g, &hl->wo, st);
+    if (!hl->attn_gate) {
+        const struct ft_weight *qkv[3] = {&hl->wq, &hl->wk, &hl->wv};
+        L->wqkv = up_cat(g, qkv, 3, st);
+        return;
+    }
+    struct ft_weight part[2 * nh + 2];
+    const struct ft_weight *ws[nh + 2], *gs[nh];
+    for (int h = 0; h < nh; h++) {
+        part[h] = rows_of(&hl->wq, 2 * h * hd, hd), ws[h] = &part[h];
+        part[nh + h] = rows_of(&hl->wq, (2 * h + 1) * hd, hd), gs[h] = &part[nh + h];
+    }
+    ws[nh] = &hl->wk, ws[nh + 1] = &hl->wv;
+    L->wqkv = up_cat(g, ws, nh + 2, st);
+    L->wgate = up_cat(g, gs, nh, st);
+}
+
+/* A Gated DeltaNet layer: its four input projections stacked, the conv, decay and norm. */
+static void upload_gdn(struct ft_gpu *g, const struct ft_layer *hl, struct gpu_layer *L,
+                       enum ft_status *st) {
+    const struct ft_model *m = g->m;
+    const size_t Cc = 2 * (size_t)m->gdn_hk * m->gdn_dk + (size_t)m->gdn_hv * m->gdn_dv;
+    const struct ft_weight *ws[4] = {&hl->gdn_qkv, &hl->gdn_z, &hl->gdn_b, &hl->gdn_a};
+    L->gdn = 1;
+    L->wgdn = up_cat(g, ws, 4, st);
+    L->gdn_out = up_w(g, &hl->gdn_out, st);
+    L->gdn_conv = up_f(g, hl->gdn_conv, Cc * m->gdn_kernel, st);
+    L->gdn_A = up_f(g, hl->gdn_A, (size_t)m->gdn_hv, st);
+    L->gdn_dt = up_f(g, hl->gdn_dt, (size_t)m->gdn_hv, st);
+    L->gdn_norm = up_f(g, hl->gdn_norm, (size_t)m->gdn_dv, st);
+}
+
 static enum ft_status upload(struct ft_gpu *g) {
     const struct ft_model *m = g->m;
     enum ft_status st = FT_OK;
@@ -221,22 +289,16 @@ static enum ft_status upload(struct ft_gpu *g) {
     g->lm_head = m->lm_head.data == m->embed.data ? g->embed : up_w(g, &m->lm_head, &st);
     g->final_norm = up_f(g, m->final_norm, H, &st);
     g->inv_freq = up_f(g, m->inv_freq, m->rot_dim / 2, &st);
+    int n_gdn = 0;
     for (int l = 0; l < m->n_layers && st == FT_OK; l++) {
         const struct ft_layer *hl = &m->layers[l];
         struct gpu_layer *L = &g->L[l];
-        int qd = g->q_dim, kd = g->kv_dim;
         L->attn_norm = up_f(g, hl->attn_norm, H, &st);
         L->ffn_norm = up_f(g, hl->ffn_norm, H, &st);
-        L->q_norm = up_f(g, hl->q_norm, m->head_dim, &st);
-        L->k_norm = up_f(g, hl->k_norm, m->head_dim, &st);
-        L->bq = up_f(g, hl->bq, qd, &st);
-        L->bk = up_f(g, hl->bk, kd, &st);
-        L->bv = up_f(g, hl->bv, kd, &st);
-        L->bo = up_f(g, hl->bo, H, &st);
-        L->sinks = up_f(g, hl->sinks, (size_t)m->n_heads, &st);
-        const struct ft_weight *qkv[3] = {&hl->wq, &hl->wk, &hl->wv};
-        L->wqkv = up_cat(g, qkv, 3, &st);
-        L->wo = up_w(g, &hl->wo, &st);
+        L->kv = hl->gdn ? -1 : g->n_kv_layers++;
+        L->gl = hl->gdn ? n_gdn++ : -1;
+        if (hl->gdn) upload_gdn(g, hl, L, &st);
+        else upload_attention(g, hl, L, &st);
         L->window = hl->window;
         L->is_moe = hl->is_moe;
         if (!hl->is_moe) {
@@ -248,6 +310,7 @@ static enum ft_status upload(struct ft_gpu *g) {
         }
         L->router = up_w(g, &hl->router, &st);
         L->router_b = up_f(g, hl->router_bias, (size_t)m->n_experts, &st);
+        L->score_bias = up_f(g, hl->router_score_bias, (size_t)m->n_experts, &st);
         L->gu_b = up_f(g, hl->act.gu_bias, (size_t)m->n_experts * 2 * m->expert_inter, &st);
         L->dn_b = up_f(g, hl->act.down_bias, (size_t)m->n_experts * H, &st);
         L->act_limit = hl->act.limit, L->act_alpha = hl->act.alpha;
@@ -274,24 +337,47 @@ static enum ft_status upload(struct ft_gpu *g) {
     return st;
 }
 
+/* Segments a step may have (decode-sized steps launch for MAX_GRAPH_T of them) */
+static size_t seg_cap(const struct ft_gpu *g) {
+    return (size_t)(g->o.max_seqs > MAX_GRAPH_T ? g->o.max_seqs : MAX_GRAPH_T);
+}
+
+/* The step inputs' words before the block tables: ids, positions, token -> sequence and logit
+ * rows (C each), then the segments' first tokens (seg_cap + 1) and state slots (seg_cap). */
+static size_t in_table_offset(const struct ft_gpu *g) {
+    return 4 * (size_t)g->C + 2 * seg_cap(g) + 1;
+}
+
 static enum ft_status alloc_scratch(struct ft_gpu *g) {
     const struct ft_model *m = g->m;
     enum ft_status st = FT_OK;
     size_t C = (size_t)g->C, H = m->hidden, k = m->top_k > 0 ? m->top_k : 1, E = m->n_experts;
     size_t I = m->expert_inter, R = C * k, V = m->vocab, mi = (size_t)g->max_i;
-    size_t kv = (size_t)m->n_layers * g->o.n_blocks * FT_KV_BLOCK * g->kv_dim;
+    size_t kv = (size_t)g->n_kv_layers * g->o.n_blocks * FT_KV_BLOCK * g->kv_dim;
+    const size_t Dv = (size_t)m->gdn_hv * m->gdn_dv;
     size_t aw = (size_t)(g->q_dim > (int)H ? g->q_dim : (int)H);
-    g->k_cache = dalloc(g, kv * 4, &st);
-    g->v_cache = dalloc(g, kv * 4, &st);
-    const size_t in_words = 4 * C + (size_t)g->o.max_seqs * g->max_blocks;
+    if (aw < Dv) aw = Dv;
+    g->k_cache = dalloc(g, (kv ? kv : 1) * 4, &st);
+    g->v_cache = dalloc(g, (kv ? kv : 1) * 4, &st);
+    const size_t S = seg_cap(g), in_words = in_table_offset(g) + (size_t)g->o.max_seqs * g->max_blocks;
     g->d_in = dalloc(g, in_words * 4, &st);
     g->h_in = halloc(in_words * 4, &st);
     if (st == FT_OK) {
         g->d_ids = g->d_in, g->d_pos = g->d_in + C, g->d_tok_seq = g->d_in + 2 * C;
-        g->d_rows = g->d_in + 3 * C, g->d_tables = g->d_in + 4 * C;
+        g->d_rows = g->d_in + 3 * C, g->d_seg_t0 = g->d_in + 4 * C, g->d_seg_slot = g->d_seg_t0 + S + 1;
+        g->d_tables = g->d_in + in_table_offset(g);
         g->h_ids = g->h_in, g->h_pos = g->h_in + C, g->h_tok_seq = g->h_in + 2 * C;
-        g->h_rows = g->h_in + 3 * C, g->h_tables = g->h_in + 4 * C;
+        g->h_rows = g->h_in + 3 * C, g->h_seg_t0 = g->h_in + 4 * C, g->h_seg_slot = g->h_seg_t0 + S + 1;
+        g->h_tables = g->h_in + in_table_offset(g);
     }
+    if (m->n_gdn) { /* the DeltaNet layers' projections and the sequences' recurrent state */
+        g->gdn_ld = (int)(2 * (size_t)m->gdn_hk * m->gdn_dk + 2 * Dv + 2 * (size_t)m->gdn_hv);
+        g->gp = dalloc(g, C * g->gdn_ld * 4, &st);
+        g->st_floats = ft_model_state_bytes(m) / sizeof(float);
+        g->d_state = dalloc(g, (size_t)g->n_slots * g->st_floats * 4, &st);
+    }
+    for (int l = 0; l < m->n_layers && !g->gate; l++)
+        if (m->layers[l].attn_gate) g->gate = dalloc(g, C * g->q_dim * 4, &st);
     size_t n_tiles = C / FT_CUDA_ATT_TILE + (size_t)g->o.max_seqs + 1;
     g->d_att_tiles = dalloc(g, n_tiles * 2 * 4, &st);
     g->h_att_tiles = halloc(n_tiles * 2 * 4, &st);
@@ -492,7 +578,10 @@ static enum ft_status moe_prefill(struct ft_gpu *g, const struct gpu_layer *L, i
 
 static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
     const struct ft_model *m = g->m;
-    if (g->o.routing == FT_ROUTING_MODEL)
+    if (g->o.routing == FT_ROUTING_MODEL && m->router_sigmoid)
+        ft_cuda_router_sigmoid(g->router, g->L[l].score_bias, T, m->n_experts, m->top_k, m->n_group,
+                               m->topk_group, m->norm_topk, m->routed_scale, ids, g->topw, g->s);
+    else if (g->o.routing == FT_ROUTING_MODEL)
         ft_cuda_router_topk(g->router, T, m->n_experts, m->top_k, m->norm_topk, ids, g->topw, g->s);
     else
         ft_cuda_synthetic_route(ids, g->topw, g->router, T, m->n_experts, m->top_k, g->o.seed,
@@ -566,6 +655,18 @@ static void issue_hook(void *ctx) {
     h->st = offload_experts(h->g, h->L, h->l, h->T, h->eids);
 }
 
+/* y += the shared expert's output in sh: gated by sigmoid(xn . sh_score) (Qwen2-MoE, Qwen3.5),
+ * or plain (DeepSeek, GLM). */
+static void shared_join(struct ft_gpu *g, const struct gpu_layer *L, float *y, int T) {
+    const int H = g->m->hidden;
+    if (!L->sh_score) {
+        ft_cuda_add(y, g->sh, (size_t)T * H, g->s);
+        return;
+    }
+    ft_cuda_gemv(g->score, 1, g->xn, L->sh_score, NULL, T, 1, H, g->s);
+    ft_cuda_sigmoid_scale_add(y, g->sh, g->score, T, H, g->s);
+}
+
 /* The end of MoE layer l's decode step: the CPU's share of its experts joins x (cpu/hybrid:
  * always, from zeros when the CPU had none, so that a span graph holds one shape), then the
  * shared expert. */
@@ -587,10 +688,120 @@ static void moe_tail(struct ft_gpu *g, int l, int T) {
         ft_cuda_gemv(g->gu, 2 * Is, g->xn, L->sh_gu, NULL, T, 2 * Is, H, s);
         ft_cuda_silu_mul(g->act, g->gu, T, Is, s);
         ft_cuda_gemv(g->sh, H, g->act, L->sh_down, NULL, T, H, Is, s);
-        ft_cuda_gemv(g->score, 1, g->xn, L->sh_score, NULL, T, 1, H, s);
-        ft_cuda_sigmoid_scale_add(g->x, g->sh, g->score, T, H, s); /* x += shared expert */
+        shared_join(g, L, g->x, T); /* x += shared expert */
         prof_mark(g, FT_OP_SHARED);
     }
+}
+
+/* The norm of q and k (per head, or over all heads at once: MiniMax-M2), RoPE, and k and v
+ * into layer L's part of the paged cache. */
+static void rope_kv(struct ft_gpu *g, const struct gpu_layer *L, int T) {
+    const struct ft_model *m = g->m;
+    const int kd = g->kv_dim;
+    cudaStream_t s = g->s;
+    if (L->qk_norm_all) {
+        ft_cuda_rmsnorm(g->q, NULL, g->q, L->q_norm, T, g->q_dim, m->rms_eps, s);
+        ft_cuda_rmsnorm(g->k, NULL, g->k, L->k_norm, T, kd, m->rms_eps, s);
+    }
+    const size_t off = (size_t)L->kv * g->o.n_blocks * FT_KV_BLOCK * kd;
+    ft_cuda_qk_rope_kv(g->q, g->k, g->v, g->k_cache + off, g->v_cache + off,
+                       L->qk_norm_all ? NULL : L->q_norm, L->qk_norm_all ? NULL : L->k_norm,
+                       m->rms_eps, g->d_pos, g->inv_freq, m->rope_mscale, g->d_tok_seq, g->d_tables,
+                       g->max_blocks, FT_KV_BLOCK, T, m->n_heads, m->n_kv_heads, m->head_dim,
+                       m->rot_dim, s);
+    prof_mark(g, FT_OP_ROPE_KV);
+}
+
+static size_t kv_layer_off(const struct ft_gpu *g, const struct gpu_layer *L) {
+    return (size_t)L->kv * g->o.n_blocks * FT_KV_BLOCK * g->kv_dim;
+}
+
+/* A decode step's attention block: x += o_proj(attention(norm(x))), the norm fused into the
+ * QKV GEMV (which also leaves the normalised rows in xn for a gate projection). */
+static void attention_decode(struct ft_gpu *g, const struct gpu_layer *L, int T) {
+    const struct ft_model *m = g->m;
+    const int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim;
+    cudaStream_t s = g->s;
+    struct ft_cuda_gemv_args qkv = {{g->q, g->k, g->v}, qd, kd, qd, {L->bq, L->bk, L->bv}, g->x,
+                                    L->wqkv, L->attn_norm, m->rms_eps, L->wgate ? g->xn : NULL, 0,
+                                    T, qd + 2 * kd, H};
+    ft_cuda_gemv_ex(&qkv, s);
+    if (L->wgate) ft_cuda_gemv(g->gate, qd, g->xn, L->wgate, NULL, T, qd, H, s);
+    prof_mark(g, FT_OP_QKV);
+    rope_kv(g, L, T);
+    const size_t off = kv_layer_off(g, L);
+    ft_cuda_attention(g->att, g->att_part, g->q, g->k_cache + off, g->v_cache + off, g->d_pos,
+                      g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, m->n_heads,
+                      m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window, L->sinks, g->o.max_ctx,
+                      g->att_split_small, s);
+    if (L->wgate) ft_cuda_mul_sigmoid(g->att, g->gate, (size_t)T * qd, s);
+    prof_mark(g, FT_OP_ATTN);
+    struct ft_cuda_gemv_args o = {{g->x, NULL, NULL}, H, 0, H, {L->bo, NULL, NULL}, g->att, L->wo,
+                                  NULL, 0.0f, NULL, 1, T, H, qd};
+    ft_cuda_gemv_ex(&o, s); /* x += o_proj(att) */
+    prof_mark(g, FT_OP_OPROJ);
+}
+
+/* A Gated DeltaNet layer (the CPU's gdn() in engine/forward.c): decode-sized steps from the
+ * residual x with the norm fused into the projection GEMV and the output added to x; prefill
+ * from xn / xn16 into y. Each segment's conv window and S advance through its tokens. */
+static enum ft_status gdn_block(struct ft_gpu *g, const struct gpu_layer *L, int T) {
+    const struct ft_model *m = g->m;
+    const int H = m->hidden, hv = m->gdn_hv, dv = m->gdn_dv, Dv = hv * dv, N = g->gdn_ld;
+    const int Cc = 2 * m->gdn_hk * m->gdn_dk + Dv;
+    cudaStream_t s = g->s;
+    enum ft_status st = FT_OK;
+    if (T <= MAX_GRAPH_T) {
+        struct ft_cuda_gemv_args a = {{g->gp, NULL, NULL}, N, 0, N, {NULL, NULL, NULL}, g->x, L->wgdn,
+                                      L->attn_norm, m->rms_eps, NULL, 0, T, N, H};
+        ft_cuda_gemv_ex(&a, s);
+    } else {
+        st = mm(g, g->gp, N, g->xn, g->xn16, L->wgdn, NULL, T, N, H);
+    }
+    prof_mark(g, FT_OP_QKV);
+    const struct ft_cuda_gdn d = {g->d_state, g->st_floats, (size_t)L->gl * (g->st_floats / m->n_gdn),
+                                  g->d_seg_t0, g->d_seg_slot, m->gdn_hk, hv, m->gdn_dk, dv,
+                                  m->gdn_kernel};
+    ft_cuda_gdn_conv(g->gp, N, &d, L->gdn_conv, g->seg_grid, s);
+    ft_cuda_gdn_rule(g->att, g->gp, N, Cc + Dv, Cc + Dv + hv, &d, L->gdn_A, L->gdn_dt, g->seg_grid, s);
+    ft_cuda_gated_rmsnorm(g->att, g->gp + Cc, N, L->gdn_norm, T, hv, dv, m->rms_eps, s);
+    prof_mark(g, FT_OP_ATTN);
+    if (T <= MAX_GRAPH_T) {
+        struct ft_cuda_gemv_args o = {{g->x, NULL, NULL}, H, 0, H, {NULL, NULL, NULL}, g->att,
+                                      L->gdn_out, NULL, 0.0f, NULL, 1, T, H, Dv};
+        ft_cuda_gemv_ex(&o, s); /* x += out_proj(o) */
+    } else {
+        ft_cuda_to_bf16(g->att16, g->att, (size_t)T * Dv, s);
+        if (st == FT_OK) st = mm(g, g->y, H, g->att, g->att16, L->gdn_out, NULL, T, H, Dv);
+    }
+    prof_mark(g, FT_OP_OPROJ);
+    return st;
+}
+
+/* A prefill step's attention block on xn / xn16 into y. */
+static enum ft_status attention_prefill(struct ft_gpu *g, const struct gpu_layer *L, int T) {
+    const struct ft_model *m = g->m;
+    const int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim;
+    cudaStream_t s = g->s;
+    enum ft_status st = mm(g, g->q, qd, g->xn, g->xn16, L->wqkv, L->bq, T, qd, H);
+    prof_mark(g, FT_OP_QKV);
+    if (st == FT_OK) st = mm(g, g->k, kd, g->xn, g->xn16, L->wqkv + (size_t)qd * H, L->bk, T, kd, H);
+    if (st == FT_OK) st = mm(g, g->v, kd, g->xn, g->xn16, L->wqkv + (size_t)(qd + kd) * H, L->bv, T, kd, H);
+    if (st == FT_OK && L->wgate) st = mm(g, g->gate, qd, g->xn, g->xn16, L->wgate, NULL, T, qd, H);
+    if (st != FT_OK) return st;
+    prof_mark(g, FT_OP_KV);
+    rope_kv(g, L, T);
+    const size_t off = kv_layer_off(g, L);
+    ft_cuda_attention_prefill(g->att, g->q, g->k_cache + off, g->v_cache + off, g->d_pos,
+                              g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, g->d_att_tiles,
+                              g->n_att_tiles, m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd),
+                              L->window, L->sinks, s);
+    if (L->wgate) ft_cuda_mul_sigmoid(g->att, g->gate, (size_t)T * qd, s);
+    ft_cuda_to_bf16(g->att16, g->att, (size_t)T * qd, s);
+    prof_mark(g, FT_OP_ATTN);
+    st = mm(g, g->y, H, g->att, g->att16, L->wo, L->bo, T, H, qd);
+    prof_mark(g, FT_OP_OPROJ);
+    return st;
 }
 
 /* One span of a decode step, all on the stream with no host sync: the tail of MoE layer l0 - 1
@@ -598,33 +809,15 @@ static void moe_tail(struct ft_gpu *g, int l, int T) {
  * normalised rows and weights copied back). Returns that MoE layer, or n_layers. */
 static int decode_span(struct ft_gpu *g, int T, int l0) {
     const struct ft_model *m = g->m;
-    int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim;
-    int E = m->n_experts, k = m->top_k;
+    int H = m->hidden, E = m->n_experts, k = m->top_k;
     float eps = m->rms_eps;
     cudaStream_t s = g->s;
     if (l0 > 0) moe_tail(g, l0 - 1, T);
     int moe = m->n_layers;
     for (int l = l0; l < m->n_layers; l++) {
         const struct gpu_layer *L = &g->L[l];
-        struct ft_cuda_gemv_args qkv = {{g->q, g->k, g->v}, qd, kd, qd, {L->bq, L->bk, L->bv},
-                                        g->x, L->wqkv, L->attn_norm, eps, NULL, 0, T, qd + 2 * kd, H};
-        ft_cuda_gemv_ex(&qkv, s);
-        prof_mark(g, FT_OP_QKV);
-        size_t layer_off = (size_t)l * g->o.n_blocks * FT_KV_BLOCK * kd;
-        ft_cuda_qk_rope_kv(g->q, g->k, g->v, g->k_cache + layer_off, g->v_cache + layer_off,
-                           L->q_norm, L->k_norm, eps, g->d_pos, g->inv_freq, m->rope_mscale,
-                           g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, m->n_heads,
-                           m->n_kv_heads, hd, m->rot_dim, s);
-        prof_mark(g, FT_OP_ROPE_KV);
-        ft_cuda_attention(g->att, g->att_part, g->q, g->k_cache + layer_off, g->v_cache + layer_off,
-                          g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T,
-                          m->n_heads, m->n_kv_heads, hd, 1.0f / sqrtf((float)hd), L->window,
-                          L->sinks, g->o.max_ctx, g->att_split_small, s);
-        prof_mark(g, FT_OP_ATTN);
-        struct ft_cuda_gemv_args o = {{g->x, NULL, NULL}, H, 0, H, {L->bo, NULL, NULL}, g->att,
-                                      L->wo, NULL, 0.0f, NULL, 1, T, H, qd};
-        ft_cuda_gemv_ex(&o, s); /* x += o_proj(att) */
-        prof_mark(g, FT_OP_OPROJ);
+        if (L->gdn) gdn_block(g, L, T);
+        else attention_decode(g, L, T);
         if (!L->is_moe) {
             int I = L->I;
             struct ft_cuda_gemv_args gu = {{g->gu, NULL, NULL}, 2 * I, 0, 2 * I, {NULL, NULL, NULL},
@@ -782,7 +975,7 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
  * the residual in the next add+norm. */
 static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
     const struct ft_model *m = g->m;
-    int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim, E = m->n_experts;
+    int H = m->hidden, E = m->n_experts;
     cudaStream_t s = g->s;
     enum ft_status st = FT_OK;
     if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, s);
@@ -792,26 +985,7 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
         const struct gpu_layer *L = &g->L[l];
         ft_cuda_add_rmsnorm(g->x, l ? g->y : NULL, g->xn, g->xn16, L->attn_norm, T, H, m->rms_eps, s);
         prof_mark(g, FT_OP_NORM);
-        st = mm(g, g->q, qd, g->xn, g->xn16, L->wqkv, L->bq, T, qd, H);
-        prof_mark(g, FT_OP_QKV);
-        if (st == FT_OK) st = mm(g, g->k, kd, g->xn, g->xn16, L->wqkv + (size_t)qd * H, L->bk, T, kd, H);
-        if (st == FT_OK) st = mm(g, g->v, kd, g->xn, g->xn16, L->wqkv + (size_t)(qd + kd) * H, L->bv, T, kd, H);
-        if (st != FT_OK) break;
-        prof_mark(g, FT_OP_KV);
-        size_t layer_off = (size_t)l * g->o.n_blocks * FT_KV_BLOCK * kd;
-        ft_cuda_qk_rope_kv(g->q, g->k, g->v, g->k_cache + layer_off, g->v_cache + layer_off,
-                           L->q_norm, L->k_norm, m->rms_eps, g->d_pos, g->inv_freq, m->rope_mscale,
-                           g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, m->n_heads,
-                           m->n_kv_heads, hd, m->rot_dim, s);
-        prof_mark(g, FT_OP_ROPE_KV);
-        ft_cuda_attention_prefill(g->att, g->q, g->k_cache + layer_off, g->v_cache + layer_off,
-                                  g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK,
-                                  g->d_att_tiles, g->n_att_tiles, m->n_heads, m->n_kv_heads, hd,
-                                  1.0f / sqrtf((float)hd), L->window, L->sinks, s);
-        ft_cuda_to_bf16(g->att16, g->att, (size_t)T * qd, s);
-        prof_mark(g, FT_OP_ATTN);
-        if ((st = mm(g, g->y, H, g->att, g->att16, L->wo, L->bo, T, H, qd)) != FT_OK) break;
-        prof_mark(g, FT_OP_OPROJ);
+        if ((st = L->gdn ? gdn_block(g, L, T) : attention_prefill(g, L, T)) != FT_OK) break;
         ft_cuda_add_rmsnorm(g->x, g->y, g->xn, g->xn16, L->ffn_norm, T, H, m->rms_eps, s);
         prof_mark(g, FT_OP_NORM);
         if (!L->is_moe) {
@@ -833,8 +1007,7 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
             ft_cuda_silu_mul(g->act, g->gu, T, Is, s);
             ft_cuda_to_bf16(g->act16, g->act, (size_t)T * Is, s);
             if (st == FT_OK) st = mm(g, g->sh, H, g->act, g->act16, L->sh_down, NULL, T, H, Is);
-            ft_cuda_gemv(g->score, 1, g->xn, L->sh_score, NULL, T, 1, H, s);
-            ft_cuda_sigmoid_scale_add(g->y, g->sh, g->score, T, H, s);
+            shared_join(g, L, g->y, T);
             prof_mark(g, FT_OP_SHARED);
         }
     }
@@ -888,16 +1061,22 @@ static void pick_tokens(struct ft_gpu *g, int rows, int draw) {
 }
 
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
-                              float *logits, int32_t *top1, const struct ft_draw *draws,
-                              double *distinct_out) {
+                              const int *slots, float *logits, int32_t *top1,
+                              const struct ft_draw *draws, double *distinct_out) {
     const struct ft_model *m = g->m;
     int T = 0, rows = 0, decode = n_segs <= g->o.max_seqs, max_pos = 1;
     if (n_segs > g->o.max_seqs)
         return ft_fail(FT_ERR_INVALID_ARG, "GPU forward: %d sequences in one step (max %d)", n_segs,
                        g->o.max_seqs);
+    if (m->n_gdn && !slots)
+        return ft_fail(FT_ERR_INVALID_ARG, "GPU forward: a hybrid model's step without state slots");
     for (int i = 0; i < n_segs; i++) {
         const struct ft_seg *sg = &segs[i];
         decode &= sg->n == 1 && sg->want == FT_LOGITS_LAST;
+        g->h_seg_t0[i] = T;
+        g->h_seg_slot[i] = slots ? slots[i] : 0;
+        if (slots && (slots[i] < 0 || slots[i] >= g->n_slots))
+            return ft_fail(FT_ERR_INVALID_ARG, "GPU forward: state slot %d of %d", slots[i], g->n_slots);
         memcpy(g->h_tables + (size_t)i * g->max_blocks, sg->blocks,
                (size_t)((sg->pos0 + sg->n + FT_KV_BLOCK - 1) / FT_KV_BLOCK) * 4);
         for (int t = 0; t < sg->n; t++, T++) {
@@ -909,13 +1088,20 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
                 g->h_rows[rows++] = T;
         }
     }
+    /* decode-sized steps launch the DeltaNet kernels for T segments, the ones past n_segs empty,
+     * so that a span graph captured for T tokens serves every split of them into sequences */
+    g->seg_grid = T <= MAX_GRAPH_T ? T : n_segs;
+    for (int i = n_segs; i <= g->seg_grid; i++) g->h_seg_t0[i] = T, g->h_seg_slot[i] = 0;
     if (top1 && (!logits || draws) && rows > g->logit_rows)
         return ft_fail(FT_ERR_INVALID_ARG, "GPU forward: tokens for %d rows drawn on the device "
                        "(at most %d rows a step)", rows, g->logit_rows);
     cudaStream_t s = g->s;
     /* one copy: ids .. logit rows up to the used block tables (the views' fixed offsets) */
-    cudaMemcpyAsync(g->d_in, g->h_in, ((size_t)4 * g->C + (size_t)n_segs * g->max_blocks) * 4,
+    cudaMemcpyAsync(g->d_in, g->h_in, (in_table_offset(g) + (size_t)n_segs * g->max_blocks) * 4,
                     cudaMemcpyHostToDevice, s);
+    for (int i = 0; m->n_gdn && i < n_segs; i++) /* a sequence starting over: its state from zeros */
+        if (segs[i].pos0 == 0)
+            cudaMemsetAsync(g->d_state + (size_t)slots[i] * g->st_floats, 0, g->st_floats * 4, s);
     if (T > MAX_GRAPH_T) { /* prefill attention's query tiles: per segment, 64 tokens each */
         int len[n_segs];
         for (int i = 0; i < n_segs; i++) len[i] = segs[i].n;
@@ -1053,6 +1239,15 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
         return ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: head_dim %d / %d experts / top-%d exceed "
                        "its limits (256 / 1024 / 32); use --backend cpu", m->head_dim, m->n_experts, m->top_k);
     }
+    if (m->mla || (m->n_gdn && (m->gdn_dk > FT_CUDA_GDN_MAX_DK || m->gdn_kernel > FT_CUDA_GDN_MAX_K ||
+                                m->gdn_kernel < 1)) || (m->router_sigmoid && m->n_group > 32)) {
+        free(g);
+        return ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s (use --backend cpu)",
+                       m->mla ? "latent attention (MLA) runs on the CPU backend only so far"
+                       : m->n_gdn ? "DeltaNet key heads wider than 128 or a conv kernel over 8"
+                                  : "more than 32 expert groups");
+    }
+    g->n_slots = m->n_gdn ? (o->state_slots > 0 ? o->state_slots : 1) : 0;
     g->L = calloc((size_t)m->n_layers, sizeof *g->L);
     if (!g->L || cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking) != cudaSuccess) {
         free(g->L);
@@ -1150,7 +1345,8 @@ void ft_gpu_free(struct ft_gpu *g) {
         struct gpu_layer *L = &g->L[l];
         void *ps[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->bq, L->bk, L->bv, L->bo,
                       L->wqkv, L->wo, L->w_gu, L->w_down, L->router, L->gu, L->down, L->sh_gu,
-                      L->sh_down, L->sh_score, L->sinks, L->router_b, L->gu_b, L->dn_b};
+                      L->sh_down, L->sh_score, L->sinks, L->router_b, L->gu_b, L->dn_b, L->wgate,
+                      L->score_bias, L->wgdn, L->gdn_out, L->gdn_conv, L->gdn_A, L->gdn_dt, L->gdn_norm};
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) dfree(ps[i]);
     }
     if (g->lm_head != g->embed) dfree(g->lm_head);
@@ -1159,7 +1355,7 @@ void ft_gpu_free(struct ft_gpu *g) {
                   g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
                   g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,
                   g->mgu, g->mact, g->my, g->xg16, g->mact16, g->rtok, g->pair_dst, g->offsets,
-                  g->d_counts_all, g->att_part, g->d_att_tiles};
+                  g->d_counts_all, g->att_part, g->d_att_tiles, g->gp, g->gate, g->d_state};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
     void *hs[] = {g->h_in, g->h_top1, g->h_draw, g->h_topk_all,
                   g->h_counts_all, g->h_logits, g->h_att_tiles};
@@ -1205,9 +1401,9 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
 }
 void ft_gpu_free(struct ft_gpu *g) { (void)g; }
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
-                              float *logits, int32_t *top1, const struct ft_draw *draws,
-                              double *distinct_out) {
-    (void)g, (void)segs, (void)n_segs, (void)logits, (void)top1, (void)draws, (void)distinct_out;
+                              const int *slots, float *logits, int32_t *top1,
+                              const struct ft_draw *draws, double *distinct_out) {
+    (void)g, (void)segs, (void)n_segs, (void)slots, (void)logits, (void)top1, (void)draws, (void)distinct_out;
     return ft_fail(FT_ERR_UNSUPPORTED, "no CUDA backend in this build");
 }
 enum ft_status ft_gpu_row_logits(struct ft_gpu *g, int r, float *out) {

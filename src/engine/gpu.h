@@ -35,6 +35,7 @@ struct ft_gpu_opts {
     int cpu_act_fast;        /* the CPU executor rounds its inputs (--cpu-act fast) */
     int cpu_threads;         /* --moe-cpu-threads: the executor's own pinned pool (0: physical
                                 cores) */
+    int state_slots;         /* hybrid models: sequences whose recurrent state the GPU holds */
 };
 
 void ft_gpu_offload_stats(const struct ft_gpu *g, struct ft_gpu_offload_stats *out);
@@ -51,14 +52,16 @@ int ft_gpu_takes_experts(enum ft_dtype t);
 enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                            const struct ft_gpu_opts *o);
 void ft_gpu_free(struct ft_gpu *g);
-/* logits as ft_engine_forward_batch (NULL: not copied back); top1 (may be NULL): each logit
+/* logits as ft_engine_forward_batch (NULL: not copied back); slots: each segment's recurrent
+ * state slot (< state_slots; hybrid models only, else NULL; a segment at position 0 starts
+ * its slot from zeros); top1 (may be NULL): each logit
  * row's token found on the device (only ids cross back when logits is NULL): the argmax, or
  * with draws ([rows]) ft_sampler_draw_row's draw, or -1 for a row whose candidates are more
  * than the device sorts (ft_gpu_row_logits then brings its logits to the host). */
 struct ft_draw;
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
-                              float *logits, int32_t *top1, const struct ft_draw *draws,
-                              double *distinct_out);
+                              const int *slots, float *logits, int32_t *top1,
+                              const struct ft_draw *draws, double *distinct_out);
 /* Logit row r of the last ft_gpu_forward into out ([vocab] floats). */
 enum ft_status ft_gpu_row_logits(struct ft_gpu *g, int r, float *out);
 /* Bytes the engine may allocate on device (--vram-limit, else the free VRAM less a margin);

@@ -46,6 +46,7 @@ struct ft_offload {
     /* a batch of the next layer's uncached experts, copied into buffer pre_buf (pre_b slots a
      * buffer) while this layer computed; pre_layer -1: none */
     int pre_layer, pre_n, pre_buf, pre_b;
+    long pre_unused;                /* prefetched experts the layer did not route to */
     int32_t pre_e[16];
     int timing_pending, t2_pending;
     uint64_t *sums;                 /* [L][E][2] host checksums (verify != off; else the probe's) */
@@ -381,6 +382,7 @@ enum ft_status ft_offload_prefill(struct ft_offload *f, int layer, const int32_t
     const int32_t *rest = f->miss + adm;
     m -= adm;
     f->cache->misses[layer] += (uint64_t)(m + np);
+    if (has_pre) f->pre_unused += f->pre_n - np;
     int first_done = 0;
     if (m && f->pf_held < 2 && f->pf_held < m) { /* the step's experts hold the pool: run them, then borrow */
         if (nh && (st = run_batch(f, hit_e, hit_s, nh, d_slot_of, s, fn, ctx)) != FT_OK) return st;
@@ -775,6 +777,7 @@ void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stat
     out->copies = f->copies;
     out->mismatches = f->mismatches;
     out->repaired = f->repaired;
+    out->prefetch_unused = f->pre_unused;
     out->copy_gbps = f->copy_s > 0 ? f->bytes / f->copy_s / 1e9 : 0;
     out->pcie_gbps = f->pcie_gbps;
 }

@@ -27,6 +27,8 @@ struct ft_gpu_offload_stats {
     double hit_rate;
     long hits, misses;              /* expert lookups so far */
     long copies, mismatches, repaired;
+    long prefetch_unused;           /* experts copied ahead for the next layer's prefill that it
+                                       did not route to */
     long cpu_experts;               /* misses computed on the CPU (cpu / hybrid) */
     double cpu_s;                   /* CPU executor seconds */
     double copy_bytes, copy_s;      /* expert bytes copied, copy-stream seconds spent on them */

@@ -158,6 +158,41 @@ void ft_cuda_gather_f32(float *y, const float *x, const float *x2, const int32_t
  * bytes read + written. */
 double ft_cuda_d2d_gbps(size_t bytes, int reps);
 
+/* --- hybrid and sigmoid-routed architectures (hybrid.cu) --- */
+/* Gated DeltaNet layers. A step's tokens come in segments (one per sequence): segment s holds
+ * tokens [seg_t0[s], seg_t0[s + 1]) in order and its sequence's state is slot seg_slot[s];
+ * state + slot * slot_floats + layer_off is the layer's state: conv inputs [Cc][K-1], then S
+ * [Hv][dk][dv] (Cc = 2 Hk dk + Hv dv), as the CPU engine lays it out. */
+#define FT_CUDA_GDN_MAX_DK 128
+#define FT_CUDA_GDN_MAX_K 8
+struct ft_cuda_gdn {
+    float *state;
+    size_t slot_floats, layer_off;
+    const int32_t *seg_t0, *seg_slot;
+    int Hk, Hv, dk, dv, K;
+};
+/* The causal depthwise conv (w [Cc][K], tap K-1 on the current token) and SiLU, in place over
+ * the first Cc columns of x (row stride ldx), updating each sequence's window. */
+void ft_cuda_gdn_conv(float *x, int ldx, const struct ft_cuda_gdn *g, const float *w, int n_segs,
+                      cudaStream_t s);
+/* The gated delta rule over x's rows [q (Hk dk) | k (Hk dk) | v (Hv dv) ...] (after the conv),
+ * beta = sigmoid(x[b_off + h]), decay = exp(A[h] softplus(x[a_off + h] + dt_bias[h])): out
+ * [T, Hv dv] and each sequence's S updated. dk <= FT_CUDA_GDN_MAX_DK. */
+void ft_cuda_gdn_rule(float *out, const float *x, int ldx, int b_off, int a_off,
+                      const struct ft_cuda_gdn *g, const float *A, const float *dt_bias, int n_segs,
+                      cudaStream_t s);
+/* o [T, Hv dv] = rmsnorm(o) * w * silu(z) per (token, head) of dv; z rows ldz apart */
+void ft_cuda_gated_rmsnorm(float *o, const float *z, int ldz, const float *w, int T, int Hv, int dv,
+                           float eps, cudaStream_t s);
+/* y[i] *= sigmoid(gate[i]) (Qwen3.5's attention output gate) */
+void ft_cuda_mul_sigmoid(float *y, const float *gate, size_t n, cudaStream_t s);
+/* The sigmoid router: scores sigmoid(logits), chosen by score + bias (bias may be NULL) within
+ * the topk_group of n_group groups (n_group <= 32; <= 1: no groups) with the highest sum of
+ * their two best, weights the chosen scores (renormalised when norm) times scale. E <= 1024. */
+void ft_cuda_router_sigmoid(const float *logits, const float *bias, int T, int E, int k, int n_group,
+                            int topk_group, int norm, float scale, int32_t *ids, float *w,
+                            cudaStream_t s);
+
 /* --- experts in GGML block formats (ggml.cu): dtype is an enum ft_dtype block format; each
  * expert's matrix is expert_stride bytes apart, its rows ft_dtype_row_bytes(dtype, K) --- */
 int ft_cuda_block_format(int dtype); /* 1 when the kernels below take dtype */
