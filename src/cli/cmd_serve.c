@@ -25,6 +25,7 @@
 #include "server/openai.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
+#include "text/tool_parse.h"
 
 static const char k_usage[] =
     "usage: ft serve --model DIR [options]   (OpenAI-compatible API; README: Serving)\n"
@@ -40,13 +41,16 @@ static const char k_usage[] =
     "  --queue-size N              waiting requests before 429 (default 64)\n"
     "  -t, --threads N             CPU threads (default: physical cores)\n"
     "  --chat-template NAME        override the detected chat template family\n"
+    "  --tool-parser NAME          tool-call format of the model's output (default: from the\n"
+    "                              chat template): hermes, qwen3_coder, llama3, mistral,\n"
+    "                              deepseek, glm, minimax, none\n"
     "  --request-timeout S         cancel a request running longer (default 0 = none)\n"
     "  --http-timeout S            close idle or stalled connections after S s (default 30)\n"
     "  --max-body-mb N             largest request body (default 8; larger: 413)\n"
     "  --backend B / --device N / --vram-limit SIZE / --no-graphs   as in ft run --help\n";
 
 struct serve_opts {
-    const char *model, *host, *api_key, *cors, *name, *tmpl;
+    const char *model, *host, *api_key, *cors, *name, *tmpl, *tool_parser;
     long port, max_running, max_prefill, ctx, kv, queue, threads, req_timeout, http_timeout, body_mb;
     struct ft_engine_opts be; /* backend flags */
     int be_auto;
@@ -73,6 +77,7 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
         else if (!strcmp(a, "--cors-origins")) str = &o->cors;
         else if (!strcmp(a, "--served-model-name")) str = &o->name;
         else if (!strcmp(a, "--chat-template")) str = &o->tmpl;
+        else if (!strcmp(a, "--tool-parser")) str = &o->tool_parser;
         else if (!strcmp(a, "--port")) num = &o->port, lo = 0, hi = 65535;
         else if (!strcmp(a, "--max-running-requests")) num = &o->max_running, hi = 1024;
         else if (!strcmp(a, "--max-prefill-length")) num = &o->max_prefill;
@@ -91,6 +96,9 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
         }
     }
     if (!o->model) return ft_cli_usage_error("serve", "--model DIR is required");
+    if (o->tool_parser && ft_tool_fmt_from_name(o->tool_parser) < 0)
+        return ft_cli_usage_error("serve", "--tool-parser '%s' is not one of %s", o->tool_parser,
+                                  ft_tool_fmt_names());
     return 0;
 }
 
@@ -143,8 +151,11 @@ static enum ft_status load(const struct serve_opts *o, struct ft_server *srv, st
     srv->sched = l->sched, srv->tok = l->tok, srv->tmpl = l->tmpl;
     srv->defaults = gp.sampling;
     srv->ctx_size = stats.ctx_size;
-    ft_log_info("chat template %s; context %d tokens; up to %d requests at once",
-                ft_chat_template_name(l->tmpl), stats.ctx_size, stats.max_running);
+    srv->tool_fmt = o->tool_parser ? ft_tool_fmt_from_name(o->tool_parser)
+                                   : (int)ft_tool_fmt_detect(ft_tok_chat_template(l->tok));
+    ft_log_info("chat template %s; tool calls %s; context %d tokens; up to %d requests at once",
+                ft_chat_template_name(l->tmpl), ft_tool_fmt_name(srv->tool_fmt), stats.ctx_size,
+                stats.max_running);
     return FT_OK;
 fail:
     return st;
@@ -187,6 +198,7 @@ int ft_cmd_serve(int argc, char **argv) {
     if (st != FT_OK) {
         rc = ft_cli_fail(st);
         ft_http_stop(http);
+        ft_server_free(&srv);
         unload(&l);
         return rc;
     }
@@ -199,6 +211,7 @@ int ft_cmd_serve(int argc, char **argv) {
     ft_http_quiesce(http);
     ft_sched_shutdown(l.sched);
     ft_http_stop(http);
+    ft_server_free(&srv);
     unload(&l);
     ft_log_info("stopped");
     return 0;

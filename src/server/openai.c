@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -16,12 +17,16 @@
 #include "engine/sched.h"
 #include "server/openai_impl.h"
 #include "text/chat.h"
+#include "text/json_grammar.h"
 #include "text/tokenizer.h"
+#include "text/tool_parse.h"
 
 void ft_server_init(struct ft_server *s, const char *model_id) {
     memset(s, 0, sizeof *s);
     s->model_id = model_id;
     s->start_us = ft_time_us();
+    s->start_unix = (long)time(NULL);
+    pthread_mutex_init(&s->vocab_mu, NULL);
     atomic_init(&s->state, FT_SERVER_LOADING);
     atomic_init(&s->next_id, 1);
 }
@@ -139,8 +144,8 @@ static int parse_sampling(json_t *root, struct ft_sampling *sp, struct ft_http_r
     return 0;
 }
 
-static int parse_common(struct ft_server *s, json_t *root, struct ft_gen_job *job,
-                        struct ft_http_resp *resp) {
+int ft_srv_common(struct ft_server *s, json_t *root, struct ft_gen_job *job,
+                  struct ft_http_resp *resp) {
     json_t *model = json_object_get(root, "model");
     if (model && !json_is_string(model)) {
         ft_http_error(resp, 400, "model", "model must be a string");
@@ -185,6 +190,25 @@ static int parse_common(struct ft_server *s, json_t *root, struct ft_gen_job *jo
     return 0;
 }
 
+static const char *id_prefix(enum ft_api api) {
+    switch (api) {
+    case FT_API_CHAT: return "chatcmpl-";
+    case FT_API_COMPLETION: return "cmpl-";
+    case FT_API_ANTHROPIC: return "msg_";
+    case FT_API_RESPONSES: return "resp_";
+    }
+    return "";
+}
+
+void ft_gen_job_free(struct ft_gen_job *job) {
+    free(job->prompt);
+    job->prompt = NULL;
+    json_decref(job->tools);
+    job->tools = NULL;
+    if (job->p.mask.free) job->p.mask.free(job->p.mask.ctx); /* never submitted */
+    memset(&job->p.mask, 0, sizeof job->p.mask);
+}
+
 /* Submits job (prompt tokens already in job) and answers: JSON, SSE, or the error. */
 static void submit(struct ft_server *s, const struct ft_http_req *req, struct ft_gen_job *job,
                    struct ft_http_resp *resp) {
@@ -192,6 +216,7 @@ static void submit(struct ft_server *s, const struct ft_http_req *req, struct ft
     job->p.prompt = job->prompt;
     job->p.n_prompt = job->n_prompt;
     enum ft_status st = ft_sched_submit(s->sched, &job->p, &r);
+    if (st == FT_OK) memset(&job->p.mask, 0, sizeof job->p.mask); /* the engine has it now */
     if (st == FT_ERR_BUSY) {
         ft_http_error(resp, 429, NULL, "%s (the queue is full: retry later, or start the server "
                       "with a larger --max-running-requests)", ft_error());
@@ -206,10 +231,10 @@ static void submit(struct ft_server *s, const struct ft_http_req *req, struct ft
         ft_http_error(resp, 500, NULL, "engine: %s", ft_error());
         return;
     }
-    snprintf(job->id, sizeof job->id, "%s-%012llx%08lx", job->chat ? "chatcmpl" : "cmpl",
+    snprintf(job->id, sizeof job->id, "%s%012llx%08lx", id_prefix(job->api),
              (unsigned long long)s->start_us & 0xffffffffffffull,
              atomic_fetch_add(&s->next_id, 1));
-    job->created = (long)(ft_time_us() / 1000000) + 0;
+    job->created = (long)time(NULL); /* Unix time, as OpenAI's "created" */
     if (job->stream)
         ft_srv_stream(s, job, r, resp);
     else
@@ -218,9 +243,49 @@ static void submit(struct ft_server *s, const struct ft_http_req *req, struct ft
 
 /* --- /v1/chat/completions ----------------------------------------------------------------- */
 
+/* --- conversations ------------------------------------------------------------------------- */
+
+struct ft_chat_msg *ft_chat_in_add(struct ft_chat_in *in, enum ft_chat_role role) {
+    if (in->n == in->cap) {
+        int cap = in->cap ? in->cap * 2 : 8;
+        struct ft_chat_msg *m = realloc(in->msgs, (size_t)cap * sizeof *m);
+        if (!m) return NULL;
+        in->msgs = m, in->cap = cap;
+    }
+    struct ft_chat_msg *m = &in->msgs[in->n++];
+    memset(m, 0, sizeof *m);
+    m->role = role;
+    return m;
+}
+
+const char *ft_chat_in_own(struct ft_chat_in *in, char *str) {
+    if (!str) return NULL;
+    if (in->n_owned == in->cap_owned) {
+        int cap = in->cap_owned ? in->cap_owned * 2 : 16;
+        char **o = realloc(in->owned, (size_t)cap * sizeof *o);
+        if (!o) {
+            free(str);
+            return NULL;
+        }
+        in->owned = o, in->cap_owned = cap;
+    }
+    return in->owned[in->n_owned++] = str;
+}
+
+void ft_chat_in_free(struct ft_chat_in *in) {
+    for (int i = 0; i < in->n; i++) free((void *)in->msgs[i].tool_calls);
+    free(in->msgs);
+    for (int i = 0; i < in->n_owned; i++) free(in->owned[i]);
+    free(in->owned);
+    free(in->choice_name);
+    json_decref(in->tools);
+    json_decref(in->format);
+    memset(in, 0, sizeof *in);
+}
+
 /* The text of a message's content: a string, null, or a list of {"type":"text","text":...}
- * parts (joined with newlines into *owned). */
-static int message_text(json_t *c, size_t i, const char **text, char **owned,
+ * parts (joined with newlines). */
+static int message_text(json_t *c, size_t i, const char **text, struct ft_chat_in *in,
                         struct ft_http_resp *resp) {
     if (!c || json_is_null(c)) return *text = "", 0;
     if (json_is_string(c)) return *text = json_string_value(c), 0;
@@ -241,7 +306,8 @@ static int message_text(json_t *c, size_t i, const char **text, char **owned,
                           "supported (this server runs the language model only)", i, k);
             return -1;
         }
-        if (!type || strcmp(type, "text") || !json_is_string(t)) {
+        if (!type || (strcmp(type, "text") && strcmp(type, "input_text") &&
+                      strcmp(type, "output_text")) || !json_is_string(t)) {
             ft_sbuf_free(&b);
             ft_http_error(resp, 400, "messages", "messages[%zu].content[%zu]: only parts "
                           "{\"type\": \"text\", \"text\": \"...\"} are supported", i, k);
@@ -250,9 +316,8 @@ static int message_text(json_t *c, size_t i, const char **text, char **owned,
         if (k) ft_sbuf_add(&b, "\n", 1);
         ft_sbuf_add(&b, json_string_value(t), json_string_length(t));
     }
-    *owned = b.p ? b.p : strdup("");
-    *text = *owned;
-    return 0;
+    *text = ft_chat_in_own(in, b.p ? b.p : strdup(""));
+    return *text ? 0 : (ft_http_error(resp, 500, NULL, "out of memory"), -1);
 }
 
 static int parse_role(const char *r, enum ft_chat_role *out) {
@@ -265,34 +330,138 @@ static int parse_role(const char *r, enum ft_chat_role *out) {
     return 0;
 }
 
-static int parse_messages(json_t *root, struct ft_chat_msg **out, char ***owned, int *n,
-                          struct ft_http_resp *resp) {
+/* An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
+ * "arguments": JSON text}}]. */
+static int parse_tool_calls(json_t *tc, size_t i, struct ft_chat_msg *cm, struct ft_http_resp *resp) {
+    if (!tc || json_is_null(tc)) return 0;
+    if (!json_is_array(tc)) {
+        ft_http_error(resp, 400, "messages", "messages[%zu].tool_calls must be a list", i);
+        return -1;
+    }
+    size_t n = json_array_size(tc), k;
+    struct ft_chat_tool_call *calls = calloc(n ? n : 1, sizeof *calls);
+    if (!calls) return ft_http_error(resp, 500, NULL, "out of memory"), -1;
+    cm->tool_calls = calls;
+    json_t *c;
+    json_array_foreach(tc, k, c) {
+        json_t *fn = json_object_get(c, "function"), *args = json_object_get(fn, "arguments");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (!json_is_object(c) || !name || (args && !json_is_string(args))) {
+            ft_http_error(resp, 400, "messages", "messages[%zu].tool_calls[%zu] must be {\"id\", "
+                          "\"type\": \"function\", \"function\": {\"name\": string, \"arguments\": "
+                          "JSON string}}", i, k);
+            return -1;
+        }
+        calls[k].id = json_string_value(json_object_get(c, "id"));
+        calls[k].name = name;
+        calls[k].arguments = args ? json_string_value(args) : "{}";
+        cm->n_tool_calls = (int)k + 1;
+    }
+    return 0;
+}
+
+static int parse_messages(json_t *root, struct ft_chat_in *in, struct ft_http_resp *resp) {
     json_t *ms = json_object_get(root, "messages");
     if (!json_is_array(ms) || !json_array_size(ms)) {
         ft_http_error(resp, 400, "messages", "messages must be a non-empty list of "
                       "{\"role\", \"content\"} objects");
         return -1;
     }
-    size_t cnt = json_array_size(ms), i;
-    *out = calloc(cnt, sizeof **out);
-    *owned = calloc(cnt, sizeof **owned);
-    *n = (int)cnt;
-    if (!*out || !*owned) return ft_http_error(resp, 500, NULL, "out of memory"), -1;
+    size_t i;
     json_t *m;
     json_array_foreach(ms, i, m) {
-        struct ft_chat_msg *cm = &(*out)[i];
-        const char *role = json_string_value(json_object_get(m, "role"));
-        if (!json_is_object(m) || parse_role(role, &cm->role)) {
+        enum ft_chat_role role;
+        if (!json_is_object(m) || parse_role(json_string_value(json_object_get(m, "role")), &role)) {
             ft_http_error(resp, 400, "messages", "messages[%zu].role must be one of system, user, "
                           "assistant, tool", i);
             return -1;
         }
-        if (message_text(json_object_get(m, "content"), i, &cm->content, &(*owned)[i], resp))
+        struct ft_chat_msg *cm = ft_chat_in_add(in, role);
+        if (!cm) return ft_http_error(resp, 500, NULL, "out of memory"), -1;
+        if (message_text(json_object_get(m, "content"), i, &cm->content, in, resp)) return -1;
+        if (role == FT_ROLE_ASSISTANT && parse_tool_calls(json_object_get(m, "tool_calls"), i, cm, resp))
             return -1;
         cm->reasoning = json_string_value(json_object_get(m, "reasoning_content"));
         cm->name = json_string_value(json_object_get(m, "tool_call_id"));
         if (!cm->name) cm->name = json_string_value(json_object_get(m, "name"));
     }
+    return 0;
+}
+
+int ft_srv_tools(json_t *tools, json_t *choice, json_t *parallel, struct ft_chat_in *in,
+                 struct ft_http_resp *resp) {
+    in->parallel = 1;
+    if (parallel && !json_is_null(parallel)) {
+        if (!json_is_boolean(parallel))
+            return ft_http_error(resp, 400, "parallel_tool_calls", "parallel_tool_calls must be "
+                                 "true or false"), -1;
+        in->parallel = json_is_true(parallel);
+    }
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools))
+            return ft_http_error(resp, 400, "tools", "tools must be a list of {\"type\": "
+                                 "\"function\", \"function\": {\"name\", \"parameters\"}}"), -1;
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            json_t *fn = json_object_get(t, "function"), *params = json_object_get(fn, "parameters");
+            const char *type = json_string_value(json_object_get(t, "type"));
+            const char *name = json_string_value(json_object_get(fn, "name"));
+            if (!json_is_object(t) || !type || strcmp(type, "function") || !json_is_object(fn) ||
+                !name || !*name || (params && !json_is_object(params)) ||
+                (json_object_get(fn, "description") &&
+                 !json_is_string(json_object_get(fn, "description"))))
+                return ft_http_error(resp, 400, "tools", "tools[%zu] must be {\"type\": "
+                                     "\"function\", \"function\": {\"name\": non-empty string, "
+                                     "\"description\"?: string, \"parameters\"?: JSON Schema "
+                                     "object}}", i), -1;
+        }
+        if (json_array_size(tools)) in->tools = json_incref(tools);
+    }
+    in->choice = FT_TC_AUTO;
+    if (!choice || json_is_null(choice)) return 0;
+    const char *c = json_string_value(choice);
+    if (c && !strcmp(c, "none")) in->choice = FT_TC_NONE;
+    else if (c && !strcmp(c, "auto")) in->choice = FT_TC_AUTO;
+    else if (c && !strcmp(c, "required")) in->choice = FT_TC_REQUIRED;
+    else if (json_is_object(choice) && json_is_string(json_object_get(json_object_get(choice,
+                                                                        "function"), "name"))) {
+        in->choice = FT_TC_NAMED;
+        in->choice_name = strdup(json_string_value(json_object_get(json_object_get(choice,
+                                                                   "function"), "name")));
+        if (!in->choice_name) return ft_http_error(resp, 500, NULL, "out of memory"), -1;
+    } else {
+        return ft_http_error(resp, 400, "tool_choice", "tool_choice must be \"none\", \"auto\", "
+                             "\"required\" or {\"type\": \"function\", \"function\": {\"name\": "
+                             "...}}"), -1;
+    }
+    if (in->choice >= FT_TC_REQUIRED && !in->tools)
+        return ft_http_error(resp, 400, "tool_choice", "tool_choice %s needs a non-empty tools "
+                             "list", c ? c : "naming a function"), -1;
+    return 0;
+}
+
+/* response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name",
+ * "schema", "strict"}}. */
+static int parse_format(json_t *f, struct ft_chat_in *in, struct ft_http_resp *resp) {
+    if (!f || json_is_null(f)) return 0;
+    const char *type = json_string_value(json_object_get(f, "type"));
+    if (!json_is_object(f) || !type)
+        return ft_http_error(resp, 400, "response_format", "response_format must be {\"type\": "
+                             "\"text\" | \"json_object\" | \"json_schema\", ...}"), -1;
+    if (!strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_schema")) {
+        json_t *js = json_object_get(f, "json_schema");
+        json_t *schema = json_object_get(js, "schema");
+        if (!json_is_object(js) || (schema && !json_is_object(schema) && !json_is_boolean(schema)))
+            return ft_http_error(resp, 400, "response_format", "response_format.json_schema must "
+                                 "be {\"name\": string, \"schema\": JSON Schema object, "
+                                 "\"strict\"?: bool}"), -1;
+    } else if (strcmp(type, "json_object")) {
+        return ft_http_error(resp, 400, "response_format", "response_format.type '%s' is not "
+                             "one of text, json_object, json_schema", type), -1;
+    }
+    in->format = json_incref(f);
     return 0;
 }
 
@@ -308,21 +477,22 @@ static int parse_thinking(json_t *root, int *out, struct ft_http_resp *resp) {
     return kw ? ft_srv_bool(kw, "enable_thinking", out, resp) : 0;
 }
 
+/* --- rendering, tools, grammar, submission ------------------------------------------------- */
+
 /* Renders and tokenises the conversation into job->prompt; decides the reasoning split. */
-static int chat_prompt(struct ft_server *s, json_t *root, struct ft_gen_job *job,
-                       struct ft_http_resp *resp) {
-    struct ft_chat_msg *msgs = NULL;
-    char **owned = NULL, *text = NULL;
-    int n = 0, rc = -1, think = -1;
-    if (parse_messages(root, &msgs, &owned, &n, resp) || parse_thinking(root, &think, resp))
-        goto done;
+static int render_prompt(struct ft_server *s, struct ft_chat_in *in, struct ft_gen_job *job,
+                         struct ft_http_resp *resp) {
+    char *text = NULL, *tools = in->tools ? json_dumps(in->tools, JSON_COMPACT) : NULL;
+    int rc = -1;
     size_t bl = 0, el = 0;
     const char *bos = ft_tok_bos(s->tok) >= 0 ? ft_tok_piece(s->tok, ft_tok_bos(s->tok), &bl) : NULL;
     const char *eos = ft_tok_eos(s->tok) >= 0 ? ft_tok_piece(s->tok, ft_tok_eos(s->tok), &el) : NULL;
-    struct ft_chat_opts co = {.add_generation_prompt = 1, .enable_thinking = think,
-                              .bos_token = bos, .eos_token = eos};
-    if (ft_chat_render(s->tmpl, msgs, n, &co, &text) != FT_OK) {
-        ft_http_error(resp, 400, "messages", "%s", ft_error());
+    struct ft_chat_opts co = {.add_generation_prompt = 1, .enable_thinking = in->think,
+                              .bos_token = bos, .eos_token = eos, .tools_json = tools};
+    enum ft_status st = ft_chat_render(s->tmpl, in->msgs, in->n, &co, &text);
+    if (st != FT_OK) {
+        ft_http_error(resp, 400, st == FT_ERR_UNSUPPORTED && in->tools ? "tools" : "messages",
+                      "%s", ft_error());
         goto done;
     }
     if (ft_tok_encode(s->tok, text, strlen(text), 0, &job->prompt, &job->n_prompt) != FT_OK) {
@@ -341,20 +511,90 @@ static int chat_prompt(struct ft_server *s, json_t *root, struct ft_gen_job *job
     }
     rc = 0;
 done:
-    for (int i = 0; owned && i < n; i++) free(owned[i]);
-    free(owned);
-    free(msgs);
     free(text);
+    free(tools);
     return rc;
+}
+
+/* The grammar of a required / named tool choice. */
+static int calls_grammar(struct ft_chat_in *in, enum ft_tool_fmt fmt, struct ft_jg **g,
+                         struct ft_http_resp *resp) {
+    const struct ft_jg_calls_fmt *gf = ft_tool_fmt_grammar(fmt);
+    if (!gf)
+        return ft_http_error(resp, 400, "tool_choice", "tool_choice %s cannot be enforced for "
+                             "the %s tool-call format (only hermes, llama3, mistral): use "
+                             "\"auto\"", in->choice == FT_TC_NAMED ? "naming a function" :
+                             "\"required\"", ft_tool_fmt_name(fmt)), -1;
+    struct ft_jg_calls_fmt one = *gf;
+    if (!in->parallel || in->choice == FT_TC_NAMED) one.sep = NULL;
+    if (ft_jg_compile_calls(in->tools, in->choice == FT_TC_NAMED ? in->choice_name : NULL, &one,
+                            g) != FT_OK)
+        return ft_http_error(resp, 400, in->choice == FT_TC_NAMED ? "tool_choice" : "tools", "%s",
+                             ft_error()), -1;
+    return 0;
+}
+
+static int format_grammar(struct ft_chat_in *in, struct ft_jg **g, struct ft_http_resp *resp) {
+    const char *type = json_string_value(json_object_get(in->format, "type"));
+    enum ft_status st;
+    if (!strcmp(type, "json_object")) {
+        st = ft_jg_compile_object(g);
+    } else {
+        json_t *schema = json_object_get(json_object_get(in->format, "json_schema"), "schema");
+        json_t *any = schema ? NULL : json_true();
+        st = ft_jg_compile_schema(schema ? schema : any, 1, g);
+        json_decref(any);
+    }
+    if (st != FT_OK)
+        return ft_http_error(resp, 400, "response_format", "response_format: %s", ft_error()), -1;
+    return 0;
+}
+
+/* The output parser and the constraint: tools parsed unless tool_choice is none; required or
+ * named calls, or a JSON response_format, enforced by a grammar. */
+static int setup_tools(struct ft_server *s, struct ft_chat_in *in, struct ft_gen_job *job,
+                       struct ft_http_resp *resp) {
+    struct ft_jg *g = NULL;
+    enum ft_tool_fmt fmt = (enum ft_tool_fmt)s->tool_fmt;
+    if (in->tools && in->choice != FT_TC_NONE) {
+        if (fmt == FT_TOOLS_NONE)
+            return ft_http_error(resp, 400, "tools", "this model's chat template (%s) has no "
+                                 "tool-call format: start the server with --tool-parser NAME "
+                                 "(%s)", ft_chat_template_name(s->tmpl), ft_tool_fmt_names()), -1;
+        job->tool_fmt = fmt;
+        job->tools = json_incref(in->tools);
+        for (const char *const *m = ft_tool_fmt_markers(fmt); *m; m++) {
+            int32_t id = ft_tok_find(s->tok, *m);
+            if (id >= 0 && ft_tok_is_special(s->tok, id)) job->p.skip_special = 0;
+        }
+        if (in->choice >= FT_TC_REQUIRED) {
+            if (calls_grammar(in, fmt, &g, resp)) return -1;
+            job->forced = 1;
+        }
+    }
+    if (!g && in->format && format_grammar(in, &g, resp)) return -1;
+    return g ? ft_srv_mask(s, g, &job->p.mask, resp) : 0;
+}
+
+void ft_srv_chat_submit(struct ft_server *s, const struct ft_http_req *req, struct ft_chat_in *in,
+                        struct ft_gen_job *job, struct ft_http_resp *resp) {
+    if (!render_prompt(s, in, job, resp) && !setup_tools(s, in, job, resp))
+        submit(s, req, job, resp);
 }
 
 static void chat_completions(struct ft_server *s, const struct ft_http_req *req,
                              struct ft_http_resp *resp) {
-    struct ft_gen_job job = {.chat = 1};
+    struct ft_gen_job job = {.api = FT_API_CHAT, .chat = 1};
+    struct ft_chat_in in = {0};
     json_t *root = ft_srv_body(req, resp);
-    if (root && !parse_common(s, root, &job, resp) && !chat_prompt(s, root, &job, resp))
-        submit(s, req, &job, resp);
-    free(job.prompt);
+    if (root && !ft_srv_common(s, root, &job, resp) && !parse_messages(root, &in, resp) &&
+        !parse_thinking(root, &in.think, resp) &&
+        !ft_srv_tools(json_object_get(root, "tools"), json_object_get(root, "tool_choice"),
+                      json_object_get(root, "parallel_tool_calls"), &in, resp) &&
+        !parse_format(json_object_get(root, "response_format"), &in, resp))
+        ft_srv_chat_submit(s, req, &in, &job, resp);
+    ft_chat_in_free(&in);
+    ft_gen_job_free(&job);
     json_decref(root);
 }
 
@@ -384,11 +624,11 @@ static int completion_prompt(struct ft_server *s, json_t *root, struct ft_gen_jo
 
 static void completions(struct ft_server *s, const struct ft_http_req *req,
                         struct ft_http_resp *resp) {
-    struct ft_gen_job job = {.chat = 0};
+    struct ft_gen_job job = {.api = FT_API_COMPLETION, .chat = 0};
     json_t *root = ft_srv_body(req, resp);
-    if (root && !parse_common(s, root, &job, resp) && !completion_prompt(s, root, &job, resp))
+    if (root && !ft_srv_common(s, root, &job, resp) && !completion_prompt(s, root, &job, resp))
         submit(s, req, &job, resp);
-    free(job.prompt);
+    ft_gen_job_free(&job);
     json_decref(root);
 }
 
@@ -408,6 +648,9 @@ static const struct route k_routes[] = {
     {"GET", "/v1/stats", ft_srv_stats, 1},
     {"POST", "/tokenize", ft_srv_tokenize, 1},
     {"POST", "/detokenize", ft_srv_detokenize, 1},
+    {"POST", "/v1/messages", ft_srv_messages, 1},
+    {"POST", "/v1/messages/count_tokens", ft_srv_count_tokens, 1},
+    {"POST", "/v1/responses", ft_srv_responses, 1},
 };
 
 void ft_server_handle(void *ctx, const struct ft_http_req *req, struct ft_http_resp *resp) {
@@ -433,5 +676,5 @@ void ft_server_handle(void *ctx, const struct ft_http_req *req, struct ft_http_r
                       req->path, path_match->method);
     else
         ft_http_error(resp, 404, NULL, "no route %s %s (see GET /v1/models, POST "
-                      "/v1/chat/completions, POST /v1/completions)", req->method, req->path);
+                      "/v1/chat/completions, POST /v1/completions, POST /v1/messages, POST /v1/responses)", req->method, req->path);
 }

@@ -1,19 +1,26 @@
-/* openai_gen.c — turns a submitted request's events (engine/sched.h) into the OpenAI response:
- * one JSON object after the request finishes, or an SSE stream of chat.completion.chunk /
- * text_completion chunks, usage, and [DONE]. Text between <think> and </think> goes to
- * reasoning_content. A client that goes away cancels its request.
+/* openai_gen.c — turns a submitted request's events (engine/sched.h) into the response of the
+ * API it came through: one JSON object after the request finishes, or an SSE stream. The text
+ * goes through the reasoning splitter (<think> or harmony channels -> reasoning) and, when the
+ * request has tools, the tool-call parser (text/tool_parse.h) -> tool_calls. This file writes
+ * the OpenAI chat.completion / text_completion shapes; anthropic.c and responses.c write theirs
+ * through struct ft_stream_api. A client that goes away cancels its request.
  * Called by openai.c (submit); the stream callbacks by http.c. Threading: one request is handled
  * by its connection's thread only. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/status.h"
+#include "core/timer.h"
 #include "server/openai_impl.h"
+#include "text/tool_parse.h"
 
 #define FT_EVENT_WAIT_MS 100
 
-static const char *finish_name(enum ft_finish f) {
-    return f == FT_FINISH_STOP ? "stop" : f == FT_FINISH_LENGTH ? "length" : "abort";
+/* OpenAI's finish_reason values only: stop, length, tool_calls. */
+static const char *finish_name(int f, int tool_calls) {
+    if (tool_calls) return "tool_calls";
+    return f == FT_FINISH_LENGTH ? "length" : "stop";
 }
 
 static int error_status(enum ft_status st) {
@@ -31,23 +38,68 @@ static json_t *usage_obj(int n_prompt, int n_gen) {
                      "total_tokens", n_prompt + n_gen);
 }
 
+/* --- the text pipeline: reasoning split, then tool calls ------------------------------------ */
+
+struct pipe {
+    struct ft_think th;
+    struct ft_tool_parser tp;
+    int split, n_reported;
+    unsigned long id_base;
+};
+
+static void pipe_init(struct pipe *p, const struct ft_gen_job *job) {
+    ft_think_init(&p->th, job->in_think, job->harmony);
+    ft_tool_parser_init(&p->tp, (enum ft_tool_fmt)job->tool_fmt, job->tools);
+    p->split = job->split;
+    p->n_reported = 0;
+    p->id_base = (unsigned long)ft_time_us();
+}
+
+static void pipe_free(struct pipe *p) {
+    ft_think_free(&p->th);
+    ft_tool_parser_free(&p->tp);
+}
+
+/* Text in; reasoning and content out (appended), new calls in p->tp.calls[n_reported..). */
+static void pipe_push(struct pipe *p, const char *s, size_t n, struct ft_sbuf *r, struct ft_sbuf *c,
+                      int end) {
+    struct ft_sbuf cc = {0};
+    if (p->split) {
+        if (n) ft_think_push(&p->th, s, n, r, &cc);
+        if (end) ft_think_flush(&p->th, r, &cc);
+    } else {
+        ft_sbuf_add(&cc, s, n);
+    }
+    if (cc.n) ft_tool_parser_push(&p->tp, cc.p, cc.n);
+    if (end) ft_tool_parser_finish(&p->tp);
+    if (p->tp.n_out) ft_sbuf_add(c, p->tp.out, p->tp.n_out);
+    p->tp.n_out = 0;
+    ft_sbuf_free(&cc);
+}
+
+static void call_out(struct pipe *p, int i, struct ft_tool_call_out *o, char *idbuf, size_t cap) {
+    snprintf(idbuf, cap, "call_%012lx%04x", p->id_base & 0xffffffffffffUL, (unsigned)i);
+    o->id = idbuf;
+    o->name = p->tp.calls[i].name;
+    o->args = p->tp.calls[i].args;
+}
+
 /* --- blocking responses ------------------------------------------------------------------- */
 
 struct gen_result {
-    struct ft_sbuf reasoning, content;
-    int n_prompt, n_gen;
-    enum ft_finish finish;
+    struct ft_gen_out o;
     int failed, gone;
     enum ft_status status;
     char message[256];
+    char ids[64][32];
 };
 
 /* Pulls events until DONE/ERROR or the client goes away; releases r. */
 static void collect(struct ft_gen_job *job, struct ft_req *r, struct ft_http_conn *conn,
                     struct gen_result *g) {
-    struct ft_think th;
-    ft_think_init(&th, job->in_think, job->harmony);
-    g->n_prompt = job->n_prompt;
+    struct pipe p;
+    pipe_init(&p, job);
+    g->o.n_prompt = job->n_prompt;
     for (;;) {
         struct ft_event ev;
         if (!ft_req_next_event(r, &ev, FT_EVENT_WAIT_MS)) {
@@ -56,11 +108,10 @@ static void collect(struct ft_gen_job *job, struct ft_req *r, struct ft_http_con
             g->gone = 1;
             break;
         }
-        if (ev.n_prompt) g->n_prompt = ev.n_prompt;
-        g->n_gen = ev.n_gen;
+        if (ev.n_prompt) g->o.n_prompt = ev.n_prompt;
+        g->o.n_gen = ev.n_gen;
         if (ev.type == FT_EV_TEXT) {
-            if (job->split) ft_think_push(&th, ev.text, ev.len, &g->reasoning, &g->content);
-            else ft_sbuf_add(&g->content, ev.text, ev.len);
+            pipe_push(&p, ev.text, ev.len, &g->o.reasoning, &g->o.content, 0);
             free(ev.text);
             continue;
         }
@@ -68,94 +119,183 @@ static void collect(struct ft_gen_job *job, struct ft_req *r, struct ft_http_con
             g->failed = 1, g->status = ev.status;
             memcpy(g->message, ev.message, sizeof g->message);
         }
-        g->finish = ev.finish;
+        g->o.finish = ev.finish;
         break;
     }
-    ft_think_flush(&th, &g->reasoning, &g->content);
-    ft_think_free(&th);
+    pipe_push(&p, NULL, 0, &g->o.reasoning, &g->o.content, 1);
+    int n = p.tp.n_calls < 64 ? p.tp.n_calls : 64;
+    g->o.calls = calloc((size_t)(n ? n : 1), sizeof *g->o.calls);
+    for (int i = 0; g->o.calls && i < n; i++) {
+        struct ft_tool_call_out c;
+        call_out(&p, i, &c, g->ids[i], sizeof g->ids[i]);
+        g->o.calls[i] = (struct ft_tool_call_out){strdup(c.id), strdup(c.name), strdup(c.args)};
+    }
+    g->o.n_calls = g->o.calls ? n : 0;
+    pipe_free(&p);
     ft_req_release(r);
+}
+
+static void out_free(struct ft_gen_out *o) {
+    for (int i = 0; i < o->n_calls; i++) free(o->calls[i].id), free(o->calls[i].name), free(o->calls[i].args);
+    free(o->calls);
+    ft_sbuf_free(&o->reasoning);
+    ft_sbuf_free(&o->content);
 }
 
 static json_t *str_or_null(const struct ft_sbuf *b) {
     return b->n ? json_stringn(b->p, b->n) : json_null();
 }
 
+static json_t *chat_tool_calls(const struct ft_gen_out *o) {
+    json_t *a = json_array();
+    for (int i = 0; i < o->n_calls; i++)
+        json_array_append_new(a, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", o->calls[i].id,
+                                           "type", "function", "function", "name",
+                                           o->calls[i].name, "arguments", o->calls[i].args));
+    return a;
+}
+
+/* content of a message with tool calls: null when only blanks are left around them */
+static json_t *chat_content(const struct ft_gen_out *o) {
+    size_t i = 0;
+    while (o->n_calls && i < o->content.n && strchr(" \n\t\r", o->content.p[i])) i++;
+    if (o->n_calls && i == o->content.n) return json_null();
+    return json_stringn(o->content.p ? o->content.p : "", o->content.n);
+}
+
+static json_t *chat_json(struct ft_server *s, const struct ft_gen_job *job, const struct ft_gen_out *o) {
+    json_t *msg = json_pack("{s:s, s:o, s:o}", "role", "assistant", "content", chat_content(o),
+                            "reasoning_content", str_or_null(&o->reasoning));
+    if (o->n_calls) json_object_set_new(msg, "tool_calls", chat_tool_calls(o));
+    json_t *choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs",
+                               "finish_reason", finish_name(o->finish, o->n_calls > 0));
+    json_t *j = envelope(s, job, "chat.completion");
+    json_object_set_new(j, "choices", json_pack("[o]", choice));
+    json_object_set_new(j, "usage", usage_obj(o->n_prompt, o->n_gen));
+    return j;
+}
+
+static json_t *completion_json(struct ft_server *s, const struct ft_gen_job *job,
+                               const struct ft_gen_out *o) {
+    json_t *choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text",
+                               json_stringn(o->content.p ? o->content.p : "", o->content.n),
+                               "logprobs", "finish_reason", finish_name(o->finish, 0));
+    json_t *j = envelope(s, job, "text_completion");
+    json_object_set_new(j, "choices", json_pack("[o]", choice));
+    json_object_set_new(j, "usage", usage_obj(o->n_prompt, o->n_gen));
+    return j;
+}
+
 void ft_srv_wait(struct ft_server *s, struct ft_gen_job *job, struct ft_req *r,
                  struct ft_http_conn *conn, struct ft_http_resp *resp) {
-    struct gen_result g = {0};
-    collect(job, r, conn, &g);
-    if (g.gone) {
+    struct gen_result *g = calloc(1, sizeof *g);
+    if (!g) {
+        ft_req_cancel(r);
+        ft_req_release(r);
+        ft_http_error(resp, 500, NULL, "out of memory");
+        return;
+    }
+    collect(job, r, conn, g);
+    if (g->gone) {
         ft_http_error(resp, 499, NULL, "client closed the connection");
-    } else if (g.failed) {
-        ft_http_error(resp, error_status(g.status), NULL, "%s", g.message);
+    } else if (g->failed) {
+        ft_http_error(resp, error_status(g->status), NULL, "%s", g->message);
     } else {
-        json_t *choice;
-        if (job->chat)
-            choice = json_pack("{s:i, s:{s:s, s:o, s:o}, s:n, s:s}", "index", 0, "message", "role",
-                               "assistant", "content", json_stringn(g.content.p ? g.content.p : "",
-                                                                    g.content.n),
-                               "reasoning_content", str_or_null(&g.reasoning), "logprobs",
-                               "finish_reason", finish_name(g.finish));
-        else
-            choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text",
-                               json_stringn(g.content.p ? g.content.p : "", g.content.n),
-                               "logprobs", "finish_reason", finish_name(g.finish));
-        json_t *j = envelope(s, job, job->chat ? "chat.completion" : "text_completion");
-        json_object_set_new(j, "choices", json_pack("[o]", choice));
-        json_object_set_new(j, "usage", usage_obj(g.n_prompt, g.n_gen));
+        json_t *j = NULL;
+        switch (job->api) {
+        case FT_API_CHAT: j = chat_json(s, job, &g->o); break;
+        case FT_API_COMPLETION: j = completion_json(s, job, &g->o); break;
+        case FT_API_ANTHROPIC: j = ft_srv_anthropic_message(s, job, &g->o); break;
+        case FT_API_RESPONSES: j = ft_srv_responses_object(s, job, &g->o, "completed"); break;
+        }
         ft_srv_reply(resp, 200, j);
     }
-    resp->n_tokens = g.n_gen;
-    ft_sbuf_free(&g.reasoning);
-    ft_sbuf_free(&g.content);
+    resp->n_tokens = g->o.n_gen;
+    out_free(&g->o);
+    free(g);
 }
 
 /* --- SSE streams -------------------------------------------------------------------------- */
 
 struct gen_stream {
-    struct ft_server *s;
+    struct ft_stream_base b; /* first: the writers' view */
+    const struct ft_stream_api *api;
     struct ft_req *r;
-    struct ft_gen_job job; /* prompt not owned */
-    struct ft_think th;
-    struct ft_sbuf out;    /* SSE bytes not yet handed to http.c */
+    struct pipe p;
     size_t off;
     int n_prompt, n_gen, finished;
 };
 
-/* One chunk: chat delta (role / content / reasoning) or completion text, with finish_reason. */
-static void chunk(struct gen_stream *g, const struct ft_sbuf *content, const struct ft_sbuf *reason,
-                  int role, const char *finish) {
+/* OpenAI chunks: chat delta (role / content / reasoning / tool_calls) or completion text. */
+static json_t *oa_chunk(struct gen_stream *g, json_t *delta_or_text, const char *finish) {
     json_t *c = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason",
                           finish ? json_string(finish) : json_null());
-    if (g->job.chat) {
-        json_t *d = json_object();
-        if (role) json_object_set_new(d, "role", json_string("assistant"));
-        if (role || (content && content->n))
-            json_object_set_new(d, "content", json_stringn(content && content->p ? content->p : "",
-                                                           content ? content->n : 0));
-        if (reason && reason->n)
-            json_object_set_new(d, "reasoning_content", json_stringn(reason->p, reason->n));
-        json_object_set_new(c, "delta", d);
-    } else {
-        json_object_set_new(c, "text", json_stringn(content && content->p ? content->p : "",
-                                                    content ? content->n : 0));
-    }
-    json_t *j = envelope(g->s, &g->job, g->job.chat ? "chat.completion.chunk" : "text_completion");
+    json_object_set_new(c, g->b.job.chat ? "delta" : "text", delta_or_text);
+    json_t *j = envelope(g->b.s, &g->b.job, g->b.job.chat ? "chat.completion.chunk" : "text_completion");
     json_object_set_new(j, "choices", json_pack("[o]", c));
-    if (g->job.include_usage) json_object_set_new(j, "usage", json_null());
-    ft_sse_json(&g->out, j);
+    if (g->b.job.include_usage) json_object_set_new(j, "usage", json_null());
+    return j;
 }
 
-static void stream_end(struct gen_stream *g, const char *finish) {
-    struct ft_sbuf r = {0}, c = {0};
-    ft_think_flush(&g->th, &r, &c);
-    if (r.n || c.n) chunk(g, &c, &r, 0, NULL);
-    chunk(g, NULL, NULL, 0, finish);
-    if (g->job.include_usage) {
-        json_t *j = envelope(g->s, &g->job, g->job.chat ? "chat.completion.chunk" : "text_completion");
+static void oa_start(void *ctx) {
+    struct gen_stream *g = ctx;
+    if (g->b.job.chat)
+        ft_sse_json(&g->b.out, oa_chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""),
+                                        NULL));
+}
+
+static void oa_text(void *ctx, const char *r, size_t nr, const char *c, size_t nc) {
+    struct gen_stream *g = ctx;
+    if (!g->b.job.chat) {
+        if (nc) ft_sse_json(&g->b.out, oa_chunk(g, json_stringn(c, nc), NULL));
+        return;
+    }
+    json_t *d = json_object();
+    if (nc) json_object_set_new(d, "content", json_stringn(c, nc));
+    if (nr) json_object_set_new(d, "reasoning_content", json_stringn(r, nr));
+    ft_sse_json(&g->b.out, oa_chunk(g, d, NULL));
+}
+
+static void oa_call(void *ctx, int index, const struct ft_tool_call_out *c) {
+    struct gen_stream *g = ctx;
+    json_t *tc = json_pack("{s:i, s:s, s:s, s:{s:s, s:s}}", "index", index, "id", c->id, "type",
+                           "function", "function", "name", c->name, "arguments", c->args);
+    ft_sse_json(&g->b.out, oa_chunk(g, json_pack("{s:[o]}", "tool_calls", tc), NULL));
+}
+
+static void oa_end(void *ctx, int finish, int n_prompt, int n_gen, int tool_calls) {
+    struct gen_stream *g = ctx;
+    ft_sse_json(&g->b.out, oa_chunk(g, g->b.job.chat ? json_object() : json_string(""),
+                                    finish_name(finish, tool_calls)));
+    if (g->b.job.include_usage) {
+        json_t *j = envelope(g->b.s, &g->b.job, g->b.job.chat ? "chat.completion.chunk" : "text_completion");
         json_object_set_new(j, "choices", json_array());
-        json_object_set_new(j, "usage", usage_obj(g->n_prompt, g->n_gen));
-        ft_sse_json(&g->out, j);
+        json_object_set_new(j, "usage", usage_obj(n_prompt, n_gen));
+        ft_sse_json(&g->b.out, j);
+    }
+    ft_sbuf_add(&g->b.out, "data: [DONE]\n\n", 14);
+}
+
+static void oa_error(void *ctx, const char *message, int status) {
+    struct gen_stream *g = ctx;
+    ft_sse_json(&g->b.out, json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", message,
+                                     "type", status == 400 ? "invalid_request_error" : "internal_error",
+                                     "param", "code", status));
+    ft_sbuf_add(&g->b.out, "data: [DONE]\n\n", 14);
+}
+
+static const struct ft_stream_api k_openai_stream = {oa_start, oa_text, oa_call, oa_end, oa_error};
+
+/* Text through the pipeline to the writer; calls the parser completed as they come. */
+static void stream_text(struct gen_stream *g, const char *s, size_t n, int end) {
+    struct ft_sbuf r = {0}, c = {0};
+    pipe_push(&g->p, s, n, &r, &c, end);
+    if (r.n || c.n) g->api->text(g, r.p, r.n, c.p, c.n);
+    for (; g->p.n_reported < g->p.tp.n_calls; g->p.n_reported++) {
+        struct ft_tool_call_out o;
+        char id[32];
+        call_out(&g->p, g->p.n_reported, &o, id, sizeof id);
+        g->api->call(g, g->p.n_reported, &o);
     }
     ft_sbuf_free(&r);
     ft_sbuf_free(&c);
@@ -165,39 +305,31 @@ static void stream_event(struct gen_stream *g, struct ft_event *ev) {
     if (ev->n_prompt) g->n_prompt = ev->n_prompt;
     g->n_gen = ev->n_gen;
     if (ev->type == FT_EV_TEXT) {
-        struct ft_sbuf r = {0}, c = {0};
-        if (g->job.split) ft_think_push(&g->th, ev->text, ev->len, &r, &c);
-        else ft_sbuf_add(&c, ev->text, ev->len);
-        if (r.n || c.n) chunk(g, &c, &r, 0, NULL);
-        ft_sbuf_free(&r);
-        ft_sbuf_free(&c);
+        stream_text(g, ev->text, ev->len, 0);
         free(ev->text);
         return;
     }
     if (ev->type == FT_EV_DONE) {
-        stream_end(g, finish_name(ev->finish));
+        stream_text(g, NULL, 0, 1);
+        g->api->end(g, ev->finish, g->n_prompt, g->n_gen, g->p.tp.n_calls > 0);
     } else {
-        ft_sse_json(&g->out, json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", ev->message,
-                                       "type", ev->status == FT_ERR_INVALID_ARG
-                                                   ? "invalid_request_error" : "internal_error",
-                                       "param", "code", error_status(ev->status)));
+        g->api->error(g, ev->message, error_status(ev->status));
     }
-    ft_sbuf_add(&g->out, "data: [DONE]\n\n", 14);
     g->finished = 1;
 }
 
 static ssize_t stream_next(void *ctx, char *buf, size_t max) {
     struct gen_stream *g = ctx;
-    if (g->off == g->out.n) {
+    if (g->off == g->b.out.n) {
         if (g->finished) return FT_HTTP_STREAM_END;
-        g->off = g->out.n = 0;
+        g->off = g->b.out.n = 0;
         struct ft_event ev;
         if (!ft_req_next_event(g->r, &ev, FT_EVENT_WAIT_MS)) return 0;
         stream_event(g, &ev);
-        if (g->off == g->out.n) return 0;
+        if (g->off == g->b.out.n) return 0;
     }
-    size_t n = g->out.n - g->off < max ? g->out.n - g->off : max;
-    memcpy(buf, g->out.p + g->off, n);
+    size_t n = g->b.out.n - g->off < max ? g->b.out.n - g->off : max;
+    memcpy(buf, g->b.out.p + g->off, n);
     g->off += n;
     return (ssize_t)n;
 }
@@ -206,8 +338,12 @@ static void stream_free(void *ctx) {
     struct gen_stream *g = ctx;
     if (!g->finished) ft_req_cancel(g->r);
     ft_req_release(g->r);
-    ft_think_free(&g->th);
-    ft_sbuf_free(&g->out);
+    pipe_free(&g->p);
+    ft_sbuf_free(&g->b.out);
+    ft_sbuf_free(&g->b.text);
+    ft_sbuf_free(&g->b.reason);
+    json_decref(g->b.items);
+    json_decref(g->b.job.tools);
     free(g);
 }
 
@@ -222,11 +358,15 @@ void ft_srv_stream(struct ft_server *s, struct ft_gen_job *job, struct ft_req *r
         ft_http_error(resp, 500, NULL, "out of memory");
         return;
     }
-    g->s = s, g->r = r, g->job = *job, g->n_prompt = job->n_prompt;
-    g->job.prompt = NULL;
-    memset(g->job.p.stop, 0, sizeof g->job.p.stop); /* they pointed into the request JSON */
-    ft_think_init(&g->th, job->in_think, job->harmony);
-    if (job->chat) chunk(g, NULL, NULL, 1, NULL); /* first delta: role */
+    g->b.s = s, g->r = r, g->b.job = *job, g->n_prompt = job->n_prompt;
+    g->b.job.prompt = NULL;
+    g->b.job.tools = json_incref(job->tools);
+    memset(g->b.job.p.stop, 0, sizeof g->b.job.p.stop); /* they pointed into the request JSON */
+    memset(&g->b.job.p.mask, 0, sizeof g->b.job.p.mask);
+    g->api = job->api == FT_API_ANTHROPIC ? &ft_anthropic_stream
+             : job->api == FT_API_RESPONSES ? &ft_responses_stream : &k_openai_stream;
+    pipe_init(&g->p, &g->b.job);
+    g->api->start(g);
     resp->status = 200;
     resp->content_type = "text/event-stream";
     resp->stream = stream_next;

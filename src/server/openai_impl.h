@@ -9,9 +9,18 @@
 #include "server/openai.h"
 #include "server/sse.h"
 
+#include "text/chat.h"
+
+/* Which API a request came through (shapes its response). */
+enum ft_api { FT_API_CHAT, FT_API_COMPLETION, FT_API_ANTHROPIC, FT_API_RESPONSES };
+
 /* One generation request between validation and the response. */
 struct ft_gen_job {
+    enum ft_api api;
     int chat, stream, include_usage;
+    int tool_fmt;               /* enum ft_tool_fmt the output is parsed with (0: none) */
+    json_t *tools;              /* the request's tools in OpenAI's shape (owned; may be NULL) */
+    int forced;                 /* the grammar forces tool calls (finish "tool_calls") */
     int split, in_think;        /* <think> splitting; the prompt already opened <think> */
     int harmony;                /* split harmony channels instead (analysis -> reasoning) */
     int32_t *prompt;            /* malloc'd */
@@ -20,6 +29,39 @@ struct ft_gen_job {
     char id[48];
     long created;
 };
+
+/* A conversation from any of the APIs, in the chat template's terms. */
+enum ft_tool_choice { FT_TC_AUTO, FT_TC_NONE, FT_TC_REQUIRED, FT_TC_NAMED };
+struct ft_chat_in {
+    struct ft_chat_msg *msgs;   /* tool_calls arrays malloc'd per message */
+    int n, cap;
+    char **owned;               /* strings the messages point into */
+    int n_owned, cap_owned;
+    json_t *tools;              /* OpenAI-shaped tools list (owned), NULL = none */
+    int choice;                 /* enum ft_tool_choice */
+    char *choice_name;          /* FT_TC_NAMED */
+    int parallel;               /* several calls in one turn (default 1) */
+    json_t *format;             /* response_format {"type": ...} (owned), NULL = text */
+    int think;                  /* enable_thinking: -1 = the template's default */
+};
+/* A new message (zeroed) at the end of in, or NULL when out of memory. */
+struct ft_chat_msg *ft_chat_in_add(struct ft_chat_in *in, enum ft_chat_role role);
+/* Keeps a malloc'd string alive as long as in (takes it; NULL stays NULL). */
+const char *ft_chat_in_own(struct ft_chat_in *in, char *s);
+void ft_chat_in_free(struct ft_chat_in *in);
+/* Validates an OpenAI-shaped tools list and tool_choice into in (400 naming the field). */
+int ft_srv_tools(json_t *tools, json_t *choice, json_t *parallel, struct ft_chat_in *in,
+                 struct ft_http_resp *resp);
+/* Renders in, tokenises, sets up the tool parser and the grammar, submits and answers. */
+void ft_srv_chat_submit(struct ft_server *s, const struct ft_http_req *req, struct ft_chat_in *in,
+                        struct ft_gen_job *job, struct ft_http_resp *resp);
+void ft_gen_job_free(struct ft_gen_job *job);
+/* The sampling, limits and stop fields both OpenAI generation endpoints share (400 naming one). */
+int ft_srv_common(struct ft_server *s, json_t *root, struct ft_gen_job *job,
+                  struct ft_http_resp *resp);
+/* The struct ft_logit_mask of grammar g for one request (takes g). */
+int ft_srv_mask(struct ft_server *s, struct ft_jg *g, struct ft_logit_mask *out,
+                struct ft_http_resp *resp);
 
 /* Field readers: absent or null leaves *out unchanged; a wrong type answers 400 and returns -1. */
 int ft_srv_num(json_t *o, const char *key, float *out, struct ft_http_resp *resp);
@@ -39,6 +81,49 @@ void ft_srv_wait(struct ft_server *s, struct ft_gen_job *job, struct ft_req *r,
 /* Sets resp up as an SSE stream of the request's events (takes r). */
 void ft_srv_stream(struct ft_server *s, struct ft_gen_job *job, struct ft_req *r,
                    struct ft_http_resp *resp);
+
+/* The Anthropic Messages API (anthropic.c) and the Responses API (responses.c); their response
+ * bodies and streams are written by anthropic.c / responses.c through these. */
+void ft_srv_messages(struct ft_server *s, const struct ft_http_req *req, struct ft_http_resp *resp);
+void ft_srv_count_tokens(struct ft_server *s, const struct ft_http_req *req,
+                         struct ft_http_resp *resp);
+void ft_srv_responses(struct ft_server *s, const struct ft_http_req *req, struct ft_http_resp *resp);
+
+/* What a finished generation produced (openai_gen.c collects it; every API shapes it). */
+struct ft_gen_out {
+    struct ft_sbuf reasoning, content;
+    struct ft_tool_call_out { char *id, *name, *args; } *calls;
+    int n_calls;
+    int n_prompt, n_gen;
+    int finish;                 /* enum ft_finish */
+};
+/* Per-API stream writers: called on the connection thread as the output comes. */
+struct ft_stream_api {
+    void (*start)(void *g);
+    void (*text)(void *g, const char *reason, size_t nr, const char *content, size_t nc);
+    void (*call)(void *g, int index, const struct ft_tool_call_out *c);
+    void (*end)(void *g, int finish, int n_prompt, int n_gen, int tool_calls);
+    void (*error)(void *g, const char *message, int status);
+};
+/* The SSE buffer and job of a stream, for the writers (the first field of their context). */
+struct ft_stream_base {
+    struct ft_server *s;
+    struct ft_gen_job job;
+    struct ft_sbuf out;
+    /* the writers' state (anthropic.c, responses.c): the open block / item, its index, the
+     * event count, the text and reasoning so far, the finished output items */
+    int open, index, seq;
+    struct ft_sbuf text, reason;
+    json_t *items;
+};
+json_t *ft_srv_anthropic_message(struct ft_server *s, const struct ft_gen_job *job,
+                                 const struct ft_gen_out *o);
+extern const struct ft_stream_api ft_anthropic_stream;
+json_t *ft_srv_responses_object(struct ft_server *s, const struct ft_gen_job *job,
+                                const struct ft_gen_out *o, const char *status);
+extern const struct ft_stream_api ft_responses_stream;
+/* Rewrites an OpenAI-shaped error response into Anthropic's shape. */
+void ft_srv_anthropic_error(struct ft_http_resp *resp);
 
 void ft_srv_models(struct ft_server *s, const struct ft_http_req *req, struct ft_http_resp *resp);
 void ft_srv_model(struct ft_server *s, const struct ft_http_req *req, struct ft_http_resp *resp);

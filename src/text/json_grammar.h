@@ -26,7 +26,7 @@
 #include "ft.h"
 
 #define FT_JG_MAX_DEPTH 32 /* nesting of objects/arrays (deeper: the opening byte is refused) */
-#define FT_JG_MAX_WS 24    /* whitespace bytes in a row between JSON tokens */
+#define FT_JG_MAX_WS 8     /* whitespace bytes in a row between JSON tokens */
 
 struct ft_jg;
 
