@@ -34,12 +34,12 @@ static void run(enum ft_tool_fmt fmt, const char *text, size_t step, struct resu
         size_t k = step && step < n - off ? step : n - off;
         ft_tool_parser_push(&p, text + off, k);
         off += k;
-        memcpy(r->content + used, p.out, p.n_out);
+        if (p.n_out) memcpy(r->content + used, p.out, p.n_out);
         used += p.n_out;
         p.n_out = 0;
     }
     ft_tool_parser_finish(&p);
-    memcpy(r->content + used, p.out, p.n_out);
+    if (p.n_out) memcpy(r->content + used, p.out, p.n_out);
     used += p.n_out;
     r->content[used] = 0;
     r->n_calls = p.n_calls;

@@ -848,8 +848,9 @@ static enum res number_byte(const struct node *n, struct ft_jg_frame *f, unsigne
     case N_E: next = b == '+' || b == '-' ? N_ESIGN : digit ? N_EXP : -1; break;
     case N_ESIGN: case N_EXP: next = digit ? N_EXP : -1; break;
     }
-    /* integers stay within int64 (19 digits) so every client's JSON parser reads them */
-    if (next < 0 || f->pos >= (real ? MAX_NUM : 19)) return number_complete(f) ? POP_RETRY : REJECT;
+    /* integer parts stay within int64 (18 digits) so every client's JSON parser reads them */
+    if (next == N_INT && f->pos >= 18) next = -1;
+    if (next < 0 || f->pos >= MAX_NUM) return number_complete(f) ? POP_RETRY : REJECT;
     f->phase = (uint8_t)next;
     f->pos++;
     return ACCEPT;
