@@ -261,6 +261,34 @@ TEST(gguf_missing_metadata) {
     expect_load_error(p, FT_ERR_FORMAT, "llama.block_count");
 }
 
+/* deepseek2 / glm4moe / minimax-m2 (tools/gen_gguf_mla.py): a missing MLA key, half of the
+ * split kv_b, a missing gating function (a DeepSeek-V2-style softmax file), a missing shared-
+ * expert count (its tensors then have no reader), half of the MLA widths: each one line naming
+ * the key or tensor, exit 2 */
+TEST(gguf_mla_bad_inputs) {
+    const char *p = gguf_variant("nolora", "deepseek2_bf16", "deepseek2.attention.kv_lora_rank",
+                                 "deepseek2.attention.kv_lora_ranX", 0);
+    expect_load_error(p, FT_ERR_FORMAT, "'deepseek2.attention.kv_lora_rank' is missing");
+    expect_cli_error(p, "deepseek2.attention.kv_lora_rank", "missing");
+    p = gguf_variant("novb", "deepseek2_bf16", "blk.2.attn_v_b.weight", "blk.2.attn_v_c.weight", 0);
+    expect_load_error(p, FT_ERR_FORMAT, "tensor 'blk.2.attn_v_b.weight' is missing");
+    expect_cli_error(p, "blk.2.attn_v_b.weight", "attn_k_b");
+    p = gguf_variant("softmax", "deepseek2_q8", "deepseek2.expert_gating_func",
+                     "deepseek2.expert_gating_fuXc", 0);
+    expect_load_error(p, FT_ERR_UNSUPPORTED, "deepseek2.expert_gating_func = 1 (softmax)");
+    expect_cli_error(p, "expert_gating_func", "sigmoid");
+    p = gguf_variant("noshexp", "glm4moe_bf16", "glm4moe.expert_shared_count",
+                     "glm4moe.expert_shared_counX", 0);
+    expect_load_error(p, FT_ERR_UNSUPPORTED, "mlp.shared_experts.");
+    EXPECT_CONTAINS(ft_error(), "no reader");
+    p = gguf_variant("nokmla", "deepseek2_noq_bf16", "deepseek2.attention.key_length_mla",
+                     "deepseek2.attention.key_length_mlX", 0);
+    expect_load_error(p, FT_ERR_FORMAT, "'deepseek2.attention.key_length_mla' is missing");
+    p = gguf_variant("nokn", "minimax_m2_q8", "blk.1.attn_k_norm.weight", "blk.1.attn_k_nrrm.weight", 0);
+    expect_load_error(p, FT_ERR_UNSUPPORTED, "blk.1.attn_k_nrrm.weight");
+    expect_cli_error(p, "blk.1.attn_k_nrrm.weight", NULL);
+}
+
 /* gguf-split shards: a later shard names the first; a missing shard names its file */
 TEST(gguf_split_shards) {
     char dir[600], cmd[2048], p[700];

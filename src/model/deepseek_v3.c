@@ -3,7 +3,9 @@
  * key, attention runs in the absorbed form), interleaved-pair RoPE (rope_interleave, default
  * on) with YaRN's softmax scale; the first first_k_dense_replace layers dense, then a MoE with
  * a sigmoid router (e_score_correction_bias for the choice only, n_group / topk_group
- * group-limited top-k, norm_topk_prob, routed_scaling_factor) and plain shared experts. */
+ * group-limited top-k, norm_topk_prob, routed_scaling_factor) and plain shared experts.
+ * llama.cpp's GGUF files (deepseek2, GLM-4.7-Flash's too: its differences are metadata):
+ * gguf_model.c. */
 #include "model/arch.h"
 
 const struct ft_arch ft_arch_deepseek_v3 = {
@@ -15,4 +17,5 @@ const struct ft_arch ft_arch_deepseek_v3 = {
     .n_group = 8,
     .topk_group = 4,
     .routed_scale = 2.5,
+    .gguf = "deepseek2",
 };

@@ -6,8 +6,12 @@
  * banks in their block format (bank.h row schemas). Qwen3-Next / Qwen3.5 DeltaNet layers (ssm_*,
  * attn_qkv, attn_gate) become the flat Hugging Face tensors load_gdn reads: rows regrouped,
  * Qwen3.5's value heads moved back from llama.cpp's tiled order (or the key heads repeated
- * where ssm_out's blocks forbid that), A = -exp(A_log) back into A_log; multi-token-prediction
- * layers (nextn) are skipped.
+ * where ssm_out's blocks forbid that), A = -exp(A_log) back into A_log. deepseek2 (DeepSeek-V3,
+ * Kimi-K2, GLM-4.7-Flash): the MLA sizes from attention.*_mla / kv_lora_rank (the file's
+ * head_count_kv 1 and key_length kv_lora + rope are llama.cpp's MQA view), attn_k_b / attn_v_b
+ * joined back into kv_b; deepseek2, glm4moe, minimax-m2: the sigmoid router's keys
+ * (expert_gating_func, groups, weights scale, leading dense layers, shared experts) with
+ * llama.cpp's defaults. Multi-token-prediction layers (nextn) are skipped.
  * Engine thread, once, from ft_model_load_ex. */
 #include "model/gguf_model.h"
 
@@ -58,6 +62,22 @@ static const struct name_map k_layer[] = {
     {"ffn_gate_inp.bias", "%s.router.bias"},
     /* Gemma 3: the MLP's output norm */
     {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
+    /* MLA (deepseek2); attn_k_b + attn_v_b are joined back into kv_b (mla_kv_b) */
+    {"attn_q_a.weight", "self_attn.q_a_proj.weight"},
+    {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
+    {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
+    {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+    {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
+    {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"}, /* files from before the split */
+    /* sigmoid routers: the score-correction bias (for the choice only) */
+    {"exp_probs_b.bias", "%s.gate.e_score_correction_bias"},
+};
+
+/* DeepSeek / GLM's plain shared experts (FT_ARCH_SHARED_PLAIN) */
+static const struct name_map k_shared_plain[] = {
+    {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
 };
 
 /* stacked experts [E][rows][cols]: gate and up into the gate_up bank, down into the down bank */
@@ -116,6 +136,144 @@ static void add_eos(struct ft_config *c, const struct ft_gguf_file *f, const cha
     for (int i = 0; i < c->n_eos; i++)
         if (c->eos_token_ids[i] == (int)id) return;
     if (c->n_eos < FT_MAX_EOS) c->eos_token_ids[c->n_eos++] = (int)id;
+}
+
+/* An optional count that may be 0 (leading_dense_block_count, expert_shared_count): *out
+ * unchanged when absent. */
+static enum ft_status opt_count(const struct ft_gguf_file *f, const char *arch, const char *name,
+                                int *out) {
+    char k[160];
+    uint64_t v;
+    if (!ft_gguf_get(f, key(k, sizeof k, arch, name))) return FT_OK;
+    if (ft_gguf_get_u64(f, k, &v) != FT_OK || v > (1u << 30))
+        return ft_fail(FT_ERR_FORMAT, "%s: metadata key '%s' must be an integer in [0, 2^30]",
+                       ft_gguf_label(f), k);
+    *out = (int)v;
+    return FT_OK;
+}
+
+/* Head sizes of grouped-query attention: key_length (default hidden / heads) = value_length,
+ * rope.dimension_count of them rotated. */
+static enum ft_status head_config(const struct ft_gguf_file *f, const char *a,
+                                  const struct ft_arch *arch, struct ft_config *c) {
+    enum ft_status st = FT_OK;
+    const char *lbl = ft_gguf_label(f);
+    char k[160];
+    c->head_dim = c->hidden_size / c->n_heads;
+    FT_TRY(opt_int(f, a, "attention.key_length", &c->head_dim));
+    int vlen = c->head_dim, rot = c->head_dim;
+    FT_TRY(opt_int(f, a, "attention.value_length", &vlen));
+    const int have_rot = ft_gguf_get(f, key(k, sizeof k, a, "rope.dimension_count")) != NULL;
+    FT_TRY(opt_int(f, a, "rope.dimension_count", &rot));
+    if (vlen != c->head_dim)
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: key_length %d != value_length %d is not supported",
+                       lbl, c->head_dim, vlen);
+    if (c->head_dim < 2 || rot < 2 || rot > c->head_dim || rot % 2)
+        return ft_fail(FT_ERR_FORMAT, "%s: head size %d and rope.dimension_count %d are inconsistent "
+                       "(need an even count in [2, head size])", lbl, c->head_dim, rot);
+    if (have_rot || !(arch->flags & FT_ARCH_HYBRID)) { /* hybrid: else the arch's 0.25 */
+        c->rope.partial_rotary_factor = (double)rot / c->head_dim;
+        c->rope.partial_rotary_set = 1;
+        c->rope.rot_dims = rot;
+    }
+    return FT_OK;
+fail:
+    return st;
+}
+
+/* deepseek2 (DeepSeek-V3, Kimi-K2, GLM-4.7-Flash): the latent ranks, the per-head widths
+ * (attention.key_length_mla / value_length_mla; files written before those keys existed give
+ * them in key_length / value_length, which MLA-era files use for the MQA view: kv_lora_rank +
+ * rope and kv_lora_rank), rope.dimension_count = the RoPE part, rotated in adjacent pairs
+ * (GGML's normal rope; the converter does not permute). q_lora_rank absent: a plain attn_q. */
+static enum ft_status mla_config(const struct ft_gguf_file *f, const char *a, struct ft_config *c) {
+    enum ft_status st = FT_OK;
+    const char *lbl = ft_gguf_label(f);
+    int klen = 0, vlen = 0, kmla = 0, vmla = 0;
+    FT_TRY(req_int(f, a, "attention.kv_lora_rank", &c->kv_lora_rank));
+    FT_TRY(opt_int(f, a, "attention.q_lora_rank", &c->q_lora_rank));
+    FT_TRY(req_int(f, a, "rope.dimension_count", &c->qk_rope_head_dim));
+    FT_TRY(opt_int(f, a, "attention.key_length_mla", &kmla));
+    FT_TRY(opt_int(f, a, "attention.value_length_mla", &vmla));
+    if (!kmla != !vmla)
+        return ft_fail(FT_ERR_FORMAT, "%s: metadata key '%s.attention.%s_length_mla' is missing (the "
+                       "other one is there)", lbl, a, kmla ? "value" : "key");
+    if (!kmla) { /* a file from before the MQA view: the heads' own widths */
+        FT_TRY(req_int(f, a, "attention.key_length", &klen));
+        FT_TRY(req_int(f, a, "attention.value_length", &vlen));
+    }
+    klen = kmla ? kmla : klen, vlen = vmla ? vmla : vlen;
+    if (klen <= c->qk_rope_head_dim || c->qk_rope_head_dim % 2)
+        return ft_fail(FT_ERR_FORMAT, "%s: %s.rope.dimension_count %d must be even and below the key "
+                       "width %d (attention.key_length%s)", lbl, a, c->qk_rope_head_dim, klen,
+                       kmla ? "_mla" : "");
+    c->qk_nope_head_dim = klen - c->qk_rope_head_dim;
+    c->v_head_dim = vlen;
+    c->head_dim = klen;
+    c->n_kv_heads = c->n_heads; /* head_count_kv 1 is the MQA view of the latent */
+    c->rope_interleave = 1;
+    c->rope.rot_dims = c->qk_rope_head_dim;
+    c->rope.partial_rotary_factor = 1;
+    c->rope.partial_rotary_set = 1;
+    return FT_OK;
+fail:
+    return st;
+}
+
+/* deepseek2's YaRN as llama.cpp runs it: the rotated values unscaled (it cancels GGML's own
+ * attention factor) and the softmax scale times mscale^2, mscale = 1 + 0.1 mscale_all_dim
+ * ln(factor); the converter stores 0.1 mscale_all_dim as yarn_log_multiplier. */
+static enum ft_status mla_yarn(const struct ft_gguf_file *f, const char *a, struct ft_config *c) {
+    double ylm = 0;
+    enum ft_status st = opt_f64(f, a, "rope.scaling.yarn_log_multiplier", &ylm);
+    if (st != FT_OK) return st;
+    c->rope.mscale_all_dim = ylm / 0.1;
+    if (c->rope.attention_factor == 0) c->rope.attention_factor = 1;
+    return FT_OK;
+}
+
+/* Sigmoid routers (deepseek2, glm4moe, minimax-m2): expert_gating_func must be sigmoid (2;
+ * deepseek2 files without it are DeepSeek-V2's softmax, but for llama.cpp's exception of
+ * GLM-4.7-Flash: 47 or 48 layers and 154880 tokens), the groups, the routed scale, the leading
+ * dense layers and the plain shared experts, llama.cpp's defaults where the file is silent
+ * (no groups, scale 1, none dense, none shared). */
+static enum ft_status router_config(const struct ft_gguf_file *f, const char *a,
+                                    const struct ft_arch *arch, struct ft_config *c) {
+    enum ft_status st = FT_OK;
+    const char *lbl = ft_gguf_label(f);
+    char k[160];
+    uint64_t fn = 2;
+    if (ft_gguf_get(f, key(k, sizeof k, a, "expert_gating_func"))) {
+        FT_TRY(ft_gguf_get_u64(f, k, &fn));
+    } else if (arch->flags & FT_ARCH_MLA) {
+        int glm_flash = (c->n_layers == 47 || c->n_layers == 48) && c->vocab_size == 154880;
+        fn = glm_flash ? 2 : 1;
+    }
+    if (fn != 2)
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: %s = %llu (%s) is not supported: this engine reads the "
+                       "sigmoid-routed %s files (expert_gating_func 2, as DeepSeek-V3, Kimi-K2, GLM and "
+                       "MiniMax-M2 are converted); a DeepSeek-V2-style softmax router is not", lbl, k,
+                       (unsigned long long)fn, fn == 1 ? "softmax" : "not sigmoid", a);
+    c->scoring_sigmoid = 1;
+    c->n_group = c->topk_group = 1;
+    c->routed_scaling_factor = 1;
+    c->first_k_dense_replace = 0;
+    c->n_shared_experts = 0;
+    FT_TRY(opt_int(f, a, "expert_group_count", &c->n_group));
+    FT_TRY(opt_int(f, a, "expert_group_used_count", &c->topk_group));
+    FT_TRY(opt_f64(f, a, "expert_weights_scale", &c->routed_scaling_factor));
+    FT_TRY(opt_count(f, a, "leading_dense_block_count", &c->first_k_dense_replace));
+    FT_TRY(opt_count(f, a, "expert_shared_count", &c->n_shared_experts));
+    if (c->n_experts % c->n_group || c->topk_group > c->n_group)
+        return ft_fail(FT_ERR_FORMAT, "%s: %s.expert_group_count %d must divide expert_count %d and "
+                       "be at least expert_group_used_count %d", lbl, a, c->n_group, c->n_experts,
+                       c->topk_group);
+    if (!(c->routed_scaling_factor > 0))
+        return ft_fail(FT_ERR_FORMAT, "%s: %s.expert_weights_scale = %g must be > 0", lbl, a,
+                       c->routed_scaling_factor);
+    return FT_OK;
+fail:
+    return st;
 }
 
 /* Whether a Qwen3.5 file's value heads are in llama.cpp's tiled order (its converter moves
@@ -192,8 +350,8 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
     if (!arch)
         return ft_fail(FT_ERR_UNSUPPORTED, "%s: GGUF architecture '%s'%s is not supported "
                        "(supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, qwen3next, qwen35, "
-                       "qwen35moe, gpt-oss, gemma3, and llama with experts as Mixtral)", lbl, a,
-                       n_exp ? " with experts" : "");
+                       "qwen35moe, deepseek2, glm4moe, minimax-m2, gpt-oss, gemma3, and llama "
+                       "with experts as Mixtral)", lbl, a, n_exp ? " with experts" : "");
     *arch_out = arch;
     snprintf(c->arch, sizeof c->arch, "%s", arch->name);
     snprintf(c->model_type, sizeof c->model_type, "%s", a);
@@ -201,7 +359,7 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
     /* llama.cpp counts multi-token-prediction layers (blk.N.nextn.*, after the trunk) in
      * block_count; they are not read */
     int nextn = 0;
-    FT_TRY(opt_int(f, a, "nextn_predict_layers", &nextn));
+    FT_TRY(opt_count(f, a, "nextn_predict_layers", &nextn));
     if (nextn >= c->n_layers)
         return ft_fail(FT_ERR_FORMAT, "%s: %s.nextn_predict_layers = %d leaves no layer of "
                        "block_count %d", lbl, a, nextn, c->n_layers);
@@ -215,23 +373,7 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
     FT_TRY(opt_int(f, a, "context_length", &c->max_position_embeddings));
     FT_TRY(opt_f64(f, a, "attention.layer_norm_rms_epsilon", &c->rms_norm_eps));
     FT_TRY(opt_f64(f, a, "rope.freq_base", &c->rope.theta));
-    c->head_dim = c->hidden_size / c->n_heads;
-    FT_TRY(opt_int(f, a, "attention.key_length", &c->head_dim));
-    int vlen = c->head_dim, rot = c->head_dim;
-    FT_TRY(opt_int(f, a, "attention.value_length", &vlen));
-    const int have_rot = ft_gguf_get(f, key(k, sizeof k, a, "rope.dimension_count")) != NULL;
-    FT_TRY(opt_int(f, a, "rope.dimension_count", &rot));
-    if (vlen != c->head_dim)
-        return ft_fail(FT_ERR_UNSUPPORTED, "%s: key_length %d != value_length %d is not supported",
-                       lbl, c->head_dim, vlen);
-    if (c->head_dim < 2 || rot < 2 || rot > c->head_dim || rot % 2)
-        return ft_fail(FT_ERR_FORMAT, "%s: head size %d and rope.dimension_count %d are inconsistent "
-                       "(need an even count in [2, head size])", lbl, c->head_dim, rot);
-    if (have_rot || !(arch->flags & FT_ARCH_HYBRID)) { /* hybrid: else the arch's 0.25 */
-        c->rope.partial_rotary_factor = (double)rot / c->head_dim;
-        c->rope.partial_rotary_set = 1;
-        c->rope.rot_dims = rot;
-    }
+    FT_TRY(arch->flags & FT_ARCH_MLA ? mla_config(f, a, c) : head_config(f, a, arch, c));
     const char *rs = NULL;
     if (ft_gguf_get(f, key(k, sizeof k, a, "rope.scaling.type"))) FT_TRY(ft_gguf_get_str(f, k, &rs));
     if (rs && strcmp(rs, "none") != 0) {
@@ -246,6 +388,9 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
         FT_TRY(opt_f64(f, a, "rope.scaling.factor", &c->rope.factor));
         FT_TRY(opt_int(f, a, "rope.scaling.original_context_length", &c->rope.original_max_pos));
         FT_TRY(opt_f64(f, a, "rope.scaling.attn_factor", &c->rope.attention_factor));
+        FT_TRY(opt_f64(f, a, "rope.scaling.yarn_beta_fast", &c->rope.beta_fast));
+        FT_TRY(opt_f64(f, a, "rope.scaling.yarn_beta_slow", &c->rope.beta_slow));
+        if (arch->flags & FT_ARCH_MLA) FT_TRY(mla_yarn(f, a, c));
     }
     if (!ft_gguf_find(f, "token_embd.weight"))
         return ft_fail(FT_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", lbl);
@@ -267,6 +412,7 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
         c->norm_topk_prob = arch->gguf_norm_topk;
         if (ft_gguf_get(f, key(k, sizeof k, a, "expert_weights_norm")))
             FT_TRY(ft_gguf_get_bool(f, k, &c->norm_topk_prob));
+        if (arch->flags & FT_ARCH_SIGMOID_ROUTER) FT_TRY(router_config(f, a, arch, c));
         /* dense layers among MoE ones: those without stacked experts (Qwen3 mlp_only_layers) */
         c->mlp_only = calloc((size_t)c->n_layers, 1);
         if (!c->mlp_only) return ft_fail(FT_ERR_OOM, "%s: out of memory", lbl);
@@ -301,6 +447,10 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
         c->swiglu_alpha = 1.702;
     }
     if (arch->flags & FT_ARCH_HYBRID) FT_TRY(hybrid_config(f, a, arch, c));
+    if (!(arch->flags & FT_ARCH_MLA)) { /* GLM-4.5: QK-norm per head when the file has it */
+        c->use_qk_norm = 0;
+        for (int l = 0; l < c->n_layers; l++) c->use_qk_norm |= has_tensor(f, "blk.%d.attn_q_norm.weight", l);
+    }
     uint64_t id;
     if (ft_gguf_get_u64(f, "tokenizer.ggml.bos_token_id", &id) == FT_OK && id <= INT32_MAX)
         c->bos_token_id = (int)id;
@@ -582,6 +732,78 @@ static enum ft_status gdn_tensor(struct ft_model *m, const struct gdn_file *x,
     return st;
 }
 
+/* ------------------------------------------------------------------ MLA */
+
+/* kv_b_proj [nh (dn + dv), Lr] (per head its dn k_nope rows, then its dv v rows) from llama.cpp's
+ * split of it: attn_k_b {dn, Lr, nh} (k_nope rows transposed per head, for the absorbed form)
+ * and attn_v_b {Lr, dv, nh}. Kept in their format when both are the same plain float format;
+ * otherwise dequantised to f32 (the k_nope part is transposed, which moves values across GGML
+ * blocks: f32 keeps every dequantised value exact). */
+static enum ft_status mla_kv_b(struct ft_model *m, const struct ft_gguf_tensor *kb, int l,
+                               struct ft_st_tensor *t) {
+    const struct ft_gguf_file *f = m->gguf;
+    const int nh = m->n_heads, dn = m->mla_nope, dv = m->mla_v, Lr = m->mla_kv_lora;
+    char vn[64], hf[96];
+    snprintf(vn, sizeof vn, "blk.%d.attn_v_b.weight", l);
+    const struct ft_gguf_tensor *vb = ft_gguf_find(f, vn);
+    if (!vb)
+        return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' is missing (attn_k_b is there: MLA needs both)",
+                       ft_gguf_label(f), vn);
+    const struct ft_gguf_tensor *g[2] = {kb, vb};
+    const int64_t want[2][3] = {{dn, Lr, nh}, {Lr, dv, nh}};
+    for (int i = 0; i < 2; i++) {
+        if (g[i]->n_dims != 3 || g[i]->ne[0] != want[i][0] || g[i]->ne[1] != want[i][1] ||
+            g[i]->ne[2] != want[i][2])
+            return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' has GGML shape {%lld, %lld, %lld}, expected "
+                           "{%lld, %lld, %lld} (from the attention.*_mla, kv_lora_rank and head_count "
+                           "metadata)", ft_gguf_label(f), g[i]->name, (long long)g[i]->ne[0],
+                           (long long)g[i]->ne[1], (long long)g[i]->ne[2], (long long)want[i][0],
+                           (long long)want[i][1], (long long)want[i][2]);
+        if (ft_dtype_from_ggml(g[i]->type) == FT_DTYPE_COUNT || !ft_ggml_can_compute(g[i]->type))
+            return unsupported_type(f, g[i]);
+    }
+    enum ft_dtype dk = ft_dtype_from_ggml(kb->type), dvt = ft_dtype_from_ggml(vb->type);
+    enum ft_dtype out = dk == dvt && !ft_dtype_is_packed(dk) ? dk : FT_DTYPE_F32;
+    const size_t es = ft_dtype_size(out), rows = (size_t)nh * (dn + dv);
+    uint8_t *buf = ft_model_alloc(m, rows * Lr * es);
+    float *tmp = malloc((size_t)(Lr > dn ? Lr : dn) * sizeof *tmp);
+    if (!buf || !tmp) {
+        free(tmp);
+        return ft_fail(FT_ERR_OOM, "%s: out of memory joining '%s'", m->label, kb->name);
+    }
+    const size_t kr = ft_ggml_row_bytes(kb->type, dn), vr = ft_ggml_row_bytes(vb->type, Lr);
+    for (int h = 0; h < nh; h++) {
+        uint8_t *head = buf + (size_t)h * (dn + dv) * Lr * es;
+        for (int c = 0; c < Lr; c++) { /* k_b row (h, c): element i goes to kv_b row i, column c */
+            const uint8_t *src = (const uint8_t *)kb->data + ((size_t)h * Lr + c) * kr;
+            if (out != FT_DTYPE_F32) {
+                for (int i = 0; i < dn; i++) memcpy(head + ((size_t)i * Lr + c) * es, src + (size_t)i * es, es);
+                continue;
+            }
+            ft_to_f32(tmp, src, dk, (size_t)dn);
+            for (int i = 0; i < dn; i++) memcpy(head + ((size_t)i * Lr + c) * es, &tmp[i], es);
+        }
+        for (int j = 0; j < dv; j++) { /* v_b rows as they are */
+            const uint8_t *src = (const uint8_t *)vb->data + ((size_t)h * dv + j) * vr;
+            uint8_t *dst = head + ((size_t)dn + j) * Lr * es;
+            if (out != FT_DTYPE_F32) memcpy(dst, src, (size_t)Lr * es);
+            else ft_to_f32((float *)dst, src, dvt, (size_t)Lr);
+        }
+    }
+    free(tmp);
+    snprintf(hf, sizeof hf, "model.layers.%d.self_attn.kv_b_proj.weight", l);
+    char *nm = ft_model_alloc(m, strlen(hf) + 1);
+    if (!nm) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
+    t->name = strcpy(nm, hf);
+    t->file = ft_gguf_label(f);
+    t->n_dims = 2;
+    t->shape[0] = (int64_t)rows, t->shape[1] = Lr;
+    t->dtype = out;
+    t->data = buf;
+    t->n_bytes = rows * Lr * es;
+    return FT_OK;
+}
+
 /* "blk.12.attn_q.weight" -> 12 and "attn_q.weight"; -1 when not a layer tensor. */
 static int split_layer(const char *name, const char **suffix) {
     if (strncmp(name, "blk.", 4) != 0) return -1;
@@ -633,6 +855,14 @@ enum ft_status ft_gguf_model_tensors(struct ft_model *m) {
             for (int e = 0; e < 3; e++)
                 skip |= !strcmp(suffix, k_experts[e]) || !strcmp(suffix, k_expert_bias[e]);
             if (skip) continue; /* filled into the banks by ft_gguf_load_experts */
+            if (!strcmp(suffix, "attn_v_b.weight")) continue; /* read with attn_k_b */
+            if (!strcmp(suffix, "attn_k_b.weight")) {
+                enum ft_status st = mla_kv_b(m, g, l, &ts[k++]);
+                if (st != FT_OK) return st;
+                continue;
+            }
+            for (size_t j = 0; (m->arch->flags & FT_ARCH_SHARED_PLAIN) && !hf && j < 3; j++)
+                if (strcmp(suffix, k_shared_plain[j].gguf) == 0) hf = k_shared_plain[j].hf;
             for (size_t j = 0; !hf && j < sizeof k_layer / sizeof k_layer[0]; j++)
                 if (strcmp(suffix, k_layer[j].gguf) == 0) hf = k_layer[j].hf;
             if (hf && (m->arch->flags & FT_ARCH_OAI_MOE) && !strcmp(suffix, "ffn_gate_inp.weight"))

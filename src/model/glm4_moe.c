@@ -2,7 +2,8 @@
  * partial RoPE (default half of head_dim, rotate_half) and optional per-head QK-norm
  * (use_qk_norm); the first first_k_dense_replace layers dense, then DeepSeek-V3's sigmoid
  * router and plain shared experts. GLM-4.7-Flash (Glm4MoeLiteForCausalLM): DeepSeek-V3's latent
- * attention with GLM's MoE, its dense layers from mlp_layer_types (default: the first). */
+ * attention with GLM's MoE, its dense layers from mlp_layer_types (default: the first).
+ * GGUF: glm4moe here; GLM-4.7-Flash is written as deepseek2 (deepseek_v3.c). */
 #include "model/arch.h"
 
 const struct ft_arch ft_arch_glm4_moe = {
@@ -15,6 +16,7 @@ const struct ft_arch ft_arch_glm4_moe = {
     .n_group = 1,
     .topk_group = 1,
     .routed_scale = 1.0,
+    .gguf = "glm4moe",
 };
 
 const struct ft_arch ft_arch_glm4_moe_lite = {
