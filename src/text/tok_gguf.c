@@ -37,6 +37,11 @@ enum { TOK_NORMAL = 1, TOK_UNKNOWN, TOK_CONTROL, TOK_USER_DEFINED, TOK_UNUSED, T
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RE_QWEN2 RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" RE_WORDS_AFTER_DIGITS
 #define RE_LLAMA3 RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}" RE_WORDS_AFTER_DIGITS
+/* Qwen3.5 / 3.6: a word's letters may carry combining marks (\p{M}: Devanagari vowel signs,
+ * decomposed accents), which Qwen2's regex split off */
+#define RE_QWEN35                                                                            \
+    RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"                            \
+    "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 /* DeepSeek-V3: digits in threes, then runs of CJK ideographs, hiragana and katakana
  * (U+4E00-U+9FA5, U+3040-U+309F, U+30A0-U+30FF, written in UTF-8), then words and punctuation
  * (its [^\r\n...] hold the CR and LF characters themselves, as the file does) */
@@ -71,6 +76,7 @@ struct pre_spec {
 static const struct pre_spec k_pres[] = {
     {.name = "qwen2", .re = {RE_QWEN2}, .nfc = 1},
     {.name = "deepseek-r1-qwen", .re = {RE_QWEN2}, .nfc = 1},
+    {.name = "qwen35", .re = {RE_QWEN35}, .nfc = 1},
     {.name = "llama-bpe", .re = {RE_LLAMA3}, .ignore_merges = 1, .add_bos = 1},
     {.name = "llama3", .re = {RE_LLAMA3}, .ignore_merges = 1, .add_bos = 1},
     {.name = "llama-v3", .re = {RE_LLAMA3}, .ignore_merges = 1, .add_bos = 1},
