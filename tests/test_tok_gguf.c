@@ -281,7 +281,8 @@ TEST(hand_built_bpe) {
 
 /* The pieces each tokenizer.ggml.pre splits a text into: HF tokenizers 0.23.3's pre_tokenize_str
  * with the pre-tokenizer of the tokenizer.json that name stands for (qwen2, llama-bpe,
- * deepseek-v3: the real files; gpt-2: ByteLevel with its regex; smollm: Digits(individual) then
+ * deepseek-v3: the real files; qwen35, glm4, minimax-m2: llama.cpp's regexes for those names;
+ * gpt-2: ByteLevel with its regex; smollm: Digits(individual) then
  * ByteLevel; gpt-4o: Split on the o200k regex; default: llama.cpp's four regexes as Splits). */
 TEST(pre_tokenizer_splits) {
     static const char *text = "Hello world 12345 \xE4\xB8\xAD\xE6\x96\x87 it's\n\n x";
@@ -300,6 +301,8 @@ TEST(pre_tokenizer_splits) {
         {"gpt-2", "Hello| world| 12345| \xE4\xB8\xAD\xE6\x96\x87| it|'s|\n\n| x"},
         {"smollm", "Hello| world| |1|2|3|4|5| \xE4\xB8\xAD\xE6\x96\x87| it|'s|\n\n| x"},
         {"gpt-4o", "Hello| world| |123|45| \xE4\xB8\xAD\xE6\x96\x87| it's|\n\n| x"},
+        {"minimax-m2", "Hello| world| |123|45| \xE4\xB8\xAD\xE6\x96\x87| it's|\n\n| x"},
+        {"glm4", "Hello| world| |123|45| \xE4\xB8\xAD\xE6\x96\x87| it|'s|\n\n| x"},
         {"default", "Hello| world| |123|45| \xE4\xB8\xAD\xE6\x96\x87| it|'|s|\n\n| x"},
     };
     pcre2_match_data *md = pcre2_match_data_create(4, NULL);

@@ -83,11 +83,16 @@ static const struct pre_spec k_pres[] = {
     /* Llama-3 fine-tunes whose tokenizer.json adds no BOS (the converter's hash tells them
      * apart); llama.cpp then neither adds BOS nor ignores merges */
     {.name = "smaug-bpe", .re = {RE_LLAMA3}},
+    /* GLM-4.5 / 4.6 / 4.7 (glm4moe, GLM-4.7-Flash's deepseek2): Llama-3's regex, whole words
+     * kept, no BOS (llama.cpp's chatglm4 type) */
+    {.name = "glm4", .re = {RE_LLAMA3}, .ignore_merges = 1},
+    {.name = "glm5", .re = {RE_LLAMA3}, .ignore_merges = 1},
     {.name = "deepseek-v3", .re = {"\\p{N}{1,3}", RE_DS3_CJK, RE_DS3_WORDS}},
     {.name = "gpt-2", .re = {NULL}, .gpt2_regex = 1},
     {.name = "smollm", .re = {"\\p{N}"}, .gpt2_regex = 1},
     {.name = "gpt-4o", .re = {RE_GPT4O}},
     {.name = "llama4", .re = {RE_GPT4O}},
+    {.name = "minimax-m2", .re = {RE_GPT4O}},
     {.name = "default", .re = {RE_DEFAULT}},
 };
 #define N_PRES (sizeof k_pres / sizeof k_pres[0])
