@@ -811,12 +811,10 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                               struct ft_pool *pool, const struct ft_engine_opts *opts) {
     *out = NULL;
     int gpu = opts->backend == FT_BACKEND_CUDA || opts->backend == FT_BACKEND_OFFLOAD;
-    if (gpu && (m->arch->flags & (FT_ARCH_GEMMA | FT_ARCH_MLA))) { /* CPU-only archs */
+    if (gpu && (m->arch->flags & FT_ARCH_GEMMA)) { /* CPU-only archs */
         if (!opts->backend_auto)
             return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it "
-                           "yet (%s); use --backend cpu", m->arch->name,
-                           (m->arch->flags & FT_ARCH_GEMMA) ? "Gemma 3: extra norms, local RoPE"
-                                                            : "latent attention (MLA)");
+                           "yet (Gemma 3: extra norms, local RoPE); use --backend cpu", m->arch->name);
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
     }

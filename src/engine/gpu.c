@@ -51,6 +51,11 @@ struct gpu_layer {
                                          layer's in the KV cache (-1: none) */
     uint16_t *wgdn, *gdn_out;
     float *gdn_conv, *gdn_A, *gdn_dt, *gdn_norm;
+    /* Multi-head Latent Attention (mla): q_a [q_lora, H] (or the plain q rows in wqkv), q_b,
+     * kv_a [Lr + dr, H], uk [nh][Lr, dn] (W_UK per head, transposed), uv [nh][dv, Lr] */
+    int mla;
+    uint16_t *q_a, *q_b, *kv_a, *uk, *uv;
+    float *q_a_norm, *kv_a_norm, *bq_a, *bkv_a;
 };
 
 struct ft_gpu {
@@ -67,6 +72,10 @@ struct ft_gpu {
     /* Gated DeltaNet: the projections of a step [C, gdn_ld] (q k v | z | b | a), the recurrent
      * state of n_slots sequences [n_slots, st_floats] (engine/forward.c's layout) */
     float *gp, *gate, *d_state;
+    /* MLA: q_a rows (and bf16), the kv_a rows [C, Lr + dr], q_lat [C, nh, Lr + dr], latent
+     * outputs [C, nh, Lr] */
+    float *m_qa, *m_kva, *m_ql, *m_lat;
+    uint16_t *m_qa16;
     int gdn_ld, n_slots, seg_grid; /* seg_grid: segments the DeltaNet kernels launch for */
     size_t st_floats;
     int max_blocks, kv_dim, q_dim, max_i, C, logit_rows;
@@ -266,6 +275,33 @@ static void upload_attention(struct ft_gpu *g, const struct ft_layer *hl, struct
     L->wgate = up_cat(g, gs, nh, st);
 }
 
+/* An MLA layer: q LoRA (or plain q), kv_a, W_UK as loaded (uk_t), each head's value rows of
+ * kv_b stacked into uv. */
+static void upload_mla(struct ft_gpu *g, const struct ft_layer *hl, struct gpu_layer *L,
+                       enum ft_status *st) {
+    const struct ft_model *m = g->m;
+    const int nh = m->n_heads, dn = m->mla_nope, dv = m->mla_v;
+    L->mla = 1;
+    if (hl->q_a.data) {
+        L->q_a = up_w(g, &hl->q_a, st);
+        L->q_a_norm = up_f(g, hl->q_a_norm, (size_t)m->mla_q_lora, st);
+        L->q_b = up_w(g, &hl->q_b, st);
+    } else {
+        L->wqkv = up_w(g, &hl->wq, st);
+    }
+    L->bq_a = up_f(g, hl->bq_a, (size_t)m->mla_q_lora, st);
+    L->kv_a = up_w(g, &hl->kv_a, st);
+    L->bkv_a = up_f(g, hl->bkv_a, (size_t)m->mla_kv_lora + m->mla_rope, st);
+    L->kv_a_norm = up_f(g, hl->kv_a_norm, (size_t)m->mla_kv_lora, st);
+    if (dn > 0) L->uk = up_w(g, &hl->uk_t, st);
+    struct ft_weight part[nh];
+    const struct ft_weight *ws[nh];
+    for (int h = 0; h < nh; h++) part[h] = rows_of(&hl->kv_b, h * (dn + dv) + dn, dv), ws[h] = &part[h];
+    L->uv = up_cat(g, ws, nh, st);
+    L->wo = up_w(g, &hl->wo, st);
+    L->bo = up_f(g, hl->bo, m->hidden, st);
+}
+
 /* A Gated DeltaNet layer: its four input projections stacked, the conv, decay and norm. */
 static void upload_gdn(struct ft_gpu *g, const struct ft_layer *hl, struct gpu_layer *L,
                        enum ft_status *st) {
@@ -298,6 +334,7 @@ static enum ft_status upload(struct ft_gpu *g) {
         L->kv = hl->gdn ? -1 : g->n_kv_layers++;
         L->gl = hl->gdn ? n_gdn++ : -1;
         if (hl->gdn) upload_gdn(g, hl, L, &st);
+        else if (hl->mla) upload_mla(g, hl, L, &st);
         else upload_attention(g, hl, L, &st);
         L->window = hl->window;
         L->is_moe = hl->is_moe;
@@ -357,8 +394,9 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     const size_t Dv = (size_t)m->gdn_hv * m->gdn_dv;
     size_t aw = (size_t)(g->q_dim > (int)H ? g->q_dim : (int)H);
     if (aw < Dv) aw = Dv;
+    if (aw < (size_t)m->n_heads * m->mla_v) aw = (size_t)m->n_heads * m->mla_v;
     g->k_cache = dalloc(g, (kv ? kv : 1) * 4, &st);
-    g->v_cache = dalloc(g, (kv ? kv : 1) * 4, &st);
+    g->v_cache = dalloc(g, (kv && !m->mla ? kv : 1) * 4, &st); /* MLA: one row per position */
     const size_t S = seg_cap(g), in_words = in_table_offset(g) + (size_t)g->o.max_seqs * g->max_blocks;
     g->d_in = dalloc(g, in_words * 4, &st);
     g->h_in = halloc(in_words * 4, &st);
@@ -375,6 +413,15 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
         g->gp = dalloc(g, C * g->gdn_ld * 4, &st);
         g->st_floats = ft_model_state_bytes(m) / sizeof(float);
         g->d_state = dalloc(g, (size_t)g->n_slots * g->st_floats * 4, &st);
+    }
+    if (m->mla) {
+        const size_t D = (size_t)m->mla_kv_lora + m->mla_rope, nh = (size_t)m->n_heads;
+        const size_t ql = m->mla_q_lora > 0 ? (size_t)m->mla_q_lora : 1;
+        g->m_qa = dalloc(g, C * ql * 4, &st);
+        g->m_qa16 = dalloc(g, C * ql * 2, &st);
+        g->m_kva = dalloc(g, C * D * 4, &st);
+        g->m_ql = dalloc(g, C * nh * D * 4, &st);
+        g->m_lat = dalloc(g, C * nh * m->mla_kv_lora * 4, &st);
     }
     for (int l = 0; l < m->n_layers && !g->gate; l++)
         if (m->layers[l].attn_gate) g->gate = dalloc(g, C * g->q_dim * 4, &st);
@@ -778,6 +825,58 @@ static enum ft_status gdn_block(struct ft_gpu *g, const struct gpu_layer *L, int
     return st;
 }
 
+/* An MLA layer in the absorbed form (the CPU's mla_attention): decode-sized steps from the
+ * residual x, the norm fused into the first projection (which leaves the normalised rows in xn
+ * for kv_a) and the output added to x; prefill from xn / xn16 into y. */
+static enum ft_status mla_block(struct ft_gpu *g, const struct gpu_layer *L, int T) {
+    const struct ft_model *m = g->m;
+    const int H = m->hidden, nh = m->n_heads, dn = m->mla_nope, dr = m->mla_rope, dv = m->mla_v;
+    const int Lr = m->mla_kv_lora, D = Lr + dr, ql = m->mla_q_lora, qd = nh * (dn + dr), od = nh * dv;
+    const int dec = T <= MAX_GRAPH_T;
+    cudaStream_t s = g->s;
+    enum ft_status st = FT_OK;
+    const uint16_t *w1 = L->q_a ? L->q_a : L->wqkv;
+    float *y1 = L->q_a ? g->m_qa : g->q;
+    const int n1 = L->q_a ? ql : qd;
+    if (dec) {
+        struct ft_cuda_gemv_args a = {{y1, NULL, NULL}, n1, 0, n1, {L->bq_a, NULL, NULL}, g->x, w1,
+                                      L->attn_norm, m->rms_eps, g->xn, 0, T, n1, H};
+        ft_cuda_gemv_ex(&a, s);
+        ft_cuda_gemv(g->m_kva, D, g->xn, L->kv_a, L->bkv_a, T, D, H, s);
+    } else {
+        st = mm(g, y1, n1, g->xn, g->xn16, w1, L->bq_a, T, n1, H);
+        if (st == FT_OK) st = mm(g, g->m_kva, D, g->xn, g->xn16, L->kv_a, L->bkv_a, T, D, H);
+    }
+    if (st == FT_OK && L->q_a) { /* the q LoRA's norm: eps 1e-6 fixed, as transformers */
+        ft_cuda_rmsnorm(g->m_qa, dec ? NULL : g->m_qa16, g->m_qa, L->q_a_norm, T, ql, 1e-6f, s);
+        st = mm(g, g->q, qd, g->m_qa, dec ? NULL : g->m_qa16, L->q_b, NULL, T, qd, ql);
+    }
+    if (st != FT_OK) return st;
+    prof_mark(g, FT_OP_QKV);
+    float *cache = g->k_cache + kv_layer_off(g, L);
+    ft_cuda_mla_kv(g->m_kva, L->kv_a_norm, cache, g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks,
+                   FT_KV_BLOCK, T, Lr, dr, g->inv_freq, m->rope_mscale, m->rope_pairs, s);
+    if (dn == 0) cudaMemsetAsync(g->m_ql, 0, (size_t)T * nh * D * 4, s);
+    ft_cuda_mla_q_pe(g->q, g->m_ql, g->d_pos, T, nh, dn, dr, Lr, g->inv_freq, m->rope_mscale,
+                     m->rope_pairs, s);
+    if (dn > 0) ft_cuda_bgemv(g->m_ql, D, g->q, dn + dr, L->uk, (size_t)Lr * dn, Lr, dn, T, nh, s);
+    prof_mark(g, FT_OP_ROPE_KV);
+    ft_cuda_mla_attention(g->m_lat, g->m_ql, cache, g->d_pos, g->d_tok_seq, g->d_tables,
+                          g->max_blocks, FT_KV_BLOCK, T, nh, Lr, dr, m->attn_scale, s);
+    ft_cuda_bgemv(g->att, dv, g->m_lat, Lr, L->uv, (size_t)dv * Lr, dv, Lr, T, nh, s);
+    prof_mark(g, FT_OP_ATTN);
+    if (dec) {
+        struct ft_cuda_gemv_args o = {{g->x, NULL, NULL}, H, 0, H, {L->bo, NULL, NULL}, g->att, L->wo,
+                                      NULL, 0.0f, NULL, 1, T, H, od};
+        ft_cuda_gemv_ex(&o, s); /* x += o_proj(att) */
+    } else {
+        ft_cuda_to_bf16(g->att16, g->att, (size_t)T * od, s);
+        st = mm(g, g->y, H, g->att, g->att16, L->wo, L->bo, T, H, od);
+    }
+    prof_mark(g, FT_OP_OPROJ);
+    return st;
+}
+
 /* A prefill step's attention block on xn / xn16 into y. */
 static enum ft_status attention_prefill(struct ft_gpu *g, const struct gpu_layer *L, int T) {
     const struct ft_model *m = g->m;
@@ -817,6 +916,7 @@ static int decode_span(struct ft_gpu *g, int T, int l0) {
     for (int l = l0; l < m->n_layers; l++) {
         const struct gpu_layer *L = &g->L[l];
         if (L->gdn) gdn_block(g, L, T);
+        else if (L->mla) mla_block(g, L, T);
         else attention_decode(g, L, T);
         if (!L->is_moe) {
             int I = L->I;
@@ -985,7 +1085,8 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
         const struct gpu_layer *L = &g->L[l];
         ft_cuda_add_rmsnorm(g->x, l ? g->y : NULL, g->xn, g->xn16, L->attn_norm, T, H, m->rms_eps, s);
         prof_mark(g, FT_OP_NORM);
-        if ((st = L->gdn ? gdn_block(g, L, T) : attention_prefill(g, L, T)) != FT_OK) break;
+        st = L->gdn ? gdn_block(g, L, T) : L->mla ? mla_block(g, L, T) : attention_prefill(g, L, T);
+        if (st != FT_OK) break;
         ft_cuda_add_rmsnorm(g->x, g->y, g->xn, g->xn16, L->ffn_norm, T, H, m->rms_eps, s);
         prof_mark(g, FT_OP_NORM);
         if (!L->is_moe) {
@@ -1230,7 +1331,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     g->o = *o;
     g->limit = vram_budget(&d, o->vram_limit);
     g->q_dim = m->n_heads * m->head_dim;
-    g->kv_dim = m->n_kv_heads * m->head_dim;
+    g->kv_dim = m->mla ? m->mla_kv_lora + m->mla_rope : m->n_kv_heads * m->head_dim;
     g->max_i = m->cfg.intermediate_size > m->shared_inter ? m->cfg.intermediate_size : m->shared_inter;
     g->max_blocks = (o->max_ctx + FT_KV_BLOCK - 1) / FT_KV_BLOCK;
     g->C = o->max_chunk > MAX_GRAPH_T ? o->max_chunk : MAX_GRAPH_T;
@@ -1239,11 +1340,13 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
         return ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: head_dim %d / %d experts / top-%d exceed "
                        "its limits (256 / 1024 / 32); use --backend cpu", m->head_dim, m->n_experts, m->top_k);
     }
-    if (m->mla || (m->n_gdn && (m->gdn_dk > FT_CUDA_GDN_MAX_DK || m->gdn_kernel > FT_CUDA_GDN_MAX_K ||
-                                m->gdn_kernel < 1)) || (m->router_sigmoid && m->n_group > 32)) {
+    const int mla_big = m->mla && (m->mla_kv_lora > FT_CUDA_MLA_MAX_L || m->mla_nope > FT_CUDA_BGEMV_MAX_K ||
+                                   m->mla_kv_lora + m->mla_rope > FT_CUDA_MLA_MAX_D);
+    if (mla_big || (m->n_gdn && (m->gdn_dk > FT_CUDA_GDN_MAX_DK || m->gdn_kernel > FT_CUDA_GDN_MAX_K ||
+                                 m->gdn_kernel < 1)) || (m->router_sigmoid && m->n_group > 32)) {
         free(g);
         return ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s (use --backend cpu)",
-                       m->mla ? "latent attention (MLA) runs on the CPU backend only so far"
+                       mla_big ? "an MLA latent over 512 or q-k heads over 512 wide"
                        : m->n_gdn ? "DeltaNet key heads wider than 128 or a conv kernel over 8"
                                   : "more than 32 expert groups");
     }
@@ -1346,7 +1449,8 @@ void ft_gpu_free(struct ft_gpu *g) {
         void *ps[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->bq, L->bk, L->bv, L->bo,
                       L->wqkv, L->wo, L->w_gu, L->w_down, L->router, L->gu, L->down, L->sh_gu,
                       L->sh_down, L->sh_score, L->sinks, L->router_b, L->gu_b, L->dn_b, L->wgate,
-                      L->score_bias, L->wgdn, L->gdn_out, L->gdn_conv, L->gdn_A, L->gdn_dt, L->gdn_norm};
+                      L->score_bias, L->wgdn, L->gdn_out, L->gdn_conv, L->gdn_A, L->gdn_dt, L->gdn_norm,
+                      L->q_a, L->q_b, L->kv_a, L->uk, L->uv, L->q_a_norm, L->kv_a_norm, L->bq_a, L->bkv_a};
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) dfree(ps[i]);
     }
     if (g->lm_head != g->embed) dfree(g->lm_head);
@@ -1355,7 +1459,8 @@ void ft_gpu_free(struct ft_gpu *g) {
                   g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
                   g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,
                   g->mgu, g->mact, g->my, g->xg16, g->mact16, g->rtok, g->pair_dst, g->offsets,
-                  g->d_counts_all, g->att_part, g->d_att_tiles, g->gp, g->gate, g->d_state};
+                  g->d_counts_all, g->att_part, g->d_att_tiles, g->gp, g->gate, g->d_state,
+                  g->m_qa, g->m_qa16, g->m_kva, g->m_ql, g->m_lat};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
     void *hs[] = {g->h_in, g->h_top1, g->h_draw, g->h_topk_all,
                   g->h_counts_all, g->h_logits, g->h_att_tiles};

@@ -193,6 +193,29 @@ void ft_cuda_router_sigmoid(const float *logits, const float *bias, int T, int E
                             int topk_group, int norm, float scale, int32_t *ids, float *w,
                             cudaStream_t s);
 
+/* --- Multi-head Latent Attention, absorbed (mla.cu): cache rows [c_kv (Lr) | k_pe (dr)] --- */
+#define FT_CUDA_MLA_MAX_L 512 /* the latent rank */
+#define FT_CUDA_MLA_MAX_D 640 /* Lr + dr */
+#define FT_CUDA_BGEMV_MAX_K 512
+/* kva [T, Lr + dr] (the kv_a projection): RMSNorm of the latent (eps 1e-6) times norm_w, RoPE
+ * of the shared key (adjacent pairs when pairs, else rotate-half), the row into the cache. */
+void ft_cuda_mla_kv(const float *kva, const float *norm_w, float *cache, const int32_t *pos,
+                    const int32_t *tok_seq, const int32_t *tables, int max_blocks, int block_size,
+                    int T, int Lr, int dr, const float *inv_freq, float mscale, int pairs,
+                    cudaStream_t s);
+/* q [T, nh, dn + dr]: each head's q_pe, rotated, into the last dr of its q_lat row [T, nh, Lr + dr] */
+void ft_cuda_mla_q_pe(const float *q, float *q_lat, const int32_t *pos, int T, int nh, int dn,
+                      int dr, int Lr, const float *inv_freq, float mscale, int pairs, cudaStream_t s);
+/* Per-head GEMV: y[(t nh + h) ldy + n] = sum_k w[h w_stride + n K + k] x[(t nh + h) ldx + k]
+ * for n < N, K <= FT_CUDA_BGEMV_MAX_K (bf16 w) */
+void ft_cuda_bgemv(float *y, int ldy, const float *x, int ldx, const uint16_t *w, size_t w_stride,
+                   int N, int K, int T, int nh, cudaStream_t s);
+/* out [T, nh, Lr] = softmax(scale q_lat . rows) . c_kv over each token's positions 0..pos[t] */
+void ft_cuda_mla_attention(float *out, const float *q_lat, const float *cache, const int32_t *pos,
+                           const int32_t *tok_seq, const int32_t *tables, int max_blocks,
+                           int block_size, int T, int nh, int Lr, int dr, float scale,
+                           cudaStream_t s);
+
 /* --- experts in GGML block formats (ggml.cu): dtype is an enum ft_dtype block format; each
  * expert's matrix is expert_stride bytes apart, its rows ft_dtype_row_bytes(dtype, K) --- */
 int ft_cuda_block_format(int dtype); /* 1 when the kernels below take dtype */
