@@ -5,9 +5,12 @@
  * the 2025-26 families' presets (Qwen3.5 / 3.6 hybrids, DeepSeek-V3 / Kimi-K2 / GLM-4.7-Flash
  * MLA, GLM-4.5, MiniMax-M2) have their published shapes and run, and bad preset strings are
  * clear errors. */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "core/threadpool.h"
 #include "engine/forward.h"
@@ -291,6 +294,29 @@ TEST(synthetic_real_shapes_run) {
         ft_model_free(m);
     }
     ft_pool_free(pool);
+}
+
+/* `ft inspect --synthetic` sizes a preset without making it: the published parameter counts,
+ * KV bytes per token and, for the hybrids, the recurrent state per sequence. */
+TEST(synthetic_inspect_prints_kv_and_state) {
+    static const char *const want[][3] = {
+        {"qwen3.6-35b-a3b", "34.66 B total", "kv cache      40.0 KiB per token (10 attention layers); "
+         "recurrent state 62.81 MiB per sequence (30 Gated DeltaNet layers)"},
+        {"deepseek-v3", "671.54 B total", "kv cache      137.2 KiB per token (61 latent attention layers)"},
+        {"glm-4.7-flash:q4_k@4", "experts       64 per layer in 3 MoE layers", "9.0 KiB per token"},
+    };
+    static char out[1 << 14];
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "'%s' inspect --synthetic %s 2>/dev/null", FT_BIN, want[i][0]);
+        FILE *f = popen(cmd, "r");
+        size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+        out[n] = 0;
+        int rc = f ? pclose(f) : -1;
+        EXPECT(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+        EXPECT_CONTAINS(out, want[i][1]);
+        EXPECT_CONTAINS(out, want[i][2]);
+    }
 }
 
 TEST_MAIN("model_synthetic")

@@ -19,12 +19,15 @@
 #include "model/arch.h"
 #include "model/gguf_model.h"
 #include "model/model.h"
+#include "model/synthetic.h"
 
 static const char k_usage[] =
-    "usage: ft inspect --model DIR|FILE.gguf [--pin-budget SIZE] [--moe-cpu-layers auto|IDS|N|F|0]\n"
-    "  Architecture, hyper-parameters, parameter counts, bytes per expert, host bank size,\n"
-    "  and the residency/backend plan on this machine (pin budget, which MoE layers would stay\n"
-    "  unpinned for CPU decode). Reads only headers.\n";
+    "usage: ft inspect (--model DIR|FILE.gguf | --synthetic PRESET[:FMT][@N]) [--pin-budget SIZE]\n"
+    "                  [--moe-cpu-layers auto|IDS|N|F|0]\n"
+    "  Architecture, hyper-parameters, parameter counts, bytes per expert, host bank size, KV\n"
+    "  bytes per token and recurrent state per sequence, and the residency/backend plan on this\n"
+    "  machine (pin budget, which MoE layers would stay unpinned for CPU decode). Reads only\n"
+    "  headers (--synthetic: a preset of ft bench, sized without making its weights).\n";
 
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 
@@ -99,13 +102,15 @@ static enum ft_status gguf_sizes(const struct ft_gguf_file *f, int n_layers, str
 }
 
 int ft_cmd_inspect(int argc, char **argv) {
-    const char *dir = NULL, *pin_budget = NULL, *cpu_layers = NULL;
+    const char *dir = NULL, *pin_budget = NULL, *cpu_layers = NULL, *synthetic = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(k_usage, stdout);
             return 0;
         } else if (!strcmp(argv[i], "--model") || !strcmp(argv[i], "-m")) {
             if (!(dir = ft_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--synthetic")) {
+            if (!(synthetic = ft_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(argv[i], "--pin-budget")) {
             if (!(pin_budget = ft_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(argv[i], "--moe-cpu-layers")) {
@@ -114,17 +119,28 @@ int ft_cmd_inspect(int argc, char **argv) {
             return ft_cli_usage_error("inspect", "unknown option '%s'", argv[i]);
         }
     }
-    if (!dir) return ft_cli_usage_error("inspect", "--model is required");
+    if (!dir == !synthetic)
+        return ft_cli_usage_error("inspect", "give exactly one of --model DIR or --synthetic PRESET");
     struct ft_config c;
     struct ft_st_set *set = NULL;
     struct ft_gguf_file *gf = NULL;
     const struct ft_arch *a = NULL;
     struct sizes z = {0};
-    char gpath[4096];
-    int is_gguf = ft_gguf_model_path(dir, gpath, sizeof gpath);
+    char gpath[4096], label[300];
+    int is_gguf = dir ? ft_gguf_model_path(dir, gpath, sizeof gpath) : 0;
     enum ft_status st = is_gguf < 0 ? FT_ERR_INVALID_ARG : FT_OK;
     ft_config_init(&c);
-    if (st == FT_OK && is_gguf) {
+    if (synthetic) {
+        struct ft_synthetic_sizes sz;
+        snprintf(label, sizeof label, "synthetic:%s", synthetic);
+        dir = label;
+        ft_config_free(&c);
+        st = ft_synthetic_config(synthetic, &c, &a);
+        if (st == FT_OK) st = ft_synthetic_sizes(synthetic, &sz);
+        if (st == FT_OK)
+            z = (struct sizes){.params = sz.params, .bytes = sz.bytes, .expert_params = sz.expert_params,
+                               .expert_bytes = sz.expert_bytes, .bank = sz.bank};
+    } else if (st == FT_OK && is_gguf) {
         st = ft_gguf_open(gpath, &gf);
         if (st == FT_OK) st = ft_gguf_config(gf, &c, &a);
         if (st == FT_OK) st = gguf_sizes(gf, c.n_layers, &z);

@@ -455,6 +455,60 @@ static double layer_dense(const struct ft_model *m, int l) {
     return a + (double)m->n_experts * H + 3.0 * H * m->shared_inter;
 }
 
+/* The layer kinds of m (after ft_model_shapes): DeltaNet, gated attention, MoE. */
+static void layer_kinds(struct ft_model *m) {
+    for (int l = 0; l < m->n_layers; l++) {
+        m->layers[l].gdn = m->cfg.linear && m->cfg.linear[l];
+        m->layers[l].attn_gate = !m->layers[l].gdn && (m->arch->flags & FT_ARCH_HYBRID);
+        m->layers[l].is_moe = ft_model_layer_is_moe(m, l);
+    }
+}
+
+/* Bytes of one layer's experts in format xdt (gate_up and down rows). */
+static double expert_layer_bytes(const struct ft_model *m, enum ft_dtype xdt) {
+    const int H = m->hidden, I = m->expert_inter;
+    return (double)m->n_experts * (2.0 * I * ft_dtype_row_bytes(xdt, H) + (double)H * ft_dtype_row_bytes(xdt, I));
+}
+
+enum ft_status ft_synthetic_sizes(const char *preset, struct ft_synthetic_sizes *z) {
+    struct preset p;
+    enum ft_dtype xdt;
+    memset(z, 0, sizeof *z);
+    enum ft_status st = parse_preset(preset, &p, &xdt);
+    if (st != FT_OK) return st;
+    struct ft_model *m = calloc(1, sizeof *m);
+    if (!m) return ft_fail(FT_ERR_OOM, "out of memory");
+    ft_config_init(&m->cfg);
+    snprintf(m->label, sizeof m->label, "synthetic:%s", preset);
+    FT_TRY(preset_config(&p, &m->cfg));
+    m->arch = ft_arch_find(p.arch);
+    FT_TRY(ft_model_shapes(m));
+    layer_kinds(m);
+    if (!(z->bank = calloc((size_t)m->n_layers, sizeof *z->bank))) {
+        st = ft_fail(FT_ERR_OOM, "out of memory");
+        goto fail;
+    }
+    const double xb = expert_layer_bytes(m, xdt), xp = 3.0 * m->n_experts * m->hidden * m->expert_inter;
+    z->params = z->bytes = 0;
+    double dense = 2.0 * m->vocab * m->hidden; /* embeddings and lm_head, bf16 */
+    for (int l = 0; l < m->n_layers; l++) {
+        dense += layer_dense(m, l);
+        if (!m->layers[l].is_moe) continue;
+        z->bank[l] = (uint64_t)xb;
+        z->expert_params += (uint64_t)xp;
+        z->expert_bytes += (uint64_t)xb;
+    }
+    z->params = (uint64_t)dense + z->expert_params;
+    z->bytes = (uint64_t)(2 * dense) + z->expert_bytes;
+    ft_model_free(m);
+    return FT_OK;
+fail:
+    free(z->bank);
+    z->bank = NULL;
+    ft_model_free(m);
+    return st;
+}
+
 /* A Gated DeltaNet layer: projections, conv taps, decays of -1..-16 (A = -exp(A_log), A_log
  * drawn as transformers initialises it), dt_bias near softplus^-1 of 0.01..0.1. */
 static enum ft_status build_gdn(struct ft_model *m, struct ft_pool *pool, struct ft_layer *L, uint64_t *seed) {
@@ -599,15 +653,10 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
                      m->expert_inter);
         goto fail;
     }
-    /* the layer kinds first (the estimate reads them) */
-    for (int l = 0; l < m->n_layers; l++) {
-        m->layers[l].gdn = c->linear && c->linear[l];
-        m->layers[l].attn_gate = !m->layers[l].gdn && (m->arch->flags & FT_ARCH_HYBRID);
-        m->layers[l].is_moe = ft_model_layer_is_moe(m, l);
-    }
+    layer_kinds(m); /* first: the estimate reads them */
     /* estimate and check RAM before touching gigabytes */
-    const int H = m->hidden, E = m->n_experts, I = m->expert_inter;
-    double experts = (double)E * (2.0 * I * ft_dtype_row_bytes(xdt, H) + (double)H * ft_dtype_row_bytes(xdt, I));
+    const int H = m->hidden;
+    const double experts = expert_layer_bytes(m, xdt);
     double need = 2.0 * p->vocab * H * 2;
     for (int l = 0; l < m->n_layers; l++)
         need += layer_dense(m, l) * 2 + (m->layers[l].is_moe ? experts : 0);
