@@ -42,7 +42,10 @@ static const char *const k_gguf[] = {"qwen2_q4km", "llama_q40", "qwen3moe_q4km",
                                         sigmoid-router fixtures (bf16) and random Q8_0 ones */
                                      "deepseek2_bf16", "deepseek2_noq_bf16", "glm47flash_bf16",
                                      "glm4moe_bf16", "glm4moe_qknorm_bf16", "minimax_m2_bf16",
-                                     "deepseek2_q8", "glm4moe_q8", "minimax_m2_q8"};
+                                     "deepseek2_q8", "glm4moe_q8", "minimax_m2_q8",
+                                     /* tools/gen_gguf_mla_legacy.py: one attn_kv_b, as files
+                                        converted before llama.cpp split it */
+                                     "deepseek2_legacy_bf16"};
 #define GGUF_TOL 1e-3
 
 struct ref {
