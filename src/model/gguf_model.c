@@ -447,7 +447,8 @@ enum ft_status ft_gguf_config(const struct ft_gguf_file *f, struct ft_config *c,
         c->swiglu_alpha = 1.702;
     }
     if (arch->flags & FT_ARCH_HYBRID) FT_TRY(hybrid_config(f, a, arch, c));
-    if (!(arch->flags & FT_ARCH_MLA)) { /* GLM-4.5: QK-norm per head when the file has it */
+    if ((arch->flags & FT_ARCH_SIGMOID_ROUTER) && !(arch->flags & (FT_ARCH_MLA | FT_ARCH_QK_NORM_ALL))) {
+        /* GLM-4.5: QK-norm per head when the file has it (use_qk_norm) */
         c->use_qk_norm = 0;
         for (int l = 0; l < c->n_layers; l++) c->use_qk_norm |= has_tensor(f, "blk.%d.attn_q_norm.weight", l);
     }
