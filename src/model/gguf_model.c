@@ -856,7 +856,11 @@ enum ft_status ft_gguf_model_tensors(struct ft_model *m) {
             for (int e = 0; e < 3; e++)
                 skip |= !strcmp(suffix, k_experts[e]) || !strcmp(suffix, k_expert_bias[e]);
             if (skip) continue; /* filled into the banks by ft_gguf_load_experts */
-            if (!strcmp(suffix, "attn_v_b.weight")) continue; /* read with attn_k_b */
+            if (!strcmp(suffix, "attn_v_b.weight") && has_tensor(f, "blk.%d.attn_k_b.weight", l))
+                continue; /* read with attn_k_b */
+            if (!strcmp(suffix, "attn_v_b.weight"))
+                return ft_fail(FT_ERR_FORMAT, "%s: tensor 'blk.%d.attn_k_b.weight' is missing "
+                               "(attn_v_b is there: MLA needs both)", lbl, l);
             if (!strcmp(suffix, "attn_k_b.weight")) {
                 enum ft_status st = mla_kv_b(m, g, l, &ts[k++]);
                 if (st != FT_OK) return st;
