@@ -42,7 +42,9 @@ special tokens) is the plain GPT-2 one.
 
 Usage (torch, transformers 5.x, numpy and safetensors installed, e.g. the GPU machine's venv):
     python3 tools/gen_gguf_mla.py [--llama LLAMA_CPP_DIR] [--only NAME [--seed N]] [OUT_DIR]
-(default OUT_DIR tests/data/gguf/models; deterministic: a rerun writes the same bytes.)
+(default OUT_DIR tests/data/gguf/models; deterministic: a rerun writes the same bytes.) The
+committed files were made on the GPU machine with its /opt/torch/.venv (torch 2.11, transformers
+5.17) and --llama pointing at convert_hf_to_gguf.py, conversion/ and gguf-py/ of the peers tarball.
 """
 import json
 import os
