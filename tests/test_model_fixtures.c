@@ -142,14 +142,11 @@ static void gguf_paths(const char **name, char *path, char *ref, size_t cap) {
     snprintf(ref, cap, "%s/gguf/models/%s.ref.safetensors", FT_TEST_DATA, *name);
 }
 
-/* deepseek2_q8's attn_k_b is Q8_0: the absorbed form's uk_t (model.c) holds its dequantised
- * values rounded to bf16 (2.2e-6 with them in f32), as it does an FP8 checkpoint's kv_b */
-static double gguf_tol(const char *name) { return !strcmp(name, "deepseek2_q8") ? 5e-3 : GGUF_TOL; }
 
 static void check_gguf_fixture(const char *name, struct ft_pool *pool, int chunk) {
     char path[512], ref[512];
     gguf_paths(&name, path, ref, sizeof path);
-    check_model(name, path, ref, gguf_tol(name), pool, chunk);
+    check_model(name, path, ref, GGUF_TOL, pool, chunk);
 }
 
 TEST(fixtures_match_transformers) {

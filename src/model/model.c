@@ -491,7 +491,7 @@ fail:
 }
 
 /* An MLA layer's attention tensors (self_attn.*), and kv_b's k_nope rows transposed per head
- * into uk_t (bf16) for the absorbed form. */
+ * into uk_t for the absorbed form. */
 static enum ft_status load_mla(struct ft_model *m, int l, struct ft_layer *L) {
     const int H = m->hidden, nh = m->n_heads, dn = m->mla_nope, dr = m->mla_rope, dv = m->mla_v;
     const int Lr = m->mla_kv_lora, ql = m->mla_q_lora;
@@ -514,7 +514,11 @@ static enum ft_status load_mla(struct ft_model *m, int l, struct ft_layer *L) {
     FT_TRY(load_weight(m, P("o_proj.weight", l), H, nh * dv, &L->wo));
     if (m->cfg.attention_bias == 1 && find(m, P("o_proj.bias", l))) FT_TRY(load_vec(m, n, H, &L->bo));
 #undef P
-    uint16_t *t = ft_model_alloc(m, (size_t)nh * Lr * (dn > 0 ? dn : 1) * 2);
+    /* bf16 when kv_b is (exact); f32 for every other dtype (a quantised or f32 kv_b would lose
+     * up to 4e-3 of logit to a bf16 rounding here) */
+    const int bf = L->kv_b.dtype == FT_DTYPE_BF16;
+    const size_t es = bf ? 2 : 4;
+    uint8_t *t = ft_model_alloc(m, (size_t)nh * Lr * (dn > 0 ? dn : 1) * es);
     float *row = malloc((size_t)Lr * sizeof *row);
     if (!t || !row) {
         free(row);
@@ -524,10 +528,14 @@ static enum ft_status load_mla(struct ft_model *m, int l, struct ft_layer *L) {
     for (int h = 0; h < nh; h++)
         for (int i = 0; i < dn; i++) {
             ft_to_f32(row, (const uint8_t *)L->kv_b.data + (size_t)(h * (dn + dv) + i) * rb, L->kv_b.dtype, Lr);
-            for (int c = 0; c < Lr; c++) t[((size_t)h * Lr + c) * dn + i] = ft_f32_to_bf16(row[c]);
+            for (int c = 0; c < Lr; c++) {
+                const size_t at = ((size_t)h * Lr + c) * dn + i;
+                if (bf) ((uint16_t *)t)[at] = ft_f32_to_bf16(row[c]);
+                else ((float *)t)[at] = row[c];
+            }
         }
     free(row);
-    L->uk_t = (struct ft_weight){t, FT_DTYPE_BF16, nh * Lr, dn};
+    L->uk_t = (struct ft_weight){t, bf ? FT_DTYPE_BF16 : FT_DTYPE_F32, nh * Lr, dn};
     return FT_OK;
 fail:
     return st;
