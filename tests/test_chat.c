@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "test.h"
 #include "text/chat.h"
+#include "text/tool_parse.h"
 
 static enum ft_chat_role role_of(const char *s) {
     if (strcmp(s, "system") == 0) return FT_ROLE_SYSTEM;
@@ -73,8 +74,11 @@ static int run_file(const char *file, const char *family) {
                 struct ft_chat_tool_call *k = &calls[n][msgs[n].n_tool_calls++];
                 k->id = str_or_null(call, "id");
                 k->name = str_or_null(fn, "name");
+                json_t *ja = json_object_get(fn, "arguments");
+                /* an object travels as its JSON text; a string (DeepSeek's refs) as is */
                 k->arguments = args_text[n_args++] =
-                    json_dumps(json_object_get(fn, "arguments"), JSON_COMPACT);
+                    json_is_string(ja) ? strdup(json_string_value(ja))
+                                       : json_dumps(ja, JSON_COMPACT);
             }
             n++;
         }
@@ -125,6 +129,73 @@ TEST(qwen2_tools_match_transformers) {
 }
 TEST(qwen3_tools_match_transformers) {
     EXPECT(run_file("tools_qwen3", "qwen3") >= 12);
+}
+TEST(mistral_tools_match_transformers) {
+    EXPECT(run_file("tools_mistral", "mistral") >= 30);
+}
+TEST(deepseek3_tools_match_transformers) {
+    EXPECT(run_file("tools_deepseek3", "deepseek3") >= 30);
+}
+TEST(harmony_tools_match_transformers) {
+    EXPECT(run_file("tools_harmony", "harmony") >= 30);
+}
+
+/* Each template that writes tool calls is paired with the output parser of its format. */
+static void detect_fmt(const char *file, enum ft_tool_fmt want) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/chat/%s.json", FT_TEST_DATA, file);
+    json_t *doc = json_load_file(path, 0, NULL);
+    EXPECT(doc != NULL);
+    enum ft_tool_fmt got = ft_tool_fmt_detect(str_or_null(doc, "template"));
+    CHECK_(got == want, "%s: tool format %s, want %s", file, ft_tool_fmt_name(got),
+           ft_tool_fmt_name(want));
+    json_decref(doc);
+}
+
+TEST(tool_templates_pick_their_parser) {
+    detect_fmt("tools_qwen2", FT_TOOLS_HERMES);
+    detect_fmt("tools_qwen3", FT_TOOLS_HERMES);
+    detect_fmt("tools_mistral", FT_TOOLS_MISTRAL);
+    detect_fmt("tools_deepseek3", FT_TOOLS_DEEPSEEK);
+}
+
+/* What a template writes for an assistant's calls is what its format's parser reads back (the
+ * model learns to answer in the form its template shows it). */
+static void calls_round_trip(const char *family, enum ft_tool_fmt fmt) {
+    struct ft_chat_template *t = NULL;
+    EXPECT_OK(ft_chat_template_detect(NULL, family, &t));
+    const struct ft_chat_tool_call calls[2] = {
+        {"call00001", "get_weather", "{\"city\": \"Z\u00fcrich\", \"days\": 2}"},
+        {"call00002", "get_time", "{}"}};
+    struct ft_chat_msg m[2] = {{.role = FT_ROLE_USER, .content = "q"},
+                               {.role = FT_ROLE_ASSISTANT, .tool_calls = calls, .n_tool_calls = 2}};
+    struct ft_chat_opts o = {.enable_thinking = -1,
+                             .tools_json = "[{\"type\":\"function\",\"function\":{\"name\":"
+                                           "\"get_weather\",\"description\":\"w\"}}]"};
+    char *text = NULL;
+    EXPECT_OK(ft_chat_render(t, m, 2, &o, &text));
+    struct ft_tool_parser p;
+    ft_tool_parser_init(&p, fmt, NULL);
+    const char *a = text ? strstr(text, "q") + 1 : ""; /* the assistant turn (and its header) */
+    ft_tool_parser_push(&p, a, strlen(a));
+    ft_tool_parser_finish(&p);
+    CHECK_(p.n_calls == 2, "%s: %d calls parsed back from: %s", family, p.n_calls, a);
+    if (p.n_calls == 2) {
+        EXPECT_STREQ(p.calls[0].name, "get_weather");
+        EXPECT_STREQ(p.calls[0].args, "{\"city\":\"Z\u00fcrich\",\"days\":2}");
+        EXPECT_STREQ(p.calls[1].name, "get_time");
+        EXPECT_STREQ(p.calls[1].args, "{}");
+    }
+    ft_tool_parser_free(&p);
+    free(text);
+    ft_chat_template_free(t);
+}
+
+TEST(rendered_calls_parse_back) {
+    calls_round_trip("qwen2", FT_TOOLS_HERMES);
+    calls_round_trip("qwen3", FT_TOOLS_HERMES);
+    calls_round_trip("mistral", FT_TOOLS_MISTRAL);
+    calls_round_trip("deepseek3", FT_TOOLS_DEEPSEEK);
 }
 
 /* Python's json.dumps text (the templates' tojson), including float repr */

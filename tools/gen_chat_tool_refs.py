@@ -2,15 +2,27 @@
 """gen_chat_tool_refs.py - reference renderings with tools for tests/test_chat.c.
 
 Like tools/gen_chat_refs.py, but the conversations carry OpenAI-style `tools` and assistant
-`tool_calls` (arguments as objects, as vLLM passes them to the template after parsing the
-request's JSON strings) and `tool` results. Renders them with transformers' own chat-template
-code (chat_template_utils.render_jinja_template, what apply_chat_template(..., tools=...) runs)
-on the real template strings of the families whose renderers write tools, and writes
+`tool_calls` and `tool` results. Renders them with transformers' own chat-template code
+(chat_template_utils.render_jinja_template, what apply_chat_template(..., tools=...) runs) on the
+real template strings of the families whose renderers write tools, and writes
 tests/data/chat/tools_<family>.json in gen_chat_refs.py's format plus options.tools and
-messages[].tool_calls.
+messages[].tool_calls; `expected: null` + `error` where the real template raises.
 
-Usage: build-agent/venv/bin/python tools/gen_chat_tool_refs.py   (needs transformers + jinja2)
+Tool-call arguments: the templates that write them with `tojson` (Qwen, Mistral, gpt-oss) get
+objects, as vLLM passes them after parsing the request's JSON strings; the templates that
+concatenate them as text (DeepSeek-V3) get the JSON string itself (an object there is a
+TypeError in the template). tests/test_chat.c passes an object as its compact JSON text and a
+string as is, which is what the server hands the renderer (the request's arguments string).
+
+A message's "reasoning" is passed as reasoning_content and, for gpt-oss, as thinking; a tool
+message's "name" is passed as tool_call_id. Tool call ids have 9 characters (Mistral requires it).
+Where a template raises on content null (`"x" in None`: Qwen3, gpt-oss), the case is rendered
+again with "" and marked null_as_empty: the C renderers treat null content as "" throughout.
+strftime_now is pinned to options.date (gpt-oss "Current date:").
+
+Usage: /tmp/h4-venv/bin/python tools/gen_chat_tool_refs.py   (needs transformers + jinja2)
 """
+import datetime as _dt
 import json
 import os
 
@@ -18,6 +30,18 @@ from transformers.utils import chat_template_utils as ctu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "data", "chat")
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "tokenizers")
+DATE = "2025-08-05"
+
+
+class _FixedDatetime(_dt.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        y, m, d = (int(x) for x in DATE.split("-"))
+        return cls(y, m, d, 12, 0, 0)
+
+
+ctu.datetime = _FixedDatetime  # strftime_now() reads the module's datetime at call time
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city (°C, ünïcode).",
@@ -29,59 +53,185 @@ WEATHER = {"type": "function", "function": {
         "required": ["city"]}}}
 TIME = {"type": "function", "function": {"name": "get_time", "description": "Local time.",
                                          "parameters": {"type": "object", "properties": {}}}}
+# every branch of gpt-oss' TypeScript rendering (and more JSON for the others)
+RICH = {"type": "function", "function": {
+    "name": "search", "description": "Search the docs.",
+    "parameters": {"type": "object", "properties": {
+        "query": {"type": "string", "description": "What to look for"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "ids": {"type": "array", "items": {"type": "integer"}, "nullable": True},
+        "flags": {"type": "array", "items": {"type": "boolean"}},
+        "scores": {"type": "array", "items": {"type": "number"}},
+        "any_list": {"type": "array"},
+        "points": {"type": "array", "items": {"type": "object", "properties": {
+            "x": {"type": "number"}, "y": {"type": "number"}}, "required": ["x"]}},
+        "matrix": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+        "filter": {"type": "object", "properties": {
+            "lang": {"type": "string", "enum": ["en", "fr"]},
+            "exact": {"type": "boolean"},
+            "inner": {"type": "object", "properties": {"k": {"type": "string"}}}},
+            "required": ["lang"]},
+        "opts": {"type": "object"},
+        "mode": {"type": "string", "enum": ["fast", "slow"], "default": "fast",
+                 "description": "Speed"},
+        "limit": {"type": "integer", "default": 10},
+        "note": {"type": "string", "nullable": True, "default": None},
+        "either": {"type": ["string", "number"]},
+        "single": {"type": ["string"]},
+        "choice": {"oneOf": [{"type": "string", "description": "a name"},
+                             {"type": "integer", "default": 3}]},
+        "objs": {"oneOf": [{"type": "object"}, {"type": "string"}], "default": "x"},
+        "anything": {"description": "No type"}},
+        "required": ["query", "mode"]}}}
+NOPARAMS = {"type": "function", "function": {"name": "ping", "description": "Ping."}}
+NODESC = {"type": "function", "function": {"name": "nodesc", "parameters": {
+    "type": "object", "properties": {"a": {"type": "string"}}}}}
+INTDEF = {"type": "function", "function": {"name": "intdef", "description": "d", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer", "enum": [1, 2], "default": 1}}}}}
 
 
 def call(i, name, args):
-    return {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args}}
+    return {"id": f"call{i:05d}", "type": "function",
+            "function": {"name": name, "arguments": args}}
 
 
 U = lambda c: {"role": "user", "content": c}
 S = lambda c: {"role": "system", "content": c}
-A = lambda c, calls=None: dict({"role": "assistant", "content": c},
-                               **({"tool_calls": calls} if calls else {}))
-T = lambda c, i: {"role": "tool", "content": c, "tool_call_id": f"call_{i}", "name": f"call_{i}"}
+T = lambda c, i: {"role": "tool", "content": c, "name": f"call{i:05d}"}
+
+
+def A(c, calls=None, reasoning=None):
+    m = {"role": "assistant", "content": c}
+    if calls:
+        m["tool_calls"] = calls
+    if reasoning is not None:
+        m["reasoning"] = reasoning
+    return m
+
 
 CONVS = [
     ("tools_user", [U("Weather in Paris?")], [WEATHER]),
     ("tools_system", [S("Be brief."), U("Weather in Paris?")], [WEATHER, TIME]),
     ("call_roundtrip", [U("Weather in Paris?"), A("", [call(1, "get_weather", {"city": "Paris"})]),
                         T('{"temp": 21.5}', 1)], [WEATHER]),
+    ("call_null_content", [U("Weather in Paris?"),
+                           A(None, [call(1, "get_weather", {"city": "Paris"})]),
+                           T('{"temp": 21.5}', 1)], [WEATHER]),
     ("call_with_content", [S("sys"), U("Weather?"),
                            A("Let me check.", [call(1, "get_weather",
                                                     {"city": "Zürich", "days": 2, "scale": 1.0,
                                                      "nested": {"a": [1, 2.5, None, True]}})]),
                            T("sunny", 1), A("It is sunny."), U("Thanks")], [WEATHER]),
+    ("call_then_answer", [U("Weather?"), A(None, [call(1, "get_weather", {"city": "Oslo"})]),
+                          T("rain", 1), A("Rain in Oslo."), U("And Rome?")], [WEATHER]),
     ("parallel_calls", [U("Paris and time?"),
                         A("", [call(1, "get_weather", {"city": "Paris"}), call(2, "get_time", {})]),
                         T("20", 1), T("12:00", 2)], [WEATHER, TIME]),
+    ("parallel_null", [U("Paris and time?"),
+                       A(None, [call(1, "get_weather", {"city": "Paris"}),
+                                call(2, "get_time", {})]),
+                       T("20", 1), T("12:00", 2)], [WEATHER, TIME]),
+    ("two_rounds", [S("Use tools."), U("Paris?"),
+                    A(None, [call(1, "get_weather", {"city": "Paris"})]), T("20", 1),
+                    A(None, [call(2, "get_time", {})]), T("12:00", 2)], [WEATHER, TIME]),
     ("calls_no_tools", [U("q"), A("", [call(1, "get_time", {})]), T("x", 1)], []),
+    ("reasoning_call", [U("Weather?"), A("", [call(1, "get_weather", {"city": "Nice"})],
+                                         reasoning="Need the tool."), T("hot", 1)], [WEATHER]),
+    ("rich_schema", [S("Search well."), U("Find docs")], [RICH, NOPARAMS]),
+    ("same_user_twice", [U("hi"), A("hello"), U("hi")], [TIME]),
+    ("tool_result_json", [U("t?"), A(None, [call(3, "get_time", {})]),
+                          T('{"time": "12:00", "tz": "CET"}', 3), A("Noon.")], [TIME]),
+    ("tool_no_description", [U("x")], [NODESC]),
+    ("enum_default_not_string", [U("x")], [INTDEF]),
+    ("bad_call_id", [U("t?"), A(None, [{"id": "c1", "type": "function",
+                                        "function": {"name": "get_time", "arguments": {}}}]),
+                     {"role": "tool", "content": "x", "name": "c1"}], [TIME]),
 ]
 
-FAMILIES = [("qwen2", os.path.join(OUT, "qwen2", "tokenizer_config.json")),
-            ("qwen3", os.path.join(ROOT, "..", "shared", "tokenizers", "qwen3",
-                                   "tokenizer_config.json"))]
+# (family, template file, bos, eos, arguments as text?)
+FAMILIES = [
+    ("qwen2", os.path.join(OUT, "qwen2", "tokenizer_config.json"), None, None, False),
+    ("qwen3", os.path.join(SHARED, "qwen3", "tokenizer_config.json"), None, None, False),
+    ("mistral", os.path.join(OUT, "mistral", "tokenizer_config.json"), "<s>", "</s>", False),
+    ("deepseek3", os.path.join(SHARED, "deepseek_v3", "tokenizer_config.json"),
+     "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", True),
+    ("harmony", os.path.join(OUT, "gpt_oss", "chat_template.jinja"), "<|startoftext|>",
+     "<|return|>", False),
+]
+
+
+def load_template(path):
+    with open(path, encoding="utf-8") as f:
+        if path.endswith(".jinja"):
+            return f.read()
+        return json.load(f)["chat_template"]
+
+
+def to_template(msgs, family, args_text):
+    out = []
+    for m in msgs:
+        d = {"role": m["role"], "content": m["content"]}
+        if "reasoning" in m:
+            d["reasoning_content"] = m["reasoning"]
+            if family == "harmony":
+                d["thinking"] = m["reasoning"]
+        if "name" in m:
+            d["tool_call_id"] = m["name"]
+        if "tool_calls" in m:
+            d["tool_calls"] = [dict(c, function=dict(c["function"], arguments=json.dumps(
+                c["function"]["arguments"], ensure_ascii=False)) if args_text else c["function"])
+                for c in m["tool_calls"]]
+        out.append(d)
+    return out
 
 
 def main():
-    for family, path in FAMILIES:
-        with open(path, encoding="utf-8") as f:
-            template = json.load(f)["chat_template"]
+    for family, path, bos, eos, args_text in FAMILIES:
+        template = load_template(path)
         cases = []
         for name, msgs, tools in CONVS:
             for agp in (1, 0):
-                opts = {"add_generation_prompt": agp, "enable_thinking": -1, "bos_token": None,
-                        "eos_token": None, "date": None, "tools": tools}
-                rendered, _ = ctu.render_jinja_template(
-                    conversations=[msgs], tools=tools or None, chat_template=template,
-                    add_generation_prompt=bool(agp))
-                cases.append({"name": f"{name}/agp{agp}", "messages": msgs, "options": opts,
-                              "expected": rendered[0]})
+                opts = {"add_generation_prompt": agp, "enable_thinking": -1, "bos_token": bos,
+                        "eos_token": eos, "date": DATE, "tools": tools}
+                kw = {}
+                if bos is not None:
+                    kw["bos_token"] = bos
+                if eos is not None:
+                    kw["eos_token"] = eos
+                tmsgs = to_template(msgs, family, args_text)
+                case = {"name": f"{name}/agp{agp}", "messages": msgs, "options": opts}
+                if args_text:  # what the test passes the renderer: the text itself
+                    case["messages"] = [dict(m, tool_calls=t["tool_calls"]) if "tool_calls" in m
+                                        else m for m, t in zip(msgs, tmsgs)]
+                try:
+                    try:
+                        rendered, _ = ctu.render_jinja_template(
+                            conversations=[tmsgs], tools=tools or None, chat_template=template,
+                            add_generation_prompt=bool(agp), **kw)
+                        case["expected"] = rendered[0]
+                    except TypeError as e:
+                        if "NoneType" not in str(e):
+                            raise
+                            # content null (what OpenAI clients send with tool_calls) where the
+                        # template tests `"x" in content`: the renderer treats it as ""
+                        tmsgs = [dict(m, content="") if m["content"] is None else m
+                                 for m in tmsgs]
+                        rendered, _ = ctu.render_jinja_template(
+                            conversations=[tmsgs], tools=tools or None, chat_template=template,
+                            add_generation_prompt=bool(agp), **kw)
+                        case["expected"] = rendered[0]
+                        case["null_as_empty"] = True
+                except Exception as e:  # the template raised: the C renderer must fail too
+                    case["expected"] = None
+                    case["error"] = f"{type(e).__name__}: {e}"
+                cases.append(case)
         out = os.path.join(OUT, f"tools_{family}.json")
         with open(out, "w", encoding="utf-8") as f:
-            json.dump({"family": family, "source": path.replace(ROOT + "/", ""),
+            json.dump({"family": family, "source": os.path.relpath(path, ROOT),
                        "template": template, "cases": cases}, f, indent=1, ensure_ascii=False)
             f.write("\n")
-        print(f"{out}: {len(cases)} cases")
+        n_err = sum(1 for c in cases if c["expected"] is None)
+        print(f"{out}: {len(cases)} cases ({n_err} expected errors)")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ struct ft_chat_tool_call {
 
 struct ft_chat_msg {
     enum ft_chat_role role;
-    const char *content;   /* UTF-8; NULL renders as "" */
+    const char *content;   /* UTF-8; NULL renders as "" (but a DeepSeek-V3 assistant message
+                              writes its tool_calls only when content is NULL, as its template
+                              tests `content is none`) */
     const char *reasoning; /* assistant thinking (Qwen3 reasoning_content, gpt-oss "thinking"); may
                               be NULL */
     const char *name; /* tool name / tool call id (Mistral needs a 9-character id); may be NULL */
@@ -61,7 +63,8 @@ enum ft_status ft_chat_render(const struct ft_chat_template *t, const struct ft_
                               int n, const struct ft_chat_opts *o, char **out);
 void ft_chat_template_free(struct ft_chat_template *t);
 /* 1 when the family's renderer writes tools and assistant tool calls (else ft_chat_render
- * fails on them with a message naming the family). */
+ * fails on them with a message naming the family): qwen2, qwen3, mistral (v0.3), deepseek3 (its
+ * template writes calls but never lists the tools), harmony. */
 int ft_chat_supports_tools(const struct ft_chat_template *t);
 /* Appends Python's json.dumps(v, ensure_ascii=False) text of a JSON document (what the
  * templates' tojson writes) to a malloc'd string; NULL when json is not valid JSON. */
