@@ -283,4 +283,75 @@ TEST(stop_strings_and_eos) {
     close_fixture(&f);
 }
 
+/* One greedy request on s to its end: its text, and the prompt tokens the prefix cache held. */
+static char *run_one(struct ft_sched *s, const int32_t *ids, int n, int max_tokens, int *cached) {
+    struct ft_req_params p = greedy(ids, n, max_tokens);
+    struct ft_req *r = NULL;
+    struct ft_event last = {0};
+    EXPECT_OK(ft_sched_submit(s, &p, &r));
+    if (!r) return calloc(1, 1);
+    char *text = collect(r, &last);
+    EXPECT_EQ(last.type, FT_EV_DONE);
+    if (cached) *cached = last.n_cached;
+    ft_req_release(r);
+    return text;
+}
+
+/* The prefix cache: a request resending another's prompt (and more) reuses its full KV blocks
+ * (all but the last prompt token's block) and generates exactly the text it gets without the
+ * cache; under a KV pool of one context, distinct prompts evict the cached blocks, least
+ * recently used first, and every request still completes with the uncached text. */
+TEST(prefix_cache_reuses_blocks_and_changes_no_token) {
+    struct fixture f;
+    EXPECT(open_fixture(&f) == 0);
+    enum { N = 6, LEN = 70 };
+    int32_t ids[N][LEN];
+    for (int i = 0; i < N; i++)
+        for (int t = 0; t < LEN; t++) ids[i][t] = (t < 40 ? t * 37 + 11 : t * 53 + i * 101) % f.m->vocab;
+    struct ft_sched_opts off = {.max_running = 2, .max_prefill = 64, .ctx_size = 96, .prefix_cache = -1};
+    struct ft_sched_opts on = off;
+    on.prefix_cache = 0;
+    struct ft_sched *s0 = NULL, *s1 = NULL;
+    EXPECT_OK(ft_sched_init(&s0, f.m, f.tok, f.pool, &off));
+    EXPECT_OK(ft_sched_init(&s1, f.m, f.tok, f.pool, &on));
+    if (!s0 || !s1) goto done;
+    char *want[N];
+    for (int i = 0; i < N; i++) want[i] = run_one(s0, ids[i], LEN, 12, NULL);
+    int cached = -1;
+    char *a = run_one(s1, ids[0], 40, 12, &cached); /* the shared first 40 tokens alone */
+    EXPECT_EQ(cached, 0);
+    free(a);
+    for (int i = 0; i < N; i++) { /* each shares those 40: two full blocks come from the cache */
+        char *t = run_one(s1, ids[i], LEN, 12, &cached);
+        CHECK_(!strcmp(t, want[i]), "request %d with the prefix cache: '%s' != '%s'", i, t, want[i]);
+        CHECK_(cached == 32, "request %d: %d prompt tokens cached, expected 32", i, cached);
+        free(t);
+    }
+    char *again = run_one(s1, ids[3], LEN, 12, &cached); /* the same prompt again: 4 full blocks */
+    CHECK_(!strcmp(again, want[3]) && cached == 64, "repeat: %d cached, '%s'", cached, again);
+    free(again);
+    struct ft_sched_stats st;
+    ft_sched_stats(s1, &st);
+    EXPECT_EQ(st.prefix_hit_tokens, N * 32 + 64);
+    EXPECT_EQ(st.prefix_query_tokens, 40 + (N + 1) * LEN);
+    EXPECT_EQ(st.kv_used_tokens, 0); /* only the cache holds blocks now */
+    for (int i = 0; i < N; i++) free(want[i]);
+    ft_sched_free(s1);
+    s1 = NULL;
+    /* a pool of one context (96 tokens: 6 blocks): every admission evicts */
+    struct ft_sched_opts tight = on;
+    tight.max_running = 1, tight.kv_tokens = 96;
+    EXPECT_OK(ft_sched_init(&s1, f.m, f.tok, f.pool, &tight));
+    for (int round = 0; s1 && round < 2; round++)
+        for (int i = 0; i < N; i++) {
+            char *w = run_one(s0, ids[i], 50, 20, NULL), *t = run_one(s1, ids[i], 50, 20, &cached);
+            CHECK_(!strcmp(t, w), "tight pool, request %d: '%s' != '%s'", i, t, w);
+            free(w), free(t);
+        }
+done:
+    ft_sched_free(s0);
+    ft_sched_free(s1);
+    close_fixture(&f);
+}
+
 TEST_MAIN("model_sched")

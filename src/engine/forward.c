@@ -25,6 +25,7 @@ struct ft_engine {
     float *k_cache, *v_cache;   /* [L, n_blocks * FT_KV_BLOCK, kv_dim] */
     int32_t *free_blocks;       /* [n_blocks] stack of free block ids */
     int n_free;
+    uint16_t *refs;             /* [n_blocks] holders of each block (sequences, the prefix cache) */
     int32_t *seq0_blocks;       /* blocks of the built-in sequence (ft_engine_forward) */
     int seq0_n_blocks, seq0_ready;
     const int32_t **tok_blocks; /* [chunk] block table of each token's sequence */
@@ -725,14 +726,21 @@ enum ft_status ft_engine_forward_draw(struct ft_engine *e, const int32_t *ids, i
 enum ft_status ft_engine_kv_alloc(struct ft_engine *e, int n, int32_t *blocks) {
     if (n > e->n_free)
         return ft_fail(FT_ERR_BUSY, "KV cache: %d blocks wanted, %d free", n, e->n_free);
-    for (int i = 0; i < n; i++) blocks[i] = e->free_blocks[--e->n_free];
+    for (int i = 0; i < n; i++) blocks[i] = e->free_blocks[--e->n_free], e->refs[blocks[i]] = 1;
     return FT_OK;
 }
+
+void ft_engine_kv_ref(struct ft_engine *e, const int32_t *blocks, int n) {
+    for (int i = 0; i < n; i++) e->refs[blocks[i]]++;
+}
+
+int ft_engine_kv_refs(const struct ft_engine *e, int32_t block) { return e->refs[block]; }
 
 void ft_engine_kv_free(struct ft_engine *e, const int32_t *blocks, int n) {
     for (int s = 0; n > 0 && s < e->n_st; s++) /* the sequence's recurrent state goes with it */
         if (e->st_key[s] == blocks[0]) e->st_key[s] = -1;
-    for (int i = 0; i < n; i++) e->free_blocks[e->n_free++] = blocks[i];
+    for (int i = 0; i < n; i++) /* a block shared with the prefix cache or another sequence stays */
+        if (e->refs[blocks[i]] > 0 && --e->refs[blocks[i]] == 0) e->free_blocks[e->n_free++] = blocks[i];
 }
 
 int ft_engine_kv_free_blocks(const struct ft_engine *e) { return e->n_free; }
@@ -884,6 +892,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->pos = malloc((size_t)C * sizeof(int32_t));
     e->sticky = malloc((size_t)m->n_layers * k * sizeof(int));
     e->free_blocks = malloc((size_t)e->n_blocks * sizeof(int32_t));
+    e->refs = calloc((size_t)e->n_blocks, sizeof *e->refs);
     e->seq0_blocks = malloc((size_t)seq_blocks * sizeof(int32_t));
     e->tok_blocks = malloc((size_t)C * sizeof *e->tok_blocks);
     e->ids = malloc((size_t)C * sizeof(int32_t));
@@ -912,7 +921,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     }
     if (!hybrid_ok || !e->kv_of || !e->gdn_of || !e->seg_slot || !e->k_cache || !e->v_cache || !e->x || !e->xn || !e->y || !e->q || !e->att || !e->k ||
         !e->v || !e->gu || !e->act || !e->router || !e->top_ids || !e->top_w || !e->pos ||
-        !e->sticky || !e->free_blocks || !e->seq0_blocks || !e->tok_blocks || !e->ids || !e->xl) {
+        !e->sticky || !e->free_blocks || !e->refs || !e->seq0_blocks || !e->tok_blocks || !e->ids || !e->xl) {
         st = ft_fail(FT_ERR_OOM, "engine: out of memory for a %d-token KV cache (%.1f GiB); "
                      "lower --ctx-size", e->opts.max_ctx, 2.0 * kv * 4 / (1 << 30));
     }
@@ -992,6 +1001,7 @@ void ft_engine_free(struct ft_engine *e) {
     free(e->sticky);
     free(e->zipf_cum);
     free(e->free_blocks);
+    free(e->refs);
     free(e->seq0_blocks);
     free(e->tok_blocks);
     free(e->ids);

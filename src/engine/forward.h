@@ -88,7 +88,12 @@ enum ft_status ft_engine_forward_batch_draw(struct ft_engine *e, const struct ft
 /* Paged KV pool blocks: take n (FT_ERR_BUSY if fewer are free) / give back. The built-in
  * sequence of ft_engine_forward holds its own blocks from init. */
 enum ft_status ft_engine_kv_alloc(struct ft_engine *e, int n, int32_t *blocks);
+/* Drops one reference to each block; a block nobody holds any more is free again. */
 void ft_engine_kv_free(struct ft_engine *e, const int32_t *blocks, int n);
+/* One more holder of each block (a sequence sharing a prefix, the prefix cache): blocks are
+ * shared read-only, so a sequence may hold another's only below its own first position. */
+void ft_engine_kv_ref(struct ft_engine *e, const int32_t *blocks, int n);
+int ft_engine_kv_refs(const struct ft_engine *e, int32_t block);
 int ft_engine_kv_free_blocks(const struct ft_engine *e);
 int ft_engine_kv_total_blocks(const struct ft_engine *e);
 

@@ -18,6 +18,7 @@
 #include "core/sys.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "engine/prefix.h"
 
 #define N_WINDOW 256 /* requests kept for latency percentiles */
 #define N_BUCKETS 10 /* seconds of generated-token history for tok/s */
@@ -42,6 +43,8 @@ struct ft_req {
     char *stop[FT_MAX_STOP];
     int32_t *blocks;
     int n_blocks, n_past, n_gen, prefilled;
+    int32_t *hist;         /* the tokens fed so far: the prompt, then each one generated */
+    int n_cached;          /* prompt tokens whose KV came from the prefix cache */
     int stop_hit;          /* a stop string matched: text after it is dropped */
     int admitted;          /* moved from the queue to running */
     int32_t last;
@@ -80,6 +83,10 @@ struct ft_sched {
     long bucket_sec[N_BUCKETS];
     int run_snapshot, kv_used_snapshot;
     struct ft_gpu_offload_stats cache_snapshot; /* refreshed after each step (offload) */
+    long prefix_hit, prefix_query; /* prompt tokens found in / looked up in the prefix cache */
+    /* engine thread: the prefix cache (NULL: off) and its scratch */
+    struct ft_prefix *pc;
+    int32_t *pc_tmp;
     int has_residency;
     struct ft_residency_stats residency;
 };
@@ -150,6 +157,7 @@ static void req_free(struct ft_req *r) {
     for (int i = 0; i < FT_MAX_STOP; i++) free(r->stop[i]);
     free(r->prompt);
     free(r->blocks);
+    free(r->hist);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -169,8 +177,18 @@ void ft_req_cancel(struct ft_req *r) {
 
 /* --- engine side --- */
 
-static int kv_used_tokens(const struct ft_sched *s) {
-    return (ft_engine_kv_total_blocks(s->e) - ft_engine_kv_free_blocks(s->e)) * FT_KV_BLOCK;
+/* Blocks only the prefix cache holds (evictable). */
+static int cache_only_blocks(struct ft_sched *s) {
+    if (!s->pc) return 0;
+    int k = ft_prefix_lru(s->pc, s->pc_tmp), n = 0;
+    for (int i = 0; i < k; i++) n += ft_engine_kv_refs(s->e, s->pc_tmp[i]) == 1;
+    return n;
+}
+
+/* KV positions the running requests hold (what the prefix cache alone keeps is reusable) */
+static int kv_used_tokens(struct ft_sched *s) {
+    return (ft_engine_kv_total_blocks(s->e) - ft_engine_kv_free_blocks(s->e) - cache_only_blocks(s)) *
+           FT_KV_BLOCK;
 }
 
 static void record_done(struct ft_sched *s, struct ft_req *r, int outcome /* 0 ok 1 cancel 2 fail */) {
@@ -193,9 +211,34 @@ static void record_done(struct ft_sched *s, struct ft_req *r, int outcome /* 0 o
 }
 
 /* Ends a request: terminal event, engine-side resources back, engine's reference dropped. */
+/* --- prefix cache: the full blocks of r's first n tokens (their KV written) indexed, the
+ * cache holding a reference on each it did not hold yet --- */
+static void prefix_keep(struct ft_sched *s, const struct ft_req *r, int n) {
+    if (!s->pc || !r->hist) return;
+    int n_full = FT_MIN(n / FT_KV_BLOCK, r->n_blocks);
+    int n_add = ft_prefix_insert(s->pc, r->hist, n_full, r->blocks, s->pc_tmp);
+    ft_engine_kv_ref(s->e, s->pc_tmp, n_add);
+}
+
+/* Free blocks, plus the cached ones only the cache holds (evictable). */
+static int kv_available(struct ft_sched *s) { return ft_engine_kv_free_blocks(s->e) + cache_only_blocks(s); }
+
+/* Evicts least recently used cached blocks only the cache holds until `want` blocks are free. */
+static void prefix_evict(struct ft_sched *s, int want) {
+    if (!s->pc || ft_engine_kv_free_blocks(s->e) >= want) return;
+    int k = ft_prefix_lru(s->pc, s->pc_tmp);
+    for (int i = 0; i < k && ft_engine_kv_free_blocks(s->e) < want; i++) {
+        const int32_t b = s->pc_tmp[i];
+        if (ft_engine_kv_refs(s->e, b) != 1) continue; /* a running sequence reads it */
+        ft_prefix_remove(s->pc, b);
+        ft_engine_kv_free(s->e, &b, 1);
+    }
+}
+
 static void finish(struct ft_sched *s, struct ft_req *r, enum ft_finish why, enum ft_status err,
                    const char *msg) {
-    struct ft_event ev = {.n_prompt = r->n_prompt, .n_gen = r->n_gen, .finish = why};
+    struct ft_event ev = {.n_prompt = r->n_prompt, .n_gen = r->n_gen, .finish = why,
+                          .n_cached = r->n_cached};
     if (err != FT_OK) {
         ev.type = FT_EV_ERROR;
         ev.status = err;
@@ -205,6 +248,7 @@ static void finish(struct ft_sched *s, struct ft_req *r, enum ft_finish why, enu
         if (why != FT_FINISH_CANCELLED && !r->stop_hit) ft_gen_release_tail(&r->dt, &r->stopper, emit_cb, r);
         ev.ttft_s = r->t_first_us ? (r->t_first_us - r->t_submit_us) / 1e6 : 0;
     }
+    if (err == FT_OK && r->n_blocks) prefix_keep(s, r, r->n_past); /* the next turn may resend it */
     if (r->n_blocks) ft_engine_kv_free(s->e, r->blocks, r->n_blocks);
     r->n_blocks = 0;
     ft_sampler_free(r->smp); /* and the mask it holds */
@@ -239,12 +283,36 @@ static void admit(struct ft_sched *s) {
     while (s->q_head && s->n_running < s->o.max_running) {
         struct ft_req *r = s->q_head;
         int need = blocks_for(r->n_prompt + r->max_tokens);
-        if (need > ft_engine_kv_free_blocks(s->e)) break;
+        if (!r->blocks && !(r->blocks = malloc((size_t)need * sizeof *r->blocks))) {
+            s->q_head = r->next, s->n_queued--;
+            if (!s->q_head) s->q_tail = NULL;
+            pthread_mutex_unlock(&s->mu);
+            finish(s, r, FT_FINISH_STOP, FT_ERR_OOM, "scheduler: out of memory");
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        /* the prompt's leading full blocks from the prefix cache (its last token is always
+         * run: its logits start the answer), held before anything is evicted */
+        int hit = s->pc ? ft_prefix_match(s->pc, r->prompt, (r->n_prompt - 1) / FT_KV_BLOCK, r->blocks) : 0;
+        ft_engine_kv_ref(s->e, r->blocks, hit);
+        if (need - hit > kv_available(s)) {
+            ft_engine_kv_free(s->e, r->blocks, hit);
+            break;
+        }
         s->q_head = r->next;
         if (!s->q_head) s->q_tail = NULL;
         s->n_queued--;
-        r->blocks = malloc((size_t)need * sizeof *r->blocks);
-        enum ft_status st = r->blocks ? ft_engine_kv_alloc(s->e, need, r->blocks) : FT_ERR_OOM;
+        prefix_evict(s, need - hit);
+        enum ft_status st = ft_engine_kv_alloc(s->e, need - hit, r->blocks + hit);
+        if (st != FT_OK) ft_engine_kv_free(s->e, r->blocks, hit);
+        if (st == FT_OK) {
+            r->n_blocks = need; /* from here on finish() gives them back */
+            r->n_past = r->prefilled = r->n_cached = hit * FT_KV_BLOCK;
+            s->prefix_hit += r->n_cached, s->prefix_query += s->pc ? r->n_prompt : 0;
+            if (s->pc && !(r->hist = malloc((size_t)(r->n_prompt + r->max_tokens) * sizeof *r->hist)))
+                st = ft_fail(FT_ERR_OOM, "scheduler: out of memory");
+            if (r->hist) memcpy(r->hist, r->prompt, (size_t)r->n_prompt * sizeof *r->hist);
+        }
         if (st == FT_OK) st = ft_sampler_init(&r->smp, &r->p.sampling, s->m->vocab);
         if (st != FT_OK) {
             pthread_mutex_unlock(&s->mu);
@@ -252,7 +320,6 @@ static void admit(struct ft_sched *s) {
             pthread_mutex_lock(&s->mu);
             continue;
         }
-        r->n_blocks = need;
         r->admitted = 1;
         s->run_snapshot++;
         s->kv_used_snapshot = kv_used_tokens(s);
@@ -325,6 +392,7 @@ static int take_token(struct ft_sched *s, struct ft_req *r, int32_t id) {
         return 1;
     }
     r->last = id;
+    if (r->hist) r->hist[r->n_prompt + r->n_gen - 1] = id; /* fed at the next step */
     return 0;
 }
 
@@ -398,6 +466,7 @@ static void step(struct ft_sched *s) {
         }
         r->n_past += g->n;
         if (g->ids != &r->last) r->prefilled += g->n;
+        if (g->ids != &r->last && r->prefilled == r->n_prompt) prefix_keep(s, r, r->n_past);
         if (g->want == FT_LOGITS_LAST && take_token(s, r, s->top1[row++])) continue;
         keep[k++] = r;
     }
@@ -479,6 +548,15 @@ enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
     s->top1 = calloc((size_t)s->o.max_running, sizeof *s->top1);
     if (st == FT_OK && (!s->running || !s->segs || !s->seg_req || !s->logits || !s->top1))
         st = ft_fail(FT_ERR_OOM, "scheduler: out of memory");
+    if (st == FT_OK && s->o.prefix_cache >= 0 && !m->n_gdn) {
+        const int nb = ft_engine_kv_total_blocks(s->e);
+        st = ft_prefix_init(&s->pc, nb);
+        if (st == FT_OK && !(s->pc_tmp = malloc((size_t)nb * sizeof *s->pc_tmp)))
+            st = ft_fail(FT_ERR_OOM, "scheduler: out of memory");
+    } else if (st == FT_OK && s->o.prefix_cache >= 0) {
+        ft_log_info("prefix cache: off for %s (its DeltaNet layers keep a recurrent state per "
+                    "sequence, not per KV block)", m->arch->name);
+    }
     if (st == FT_OK && pthread_create(&s->thread, NULL, engine_main, s) != 0)
         st = ft_fail(FT_ERR_INTERNAL, "scheduler: cannot start the engine thread");
     if (st != FT_OK) {
@@ -508,6 +586,8 @@ void ft_sched_shutdown(struct ft_sched *s) {
 void ft_sched_free(struct ft_sched *s) {
     if (!s) return;
     ft_sched_shutdown(s);
+    ft_prefix_free(s->pc);
+    free(s->pc_tmp);
     ft_engine_free(s->e);
     free(s->running);
     free(s->segs);
@@ -623,6 +703,8 @@ void ft_sched_stats(struct ft_sched *s, struct ft_sched_stats *out) {
     out->ctx_size = s->o.ctx_size;
     out->backend = ft_engine_backend(s->e);
     out->cache = s->cache_snapshot;
+    out->prefix_hit_tokens = s->prefix_hit;
+    out->prefix_query_tokens = s->prefix_query;
     out->has_residency = s->has_residency; /* fixed after load */
     out->residency = s->residency;
     pthread_mutex_unlock(&s->mu);

@@ -28,6 +28,7 @@ struct ft_sched_opts {
     double request_timeout_s; /* 0 = none: a request running longer is cancelled */
     int engine_draws;     /* 1: steps without penalties drawn by the engine on any backend;
                              0: on a GPU backend (unless FT_ENGINE_DRAW=0) */
+    int prefix_cache;     /* 0 (default): on, but for hybrid models; -1: off (--no-prefix-cache) */
     struct ft_engine_opts engine; /* backend fields only (backend, device, vram_limit, ...);
                                      the scheduler sets the sizes */
 };
@@ -57,6 +58,7 @@ struct ft_event {
     enum ft_status status;  /* FT_EV_ERROR */
     char message[256];      /* FT_EV_ERROR: one line */
     double ttft_s;          /* FT_EV_DONE: time to first token */
+    int n_cached;           /* prompt tokens whose KV the prefix cache held (usage) */
 };
 
 struct ft_sched;
@@ -94,6 +96,8 @@ struct ft_sched_stats {
     int max_running, ctx_size;
     const char *backend;        /* "cpu", "cuda", "offload" */
     struct ft_gpu_offload_stats cache; /* offload: expert cache (cache.active == 0 otherwise) */
+    long prefix_hit_tokens, prefix_query_tokens; /* prompt tokens found in / looked up in the
+                                                    prefix cache */
     int has_residency;          /* offload: banks pinned / locked / pageable */
     struct ft_residency_stats residency;
 };

@@ -33,9 +33,11 @@ static json_t *envelope(const struct ft_server *s, const struct ft_gen_job *job,
                      (json_int_t)job->created, "model", s->model_id);
 }
 
-static json_t *usage_obj(int n_prompt, int n_gen) {
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", n_prompt, "completion_tokens", n_gen,
-                     "total_tokens", n_prompt + n_gen);
+/* OpenAI's usage, with the prompt tokens the prefix cache held as cached_tokens */
+static json_t *usage_obj(int n_prompt, int n_gen, int n_cached) {
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", n_prompt, "completion_tokens",
+                     n_gen, "total_tokens", n_prompt + n_gen, "prompt_tokens_details",
+                     "cached_tokens", n_cached);
 }
 
 /* --- the text pipeline: reasoning split, then tool calls ------------------------------------ */
@@ -110,6 +112,7 @@ static void collect(struct ft_gen_job *job, struct ft_req *r, struct ft_http_con
         }
         if (ev.n_prompt) g->o.n_prompt = ev.n_prompt;
         g->o.n_gen = ev.n_gen;
+        if (ev.type == FT_EV_DONE) g->o.n_cached = ev.n_cached;
         if (ev.type == FT_EV_TEXT) {
             pipe_push(&p, ev.text, ev.len, &g->o.reasoning, &g->o.content, 0);
             free(ev.text);
@@ -171,7 +174,7 @@ static json_t *chat_json(struct ft_server *s, const struct ft_gen_job *job, cons
                                "finish_reason", finish_name(o->finish, o->n_calls > 0));
     json_t *j = envelope(s, job, "chat.completion");
     json_object_set_new(j, "choices", json_pack("[o]", choice));
-    json_object_set_new(j, "usage", usage_obj(o->n_prompt, o->n_gen));
+    json_object_set_new(j, "usage", usage_obj(o->n_prompt, o->n_gen, o->n_cached));
     return j;
 }
 
@@ -182,7 +185,7 @@ static json_t *completion_json(struct ft_server *s, const struct ft_gen_job *job
                                "logprobs", "finish_reason", finish_name(o->finish, 0));
     json_t *j = envelope(s, job, "text_completion");
     json_object_set_new(j, "choices", json_pack("[o]", choice));
-    json_object_set_new(j, "usage", usage_obj(o->n_prompt, o->n_gen));
+    json_object_set_new(j, "usage", usage_obj(o->n_prompt, o->n_gen, o->n_cached));
     return j;
 }
 
@@ -223,7 +226,7 @@ struct gen_stream {
     struct ft_req *r;
     struct pipe p;
     size_t off;
-    int n_prompt, n_gen, finished;
+    int n_prompt, n_gen, n_cached, finished;
 };
 
 /* OpenAI chunks: chat delta (role / content / reasoning / tool_calls) or completion text. */
@@ -270,7 +273,7 @@ static void oa_end(void *ctx, int finish, int n_prompt, int n_gen, int tool_call
     if (g->b.job.include_usage) {
         json_t *j = envelope(g->b.s, &g->b.job, g->b.job.chat ? "chat.completion.chunk" : "text_completion");
         json_object_set_new(j, "choices", json_array());
-        json_object_set_new(j, "usage", usage_obj(n_prompt, n_gen));
+        json_object_set_new(j, "usage", usage_obj(n_prompt, n_gen, g->n_cached));
         ft_sse_json(&g->b.out, j);
     }
     ft_sbuf_add(&g->b.out, "data: [DONE]\n\n", 14);
@@ -304,6 +307,7 @@ static void stream_text(struct gen_stream *g, const char *s, size_t n, int end) 
 static void stream_event(struct gen_stream *g, struct ft_event *ev) {
     if (ev->n_prompt) g->n_prompt = ev->n_prompt;
     g->n_gen = ev->n_gen;
+    if (ev->type == FT_EV_DONE) g->n_cached = ev->n_cached;
     if (ev->type == FT_EV_TEXT) {
         stream_text(g, ev->text, ev->len, 0);
         free(ev->text);

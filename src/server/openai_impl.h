@@ -95,6 +95,7 @@ struct ft_gen_out {
     struct ft_tool_call_out { char *id, *name, *args; } *calls;
     int n_calls;
     int n_prompt, n_gen;
+    int n_cached;               /* prompt tokens the prefix cache held */
     int finish;                 /* enum ft_finish */
 };
 /* Per-API stream writers: called on the connection thread as the output comes. */

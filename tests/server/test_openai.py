@@ -119,6 +119,28 @@ def test_errors(client):
         check(e.status_code == 400 and "image input is not supported" in str(e), "image part -> 400")
 
 
+def test_prefix_cache(client):
+    """An agent's next turn resends the conversation: its KV blocks come from the prefix cache
+    (usage.prompt_tokens_details.cached_tokens, streamed too) and the answer is the uncached one."""
+    system = {"role": "system", "content": "You are a terse assistant. " * 6}
+    first = [system, {"role": "user", "content": "Count to five."}]
+    r1 = client.chat.completions.create(model="qwen3_moe", messages=first, max_tokens=8,
+                                        temperature=0)
+    turn2 = first + [{"role": "assistant", "content": r1.choices[0].message.content},
+                     {"role": "user", "content": "Now backwards."}]
+    r2 = client.chat.completions.create(model="qwen3_moe", messages=turn2, max_tokens=8,
+                                        temperature=0)
+    c2 = r2.usage.prompt_tokens_details.cached_tokens
+    check(c2 >= 16 and c2 % 16 == 0 and c2 < r2.usage.prompt_tokens,
+          f"the second turn reuses whole KV blocks of the first ({c2} of {r2.usage.prompt_tokens})")
+    text, _, usage = chat(client, turn2, stream=True, max_tokens=8, temperature=0)
+    check(text == r2.choices[0].message.content, "the cached answer equals the first one")
+    check(usage.prompt_tokens_details.cached_tokens >= c2, "streamed usage reports cached tokens")
+    other = [{"role": "system", "content": "Zebra " * 30}, {"role": "user", "content": "Hi"}]
+    r3 = client.chat.completions.create(model="qwen3_moe", messages=other, max_tokens=2)
+    check(r3.usage.prompt_tokens_details.cached_tokens == 0, "an unrelated prompt hits nothing")
+
+
 def test_concurrency(client, refs):
     prompts = ["Hello", "Tell me more", "How are you today?", "Once upon a time"]
     solo = {p: chat(client, [{"role": "user", "content": p}], max_tokens=24, temperature=0)[0]
@@ -184,6 +206,7 @@ def main():
                     ("completions", lambda: test_completions(client, refs)),
                     ("seed", lambda: test_seed(client, refs)),
                     ("errors", lambda: test_errors(client)),
+                    ("prefix_cache", lambda: test_prefix_cache(client)),
                     ("concurrency", lambda: test_concurrency(client, refs)),
                     ("healthy_after", lambda: test_healthy_after(base))])
     finally:
