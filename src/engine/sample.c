@@ -26,6 +26,10 @@ struct ft_sampler {
     float *wf;            /* [vocab] every token's weight (ft_cpu_exp_shift) */
     int kept;             /* after a filter: its survivors are sorted[0..kept); else -1 */
     struct ft_logit_mask mask; /* apply == NULL: none */
+    int lp_top;           /* logprobs: alternatives per token; -1: off */
+    int lp_valid;         /* lp holds the last draw */
+    float *lp_raw;        /* [vocab] the row as the model gave it (logprobs on) */
+    struct ft_token_lp lp;
 };
 
 struct ft_sampling ft_sampling_default(void) {
@@ -60,6 +64,7 @@ enum ft_status ft_sampler_init(struct ft_sampler **out, const struct ft_sampling
     if (!s) return ft_fail(FT_ERR_OOM, "sampler: out of memory");
     s->p = *p;
     s->vocab = vocab;
+    s->lp_top = -1;
     /* splitmix64: nearby seeds, unrelated streams */
     s->rng = ft_mix64((p->seed ? p->seed : (uint64_t)ft_time_us()) + 0x9e3779b97f4a7c15ull) | 1;
     s->in_prompt = calloc((size_t)vocab, 1);
@@ -87,7 +92,52 @@ void ft_sampler_free(struct ft_sampler *s) {
     free(s->tmp);
     free(s->w);
     free(s->wf);
+    free(s->lp_raw);
     free(s);
+}
+
+enum ft_status ft_sampler_set_logprobs(struct ft_sampler *s, int n_top) {
+    if (n_top < 0) {
+        s->lp_top = -1;
+        return FT_OK;
+    }
+    if (!s->lp_raw && !(s->lp_raw = malloc((size_t)s->vocab * sizeof *s->lp_raw)))
+        return ft_fail(FT_ERR_OOM, "sampler: out of memory");
+    s->lp_top = n_top < FT_MAX_TOP_LOGPROBS ? n_top : FT_MAX_TOP_LOGPROBS;
+    return FT_OK;
+}
+
+const struct ft_token_lp *ft_sampler_last_logprobs(const struct ft_sampler *s) {
+    return s->lp_top >= 0 && s->lp_valid ? &s->lp : NULL;
+}
+
+static float finite_lp(double v) {
+    return v == v && v > -9999.0 ? (float)v : -9999.0f;
+}
+
+void ft_logprobs_row(const float *x, int V, int32_t id, int n_top, struct ft_token_lp *out) {
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+    double z = 0;
+    if (mx > -INFINITY)
+        for (int i = 0; i < V; i++) z += exp((double)x[i] - mx);
+    const double lse = mx > -INFINITY ? mx + log(z) : 0;
+    n_top = n_top < 0 ? 0 : n_top > FT_MAX_TOP_LOGPROBS ? FT_MAX_TOP_LOGPROBS : n_top;
+    n_top = n_top < V ? n_top : V;
+    out->id = id;
+    out->logprob = id >= 0 && id < V ? finite_lp((double)x[id] - lse) : -9999.0f;
+    /* the n_top largest by insertion into a short sorted list (ties keep the lower id) */
+    int k = 0;
+    for (int i = 0; i < V && n_top; i++) {
+        const float v = x[i] == x[i] ? x[i] : -INFINITY;
+        if (k == n_top && !(v > out->top_lp[k - 1])) continue;
+        int j = k < n_top ? k++ : k - 1;
+        for (; j > 0 && v > out->top_lp[j - 1]; j--)
+            out->top_lp[j] = out->top_lp[j - 1], out->top_id[j] = out->top_id[j - 1];
+        out->top_lp[j] = v, out->top_id[j] = i;
+    }
+    out->n_top = k;
+    for (int j = 0; j < k; j++) out->top_lp[j] = finite_lp((double)out->top_lp[j] - lse);
 }
 
 void ft_sampler_add_prompt(struct ft_sampler *s, int32_t id) {
@@ -284,7 +334,7 @@ static int by_id(const void *a, const void *b) {
 }
 
 int ft_sampler_plain_greedy(const struct ft_sampler *s) {
-    return s->p.temperature <= 0 && !has_penalties(&s->p) && !s->mask.apply;
+    return s->p.temperature <= 0 && !has_penalties(&s->p) && !s->mask.apply && s->lp_top < 0;
 }
 
 static int32_t draw_scaled(const float *x, int V, double u01, float *w);
@@ -314,7 +364,7 @@ static int32_t draw_processed(struct ft_sampler *s, float *logits, double u01) {
     return draw_scaled(logits, s->vocab, u01, s->wf);
 }
 
-int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
+static int32_t sample(struct ft_sampler *s, float *logits) {
     int V = s->vocab;
     if (s->mask.apply) s->mask.apply(s->mask.ctx, logits, V);
     if (s->p.temperature <= 0) { /* greedy still honours the penalties */
@@ -326,6 +376,15 @@ int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
     }
     ft_sampler_process(s, logits);
     return draw_processed(s, logits, next_u(s));
+}
+
+int32_t ft_sampler_sample(struct ft_sampler *s, float *logits) {
+    if (s->lp_top < 0) return sample(s, logits);
+    memcpy(s->lp_raw, logits, (size_t)s->vocab * sizeof *logits); /* processing works in place */
+    const int32_t id = sample(s, logits);
+    ft_logprobs_row(s->lp_raw, s->vocab, id, s->lp_top, &s->lp);
+    s->lp_valid = 1;
+    return id;
 }
 
 int32_t ft_sampler_draw_row(struct ft_sampler *s, const struct ft_draw *d, float *logits) {
@@ -378,7 +437,7 @@ int32_t ft_draw_softmax(float *x, int V, float T, double u, float *scratch) {
 }
 
 int ft_sampler_engine_drawable(const struct ft_sampler *s) {
-    return !has_penalties(&s->p) && !s->mask.apply;
+    return !has_penalties(&s->p) && !s->mask.apply && s->lp_top < 0;
 }
 
 void ft_sampler_engine_draw(struct ft_sampler *s, struct ft_draw *d) {

@@ -40,10 +40,31 @@ struct ft_logit_mask {
     void *ctx;
 };
 
+/* A token's log-probability under the model: log_softmax of the logits the model gave (before a
+ * mask, the penalties and the temperature, as vLLM reports them by default), and the n_top most
+ * likely tokens, most likely first (ties: the lower id). A -inf (or NaN) one reads -9999, what
+ * OpenAI writes for it. */
+#define FT_MAX_TOP_LOGPROBS 20
+struct ft_token_lp {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_id[FT_MAX_TOP_LOGPROBS];
+    float top_lp[FT_MAX_TOP_LOGPROBS];
+};
+/* The log-probabilities of row logits [vocab] for token id (id < 0: only the top list). */
+void ft_logprobs_row(const float *logits, int vocab, int32_t id, int n_top, struct ft_token_lp *out);
+
 enum ft_status ft_sampler_init(struct ft_sampler **out, const struct ft_sampling *p, int vocab);
 void ft_sampler_free(struct ft_sampler *s); /* frees its mask too */
 /* Takes over the mask (its free runs in ft_sampler_free); apply runs before the penalties. */
 void ft_sampler_set_mask(struct ft_sampler *s, const struct ft_logit_mask *m);
+/* n_top >= 0: every ft_sampler_sample records the drawn token's log-probabilities (n_top
+ * alternatives, at most FT_MAX_TOP_LOGPROBS); like a mask, this keeps the draws on the host
+ * (plain_greedy and engine_drawable answer 0). n_top < 0: off (the default). */
+enum ft_status ft_sampler_set_logprobs(struct ft_sampler *s, int n_top);
+/* The last draw's record, or NULL when logprobs are off or nothing was drawn yet. */
+const struct ft_token_lp *ft_sampler_last_logprobs(const struct ft_sampler *s);
 /* Records a prompt token (repetition penalty only) or a generated token (all penalties). */
 void ft_sampler_add_prompt(struct ft_sampler *s, int32_t id);
 void ft_sampler_accept(struct ft_sampler *s, int32_t id);

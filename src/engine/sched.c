@@ -116,6 +116,22 @@ static void emit_text(struct ft_req *r, const char *text, size_t len) {
     push_event(r, &ev);
 }
 
+/* A logprobs request's token: its text (possibly none) and its log-probabilities. */
+static void emit_token_lp(struct ft_req *r, const char *text, size_t len,
+                          const struct ft_token_lp *lp) {
+    struct ft_event ev = {.type = FT_EV_TEXT, .len = len, .n_prompt = r->n_prompt, .n_gen = r->n_gen};
+    ev.text = malloc(len + 1);
+    ev.lp = malloc(sizeof *ev.lp);
+    if (!ev.text || !ev.lp) {
+        free(ev.text), free(ev.lp);
+        return;
+    }
+    memcpy(ev.text, text, len);
+    ev.text[len] = 0;
+    *ev.lp = *lp;
+    push_event(r, &ev);
+}
+
 static int emit_cb(void *r, const char *text, size_t len) {
     emit_text(r, text, len);
     return 0;
@@ -152,6 +168,7 @@ static void req_free(struct ft_req *r) {
     for (struct ev_node *n = r->head, *next; n; n = next) {
         next = n->next;
         free(n->ev.text);
+        free(n->ev.lp);
         free(n);
     }
     for (int i = 0; i < FT_MAX_STOP; i++) free(r->stop[i]);
@@ -314,6 +331,7 @@ static void admit(struct ft_sched *s) {
             if (r->hist) memcpy(r->hist, r->prompt, (size_t)r->n_prompt * sizeof *r->hist);
         }
         if (st == FT_OK) st = ft_sampler_init(&r->smp, &r->p.sampling, s->m->vocab);
+        if (st == FT_OK && r->p.logprobs) st = ft_sampler_set_logprobs(r->smp, r->p.top_logprobs);
         if (st != FT_OK) {
             pthread_mutex_unlock(&s->mu);
             finish(s, r, FT_FINISH_STOP, st, ft_error());
@@ -381,7 +399,9 @@ static int take_token(struct ft_sched *s, struct ft_req *r, int32_t id) {
     const char *out;
     size_t n = ft_detok_push(&r->dt, id, piece, sizeof piece), out_len;
     int hit = ft_stop_push(&r->stopper, piece, n, &out, &out_len);
-    emit_text(r, out, out_len);
+    const struct ft_token_lp *lp = ft_sampler_last_logprobs(r->smp);
+    if (lp) emit_token_lp(r, out, out_len, lp);
+    else emit_text(r, out, out_len);
     if (hit) {
         r->stop_hit = 1;
         finish(s, r, FT_FINISH_STOP, FT_OK, NULL);

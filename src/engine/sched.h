@@ -45,6 +45,9 @@ struct ft_req_params {
     struct ft_logit_mask mask; /* optional token constraint (apply NULL: none); a successful
                                   submit takes it over (freed when the request ends); on a
                                   failed submit the caller still owns it */
+    int logprobs;           /* 1: each generated token comes with its log-probabilities (an
+                               FT_EV_TEXT event per token, its text possibly empty) */
+    int top_logprobs;       /* with logprobs: alternatives per token (0..FT_MAX_TOP_LOGPROBS) */
 };
 
 enum ft_ev_type { FT_EV_TEXT, FT_EV_DONE, FT_EV_ERROR };
@@ -53,6 +56,8 @@ struct ft_event {
     enum ft_ev_type type;
     char *text;             /* FT_EV_TEXT: new text (complete UTF-8); caller frees */
     size_t len;
+    struct ft_token_lp *lp; /* FT_EV_TEXT of a logprobs request: the token it came from (its
+                               text may be empty or held back); caller frees; else NULL */
     int n_prompt, n_gen;    /* tokens so far (usage) */
     enum ft_finish finish;  /* FT_EV_DONE */
     enum ft_status status;  /* FT_EV_ERROR */

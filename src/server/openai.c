@@ -144,6 +144,36 @@ static int parse_sampling(json_t *root, struct ft_sampling *sp, struct ft_http_r
     return 0;
 }
 
+/* Chat: logprobs true/false and top_logprobs 0..20; completions: logprobs 0..20 (the number of
+ * alternatives, OpenAI's legacy integer). Either way the tokens are drawn on the host. */
+static int parse_logprobs(json_t *root, struct ft_gen_job *job, struct ft_http_resp *resp) {
+    json_t *lp = json_object_get(root, "logprobs");
+    long top = -1;
+    if (job->api == FT_API_CHAT) {
+        if (ft_srv_bool(root, "logprobs", &job->p.logprobs, resp) ||
+            ft_srv_int(root, "top_logprobs", 0, FT_MAX_TOP_LOGPROBS, &top, resp))
+            return -1;
+        if (top >= 0 && !job->p.logprobs)
+            return ft_http_error(resp, 400, "top_logprobs", "top_logprobs needs logprobs: true"),
+                   -1;
+        job->p.top_logprobs = top > 0 ? (int)top : 0;
+        return 0;
+    }
+    if (job->api == FT_API_COMPLETION) {
+        if (lp && !json_is_null(lp) && !json_is_integer(lp))
+            return ft_http_error(resp, 400, "logprobs", "logprobs must be an integer from 0 to "
+                                 "%d (the alternatives per token) or null", FT_MAX_TOP_LOGPROBS),
+                   -1;
+        if (ft_srv_int(root, "logprobs", 0, FT_MAX_TOP_LOGPROBS, &top, resp)) return -1;
+        job->p.logprobs = top >= 0;
+        job->p.top_logprobs = top > 0 ? (int)top : 0;
+        return 0;
+    }
+    if (lp && !json_is_null(lp) && !json_is_false(lp))
+        return ft_http_error(resp, 400, "logprobs", "logprobs are not supported by this API"), -1;
+    return 0;
+}
+
 int ft_srv_common(struct ft_server *s, json_t *root, struct ft_gen_job *job,
                   struct ft_http_resp *resp) {
     json_t *model = json_object_get(root, "model");
@@ -157,7 +187,6 @@ int ft_srv_common(struct ft_server *s, json_t *root, struct ft_gen_job *job,
         return -1;
     }
     long n = 1, max_tokens = 0, max_completion = 0;
-    int logprobs = 0;
     job->p.sampling = s->defaults;
     job->p.skip_special = 1;
     if (ft_srv_int(root, "n", 1, 1L << 30, &n, resp) ||
@@ -181,13 +210,7 @@ int ft_srv_common(struct ft_server *s, json_t *root, struct ft_gen_job *job,
         }
         if (ft_srv_bool(so, "include_usage", &job->include_usage, resp)) return -1;
     }
-    json_t *lp = json_object_get(root, "logprobs");
-    if (lp && (json_is_true(lp) || json_is_integer(lp))) logprobs = 1;
-    if (logprobs) {
-        ft_http_error(resp, 400, "logprobs", "logprobs are not supported yet");
-        return -1;
-    }
-    return 0;
+    return parse_logprobs(root, job, resp);
 }
 
 static const char *id_prefix(enum ft_api api) {
@@ -203,6 +226,8 @@ static const char *id_prefix(enum ft_api api) {
 void ft_gen_job_free(struct ft_gen_job *job) {
     free(job->prompt);
     job->prompt = NULL;
+    free(job->echo_text);
+    job->echo_text = NULL;
     json_decref(job->tools);
     job->tools = NULL;
     if (job->p.mask.free) job->p.mask.free(job->p.mask.ctx); /* never submitted */
@@ -603,9 +628,11 @@ static void chat_completions(struct ft_server *s, const struct ft_http_req *req,
 static int completion_prompt(struct ft_server *s, json_t *root, struct ft_gen_job *job,
                              struct ft_http_resp *resp) {
     json_t *p = json_object_get(root, "prompt");
-    int echo = 0;
-    if (ft_srv_bool(root, "echo", &echo, resp)) return -1;
-    if (echo) return ft_http_error(resp, 400, "echo", "echo is not supported"), -1;
+    if (ft_srv_bool(root, "echo", &job->echo, resp)) return -1;
+    if (job->echo && job->p.logprobs)
+        return ft_http_error(resp, 400, "echo", "echo with logprobs (the prompt tokens' "
+                             "log-probabilities) is not supported yet: send echo or logprobs"),
+               -1;
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
         p = json_array_get(p, 0);
     if (json_is_string(p)) {
@@ -613,10 +640,18 @@ static int completion_prompt(struct ft_server *s, json_t *root, struct ft_gen_jo
                           &job->n_prompt) != FT_OK)
             return ft_http_error(resp, 400, "prompt", "%s", ft_error()), -1;
         if (!job->n_prompt) return ft_http_error(resp, 400, "prompt", "prompt is empty"), -1;
+        if (job->echo && !(job->echo_text = strdup(json_string_value(p))))
+            return ft_http_error(resp, 500, NULL, "out of memory"), -1;
         return 0;
     }
-    if (json_is_array(p) && json_array_size(p) && json_is_integer(json_array_get(p, 0)))
-        return ft_srv_ids(s, p, "prompt", &job->prompt, &job->n_prompt, resp);
+    if (json_is_array(p) && json_array_size(p) && json_is_integer(json_array_get(p, 0))) {
+        if (ft_srv_ids(s, p, "prompt", &job->prompt, &job->n_prompt, resp)) return -1;
+        size_t n = 0;
+        if (job->echo && ft_tok_decode(s->tok, job->prompt, job->n_prompt, job->p.skip_special,
+                                       &job->echo_text, &n) != FT_OK)
+            return ft_http_error(resp, 400, "prompt", "%s", ft_error()), -1;
+        return 0;
+    }
     ft_http_error(resp, 400, "prompt", "prompt must be a non-empty string or a list of token ids "
                   "(one prompt per request)");
     return -1;

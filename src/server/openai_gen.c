@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "server/openai_impl.h"
+#include "text/tok_bytes.h"
 #include "text/tool_parse.h"
 
 #define FT_EVENT_WAIT_MS 100
@@ -38,6 +39,86 @@ static json_t *usage_obj(int n_prompt, int n_gen, int n_cached) {
     return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", n_prompt, "completion_tokens",
                      n_gen, "total_tokens", n_prompt + n_gen, "prompt_tokens_details",
                      "cached_tokens", n_cached);
+}
+
+/* --- logprobs ----------------------------------------------------------------------------- */
+
+/* A token's text (its bytes; bytes that are not UTF-8 each read U+FFFD) and *bytes, its bytes as
+ * a list of integers (OpenAI's "bytes"). */
+static json_t *lp_token(const struct ft_server *s, int32_t id, json_t **bytes) {
+    size_t n = 0;
+    int special = 0;
+    const char *b = ft_tok_bytes(s->tok, id, &n, &special);
+    struct ft_sbuf t = {0};
+    if (bytes) *bytes = json_array();
+    for (size_t i = 0; b && i < n;) {
+        const unsigned char c = (unsigned char)b[i];
+        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        int ok = k && i + k <= n;
+        for (size_t j = 1; ok && j < k; j++) ok = ((unsigned char)b[i + j] & 0xc0) == 0x80;
+        json_t *v = ok ? json_stringn(b + i, k) : NULL; /* NULL: overlong or a surrogate */
+        ok = v != NULL;
+        json_decref(v);
+        ft_sbuf_add(&t, ok ? b + i : "\xef\xbf\xbd", ok ? k : 3);
+        i += ok ? k : 1;
+    }
+    for (size_t i = 0; bytes && b && i < n; i++)
+        json_array_append_new(*bytes, json_integer((unsigned char)b[i]));
+    json_t *j = json_stringn(t.p ? t.p : "", t.n);
+    ft_sbuf_free(&t);
+    return j;
+}
+
+/* One generated token in the chat shape: {token, logprob, bytes, top_logprobs: [...]} */
+static json_t *lp_entry(const struct ft_server *s, const struct ft_token_lp *lp) {
+    json_t *bytes, *top = json_array();
+    json_t *e = json_pack("{s:o, s:f}", "token", lp_token(s, lp->id, &bytes), "logprob",
+                          (double)lp->logprob);
+    json_object_set_new(e, "bytes", bytes);
+    for (int i = 0; i < lp->n_top; i++) {
+        json_t *tb, *t = json_pack("{s:o, s:f}", "token", lp_token(s, lp->top_id[i], &tb),
+                                   "logprob", (double)lp->top_lp[i]);
+        json_object_set_new(t, "bytes", tb);
+        json_array_append_new(top, t);
+    }
+    json_object_set_new(e, "top_logprobs", top);
+    return e;
+}
+
+/* Chat: {"content": entries, "refusal": null} (takes the reference). */
+static json_t *lp_chat(json_t *entries) {
+    return json_pack("{s:o, s:n}", "content", entries, "refusal");
+}
+
+/* Completions: {"tokens", "token_logprobs", "top_logprobs" ({token: logprob} per token, or
+ * null when no alternatives were asked for), "text_offset" (characters before each token,
+ * counted from *offset, which moves on)}. */
+static json_t *lp_completion(json_t *entries, int n_top, long *offset) {
+    json_t *tokens = json_array(), *lps = json_array(), *tops = n_top ? json_array() : json_null();
+    json_t *offs = json_array(), *e;
+    size_t i;
+    json_array_foreach(entries, i, e) {
+        const char *t = json_string_value(json_object_get(e, "token"));
+        json_array_append(tokens, json_object_get(e, "token"));
+        json_array_append(lps, json_object_get(e, "logprob"));
+        json_array_append_new(offs, json_integer(*offset));
+        for (const char *q = t; q && *q; q++) *offset += ((unsigned char)*q & 0xc0) != 0x80;
+        if (!n_top) continue;
+        json_t *d = json_object(), *a;
+        size_t k;
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, a)
+            json_object_set(d, json_string_value(json_object_get(a, "token")),
+                            json_object_get(a, "logprob"));
+        json_array_append_new(tops, d);
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps,
+                     "top_logprobs", tops, "text_offset", offs);
+}
+
+static long utf8_chars(const char *s) {
+    long n = 0;
+    for (; s && *s; s++) n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
 }
 
 /* --- the text pipeline: reasoning split, then tool calls ------------------------------------ */
@@ -91,14 +172,16 @@ static void call_out(struct pipe *p, int i, struct ft_tool_call_out *o, char *id
 struct gen_result {
     struct ft_gen_out o;
     int failed, gone;
+    struct ft_metrics *m;       /* the server's, for the latency histograms */
+    struct ft_metrics_req mq;
     enum ft_status status;
     char message[256];
     char ids[64][32];
 };
 
 /* Pulls events until DONE/ERROR or the client goes away; releases r. */
-static void collect(struct ft_gen_job *job, struct ft_req *r, struct ft_http_conn *conn,
-                    struct gen_result *g) {
+static void collect(struct ft_server *s, struct ft_gen_job *job, struct ft_req *r,
+                    struct ft_http_conn *conn, struct gen_result *g) {
     struct pipe p;
     pipe_init(&p, job);
     g->o.n_prompt = job->n_prompt;
@@ -110,13 +193,22 @@ static void collect(struct ft_gen_job *job, struct ft_req *r, struct ft_http_con
             g->gone = 1;
             break;
         }
+        ft_metrics_req_event(g->m, &g->mq, &ev);
         if (ev.n_prompt) g->o.n_prompt = ev.n_prompt;
         g->o.n_gen = ev.n_gen;
         if (ev.type == FT_EV_DONE) g->o.n_cached = ev.n_cached;
         if (ev.type == FT_EV_TEXT) {
+            if (ev.lp && !g->o.lp) g->o.lp = json_array();
+            if (ev.lp) json_array_append_new(g->o.lp, lp_entry(s, ev.lp));
             pipe_push(&p, ev.text, ev.len, &g->o.reasoning, &g->o.content, 0);
             free(ev.text);
-            continue;
+            free(ev.lp);
+            /* checked after every event too (one a step while tokens flow), not only when the
+             * engine is quiet: a client that went away stops its request within one step */
+            if (!ft_http_client_gone(conn)) continue;
+            ft_req_cancel(r);
+            g->gone = 1;
+            break;
         }
         if (ev.type == FT_EV_ERROR) {
             g->failed = 1, g->status = ev.status;
@@ -143,6 +235,7 @@ static void out_free(struct ft_gen_out *o) {
     free(o->calls);
     ft_sbuf_free(&o->reasoning);
     ft_sbuf_free(&o->content);
+    json_decref(o->lp);
 }
 
 static json_t *str_or_null(const struct ft_sbuf *b) {
@@ -172,6 +265,8 @@ static json_t *chat_json(struct ft_server *s, const struct ft_gen_job *job, cons
     if (o->n_calls) json_object_set_new(msg, "tool_calls", chat_tool_calls(o));
     json_t *choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs",
                                "finish_reason", finish_name(o->finish, o->n_calls > 0));
+    if (job->p.logprobs)
+        json_object_set_new(choice, "logprobs", lp_chat(o->lp ? json_incref(o->lp) : json_array()));
     json_t *j = envelope(s, job, "chat.completion");
     json_object_set_new(j, "choices", json_pack("[o]", choice));
     json_object_set_new(j, "usage", usage_obj(o->n_prompt, o->n_gen, o->n_cached));
@@ -180,9 +275,19 @@ static json_t *chat_json(struct ft_server *s, const struct ft_gen_job *job, cons
 
 static json_t *completion_json(struct ft_server *s, const struct ft_gen_job *job,
                                const struct ft_gen_out *o) {
-    json_t *choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text",
-                               json_stringn(o->content.p ? o->content.p : "", o->content.n),
-                               "logprobs", "finish_reason", finish_name(o->finish, 0));
+    struct ft_sbuf text = {0};
+    if (job->echo_text) ft_sbuf_add(&text, job->echo_text, strlen(job->echo_text));
+    ft_sbuf_add(&text, o->content.p ? o->content.p : "", o->content.n);
+    json_t *choice = json_pack("{s:i, s:s%, s:n, s:s}", "index", 0, "text", text.p ? text.p : "",
+                               text.n, "logprobs", "finish_reason", finish_name(o->finish, 0));
+    ft_sbuf_free(&text);
+    if (job->p.logprobs) {
+        long off = utf8_chars(job->echo_text);
+        json_t *none = o->lp ? NULL : json_array();
+        json_object_set_new(choice, "logprobs",
+                            lp_completion(o->lp ? o->lp : none, job->p.top_logprobs, &off));
+        json_decref(none);
+    }
     json_t *j = envelope(s, job, "text_completion");
     json_object_set_new(j, "choices", json_pack("[o]", choice));
     json_object_set_new(j, "usage", usage_obj(o->n_prompt, o->n_gen, o->n_cached));
@@ -198,7 +303,9 @@ void ft_srv_wait(struct ft_server *s, struct ft_gen_job *job, struct ft_req *r,
         ft_http_error(resp, 500, NULL, "out of memory");
         return;
     }
-    collect(job, r, conn, g);
+    g->m = &s->metrics;
+    ft_metrics_req_begin(&g->mq);
+    collect(s, job, r, conn, g);
     if (g->gone) {
         ft_http_error(resp, 499, NULL, "client closed the connection");
     } else if (g->failed) {
@@ -225,14 +332,24 @@ struct gen_stream {
     const struct ft_stream_api *api;
     struct ft_req *r;
     struct pipe p;
+    struct ft_metrics_req mq; /* for /metrics */
     size_t off;
     int n_prompt, n_gen, n_cached, finished;
+    json_t *lp;   /* logprobs entries not sent yet (they go with the next chunk) */
+    long lp_off;  /* completions: characters of text before the next token */
 };
 
 /* OpenAI chunks: chat delta (role / content / reasoning / tool_calls) or completion text. */
 static json_t *oa_chunk(struct gen_stream *g, json_t *delta_or_text, const char *finish) {
     json_t *c = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason",
                           finish ? json_string(finish) : json_null());
+    if (g->b.job.p.logprobs && g->lp && json_array_size(g->lp)) {
+        json_object_set_new(c, "logprobs", g->b.job.chat ? lp_chat(json_incref(g->lp))
+                                           : lp_completion(g->lp, g->b.job.p.top_logprobs,
+                                                           &g->lp_off));
+        json_decref(g->lp);
+        g->lp = json_array(); /* the chunk holds the sent entries */
+    }
     json_object_set_new(c, g->b.job.chat ? "delta" : "text", delta_or_text);
     json_t *j = envelope(g->b.s, &g->b.job, g->b.job.chat ? "chat.completion.chunk" : "text_completion");
     json_object_set_new(j, "choices", json_pack("[o]", c));
@@ -242,6 +359,10 @@ static json_t *oa_chunk(struct gen_stream *g, json_t *delta_or_text, const char 
 
 static void oa_start(void *ctx) {
     struct gen_stream *g = ctx;
+    if (!g->b.job.chat && g->b.job.echo_text) { /* echo: the prompt first */
+        ft_sse_json(&g->b.out, oa_chunk(g, json_string(g->b.job.echo_text), NULL));
+        g->lp_off = utf8_chars(g->b.job.echo_text);
+    }
     if (g->b.job.chat)
         ft_sse_json(&g->b.out, oa_chunk(g, json_pack("{s:s, s:s}", "role", "assistant", "content", ""),
                                         NULL));
@@ -309,8 +430,11 @@ static void stream_event(struct gen_stream *g, struct ft_event *ev) {
     g->n_gen = ev->n_gen;
     if (ev->type == FT_EV_DONE) g->n_cached = ev->n_cached;
     if (ev->type == FT_EV_TEXT) {
+        if (ev->lp && !g->lp) g->lp = json_array();
+        if (ev->lp) json_array_append_new(g->lp, lp_entry(g->b.s, ev->lp));
         stream_text(g, ev->text, ev->len, 0);
         free(ev->text);
+        free(ev->lp);
         return;
     }
     if (ev->type == FT_EV_DONE) {
@@ -329,6 +453,7 @@ static ssize_t stream_next(void *ctx, char *buf, size_t max) {
         g->off = g->b.out.n = 0;
         struct ft_event ev;
         if (!ft_req_next_event(g->r, &ev, FT_EVENT_WAIT_MS)) return 0;
+        ft_metrics_req_event(&g->b.s->metrics, &g->mq, &ev);
         stream_event(g, &ev);
         if (g->off == g->b.out.n) return 0;
     }
@@ -348,6 +473,8 @@ static void stream_free(void *ctx) {
     ft_sbuf_free(&g->b.reason);
     json_decref(g->b.items);
     json_decref(g->b.job.tools);
+    json_decref(g->lp);
+    free(g->b.job.echo_text);
     free(g);
 }
 
@@ -364,12 +491,14 @@ void ft_srv_stream(struct ft_server *s, struct ft_gen_job *job, struct ft_req *r
     }
     g->b.s = s, g->r = r, g->b.job = *job, g->n_prompt = job->n_prompt;
     g->b.job.prompt = NULL;
+    job->echo_text = NULL; /* the stream has it now */
     g->b.job.tools = json_incref(job->tools);
     memset(g->b.job.p.stop, 0, sizeof g->b.job.p.stop); /* they pointed into the request JSON */
     memset(&g->b.job.p.mask, 0, sizeof g->b.job.p.mask);
     g->api = job->api == FT_API_ANTHROPIC ? &ft_anthropic_stream
              : job->api == FT_API_RESPONSES ? &ft_responses_stream : &k_openai_stream;
     pipe_init(&g->p, &g->b.job);
+    ft_metrics_req_begin(&g->mq);
     g->api->start(g);
     resp->status = 200;
     resp->content_type = "text/event-stream";

@@ -25,7 +25,11 @@ struct ft_gen_job {
     int harmony;                /* split harmony channels instead (analysis -> reasoning) */
     int32_t *prompt;            /* malloc'd */
     int n_prompt;
-    struct ft_req_params p;     /* stop strings point into the request JSON (copied at submit) */
+    struct ft_req_params p;     /* stop strings point into the request JSON (copied at submit);
+                                   p.logprobs / p.top_logprobs: chat logprobs, completions
+                                   logprobs */
+    int echo;                   /* /v1/completions: the prompt text comes first */
+    char *echo_text;            /* malloc'd: that text */
     char id[48];
     long created;
 };
@@ -97,6 +101,7 @@ struct ft_gen_out {
     int n_prompt, n_gen;
     int n_cached;               /* prompt tokens the prefix cache held */
     int finish;                 /* enum ft_finish */
+    json_t *lp;                 /* logprobs requests: one entry per generated token (chat shape) */
 };
 /* Per-API stream writers: called on the connection thread as the output comes. */
 struct ft_stream_api {
