@@ -23,10 +23,10 @@ if [ -n "$missing" ]; then
 fi
 # the server tests drive ft serve with the official openai client, from a venv under build/
 # (Debian 12's system pip refuses to install packages outside one)
-if [ "${1:-demo}" = test ] && ! build/venv/bin/python -c 'import openai, anthropic, jsonschema' 2>/dev/null; then
-  echo "setup: installing the openai, anthropic and jsonschema Python packages into build/venv"
+if [ "${1:-demo}" = test ] && ! build/venv/bin/python -c 'import openai, anthropic, jsonschema, prometheus_client' 2>/dev/null; then
+  echo "setup: installing the openai, anthropic, jsonschema and prometheus_client Python packages into build/venv"
   python3 -m venv build/venv
-  build/venv/bin/pip install -q openai anthropic jsonschema
+  build/venv/bin/pip install -q openai anthropic jsonschema prometheus_client
 fi
 make -s build
 case "${1:-demo}" in

@@ -45,13 +45,18 @@ static const char k_usage[] =
     "                              chat template): hermes, qwen3_coder, llama3, mistral,\n"
     "                              deepseek, glm, minimax, none\n"
     "  --request-timeout S         cancel a request running longer (default 0 = none)\n"
-    "  --http-timeout S            close idle or stalled connections after S s (default 30)\n"
-    "  --max-body-mb N             largest request body (default 8; larger: 413)\n"
+    "  --http-timeout S            close idle kept-alive connections after S s (default 30)\n"
+    "  --header-timeout S          a request head must arrive within S s (default 10)\n"
+    "  --max-conns-per-ip N        connections one client address may hold (default 128)\n"
+    "  --max-body SIZE             largest request body, e.g. 16M (default: 32 bytes per\n"
+    "                              context token, at least 1M; larger: 413)\n"
     "  --backend B / --device N / --vram-limit SIZE / --no-graphs   as in ft run --help\n";
 
 struct serve_opts {
     const char *model, *host, *api_key, *cors, *name, *tmpl, *tool_parser;
     long port, max_running, max_prefill, ctx, kv, queue, threads, req_timeout, http_timeout, body_mb;
+    long header_timeout, conns_per_ip;
+    size_t max_body;            /* --max-body; 0 = from the context */
     struct ft_engine_opts be; /* backend flags */
     int be_auto;
 };
@@ -87,7 +92,22 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) num = &o->threads, hi = 4096;
         else if (!strcmp(a, "--request-timeout")) num = &o->req_timeout, lo = 0;
         else if (!strcmp(a, "--http-timeout")) num = &o->http_timeout;
-        else if (!strcmp(a, "--max-body-mb")) num = &o->body_mb, hi = 4096;
+        else if (!strcmp(a, "--max-body-mb")) num = &o->body_mb, hi = 4096; /* older spelling */
+        else if (!strcmp(a, "--header-timeout")) num = &o->header_timeout, hi = 3600;
+        else if (!strcmp(a, "--max-conns-per-ip")) num = &o->conns_per_ip, hi = 65536;
+        else if (!strcmp(a, "--max-body")) {
+            const char *v = ft_cli_value(argc, argv, &i);
+            if (!v) return 2;
+            /* a plain number is bytes here (ft_cli_size reads it as GiB) */
+            char *end;
+            unsigned long long b = strtoull(v, &end, 10);
+            if (*v >= '0' && *v <= '9' && !*end) o->max_body = (size_t)b;
+            else if (ft_cli_size(v, &o->max_body)) o->max_body = 0;
+            if (o->max_body < 1024 || o->max_body > ((size_t)4 << 30))
+                return ft_cli_usage_error("serve", "--max-body: '%s' is not a size from 1K to 4G "
+                                          "(e.g. 16M)", v);
+            continue;
+        }
         else return ft_cli_usage_error("serve", "unknown option '%s'", a);
         if (num) {
             if (ft_cli_num("serve", argc, argv, &i, lo, hi, num)) return 2;
@@ -179,7 +199,8 @@ static void install_signals(void) {
 
 int ft_cmd_serve(int argc, char **argv) {
     struct serve_opts o = {.host = "127.0.0.1", .port = 1919, .max_running = 4,
-                           .max_prefill = 2048, .queue = 64, .http_timeout = 30, .body_mb = 8};
+                           .max_prefill = 2048, .queue = 64, .http_timeout = 30,
+                           .header_timeout = 10, .conns_per_ip = 128};
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     char id[256];
@@ -187,9 +208,12 @@ int ft_cmd_serve(int argc, char **argv) {
     struct ft_server srv;
     ft_server_init(&srv, id);
     install_signals();
+    if (!o.max_body && o.body_mb) o.max_body = (size_t)o.body_mb << 20;
     struct ft_http_opts ho = {.host = o.host, .port = (int)o.port, .api_key = o.api_key,
-                              .cors_origins = o.cors, .max_body_bytes = (size_t)o.body_mb << 20,
-                              .conn_timeout_s = (int)o.http_timeout};
+                              .cors_origins = o.cors, .max_body_bytes = o.max_body,
+                              .conn_timeout_s = (int)o.http_timeout,
+                              .header_timeout_s = (int)o.header_timeout,
+                              .max_conns_per_ip = (int)o.conns_per_ip};
     struct ft_http *http = NULL;
     enum ft_status st = ft_http_start(&http, &ho, ft_server_handle, &srv);
     if (st != FT_OK) return ft_cli_fail(st);
@@ -202,6 +226,11 @@ int ft_cmd_serve(int argc, char **argv) {
         unload(&l);
         return rc;
     }
+    if (!o.max_body) /* a body that large cannot fit the context: refused before parsing */
+        ft_http_set_max_body(http, FT_MAX((size_t)1 << 20, (size_t)srv.ctx_size * 32));
+    ft_log_info("http: bodies up to %.1f MiB (--max-body), request heads within %ld s "
+                "(--header-timeout), %ld connections per client address (--max-conns-per-ip)",
+                ft_http_max_body(http) / 1048576.0, o.header_timeout, o.conns_per_ip);
     ft_server_set_ready(&srv);
     printf("FreeToken-C ready: serving %s on http://%s:%d\n", id, o.host, ft_http_port(http));
     fflush(stdout);

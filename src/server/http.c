@@ -1,22 +1,31 @@
 /* http.c — the HTTP layer over libmicrohttpd (the only file that includes <microhttpd.h>):
  * thread per connection, body collection with a size limit checked while receiving (the excess
  * is counted and dropped, never buffered), bearer-token auth, CORS, chunked streaming bodies
- * pulled from a callback with disconnect detection, one log line per request.
+ * pulled from a callback with disconnect detection, one log line per request (client bytes
+ * escaped). Slow clients: libmicrohttpd's own timeout only closes a connection that sends
+ * nothing, so one header byte a second would hold a slot for ever; a watchdog thread gives each
+ * request head (and then its body) a deadline and shuts the socket of one that misses it. Each
+ * client address holds at most max_conns_per_ip connections (libmicrohttpd's per-IP limit).
  * Called by cmd_serve (start/stop) and, per request, calls the handler of server/openai.c.
  * Threading: every connection has its own thread (MHD_USE_THREAD_PER_CONNECTION); the handler and
- * the stream callbacks of a connection run on that thread and may block. struct ft_http is
- * read-only after start. */
+ * the stream callbacks of a connection run on that thread and may block. The watchdog list is
+ * under h->mu (its entries are created and removed by libmicrohttpd's connection notifications,
+ * removed before libmicrohttpd closes the socket, so the watchdog never shuts a reused fd); the
+ * counters are atomics; the rest of struct ft_http is read-only after start. */
 #define _GNU_SOURCE
 #include "server/http.h"
 
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,10 +34,37 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "server/http_check.h"
 
-/* Bodies past the limit are drained (so the client reads its 413) up to this many times the limit;
- * past that the connection is dropped. */
+/* Bodies past the limit are drained (so the client reads its 413) up to this many times the limit
+ * (at least FT_HTTP_DRAIN_MIN bytes); past that the 413 is sent at once and the connection
+ * dropped. */
 #define FT_HTTP_DRAIN_FACTOR 4
+#define FT_HTTP_DRAIN_MIN ((uint64_t)32 << 20)
+/* The slowest body upload allowed (bytes a second), on top of header_timeout_s. */
+#define FT_HTTP_MIN_UPLOAD_RATE (64 * 1024)
+/* A body over the limit is drained at least this fast, else the watchdog answers 413 at once. */
+#define FT_HTTP_MIN_DRAIN_RATE (1024 * 1024)
+#define FT_HTTP_WATCH_MS 200
+
+/* Where a connection is in its request cycle (for the watchdog). */
+enum watch_phase {
+    W_FRESH,     /* accepted, no request line yet: deadline = accept + header timeout */
+    W_HEAD,      /* request line seen, head incomplete */
+    W_BODY,      /* head complete, receiving the body */
+    W_DRAIN,     /* receiving a body over the limit, to drop it and answer 413 */
+    W_BUSY,      /* the handler or the response owns it: no deadline */
+    W_IDLE,      /* keep-alive after a response: deadline = idle timeout */
+};
+
+/* One open connection (libmicrohttpd's socket context). */
+struct watch {
+    struct watch *prev, *next;
+    int fd, fired;
+    enum watch_phase phase;
+    int64_t deadline_us;     /* 0 = none */
+    char addr[64];           /* the client's address, for the log */
+};
 
 struct ft_http {
     struct MHD_Daemon *d;
@@ -37,18 +73,35 @@ struct ft_http {
     int port, quiesced;
     ft_http_handler_fn handler;
     void *ctx;
+    _Atomic size_t max_body;
+    /* the watchdog */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct watch *watches;
+    pthread_t wd;
+    int wd_started, wd_stop;
+    long n_closed_pending;   /* slow connections closed since the last log line */
+    char first_closed[64];
+    int64_t last_log_us, last_limit_log_us;
+    /* counts for /metrics */
+    _Atomic long by_status[600];
+    _Atomic long head_timeouts, connections;
+    _Atomic int open;
 };
 
 /* One request on a connection (MHD's con_cls): created on the first call, freed when done. */
 struct ft_http_conn {
     struct ft_http *h;
     struct MHD_Connection *mc;
+    struct watch *w;         /* NULL if libmicrohttpd gave none */
     int fd;
     char *body;
-    size_t len, cap, received;
+    size_t len, cap, received, max_body;
+    uint64_t declared;       /* Content-Length (0 when none) */
     int too_large, streaming, status, n_tokens;
+    char bad[256];           /* a 400 to answer before reading the body ("" = none) */
     int64_t t0_us;
-    char method[16], path[256];
+    char method[16], path[256]; /* as received (path without the query string) */
 };
 
 /* A streamed response's state, owned by MHD's response object. */
@@ -63,10 +116,147 @@ struct stream_wrap {
     char method[16], path[256];
 };
 
+/* One line per request; the method and path are the client's bytes, escaped (a "%0a" in the URL
+ * arrives here as a newline). */
 static void log_request(const char *method, const char *path, int status, int tokens,
                         int64_t t0_us, const char *note) {
-    ft_log_info("%s %s %d %d tok %.0f ms%s", method, path, status, tokens,
+    char m[4 * 16], p[4 * 256];
+    ft_http_log_escape(m, sizeof m, method, strlen(method));
+    ft_http_log_escape(p, sizeof p, path, strlen(path));
+    ft_log_info("%s %s %d %d tok %.0f ms%s", m, p, status, tokens,
                 (double)(ft_time_us() - t0_us) / 1e3, note);
+}
+
+static void count_status(struct ft_http *h, int status) {
+    if (status >= 100 && status < 600) atomic_fetch_add(&h->by_status[status], 1);
+}
+
+/* --- the watchdog of slow clients ---------------------------------------------------------- */
+
+static struct watch *watch_of(struct MHD_Connection *mc) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? (struct watch *)ci->socket_context : NULL;
+}
+
+/* Moves w to phase p with a deadline `after_s` from now (0 = none). */
+static void watch_set(struct ft_http *h, struct watch *w, enum watch_phase p, double after_s) {
+    if (!w) return;
+    pthread_mutex_lock(&h->mu);
+    w->phase = p;
+    w->deadline_us = after_s > 0 ? ft_time_us() + (int64_t)(after_s * 1e6) : 0;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode what) {
+    struct ft_http *h = cls;
+    if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct watch *w = calloc(1, sizeof *w);
+        atomic_fetch_add(&h->connections, 1);
+        atomic_fetch_add(&h->open, 1);
+        *socket_ctx = w;
+        if (!w) return; /* out of memory: this connection goes unwatched */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        w->fd = ci ? ci->connect_fd : -1;
+        ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (!ci || !ci->client_addr ||
+            getnameinfo(ci->client_addr, ci->client_addr->sa_family == AF_INET6
+                        ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in),
+                        w->addr, sizeof w->addr, NULL, 0, NI_NUMERICHOST))
+            snprintf(w->addr, sizeof w->addr, "?");
+        w->phase = W_FRESH;
+        w->deadline_us = ft_time_us() + (int64_t)h->o.header_timeout_s * 1000000;
+        pthread_mutex_lock(&h->mu);
+        w->next = h->watches;
+        if (h->watches) h->watches->prev = w;
+        h->watches = w;
+        pthread_mutex_unlock(&h->mu);
+        return;
+    }
+    /* closed: libmicrohttpd closes the socket after this returns */
+    struct watch *w = *socket_ctx;
+    atomic_fetch_sub(&h->open, 1);
+    if (!w) return;
+    pthread_mutex_lock(&h->mu);
+    if (w->prev) w->prev->next = w->next;
+    else h->watches = w->next;
+    if (w->next) w->next->prev = w->prev;
+    pthread_mutex_unlock(&h->mu);
+    free(w);
+    *socket_ctx = NULL;
+}
+
+/* The request line has arrived (libmicrohttpd's URI log callback): the head's clock starts for
+ * a kept-alive connection (a fresh one keeps the deadline of its accept). */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc) {
+    struct ft_http *h = cls;
+    struct watch *w = watch_of(mc);
+    if (w) {
+        pthread_mutex_lock(&h->mu);
+        if (w->phase != W_FRESH)
+            w->deadline_us = ft_time_us() + (int64_t)h->o.header_timeout_s * 1000000;
+        w->phase = W_HEAD;
+        pthread_mutex_unlock(&h->mu);
+    }
+    return NULL;
+}
+
+static void flush_closed_log(struct ft_http *h, int64_t now) {
+    if (!h->n_closed_pending || now - h->last_log_us < 1000000) return;
+    ft_log_warn("http: closed %ld connection%s that sent no complete request within %d s "
+                "(the first from %s; --header-timeout S allows slower clients)",
+                h->n_closed_pending, h->n_closed_pending == 1 ? "" : "s", h->o.header_timeout_s,
+                h->first_closed);
+    h->n_closed_pending = 0;
+    h->last_log_us = now;
+}
+
+/* Shuts the sockets of connections past their deadline; libmicrohttpd's thread of each then
+ * reads the end of the stream and closes it as it would for a client that went away. One that
+ * was sending a request gets a 408 first; an idle kept-alive one is closed quietly. */
+static void *watchdog_main(void *arg) {
+    static const char k408[] = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                               "Content-Length: 0\r\n\r\n";
+    static const char k413body[] =
+        "{\"error\":{\"message\":\"request body is over the limit, checked before it is parsed "
+        "or tokenized; raise it with ft serve --max-body SIZE (e.g. 16M)\",\"type\":"
+        "\"request_too_large\",\"param\":null,\"code\":413}}";
+    char k413[512];
+    int n413 = snprintf(k413, sizeof k413, "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n"
+                        "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                        sizeof k413body - 1, k413body);
+    struct ft_http *h = arg;
+    pthread_mutex_lock(&h->mu);
+    while (!h->wd_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += FT_HTTP_WATCH_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+        int64_t now = ft_time_us();
+        for (struct watch *w = h->watches; w; w = w->next) {
+            if (w->fired || !w->deadline_us || now < w->deadline_us || w->fd < 0) continue;
+            w->fired = 1;
+            if (w->phase == W_DRAIN) { /* a body over the limit that comes slowly */
+                (void)send(w->fd, k413, (size_t)n413, MSG_NOSIGNAL | MSG_DONTWAIT);
+                atomic_fetch_add(&h->by_status[413], 1);
+            } else if (w->phase != W_IDLE) {
+                if (w->phase != W_FRESH)
+                    (void)send(w->fd, k408, sizeof k408 - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (!h->n_closed_pending) snprintf(h->first_closed, sizeof h->first_closed, "%s", w->addr);
+                h->n_closed_pending++;
+                atomic_fetch_add(&h->head_timeouts, 1);
+            }
+            shutdown(w->fd, SHUT_RDWR);
+        }
+        flush_closed_log(h, now);
+    }
+    h->last_log_us = 0;
+    flush_closed_log(h, ft_time_us());
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
 }
 
 static int fd_gone(int fd) {
@@ -78,6 +268,21 @@ static int fd_gone(int fd) {
 }
 
 int ft_http_client_gone(const struct ft_http_conn *c) { return fd_gone(c->fd); }
+
+void ft_http_set_max_body(struct ft_http *h, size_t bytes) {
+    if (h && bytes) atomic_store(&h->max_body, bytes);
+}
+
+size_t ft_http_max_body(const struct ft_http *h) { return atomic_load(&h->max_body); }
+
+void ft_http_counts(const struct ft_http_conn *c, struct ft_http_counts *out) {
+    struct ft_http *h = c->h;
+    memset(out, 0, sizeof *out);
+    for (int i = 100; i < 600; i++) out->by_status[i] = atomic_load(&h->by_status[i]);
+    out->head_timeouts = atomic_load(&h->head_timeouts);
+    out->connections = atomic_load(&h->connections);
+    out->open = atomic_load(&h->open);
+}
 
 static const char *error_type(int status) {
     switch (status) {
@@ -156,15 +361,16 @@ static int auth_ok(const struct ft_http *h, struct MHD_Connection *mc) {
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     struct stream_wrap *w = cls;
     for (;;) {
+        /* before each event: a client that went away stops its request within one step */
+        if (fd_gone(w->fd)) {
+            w->gone = 1;
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
         ssize_t n = w->fn(w->ctx, buf, max);
         if (n > 0) return n;
         if (n < 0) {
             w->ended = 1;
             return MHD_CONTENT_READER_END_OF_STREAM;
-        }
-        if (fd_gone(w->fd)) {
-            w->gone = 1;
-            return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
 }
@@ -214,6 +420,7 @@ static enum MHD_Result send_resp(struct ft_http_conn *c, struct ft_http_resp *re
     add_cors(c->h, c->mc, r);
     c->status = resp->status ? resp->status : 200;
     c->n_tokens = resp->n_tokens;
+    count_status(c->h, c->status);
     enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)c->status, r);
     MHD_destroy_response(r);
     return ok;
@@ -236,6 +443,7 @@ static enum MHD_Result send_preflight(struct ft_http_conn *c) {
                             hdrs ? hdrs : "Authorization, Content-Type");
     MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
     c->status = 204;
+    count_status(c->h, 204);
     enum MHD_Result ok = MHD_queue_response(c->mc, 204, r);
     MHD_destroy_response(r);
     return ok;
@@ -243,15 +451,22 @@ static enum MHD_Result send_preflight(struct ft_http_conn *c) {
 
 /* --- request handling --------------------------------------------------------------------- */
 
+static enum MHD_Result send_too_large(struct ft_http_conn *c) {
+    char msg[320], got[64] = "";
+    if (c->declared) snprintf(got, sizeof got, " of %llu bytes", (unsigned long long)c->declared);
+    snprintf(msg, sizeof msg, "request body%s is over the limit of %zu bytes (%.1f MiB), checked "
+             "before it is parsed or tokenized; raise it with ft serve --max-body SIZE (e.g. 16M)",
+             got, c->max_body, c->max_body / 1048576.0);
+    return send_error(c, 413, msg);
+}
+
 static enum MHD_Result dispatch(struct ft_http_conn *c) {
     struct ft_http *h = c->h;
+    /* the request is complete: generating may take as long as it takes */
+    watch_set(h, c->w, W_BUSY, 0);
+    if (c->bad[0]) return send_error(c, 400, c->bad);
     if (!strcmp(c->method, "OPTIONS") && h->cors) return send_preflight(c);
-    if (c->too_large) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "request body is over the limit of %zu bytes (raise it with "
-                 "ft serve --max-body-mb)", h->o.max_body_bytes);
-        return send_error(c, 413, msg);
-    }
+    if (c->too_large) return send_too_large(c);
     if (h->api_key && strcmp(c->path, "/health") && !auth_ok(h, c->mc))
         return send_error(c, 401, "missing or wrong API key: send the header 'Authorization: "
                           "Bearer KEY' with the key given to ft serve --api-key");
@@ -264,11 +479,17 @@ static enum MHD_Result dispatch(struct ft_http_conn *c) {
     return send_resp(c, &resp);
 }
 
+/* Bodies past the limit are drained up to this many bytes, then dropped. */
+static uint64_t drain_cap(size_t max) {
+    uint64_t cap = (uint64_t)max * FT_HTTP_DRAIN_FACTOR;
+    return cap > FT_HTTP_DRAIN_MIN ? cap : FT_HTTP_DRAIN_MIN;
+}
+
 /* Collects the body: up to the limit into c->body, past it only counted. */
 static enum MHD_Result receive(struct ft_http_conn *c, const char *data, size_t n) {
-    size_t max = c->h->o.max_body_bytes;
+    size_t max = c->max_body;
     c->received += n;
-    if (c->received > max * FT_HTTP_DRAIN_FACTOR) return MHD_NO; /* drop the connection */
+    if (c->received > drain_cap(max)) return MHD_NO; /* drop the connection */
     if (c->received > max) {
         c->too_large = 1;
         free(c->body);
@@ -294,6 +515,8 @@ static struct ft_http_conn *conn_new(struct ft_http *h, struct MHD_Connection *m
     struct ft_http_conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->h = h, c->mc = mc, c->t0_us = ft_time_us(), c->fd = -1;
+    c->max_body = atomic_load(&h->max_body);
+    c->w = watch_of(mc);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) c->fd = ci->connect_fd;
@@ -304,6 +527,59 @@ static struct ft_http_conn *conn_new(struct ft_http *h, struct MHD_Connection *m
     return c;
 }
 
+/* The Content-Length values and whether Transfer-Encoding is present. */
+struct head_scan {
+    const char *cl[8];
+    int n_cl, has_te, expect_continue;
+};
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+    struct head_scan *hs = cls;
+    if (!key) return MHD_YES;
+    if (!strcasecmp(key, "Content-Length")) {
+        if (hs->n_cl < 8) hs->cl[hs->n_cl] = value ? value : "";
+        hs->n_cl++;
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        hs->has_te = 1;
+    } else if (!strcasecmp(key, "Expect") && value && !strcasecmp(value, "100-continue")) {
+        hs->expect_continue = 1;
+    }
+    return MHD_YES;
+}
+
+/* The head is complete: checks its framing and the declared size before any body is read.
+ * Returns 1 to answer at once (c->bad or c->too_large set). */
+static int check_head(struct ft_http_conn *c) {
+    struct head_scan hs = {0};
+    MHD_get_connection_values(c->mc, MHD_HEADER_KIND, scan_header, &hs);
+    int n = hs.n_cl < 8 ? hs.n_cl : 8;
+    if (hs.n_cl > 8) {
+        snprintf(c->bad, sizeof c->bad, "the request has %d Content-Length headers: send one",
+                 hs.n_cl);
+        return 1;
+    }
+    uint64_t len = 0;
+    if (ft_http_content_length(hs.cl, n, hs.has_te, &len, c->bad, sizeof c->bad) == FT_HTTP_CL_BAD)
+        return 1;
+    c->declared = len;
+    if (len > c->max_body) {
+        c->too_large = 1;
+        /* a client waiting for "100 Continue", or a body too big to drain: answer now; else
+         * read and drop it so the client, still sending, reads the 413 (the watchdog answers
+         * it if the body comes slower than FT_HTTP_MIN_DRAIN_RATE) */
+        if (hs.expect_continue || len > drain_cap(c->max_body)) return 1;
+        watch_set(c->h, c->w, W_DRAIN,
+                  c->h->o.header_timeout_s + (double)len / FT_HTTP_MIN_DRAIN_RATE);
+        return 0;
+    }
+    /* the body has header_timeout_s plus what the slowest allowed upload rate needs */
+    uint64_t expect = len ? len : hs.has_te ? c->max_body : 0;
+    watch_set(c->h, c->w, W_BODY,
+              c->h->o.header_timeout_s + (double)expect / FT_HTTP_MIN_UPLOAD_RATE);
+    return 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
@@ -312,11 +588,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (!c) {
         if (!(c = conn_new(h, mc, url, method))) return MHD_NO;
         *con_cls = c;
-        const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > h->o.max_body_bytes * FT_HTTP_DRAIN_FACTOR) {
-            c->too_large = 1;
-            return dispatch(c); /* answer now; MHD closes the connection after it */
-        }
+        if (check_head(c)) return dispatch(c); /* answer now; MHD closes the connection after it */
         return MHD_YES;
     }
     if (*upload_size) {
@@ -332,21 +604,43 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     struct ft_http *h = cls;
     struct ft_http_conn *c = *con_cls;
     if (!c) return;
+    char note[300];
+    snprintf(note, sizeof note, "%s%s%s", c->bad[0] ? " (" : "", c->bad, c->bad[0] ? ")" : "");
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) snprintf(note, sizeof note, " (not delivered)");
     if (!c->streaming && c->status)
-        log_request(c->method, c->path, c->status, c->n_tokens, c->t0_us,
-                    toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (not delivered)");
+        log_request(c->method, c->path, c->status, c->n_tokens, c->t0_us, note);
+    else if (c->too_large) /* the watchdog answered a body over the limit that came slowly */
+        log_request(c->method, c->path, 413, 0, c->t0_us, " (body over --max-body, not read)");
     MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)h->o.conn_timeout_s);
+    /* kept alive: the next request line may take the idle timeout to come */
+    watch_set(h, c->w, W_IDLE, h->o.conn_timeout_s);
     free(c->body);
     free(c);
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's messages (escaped: they may quote the client's bytes). Refused connections
+ * (per-address or total limit) are worth a warning, at most one each 10 s. */
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    char buf[512];
+    struct ft_http *h = cls;
+    char buf[512], esc[4 * 512];
     vsnprintf(buf, sizeof buf, fmt, ap);
     size_t n = strlen(buf);
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = 0;
-    ft_log_debug("http: %s", buf);
+    ft_http_log_escape(esc, sizeof esc, buf, n);
+    if (strstr(buf, "connection limit")) {
+        int64_t now = ft_time_us();
+        pthread_mutex_lock(&h->mu);
+        int say = now - h->last_limit_log_us >= 10000000;
+        if (say) h->last_limit_log_us = now;
+        pthread_mutex_unlock(&h->mu);
+        if (say) {
+            ft_log_warn("http: %s (at most %d connections per client address and %d in all: "
+                        "--max-conns-per-ip N)", esc, h->o.max_conns_per_ip, h->o.max_connections);
+            return;
+        }
+    }
+    ft_log_debug("http: %s", esc);
 }
 
 /* --- lifecycle ---------------------------------------------------------------------------- */
@@ -377,19 +671,29 @@ enum ft_status ft_http_start(struct ft_http **out, const struct ft_http_opts *o,
     h->api_key = dup_or_null(o->api_key);
     h->cors = dup_or_null(o->cors_origins);
     h->handler = handler, h->ctx = ctx;
-    if (!h->o.max_body_bytes) h->o.max_body_bytes = 8u << 20;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    if (!h->o.max_body_bytes) h->o.max_body_bytes = 1u << 20;
+    atomic_init(&h->max_body, h->o.max_body_bytes);
     if (h->o.conn_timeout_s <= 0) h->o.conn_timeout_s = 30;
-    if (h->o.max_connections <= 0) h->o.max_connections = 256;
+    if (h->o.header_timeout_s <= 0) h->o.header_timeout_s = 10;
+    if (h->o.max_connections <= 0) h->o.max_connections = 512;
+    if (h->o.max_conns_per_ip <= 0) h->o.max_conns_per_ip = 128;
+    if (h->o.max_conns_per_ip > h->o.max_connections) h->o.max_conns_per_ip = h->o.max_connections;
     struct sockaddr_storage ss;
     int v6 = 0;
     enum ft_status st = resolve(h->host, o->port, &ss, &v6);
     if (st != FT_OK) goto fail;
+    /* poll(), not select(): connections past FD_SETSIZE must not fail */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                     MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     h->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)h->o.conn_timeout_s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)h->o.max_connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)h->o.max_conns_per_ip,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                            MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
     if (!h->d) {
@@ -399,6 +703,11 @@ enum ft_status ft_http_start(struct ft_http **out, const struct ft_http_opts *o,
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di ? di->port : o->port;
+    if (pthread_create(&h->wd, NULL, watchdog_main, h)) {
+        st = ft_fail(FT_ERR_IO, "cannot start the HTTP watchdog thread");
+        goto fail;
+    }
+    h->wd_started = 1;
     *out = h;
     return FT_OK;
 fail:
@@ -417,7 +726,16 @@ void ft_http_quiesce(struct ft_http *h) {
 
 void ft_http_stop(struct ft_http *h) {
     if (!h) return;
+    if (h->wd_started) {
+        pthread_mutex_lock(&h->mu);
+        h->wd_stop = 1;
+        pthread_cond_signal(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+        pthread_join(h->wd, NULL);
+    }
     if (h->d) MHD_stop_daemon(h->d);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
     free(h->host);
     free(h->api_key);
     free(h->cors);

@@ -1,6 +1,10 @@
 /* http.h — a small HTTP/1.1 server over libmicrohttpd: one thread per connection, bodies
  * collected up to a limit (413 past it, never buffered), optional bearer-token auth (401) and
  * CORS, chunked streaming responses pulled from a callback, one log line per request.
+ * Hostile clients: a connection must send its whole request head within header_timeout_s (a
+ * watchdog closes it otherwise, so one header byte a second cannot hold a slot), each client
+ * address holds at most max_conns_per_ip connections, differing Content-Length headers are a
+ * 400, and client bytes are escaped before they reach the log.
  * The routes live in the caller (server/openai.c) behind one handler function, so no other file
  * sees libmicrohttpd.
  * Threading: the handler and stream callbacks run on the connection's own thread; many run at
@@ -18,9 +22,20 @@ struct ft_http_opts {
     int port;                 /* 0 = any free port (ft_http_port tells which) */
     const char *api_key;      /* NULL = no auth; else "Authorization: Bearer KEY" required */
     const char *cors_origins; /* NULL = CORS off; "*" or "https://a.example,https://b.example" */
-    size_t max_body_bytes;    /* default 8 MiB */
-    int conn_timeout_s;       /* idle/slow connections are closed after this (default 30) */
-    int max_connections;      /* default 256 */
+    size_t max_body_bytes;    /* default 1 MiB (ft_http_set_max_body changes it later) */
+    int conn_timeout_s;       /* idle connections are closed after this (default 30) */
+    int header_timeout_s;     /* a request head must arrive within this of the connection's
+                                 start or of its request line (default 10) */
+    int max_connections;      /* default 512 */
+    int max_conns_per_ip;     /* default 128; 0 = the default */
+};
+
+/* What the server has answered so far (for /metrics). */
+struct ft_http_counts {
+    long by_status[600];      /* responses by HTTP status (100..599) */
+    long head_timeouts;       /* connections closed for a request head or body that came too slowly */
+    long connections;         /* connections accepted so far */
+    int open;                 /* connections open now */
 };
 
 struct ft_http_conn;
@@ -65,6 +80,14 @@ int ft_http_port(const struct ft_http *h);
 void ft_http_quiesce(struct ft_http *h);
 /* Closes every connection and joins the threads. Accepts NULL. */
 void ft_http_stop(struct ft_http *h);
+
+/* The body limit from now on (e.g. derived from the context once the model is loaded); any
+ * thread. */
+void ft_http_set_max_body(struct ft_http *h, size_t bytes);
+size_t ft_http_max_body(const struct ft_http *h);
+
+/* The counts of the server this request came to. */
+void ft_http_counts(const struct ft_http_conn *c, struct ft_http_counts *out);
 
 /* 1 when the client of this request has closed its connection. */
 int ft_http_client_gone(const struct ft_http_conn *c);

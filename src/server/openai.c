@@ -681,6 +681,7 @@ static const struct route k_routes[] = {
     {"GET", "/v1/models", ft_srv_models, 0},
     {"GET", "/health", ft_srv_health, 0},
     {"GET", "/v1/stats", ft_srv_stats, 1},
+    {"GET", "/metrics", ft_srv_metrics, 0},
     {"POST", "/tokenize", ft_srv_tokenize, 1},
     {"POST", "/detokenize", ft_srv_detokenize, 1},
     {"POST", "/v1/messages", ft_srv_messages, 1},

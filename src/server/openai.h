@@ -20,6 +20,7 @@
 
 #include "engine/sample.h"
 #include "server/http.h"
+#include "server/metrics.h"
 #include "text/json_grammar.h"
 
 enum ft_server_state { FT_SERVER_LOADING, FT_SERVER_READY };
@@ -48,6 +49,7 @@ struct ft_server {
     _Atomic int state;          /* enum ft_server_state */
     _Atomic int load_permille;  /* model layers loaded, for /health while loading */
     _Atomic unsigned long next_id;
+    struct ft_metrics metrics;  /* /metrics histograms (zeroed by ft_server_init) */
 };
 
 void ft_server_init(struct ft_server *s, const char *model_id);

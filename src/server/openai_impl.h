@@ -135,6 +135,7 @@ void ft_srv_models(struct ft_server *s, const struct ft_http_req *req, struct ft
 void ft_srv_model(struct ft_server *s, const struct ft_http_req *req, struct ft_http_resp *resp);
 void ft_srv_health(struct ft_server *s, const struct ft_http_req *req, struct ft_http_resp *resp);
 void ft_srv_stats(struct ft_server *s, const struct ft_http_req *req, struct ft_http_resp *resp);
+void ft_srv_metrics(struct ft_server *s, const struct ft_http_req *req, struct ft_http_resp *resp);
 void ft_srv_tokenize(struct ft_server *s, const struct ft_http_req *req, struct ft_http_resp *resp);
 void ft_srv_detokenize(struct ft_server *s, const struct ft_http_req *req,
                        struct ft_http_resp *resp);

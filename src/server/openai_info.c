@@ -1,5 +1,6 @@
 /* openai_info.c — the endpoints that do not generate: /v1/models, /health, /v1/stats,
- * /tokenize, /detokenize. Called by openai.c's router on connection threads, many at once. */
+ * /metrics (Prometheus text, server/metrics.c), /tokenize, /detokenize. Called by openai.c's
+ * router on connection threads, many at once. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,6 +86,26 @@ void ft_srv_stats(struct ft_server *s, const struct ft_http_req *req, struct ft_
             "mlock_failed", r->mlock_failed));
     }
     ft_srv_reply(resp, 200, j);
+}
+
+void ft_srv_metrics(struct ft_server *s, const struct ft_http_req *req,
+                    struct ft_http_resp *resp) {
+    struct ft_sched_stats t;
+    struct ft_http_counts hc;
+    struct ft_sbuf out = {0};
+    int ready = atomic_load(&s->state) == FT_SERVER_READY;
+    if (ready) ft_sched_stats(s->sched, &t);
+    ft_http_counts(req->conn, &hc);
+    if (ft_metrics_render(&s->metrics, s->model_id, ready ? &t : NULL, &hc, &out)) {
+        ft_sbuf_free(&out);
+        ft_http_error(resp, 500, NULL, "out of memory");
+        return;
+    }
+    free(resp->body);
+    resp->status = 200;
+    resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+    resp->body = out.p ? out.p : strdup("");
+    resp->body_len = out.n;
 }
 
 int ft_srv_ids(struct ft_server *s, json_t *a, const char *param, int32_t **ids, int *n,

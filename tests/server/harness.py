@@ -25,10 +25,14 @@ def run_groups(groups):
         print(f"{'ok  ' if len(FAILS) == n0 else 'FAIL'} {name}", flush=True)
 
 
-def start_server(ft, model, args, who, timeout=60):
-    """(process, base URL) of `ft serve --model MODEL --port 0 ARGS` once it prints its ready line."""
+def start_server(ft, model, args, who, timeout=60, log=None):
+    """(process, base URL) of `ft serve --model MODEL --port 0 ARGS` once it prints its ready line;
+    its log (stderr) goes to the file `log` when given."""
+    err = open(log, "w") if log else subprocess.DEVNULL
     p = subprocess.Popen([ft, "serve", "--model", model, "--port", "0"] + list(args),
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                         stdout=subprocess.PIPE, stderr=err, text=True)
+    if log:
+        err.close()
     deadline = time.time() + timeout
     while time.time() < deadline:
         line = p.stdout.readline()
