@@ -2,10 +2,12 @@
  * expert of the current step, repeats within a step, per-layer counters, determinism, and the
  * error when a step needs more distinct experts than there are slots. The reference is a
  * straightforward list-based LRU simulation written here. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "moe/cache.h"
+#include "moe/trace.h"
 #include "test.h"
 
 TEST(hits_misses_and_lru_order) {
@@ -223,6 +225,172 @@ TEST(victim_equals_the_scan_under_every_operation) {
     EXPECT_EQ(differ, 0);
     EXPECT(admitted > 0 && borrowed > 0);
     ft_cache_free(c);
+}
+
+/* A zipf / sticky random trace (ft_trace_synthetic) of `steps` tokens */
+static void make_trace(struct ft_trace *t, int L, int E, int k, int steps, double skew, double sticky,
+                       uint64_t seed) {
+    ft_trace_synthetic(t, L, E, k, steps, skew, sticky, seed);
+}
+
+/* LFRU by its definition, independently: slots with their key, last use stamp and step; keys'
+ * decayed counts in float like the cache's. */
+struct ref_lfru {
+    int S, E;
+    int32_t key[64];
+    uint64_t last[64], stepv[64], tick, step;
+    float cnt[4096];
+    uint32_t stamp[4096], lsteps[16];
+};
+
+static float ref_count(const struct ref_lfru *r, int key) {
+    uint32_t d = r->lsteps[key / r->E] - r->stamp[key];
+    return d < FT_CACHE_DECAY_LEN ? r->cnt[key] * exp2f(-(float)d / FT_CACHE_HALF_LIFE) : 0.0f;
+}
+
+static int ref_slot_of(const struct ref_lfru *r, int key) {
+    for (int s = 0; s < r->S; s++)
+        if (r->key[s] == key) return s;
+    return -1;
+}
+
+TEST(lfru_matches_its_definition_on_random_traces) {
+    for (int trial = 0; trial < 6; trial++) {
+        const int L = 3, E = 24, k = 4, S = 10 + trial * 3;
+        struct ft_trace t;
+        make_trace(&t, L, E, k, 400, 0.4 + 0.2 * trial, trial % 2 ? 0.5 : 0.0, 77 + trial);
+        struct ft_cache *c = NULL;
+        EXPECT_OK(ft_cache_init(&c, S, L, E, &ft_cache_lfru));
+        static struct ref_lfru r;
+        memset(&r, 0, sizeof r);
+        r.S = S, r.E = E;
+        for (int s = 0; s < S; s++) r.key[s] = -1;
+        long differ = 0, hits = 0;
+        for (size_t i = 0; c && i < t.len; i += 2 + (size_t)t.data[i + 1]) {
+            const int layer = t.data[i], n = t.data[i + 1];
+            const int32_t *ids = t.data + i + 2;
+            int32_t slots[8];
+            struct ft_cache_fill f[8];
+            int nf = 0;
+            EXPECT_OK(ft_cache_lookup(c, layer, ids, n, slots, f, &nf));
+            /* the reference: hits refreshed in order, then each miss evicts by the definition */
+            r.step++;
+            uint32_t now = ++r.lsteps[layer];
+            for (int j = 0; j < n; j++) {
+                int key = layer * E + ids[j], s = ref_slot_of(&r, key);
+                r.cnt[key] = ref_count(&r, key) + 1.0f, r.stamp[key] = now;
+                if (s >= 0) r.last[s] = ++r.tick, r.stepv[s] = r.step, hits++;
+            }
+            int q = 0;
+            for (int j = 0; j < n; j++) {
+                int key = layer * E + ids[j];
+                if (ref_slot_of(&r, key) >= 0) continue;
+                int best = -1;
+                float bn = 0;
+                for (int s = 0; s < S && best < 0; s++) /* a free slot first, lowest index */
+                    if (r.key[s] < 0 && r.stepv[s] != r.step) best = s;
+                for (int s = 0; s < S && r.key[best < 0 ? 0 : best] >= 0; s++) {
+                    if (r.stepv[s] == r.step) continue;
+                    float cn = ref_count(&r, r.key[s]);
+                    if (best < 0 || r.key[best] < 0 || cn < bn || (cn == bn && r.last[s] < r.last[best]))
+                        if (r.key[s] >= 0) best = s, bn = cn;
+                }
+                differ += q >= nf || f[q].slot != best || f[q].expert != ids[j];
+                q++;
+                r.key[best] = key, r.last[best] = ++r.tick, r.stepv[best] = r.step;
+            }
+            differ += q != nf;
+        }
+        uint64_t h = 0, lk = 0;
+        EXPECT_OK(ft_trace_simulate(&t, S, &ft_cache_lfru, &h, &lk));
+        CHECK_(differ == 0, "trial %d: %ld fills differ from the definition", trial, differ);
+        CHECK_((long)h == hits && lk == t.n_lookups, "trial %d: replay %llu hits, reference %ld", trial,
+               (unsigned long long)h, hits);
+        ft_cache_free(c);
+        ft_trace_free(&t);
+    }
+}
+
+/* The most hits by exhaustive search (single-id steps, a few keys). */
+static int best_hits(const int *seq, int n, int i, int S, int *res, int n_res) {
+    if (i == n) return 0;
+    for (int q = 0; q < n_res; q++)
+        if (res[q] == seq[i]) return 1 + best_hits(seq, n, i + 1, S, res, n_res);
+    if (n_res < S) {
+        res[n_res] = seq[i];
+        return best_hits(seq, n, i + 1, S, res, n_res + 1);
+    }
+    int best = 0;
+    for (int q = 0; q < n_res; q++) {
+        int old = res[q];
+        res[q] = seq[i];
+        int h = best_hits(seq, n, i + 1, S, res, n_res);
+        best = h > best ? h : best;
+        res[q] = old;
+    }
+    return best;
+}
+
+TEST(oracle_is_optimal_and_bounds_every_policy) {
+    uint64_t x = 12345;
+    for (int trial = 0; trial < 40; trial++) { /* Belady equals the exhaustive optimum */
+        const int n = 12, S = 2 + trial % 2;
+        int seq[12], res[4];
+        struct ft_trace t;
+        ft_trace_init(&t, 1, 5);
+        for (int i = 0; i < n; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            seq[i] = (int)(x >> 33) % 5;
+            int32_t id = seq[i];
+            ft_trace_add(&t, 0, &id, 1);
+        }
+        uint64_t h = 0, lk = 0;
+        EXPECT_OK(ft_trace_oracle(&t, S, &h, &lk));
+        int want = best_hits(seq, n, 0, S, res, 0);
+        CHECK_((int)h == want && lk == (uint64_t)n, "trial %d: oracle %llu hits, optimum %d", trial,
+               (unsigned long long)h, want);
+        ft_trace_free(&t);
+    }
+    for (int trial = 0; trial < 8; trial++) { /* multi-id steps: above LRU and LFRU */
+        struct ft_trace t;
+        make_trace(&t, 4, 64, 8, 300, 0.3 * trial, trial % 3 ? 0.6 : 0.0, 9 + trial);
+        uint64_t ho, hl, hf, lk;
+        const int S = 40 + 20 * (trial % 4);
+        EXPECT_OK(ft_trace_oracle(&t, S, &ho, &lk));
+        EXPECT_OK(ft_trace_simulate(&t, S, &ft_cache_lru, &hl, &lk));
+        EXPECT_OK(ft_trace_simulate(&t, S, &ft_cache_lfru, &hf, &lk));
+        CHECK_(ho >= hl && ho >= hf, "trial %d: oracle %llu below lru %llu or lfru %llu", trial,
+               (unsigned long long)ho, (unsigned long long)hl, (unsigned long long)hf);
+        ft_trace_free(&t);
+    }
+}
+
+TEST(trace_saves_loads_and_refuses_a_bad_file) {
+    struct ft_trace t, u;
+    make_trace(&t, 3, 16, 2, 50, 1.0, 0.0, 5);
+    const char *path = "test_cache_trace.bin";
+    EXPECT_OK(ft_trace_save(&t, path));
+    EXPECT_OK(ft_trace_load(&u, path));
+    EXPECT(u.len == t.len && u.n_steps == t.n_steps && u.n_layers == 3 && u.n_experts == 16 &&
+           !memcmp(u.data, t.data, t.len * sizeof *t.data));
+    struct ft_trace_stats a;
+    ft_trace_stats(&u, &a);
+    EXPECT(a.entropy > 0 && a.entropy < 1 && a.experts90 >= 1 && a.experts90 <= 16);
+    ft_trace_free(&u);
+    FILE *f = fopen(path, "r+b"); /* an expert id out of range */
+    if (f) {
+        int32_t bad = 99;
+        fseek(f, 20 + 2 * 4, SEEK_SET);
+        fwrite(&bad, 4, 1, f);
+        fclose(f);
+    }
+    EXPECT_EQ(ft_trace_load(&u, path), FT_ERR_FORMAT);
+    EXPECT(strstr(ft_error(), "out of range") != NULL);
+    f = fopen(path, "wb");
+    if (f) fputs("nope", f), fclose(f);
+    EXPECT_EQ(ft_trace_load(&u, path), FT_ERR_FORMAT);
+    remove(path);
+    ft_trace_free(&t);
 }
 
 TEST_MAIN("cache")

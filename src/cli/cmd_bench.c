@@ -19,6 +19,8 @@
 #include "engine/generate.h"
 #include "engine/gpu.h"
 #include "engine/sample.h"
+#include "moe/cache.h"
+#include "moe/trace.h"
 
 static const char k_usage[] =
     "usage: ft bench (--model DIR | --synthetic PRESET) [options]\n"
@@ -45,7 +47,9 @@ static const char k_usage[] =
     "                       of decoding greedily\n"
     "  --vram-limit A,B,..  --moe-backend A,B,..  comma lists: one table per combination, each\n"
     "                       a new engine on the same loaded model (and its pinned banks)\n"
-    "  --cycles N           the combinations N times over, alternated (default 1)\n";
+    "  --cycles N           the combinations N times over, alternated (default 1)\n"
+    "  --record-routing FILE  offload: write every expert-cache lookup to FILE and compare the\n"
+    "                       cache policies and Belady's oracle on it (bench_policy --replay)\n";
 
 static int parse_routing(const char *s, struct ft_engine_opts *eo) {
     eo->routing_param = 0;
@@ -288,12 +292,41 @@ static int split_list(char *v, const char **out) {
     return n;
 }
 
+/* --record-routing: the trace saved, and the policies and the oracle replayed on it with the
+ * run's slots (every miss admitted) */
+static enum ft_status routing_report(struct bench *b, const char *path, struct ft_trace *t) {
+    enum ft_status st;
+    struct ft_gpu_offload_stats os;
+    ft_engine_offload_stats(b->s.engine, &os);
+    t->n_layers = b->s.model->n_layers, t->n_experts = b->s.model->n_experts;
+    if (t->oom) return ft_fail(FT_ERR_OOM, "--record-routing: out of memory for the trace");
+    FT_TRY(ft_trace_save(t, path));
+    uint64_t h[4] = {0}, lk = 0;
+    const struct ft_cache_policy *p[3] = {&ft_cache_lru, &ft_cache_lfru, &ft_cache_slru};
+    for (int i = 0; i < 3; i++) FT_TRY(ft_trace_simulate(t, os.n_slots, p[i], &h[i], &lk));
+    FT_TRY(ft_trace_oracle(t, os.n_slots, &h[3], &lk));
+    struct ft_trace_stats ts;
+    ft_trace_stats(t, &ts);
+    const double n = lk ? (double)lk : 1;
+    note(b, "routing trace %s: %zu layer steps, %zu lookups; with %d slots (every miss fetched) "
+         "LRU %.1f%%, LFRU %.1f%%, SLRU %.1f%%, Belady's oracle %.1f%%; routing entropy %.3f of "
+         "uniform, %.1f experts per layer serve 90%% of lookups", path, t->n_steps, t->n_lookups,
+         os.n_slots, 100 * h[0] / n, 100 * h[1] / n, 100 * h[2] / n, 100 * h[3] / n, ts.entropy,
+         ts.experts90);
+    return FT_OK;
+fail:
+    return st;
+}
+
+
 int ft_cmd_bench(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "bw")) return ft_cmd_bench_bw(argc - 1, argv + 1);
     struct ft_engine_opts be;
     int be_auto;
     ft_cli_backend_init(&be, &be_auto);
-    const char *model = NULL, *synthetic = NULL, *routing = NULL;
+    const char *model = NULL, *synthetic = NULL, *routing = NULL, *record = NULL;
+    struct ft_trace trace;
+    ft_trace_init(&trace, 0, 0);
     long p = 512, n = 128, reps = 3, threads = 0, seed = 1, batch = 2048, top_k = 0, cycles = 1;
     struct ft_sampling smp = ft_sampling_default();
     smp.temperature = 0; /* greedy unless --temp */
@@ -346,6 +379,8 @@ int ft_cmd_bench(int argc, char **argv) {
             target = &top_k, lo = 0, hi = 1 << 24;
         } else if (!strcmp(a, "--cycles")) {
             target = &cycles, lo = 1, hi = 20;
+        } else if (!strcmp(a, "--record-routing")) {
+            if (!(record = ft_cli_value(argc, argv, &i))) return 2;
         } else {
             return ft_cli_usage_error("bench", "unknown option '%s'", a);
         }
@@ -387,9 +422,16 @@ int ft_cmd_bench(int argc, char **argv) {
         }
         cfg[c] = eo;
         ft_cli_backend_apply(&cfg[c], &bc, ba);
+        if (record) cfg[c].record_routing = &trace;
     }
     enum ft_status st = ft_session_open(&b.s, model, synthetic, (int)threads, &cfg[0]);
     if (st != FT_OK) return ft_cli_fail(st);
+    if (record && strcmp(ft_engine_backend(b.s.engine), "offload")) {
+        st = ft_fail(FT_ERR_INVALID_ARG, "--record-routing: the %s backend has no expert cache to "
+                     "record (use --backend offload)", ft_engine_backend(b.s.engine));
+        ft_session_close(&b.s);
+        return ft_cli_fail(st);
+    }
     b.threads = ft_pool_size(b.s.pool);
     b.dram_gbps = ft_cpu_dram_read_gbps(b.s.pool, (size_t)1 << 30, 3);
     int gpu = strcmp(ft_engine_backend(b.s.engine), "cpu") != 0;
@@ -421,7 +463,9 @@ int ft_cmd_bench(int argc, char **argv) {
         }
         if (st != FT_OK) break;
     }
+    if (st == FT_OK && record) st = routing_report(&b, record, &trace);
     ft_session_close(&b.s);
+    ft_trace_free(&trace);
     if (st == FT_OK && failed != FT_OK) return ft_cli_exit_code(failed);
     return st == FT_OK ? 0 : ft_cli_fail(st);
 }

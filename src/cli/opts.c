@@ -13,6 +13,7 @@
 #include "server/sse.h"
 #include "engine/gpu.h"
 #include "format/hfconfig.h"
+#include "moe/cache.h"
 
 int ft_cli_exit_code(enum ft_status st) {
     switch (st) {
@@ -213,6 +214,7 @@ const char ft_cli_backend_usage[] =
     "  --no-graphs         run GPU decode steps eagerly instead of replaying CUDA graphs\n"
     "  --backend offload   experts stay in host RAM; a GPU cache of slots holds the hot ones:\n"
     "  --moe-cache-size N / --moe-cache-rate F   slots (default: what fits --vram-limit)\n"
+    "  --moe-cache-policy lru|lfru|slru  eviction (default lru; bench/RESULTS.md compares them)\n"
     "  --verify-copies off|sample|all   checksum copied experts (default sample on WSL2)\n"
     "  --copy-path auto|dma|gather      expert copy path (default: the faster at startup)\n"
     "  --moe-backend hybrid|offload|cpu  misses: split between PCIe and the CPU by measured\n"
@@ -259,7 +261,7 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
         strcmp(a, "--moe-cache-size") && strcmp(a, "--moe-cache-rate") &&
         strcmp(a, "--verify-copies") && strcmp(a, "--copy-path") && strcmp(a, "--moe-backend") &&
         strcmp(a, "--pin-budget") && strcmp(a, "--moe-cpu-layers") && strcmp(a, "--cpu-act") &&
-        strcmp(a, "--moe-cpu-threads"))
+        strcmp(a, "--moe-cpu-threads") && strcmp(a, "--moe-cache-policy"))
         return 0;
     if (!(v = ft_cli_value(argc, argv, i))) return -1;
     if (!strcmp(a, "--backend")) {
@@ -278,6 +280,12 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
             return -1;
         }
         eo->moe_cache_slots = (int)n;
+    } else if (!strcmp(a, "--moe-cache-policy")) {
+        if (!ft_cache_policy_find(v)) {
+            fprintf(stderr, "ft %s: --moe-cache-policy: '%s' is not lru, lfru or slru\n", cmd, v);
+            return -1;
+        }
+        eo->cache_policy = v;
     } else if (!strcmp(a, "--moe-cache-rate")) {
         double f;
         if (ft_cli_double(v, &f) || !(f > 0 && f <= 1)) {
@@ -364,6 +372,7 @@ void ft_cli_backend_apply(struct ft_engine_opts *eo, const struct ft_engine_opts
     eo->cpu_layers = be->cpu_layers;
     eo->cpu_act_fast = be->cpu_act_fast;
     eo->moe_cpu_threads = be->moe_cpu_threads;
+    eo->cache_policy = be->cache_policy;
     ft_cli_backend_resolve(eo, backend_auto);
 }
 

@@ -14,6 +14,7 @@
  * instead of the router, because random weights collapse routing (llama-baseline.md). */
 enum ft_routing { FT_ROUTING_MODEL, FT_ROUTING_UNIFORM, FT_ROUTING_ZIPF, FT_ROUTING_STICKY };
 
+struct ft_trace;
 struct ft_engine_opts {
     int max_ctx;      /* positions of one sequence (default: min(max_position_embeddings, 4096)) */
     int max_chunk;    /* tokens per forward call, all sequences together (default 512) */
@@ -33,6 +34,8 @@ struct ft_engine_opts {
     double moe_cache_rate;/* --moe-cache-rate F (fraction of all experts) */
     int verify_copies;    /* --verify-copies: -1 default, 0 off, 1 sample, 2 all */
     int copy_path;        /* 0 auto, 1 DMA, 2 gather kernel */
+    const char *cache_policy; /* the expert cache's eviction: "lru" (NULL), "lfru", "slru" */
+    struct ft_trace *record_routing; /* offload: every expert-cache lookup recorded into it */
     int moe_mode;         /* enum ft_moe_mode (moe/policy.h): 0 offload, 1 cpu, 2 hybrid */
     const char *pin_budget;  /* --pin-budget SIZE (offload: the residency manager's budget) */
     const char *cpu_layers;  /* --moe-cpu-layers SPEC (offload: layers decoded on the CPU) */

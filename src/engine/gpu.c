@@ -1368,7 +1368,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
         if (st == FT_OK)
             st = ft_offload_init(&g->off, m, &(struct ft_offload_opts){o->device, o->cache_slots,
                                  o->cache_rate, o->verify, o->copy_path, o->moe_mode, o->pin_budget,
-                                 o->cpu_layers}, left, MAX_GRAPH_T * m->top_k, dalloc_cb, g);
+                                 o->cpu_layers, o->cache_policy, o->record_routing}, left, MAX_GRAPH_T * m->top_k, dalloc_cb, g);
         if (st == FT_OK && (o->moe_mode != FT_MOE_OFFLOAD || ft_offload_has_cpu_layers(g->off))) {
             /* the CPU executor's side (cpu / hybrid, and the residency manager's CPU layers) */
             int R = MAX_GRAPH_T * m->top_k, H = m->hidden;

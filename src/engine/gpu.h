@@ -36,6 +36,8 @@ struct ft_gpu_opts {
     int cpu_threads;         /* --moe-cpu-threads: the executor's own pinned pool (0: physical
                                 cores) */
     int state_slots;         /* hybrid models: sequences whose recurrent state the GPU holds */
+    const char *cache_policy;     /* ft_engine_opts' */
+    struct ft_trace *record_routing;
 };
 
 void ft_gpu_offload_stats(const struct ft_gpu *g, struct ft_gpu_offload_stats *out);

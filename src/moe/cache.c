@@ -1,10 +1,12 @@
 /* cache.c — expert slot bookkeeping and the LRU policy. Engine thread only. */
 #include "moe/cache.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/status.h"
+#include "moe/trace.h"
 
 /* The recency order (struct ft_cache): every change of a slot's last_use or held goes
  * through these. */
@@ -68,7 +70,70 @@ int ft_cache_lru_scan(const struct ft_cache *c) {
     return best;
 }
 
-const struct ft_cache_policy ft_cache_lru = {"lru", lru_victim};
+const struct ft_cache_policy ft_cache_lru = {"lru", lru_victim, NULL, NULL};
+
+/* key's decayed use count now */
+static float lfru_count(const struct ft_cache *c, int32_t key) {
+    const uint32_t d = c->lsteps[key / c->n_experts] - c->fstamp[key];
+    return d < FT_CACHE_DECAY_LEN ? c->fcount[key] * c->decay[d] : 0.0f;
+}
+
+static int lfru_victim(const struct ft_cache *c, uint64_t step) {
+    int best = -1;
+    float best_n = 0;
+    for (int s = 0; s < c->n_slots; s++) {
+        if (c->step_of[s] == step || c->held[s]) continue;
+        if (c->key_of[s] < 0) return s; /* free */
+        const float n = lfru_count(c, c->key_of[s]);
+        if (best < 0 || n < best_n || (n == best_n && c->last_use[s] < c->last_use[best])) best = s, best_n = n;
+    }
+    return best;
+}
+
+const struct ft_cache_policy ft_cache_lfru = {"lfru", lfru_victim, NULL, NULL};
+
+/* SLRU: never-used slots first, then the recency list from its least recent: the first on
+ * probation, else the first of any, skipping the current step's */
+static int slru_victim(const struct ft_cache *c, uint64_t step) {
+    for (int w = 0; w < (c->n_slots + 63) / 64; w++)
+        for (uint64_t b = c->unused[w]; b; b &= b - 1) {
+            int s = w * 64 + __builtin_ctzll(b);
+            if (c->step_of[s] != step) return s;
+        }
+    int any = -1;
+    for (int s = c->head; s >= 0; s = c->next[s]) {
+        if (c->step_of[s] == step) continue;
+        if (!c->prot[s]) return s;
+        if (any < 0) any = s;
+    }
+    return any;
+}
+
+static void slru_hit(struct ft_cache *c, int slot) {
+    if (c->prot[slot]) return;
+    c->prot[slot] = 1, c->n_prot++;
+    if (c->n_prot * 100 <= c->n_slots * FT_CACHE_PROTECTED_PCT) return;
+    for (int s = c->head; s >= 0; s = c->next[s]) /* the least recent protected goes back */
+        if (c->prot[s] && s != slot) {
+            c->prot[s] = 0, c->n_prot--;
+            return;
+        }
+}
+
+static void slru_fill(struct ft_cache *c, int slot) {
+    if (c->prot[slot]) c->prot[slot] = 0, c->n_prot--;
+}
+
+const struct ft_cache_policy ft_cache_slru = {"slru", slru_victim, slru_hit, slru_fill};
+
+const struct ft_cache_policy *ft_cache_policy_find(const char *name) {
+    const struct ft_cache_policy *all[] = {&ft_cache_lru, &ft_cache_lfru, &ft_cache_slru};
+    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(name, all[i]->name)) return all[i];
+    return NULL;
+}
+
+void ft_cache_record(struct ft_cache *c, struct ft_trace *t) { c->trace = t; }
 
 enum ft_status ft_cache_init(struct ft_cache **out, int n_slots, int n_layers, int n_experts,
                              const struct ft_cache_policy *policy) {
@@ -94,8 +159,14 @@ enum ft_status ft_cache_init(struct ft_cache **out, int n_slots, int n_layers, i
     c->prev = malloc((size_t)n_slots * sizeof *c->prev);
     c->next = malloc((size_t)n_slots * sizeof *c->next);
     c->unused = calloc((size_t)(n_slots + 63) / 64, sizeof *c->unused);
+    c->fcount = calloc(keys, sizeof *c->fcount);
+    c->fstamp = calloc(keys, sizeof *c->fstamp);
+    c->lsteps = calloc((size_t)n_layers, sizeof *c->lsteps);
+    c->decay = malloc(FT_CACHE_DECAY_LEN * sizeof *c->decay);
+    c->prot = calloc((size_t)n_slots, 1);
     if (!c->slot_of || !c->key_of || !c->last_use || !c->step_of || !c->freq || !c->hits || !c->misses ||
-        !c->held || !c->prev || !c->next || !c->unused) {
+        !c->held || !c->prev || !c->next || !c->unused || !c->fcount || !c->fstamp || !c->lsteps ||
+        !c->decay || !c->prot) {
         ft_cache_free(c);
         return ft_fail(FT_ERR_OOM, "expert cache: out of memory");
     }
@@ -103,6 +174,7 @@ enum ft_status ft_cache_init(struct ft_cache **out, int n_slots, int n_layers, i
     memset(c->key_of, 0xff, (size_t)n_slots * sizeof *c->key_of);
     c->head = c->tail = -1;
     for (int s = 0; s < n_slots; s++) c->prev[s] = c->next[s] = -1, link_slot(c, s);
+    for (int d = 0; d < FT_CACHE_DECAY_LEN; d++) c->decay[d] = exp2f(-(float)d / FT_CACHE_HALF_LIFE);
     *out = c;
     return FT_OK;
 }
@@ -120,20 +192,29 @@ void ft_cache_free(struct ft_cache *c) {
     free(c->prev);
     free(c->next);
     free(c->unused);
+    free(c->fcount);
+    free(c->fstamp);
+    free(c->lsteps);
+    free(c->decay);
+    free(c->prot);
     free(c);
 }
 
 void ft_cache_probe(struct ft_cache *c, int layer, const int32_t *ids, int n, int32_t *slots) {
     uint64_t step = ++c->step;
+    const uint32_t now = ++c->lsteps[layer];
+    if (c->trace) ft_trace_add(c->trace, layer, ids, n);
     for (int i = 0; i < n; i++) {
         size_t key = (size_t)layer * c->n_experts + ids[i];
         int32_t s = c->slot_of[key];
         slots[i] = s;
         c->freq[key]++;
+        c->fcount[key] = lfru_count(c, (int32_t)key) + 1.0f, c->fstamp[key] = now;
         if (s >= 0) {
             touch(c, s);
             c->step_of[s] = step;
             c->hits[layer]++;
+            if (c->policy->hit) c->policy->hit(c, s);
         }
     }
 }
@@ -153,6 +234,7 @@ enum ft_status ft_cache_admit(struct ft_cache *c, int layer, const int32_t *expe
         c->slot_of[key] = s;
         touch(c, s);
         c->step_of[s] = c->step;
+        if (c->policy->fill) c->policy->fill(c, s);
         fills[(*n_fills)++] = (struct ft_cache_fill){layer, experts[i], s};
         c->misses[layer]++;
     }
@@ -187,6 +269,7 @@ int ft_cache_borrow(struct ft_cache *c, int n, int32_t *slots) {
         if (s < 0) break;
         if (c->key_of[s] >= 0) c->slot_of[c->key_of[s]] = -1;
         c->key_of[s] = -1;
+        if (c->prot[s]) c->prot[s] = 0, c->n_prot--;
         set_state(c, s, 0, 1);
         slots[got] = s;
     }
@@ -212,6 +295,7 @@ void ft_cache_drop(struct ft_cache *c, int layer, int expert) {
     if (s < 0) return;
     c->slot_of[key] = -1;
     c->key_of[s] = -1;
+    if (c->prot[s]) c->prot[s] = 0, c->n_prot--;
     set_state(c, s, 0, c->held[s]);
     c->step_of[s] = 0;
 }

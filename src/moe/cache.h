@@ -19,8 +19,23 @@ struct ft_cache;
 struct ft_cache_policy {
     const char *name;
     int (*victim)(const struct ft_cache *c, uint64_t step);
+    void (*hit)(struct ft_cache *c, int slot);  /* a lookup found the slot's expert (may be NULL) */
+    void (*fill)(struct ft_cache *c, int slot); /* a slot took a new expert (may be NULL) */
 };
 extern const struct ft_cache_policy ft_cache_lru;
+/* Frequency-aware (LFRU): among the evictable slots, a free one first (lowest index), else the
+ * one whose expert has the fewest uses, each use's weight halving every FT_CACHE_HALF_LIFE
+ * lookups of its layer (about that many tokens of decode); ties: the least recent. A scan of
+ * every slot per eviction. */
+#define FT_CACHE_HALF_LIFE 16
+extern const struct ft_cache_policy ft_cache_lfru;
+/* Segmented LRU: an expert enters on probation and is protected from its first hit on; the
+ * protected hold at most FT_CACHE_PROTECTED_PCT% of the slots (the least recent of them goes
+ * back on probation); the victim is the least recent on probation (else of the protected). */
+#define FT_CACHE_PROTECTED_PCT 80
+extern const struct ft_cache_policy ft_cache_slru;
+/* The policy called name ("lru", "lfru"), or NULL. */
+const struct ft_cache_policy *ft_cache_policy_find(const char *name);
 /* LRU's victim by its definition, a scan of every slot (O(slots); ft_cache_lru keeps a recency
  * order instead): the reference for tests and bench_cache. */
 int ft_cache_lru_scan(const struct ft_cache *c);
@@ -44,7 +59,21 @@ struct ft_cache {
     int32_t *prev, *next;   /* [n_slots] -1: none */
     int32_t head, tail;
     uint64_t *unused;       /* [(n_slots + 63) / 64] */
+    /* LFRU: each key's decayed use count as of its layer's lookup fstamp, the lookups of each
+     * layer so far, 2^(-d / FT_CACHE_HALF_LIFE) for d lookups */
+    float *fcount;          /* [n_layers * n_experts] */
+    uint32_t *fstamp;       /* [n_layers * n_experts] */
+    uint32_t *lsteps;       /* [n_layers] */
+    float *decay;           /* [FT_CACHE_DECAY_LEN] */
+    struct ft_trace *trace; /* every probe recorded into it, or NULL (ft_cache_record) */
+    uint8_t *prot;          /* [n_slots] SLRU: protected */
+    int n_prot;
 };
+#define FT_CACHE_DECAY_LEN (24 * FT_CACHE_HALF_LIFE)
+
+struct ft_trace;
+/* Records every following probe's (layer, ids) into t (NULL: stop); t outlives the recording. */
+void ft_cache_record(struct ft_cache *c, struct ft_trace *t);
 
 /* A miss to fill: copy expert `expert` of `layer` into `slot`. */
 struct ft_cache_fill {

@@ -656,7 +656,9 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
         st = ft_cuda_check("offload streams/events");
         goto fail;
     }
-    if ((st = ft_cache_init(&f->cache, f->n_slots, m->n_layers, f->E, NULL)) != FT_OK) goto fail;
+    if ((st = ft_cache_init(&f->cache, f->n_slots, m->n_layers, f->E, ft_cache_policy_find(o->policy))) != FT_OK)
+        goto fail;
+    if (o->record) ft_cache_record(f->cache, o->record);
     struct ft_platform plat;
     ft_platform_detect(&plat); /* the same detection the residency manager and VRAM margin use */
     f->verify = o->verify >= 0 ? o->verify : plat.kind == FT_PLATFORM_WSL2;

@@ -11,6 +11,7 @@
 #include "moe/cache.h"
 
 /* What the offload cache is asked for (the GPU backend's options, engine/gpu.h). */
+struct ft_trace;
 struct ft_offload_opts {
     int device;
     int cache_slots;        /* > 0: exactly this many slots */
@@ -20,6 +21,8 @@ struct ft_offload_opts {
     int moe_mode;           /* enum ft_moe_mode */
     const char *pin_budget; /* --pin-budget (NULL: env / platform default) */
     const char *cpu_layers; /* --moe-cpu-layers (NULL: auto) */
+    const char *policy;     /* the cache's eviction (NULL: LRU) */
+    struct ft_trace *record; /* every lookup recorded into it (NULL: none) */
 };
 
 struct ft_gpu_offload_stats {
