@@ -533,4 +533,45 @@ TEST(hybrid_text_config_and_layer_types) {
     ft_config_free(&c);
 }
 
+/* DeepSeek sparse attention (GLM-5): the indexer's sizes, which layers reuse the previous
+ * choice (indexer_types, index_topk_pattern, or transformers' freq / offset rule), the
+ * deepseek_sparse_attention layer type; mlp_layer_types wins over first_k_dense_replace. */
+TEST(dsa_indexer_fields) {
+    struct ft_config c;
+    EXPECT_OK(parse_patched("{\"index_topk\":2048,\"index_n_heads\":32,\"index_head_dim\":128,"
+                            "\"first_k_dense_replace\":3,\"layer_types\":[\"deepseek_sparse_attention\","
+                            "\"deepseek_sparse_attention\",\"deepseek_sparse_attention\","
+                            "\"deepseek_sparse_attention\"],\"mlp_layer_types\":[\"dense\",\"sparse\","
+                            "\"sparse\",\"sparse\"]}", &c));
+    EXPECT_EQ(c.index_topk, 2048);
+    EXPECT_EQ(c.index_n_heads, 32);
+    EXPECT_EQ(c.index_head_dim, 128);
+    EXPECT(c.index_shared == NULL); /* the default rule: every layer full */
+    EXPECT_EQ(c.first_k_dense_replace, 0);
+    EXPECT(c.linear == NULL && c.sliding && !c.sliding[0]);
+    ft_config_free(&c);
+    EXPECT_OK(parse_patched("{\"index_topk\":8,\"indexer_types\":[\"full\",\"shared\",\"full\","
+                            "\"shared\"]}", &c));
+    EXPECT(c.index_shared && !c.index_shared[0] && c.index_shared[1] && !c.index_shared[2] &&
+           c.index_shared[3]);
+    ft_config_free(&c);
+    EXPECT_OK(parse_patched("{\"index_topk\":8,\"index_topk_pattern\":\"FFSS\"}", &c));
+    EXPECT(c.index_shared && !c.index_shared[1] && c.index_shared[2] && c.index_shared[3]);
+    ft_config_free(&c);
+    /* freq 2, offset 2: layer i full when max(i - 1, 0) is even: F F S F */
+    EXPECT_OK(parse_patched("{\"index_topk\":8,\"index_topk_freq\":2}", &c));
+    EXPECT(c.index_shared && !c.index_shared[0] && !c.index_shared[1] && c.index_shared[2] &&
+           !c.index_shared[3]);
+    ft_config_free(&c);
+    EXPECT_EQ(parse_patched("{\"index_topk\":8,\"indexer_types\":[\"full\",\"half\",\"full\","
+                            "\"full\"]}", &c), FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "indexer_types[1]");
+    EXPECT_EQ(parse_patched("{\"index_topk\":8,\"index_topk_pattern\":\"FS\"}", &c), FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "index_topk_pattern");
+    EXPECT_EQ(parse_patched("{\"index_topk\":0}", &c), FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "index_topk");
+    EXPECT_EQ(parse_patched("{\"index_n_heads\":\"many\"}", &c), FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "index_n_heads");
+}
+
 TEST_MAIN("hfconfig")

@@ -379,6 +379,49 @@ TEST(mla_bad_input) {
     g_good = GOOD;
 }
 
+/* GLM-5 (DSA) checkpoints: index_topk missing, an indexer tensor missing, a first layer that
+ * would reuse a choice no layer made: one line naming the field or tensor, exit 2. The GPU
+ * backends (no CUDA indexer yet) refuse it with one line naming --backend cpu; auto runs it on
+ * the CPU. */
+TEST(dsa_bad_input) {
+    g_good = FT_TEST_DATA "/models/glm_moe_dsa";
+    const char *d = make_dir("dsa_notopk", "\"index_topk\": 6", "\"index_topk_x\": 6", 0);
+    expect_load_error(d, FT_ERR_FORMAT, "'index_topk' is missing");
+    expect_cli_error(d, "'index_topk' is missing", "config.json");
+    d = make_dir("dsa_noheads", "\"index_n_heads\": 8", "\"index_n_headz\": 8", 0);
+    expect_cli_error(d, "'index_n_heads' is missing", NULL);
+    d = make_dir("dsa_missing", NULL, NULL, 0);
+    rewrite(d, "model.layers.1.self_attn.indexer.wk.weight", NULL, NULL);
+    expect_load_error(d, FT_ERR_FORMAT, "model.layers.1.self_attn.indexer.wk.weight");
+    expect_cli_error(d, "model.layers.1.self_attn.indexer.wk.weight", "missing");
+    d = make_dir("dsa_norm", NULL, NULL, 0);
+    rewrite(d, "model.layers.3.self_attn.indexer.k_norm.bias", NULL, NULL);
+    expect_cli_error(d, "model.layers.3.self_attn.indexer.k_norm.bias", "missing");
+    d = make_dir("dsa_shared0", "\"indexer_types\": [\n    \"full\"", "\"indexer_types\": [\n    \"shared\"", 0);
+    expect_cli_error(d, "layer 0's indexer is \"shared\"", "indexer_types");
+    g_good = GOOD;
+    struct ft_model *m = NULL;
+    struct ft_pool *pool = NULL;
+    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/glm_moe_dsa", &m));
+    EXPECT_OK(ft_pool_init(&pool, 1));
+    if (!m || !pool) goto done;
+    struct ft_engine_opts o = {.max_ctx = 32, .max_chunk = 32, .backend = FT_BACKEND_CUDA};
+    struct ft_engine *e = NULL;
+    EXPECT_EQ(ft_engine_init(&e, m, pool, &o), FT_ERR_UNSUPPORTED);
+    EXPECT(e == NULL);
+    EXPECT_CONTAINS(ft_error(), "--backend cpu");
+    EXPECT_CONTAINS(ft_error(), "GlmMoeDsaForCausalLM");
+    o.backend = FT_BACKEND_OFFLOAD;
+    EXPECT_EQ(ft_engine_init(&e, m, pool, &o), FT_ERR_UNSUPPORTED);
+    o.backend_auto = 1;
+    EXPECT_OK(ft_engine_init(&e, m, pool, &o));
+    if (e) EXPECT_STREQ(ft_engine_backend(e), "cpu");
+    ft_engine_free(e);
+done:
+    ft_pool_free(pool);
+    ft_model_free(m);
+}
+
 TEST(bad_flags) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' logits --model '%s' --ids 1,x,3 --out /dev/null 2>/dev/null",

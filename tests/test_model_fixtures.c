@@ -27,7 +27,8 @@ static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2
                                          "gemma3",    "qwen3_moe_n08",    "mixtral_n08",
                                          "qwen3_5_moe", "qwen3_5_moe_vl",  "qwen3_next", "qwen3_5",
                                          "deepseek_v3", "deepseek_v3_noqlora", "glm4_moe",
-                                         "glm4_moe_qknorm", "glm4_moe_lite", "minimax_m2"};
+                                         "glm4_moe_qknorm", "glm4_moe_lite", "minimax_m2",
+                                         "glm_moe_dsa"};
 
 /* issue 25's exact-path fixtures: N(0, 0.08) matrices, U(0.8, 1.2) norms (QK-norm in
  * qwen3_moe_n08), logits of sd 0.5; their reference holds transformers in float64 too */
@@ -178,6 +179,9 @@ TEST(fixtures_chunked_prefill_and_odd_pool) {
     check_fixture("deepseek_v3_noqlora", pool, 3);
     check_fixture("glm4_moe_lite", pool, 7);
     check_fixture("minimax_m2", pool, 5);
+    /* DSA: the indexer keys cached beside the latents across chunks, top-k per query */
+    check_fixture("glm_moe_dsa", pool, 5);
+    check_fixture("glm_moe_dsa", pool, 1);
     ft_pool_free(pool);
 }
 

@@ -102,6 +102,17 @@ GLM4_MOE = dict(MOE, num_hidden_layers=4, partial_rotary_factor=0.5, attention_b
                 use_qk_norm=False, n_routed_experts=8, n_shared_experts=1, n_group=1, topk_group=1,
                 routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
                 num_mtp_layers=0, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+# GLM-5 (GlmMoeDsa): MLA (q LoRA; interleaved RoPE always) + the DSA lightning indexer (8 heads of
+# 16, the first 8 dims rotated, LayerNorm'd key) keeping index_topk 6 of up to 35 positions (the
+# prompt is 24: every query past the 6th drops tokens), one shared-top-k layer, GLM-4.7's MoE
+GLM_DSA = dict(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4, head_dim=None,
+               kv_lora_rank=32, q_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=8,
+               v_head_dim=12, index_topk=6, index_n_heads=8, index_head_dim=16,
+               indexer_types=["full", "full", "shared", "full"],
+               mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+               **{k: v for k, v in DSV3_MOE.items() if k not in ("num_mtp_layers", "first_k_dense_replace")},
+               num_nextn_predict_layers=0, norm_topk_prob=True,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
 
 # name -> (config class, model class, extra config)
 FIXTURES = {
@@ -185,6 +196,7 @@ FIXTURES = {
         q_lora_rank=24, norm_topk_prob=True,
         mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    "glm_moe_dsa": ("GlmMoeDsaConfig", "GlmMoeDsaForCausalLM", dict(GLM_DSA)),
     # MiniMax-M2: every layer MoE (no shared expert, experts of intermediate_size), sigmoid + bias
     # plain top-k (always renormalised), q/k RMSNorm over all heads at once, partial RoPE
     "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2ForCausalLM", dict(
@@ -197,17 +209,19 @@ FIXTURES = {
 N08 = {"qwen3_moe_n08", "mixtral_n08"}
 HYBRID = {"qwen3_5_moe", "qwen3_5_moe_vl", "qwen3_next", "qwen3_5"}
 SIGMOID_MOE = {"deepseek_v3", "deepseek_v3_noqlora", "glm4_moe", "glm4_moe_qknorm",
-               "glm4_moe_lite", "minimax_m2"}
+               "glm4_moe_lite", "minimax_m2", "glm_moe_dsa"}
+DSA = {"glm_moe_dsa"}  # the lightning indexer: its top-k margins are checked (dsa_selection)
 FUSED_EXPERTS = {"qwen3_5_moe_vl"}  # saved with the published fused expert tensors
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
 # seeds picked for top-1 margins of the greedy steps >= 0.04 (the hybrid and SIGMOID_MOE ones
 # >= 0.05) and router gaps >= 2e-3 (1e-6 is the fp32 noise; for SIGMOID_MOE the k-th minus next
 # biased sigmoid score among the kept groups, and the topk_group-th minus next group score, over
-# prompt + greedy); the default is 1234 + the fixture's index (qwen3_5_moe's default 1245 qualifies)
+# prompt + greedy; for DSA also the indexers' top-k-th minus next score >= 1e-3); the default is
+# 1234 + the fixture's index (qwen3_5_moe's default 1245 qualifies)
 SEEDS = {"qwen3_moe_n08": 1281, "mixtral_n08": 1269,
          "qwen3_5_moe_vl": 1646, "qwen3_next": 1647, "qwen3_5": 1748,
          "deepseek_v3": 1260, "deepseek_v3_noqlora": 1334, "glm4_moe": 1258, "glm4_moe_qknorm": 1293,
-         "glm4_moe_lite": 1286, "minimax_m2": 1364}
+         "glm4_moe_lite": 1286, "minimax_m2": 1364, "glm_moe_dsa": 1315}
 
 
 def init_weights(model, seed, plus_one_norms=False):
@@ -336,6 +350,64 @@ def router_selection(model, ids):
     for h in hooks:
         h.remove()
     return st
+
+
+def dsa_selection(model, full):
+    """the DSA indexers' choice on full [1, T] (no cache): per full-indexer layer and query with
+    more causal positions than index_topk, the top-k-th minus the next index score in float64
+    (ties there would leave the choice to torch.topk's unspecified order), and how many of those
+    queries the model's own top-k set differs from the float64 one"""
+    from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import apply_rotary_pos_emb_interleave
+    F = torch.nn.functional
+    st = dict(queries=0, gap=float("inf"), mismatch=0)
+    hooks, want = [], {}
+
+    def pre(mod, args, kwargs):
+        x, qr, (cos, sin) = args[0].double(), args[1].double(), args[2]
+        B, S, _ = x.shape
+        H, D, R, k = mod.n_heads, mod.head_dim, mod.qk_rope_head_dim, mod.index_topk
+        q = F.linear(qr, mod.wq_b.weight.double()).view(B, S, H, D)
+        kk = F.layer_norm(F.linear(x, mod.wk.weight.double()), (D,), mod.k_norm.weight.double(),
+                          mod.k_norm.bias.double(), mod.k_norm.eps)[:, :, None]
+        qr_, kr_ = apply_rotary_pos_emb_interleave(q[..., :R], kk[..., :R], cos.double(), sin.double(),
+                                                   unsqueeze_dim=2)
+        q, kk = torch.cat([qr_, q[..., R:]], -1), torch.cat([kr_, kk[..., R:]], -1)[:, :, 0]
+        sc = F.relu(torch.matmul(q, kk.transpose(-1, -2).unsqueeze(1)) * D ** -0.5)
+        w = F.linear(x, mod.weights_proj.weight.double()) * H ** -0.5
+        idx = torch.matmul(w.unsqueeze(-2), sc).squeeze(-2)[0]  # [S, T]
+        idx = idx.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), float("-inf"))
+        want[id(mod)] = idx
+
+    def post(mod, args, kwargs, out):
+        idx, k = want[id(mod)], mod.index_topk
+        for s in range(k, idx.shape[0]):  # s + 1 > k causal positions
+            v = idx[s, :s + 1].sort(descending=True).values
+            st["gap"] = min(st["gap"], float(v[k - 1] - v[k]))
+            st["queries"] += 1
+            ref = set(idx[s].topk(k).indices.tolist())
+            st["mismatch"] += ref != set(out[0, s].tolist())
+    for mod in model.modules():
+        if type(mod).__name__.endswith("Indexer"):
+            hooks.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
+            hooks.append(mod.register_forward_hook(post, with_kwargs=True))
+    with torch.no_grad():
+        model(full, use_cache=False)
+    for h in hooks:
+        h.remove()
+    return st
+
+
+def dense_logits(model, ids):
+    """logits of ids with every indexer keeping all positions (index_topk beyond the length)"""
+    mods = [m for m in model.modules() if type(m).__name__.endswith("Indexer")]
+    keep = [m.index_topk for m in mods]
+    for m in mods:
+        m.index_topk = 1 << 20
+    with torch.no_grad():
+        out = model(ids).logits[0].float()
+    for m, k in zip(mods, keep):
+        m.index_topk = k
+    return out
 
 
 def check_norm_conventions(model):
@@ -501,6 +573,9 @@ def build(name, seed):
             tf = model(full).logits[0].float()  # teacher-forced: the chunked delta rule
         d_step = float((stepwise_logits(model, full) - tf).abs().max())
         d_gen = float((gen_logits - tf[T_PROMPT - 1:]).abs().max())
+    if name in DSA:
+        dsel = dsa_selection(model, full)
+        d_dense = float((dense_logits(model, ids) - logits).abs().max())
     if hybrid:
         decay, beta = gdn_stats(model, ids)
         moe = hasattr(getattr(model.config, "text_config", model.config), "num_experts_per_tok")
@@ -533,6 +608,12 @@ def build(name, seed):
         print(f"  |fp32 - fp64| {float((logits - more['logits64']).abs().max()):.2e}, smallest router "
               f"gap {float(rg[rg >= 0].min()):.2e}, smallest greedy top-1 margin {gap:.3f}"
               f"{'' if same else ' (teacher-forced argmax differs from generate)'}")
+    if name in DSA:
+        print(f"  DSA: {dsel['queries']} query-layer pairs drop positions, smallest top-k gap "
+              f"{dsel['gap']:.2e}, {dsel['mismatch']} differ from the float64 choice; "
+              f"|dense attention - sparse| {d_dense:.3f}")
+        if dsel["gap"] < 1e-3 or dsel["mismatch"] or d_dense < 1e-2:
+            sys.exit(f"{name}: a DSA check failed")
     if sig:
         report_sigmoid_moe(name, model, model_cls, d, ids, full, logits, gap, same, d_step, d_gen)
     if hybrid:

@@ -72,6 +72,12 @@ struct ft_engine {
     float *m_qn;                /* [nh, chunk, dn] each head's q_nope, contiguous */
     float *m_ql;                /* [chunk, nh, L + dr] each head's query in the latent space */
     float *m_lat;               /* [nh, chunk, L] attention's output in the latent space */
+    /* DSA (GLM-5): cache rows [latent (L) | k_pe (dr) | indexer key (dI)], kv_dim wide; the
+     * indexer's queries [chunk, nI dI], keys [chunk, dI], head weights [chunk, nI]; each token's
+     * kept positions [chunk, ix_k] ascending and their count [chunk] */
+    float *ix_q, *ix_key, *ix_w;
+    int32_t *ix_sel, *ix_n;
+    int ix_k;
 };
 
 /* --- matmul with an output row stride, rows split over the pool --- */
@@ -299,6 +305,38 @@ static struct ft_weight rows_of(const struct ft_weight *w, int r0, int n) {
                               w->dtype, n, w->cols};
 }
 
+/* DeepSeek sparse attention's lightning indexer for a layer that runs it (L->dsa 1): each token's
+ * queries from the normalised q LoRA (m_qa), its key from xn (LayerNorm, eps 1e-6), both rotated
+ * on their first dr dims in pairs, the key stored at offset L + dr of the token's cache row kc
+ * (kv_dim wide); then each token's ix_k best cached positions into ix_sel / ix_n. */
+static void dsa_index(struct ft_engine *e, const struct ft_layer *L, float *kc, int T) {
+    const struct ft_model *m = e->m;
+    const int nI = m->dsa_heads, dI = m->dsa_dim, dr = m->mla_rope, W = e->kv_dim;
+    const int off = m->mla_kv_lora + dr;
+    mm(e, e->ix_q, nI * dI, e->m_qa, &L->idx_wq, NULL, T);
+    mm(e, e->ix_key, dI, e->xn, &L->idx_wk, NULL, T);
+    mm(e, e->ix_w, nI, e->xn, &L->idx_w, NULL, T);
+    const float hs = 1.0f / sqrtf((float)nI);
+    for (int t = 0; t < T; t++) {
+        float *k = e->ix_key + (size_t)t * dI, mean = 0, var = 0;
+        for (int d = 0; d < dI; d++) mean += k[d];
+        mean /= (float)dI;
+        for (int d = 0; d < dI; d++) var += (k[d] - mean) * (k[d] - mean);
+        const float r = 1.0f / sqrtf(var / (float)dI + 1e-6f);
+        for (int d = 0; d < dI; d++) k[d] = (k[d] - mean) * r * L->idx_k_norm[d] + L->idx_k_bias[d];
+        for (int h = 0; h < nI; h++) e->ix_w[(size_t)t * nI + h] *= hs;
+    }
+    rope_at(e->ix_q, nI * dI, nI, dI, 0, dr, e->pos, T, m->inv_freq, m->rope_mscale, 1);
+    rope_at(e->ix_key, dI, 1, dI, 0, dr, e->pos, T, m->inv_freq, m->rope_mscale, 1);
+    for (int t = 0; t < T; t++) {
+        int p = e->pos[t];
+        size_t row = (size_t)e->tok_blocks[t][p / FT_KV_BLOCK] * FT_KV_BLOCK + p % FT_KV_BLOCK;
+        memcpy(kc + row * W + off, e->ix_key + (size_t)t * dI, (size_t)dI * sizeof(float));
+    }
+    ft_cpu_index_topk(e->pool, e->ix_sel, e->ix_n, e->ix_k, e->ix_q, e->ix_w, kc, W, off, e->pos,
+                      e->tok_blocks, FT_KV_BLOCK, T, nI, dI, 1.0f / sqrtf((float)dI));
+}
+
 /* Multi-head latent attention, absorbed: the cache row of a position is [c_kv (L) | k_pe (dr)],
  * c_kv the normalised latent and k_pe the rotated shared key; each head's q_nope is carried
  * into the latent space by its k_nope rows of kv_b (uk_t), so score = q_lat . c_kv + q_pe .
@@ -319,12 +357,14 @@ static void mla_attention(struct ft_engine *e, const struct ft_layer *L, int l, 
         ft_cpu_rmsnorm(e->m_kva + (size_t)t * D, e->m_kva + (size_t)t * D, L->kv_a_norm, 1, Lr, 1e-6f);
     rope_at(e->q, qd, nh, dn + dr, dn, dr, e->pos, T, m->inv_freq, m->rope_mscale, m->rope_pairs);
     rope_at(e->m_kva, D, 1, D, Lr, dr, e->pos, T, m->inv_freq, m->rope_mscale, m->rope_pairs);
-    float *kc = e->k_cache + (size_t)e->kv_of[l] * e->n_blocks * FT_KV_BLOCK * D;
+    const int W = e->kv_dim; /* D, or D + dI with DSA's indexer key */
+    float *kc = e->k_cache + (size_t)e->kv_of[l] * e->n_blocks * FT_KV_BLOCK * W;
     for (int t = 0; t < T; t++) {
         int p = e->pos[t];
         size_t row = (size_t)e->tok_blocks[t][p / FT_KV_BLOCK] * FT_KV_BLOCK + p % FT_KV_BLOCK;
-        memcpy(kc + row * D, e->m_kva + (size_t)t * D, (size_t)D * sizeof(float));
+        memcpy(kc + row * W, e->m_kva + (size_t)t * D, (size_t)D * sizeof(float));
     }
+    if (L->dsa == 1) dsa_index(e, L, kc, T); /* 2: the previous layer's choice stands */
     for (int h = 0; h < nh; h++) /* q_nope per head, contiguous; q_pe beside each q_lat */
         for (int t = 0; t < T; t++) {
             const float *qh = e->q + (size_t)t * qd + (size_t)h * (dn + dr);
@@ -337,8 +377,9 @@ static void mla_attention(struct ft_engine *e, const struct ft_layer *L, int l, 
         else
             for (int t = 0; t < T; t++) memset(e->m_ql + ((size_t)t * nh + h) * D, 0, (size_t)Lr * sizeof(float));
     }
-    ft_cpu_attention_latent(e->pool, e->m_lat, e->m_ql, kc, e->pos, e->tok_blocks, FT_KV_BLOCK, T, nh,
-                            D, Lr, m->attn_scale);
+    ft_cpu_attention_latent_sel(e->pool, e->m_lat, e->m_ql, kc, W, e->pos, e->tok_blocks, FT_KV_BLOCK,
+                                T, nh, D, Lr, m->attn_scale, L->dsa ? e->ix_sel : NULL, e->ix_n,
+                                e->ix_k);
     for (int h = 0; h < nh; h++) {
         struct ft_weight uv = rows_of(&L->kv_b, h * (dn + dv) + dn, dv);
         mm(e, e->att + (size_t)h * dv, nh * dv, e->m_lat + (size_t)h * T * Lr, &uv, NULL, T);
@@ -826,6 +867,13 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
     }
+    if (gpu && (m->arch->flags & FT_ARCH_DSA)) { /* no CUDA indexer yet */
+        if (!opts->backend_auto)
+            return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it "
+                           "yet (DeepSeek sparse attention's indexer); use --backend cpu", m->arch->name);
+        ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
+        gpu = 0;
+    }
     for (int l = 0; gpu && l < m->n_layers; l++) { /* expert formats without GPU kernels yet */
         const struct ft_layer *L = &m->layers[l];
         if (!L->is_moe) continue;
@@ -858,7 +906,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->rng = opts->seed ? opts->seed : 0x9e3779b97f4a7c15ull;
     int C = e->opts.max_chunk, H = m->hidden, k = m->top_k > 0 ? m->top_k : 1;
     e->q_dim = m->n_heads * m->head_dim;
-    e->kv_dim = m->mla ? m->mla_kv_lora + m->mla_rope : m->n_kv_heads * m->head_dim;
+    e->kv_dim = m->mla ? m->mla_kv_lora + m->mla_rope + m->dsa_dim : m->n_kv_heads * m->head_dim;
     e->max_i = FT_MAX(m->cfg.intermediate_size, m->shared_inter);
     int seq_blocks = (e->opts.max_ctx + FT_KV_BLOCK - 1) / FT_KV_BLOCK;
     if (e->opts.kv_tokens <= 0) e->opts.kv_tokens = e->opts.max_ctx;
@@ -918,6 +966,15 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
         e->m_ql = malloc((size_t)C * nh * D * sizeof(float));
         e->m_lat = malloc((size_t)C * nh * Lr * sizeof(float));
         hybrid_ok &= e->m_qa && e->m_kva && e->m_qn && e->m_ql && e->m_lat;
+    }
+    if (m->dsa_topk) { /* a query keeps at most its context */
+        e->ix_k = FT_MIN(m->dsa_topk, e->opts.max_ctx);
+        e->ix_q = malloc((size_t)C * m->dsa_heads * m->dsa_dim * sizeof(float));
+        e->ix_key = malloc((size_t)C * m->dsa_dim * sizeof(float));
+        e->ix_w = malloc((size_t)C * m->dsa_heads * sizeof(float));
+        e->ix_sel = malloc((size_t)C * e->ix_k * sizeof(int32_t));
+        e->ix_n = malloc((size_t)C * sizeof(int32_t));
+        hybrid_ok &= e->ix_q && e->ix_key && e->ix_w && e->ix_sel && e->ix_n;
     }
     if (!hybrid_ok || !e->kv_of || !e->gdn_of || !e->seg_slot || !e->k_cache || !e->v_cache || !e->x || !e->xn || !e->y || !e->q || !e->att || !e->k ||
         !e->v || !e->gu || !e->act || !e->router || !e->top_ids || !e->top_w || !e->pos ||
@@ -1012,6 +1069,7 @@ void ft_engine_free(struct ft_engine *e) {
     free(e->g_qkv), free(e->g_z), free(e->g_o), free(e->g_b), free(e->g_a);
     free(e->st), free(e->st_key);
     free(e->m_qa), free(e->m_kva), free(e->m_qn), free(e->m_ql), free(e->m_lat);
+    free(e->ix_q), free(e->ix_key), free(e->ix_w), free(e->ix_sel), free(e->ix_n);
     ft_moe_exec_free(e->moe);
     free(e->xq);
     ft_gpu_free(e->gpu);

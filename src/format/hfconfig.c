@@ -323,7 +323,9 @@ static enum ft_status parse_moe(json_t *root, const char *label, struct ft_confi
                                label, l);
             cfg->mlp_only[l] |= !strcmp(t, "dense");
         }
-        if (cfg->first_k_dense_replace < 0) cfg->first_k_dense_replace = 0; /* the list says */
+        /* the list says, whatever first_k_dense_replace is (transformers reads only the list
+         * when given: GLM-5's configs keep first_k_dense_replace 3 beside it) */
+        cfg->first_k_dense_replace = 0;
     }
     if (cfg->n_group > 1) {
         if (cfg->n_experts % cfg->n_group)
@@ -383,7 +385,7 @@ static enum ft_status parse_layer_types(json_t *root, const char *label, struct 
         const char *s = json_string_value(json_array_get(lt, (size_t)l));
         if (s && strcmp(s, "sliding_attention") == 0) cfg->sliding[l] = 1;
         else if (s && strcmp(s, "linear_attention") == 0) cfg->linear[l] = 1, n_linear++;
-        else if (!s || strcmp(s, "full_attention") != 0)
+        else if (!s || (strcmp(s, "full_attention") && strcmp(s, "deepseek_sparse_attention")))
             return ft_fail(FT_ERR_FORMAT, "%s: 'layer_types[%d]' must be \"full_attention\", "
                            "\"sliding_attention\" or \"linear_attention\"", label, l);
     }
@@ -392,6 +394,56 @@ static enum ft_status parse_layer_types(json_t *root, const char *label, struct 
         cfg->linear = NULL;
     }
     return FT_OK;
+}
+
+/* DeepSeek sparse attention (GLM-5): the indexer's sizes and which layers reuse the previous
+ * layer's top-k: indexer_types ("full" / "shared"), else index_topk_pattern ("FSS...", or a list
+ * of those words), else transformers' rule: layer i is full when max(i - offset + 1, 0) is a
+ * multiple of index_topk_freq (default 1: every layer), offset index_skip_topk_offset (2). */
+static enum ft_status parse_dsa(json_t *root, const char *label, struct ft_config *cfg) {
+    enum ft_status st = FT_OK;
+    FT_TRY(get_int(root, "", "index_topk", label, 0, 0, 1, &cfg->index_topk));
+    FT_TRY(get_int(root, "", "index_n_heads", label, 0, 0, 1, &cfg->index_n_heads));
+    FT_TRY(get_int(root, "", "index_head_dim", label, 0, 0, 1, &cfg->index_head_dim));
+    if (!cfg->index_topk) return FT_OK;
+    int freq = 1, offset = 2, n_shared = 0;
+    FT_TRY(get_int(root, "", "index_topk_freq", label, 0, 1, 0, &freq));
+    FT_TRY(get_int(root, "", "index_skip_topk_offset", label, 0, 2, 0, &offset));
+    if (freq < 1) freq = 1;
+    json_t *it = get(root, "indexer_types"), *pat = get(root, "index_topk_pattern");
+    const char *key = it ? "indexer_types" : "index_topk_pattern";
+    json_t *list = it ? it : pat;
+    if (list && json_is_string(list) && strlen(json_string_value(list)) != (size_t)cfg->n_layers)
+        return ft_fail(FT_ERR_FORMAT, "%s: '%s' must have %d letters F or S", label, key, cfg->n_layers);
+    if (list && !json_is_string(list) && (!json_is_array(list) || json_array_size(list) != (size_t)cfg->n_layers))
+        return ft_fail(FT_ERR_FORMAT, "%s: '%s' must be a list of %d strings", label, key, cfg->n_layers);
+    if (!(cfg->index_shared = calloc((size_t)cfg->n_layers, 1)))
+        return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
+    for (int l = 0; l < cfg->n_layers; l++) {
+        int shared;
+        if (list && json_is_string(list)) {
+            const char c = json_string_value(list)[l];
+            if (c != 'F' && c != 'S')
+                return ft_fail(FT_ERR_FORMAT, "%s: '%s'[%d] must be F or S", label, key, l);
+            shared = c == 'S';
+        } else if (list) {
+            const char *s = json_string_value(json_array_get(list, (size_t)l));
+            if (!s || (strcmp(s, "full") && strcmp(s, "shared")))
+                return ft_fail(FT_ERR_FORMAT, "%s: '%s[%d]' must be \"full\" or \"shared\"", label,
+                               key, l);
+            shared = !strcmp(s, "shared");
+        } else {
+            shared = (l - offset + 1 > 0 ? l - offset + 1 : 0) % freq != 0;
+        }
+        cfg->index_shared[l] = (uint8_t)shared;
+        n_shared += shared;
+    }
+    if (!n_shared) {
+        free(cfg->index_shared);
+        cfg->index_shared = NULL;
+    }
+fail:
+    return st;
 }
 
 /* Parses a JSON document whose top level must be an object (duplicate keys rejected). */
@@ -520,6 +572,7 @@ enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
     FT_TRY(get_int(root, "", "v_head_dim", label, 0, 0, 1, &cfg->v_head_dim));
     FT_TRY(get_bool(root, "", "rope_interleave", label, -1, &cfg->rope_interleave));
     FT_TRY(get_bool(root, "", "use_qk_norm", label, -1, &cfg->use_qk_norm));
+    FT_TRY(parse_dsa(root, label, cfg));
     FT_TRY(get_num(root, "", "query_pre_attn_scalar", label, 0, 0, 1, &cfg->query_pre_attn_scalar));
     const char *acts[2] = {"hidden_activation", "hidden_act"};
     for (int i = 0; i < 2; i++) {
@@ -630,6 +683,8 @@ void ft_config_free(struct ft_config *cfg) {
     free(cfg->mlp_only);
     free(cfg->sliding);
     free(cfg->linear);
+    free(cfg->index_shared);
+    cfg->index_shared = NULL;
     cfg->mlp_only = NULL;
     cfg->sliding = NULL;
     cfg->linear = NULL;

@@ -88,6 +88,12 @@ struct ft_config {
     double routed_scaling_factor;
     int n_shared_experts;
     int first_k_dense_replace;
+    /* DeepSeek sparse attention (GLM-5): the lightning indexer's heads and head width, the
+     * positions each query keeps (0 when absent); index_shared [n_layers]: 1 where the layer
+     * reuses the previous layer's choice (indexer_types "shared", index_topk_pattern "S", or the
+     * index_topk_freq / index_skip_topk_offset rule), NULL when no layer does */
+    int index_topk, index_n_heads, index_head_dim;
+    uint8_t *index_shared;
     int use_qk_norm;          /* GLM-4.5: -1 absent */
     int text_config;          /* the LM fields came from a multimodal wrapper's text_config */
     double swiglu_limit;      /* gpt-oss clamped SwiGLU: limit (0 = plain SwiGLU) and alpha */

@@ -33,6 +33,9 @@ enum ft_arch_flag {
     FT_ARCH_SHARED_PLAIN = 1 << 14, /* shared_experts: one ungated MLP of n_shared_experts x
                                        moe_intermediate_size (DeepSeek, GLM) */
     FT_ARCH_QK_NORM_ALL = 1 << 15,  /* q_norm / k_norm over all heads at once (MiniMax-M2) */
+    FT_ARCH_DSA = 1 << 16,          /* DeepSeek sparse attention on MLA (GLM-5): a lightning
+                                       indexer (self_attn.indexer.*) keeps index_topk positions
+                                       per query; RoPE in interleaved pairs whatever the config */
 };
 
 struct ft_arch {

@@ -541,6 +541,28 @@ fail:
     return st;
 }
 
+/* A DSA layer's lightning indexer (self_attn.indexer.*); a "shared" layer has none. */
+static enum ft_status load_dsa(struct ft_model *m, int l, struct ft_layer *L) {
+    const int H = m->hidden, nI = m->dsa_heads, dI = m->dsa_dim;
+    char n[256];
+    enum ft_status st;
+    if (m->cfg.index_shared && m->cfg.index_shared[l]) {
+        L->dsa = 2;
+        return FT_OK;
+    }
+    L->dsa = 1;
+#define P(...) NAME(n, "model.layers.%d.self_attn.indexer." __VA_ARGS__)
+    FT_TRY(load_weight(m, P("wq_b.weight", l), nI * dI, m->mla_q_lora, &L->idx_wq));
+    FT_TRY(load_weight(m, P("wk.weight", l), dI, H, &L->idx_wk));
+    FT_TRY(load_vec(m, P("k_norm.weight", l), dI, &L->idx_k_norm));
+    FT_TRY(load_vec(m, P("k_norm.bias", l), dI, &L->idx_k_bias));
+    FT_TRY(load_weight(m, P("weights_proj.weight", l), nI, H, &L->idx_w));
+#undef P
+    return FT_OK;
+fail:
+    return st;
+}
+
 static enum ft_status load_layer(struct ft_model *m, int l) {
     struct ft_layer *L = &m->layers[l];
     const struct ft_arch *a = m->arch;
@@ -564,6 +586,7 @@ static enum ft_status load_layer(struct ft_model *m, int l) {
     }
     if (a->flags & FT_ARCH_MLA) {
         FT_TRY(load_mla(m, l, L));
+        if (m->dsa_topk) FT_TRY(load_dsa(m, l, L));
         goto ffn;
     }
     L->attn_gate = (a->flags & FT_ARCH_HYBRID) != 0;
@@ -796,6 +819,29 @@ static enum ft_status hybrid_shapes(struct ft_model *m) {
     return FT_OK;
 }
 
+/* DeepSeek sparse attention's sizes (GLM-5): the indexer needs q LoRA, rotates the first
+ * qk_rope_head_dim dims of its heads in interleaved pairs (as the latent attention there), and
+ * its first layer must run it (a "shared" layer reuses the previous one's choice). */
+static enum ft_status dsa_shapes(struct ft_model *m) {
+    const struct ft_config *c = &m->cfg;
+    const char *miss = !c->index_topk ? "index_topk" : !c->index_n_heads ? "index_n_heads"
+                     : !c->index_head_dim ? "index_head_dim" : NULL;
+    if (miss)
+        return ft_fail(FT_ERR_FORMAT, "%s/config.json: '%s' is missing (%s's sparse-attention "
+                       "indexer needs index_topk, index_n_heads and index_head_dim)", m->label, miss,
+                       m->arch->name);
+    if (c->q_lora_rank <= 0 || c->index_head_dim < c->qk_rope_head_dim)
+        return ft_fail(FT_ERR_FORMAT, "%s/config.json: the sparse-attention indexer needs q_lora_rank "
+                       "> 0 and index_head_dim (%d) >= qk_rope_head_dim (%d)", m->label,
+                       c->index_head_dim, c->qk_rope_head_dim);
+    if (c->index_shared && c->index_shared[0])
+        return ft_fail(FT_ERR_FORMAT, "%s/config.json: layer 0's indexer is \"shared\" but no "
+                       "layer before it chooses (indexer_types)", m->label);
+    m->dsa_topk = c->index_topk, m->dsa_heads = c->index_n_heads, m->dsa_dim = c->index_head_dim;
+    m->rope_pairs = 1; /* transformers' glm_moe_dsa interleaves whatever rope_interleave says */
+    return FT_OK;
+}
+
 /* DeepSeek-style models: MLA's sizes (the per-head q/k width is dn + dr; RoPE over dr, in
  * adjacent pairs unless rope_interleave is false; the softmax scale (dn + dr)^-1/2, times
  * YaRN's mscale(factor, mscale_all_dim)^2), the sigmoid router's groups and scale, the plain
@@ -820,6 +866,8 @@ static enum ft_status mla_router_shapes(struct ft_model *m) {
             scale *= ms * ms;
         }
         m->attn_scale = (float)scale;
+        enum ft_status st = m->arch->flags & FT_ARCH_DSA ? dsa_shapes(m) : FT_OK;
+        if (st != FT_OK) return st;
     }
     struct ft_config *w = &m->cfg; /* the arch's defaults where the config is silent */
     if (w->first_k_dense_replace < 0) w->first_k_dense_replace = m->arch->dense_first;

@@ -65,6 +65,13 @@ struct ft_layer {
     struct ft_weight kv_b;      /* [nh (dn + dv), L]: per head k_nope rows, then v rows */
     struct ft_weight uk_t;      /* [nh L, dn] bf16: each head's k_nope rows of kv_b transposed,
                                    to carry q_nope into the latent space (the absorbed form) */
+    /* DeepSeek sparse attention's lightning indexer (GLM-5; ft_model's dsa_* sizes: nI heads of
+     * dI, the first dr dims rotated): dsa 1 runs it, 2 reuses the previous layer's choice */
+    int dsa;
+    struct ft_weight idx_wq;    /* [nI dI, q_lora]: the queries, from the normalised q LoRA */
+    struct ft_weight idx_wk;    /* [dI, H]: the key */
+    float *idx_k_norm, *idx_k_bias; /* [dI] the key's LayerNorm (eps 1e-6) */
+    struct ft_weight idx_w;     /* [nI, H]: weights_proj, each head's weight for the query */
     float *router_score_bias;   /* [E] e_score_correction_bias (choice only) or NULL */
     int window;                 /* sliding window (0 = full attention) */
     int is_moe;
@@ -96,6 +103,9 @@ struct ft_model {
     /* MLA sizes (mla: the attention layers use them): q LoRA rank (0: q_proj), latent rank,
      * per-head widths; rope_pairs: RoPE rotates adjacent pairs (2i, 2i + 1) */
     int mla, mla_q_lora, mla_kv_lora, mla_nope, mla_rope, mla_v, rope_pairs;
+    /* DeepSeek sparse attention (0: none): positions kept per query, indexer heads and width;
+     * an MLA KV cache row is then [latent (L) | rotated key (dr) | indexer key (dI)] */
+    int dsa_topk, dsa_heads, dsa_dim;
     /* sigmoid router: groups of experts (n_group <= 1: none), groups kept, routed weights' scale */
     int router_sigmoid, n_group, topk_group;
     float routed_scale;

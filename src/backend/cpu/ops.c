@@ -649,8 +649,10 @@ struct latent_ctx {
     const float *q, *cache;
     const int32_t *pos;
     const int32_t *const *blocks;
-    int block_size, T, n_heads, d_qk, d_v;
+    int block_size, T, n_heads, d_qk, d_v, ld;
     float scale;
+    const int32_t *sel, *n_sel; /* the kept positions of each token, or NULL (all p <= pos) */
+    int k_sel;
 };
 
 static void latent_worker(void *ctx, int i, int n) {
@@ -660,7 +662,9 @@ static void latent_worker(void *ctx, int i, int n) {
     int cap = 0;
     float *p = NULL;
     for (long w = lo; w < hi; w++) {
-        const int t = (int)(w / c->n_heads), h = (int)(w % c->n_heads), S = c->pos[t] + 1;
+        const int t = (int)(w / c->n_heads), h = (int)(w % c->n_heads);
+        const int S = c->sel ? c->n_sel[t] : c->pos[t] + 1;
+        const int32_t *at = c->sel ? c->sel + (size_t)t * c->k_sel : NULL;
         if (S > cap) {
             float *np = realloc(p, (size_t)S * sizeof *p);
             if (!np) break; /* (rows left as they were: only on out of memory) */
@@ -669,8 +673,9 @@ static void latent_worker(void *ctx, int i, int n) {
         const float *qh = c->q + ((size_t)t * c->n_heads + h) * c->d_qk;
         float mx = -INFINITY;
         for (int j = 0; j < S; j++) {
-            const float *row = c->cache + ((size_t)c->blocks[t][j / c->block_size] * c->block_size +
-                                           j % c->block_size) * c->d_qk;
+            const int jp = at ? at[j] : j;
+            const float *row = c->cache + ((size_t)c->blocks[t][jp / c->block_size] * c->block_size +
+                                           jp % c->block_size) * c->ld;
             float d = 0;
             for (int x = 0; x < c->d_qk; x++) d += qh[x] * row[x];
             p[j] = d * c->scale;
@@ -681,8 +686,9 @@ static void latent_worker(void *ctx, int i, int n) {
         float *o = c->out + ((size_t)h * c->T + t) * c->d_v;
         memset(o, 0, (size_t)c->d_v * sizeof *o);
         for (int j = 0; j < S; j++) {
-            const float *row = c->cache + ((size_t)c->blocks[t][j / c->block_size] * c->block_size +
-                                           j % c->block_size) * c->d_qk;
+            const int jp = at ? at[j] : j;
+            const float *row = c->cache + ((size_t)c->blocks[t][jp / c->block_size] * c->block_size +
+                                           jp % c->block_size) * c->ld;
             const float wj = p[j] / sum;
             for (int x = 0; x < c->d_v; x++) o[x] += wj * row[x];
         }
@@ -693,7 +699,108 @@ static void latent_worker(void *ctx, int i, int n) {
 void ft_cpu_attention_latent(struct ft_pool *pool, float *out, const float *q, const float *cache,
                              const int32_t *pos, const int32_t *const *blocks, int block_size, int T,
                              int n_heads, int d_qk, int d_v, float scale) {
-    FT_ASSERT(d_v <= d_qk && block_size > 0);
-    struct latent_ctx c = {out, q, cache, pos, blocks, block_size, T, n_heads, d_qk, d_v, scale};
+    ft_cpu_attention_latent_sel(pool, out, q, cache, d_qk, pos, blocks, block_size, T, n_heads, d_qk,
+                                d_v, scale, NULL, NULL, 0);
+}
+
+void ft_cpu_attention_latent_sel(struct ft_pool *pool, float *out, const float *q, const float *cache,
+                                 int ld, const int32_t *pos, const int32_t *const *blocks,
+                                 int block_size, int T, int n_heads, int d_qk, int d_v, float scale,
+                                 const int32_t *sel, const int32_t *n_sel, int k_sel) {
+    FT_ASSERT(d_v <= d_qk && d_qk <= ld && block_size > 0);
+    struct latent_ctx c = {out,     q,   cache, pos,   blocks, block_size, T, n_heads, d_qk,
+                           d_v,     ld,  scale, sel,   n_sel,  k_sel};
     ft_pool_run(pool, latent_worker, &c);
+}
+
+/* --- the lightning indexer's top-k --- */
+
+struct index_ctx {
+    int32_t *sel, *n_sel;
+    int k;
+    const float *q, *w, *cache;
+    int ld, off;
+    const int32_t *pos;
+    const int32_t *const *blocks;
+    int block_size, T, n_heads, dim;
+    float scale;
+};
+
+/* a beats b: a higher score, or the same score at a lower position (NaN never beats) */
+static int index_beats(float sa, int pa, float sb, int pb) { return sa > sb || (sa == sb && pa < pb); }
+
+/* Sifts heap slot i down: the root is the worst of the kept (score, position) pairs. */
+static void index_sift(float *hs, int32_t *hp, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && index_beats(hs[m], hp[m], hs[l], hp[l])) m = l;
+        if (r < n && index_beats(hs[m], hp[m], hs[r], hp[r])) m = r;
+        if (m == i) return;
+        float ts = hs[i];
+        int32_t tp = hp[i];
+        hs[i] = hs[m], hp[i] = hp[m], hs[m] = ts, hp[m] = tp;
+        i = m;
+    }
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void index_worker(void *ctx, int i, int n) {
+    const struct index_ctx *c = ctx;
+    long lo, hi;
+    ft_split(c->T, i, n, &lo, &hi);
+    float *hs = lo < hi ? malloc((size_t)c->k * sizeof *hs) : NULL;
+    for (long t = lo; hs && t < hi; t++) {
+        const int S = c->pos[t] + 1;
+        int32_t *out = c->sel + (size_t)t * c->k;
+        if (S <= c->k) { /* fewer positions than kept: all of them */
+            for (int p = 0; p < S; p++) out[p] = p;
+            c->n_sel[t] = S;
+            continue;
+        }
+        const float *qt = c->q + (size_t)t * c->n_heads * c->dim, *wt = c->w + (size_t)t * c->n_heads;
+        int nh = 0; /* heap of the best so far in (hs, out), worst at the root */
+        for (int p = 0; p < S; p++) {
+            const float *key = c->cache + ((size_t)c->blocks[t][p / c->block_size] * c->block_size +
+                                           p % c->block_size) * c->ld + c->off;
+            float s = 0;
+            for (int h = 0; h < c->n_heads; h++) {
+                const float *qh = qt + (size_t)h * c->dim;
+                float d = 0;
+                for (int x = 0; x < c->dim; x++) d += qh[x] * key[x];
+                d *= c->scale;
+                s += wt[h] * (d > 0 ? d : 0);
+            }
+            if (nh < c->k) {
+                hs[nh] = s, out[nh] = p, nh++;
+                for (int j = nh - 1; j > 0;) { /* sift up */
+                    int up = (j - 1) / 2;
+                    if (!index_beats(hs[up], out[up], hs[j], out[j])) break;
+                    float ts = hs[j];
+                    int32_t tp = out[j];
+                    hs[j] = hs[up], out[j] = out[up], hs[up] = ts, out[up] = tp;
+                    j = up;
+                }
+            } else if (index_beats(s, p, hs[0], out[0])) {
+                hs[0] = s, out[0] = p;
+                index_sift(hs, out, nh, 0);
+            }
+        }
+        qsort(out, (size_t)nh, sizeof *out, cmp_i32);
+        c->n_sel[t] = nh;
+    }
+    free(hs);
+}
+
+void ft_cpu_index_topk(struct ft_pool *pool, int32_t *sel, int32_t *n_sel, int k, const float *q,
+                       const float *w, const float *cache, int ld, int off, const int32_t *pos,
+                       const int32_t *const *blocks, int block_size, int T, int n_heads, int dim,
+                       float scale) {
+    FT_ASSERT(k > 0 && off + dim <= ld && block_size > 0);
+    struct index_ctx c = {sel, n_sel, k, q, w, cache, ld, off, pos, blocks, block_size, T, n_heads,
+                          dim, scale};
+    ft_pool_run(pool, index_worker, &c);
 }

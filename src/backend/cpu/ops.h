@@ -88,6 +88,24 @@ void ft_cpu_attention_latent(struct ft_pool *pool, float *out, const float *q, c
                              const int32_t *pos, const int32_t *const *blocks, int block_size, int T,
                              int n_heads, int d_qk, int d_v, float scale);
 
+/* ft_cpu_attention_latent over rows ld floats apart (ld >= d_qk: the rows carry more, as DSA's
+ * indexer key) restricted, when sel is not NULL, to the positions sel[t * k_sel + i], i <
+ * n_sel[t] (ascending, each <= pos[t]: ft_cpu_index_topk's choice). */
+void ft_cpu_attention_latent_sel(struct ft_pool *pool, float *out, const float *q, const float *cache,
+                                 int ld, const int32_t *pos, const int32_t *const *blocks,
+                                 int block_size, int T, int n_heads, int d_qk, int d_v, float scale,
+                                 const int32_t *sel, const int32_t *n_sel, int k_sel);
+
+/* DeepSeek sparse attention's lightning indexer: token t's index score of a cached position
+ * p <= pos[t] is sum_h w[t, h] relu(scale q[t, h] . key_p), key_p the dim floats at offset off
+ * of p's cache row (rows ld apart, paged as ft_cpu_attention_latent's); sel[t * k ..] gets the
+ * k best positions ascending (ties: the lower position; every position while pos[t] < k) and
+ * n_sel[t] their count. q: [T, n_heads, dim]; w: [T, n_heads]. Tokens split over the pool. */
+void ft_cpu_index_topk(struct ft_pool *pool, int32_t *sel, int32_t *n_sel, int k, const float *q,
+                       const float *w, const float *cache, int ld, int off, const int32_t *pos,
+                       const int32_t *const *blocks, int block_size, int T, int n_heads, int dim,
+                       float scale);
+
 /* Paged KV variant (continuous batching): k, v are pools [n_blocks * block_size, n_kv_heads,
  * head_dim]; token t (of any sequence) finds cache position p at row
  * blocks[t][p / block_size] * block_size + p % block_size. Same masking as above. sinks (may be
