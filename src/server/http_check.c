@@ -34,8 +34,9 @@ static int parse_len(const char *s, uint64_t *v) {
     if (*s < '0' || *s > '9') return 0;
     uint64_t x = 0;
     for (; *s >= '0' && *s <= '9'; s++) {
-        x = x * 10 + (uint64_t)(*s - '0');
-        if (x > ((uint64_t)1 << 62)) return 0;
+        uint64_t d = (uint64_t)(*s - '0');
+        if (x > ((((uint64_t)1 << 62) - d) / 10)) return 0; /* before it could wrap */
+        x = x * 10 + d;
     }
     while (*s == ' ' || *s == '\t') s++;
     if (*s) return 0;
