@@ -644,7 +644,7 @@ INL512 void chunk_dot512(const int f, const int vnni, const struct wchunk512 *k,
  * better: 4096 read faster than 16384 from DRAM on 16 cores (2048 and 8192 no better); a guided
  * stretch is ~96 KB, so far ahead would read past its end. */
 enum { PF_AHEAD = 4096 };
-/* The same, bounded to the call's rows (pf_upto, one token's MXFP4/NVFP4 rows by groups): the
+/* The same, bounded to the call's rows (pf_upto: one token's rows two at a time): the
  * stretch's first bytes are fetched at once and nothing past its end, so further ahead pays
  * (8192 bounded beat 4096 per row by 5-10%; 16384 no better). */
 enum { PF_BOUNDED = 8192 };
@@ -659,6 +659,26 @@ static inline void prefetch_blocks(int f, struct wrow r, int64_t c, int n, int p
     /* NVFP4 keeps a row's scales apart from its codes: the codes alone, pf on, leave the rows'
      * scale stretches (K/16 bytes each) to demand misses */
     if (f == X_NVFP4) __builtin_prefetch(r.p + 4 + 2 * c + pf, 0, 2);
+}
+
+/* Prefetch bounded to one call's rows, the contiguous bytes [next, end) of a stretch: every
+ * line up to pf bytes past where the kernel is, none past the stretch's end, and the stretch's
+ * first pf bytes at once (prefetch_blocks runs pf ahead of each row, so past the stretch's end,
+ * and leaves its first pf bytes to demand misses). */
+struct pf_cur {
+    uintptr_t next, end;
+};
+
+/* Every line (one line in two or four, leaving the rest to the hardware, read 10-20% slower;
+ * prefetching into the worker's next stretch gained nothing). */
+INL512 void pf_upto(struct pf_cur *q, const uint8_t *at) {
+    const uintptr_t t = (uintptr_t)at < q->end ? (uintptr_t)at : q->end;
+    for (; q->next < t; q->next += 64) __builtin_prefetch((const void *)q->next, 0, 2);
+}
+
+/* Where the chunk of row r from block c (16 blocks, fewer at the row's end) ends */
+INL512 const uint8_t *chunk_end(const int f, struct wrow r, int64_t c) {
+    return f == X_NVFP4 ? r.p + r.coff + 16 * (c + X32_CHUNK) : r.p + fbytes(f) * (c + X32_CHUNK);
 }
 
 /* One chunk of a row for tokens [t0, t0 + tn): decoded once, then each token's terms. */
@@ -716,21 +736,25 @@ INL512 void tails512_pair(const int f, const int vnni, struct wrow a, struct wro
 }
 
 /* Two rows of one token whose last chunks hold tb = nb % 16 <= 8 blocks (Qwen3-30B-A3B's down
- * rows: 24 blocks) or none (its gate/up rows: 64): each row's full chunks, then both tails as one chunk (chunk512_pair), so
- * the tails fill one chunk's 16 lanes instead of half of two. The same bits as row512 for each
- * row: the tails' terms are added into the lanes (and so the sums) row512 adds them to. */
+ * rows: 24 blocks) or none (its gate/up rows: 64): each row's full chunks, then both tails as one
+ * chunk (chunk512_pair), so the tails fill one chunk's 16 lanes instead of half of two. The same
+ * bits as row512 for each row: the tails' terms are added into the lanes (and so the sums)
+ * row512 adds them to. Prefetch bounded to the call's rows through q (b ends after a): a fixed
+ * distance per row (prefetch_blocks) is wrong for two interleaved rows, as a's prefetch lands in
+ * b, already being read, wherever a row is about that long (Q8_0 at K = 4096: 4352 bytes). Per
+ * row at PF_AHEAD, Q8_0 read 9-20 GB/s from DRAM on one Zen 4 thread and 30% of the DRAM read on
+ * two in the executor (rows of 2176 bytes); bounded, 36 GB/s and 80% (bench/RESULTS.md). */
 INL512 void row512_pair(const int f, const int vnni, struct wrow a, struct wrow b, int64_t nb,
-                        const void *xq, float *ya, float *yb) {
+                        const void *xq, struct pf_cur *q, float *ya, float *yb) {
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     __m512 accm[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    const int pf = PF_AHEAD;
+    const int pf = PF_BOUNDED;
     const int64_t nf = nb & ~(int64_t)(X32_CHUNK - 1);
     const int tb = (int)(nb - nf);
     const struct x32_tok x = x32_tok(xq, nb, 0);
     struct wchunk512 k;
     for (int64_t c = 0; c < nf; c += X32_CHUNK) {
-        prefetch_blocks(f, a, c, X32_CHUNK, pf);
-        prefetch_blocks(f, b, c, X32_CHUNK, pf);
+        pf_upto(q, chunk_end(f, b, c) + pf);
         chunk512(f, vnni, a, c, X32_CHUNK, &k);
         chunk_dot512(f, vnni, &k, x.q + 32 * c, x.d + c, x.h + 2 * c, X32_CHUNK, 0, &acc[0],
                      &accm[0]);
@@ -738,7 +762,8 @@ INL512 void row512_pair(const int f, const int vnni, struct wrow a, struct wrow 
         chunk_dot512(f, vnni, &k, x.q + 32 * c, x.d + c, x.h + 2 * c, X32_CHUNK, 0, &acc[1],
                      &accm[1]);
     }
-    if (tb) tails512_pair(f, vnni, a, b, nf, tb, x, pf, acc, accm); /* (none: whole chunks) */
+    if (tb) pf_upto(q, chunk_end(f, b, nf) + pf);
+    if (tb) tails512_pair(f, vnni, a, b, nf, tb, x, 0, acc, accm); /* (none: whole chunks) */
     *ya = _mm512_reduce_add_ps(acc[0]) + (has_min(f) ? _mm512_reduce_add_ps(accm[0]) : 0.0f);
     *yb = _mm512_reduce_add_ps(acc[1]) + (has_min(f) ? _mm512_reduce_add_ps(accm[1]) : 0.0f);
 }
@@ -860,26 +885,6 @@ INL512 void chunk512_nvg(const struct mxg_k *k, struct wrow r, const __m512i *xc
     s1 = _mm512_add_epi32(_mm512_srai_epi32(ho, 16), s1);
     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(ws0, dx), *acc);
     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(ws1, dx), *acc);
-}
-
-/* Prefetch bounded to one call's rows, the contiguous bytes [next, end) of a stretch: every
- * line up to pf bytes past where the kernel is, none past the stretch's end, and the stretch's
- * first pf bytes at once (prefetch_blocks runs pf ahead of each row, so past the stretch's end,
- * and leaves its first pf bytes to demand misses). */
-struct pf_cur {
-    uintptr_t next, end;
-};
-
-/* Every line (one line in two or four, leaving the rest to the hardware, read 10-20% slower;
- * prefetching into the worker's next stretch gained nothing). */
-INL512 void pf_upto(struct pf_cur *q, const uint8_t *at) {
-    const uintptr_t t = (uintptr_t)at < q->end ? (uintptr_t)at : q->end;
-    for (; q->next < t; q->next += 64) __builtin_prefetch((const void *)q->next, 0, 2);
-}
-
-/* Where full chunk c of row r ends (the groups' formats) */
-INL512 const uint8_t *chunk_end(const int f, struct wrow r, int64_t c) {
-    return f == X_NVFP4 ? r.p + r.coff + 16 * (c + X32_CHUNK) : r.p + 17 * (c + X32_CHUNK);
 }
 
 /* acc += full chunk c of row r by groups (xc: the token's codes of that chunk, mxg_x) */
@@ -1219,10 +1224,12 @@ INL256 void row256(const int f, struct wrow r, int64_t nb, const void *xq, int t
  * rows with a short last chunk, and rows of whole chunks. */
 #define ROWS_BODY512(call, pair)                                                                   \
     if (T == 1 && pair_rows(nb)) {                                                                 \
+        struct pf_cur q = {(uintptr_t)w & ~(uintptr_t)63, (uintptr_t)(w + (size_t)n_rows * rb)};   \
+        pf_upto(&q, w + PF_BOUNDED);                                                               \
         int r = 0;                                                                                 \
         for (; r + 1 < n_rows; r += 2)                                                             \
             pair((struct wrow){w + r * rb, coff}, (struct wrow){w + (r + 1) * rb, coff}, nb, xq,   \
-                 y + r, y + r + 1);                                                                \
+                 &q, y + r, y + r + 1);                                                            \
         if (r < n_rows) call((struct wrow){w + r * rb, coff}, nb, xq, 0, 1, y + r, ldy);          \
         return;                                                                                    \
     }                                                                                              \
@@ -1240,12 +1247,12 @@ INL256 void row256(const int f, struct wrow r, int64_t nb, const void *xq, int t
         row512(f, 0, r, nb, xq, t0, tn, y, ldy);                                                   \
     }                                                                                              \
     INL512 void pair512v_##sfx(struct wrow a, struct wrow b, int64_t nb, const void *xq,           \
-                               float *ya, float *yb) {                                             \
-        row512_pair(f, 1, a, b, nb, xq, ya, yb);                                                   \
+                               struct pf_cur *q, float *ya, float *yb) {                           \
+        row512_pair(f, 1, a, b, nb, xq, q, ya, yb);                                                \
     }                                                                                              \
     INL512 void pair512b_##sfx(struct wrow a, struct wrow b, int64_t nb, const void *xq,           \
-                               float *ya, float *yb) {                                             \
-        row512_pair(f, 0, a, b, nb, xq, ya, yb);                                                   \
+                               struct pf_cur *q, float *ya, float *yb) {                           \
+        row512_pair(f, 0, a, b, nb, xq, q, ya, yb);                                                \
     }                                                                                              \
     T512 static void rows512v_##sfx(ROWS_ARGS) { ROWS_BODY512(row512v_##sfx, pair512v_##sfx) }     \
     T512 static void rows512b_##sfx(ROWS_ARGS) { ROWS_BODY512(row512b_##sfx, pair512b_##sfx) }     \
