@@ -33,6 +33,9 @@
 #   prec     issue 25 part 6: the n08 and plain fixtures through cuda and offload, per position
 #            with the router gaps (tools/check_fixtures.py), and the CPU fast path beside -> prec.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec sustained -> bw.log
+#   policy   issue 33: the 12-layer 30B shape offloaded at 4G under zipf:0.8, zipf:1.2 and
+#            sticky:0.8, each policy's tg128 in the engine and the traces (--record-routing:
+#            LRU / LFRU / SLRU / Belady replayed on them) -> policy.log, *.trace
 # Each command's exit status is logged; a failing one does not stop the rest.
 set -u
 cd "$(dirname "$0")/.."
@@ -228,6 +231,16 @@ for part in "$@"; do
             --moe-backend cpu --moe-cpu-layers 48
         step cpuall.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 64 -r 2 --backend offload \
             --moe-backend cpu --moe-cache-size 8
+        ;;
+    policy)
+        for r in zipf:0.8 zipf:1.2 sticky:0.8; do
+            for pol in lru lfru slru; do
+                rec=""
+                [ $pol = lru ] && rec="--record-routing $OUT/${r/:/_}.trace"
+                step policy.log 150 $G/ft bench --synthetic qwen3-30b-a3b@12 --synthetic-routing $r \
+                    -p 64 -n 128 -r 1 --backend offload --vram-limit 4G --moe-cache-policy $pol $rec
+            done
+        done
         ;;
     bw)
         # #8/#9: ft bench bw per expert format (the CPU executor alone and next to copies)

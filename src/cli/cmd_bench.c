@@ -294,7 +294,7 @@ static int split_list(char *v, const char **out) {
 
 /* --record-routing: the trace saved, and the policies and the oracle replayed on it with the
  * run's slots (every miss admitted) */
-static enum ft_status routing_report(struct bench *b, const char *path, struct ft_trace *t) {
+static enum ft_status routing_report(const struct bench *b, const char *path, struct ft_trace *t) {
     enum ft_status st;
     struct ft_gpu_offload_stats os;
     ft_engine_offload_stats(b->s.engine, &os);
@@ -308,11 +308,11 @@ static enum ft_status routing_report(struct bench *b, const char *path, struct f
     struct ft_trace_stats ts;
     ft_trace_stats(t, &ts);
     const double n = lk ? (double)lk : 1;
-    note(b, "routing trace %s: %zu layer steps, %zu lookups; with %d slots (every miss fetched) "
-         "LRU %.1f%%, LFRU %.1f%%, SLRU %.1f%%, Belady's oracle %.1f%%; routing entropy %.3f of "
-         "uniform, %.1f experts per layer serve 90%% of lookups", path, t->n_steps, t->n_lookups,
-         os.n_slots, 100 * h[0] / n, 100 * h[1] / n, 100 * h[2] / n, 100 * h[3] / n, ts.entropy,
-         ts.experts90);
+    printf("routing trace %s: %zu layer steps, %zu lookups; with %d slots (every miss fetched) "
+           "LRU %.1f%%, LFRU %.1f%%, SLRU %.1f%%, Belady's oracle %.1f%%; routing entropy %.3f of "
+           "uniform, %.1f experts per layer serve 90%% of lookups\n", path, t->n_steps,
+           t->n_lookups, os.n_slots, 100 * h[0] / n, 100 * h[1] / n, 100 * h[2] / n, 100 * h[3] / n,
+           ts.entropy, ts.experts90);
     return FT_OK;
 fail:
     return st;
