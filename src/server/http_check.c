@@ -5,25 +5,26 @@
 #include <stdio.h>
 #include <string.h>
 
+static int plain_byte(unsigned char b) { return b >= 0x20 && b <= 0x7e && b != '\\'; }
+
 size_t ft_http_log_escape(char *dst, size_t cap, const char *src, size_t n) {
     static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
+    size_t o = 0, full = 0;
     if (!cap) return 0;
+    for (size_t i = 0; i < n; i++) full += plain_byte((unsigned char)src[i]) ? 1 : 4;
+    /* cut: keep room for "..." (when there is room for it at all) */
+    size_t limit = full < cap ? full : cap >= 4 ? cap - 4 : cap - 1;
     for (size_t i = 0; i < n; i++) {
         unsigned char b = (unsigned char)src[i];
-        int plain = b >= 0x20 && b <= 0x7e && b != '\\';
-        /* after this byte there must be room for the NUL, or for "..." and the NUL when more
-         * bytes follow; so "..." always fits where a byte does not (o + 4 <= cap holds) */
-        if (o + (plain ? 1 : 4) + (i + 1 < n ? 4 : 1) > cap) {
-            if (o + 4 <= cap) memcpy(dst + o, "...", 3), o += 3;
-            break;
-        }
+        int plain = plain_byte(b);
+        if (o + (plain ? 1 : 4) > limit) break;
         if (plain) {
             dst[o++] = (char)b;
         } else {
             dst[o++] = '\\', dst[o++] = 'x', dst[o++] = hex[b >> 4], dst[o++] = hex[b & 15];
         }
     }
+    if (full >= cap && cap >= 4) memcpy(dst + o, "...", 3), o += 3;
     dst[o] = 0;
     return o;
 }
