@@ -517,6 +517,11 @@ TEST(hybrid_text_config_and_layer_types) {
     EXPECT_EQ(parse_patched("{\"scoring_func\":\"relu\"}", &c), FT_ERR_UNSUPPORTED);
     EXPECT_CONTAINS(ft_error(), "scoring_func");
     EXPECT_EQ(parse_patched("{\"scoring_func\":3}", &c), FT_ERR_FORMAT);
+    EXPECT_EQ(parse_patched("{\"topk_method\":\"random\"}", &c), FT_ERR_UNSUPPORTED);
+    EXPECT_CONTAINS(ft_error(), "topk_method");
+    EXPECT_EQ(parse_patched("{\"topk_method\":1}", &c), FT_ERR_UNSUPPORTED);
+    EXPECT_OK(parse_patched("{\"topk_method\":\"group_limited_greedy\",\"n_group\":2,\"topk_group\":1}", &c));
+    EXPECT_EQ(c.topk_group_limited, 1);
     EXPECT_EQ(parse_patched("{\"num_experts\":8,\"num_experts_per_tok\":2,\"n_group\":4,"
                             "\"topk_group\":5}", &c), FT_ERR_FORMAT);
     EXPECT_CONTAINS(ft_error(), "topk_group");

@@ -422,6 +422,33 @@ done:
     ft_model_free(m);
 }
 
+/* DeepSeek-V2's router (group-limited, scaled softmax) has no CUDA kernel: the GPU backends
+ * refuse the model naming --backend cpu, auto runs it on the CPU; a topk_method the engine
+ * does not know is one line naming the field, exit 2. */
+TEST(deepseek_v2_router_on_the_cpu_only) {
+    g_good = FT_TEST_DATA "/models/deepseek_v2";
+    const char *d = make_dir("dsv2_method", "\"group_limited_greedy\"", "\"top_p_greedy\"", 0);
+    expect_cli_error(d, "topk_method", "greedy");
+    g_good = GOOD;
+    struct ft_model *m = NULL;
+    struct ft_pool *pool = NULL;
+    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/deepseek_v2", &m));
+    EXPECT_OK(ft_pool_init(&pool, 1));
+    if (!m || !pool) goto done;
+    struct ft_engine_opts o = {.max_ctx = 32, .max_chunk = 32, .backend = FT_BACKEND_CUDA};
+    struct ft_engine *e = NULL;
+    EXPECT_EQ(ft_engine_init(&e, m, pool, &o), FT_ERR_UNSUPPORTED);
+    EXPECT_CONTAINS(ft_error(), "--backend cpu");
+    EXPECT_CONTAINS(ft_error(), "DeepseekV2ForCausalLM");
+    o.backend_auto = 1;
+    EXPECT_OK(ft_engine_init(&e, m, pool, &o));
+    if (e) EXPECT_STREQ(ft_engine_backend(e), "cpu");
+    ft_engine_free(e);
+done:
+    ft_pool_free(pool);
+    ft_model_free(m);
+}
+
 TEST(bad_flags) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' logits --model '%s' --ids 1,x,3 --out /dev/null 2>/dev/null",

@@ -28,7 +28,7 @@ static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2
                                          "qwen3_5_moe", "qwen3_5_moe_vl",  "qwen3_next", "qwen3_5",
                                          "deepseek_v3", "deepseek_v3_noqlora", "glm4_moe",
                                          "glm4_moe_qknorm", "glm4_moe_lite", "minimax_m2",
-                                         "glm_moe_dsa"};
+                                         "glm_moe_dsa", "deepseek_v2", "deepseek_v2_lite"};
 
 /* issue 25's exact-path fixtures: N(0, 0.08) matrices, U(0.8, 1.2) norms (QK-norm in
  * qwen3_moe_n08), logits of sd 0.5; their reference holds transformers in float64 too */

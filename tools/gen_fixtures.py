@@ -97,6 +97,8 @@ MLA = dict(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4, he
            kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, rope_interleave=True)
 DSV3_MOE = dict(MOE, n_routed_experts=8, n_shared_experts=1, n_group=4, topk_group=2,
                 routed_scaling_factor=2.5, first_k_dense_replace=1, num_mtp_layers=0)
+DSV2_MOE = dict(MOE, n_routed_experts=8, n_shared_experts=1, first_k_dense_replace=1,
+                hidden_size=44)  # its config wants hidden_size a multiple of the heads
 # GLM-4.5: partial RoPE 0.5, q/k/v biases, 8 experts top-3 with a shared one, one group (as shipped)
 GLM4_MOE = dict(MOE, num_hidden_layers=4, partial_rotary_factor=0.5, attention_bias=True,
                 use_qk_norm=False, n_routed_experts=8, n_shared_experts=1, n_group=1, topk_group=1,
@@ -197,6 +199,16 @@ FIXTURES = {
         mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
     "glm_moe_dsa": ("GlmMoeDsaConfig", "GlmMoeDsaForCausalLM", dict(GLM_DSA)),
+    # DeepSeek-V2: V3's MLA with a softmax router: group_limited_greedy (4 groups ranked by their
+    # best score, 2 kept), weights times routed_scaling_factor, never renormalised; V2-Lite: no
+    # q LoRA, plain greedy top-2
+    "deepseek_v2": ("DeepseekV2Config", "DeepseekV2ForCausalLM", dict(
+        MLA, **DSV2_MOE, q_lora_rank=24, topk_method="group_limited_greedy", n_group=4, topk_group=2,
+        routed_scaling_factor=2.0, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    "deepseek_v2_lite": ("DeepseekV2Config", "DeepseekV2ForCausalLM", dict(
+        MLA, **dict(DSV2_MOE, num_experts_per_tok=2), q_lora_rank=None, topk_method="greedy",
+        n_group=1, topk_group=1, routed_scaling_factor=1.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
     # MiniMax-M2: every layer MoE (no shared expert, experts of intermediate_size), sigmoid + bias
     # plain top-k (always renormalised), q/k RMSNorm over all heads at once, partial RoPE
     "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2ForCausalLM", dict(
@@ -210,6 +222,7 @@ N08 = {"qwen3_moe_n08", "mixtral_n08"}
 HYBRID = {"qwen3_5_moe", "qwen3_5_moe_vl", "qwen3_next", "qwen3_5"}
 SIGMOID_MOE = {"deepseek_v3", "deepseek_v3_noqlora", "glm4_moe", "glm4_moe_qknorm",
                "glm4_moe_lite", "minimax_m2", "glm_moe_dsa"}
+MLA_SOFTMAX = {"deepseek_v2", "deepseek_v2_lite"}  # MLA with a softmax router: the plain checks
 DSA = {"glm_moe_dsa"}  # the lightning indexer: its top-k margins are checked (dsa_selection)
 FUSED_EXPERTS = {"qwen3_5_moe_vl"}  # saved with the published fused expert tensors
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
@@ -518,7 +531,7 @@ def build(name, seed):
         kw = dict(HYBRID_COMMON if hybrid else COMMON)
         kw.update(extra)
     sig = name in SIGMOID_MOE
-    if sig and kw.get("head_dim", 0) is None:  # MLA: head_dim is derived (qk_rope_head_dim)
+    if (sig or name in MLA_SOFTMAX) and kw.get("head_dim", 0) is None:  # MLA: head_dim is derived
         del kw["head_dim"]
     cfg = getattr(transformers, cfg_cls)(**kw)
     cfg._attn_implementation = "eager"

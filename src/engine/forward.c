@@ -202,6 +202,27 @@ static void route_sigmoid(const struct ft_model *m, const float *bias, const flo
     for (int j = 0; j < k; j++) w[j] = (m->norm_topk ? w[j] / (sum + 1e-20f) : w[j]) * m->routed_scale;
 }
 
+/* DeepSeek-V2's group_limited_greedy on softmax scores p: the topk_group groups with the highest
+ * best score kept (ties: the lower group), every other expert's score zeroed, as transformers
+ * masks them before its top-k. */
+static void keep_groups(const struct ft_model *m, float *p) {
+    const int G = m->n_group, gs = m->n_experts / G;
+    float best[G];
+    uint8_t keep[G];
+    for (int g = 0; g < G; g++) {
+        best[g] = p[g * gs], keep[g] = 0;
+        for (int x = g * gs + 1; x < (g + 1) * gs; x++) best[g] = best[g] > p[x] ? best[g] : p[x];
+    }
+    for (int j = 0; j < m->topk_group; j++) {
+        int top = -1;
+        for (int g = 0; g < G; g++)
+            if (!keep[g] && (top < 0 || best[g] > best[top])) top = g;
+        keep[top] = 1;
+    }
+    for (int x = 0; x < m->n_experts; x++)
+        if (!keep[x / gs]) p[x] = 0.0f;
+}
+
 static void route(struct ft_engine *e, int l, int T) {
     const struct ft_model *m = e->m;
     int E = m->n_experts, k = m->top_k;
@@ -217,6 +238,7 @@ static void route(struct ft_engine *e, int l, int T) {
         float *w = e->top_w + (size_t)t * k;
         ft_cpu_softmax(p, E);
         if (e->opts.routing == FT_ROUTING_MODEL) {
+            if (m->router_group_max) keep_groups(m, p);
             ft_cpu_topk(p, E, k, ids, w);
         } else { /* distinct synthetic ids, weights from the router's probabilities */
             for (int j = 0; j < k; j++) {
@@ -241,6 +263,8 @@ static void route(struct ft_engine *e, int l, int T) {
             for (int j = 0; j < k; j++) s += w[j];
             for (int j = 0; j < k; j++) w[j] /= s;
         }
+        if (m->routed_scale > 0) /* DeepSeek-V2 (the sigmoid routers scale in route_sigmoid) */
+            for (int j = 0; j < k; j++) w[j] *= m->routed_scale;
     }
 }
 
@@ -864,6 +888,13 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
         if (!opts->backend_auto)
             return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it "
                            "yet (Gemma 3: extra norms, local RoPE); use --backend cpu", m->arch->name);
+        ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
+        gpu = 0;
+    }
+    if (gpu && !m->router_sigmoid && (m->router_group_max || (m->routed_scale > 0 && m->routed_scale != 1))) {
+        if (!opts->backend_auto) /* DeepSeek-V2: no CUDA kernel for its router yet */
+            return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it yet "
+                           "(a group-limited or scaled softmax router); use --backend cpu", m->arch->name);
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
     }

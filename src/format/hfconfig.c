@@ -304,6 +304,13 @@ static enum ft_status parse_moe(json_t *root, const char *label, struct ft_confi
         return ft_fail(FT_ERR_UNSUPPORTED, "%s: 'scoring_func' \"%s\" is not supported (sigmoid, "
                        "softmax)", label, json_string_value(sf));
     cfg->scoring_sigmoid = sf && !strcmp(json_string_value(sf), "sigmoid");
+    json_t *tm = get(root, "topk_method"); /* DeepSeek-V2: greedy / group_limited_greedy; V3: noaux_tc */
+    if (tm && (!json_is_string(tm) || (strcmp(json_string_value(tm), "greedy") &&
+                                       strcmp(json_string_value(tm), "group_limited_greedy") &&
+                                       strcmp(json_string_value(tm), "noaux_tc"))))
+        return ft_fail(FT_ERR_UNSUPPORTED, "%s: 'topk_method' must be \"greedy\", "
+                       "\"group_limited_greedy\" or \"noaux_tc\"", label);
+    cfg->topk_group_limited = tm && !strcmp(json_string_value(tm), "group_limited_greedy");
     FT_TRY(get_int(root, "", "n_group", label, 0, -1, 0, &cfg->n_group));
     FT_TRY(get_int(root, "", "topk_group", label, 0, -1, 0, &cfg->topk_group));
     FT_TRY(get_num(root, "", "routed_scaling_factor", label, -1.0, 0, 0, &cfg->routed_scaling_factor));

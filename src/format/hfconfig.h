@@ -84,6 +84,8 @@ struct ft_config {
      * shared experts (n_shared_experts x moe_intermediate_size); the first dense layers
      * (n_group, topk_group, first_k_dense_replace, routed_scaling_factor: -1 absent) */
     int scoring_sigmoid;
+    int topk_group_limited;   /* DeepSeek-V2's topk_method "group_limited_greedy": softmax
+                                 scores, the groups of the highest best score kept */
     int n_group, topk_group;
     double routed_scaling_factor;
     int n_shared_experts;

@@ -8,6 +8,19 @@
  * gguf_model.c. */
 #include "model/arch.h"
 
+/* DeepSeek-V2 / V2-Lite / V2.5 (DeepseekV2ForCausalLM): the same MLA (RoPE always on adjacent
+ * pairs) and plain shared experts; the router is a softmax over all experts, its top-k
+ * ("greedy") or, with topk_method "group_limited_greedy", the top-k within the topk_group of
+ * n_group groups whose best score is highest; the weights are the scores (never renormalised)
+ * times routed_scaling_factor. */
+const struct ft_arch ft_arch_deepseek_v2 = {
+    .name = "DeepseekV2ForCausalLM",
+    .flags = FT_ARCH_MOE | FT_ARCH_MLA | FT_ARCH_SHARED_PLAIN,
+    .moe_block = "mlp",
+    .expert_w = {"gate_proj", "up_proj", "down_proj"},
+    .routed_scale = 1,
+};
+
 const struct ft_arch ft_arch_deepseek_v3 = {
     .name = "DeepseekV3ForCausalLM",
     .flags = FT_ARCH_MOE | FT_ARCH_MLA | FT_ARCH_SIGMOID_ROUTER | FT_ARCH_SHARED_PLAIN,

@@ -887,6 +887,19 @@ static enum ft_status mla_router_shapes(struct ft_model *m) {
                            "num_experts_per_tok %d of the %d experts", m->label, m->n_group,
                            m->topk_group, m->top_k, m->n_experts);
     }
+    if ((m->arch->flags & FT_ARCH_MLA) && !(m->arch->flags & FT_ARCH_SIGMOID_ROUTER)) {
+        /* DeepSeek-V2: softmax scores times the routed scale, never renormalised; groups only
+         * for group_limited_greedy (their best score ranks them) */
+        m->router_group_max = c->topk_group_limited && c->n_group > 1;
+        m->n_group = m->router_group_max ? c->n_group : 1;
+        m->topk_group = m->router_group_max ? c->topk_group : 1;
+        m->routed_scale = (float)c->routed_scaling_factor;
+        m->norm_topk = 0;
+        if (m->router_group_max && m->top_k > m->n_experts / m->n_group * m->topk_group)
+            return ft_fail(FT_ERR_FORMAT, "%s/config.json: n_group %d / topk_group %d leave fewer than "
+                           "num_experts_per_tok %d of the %d experts", m->label, m->n_group,
+                           m->topk_group, m->top_k, m->n_experts);
+    }
     if (m->arch->flags & FT_ARCH_SHARED_PLAIN)
         m->shared_inter = c->n_shared_experts > 0 ? c->n_shared_experts * c->moe_intermediate_size : 0;
     return FT_OK;

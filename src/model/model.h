@@ -108,6 +108,7 @@ struct ft_model {
     int dsa_topk, dsa_heads, dsa_dim;
     /* sigmoid router: groups of experts (n_group <= 1: none), groups kept, routed weights' scale */
     int router_sigmoid, n_group, topk_group;
+    int router_group_max;       /* softmax router, groups ranked by their best score (DeepSeek-V2) */
     float routed_scale;
     float rms_eps;
     struct ft_weight embed;     /* [V, H] */

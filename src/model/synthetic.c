@@ -40,6 +40,7 @@ struct preset {
     double partial;              /* rotated fraction of head_dim (0: the arch's default) */
     double yarn;                 /* YaRN factor over 4096 positions, mscale = mscale_all_dim = 1 */
     int bias;                    /* q/k/v biases (GLM-4.5) */
+    int index_topk, index_heads, index_dim; /* DSA's lightning indexer (GLM-5; 0: none) */
 };
 
 /* Shapes from the models' published config.json files. qwen3-30b-a3b..tiny-gpt-oss: plain
@@ -48,7 +49,8 @@ struct preset {
  * qwen3.6-35b-a3b / qwen3.5-122b-a10b: 3 Gated DeltaNet layers to 1 gated full-attention one
  * (rotary 64 of 256), 256 experts top-8 plus the gated shared expert. deepseek-v3 / kimi-k2 /
  * glm-4.7-flash: MLA (the latent KV cache), sigmoid routers with plain shared experts, leading
- * dense layers. glm-4.5-air: GQA with q/k/v biases, half-rotary. minimax-m2: QK-norm over all
+ * dense layers. glm-5: the same plus DSA's indexer (32 heads of 128 keeping 2048 positions; its
+ * key in the latent cache row), every layer running it (GLM-5's default schedule). glm-4.5-air: GQA with q/k/v biases, half-rotary. minimax-m2: QK-norm over all
  * heads, rotary 64 of 128, experts intermediate_size wide, no shared expert. The tiny-* ones
  * are the same wiring at test sizes. */
 #define GQA_MOE(n, a, L, H, nh, nkv, hd, E, k, I, ff, V, th, dt, o) \
@@ -85,6 +87,12 @@ static const struct preset k_presets[] = {
      .experts = 64, .top_k = 4, .expert_inter = 1536, .inter = 10240, .vocab = 154880, .theta = 1e6,
      .shared = 1, .dense_first = 1, .q_lora = 768, .kv_lora = 512, .nope = 192, .rope = 64, .v_dim = 256,
      .n_group = 1, .topk_group = 1, .routed_scale = 1.8},
+    {.name = "glm-5", .arch = "GlmMoeDsaForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 78, .hidden = 6144, .heads = 64,
+     .experts = 256, .top_k = 8, .expert_inter = 2048, .inter = 12288, .vocab = 154880, .theta = 1e6,
+     .shared = 1, .dense_first = 3, .q_lora = 2048, .kv_lora = 512, .nope = 192, .rope = 64, .v_dim = 256,
+     .n_group = 1, .topk_group = 1, .routed_scale = 2.5, .index_topk = 2048, .index_heads = 32,
+     .index_dim = 128},
     {.name = "glm-4.5-air", .arch = "Glm4MoeForCausalLM", .experts_dtype = FT_DTYPE_BF16,
      .layers = 46, .hidden = 4096, .heads = 96,
      .kv_heads = 8, .head_dim = 128, .experts = 128, .top_k = 8, .expert_inter = 1408, .inter = 10944,
@@ -103,6 +111,12 @@ static const struct preset k_presets[] = {
      .experts = 16, .top_k = 4, .expert_inter = 128, .inter = 512, .vocab = 1024, .theta = 10000,
      .shared = 1, .dense_first = 1, .q_lora = 64, .kv_lora = 64, .nope = 32, .rope = 16, .v_dim = 32,
      .n_group = 4, .topk_group = 2, .routed_scale = 2.5, .yarn = 40},
+    {.name = "tiny-glm5", .arch = "GlmMoeDsaForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 4, .hidden = 256, .heads = 4,
+     .experts = 16, .top_k = 4, .expert_inter = 128, .inter = 512, .vocab = 1024, .theta = 1e6,
+     .shared = 1, .dense_first = 1, .q_lora = 64, .kv_lora = 64, .nope = 32, .rope = 16, .v_dim = 32,
+     .n_group = 1, .topk_group = 1, .routed_scale = 2.5, .index_topk = 8, .index_heads = 4,
+     .index_dim = 32},
     {.name = "tiny-glm", .arch = "Glm4MoeForCausalLM", .experts_dtype = FT_DTYPE_BF16,
      .layers = 4, .hidden = 256, .heads = 8,
      .kv_heads = 2, .head_dim = 32, .experts = 16, .top_k = 4, .expert_inter = 128, .inter = 512,
@@ -115,8 +129,8 @@ static const struct preset k_presets[] = {
 };
 #define PRESET_NAMES                                                                              \
     "qwen3-30b-a3b, qwen3.6-35b-a3b, qwen3.5-122b-a10b, deepseek-v3, kimi-k2, glm-4.7-flash, "    \
-    "glm-4.5-air, minimax-m2, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b, tiny, tiny-gpt-oss, "     \
-    "tiny-qwen3.5, tiny-deepseek, tiny-glm, tiny-minimax"
+    "glm-5, glm-4.5-air, minimax-m2, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b, tiny, tiny-gpt-oss, " \
+    "tiny-qwen3.5, tiny-deepseek, tiny-glm5, tiny-glm, tiny-minimax"
 
 /* ':FORMAT' names: the bank schema names (mem/bank.c), fp8 for fp8_b128; f16/f32 are not
  * offered (no checkpoint stores experts so) */
@@ -391,6 +405,10 @@ static enum ft_status preset_config(const struct preset *p, struct ft_config *c)
         c->qk_nope_head_dim = p->nope, c->qk_rope_head_dim = p->rope, c->v_head_dim = p->v_dim;
         c->rope_interleave = 1;
     }
+    if (p->index_topk) { /* GLM-5: DSA; its config.json's context */
+        c->index_topk = p->index_topk, c->index_n_heads = p->index_heads, c->index_head_dim = p->index_dim;
+        c->max_position_embeddings = 202752;
+    }
     if (ft_arch_find(p->arch)->flags & FT_ARCH_SIGMOID_ROUTER) {
         c->scoring_sigmoid = 1;
         c->n_group = p->n_group, c->topk_group = p->topk_group;
@@ -447,6 +465,7 @@ static double layer_dense(const struct ft_model *m, int l) {
         double qd = nh * (m->mla_nope + m->mla_rope), Lr = m->mla_kv_lora;
         a = (m->mla_q_lora ? m->mla_q_lora * (H + qd) : H * qd) + (Lr + m->mla_rope) * H +
             nh * Lr * (2.0 * m->mla_nope + m->mla_v) + H * nh * m->mla_v;
+        a += (double)m->dsa_heads * m->dsa_dim * m->mla_q_lora + (double)(m->dsa_dim + m->dsa_heads) * H;
     } else {
         double q = nh * m->head_dim, kv = (double)m->n_kv_heads * m->head_dim;
         a = H * ((L->attn_gate ? 2 : 1) * q + 2 * kv) + H * q;
@@ -550,6 +569,14 @@ static enum ft_status build_mla(struct ft_model *m, struct ft_pool *pool, struct
     FT_TRY(weight(m, pool, &L->uk_t, nh * Lr, dn, seed));
     FT_TRY(weight(m, pool, &L->wo, H, nh * dv, seed));
     if (!(L->kv_a_norm = ones(m, Lr))) goto oom;
+    if (m->dsa_topk) { /* GLM-5's indexer, every layer running it */
+        const int nI = m->dsa_heads, dI = m->dsa_dim;
+        L->dsa = 1;
+        FT_TRY(weight(m, pool, &L->idx_wq, nI * dI, ql, seed));
+        FT_TRY(weight(m, pool, &L->idx_wk, dI, H, seed));
+        FT_TRY(weight(m, pool, &L->idx_w, nI, H, seed));
+        if (!(L->idx_k_norm = ones(m, dI)) || !(L->idx_k_bias = zeros(m, (size_t)dI))) goto oom;
+    }
     return FT_OK;
 oom:
     return ft_fail(FT_ERR_OOM, "synthetic %s: out of memory", m->label);
