@@ -24,7 +24,8 @@
 #   cpuab    whole-model CPU decode, as built vs .gpu/ft_old, twice          -> cpuab.log
 #   cpu9     whole-model CPU decode, gpt-oss-20b and Qwen3-30B-A3B MXFP4/NVFP4 -> cpu9.log
 #   cpuall   --moe-backend cpu with every expert on the CPU                 -> cpuall.log
-#   exec     bench_exec mxfp4 at 1, 8, 16 threads, nvfp4 and bf16 at 16     -> exec.log
+#   exec     bench_exec mxfp4 at 1, 8, 16 threads, nvfp4 and bf16 at 16; q8_0, q4_0, q4_k,
+#            q5_k, q6_k at 16 and q8_0 at 1 (issue 32)                       -> exec.log
 #   exec9    MXFP4/NVFP4 (both shapes) from DRAM at 16 threads, five rounds -> exec9.log
 #   isa      bench_isa: the clock and zmm instruction throughput, 1 and 16 threads -> isa.log
 #   lat      bench_latency: host<->GPU wake-up idle, beside DRAM streams and copies -> lat.log
@@ -141,6 +142,11 @@ for part in "$@"; do
     exec)
         for t in 1 8 16; do step exec.log 120 $G/bench_exec --format mxfp4 --threads $t --steps 300; done
         for f in nvfp4 bf16; do step exec.log 120 $G/bench_exec --format $f --threads 16 --steps 300; done
+        # issue 32: the GGUF block formats (int8 activations) against bf16 and Q4_K's share
+        for f in q8_0 q4_0 q4_k q5_k q6_k; do
+            step exec.log 120 $G/bench_exec --format $f --threads 16 --steps 300
+        done
+        step exec.log 120 $G/bench_exec --format q8_0 --threads 1 --steps 300
         ;;
     ncu)
         # #5: each kernel of resident decode, timed by Nsight Compute with its DRAM bytes (run on
