@@ -357,6 +357,13 @@ static json_t *message_head(struct ft_server *s, const struct ft_gen_job *job) {
                      "stop_sequence");
 }
 
+/* Anthropic's usage: the prompt tokens the prefix cache held count as cache reads, beside
+ * (not within) input_tokens, as the API reports prompt caching */
+static json_t *usage_json(int n_prompt, int n_gen, int n_cached) {
+    return json_pack("{s:i, s:i, s:i, s:i}", "input_tokens", n_prompt - n_cached, "output_tokens",
+                     n_gen, "cache_read_input_tokens", n_cached, "cache_creation_input_tokens", 0);
+}
+
 json_t *ft_srv_anthropic_message(struct ft_server *s, const struct ft_gen_job *job,
                                  const struct ft_gen_out *o) {
     json_t *j = message_head(s, job), *content = json_object_get(j, "content");
@@ -370,8 +377,7 @@ json_t *ft_srv_anthropic_message(struct ft_server *s, const struct ft_gen_job *j
                                                  o->content.p ? o->content.p : "", o->content.n));
     for (int i = 0; i < o->n_calls; i++) json_array_append_new(content, tool_use_block(&o->calls[i]));
     json_object_set_new(j, "stop_reason", json_string(stop_reason(o->finish, o->n_calls > 0)));
-    json_object_set_new(j, "usage", json_pack("{s:i, s:i}", "input_tokens", o->n_prompt,
-                                              "output_tokens", o->n_gen));
+    json_object_set_new(j, "usage", usage_json(o->n_prompt, o->n_gen, o->n_cached));
     return j;
 }
 
@@ -461,9 +467,9 @@ static void a_end(void *g, int finish, int n_prompt, int n_gen, int tool_calls) 
     if (st->index == 0 && st->open == BLK_NONE) open_block(b, st, BLK_TEXT); /* never empty */
     close_block(b, st);
     event(&b->out, "message_delta",
-          json_pack("{s:s, s:{s:s, s:n}, s:{s:i, s:i}}", "type", "message_delta", "delta",
-                    "stop_reason", stop_reason(finish, tool_calls), "stop_sequence", "usage",
-                    "input_tokens", n_prompt, "output_tokens", n_gen));
+          json_pack("{s:s, s:{s:s, s:n}, s:o}", "type", "message_delta", "delta", "stop_reason",
+                    stop_reason(finish, tool_calls), "stop_sequence", "usage",
+                    usage_json(n_prompt, n_gen, b->n_cached)));
     event(&b->out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
 

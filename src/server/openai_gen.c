@@ -334,7 +334,7 @@ struct gen_stream {
     struct pipe p;
     struct ft_metrics_req mq; /* for /metrics */
     size_t off;
-    int n_prompt, n_gen, n_cached, finished;
+    int n_prompt, n_gen, finished;
     json_t *lp;   /* logprobs entries not sent yet (they go with the next chunk) */
     long lp_off;  /* completions: characters of text before the next token */
 };
@@ -394,7 +394,7 @@ static void oa_end(void *ctx, int finish, int n_prompt, int n_gen, int tool_call
     if (g->b.job.include_usage) {
         json_t *j = envelope(g->b.s, &g->b.job, g->b.job.chat ? "chat.completion.chunk" : "text_completion");
         json_object_set_new(j, "choices", json_array());
-        json_object_set_new(j, "usage", usage_obj(n_prompt, n_gen, g->n_cached));
+        json_object_set_new(j, "usage", usage_obj(n_prompt, n_gen, g->b.n_cached));
         ft_sse_json(&g->b.out, j);
     }
     ft_sbuf_add(&g->b.out, "data: [DONE]\n\n", 14);
@@ -428,7 +428,7 @@ static void stream_text(struct gen_stream *g, const char *s, size_t n, int end) 
 static void stream_event(struct gen_stream *g, struct ft_event *ev) {
     if (ev->n_prompt) g->n_prompt = ev->n_prompt;
     g->n_gen = ev->n_gen;
-    if (ev->type == FT_EV_DONE) g->n_cached = ev->n_cached;
+    if (ev->type == FT_EV_DONE) g->b.n_cached = ev->n_cached;
     if (ev->type == FT_EV_TEXT) {
         if (ev->lp && !g->lp) g->lp = json_array();
         if (ev->lp) json_array_append_new(g->lp, lp_entry(g->b.s, ev->lp));

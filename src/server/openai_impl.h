@@ -121,6 +121,7 @@ struct ft_stream_base {
     int open, index, seq;
     struct ft_sbuf text, reason;
     json_t *items;
+    int n_cached; /* prompt tokens the prefix cache held (set with the finish) */
 };
 json_t *ft_srv_anthropic_message(struct ft_server *s, const struct ft_gen_job *job,
                                  const struct ft_gen_out *o);

@@ -221,10 +221,10 @@ void ft_srv_responses(struct ft_server *s, const struct ft_http_req *req, struct
 
 /* --- response ------------------------------------------------------------------------------ */
 
-static json_t *usage(int n_prompt, int n_gen) {
+static json_t *usage(int n_prompt, int n_gen, int n_cached) {
     return json_pack("{s:i, s:i, s:i, s:{s:i}, s:{s:i}}", "input_tokens", n_prompt,
                      "output_tokens", n_gen, "total_tokens", n_prompt + n_gen,
-                     "input_tokens_details", "cached_tokens", 0, "output_tokens_details",
+                     "input_tokens_details", "cached_tokens", n_cached, "output_tokens_details",
                      "reasoning_tokens", 0);
 }
 
@@ -256,7 +256,7 @@ static json_t *reasoning_item(const struct ft_gen_job *job, const char *r, size_
 
 /* The response object around output items (taken). */
 static json_t *response(struct ft_server *s, const struct ft_gen_job *job, json_t *output,
-                        const char *status, int finish, int n_prompt, int n_gen) {
+                        const char *status, int finish, int n_prompt, int n_gen, int n_cached) {
     json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:n, s:n, s:n, s:{}, s:b, s:s, s:[],"
                           " s:f, s:f, s:{s:{s:s}}}",
                           "id", job->id, "object", "response", "created_at",
@@ -272,7 +272,8 @@ static json_t *response(struct ft_server *s, const struct ft_gen_job *job, json_
     }
     if (job->p.max_tokens > 0)
         json_object_set_new(j, "max_output_tokens", json_integer(job->p.max_tokens));
-    if (strcmp(status, "in_progress")) json_object_set_new(j, "usage", usage(n_prompt, n_gen));
+    if (strcmp(status, "in_progress"))
+        json_object_set_new(j, "usage", usage(n_prompt, n_gen, n_cached));
     return j;
 }
 
@@ -287,7 +288,7 @@ json_t *ft_srv_responses_object(struct ft_server *s, const struct ft_gen_job *jo
                                                 o->content.n, "completed"));
     for (int i = 0; i < o->n_calls; i++)
         json_array_append_new(out, call_item(&o->calls[i], o->calls[i].args, "completed"));
-    return response(s, job, out, status, o->finish, o->n_prompt, o->n_gen);
+    return response(s, job, out, status, o->finish, o->n_prompt, o->n_gen, o->n_cached);
 }
 
 /* --- stream -------------------------------------------------------------------------------- */
@@ -310,9 +311,9 @@ static void r_start(void *g) {
     b->items = json_array();
     b->open = 0, b->index = 0;
     event(b, "response.created", json_pack("{s:o}", "response", response(b->s, &b->job,
-                                            json_array(), "in_progress", 0, 0, 0)));
+                                            json_array(), "in_progress", 0, 0, 0, 0)));
     event(b, "response.in_progress", json_pack("{s:o}", "response", response(b->s, &b->job,
-                                                json_array(), "in_progress", 0, 0, 0)));
+                                                json_array(), "in_progress", 0, 0, 0, 0)));
 }
 
 /* Closes the open message item (its text so far). */
@@ -392,7 +393,7 @@ static void r_end(void *g, int finish, int n_prompt, int n_gen, int tool_calls) 
     if (b->reason.n) json_array_append_new(out, reasoning_item(&b->job, b->reason.p, b->reason.n));
     json_array_extend(out, b->items);
     if (!json_array_size(out)) json_array_append_new(out, message_item(&b->job, "", 0, "completed"));
-    json_t *r = response(b->s, &b->job, out, "completed", finish, n_prompt, n_gen);
+    json_t *r = response(b->s, &b->job, out, "completed", finish, n_prompt, n_gen, b->n_cached);
     int incomplete = !strcmp(json_string_value(json_object_get(r, "status")), "incomplete");
     event(b, incomplete ? "response.incomplete" : "response.completed", json_pack("{s:o}",
                                                                                 "response", r));
@@ -400,7 +401,7 @@ static void r_end(void *g, int finish, int n_prompt, int n_gen, int tool_calls) 
 
 static void r_error(void *g, const char *message, int status) {
     struct ft_stream_base *b = g;
-    json_t *r = response(b->s, &b->job, json_array(), "failed", 0, 0, 0);
+    json_t *r = response(b->s, &b->job, json_array(), "failed", 0, 0, 0, 0);
     json_object_set_new(r, "error", json_pack("{s:s, s:s}", "code", status == 400 ?
                                               "invalid_request" : "server_error", "message", message));
     event(b, "response.failed", json_pack("{s:o}", "response", r));

@@ -192,6 +192,10 @@ def test_messages(base):
           f"messages stream events: {sorted(set(kinds))}")
     check(final.content[0].type == "text" and final.content[0].text == m.content[0].text,
           "streamed message equals the blocking one")
+    u0, u1 = m.usage, final.usage
+    check((u1.cache_read_input_tokens or 0) >= 16 and
+          u1.input_tokens + u1.cache_read_input_tokens == u0.input_tokens + (u0.cache_read_input_tokens or 0),
+          f"the resent prompt's KV blocks came from the prefix cache (usage {u1})")
     tool = {"name": "get_weather", "description": "Current weather of a city.",
             "input_schema": WEATHER["function"]["parameters"]}
     for stream in (False, True):
