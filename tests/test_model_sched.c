@@ -316,7 +316,11 @@ TEST(prefix_cache_reuses_blocks_and_changes_no_token) {
     EXPECT_OK(ft_sched_init(&s1, f.m, f.tok, f.pool, &on));
     if (!s0 || !s1) goto done;
     char *want[N];
-    for (int i = 0; i < N; i++) want[i] = run_one(s0, ids[i], LEN, 12, NULL);
+    for (int i = 0; i < N; i++) { /* off (--no-prefix-cache): nothing is ever reused */
+        int c0 = -1;
+        want[i] = run_one(s0, ids[i], LEN, 12, &c0);
+        CHECK_(c0 == 0, "prefix cache off: request %d had %d cached tokens", i, c0);
+    }
     int cached = -1;
     char *a = run_one(s1, ids[0], 40, 12, &cached); /* the shared first 40 tokens alone */
     EXPECT_EQ(cached, 0);

@@ -39,6 +39,8 @@ static const char k_usage[] =
     "  -c, --ctx-size N            positions one request may use (default: the model's)\n"
     "  --kv-tokens N               KV cache positions shared by all requests\n"
     "  --queue-size N              waiting requests before 429 (default 64)\n"
+    "  --no-prefix-cache           re-prefill every prompt (default: reuse the KV blocks of a\n"
+    "                              prompt prefix seen before; off for hybrid models)\n"
     "  -t, --threads N             CPU threads (default: physical cores)\n"
     "  --chat-template NAME        override the detected chat template family\n"
     "  --tool-parser NAME          tool-call format of the model's output (default: from the\n"
@@ -56,6 +58,7 @@ struct serve_opts {
     const char *model, *host, *api_key, *cors, *name, *tmpl, *tool_parser;
     long port, max_running, max_prefill, ctx, kv, queue, threads, req_timeout, http_timeout, body_mb;
     long header_timeout, conns_per_ip;
+    int no_prefix_cache;
     size_t max_body;            /* --max-body; 0 = from the context */
     struct ft_engine_opts be; /* backend flags */
     int be_auto;
@@ -75,6 +78,10 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("%s", k_usage);
             return 1;
+        }
+        if (!strcmp(a, "--no-prefix-cache")) {
+            o->no_prefix_cache = 1;
+            continue;
         }
         if (!strcmp(a, "--model") || !strcmp(a, "-m")) str = &o->model;
         else if (!strcmp(a, "--host")) str = &o->host;
@@ -155,7 +162,8 @@ static enum ft_status load(const struct serve_opts *o, struct ft_server *srv, st
     FT_TRY(ft_pool_init(&l->pool, (int)o->threads));
     struct ft_sched_opts so = {.max_running = (int)o->max_running, .max_prefill = (int)o->max_prefill,
                                .ctx_size = (int)o->ctx, .kv_tokens = (int)o->kv,
-                               .queue_cap = (int)o->queue, .request_timeout_s = (double)o->req_timeout};
+                               .queue_cap = (int)o->queue, .request_timeout_s = (double)o->req_timeout,
+                               .prefix_cache = o->no_prefix_cache ? -1 : 0};
     ft_cli_backend_apply(&so.engine, &o->be, o->be_auto);
     /* offload: the banks are registered while the checkpoint is read */
     struct ft_residency_opts ro = {.pin_budget = so.engine.pin_budget, .cpu_layers = so.engine.cpu_layers,
