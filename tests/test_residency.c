@@ -32,6 +32,13 @@ TEST(needs_ft_testing_build) {
 }
 #else
 
+/* Every test's profiles (the pin walls the fake drivers leave) in a directory of its own, not
+ * in the user's ~/.cache: set before the first read of the environment. */
+static char g_cache[64] = "/tmp/ft_test_cache_XXXXXX";
+__attribute__((constructor)) static void isolate_cache(void) {
+    if (mkdtemp(g_cache)) setenv("FREETOKEN_CACHE", g_cache, 1);
+}
+
 #define KIB ((uint64_t)1024)
 #define MIB ((uint64_t)1 << 20)
 #define GIB_ ((uint64_t)1 << 30)
@@ -275,9 +282,9 @@ TEST(budget_sources) {
 TEST(probe_keeps_80_percent_of_what_succeeded) {
     struct ft_pin_budget b;
     struct ft_pin_fake f;
-    /* the driver refuses past 10 GiB; the default would be 40 GiB */
+    /* the driver refuses past 10 GiB; the default would be 40 GiB (no wall remembered) */
     const struct ft_pin_backend *fake = ft_pin_fake_init(&f, 10 * GIB_, 0);
-    struct ft_pin_budget_opts o = {.env = "", .ram_bytes = 100 * GIB_};
+    struct ft_pin_budget_opts o = {.env = "", .ram_bytes = 100 * GIB_, .wall_file = ""};
     log_start();
     EXPECT_OK(ft_pin_budget_init(&b, &k_wsl, fake, &o));
     EXPECT_EQ(b.source, FT_PIN_SRC_PROBE);
@@ -309,6 +316,58 @@ TEST(probe_keeps_80_percent_of_what_succeeded) {
     EXPECT_EQ(f.n_pin_calls, 0);
     EXPECT_EQ(b.source, FT_PIN_SRC_DEFAULT);
     log_stop();
+}
+
+/* The wall a probe met is remembered per machine and never probed again: the next start keeps
+ * 80% of what stays below it without a single pin; the probe goes above the default only up to
+ * the ceiling --pin-budget probe:SIZE gives, and stops there or at a refusal (remembered too). */
+TEST(pin_wall_remembered_and_never_crossed) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/pinwall-test.txt", g_cache);
+    remove(path);
+    struct ft_pin_budget b;
+    struct ft_pin_fake f;
+    struct ft_pin_budget_opts o = {.env = "", .ram_bytes = 100 * GIB_, .wall_file = path};
+    const struct ft_pin_backend *fake = ft_pin_fake_init(&f, 10 * GIB_, 0);
+    log_start();
+    EXPECT_OK(ft_pin_budget_init(&b, &k_wsl, fake, &o));
+    EXPECT_EQ(b.limit_bytes, 8 * GIB_);
+    EXPECT_EQ(f.n_refused, 1);
+    /* the next start: a driver that would refuse at the same wall is never asked */
+    fake = ft_pin_fake_init(&f, 10 * GIB_, 0);
+    EXPECT_OK(ft_pin_budget_init(&b, &k_wsl, fake, &o));
+    EXPECT_EQ(f.n_pin_calls, 0);
+    EXPECT_EQ(f.n_refused, 0);
+    EXPECT_EQ(b.source, FT_PIN_SRC_PROBE);
+    EXPECT_EQ(b.limit_bytes, 8 * GIB_);
+    EXPECT(log_count(FT_LOG_INFO, "refused at 10.25 GiB before") == 1);
+    /* the user's ceiling above the default (40 GiB): probed up to 60, where this driver refuses */
+    remove(path);
+    fake = ft_pin_fake_init(&f, 60 * GIB_, 0);
+    o.flag = "probe:80G";
+    EXPECT_OK(ft_pin_budget_init(&b, &k_wsl, fake, &o));
+    EXPECT_EQ(b.probe_ok_bytes, 60 * GIB_);
+    EXPECT_EQ(b.limit_bytes, 48 * GIB_);
+    EXPECT(f.peak_pinned_bytes <= 60 * GIB_);
+    /* a ceiling below the driver's wall: all of it, no refusal, nothing remembered past it */
+    remove(path);
+    fake = ft_pin_fake_init(&f, 60 * GIB_, 0);
+    o.flag = "probe:20G";
+    EXPECT_OK(ft_pin_budget_init(&b, &k_wsl, fake, &o));
+    EXPECT_EQ(b.limit_bytes, 20 * GIB_);
+    EXPECT_EQ(f.n_refused, 0);
+    EXPECT(f.peak_pinned_bytes <= 20 * GIB_);
+    /* without the flag the probe never goes past the default guess, whatever the driver allows */
+    o.flag = NULL;
+    fake = ft_pin_fake_init(&f, 0, 0);
+    EXPECT_OK(ft_pin_budget_init(&b, &k_wsl, fake, &o));
+    EXPECT_EQ(b.limit_bytes, 40 * GIB_);
+    EXPECT(f.peak_pinned_bytes <= 40 * GIB_);
+    o.flag = "probe:lots";
+    EXPECT_EQ(ft_pin_budget_init(&b, &k_wsl, fake, &o), FT_ERR_INVALID_ARG);
+    EXPECT_CONTAINS(ft_error(), "probe:");
+    log_stop();
+    remove(path);
 }
 
 struct charge_ctx {

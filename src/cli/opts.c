@@ -220,7 +220,8 @@ const char ft_cli_backend_usage[] =
     "  --moe-backend hybrid|offload|cpu  misses: split between PCIe and the CPU by measured\n"
     "                      cost (default), all fetched, or all computed on the CPU\n"
     "  --moe-cpu-threads N  the CPU executor's threads, pinned one per core (default: cores)\n"
-    "  --pin-budget SIZE / --moe-cpu-layers auto|IDS|N|F|0   host pinning (README: Host memory)\n"
+    "  --pin-budget SIZE|probe:SIZE / --moe-cpu-layers auto|IDS|N|F|0   host pinning (README:\n"
+    "                      Host memory; probe:SIZE probes the driver up to SIZE)\n"
     "  --cpu-act fast|f32  CPU matmuls: activations in int8 (block formats) or bf16 (bf16\n"
     "                      weights, AVX512-BF16) as llama.cpp does (default), or exact fp32\n";
 
@@ -301,8 +302,9 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
         }
     } else if (!strcmp(a, "--pin-budget")) {
         size_t b;
-        if (ft_cli_size(v, &b)) {
-            fprintf(stderr, "ft %s: --pin-budget: '%s' is not a size (e.g. 24G, 512M)\n", cmd, v);
+        if (ft_cli_size(!strncmp(v, "probe:", 6) ? v + 6 : v, &b)) {
+            fprintf(stderr, "ft %s: --pin-budget: '%s' is not a size (e.g. 24G, 512M) or probe:SIZE "
+                    "(probe the driver up to SIZE)\n", cmd, v);
             return -1;
         }
         eo->pin_budget = v;

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 struct entry {
     const char *name, *dflt, *meaning;
@@ -26,6 +27,8 @@ static const struct entry k_table[FT_ENV_N] = {
                                     "a kernel release (or /proc/version file) to detect", 1},
     [FT_ENV_TEST_SLOW_EMIT_MS] = {"FT_TEST_SLOW_EMIT_MS", "unset",
                                   "ft chat waits this long per printed piece", 1},
+    [FT_ENV_TEST_PIN_WALL_MB] = {"FT_TEST_PIN_WALL_MB", "unset",
+                                 "the CUDA pinner refuses past this many MiB pinned (a WSL2 wall)", 1},
 };
 
 static const char *g_val[FT_ENV_N];
@@ -71,4 +74,34 @@ void ft_env_print(FILE *out) {
         fprintf(out, "  %-24s default: %s%s%s\n", "", e->dflt, g_val[i] ? "; set now: " : "",
                 g_val[i] ? g_val[i] : "");
     }
+}
+
+void ft_env_cache_dir(char *buf, size_t cap) {
+    const char *e = ft_env_str(FT_ENV_CACHE), *x = ft_env_str(FT_ENV_XDG_CACHE_HOME);
+    const char *h = ft_env_str(FT_ENV_HOME);
+    if (e && *e) snprintf(buf, cap, "%s", e);
+    else if (x && *x) snprintf(buf, cap, "%s/freetoken", x);
+    else snprintf(buf, cap, "%s/.cache/freetoken", h && *h ? h : "/tmp");
+}
+
+void ft_env_file_word(const char *in, char *out, size_t cap) {
+    size_t n = 0;
+    for (; *in && n + 1 < cap; in++) {
+        char c = *in;
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (ok) out[n++] = c;
+        else if (n && out[n - 1] != '-') out[n++] = '-';
+    }
+    out[n] = 0;
+}
+
+void ft_env_mkdirs(const char *path) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(tmp, 0755);
+            *p = '/';
+        }
 }

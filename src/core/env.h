@@ -16,6 +16,7 @@ enum ft_env {
     FT_ENV_TEST_COPY_FAULT,     /* FT_TESTING builds only: fault-injection hooks for the tests */
     FT_ENV_TEST_KERNEL_RELEASE,
     FT_ENV_TEST_SLOW_EMIT_MS,
+    FT_ENV_TEST_PIN_WALL_MB,
     FT_ENV_N
 };
 
@@ -25,6 +26,13 @@ const char *ft_env_str(enum ft_env id);
 int ft_env_int(enum ft_env id, int dflt);
 /* Reads every variable again (tests: after setenv). Not while another thread reads. */
 void ft_env_reload(void);
+/* The directory of the engine's profiles (bandwidth, the pin wall): $FREETOKEN_CACHE, else
+ * $XDG_CACHE_HOME/freetoken, else ~/.cache/freetoken (/tmp without a HOME). */
+void ft_env_cache_dir(char *buf, size_t cap);
+/* in as a file-name word: letters and digits, every other run of bytes one '-' */
+void ft_env_file_word(const char *in, char *out, size_t cap);
+/* Creates the directories leading to the file at path (an existing one is fine). */
+void ft_env_mkdirs(const char *path);
 /* The table for `ft --help-env`: name, default, meaning; the values set now marked. */
 void ft_env_print(FILE *out);
 

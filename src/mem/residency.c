@@ -170,21 +170,43 @@ static const struct ft_pin_backend k_none = {
 const struct ft_pin_backend *ft_pin_backend_none(void) { return &k_none; }
 
 #ifdef FT_HAVE_CUDA
+/* FT_TESTING builds: FT_TEST_PIN_WALL_MB makes the CUDA pinner refuse past that many MiB pinned
+ * at once (registrations and probe allocations together), as a WSL2 wall does, so the GPU tests
+ * can prove nothing asks past a refusal. 0: no wall. */
+static _Atomic uint64_t g_pinned_now;
+static int wall_refuses(size_t bytes) {
+#ifdef FT_TESTING
+    const uint64_t wall = (uint64_t)ft_env_int(FT_ENV_TEST_PIN_WALL_MB, 0) << 20;
+    if (wall && atomic_load(&g_pinned_now) + bytes > wall) return 1;
+#endif
+    atomic_fetch_add(&g_pinned_now, bytes);
+    return 0;
+}
 static enum ft_status cuda_pin(void *ctx, void *ptr, size_t bytes) {
     (void)ctx;
-    return ft_cuda_host_register(ptr, bytes);
+    if (wall_refuses(bytes))
+        return ft_fail(FT_ERR_CUDA, "cudaHostRegister of %.1f MiB refused (FT_TEST_PIN_WALL_MB)",
+                       bytes / 1048576.0);
+    enum ft_status st = ft_cuda_host_register(ptr, bytes);
+    if (st != FT_OK) atomic_fetch_sub(&g_pinned_now, bytes);
+    return st;
 }
 static void cuda_unpin(void *ctx, void *ptr, size_t bytes) {
-    (void)ctx, (void)bytes;
+    (void)ctx;
     ft_cuda_host_unregister(ptr);
+    atomic_fetch_sub(&g_pinned_now, bytes);
 }
 static void *cuda_probe_alloc(void *ctx, size_t bytes) {
     (void)ctx;
-    return ft_cuda_host_alloc_pinned(bytes);
+    if (wall_refuses(bytes)) return NULL;
+    void *p = ft_cuda_host_alloc_pinned(bytes);
+    if (!p) atomic_fetch_sub(&g_pinned_now, bytes);
+    return p;
 }
 static void cuda_probe_free(void *ctx, void *ptr, size_t bytes) {
-    (void)ctx, (void)bytes;
+    (void)ctx;
     ft_cuda_free_host(ptr);
+    atomic_fetch_sub(&g_pinned_now, bytes);
 }
 static void cuda_clear(void *ctx) {
     (void)ctx;
@@ -301,6 +323,65 @@ uint64_t ft_pin_probe(const struct ft_pin_backend *be, uint64_t limit, uint64_t 
     return ok;
 }
 
+void ft_pin_wall_path(const struct ft_platform *p, uint64_t ram_bytes, char *buf, size_t cap) {
+    char dir[512], k[160];
+    ft_env_cache_dir(dir, sizeof dir);
+    ft_env_file_word(p->kernel[0] ? p->kernel : ft_platform_name(p->kind), k, sizeof k);
+    snprintf(buf, cap, "%s/pinwall-%s-%llu.txt", dir, k, (unsigned long long)(ram_bytes >> 20));
+}
+
+/* The remembered wall in bytes, 0 when none (or unreadable) */
+static uint64_t wall_read(const char *path) {
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    unsigned long long w = 0;
+    if (f) {
+        if (fscanf(f, "pin-wall-bytes %llu", &w) != 1) w = 0;
+        fclose(f);
+    }
+    return w;
+}
+
+static void wall_write(const char *path, uint64_t wall) {
+    if (!path || !*path) return;
+    ft_env_mkdirs(path);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "pin-wall-bytes %llu\n", (unsigned long long)wall);
+        fclose(f);
+    }
+    if (!f) ft_log_warn("pin probe: cannot remember the wall in %s; the next start probes again", path);
+}
+
+/* The probe up to ceiling, never to a remembered wall; b's limit from it (keep: the limit when
+ * nothing refuses) */
+static void probe_budget(struct ft_pin_budget *b, const struct ft_pin_backend *be,
+                         const struct ft_pin_budget_opts *o, const char *wall_path, uint64_t ceiling,
+                         uint64_t keep) {
+    const uint64_t step = o->probe_step_bytes ? o->probe_step_bytes : FT_PIN_PROBE_STEP;
+    const uint64_t wall = wall_read(wall_path);
+    b->limit_bytes = keep;
+    if (wall && wall <= ceiling + step) { /* met before: below it, without probing */
+        const uint64_t safe = wall > step ? wall - step : 0;
+        b->limit_bytes = FT_MIN(keep, safe / 10 * 8);
+        b->probe_ok_bytes = safe, b->probe_refused = 1;
+        b->source = FT_PIN_SRC_PROBE;
+        ft_log_info("pin probe: this machine's driver refused at %.2f GiB before (%s); keeping 80%% "
+                    "of what stays below it, without probing", gib(wall), wall_path);
+        return;
+    }
+    b->probe_ok_bytes = ft_pin_probe(be, ceiling, step, &b->probe_refused);
+    if (b->probe_refused) {
+        b->limit_bytes = b->probe_ok_bytes / 10 * 8;
+        b->source = FT_PIN_SRC_PROBE;
+        ft_log_info("pin probe: the driver refused after %.2f GiB (%.0f MiB steps); "
+                    "keeping 80%%", gib(b->probe_ok_bytes), (double)step / (1 << 20));
+        wall_write(wall_path, b->probe_ok_bytes + step);
+    } else {
+        ft_log_info("pin probe: %.2f GiB pinned without refusal; keeping %s", gib(b->probe_ok_bytes),
+                    keep == b->default_bytes ? "the default (40% of RAM)" : "it");
+    }
+}
+
 enum ft_status ft_pin_budget_init(struct ft_pin_budget *b, const struct ft_platform *p,
                                   const struct ft_pin_backend *be,
                                   const struct ft_pin_budget_opts *o) {
@@ -311,30 +392,28 @@ enum ft_status ft_pin_budget_init(struct ft_pin_budget *b, const struct ft_platf
     b->source = FT_PIN_SRC_UNCAPPED;
     const char *env = o->env ? o->env : ft_env_str(FT_ENV_PIN_BUDGET_GB);
     enum ft_status st = FT_OK;
-    if (o->flag) {
+    const uint64_t ram = o->ram_bytes ? o->ram_bytes : ft_sys_ram_bytes();
+    char wall_path[1024];
+    if (o->wall_file) snprintf(wall_path, sizeof wall_path, "%s", o->wall_file);
+    else ft_pin_wall_path(p, ram, wall_path, sizeof wall_path);
+    if (o->flag && !strncmp(o->flag, "probe:", 6)) { /* the user's ceiling, above the default */
+        uint64_t ceiling = 0;
+        FT_TRY(ft_parse_size(o->flag + 6, "--pin-budget probe:", &ceiling));
+        b->default_bytes = p->kind == FT_PLATFORM_WSL2 ? ram / 10 * 4 : 0;
+        b->source = FT_PIN_SRC_FLAG;
+        if (be->can_pin && !o->skip_probe) probe_budget(b, be, o, wall_path, ceiling, ceiling);
+        else b->limit_bytes = ceiling;
+    } else if (o->flag) {
         FT_TRY(ft_parse_size(o->flag, "--pin-budget", &b->limit_bytes));
         b->source = FT_PIN_SRC_FLAG;
     } else if (env && *env) {
         FT_TRY(ft_parse_size(env, "FREETOKEN_PIN_BUDGET_GB", &b->limit_bytes));
         b->source = FT_PIN_SRC_ENV;
     } else if (p->kind == FT_PLATFORM_WSL2) {
-        uint64_t ram = o->ram_bytes ? o->ram_bytes : ft_sys_ram_bytes();
         b->default_bytes = ram / 10 * 4;
         b->limit_bytes = b->default_bytes;
         b->source = FT_PIN_SRC_DEFAULT;
-        if (be->can_pin && !o->skip_probe) {
-            uint64_t step = o->probe_step_bytes ? o->probe_step_bytes : FT_PIN_PROBE_STEP;
-            b->probe_ok_bytes = ft_pin_probe(be, b->default_bytes, step, &b->probe_refused);
-            if (b->probe_refused) {
-                b->limit_bytes = b->probe_ok_bytes / 10 * 8;
-                b->source = FT_PIN_SRC_PROBE;
-                ft_log_info("pin probe: the driver refused after %.2f GiB (%.0f MiB steps); "
-                            "keeping 80%%", gib(b->probe_ok_bytes), (double)step / (1 << 20));
-            } else {
-                ft_log_info("pin probe: %.2f GiB pinned without refusal; keeping the default "
-                            "(40%% of RAM)", gib(b->probe_ok_bytes));
-            }
-        }
+        if (be->can_pin && !o->skip_probe) probe_budget(b, be, o, wall_path, b->default_bytes, b->default_bytes);
     }
     if (b->limit_bytes == FT_PIN_UNLIMITED)
         ft_log_info("pin budget unlimited (source: uncapped)");

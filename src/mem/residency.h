@@ -126,14 +126,24 @@ struct ft_pin_budget {
 };
 
 struct ft_pin_budget_opts {
-    const char *flag;         /* --pin-budget value, NULL = unset */
+    const char *flag;         /* --pin-budget value (SIZE, or probe:SIZE: probe up to SIZE), NULL
+                                 = unset */
     const char *env;          /* FREETOKEN_PIN_BUDGET_GB value; NULL = read the environment */
     uint64_t ram_bytes;       /* 0 = detect (tests fake it) */
     int skip_probe;           /* 1: never probe (ft inspect) */
     uint64_t probe_step_bytes;/* 0 = FT_PIN_PROBE_STEP */
+    const char *wall_file;    /* where the machine's pin wall is remembered: NULL = the profile
+                                 directory's pinwall-<kernel>-<RAM>.txt (ft_pin_wall_path), "" =
+                                 nowhere */
 };
+/* The file this machine's pin wall (the pinned bytes at which the driver first refused) is
+ * kept in: keyed by the kernel release and the RAM, so a new .wslconfig probes afresh. */
+void ft_pin_wall_path(const struct ft_platform *p, uint64_t ram_bytes, char *buf, size_t cap);
 /* Chooses the budget: flag > env > platform (WSL2: 40% of RAM, refined by the probe when the
- * backend can pin; Linux: uncapped). Logs "pin budget X GiB (source: S)" once. */
+ * backend can pin; Linux: uncapped). The probe pins in small steps up to the default (or the
+ * ceiling of --pin-budget probe:SIZE, on any platform) and never up to a wall a probe met before
+ * on this machine: a remembered wall W gives 80% of W less a step without probing; a refusal
+ * is remembered. Logs "pin budget X GiB (source: S)" once. */
 enum ft_status ft_pin_budget_init(struct ft_pin_budget *b, const struct ft_platform *p,
                                   const struct ft_pin_backend *be,
                                   const struct ft_pin_budget_opts *o);

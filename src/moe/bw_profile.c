@@ -6,53 +6,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/env.h"
 #include "core/status.h"
 #include "core/sys.h"
 
-static void sanitize(const char *in, char *out, size_t cap) {
-    size_t n = 0;
-    for (; *in && n + 1 < cap; in++) {
-        char c = *in;
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-        if (ok) out[n++] = c;
-        else if (n && out[n - 1] != '-') out[n++] = '-';
-    }
-    out[n] = 0;
-}
-
-static void cache_dir(char *buf, size_t cap) {
-    const char *e = ft_env_str(FT_ENV_CACHE), *x = ft_env_str(FT_ENV_XDG_CACHE_HOME), *h = ft_env_str(FT_ENV_HOME);
-    if (e && *e) snprintf(buf, cap, "%s", e);
-    else if (x && *x) snprintf(buf, cap, "%s/freetoken", x);
-    else snprintf(buf, cap, "%s/.cache/freetoken", h && *h ? h : "/tmp");
-}
-
 void ft_bw_profile_path(const struct ft_bw_profile *key, char *buf, size_t cap) {
     char dir[512], g[96], c[96];
-    cache_dir(dir, sizeof dir);
-    sanitize(key->gpu, g, sizeof g);
-    sanitize(key->cpu, c, sizeof c);
+    ft_env_cache_dir(dir, sizeof dir);
+    ft_env_file_word(key->gpu, g, sizeof g);
+    ft_env_file_word(key->cpu, c, sizeof c);
     snprintf(buf, cap, "%s/bw-%s-%s-%s-%llu.json", dir, g, c, key->format,
              (unsigned long long)key->expert_bytes);
 }
 
-static void mkdirs(const char *path) {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(tmp, 0755);
-            *p = '/';
-        }
-}
 
 enum ft_status ft_bw_profile_save(const struct ft_bw_profile *p, char *path, size_t cap) {
     ft_bw_profile_path(p, path, cap);
-    mkdirs(path);
+    ft_env_mkdirs(path);
     json_t *j = json_pack(
         "{s:i, s:s, s:s, s:s, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:{s:f, s:f}}", "version", 1,
         "gpu", p->gpu, "cpu", p->cpu, "format", p->format, "expert_bytes",
