@@ -190,12 +190,24 @@ static const uint16_t k_pat_q6[4][32] = {/* Q6_K: 16 codes (8 lanes) per scale, 
                                           13, 13, 13, 13, 13, 14, 14, 14, 14, 14, 14,
                                           14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
 
+/* ft_ggml_k4_scales in a register (the same 16 bytes: scales 0..7, mins 0..7) from the 12 bytes
+ * at q (16 are read: a Q4_K / Q5_K block's scales are followed by its codes). Building them in
+ * memory and loading them back stalled on the store-to-load forward. */
+INL512 __m128i k4_scales128(const uint8_t *q) {
+    const __m128i m6 = _mm_set1_epi8(0x3f), m4 = _mm_set1_epi8(0x0f), m2 = _mm_set1_epi8(0x03);
+    const __m128i u = _mm_loadu_si128((const __m128i *)q);   /* dwords u0, u1, u2 */
+    const __m128i lo = _mm_and_si128(u, m6);                 /* scales 0..3, mins 0..3 */
+    const __m128i top = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u, 6), m2), 4);
+    const __m128i u2 = _mm_shuffle_epi32(u, 0xaa);
+    const __m128i nib = _mm_and_si128(_mm_srlv_epi32(u2, _mm_setr_epi32(0, 4, 0, 0)), m4);
+    const __m128i hi = _mm_or_si128(nib, top);               /* scales 4..7, mins 4..7 */
+    return _mm_unpacklo_epi32(lo, hi); /* u0 & m6, hi0, u1 & m6, hi1 */
+}
+
 /* Q4_K / Q5_K: scales, mins and d, dmin (the codes are the caller's). */
 INL512 void k4_common512(const uint8_t *b, struct kblock512 *k) {
     static const int8_t dup[16] = {8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15};
-    uint8_t sm[16];
-    ft_ggml_k4_scales(b + 4, sm);
-    const __m128i v = _mm_loadu_si128((const __m128i *)sm);
+    const __m128i v = k4_scales128(b + 4);
     scales512(_mm512_cvtepu8_epi16(_mm256_zextsi128_si256(v)), k_pat_k4, k->s);
     k->m = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, _mm_loadu_si128((const __m128i *)dup)));
     k->d = ft_ggml_f16c(b);
