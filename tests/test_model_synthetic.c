@@ -304,6 +304,8 @@ TEST(synthetic_inspect_prints_kv_and_state) {
          "recurrent state 62.81 MiB per sequence (30 Gated DeltaNet layers)"},
         {"deepseek-v3", "671.54 B total", "kv cache      137.2 KiB per token (61 latent attention layers)"},
         {"glm-4.7-flash:q4_k@4", "experts       64 per layer in 3 MoE layers", "9.0 KiB per token"},
+        /* GLM-5: the latent (512), the rope key (64) and the indexer key (128) in f32, 78 layers */
+        {"glm-5", "744.40 B total", "kv cache      214.5 KiB per token (78 latent attention layers)"},
     };
     static char out[1 << 14];
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {

@@ -196,9 +196,10 @@ int ft_cmd_inspect(int argc, char **argv) {
     int n_linear = 0;
     uint64_t state = ft_config_state_bytes(&c, a, &n_linear);
     int n_kvl = c.n_layers - n_linear;
-    double kv_tok = (a->flags & FT_ARCH_MLA) /* f32: one latent row, or keys and values */
-                        ? 4.0 * (c.kv_lora_rank + c.qk_rope_head_dim) * n_kvl
-                        : 2.0 * 4 * (double)c.n_kv_heads * hd * n_kvl;
+    /* f32: one latent row (GLM-5: and its indexer key), or keys and values */
+    const int index_key = (a->flags & FT_ARCH_DSA) ? c.index_head_dim : 0;
+    double kv_tok = (a->flags & FT_ARCH_MLA) ? 4.0 * (c.kv_lora_rank + c.qk_rope_head_dim + index_key) * n_kvl
+                                             : 2.0 * 4 * (double)c.n_kv_heads * hd * n_kvl;
     printf("kv cache      %s per token (%d %sattention layers)", size(kv_tok, b1, sizeof b1), n_kvl,
            (a->flags & FT_ARCH_MLA) ? "latent " : "");
     if (n_linear)
