@@ -22,11 +22,13 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
 fi
 # the server tests drive ft serve with the official openai client, from a venv under build/
-# (Debian 12's system pip refuses to install packages outside one)
-if [ "${1:-demo}" = test ] && ! build/venv/bin/python -c 'import openai, anthropic, jsonschema, prometheus_client' 2>/dev/null; then
-  echo "setup: installing the openai, anthropic, jsonschema and prometheus_client Python packages into build/venv"
+# (Debian 12's system pip refuses to install packages outside one); litellm (its Router, for
+# test_server_router) is pinned: 1.82.7 and 1.82.8 were malicious uploads, 1.82.6 predates them
+LITELLM=1.82.6
+if [ "${1:-demo}" = test ] && ! build/venv/bin/python -c 'import openai, anthropic, jsonschema, prometheus_client, importlib.metadata as m, sys; sys.exit(m.version("litellm") != "'$LITELLM'")' 2>/dev/null; then
+  echo "setup: installing the openai, anthropic, jsonschema, prometheus_client and litellm Python packages into build/venv"
   python3 -m venv build/venv
-  build/venv/bin/pip install -q openai anthropic jsonschema prometheus_client
+  build/venv/bin/pip install -q openai anthropic jsonschema prometheus_client "litellm==$LITELLM"
 fi
 make -s build
 case "${1:-demo}" in

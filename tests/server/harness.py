@@ -57,3 +57,36 @@ def stop_server(proc):
 def finish(who, t0):
     print(f"{who}: {PASSES[0]} checks passed, {len(FAILS)} failed ({time.time() - t0:.1f} s)")
     sys.exit(1 if FAILS or not PASSES[0] else 0)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a server that must come back on
+    the port it had, such as a replica behind a router)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_server(ft, model, port, args, log=None):
+    """`ft serve --model MODEL --port PORT ARGS`, not waited for: wait_ready() reads its ready
+    line. Its log (stderr) goes to the file `log` when given."""
+    err = open(log, "a") if log else subprocess.DEVNULL
+    p = subprocess.Popen([ft, "serve", "--model", model, "--port", str(port)] + list(args),
+                         stdout=subprocess.PIPE, stderr=err, text=True)
+    if log:
+        err.close()
+    return p
+
+
+def wait_ready(proc, who, timeout=60):
+    """The base URL of a spawn_server() process once it prints its ready line."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith("FreeToken-C ready: serving "):
+            return line.strip().rsplit(" ", 1)[1]
+    proc.kill()
+    raise SystemExit(f"{who}: FAIL: ft serve did not print its ready line")
