@@ -623,7 +623,7 @@ enum { P_START = 0 };                                     /* every value frame s
 enum { O_OPEN = 1, O_KEY, O_COLON, O_VAL, O_AFTER, O_COMMA };
 enum { A_OPEN = 1, A_AFTER, A_COMMA };
 enum { S_IN = 1, S_ESC, S_U };
-enum { N_MINUS = 1, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
+enum { N_MINUS = 1, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP, N_EXP2 };
 enum { L_IN = 1 };
 enum { C_K1 = 1, C_COLON1, C_NAME0, C_NAME, C_COMMA, C_K2, C_COLON2, C_ARGS, C_END };
 
@@ -831,7 +831,8 @@ static enum res string_byte(const struct node *n, struct ft_jg_frame *f, unsigne
 }
 
 static int number_complete(const struct ft_jg_frame *f) {
-    return f->phase == N_ZERO || f->phase == N_INT || f->phase == N_FRAC || f->phase == N_EXP;
+    return f->phase == N_ZERO || f->phase == N_INT || f->phase == N_FRAC || f->phase == N_EXP ||
+           f->phase == N_EXP2;
 }
 
 static enum res number_byte(const struct node *n, struct ft_jg_frame *f, unsigned char b) {
@@ -846,7 +847,8 @@ static enum res number_byte(const struct node *n, struct ft_jg_frame *f, unsigne
         break;
     case N_DOT: next = digit ? N_FRAC : -1; break;
     case N_E: next = b == '+' || b == '-' ? N_ESIGN : digit ? N_EXP : -1; break;
-    case N_ESIGN: case N_EXP: next = digit ? N_EXP : -1; break;
+    case N_ESIGN: next = digit ? N_EXP : -1; break;
+    case N_EXP: next = digit ? N_EXP2 : -1; break; /* two exponent digits at most: a double */
     }
     /* integer parts stay within int64 (18 digits) so every client's JSON parser reads them */
     if (next == N_INT && f->pos >= 18) next = -1;
