@@ -285,15 +285,22 @@ TEST(lfru_matches_its_definition_on_random_traces) {
             for (int j = 0; j < n; j++) {
                 int key = layer * E + ids[j];
                 if (ref_slot_of(&r, key) >= 0) continue;
-                int best = -1;
+                /* a free slot first (lowest index); else the least count among the experts
+                 * not used by their layer's last FT_CACHE_PROTECT lookups (else among all),
+                 * ties to the least recent */
+                int best = -1, best_recent = 1;
                 float bn = 0;
-                for (int s = 0; s < S && best < 0; s++) /* a free slot first, lowest index */
+                for (int s = 0; s < S && best < 0; s++)
                     if (r.key[s] < 0 && r.stepv[s] != r.step) best = s;
-                for (int s = 0; s < S && r.key[best < 0 ? 0 : best] >= 0; s++) {
-                    if (r.stepv[s] == r.step) continue;
-                    float cn = ref_count(&r, r.key[s]);
-                    if (best < 0 || r.key[best] < 0 || cn < bn || (cn == bn && r.last[s] < r.last[best]))
-                        if (r.key[s] >= 0) best = s, bn = cn;
+                const int have_free = best >= 0;
+                for (int s = 0; !have_free && s < S; s++) {
+                    if (r.stepv[s] == r.step || r.key[s] < 0) continue;
+                    const int key = r.key[s];
+                    const int recent = r.lsteps[key / E] - r.stamp[key] < FT_CACHE_PROTECT;
+                    const float cn = ref_count(&r, key);
+                    if (best < 0 || recent < best_recent ||
+                        (recent == best_recent && (cn < bn || (cn == bn && r.last[s] < r.last[best]))))
+                        best = s, bn = cn, best_recent = recent;
                 }
                 differ += q >= nf || f[q].slot != best || f[q].expert != ids[j];
                 q++;

@@ -78,14 +78,24 @@ static float lfru_count(const struct ft_cache *c, int32_t key) {
     return d < FT_CACHE_DECAY_LEN ? c->fcount[key] * c->decay[d] : 0.0f;
 }
 
+/* An expert its layer used within its last FT_CACHE_PROTECT lookups (a newcomer waiting for its
+ * second use, as sticky routing brings it) is evicted only when every other one is. */
+static int lfru_recent(const struct ft_cache *c, int32_t key) {
+    return c->lsteps[key / c->n_experts] - c->fstamp[key] < FT_CACHE_PROTECT;
+}
+
 static int lfru_victim(const struct ft_cache *c, uint64_t step) {
-    int best = -1;
+    int best = -1, best_recent = 1;
     float best_n = 0;
     for (int s = 0; s < c->n_slots; s++) {
         if (c->step_of[s] == step || c->held[s]) continue;
         if (c->key_of[s] < 0) return s; /* free */
         const float n = lfru_count(c, c->key_of[s]);
-        if (best < 0 || n < best_n || (n == best_n && c->last_use[s] < c->last_use[best])) best = s, best_n = n;
+        const int recent = lfru_recent(c, c->key_of[s]);
+        if (best < 0 || recent < best_recent ||
+            (recent == best_recent &&
+             (n < best_n || (n == best_n && c->last_use[s] < c->last_use[best]))))
+            best = s, best_n = n, best_recent = recent;
     }
     return best;
 }

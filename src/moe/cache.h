@@ -25,9 +25,12 @@ struct ft_cache_policy {
 extern const struct ft_cache_policy ft_cache_lru;
 /* Frequency-aware (LFRU): among the evictable slots, a free one first (lowest index), else the
  * one whose expert has the fewest uses, each use's weight halving every FT_CACHE_HALF_LIFE
- * lookups of its layer (about that many tokens of decode); ties: the least recent. A scan of
- * every slot per eviction. */
+ * lookups of its layer (about that many tokens of decode), sparing the experts their layer used
+ * in its last FT_CACHE_PROTECT lookups while any other is left (a newcomer gets its second use:
+ * sticky routing needs it); ties: the least recent. A scan of every slot per eviction.
+ * bench/RESULTS.md has the measurements behind both constants. */
 #define FT_CACHE_HALF_LIFE 16
+#define FT_CACHE_PROTECT 1
 extern const struct ft_cache_policy ft_cache_lfru;
 /* Segmented LRU: an expert enters on probation and is protected from its first hit on; the
  * protected hold at most FT_CACHE_PROTECTED_PCT% of the slots (the least recent of them goes
