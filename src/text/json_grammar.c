@@ -822,10 +822,16 @@ static enum res string_byte(const struct node *n, struct ft_jg_frame *f, unsigne
         if (!strchr("\"\\/bfnrt", b) || !b) return REJECT;
         f->phase = S_IN, f->pos++;
         return ACCEPT;
-    case S_U:
+    case S_U: { /* no surrogate escapes (\ud800-\udfff: a lone one is JSON no parser reads, and
+                 * raw UTF-8 says every character) and no \u0000 */
         if (!hex(b)) return REJECT;
+        const unsigned v = b <= '9' ? (unsigned)(b - '0') : (unsigned)((b | 0x20) - 'a' + 10);
+        f->seen = (f->count ? f->seen << 4 : 0) | v;
+        if (f->count == 1 && f->seen >= 0xd8 && f->seen <= 0xdf) return REJECT;
+        if (f->count == 3 && f->seen == 0) return REJECT; /* \u0000: parsers refuse a NUL */
         if (++f->count == 4) f->phase = S_IN, f->pos++, f->count = 0;
         return ACCEPT;
+    }
     }
     return REJECT;
 }
