@@ -34,6 +34,9 @@
 #   prec     issue 25 part 6: the n08 and plain fixtures through cuda and offload, per position
 #            with the router gaps (tools/check_fixtures.py), and the CPU fast path beside -> prec.log
 #   bw       ft bench bw for bf16, mxfp4, nvfp4, q4_k experts; bench_exec sustained -> bw.log
+#   hybrid   issues 26/27: Qwen3.6-35B-A3B and GLM-4.7-Flash at 4k context against the 30B
+#            full-attention shape (tg64 after a 4096-token prompt), and FT_PROFILE=2 per-op
+#            time of the hybrid's pp512 (where its prefill goes)         -> hybrid.log
 #   policy   issue 33: the 12-layer 30B shape offloaded at 4G under zipf:0.8, zipf:1.2 and
 #            sticky:0.8, each policy's tg128 in the engine and the traces (--record-routing:
 #            LRU / LFRU / SLRU / Belady replayed on them) -> policy.log, *.trace
@@ -237,6 +240,13 @@ for part in "$@"; do
             --moe-backend cpu --moe-cpu-layers 48
         step cpuall.log 200 $G/ft bench --synthetic qwen3-30b-a3b -p 64 -n 64 -r 2 --backend offload \
             --moe-backend cpu --moe-cache-size 8
+        ;;
+    hybrid)
+        for p in qwen3-30b-a3b qwen3.6-35b-a3b glm-4.7-flash; do
+            step hybrid.log 240 $G/ft bench --synthetic $p -p 4096 -n 64 -r 1 --backend cuda
+        done
+        FT_PROFILE=2 step hybrid.log 240 $G/ft bench --synthetic qwen3.6-35b-a3b -p 512 -n 0 -r 1 \
+            --backend cuda
         ;;
     policy)
         for r in zipf:0.8 zipf:1.2 sticky:0.8; do
