@@ -227,12 +227,6 @@ TEST(victim_equals_the_scan_under_every_operation) {
     ft_cache_free(c);
 }
 
-/* A zipf / sticky random trace (ft_trace_synthetic) of `steps` tokens */
-static void make_trace(struct ft_trace *t, int L, int E, int k, int steps, double skew, double sticky,
-                       uint64_t seed) {
-    ft_trace_synthetic(t, L, E, k, steps, skew, sticky, seed);
-}
-
 /* LFRU by its definition, independently: slots with their key, last use stamp and step; keys'
  * decayed counts in float like the cache's. */
 struct ref_lfru {
@@ -258,7 +252,7 @@ TEST(lfru_matches_its_definition_on_random_traces) {
     for (int trial = 0; trial < 6; trial++) {
         const int L = 3, E = 24, k = 4, S = 10 + trial * 3;
         struct ft_trace t;
-        make_trace(&t, L, E, k, 400, 0.4 + 0.2 * trial, trial % 2 ? 0.5 : 0.0, 77 + trial);
+        ft_trace_synthetic(&t, L, E, k, 400, 0.4 + 0.2 * trial, trial % 2 ? 0.5 : 0.0, 77 + trial);
         struct ft_cache *c = NULL;
         EXPECT_OK(ft_cache_init(&c, S, L, E, &ft_cache_lfru));
         static struct ref_lfru r;
@@ -360,7 +354,7 @@ TEST(oracle_is_optimal_and_bounds_every_policy) {
     }
     for (int trial = 0; trial < 8; trial++) { /* multi-id steps: above LRU and LFRU */
         struct ft_trace t;
-        make_trace(&t, 4, 64, 8, 300, 0.3 * trial, trial % 3 ? 0.6 : 0.0, 9 + trial);
+        ft_trace_synthetic(&t, 4, 64, 8, 300, 0.3 * trial, trial % 3 ? 0.6 : 0.0, 9 + trial);
         uint64_t ho, hl, hf, lk;
         const int S = 40 + 20 * (trial % 4);
         EXPECT_OK(ft_trace_oracle(&t, S, &ho, &lk));
@@ -374,7 +368,7 @@ TEST(oracle_is_optimal_and_bounds_every_policy) {
 
 TEST(trace_saves_loads_and_refuses_a_bad_file) {
     struct ft_trace t, u;
-    make_trace(&t, 3, 16, 2, 50, 1.0, 0.0, 5);
+    ft_trace_synthetic(&t, 3, 16, 2, 50, 1.0, 0.0, 5);
     const char *path = "test_cache_trace.bin";
     EXPECT_OK(ft_trace_save(&t, path));
     EXPECT_OK(ft_trace_load(&u, path));

@@ -316,17 +316,23 @@ TEST(gguf_two_files_in_a_directory) {
 
 /* Gemma 3 runs on the CPU only for now: an explicit GPU backend is a one-line error that says
  * so, and --backend auto falls back to the CPU. */
-TEST(gemma3_refused_by_gpu_backends) {
+/* The model in dir has no CUDA path: cuda and offload refuse it with one line naming the
+ * architecture and --backend cpu, and --backend auto runs it on the CPU. */
+static void expect_gpu_refused(const char *dir, const char *arch) {
     struct ft_model *m = NULL;
     struct ft_pool *pool = NULL;
-    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/gemma3", &m));
+    EXPECT_OK(ft_model_load(dir, &m));
     EXPECT_OK(ft_pool_init(&pool, 1));
     if (!m || !pool) goto done;
-    struct ft_engine_opts o = {.max_ctx = 32, .max_chunk = 32, .backend = FT_BACKEND_OFFLOAD};
+    struct ft_engine_opts o = {.max_ctx = 32, .max_chunk = 32};
     struct ft_engine *e = NULL;
-    EXPECT_EQ(ft_engine_init(&e, m, pool, &o), FT_ERR_UNSUPPORTED);
-    EXPECT(e == NULL);
-    EXPECT_CONTAINS(ft_error(), "--backend cpu");
+    for (int b = 0; b < 2; b++) {
+        o.backend = b ? FT_BACKEND_OFFLOAD : FT_BACKEND_CUDA;
+        EXPECT_EQ(ft_engine_init(&e, m, pool, &o), FT_ERR_UNSUPPORTED);
+        EXPECT(e == NULL);
+        EXPECT_CONTAINS(ft_error(), "--backend cpu");
+        EXPECT_CONTAINS(ft_error(), arch);
+    }
     o.backend = FT_BACKEND_CUDA, o.backend_auto = 1;
     EXPECT_OK(ft_engine_init(&e, m, pool, &o));
     if (e) EXPECT_STREQ(ft_engine_backend(e), "cpu");
@@ -334,6 +340,10 @@ TEST(gemma3_refused_by_gpu_backends) {
 done:
     ft_pool_free(pool);
     ft_model_free(m);
+}
+
+TEST(gemma3_refused_by_gpu_backends) {
+    expect_gpu_refused(FT_TEST_DATA "/models/gemma3", "Gemma3ForCausalLM");
 }
 
 /* Hybrid (Gated DeltaNet) checkpoints: an unknown layer_types entry, a missing DeltaNet
@@ -400,26 +410,7 @@ TEST(dsa_bad_input) {
     d = make_dir("dsa_shared0", "\"indexer_types\": [\n    \"full\"", "\"indexer_types\": [\n    \"shared\"", 0);
     expect_cli_error(d, "layer 0's indexer is \"shared\"", "indexer_types");
     g_good = GOOD;
-    struct ft_model *m = NULL;
-    struct ft_pool *pool = NULL;
-    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/glm_moe_dsa", &m));
-    EXPECT_OK(ft_pool_init(&pool, 1));
-    if (!m || !pool) goto done;
-    struct ft_engine_opts o = {.max_ctx = 32, .max_chunk = 32, .backend = FT_BACKEND_CUDA};
-    struct ft_engine *e = NULL;
-    EXPECT_EQ(ft_engine_init(&e, m, pool, &o), FT_ERR_UNSUPPORTED);
-    EXPECT(e == NULL);
-    EXPECT_CONTAINS(ft_error(), "--backend cpu");
-    EXPECT_CONTAINS(ft_error(), "GlmMoeDsaForCausalLM");
-    o.backend = FT_BACKEND_OFFLOAD;
-    EXPECT_EQ(ft_engine_init(&e, m, pool, &o), FT_ERR_UNSUPPORTED);
-    o.backend_auto = 1;
-    EXPECT_OK(ft_engine_init(&e, m, pool, &o));
-    if (e) EXPECT_STREQ(ft_engine_backend(e), "cpu");
-    ft_engine_free(e);
-done:
-    ft_pool_free(pool);
-    ft_model_free(m);
+    expect_gpu_refused(FT_TEST_DATA "/models/glm_moe_dsa", "GlmMoeDsaForCausalLM");
 }
 
 /* DeepSeek-V2's router (group-limited, scaled softmax) has no CUDA kernel: the GPU backends
@@ -430,23 +421,7 @@ TEST(deepseek_v2_router_on_the_cpu_only) {
     const char *d = make_dir("dsv2_method", "\"group_limited_greedy\"", "\"top_p_greedy\"", 0);
     expect_cli_error(d, "topk_method", "greedy");
     g_good = GOOD;
-    struct ft_model *m = NULL;
-    struct ft_pool *pool = NULL;
-    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/deepseek_v2", &m));
-    EXPECT_OK(ft_pool_init(&pool, 1));
-    if (!m || !pool) goto done;
-    struct ft_engine_opts o = {.max_ctx = 32, .max_chunk = 32, .backend = FT_BACKEND_CUDA};
-    struct ft_engine *e = NULL;
-    EXPECT_EQ(ft_engine_init(&e, m, pool, &o), FT_ERR_UNSUPPORTED);
-    EXPECT_CONTAINS(ft_error(), "--backend cpu");
-    EXPECT_CONTAINS(ft_error(), "DeepseekV2ForCausalLM");
-    o.backend_auto = 1;
-    EXPECT_OK(ft_engine_init(&e, m, pool, &o));
-    if (e) EXPECT_STREQ(ft_engine_backend(e), "cpu");
-    ft_engine_free(e);
-done:
-    ft_pool_free(pool);
-    ft_model_free(m);
+    expect_gpu_refused(FT_TEST_DATA "/models/deepseek_v2", "DeepseekV2ForCausalLM");
 }
 
 TEST(bad_flags) {

@@ -43,6 +43,9 @@ TEST(lru_evicts_leaves_first_and_remove_unlinks) {
     EXPECT_EQ(ft_prefix_insert(p, a, 3, ba, added), 3);
     EXPECT_EQ(ft_prefix_insert(p, b, 3, bb, added), 3);
     EXPECT_EQ(ft_prefix_match(p, a, 3, got), 3); /* a used last */
+    int32_t all[16];
+    EXPECT_EQ(ft_prefix_blocks(p, all), 6);
+    EXPECT(all[0] == 0 && all[5] == 5); /* block order */
     EXPECT_EQ(ft_prefix_lru(p, lru), 6);
     /* b's chain first (older), its leaf before its root; then a's, leaf first */
     EXPECT(lru[0] == 5 && lru[1] == 4 && lru[2] == 3 && lru[3] == 2 && lru[5] == 0);

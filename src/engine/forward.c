@@ -161,6 +161,17 @@ static int synth_unused(const int *ids, int j, int l, int E, int zipf) {
     return 0; /* not reached: j < k <= E */
 }
 
+/* keep[g] = 1 for the n_keep groups of the highest score (ties: the lower group), else 0 */
+static void keep_top_groups(const float *score, int G, int n_keep, uint8_t *keep) {
+    memset(keep, 0, (size_t)G);
+    for (int j = 0; j < n_keep; j++) {
+        int best = -1;
+        for (int g = 0; g < G; g++)
+            if (!keep[g] && (best < 0 || score[g] > score[best])) best = g;
+        keep[best] = 1;
+    }
+}
+
 /* Router: softmax over all experts, top-k, optional renormalisation (fp32, as transformers). */
 /* The sigmoid router (DeepSeek-V3 style) for token row p of router logits: scores s = sigmoid,
  * chosen by s + bias within the topk_group groups of the highest sum of their two best, the
@@ -180,13 +191,7 @@ static void route_sigmoid(const struct ft_model *m, const float *bias, const flo
             gsc[g] = a + (gs > 1 ? b : 0.0f);
         }
         uint8_t keep[G];
-        memset(keep, 0, sizeof keep);
-        for (int j = 0; j < m->topk_group; j++) {
-            int best = -1;
-            for (int g = 0; g < G; g++)
-                if (!keep[g] && (best < 0 || gsc[g] > gsc[best])) best = g;
-            keep[best] = 1;
-        }
+        keep_top_groups(gsc, G, m->topk_group, keep);
         for (int x = 0; x < E; x++)
             if (!keep[x / gs]) sel[x] = -INFINITY;
     }
@@ -210,15 +215,10 @@ static void keep_groups(const struct ft_model *m, float *p) {
     float best[G];
     uint8_t keep[G];
     for (int g = 0; g < G; g++) {
-        best[g] = p[g * gs], keep[g] = 0;
+        best[g] = p[g * gs];
         for (int x = g * gs + 1; x < (g + 1) * gs; x++) best[g] = best[g] > p[x] ? best[g] : p[x];
     }
-    for (int j = 0; j < m->topk_group; j++) {
-        int top = -1;
-        for (int g = 0; g < G; g++)
-            if (!keep[g] && (top < 0 || best[g] > best[top])) top = g;
-        keep[top] = 1;
-    }
+    keep_top_groups(best, G, m->topk_group, keep);
     for (int x = 0; x < m->n_experts; x++)
         if (!keep[x / gs]) p[x] = 0.0f;
 }
@@ -323,11 +323,6 @@ static void rope_at(float *x, int ld, int n_heads, int hstride, int off, int dim
         }
 }
 
-/* Rows [r0, r0 + n) of w, as a weight of its own. */
-static struct ft_weight rows_of(const struct ft_weight *w, int r0, int n) {
-    return (struct ft_weight){(const uint8_t *)w->data + (size_t)r0 * ft_dtype_row_bytes(w->dtype, w->cols),
-                              w->dtype, n, w->cols};
-}
 
 /* DeepSeek sparse attention's lightning indexer for a layer that runs it (L->dsa 1): each token's
  * queries from the normalised q LoRA (m_qa), its key from xn (LayerNorm, eps 1e-6), both rotated
@@ -396,7 +391,7 @@ static void mla_attention(struct ft_engine *e, const struct ft_layer *L, int l, 
             memcpy(e->m_ql + ((size_t)t * nh + h) * D + Lr, qh + dn, (size_t)dr * sizeof(float));
         }
     for (int h = 0; h < nh; h++) {
-        struct ft_weight uk = rows_of(&L->uk_t, h * Lr, Lr);
+        struct ft_weight uk = ft_weight_rows(&L->uk_t, h * Lr, Lr);
         if (dn > 0) mm(e, e->m_ql + (size_t)h * D, nh * D, e->m_qn + (size_t)h * T * dn, &uk, NULL, T);
         else
             for (int t = 0; t < T; t++) memset(e->m_ql + ((size_t)t * nh + h) * D, 0, (size_t)Lr * sizeof(float));
@@ -405,7 +400,7 @@ static void mla_attention(struct ft_engine *e, const struct ft_layer *L, int l, 
                                 T, nh, D, Lr, m->attn_scale, L->dsa ? e->ix_sel : NULL, e->ix_n,
                                 e->ix_k);
     for (int h = 0; h < nh; h++) {
-        struct ft_weight uv = rows_of(&L->kv_b, h * (dn + dv) + dn, dv);
+        struct ft_weight uv = ft_weight_rows(&L->kv_b, h * (dn + dv) + dn, dv);
         mm(e, e->att + (size_t)h * dv, nh * dv, e->m_lat + (size_t)h * T * Lr, &uv, NULL, T);
     }
     mm(e, e->y, m->hidden, e->att, &L->wo, L->bo, T);

@@ -238,11 +238,6 @@ static void *up_bank(struct ft_gpu *g, const struct ft_bank *b, enum ft_status *
     return d;
 }
 
-/* Rows [r0, r0 + n) of w, as a weight of its own. */
-static struct ft_weight rows_of(const struct ft_weight *w, int r0, int n) {
-    return (struct ft_weight){(const uint8_t *)w->data + (size_t)r0 * ft_dtype_row_bytes(w->dtype, w->cols),
-                              w->dtype, n, w->cols};
-}
 
 /* An attention layer: q, k, v rows stacked (Qwen3.5's per-head [q | gate] rows of wq split
  * into the q rows there and the gate rows in wgate), its norms and biases. */
@@ -267,8 +262,8 @@ static void upload_attention(struct ft_gpu *g, const struct ft_layer *hl, struct
     struct ft_weight part[2 * nh + 2];
     const struct ft_weight *ws[nh + 2], *gs[nh];
     for (int h = 0; h < nh; h++) {
-        part[h] = rows_of(&hl->wq, 2 * h * hd, hd), ws[h] = &part[h];
-        part[nh + h] = rows_of(&hl->wq, (2 * h + 1) * hd, hd), gs[h] = &part[nh + h];
+        part[h] = ft_weight_rows(&hl->wq, 2 * h * hd, hd), ws[h] = &part[h];
+        part[nh + h] = ft_weight_rows(&hl->wq, (2 * h + 1) * hd, hd), gs[h] = &part[nh + h];
     }
     ws[nh] = &hl->wk, ws[nh + 1] = &hl->wv;
     L->wqkv = up_cat(g, ws, nh + 2, st);
@@ -296,7 +291,7 @@ static void upload_mla(struct ft_gpu *g, const struct ft_layer *hl, struct gpu_l
     if (dn > 0) L->uk = up_w(g, &hl->uk_t, st);
     struct ft_weight part[nh];
     const struct ft_weight *ws[nh];
-    for (int h = 0; h < nh; h++) part[h] = rows_of(&hl->kv_b, h * (dn + dv) + dn, dv), ws[h] = &part[h];
+    for (int h = 0; h < nh; h++) part[h] = ft_weight_rows(&hl->kv_b, h * (dn + dv) + dn, dv), ws[h] = &part[h];
     L->uv = up_cat(g, ws, nh, st);
     L->wo = up_w(g, &hl->wo, st);
     L->bo = up_f(g, hl->bo, m->hidden, st);
@@ -740,6 +735,10 @@ static void moe_tail(struct ft_gpu *g, int l, int T) {
     }
 }
 
+static size_t kv_layer_off(const struct ft_gpu *g, const struct gpu_layer *L) {
+    return (size_t)L->kv * g->o.n_blocks * FT_KV_BLOCK * g->kv_dim;
+}
+
 /* The norm of q and k (per head, or over all heads at once: MiniMax-M2), RoPE, and k and v
  * into layer L's part of the paged cache. */
 static void rope_kv(struct ft_gpu *g, const struct gpu_layer *L, int T) {
@@ -750,17 +749,13 @@ static void rope_kv(struct ft_gpu *g, const struct gpu_layer *L, int T) {
         ft_cuda_rmsnorm(g->q, NULL, g->q, L->q_norm, T, g->q_dim, m->rms_eps, s);
         ft_cuda_rmsnorm(g->k, NULL, g->k, L->k_norm, T, kd, m->rms_eps, s);
     }
-    const size_t off = (size_t)L->kv * g->o.n_blocks * FT_KV_BLOCK * kd;
+    const size_t off = kv_layer_off(g, L);
     ft_cuda_qk_rope_kv(g->q, g->k, g->v, g->k_cache + off, g->v_cache + off,
                        L->qk_norm_all ? NULL : L->q_norm, L->qk_norm_all ? NULL : L->k_norm,
                        m->rms_eps, g->d_pos, g->inv_freq, m->rope_mscale, g->d_tok_seq, g->d_tables,
                        g->max_blocks, FT_KV_BLOCK, T, m->n_heads, m->n_kv_heads, m->head_dim,
                        m->rot_dim, s);
     prof_mark(g, FT_OP_ROPE_KV);
-}
-
-static size_t kv_layer_off(const struct ft_gpu *g, const struct gpu_layer *L) {
-    return (size_t)L->kv * g->o.n_blocks * FT_KV_BLOCK * g->kv_dim;
 }
 
 /* A decode step's attention block: x += o_proj(attention(norm(x))), the norm fused into the

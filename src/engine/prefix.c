@@ -115,6 +115,13 @@ static int by_use(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+int ft_prefix_blocks(const struct ft_prefix *p, int32_t *out) {
+    int n = 0;
+    for (int32_t b = 0; b < p->n_blocks; b++)
+        if (p->e[b].valid) out[n++] = b;
+    return n;
+}
+
 int ft_prefix_lru(const struct ft_prefix *p, int32_t *out) {
     struct use *u = malloc((size_t)(p->n > 0 ? p->n : 1) * sizeof *u);
     int n = 0;

@@ -29,7 +29,9 @@ int ft_prefix_match(struct ft_prefix *p, const int32_t *ids, int max_blocks, int
 int ft_prefix_insert(struct ft_prefix *p, const int32_t *ids, int n_full, const int32_t *blocks,
                      int32_t *added);
 
-/* Every indexed block, least recently used first, into out[] (n_blocks long); returns the count. */
+/* Every indexed block, in block order, into out[] (n_blocks long); returns the count. */
+int ft_prefix_blocks(const struct ft_prefix *p, int32_t *out);
+/* The same, least recently used first. */
 int ft_prefix_lru(const struct ft_prefix *p, int32_t *out);
 
 /* Drops block b from the index (a no-op when it is not indexed). */

@@ -197,7 +197,7 @@ void ft_req_cancel(struct ft_req *r) {
 /* Blocks only the prefix cache holds (evictable). */
 static int cache_only_blocks(struct ft_sched *s) {
     if (!s->pc) return 0;
-    int k = ft_prefix_lru(s->pc, s->pc_tmp), n = 0;
+    int k = ft_prefix_blocks(s->pc, s->pc_tmp), n = 0; /* a count: no order needed */
     for (int i = 0; i < k; i++) n += ft_engine_kv_refs(s->e, s->pc_tmp[i]) == 1;
     return n;
 }

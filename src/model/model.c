@@ -1125,3 +1125,8 @@ void ft_model_free(struct ft_model *m) {
     ft_config_free(&m->cfg);
     free(m);
 }
+
+struct ft_weight ft_weight_rows(const struct ft_weight *w, int r0, int n) {
+    return (struct ft_weight){(const uint8_t *)w->data + (size_t)r0 * ft_dtype_row_bytes(w->dtype, w->cols),
+                              w->dtype, n, w->cols};
+}

@@ -131,6 +131,9 @@ struct ft_model {
     int n_owned, cap_owned;
 };
 
+/* Rows [r0, r0 + n) of w, as a weight of its own (a view: no copy). */
+struct ft_weight ft_weight_rows(const struct ft_weight *w, int r0, int n);
+
 /* Loads a Hugging Face checkpoint directory, or a llama.cpp GGUF file (a path ending in
  * .gguf, or a directory holding one and no config.json). */
 enum ft_status ft_model_load(const char *dir, struct ft_model **out);
