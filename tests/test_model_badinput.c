@@ -454,6 +454,10 @@ TEST(bad_flags) {
         {"bench bw --cpu-act x%.0s", "--cpu-act: 'x' is not fast or f32"},
         {"bench --synthetic tiny -b 0%.0s", "-b: '0' is not a number in [1, 65536]"},
         {"bench --synthetic tiny --batch 99999999%.0s", "--batch: '99999999' is not a number in [1, 65536]"},
+        {"bench --synthetic tiny --moe-cache-policy mru%.0s", "--moe-cache-policy: 'mru' is not lru, lfru or slru"},
+        {"bench --synthetic tiny --backend cpu --record-routing /dev/null%.0s",
+         "--record-routing: the cpu backend has no expert cache to record (use --backend offload)"},
+        {"bench --synthetic tiny --pin-budget probe:lots%.0s", "--pin-budget: 'probe:lots' is not a size"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char args[256], err[512] = "";
