@@ -140,6 +140,24 @@ TEST(harmony_tools_match_transformers) {
     EXPECT(run_file("tools_harmony", "harmony") >= 30);
 }
 
+TEST(llama3_1_tools_match_transformers) {
+    EXPECT(run_file("tools_llama3_1", "llama3_1") >= 40);
+    EXPECT(run_file("tools_llama3_2", "llama3_1") >= 36);
+}
+
+TEST(qwen3_coder_tools_match_transformers) {
+    EXPECT(run_file("tools_qwen3_coder", "qwen3_coder") >= 40);
+}
+
+TEST(glm4_tools_match_transformers) {
+    EXPECT(run_file("tools_glm4_6", "glm4") >= 40);
+    EXPECT(run_file("tools_glm4_7", "glm4") >= 40);
+}
+
+TEST(minimax_tools_match_transformers) {
+    EXPECT(run_file("tools_minimax_m2", "minimax") >= 40);
+}
+
 /* Each template that writes tool calls is paired with the output parser of its format. */
 static void detect_fmt(const char *file, enum ft_tool_fmt want) {
     char path[512];
@@ -157,6 +175,12 @@ TEST(tool_templates_pick_their_parser) {
     detect_fmt("tools_qwen3", FT_TOOLS_HERMES);
     detect_fmt("tools_mistral", FT_TOOLS_MISTRAL);
     detect_fmt("tools_deepseek3", FT_TOOLS_DEEPSEEK);
+    detect_fmt("tools_llama3_1", FT_TOOLS_LLAMA3);
+    detect_fmt("tools_llama3_2", FT_TOOLS_LLAMA3);
+    detect_fmt("tools_qwen3_coder", FT_TOOLS_QWEN3_CODER);
+    detect_fmt("tools_glm4_6", FT_TOOLS_GLM);
+    detect_fmt("tools_glm4_7", FT_TOOLS_GLM);
+    detect_fmt("tools_minimax_m2", FT_TOOLS_MINIMAX);
 }
 
 /* What a template writes for an assistant's calls is what its format's parser reads back (the
@@ -167,16 +191,19 @@ static void calls_round_trip(const char *family, enum ft_tool_fmt fmt) {
     const struct ft_chat_tool_call calls[2] = {
         {"call00001", "get_weather", "{\"city\": \"Z\u00fcrich\", \"days\": 2}"},
         {"call00002", "get_time", "{}"}};
-    struct ft_chat_msg m[2] = {{.role = FT_ROLE_USER, .content = "q"},
+    struct ft_chat_msg m[2] = {{.role = FT_ROLE_USER, .content = "QUERY-TEXT"},
                                {.role = FT_ROLE_ASSISTANT, .tool_calls = calls, .n_tool_calls = 2}};
     struct ft_chat_opts o = {.enable_thinking = -1,
                              .tools_json = "[{\"type\":\"function\",\"function\":{\"name\":"
-                                           "\"get_weather\",\"description\":\"w\"}}]"};
+                                           "\"get_weather\",\"description\":\"w\",\"parameters\":"
+                                           "{\"type\":\"object\",\"properties\":{\"days\":"
+                                           "{\"type\":\"integer\"}}}}}]"};
     char *text = NULL;
     EXPECT_OK(ft_chat_render(t, m, 2, &o, &text));
     struct ft_tool_parser p;
-    ft_tool_parser_init(&p, fmt, NULL);
-    const char *a = text ? strstr(text, "q") + 1 : ""; /* the assistant turn (and its header) */
+    json_t *tools = json_loads(o.tools_json, 0, NULL); /* the XML formats type values by it */
+    ft_tool_parser_init(&p, fmt, tools);
+    const char *a = text ? strstr(text, "QUERY-TEXT") + 10 : ""; /* the assistant turn */
     ft_tool_parser_push(&p, a, strlen(a));
     ft_tool_parser_finish(&p);
     CHECK_(p.n_calls == 2, "%s: %d calls parsed back from: %s", family, p.n_calls, a);
@@ -187,6 +214,7 @@ static void calls_round_trip(const char *family, enum ft_tool_fmt fmt) {
         EXPECT_STREQ(p.calls[1].args, "{}");
     }
     ft_tool_parser_free(&p);
+    json_decref(tools);
     free(text);
     ft_chat_template_free(t);
 }
@@ -196,6 +224,9 @@ TEST(rendered_calls_parse_back) {
     calls_round_trip("qwen3", FT_TOOLS_HERMES);
     calls_round_trip("mistral", FT_TOOLS_MISTRAL);
     calls_round_trip("deepseek3", FT_TOOLS_DEEPSEEK);
+    calls_round_trip("qwen3_coder", FT_TOOLS_QWEN3_CODER);
+    calls_round_trip("glm4", FT_TOOLS_GLM);
+    calls_round_trip("minimax", FT_TOOLS_MINIMAX);
 }
 
 /* Python's json.dumps text (the templates' tojson), including float repr */
@@ -289,6 +320,12 @@ TEST(detects_stored_template_files) {
     detect_file("mistral_v01/tokenizer_config.json", "mistral");
     detect_file("chatml/tokenizer_config.json", "chatml");
     detect_file("qwen2/tokenizer_config.json", "qwen2");
+    detect_file("llama3_1/chat_template.jinja", "llama3_1");
+    detect_file("llama3_2/chat_template.jinja", "llama3_1");
+    detect_file("qwen3_coder/chat_template.jinja", "qwen3_coder");
+    detect_file("glm4_6/chat_template.jinja", "glm4");
+    detect_file("glm4_7/chat_template.jinja", "glm4");
+    detect_file("minimax_m2/chat_template.jinja", "minimax");
 }
 
 TEST(unrecognised_template_lists_names) {
@@ -296,7 +333,7 @@ TEST(unrecognised_template_lists_names) {
     EXPECT_EQ(ft_chat_template_detect("{{ messages[0]['content'] }}", NULL, &t),
               FT_ERR_UNSUPPORTED);
     EXPECT(t == NULL);
-    EXPECT_CONTAINS(ft_error(), "chatml, qwen2, qwen3, llama3, llama2, mistral, deepseek3, harmony");
+    EXPECT_CONTAINS(ft_error(), ft_chat_template_names());
     EXPECT_CONTAINS(ft_error(), "--chat-template NAME");
     EXPECT(strchr(ft_error(), '\n') == NULL);
     EXPECT_EQ(ft_chat_template_detect(NULL, NULL, &t), FT_ERR_UNSUPPORTED);

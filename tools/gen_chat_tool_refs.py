@@ -148,7 +148,14 @@ CONVS = [
                      {"role": "tool", "content": "x", "name": "c1"}], [TIME]),
 ]
 
-# (family, template file, bos, eos, arguments as text?)
+# (output name, template file, bos, eos, arguments as text?)
+# The templates under tests/data/chat/{llama3_1,llama3_2,qwen3_coder,glm4_6,glm4_7,minimax_m2} are
+# the models' own chat templates as llama.cpp stores them in models/templates/ (fetched from the
+# Hugging Face repos by its scripts/get_chat_template.py; taken here from the copy vendored in the
+# llama-cpp-python 0.3.36 sdist on PyPI): meta-llama/Llama-3.1-8B-Instruct (the same text as
+# Llama-3.3-70B-Instruct), meta-llama/Llama-3.2-3B-Instruct, Qwen3-Coder.jinja
+# (Qwen/Qwen3-Coder-30B-A3B-Instruct), GLM-4.6.jinja (zai-org/GLM-4.6), GLM-4.7-Flash.jinja
+# (zai-org/GLM-4.7-Flash), MiniMax-M2.jinja (MiniMaxAI/MiniMax-M2).
 FAMILIES = [
     ("qwen2", os.path.join(OUT, "qwen2", "tokenizer_config.json"), None, None, False),
     ("qwen3", os.path.join(SHARED, "qwen3", "tokenizer_config.json"), None, None, False),
@@ -157,7 +164,43 @@ FAMILIES = [
      "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", True),
     ("harmony", os.path.join(OUT, "gpt_oss", "chat_template.jinja"), "<|startoftext|>",
      "<|return|>", False),
+    ("llama3_1", os.path.join(OUT, "llama3_1", "chat_template.jinja"), "<|begin_of_text|>",
+     "<|eot_id|>", False),
+    ("llama3_2", os.path.join(OUT, "llama3_2", "chat_template.jinja"), "<|begin_of_text|>",
+     "<|eot_id|>", False),
+    ("qwen3_coder", os.path.join(OUT, "qwen3_coder", "chat_template.jinja"), None, None, False),
+    ("glm4_6", os.path.join(OUT, "glm4_6", "chat_template.jinja"), None, None, False),
+    ("glm4_7", os.path.join(OUT, "glm4_7", "chat_template.jinja"), None, None, False),
+    ("minimax_m2", os.path.join(OUT, "minimax_m2", "chat_template.jinja"), None, None, False),
 ]
+# Templates that print a null content as the text "None" (GLM's and MiniMax's visible_text
+# macro writes `{{ content }}`): rendered with "" instead, marked null_as_empty, as the C
+# renderers treat null as "" throughout.
+NONE_AS_TEXT = {"glm4_6", "glm4_7", "minimax_m2"}
+# Extra conversations for the families with a thinking switch or a single-call rule.
+EXTRA = {
+    "glm4_6": [("no_think", [U("hi")], [TIME], 0), ("no_think_tools", [U("Paris?")], [WEATHER], 0),
+               ("think_on", [U("hi")], [], 1)],
+    "glm4_7": [("no_think", [U("hi")], [TIME], 0), ("think_on", [U("hi")], [], 1),
+               ("think_history", [U("a"), A("b", reasoning="r1"), U("c"),
+                                  A("d", [call(4, "get_time", {})], reasoning="r2"),
+                                  T("x", 4)], [TIME], -1)],
+    "minimax_m2": [("think_history", [U("a"), A("b", reasoning="r1"), U("c"),
+                                      A("<think>r2</think>d", [call(4, "get_time", {})]),
+                                      T("x", 4)], [TIME], -1),
+                   ("calls_mixed_args", [U("w"), A("", [call(5, "get_weather", {
+                       "city": "Bern", "days": 3, "nested": {"k": [1, "ü"]}, "flag": False})]),
+                       T("ok", 5)], [WEATHER], -1)],
+    "qwen3_coder": [("calls_mixed_args", [U("w"), A("  Checking. ", [call(5, "get_weather", {
+        "city": "Bern", "days": 3, "scale": 1.5, "nested": {"k": [1, "ü"]}, "flag": False,
+        "none": None})]), T("ok", 5)], [WEATHER], -1),
+                    ("tool_first", [T("orphan", 1), U("q")], [TIME], -1)],
+    "llama3_2": [],
+    "llama3_1": [("calls_mixed_args", [U("w"), A(None, [call(5, "get_weather", {
+        "city": "Bern", "days": 3, "nested": {"k": [1, "ü"]}})]), T('{"t": 1}', 5)],
+                  [WEATHER], -1),
+                 ("no_user_after_system", [S("sys")], [TIME], -1)],
+}
 
 
 def load_template(path):
@@ -189,17 +232,27 @@ def main():
     for family, path, bos, eos, args_text in FAMILIES:
         template = load_template(path)
         cases = []
-        for name, msgs, tools in CONVS:
+        convs = [(n, m, t, -1) for n, m, t in CONVS] + EXTRA.get(family, [])
+        if family in EXTRA:  # the new families: plain chats too (no tools at all)
+            convs += [("plain", [S(" Be brief. "), U(" hi "), A(" hello "), U("bye")], [], -1),
+                      ("plain_user", [U("hi")], [], -1),
+                      ("plain_think", [U("a"), A("<think>\nr\n</think>\n\nb"), U("c")], [], -1)]
+        for name, msgs, tools, think in convs:
             for agp in (1, 0):
-                opts = {"add_generation_prompt": agp, "enable_thinking": -1, "bos_token": bos,
+                opts = {"add_generation_prompt": agp, "enable_thinking": think, "bos_token": bos,
                         "eos_token": eos, "date": DATE, "tools": tools}
                 kw = {}
+                if think >= 0:
+                    kw["enable_thinking"] = bool(think)
                 if bos is not None:
                     kw["bos_token"] = bos
                 if eos is not None:
                     kw["eos_token"] = eos
                 tmsgs = to_template(msgs, family, args_text)
                 case = {"name": f"{name}/agp{agp}", "messages": msgs, "options": opts}
+                if family in NONE_AS_TEXT and any(m["content"] is None for m in tmsgs):
+                    tmsgs = [dict(m, content="") if m["content"] is None else m for m in tmsgs]
+                    case["null_as_empty"] = True
                 if args_text:  # what the test passes the renderer: the text itself
                     case["messages"] = [dict(m, tool_calls=t["tool_calls"]) if "tool_calls" in m
                                         else m for m, t in zip(msgs, tmsgs)]

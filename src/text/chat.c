@@ -13,11 +13,13 @@
 static const char *const k_names[CHAT_N_FAMILIES] = {
     [CHAT_CHATML] = "chatml",   [CHAT_QWEN3] = "qwen3",     [CHAT_LLAMA3] = "llama3",
     [CHAT_LLAMA2] = "llama2",   [CHAT_MISTRAL] = "mistral", [CHAT_DEEPSEEK3] = "deepseek3",
-    [CHAT_HARMONY] = "harmony", [CHAT_QWEN2] = "qwen2",
+    [CHAT_HARMONY] = "harmony", [CHAT_QWEN2] = "qwen2",     [CHAT_LLAMA31] = "llama3_1",
+    [CHAT_QWEN3_CODER] = "qwen3_coder", [CHAT_GLM4] = "glm4", [CHAT_MINIMAX] = "minimax",
 };
 
 const char *ft_chat_template_names(void) {
-    return "chatml, qwen2, qwen3, llama3, llama2, mistral, deepseek3, harmony";
+    return "chatml, qwen2, qwen3, qwen3_coder, llama3, llama3_1, llama2, mistral, deepseek3, "
+           "harmony, glm4, minimax";
 }
 
 const char *ft_chat_template_name(const struct ft_chat_template *t) {
@@ -42,8 +44,11 @@ static int has(const char *src, const char *needle) {
 static int detect_family(const char *src, const char **why) {
     *why = NULL;
     if (has(src, "<|channel|>") && has(src, "<|start|>")) return CHAT_HARMONY;
+    if (has(src, "]~b]") && has(src, "<minimax:tool_call>")) return CHAT_MINIMAX;
+    if (has(src, "[gMASK]<sop>") && has(src, "<arg_key>")) return CHAT_GLM4;
     if (has(src, "<|im_start|>")) {
         if (has(src, "enable_thinking") || has(src, "reasoning_content")) return CHAT_QWEN3;
+        if (has(src, "<function=") && has(src, "<parameter=")) return CHAT_QWEN3_CODER;
         if (!has(src, "tool_response") && !has(src, "You are ")) return CHAT_CHATML;
         if (has(src, "messages[0]['role'] == 'system'") && has(src, "<tool_response>"))
             return CHAT_QWEN2; /* Qwen2/2.5: default system prompt, tool turns */
@@ -52,7 +57,8 @@ static int detect_family(const char *src, const char **why) {
     }
     if (has(src, "<|start_header_id|>")) {
         if (has(src, "Cutting Knowledge Date")) {
-            *why = "a Llama-3.1+ template (date header, ipython tools)";
+            if (has(src, "\"parameters\": dictionary of argument name")) return CHAT_LLAMA31;
+            *why = "a Llama-3.1+ template of another version (date header, ipython tools)";
             return -1;
         }
         return CHAT_LLAMA3;
@@ -95,6 +101,8 @@ static void detect_variant(struct ft_chat_template *t, const char *src) {
     if (!src) return;
     if (t->family == CHAT_MISTRAL) t->mistral_v01 = has(src, "' [/INST]'");
     if (t->family == CHAT_LLAMA3) t->llama3_gen_always = !has(src, "add_generation_prompt");
+    if (t->family == CHAT_LLAMA31) t->llama32 = has(src, "strftime_now");
+    if (t->family == CHAT_GLM4) t->glm47 = !has(src, "<think></think>");
     if (t->family == CHAT_HARMONY) {
         const char *k = "Channel must be included for every message.";
         const char *p = strstr(src, k);

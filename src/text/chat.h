@@ -63,7 +63,8 @@ enum ft_status ft_chat_render(const struct ft_chat_template *t, const struct ft_
                               int n, const struct ft_chat_opts *o, char **out);
 void ft_chat_template_free(struct ft_chat_template *t);
 /* 1 when the family's renderer writes tools and assistant tool calls (else ft_chat_render
- * fails on them with a message naming the family): qwen2, qwen3, mistral (v0.3), deepseek3 (its
+ * fails on them with a message naming the family): qwen2, qwen3, qwen3_coder, llama3_1, glm4,
+ * minimax, mistral (v0.3), deepseek3 (its
  * template writes calls but never lists the tools), harmony. */
 int ft_chat_supports_tools(const struct ft_chat_template *t);
 /* Appends Python's json.dumps(v, ensure_ascii=False) text of a JSON document (what the

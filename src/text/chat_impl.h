@@ -17,6 +17,10 @@ enum chat_family {
     CHAT_DEEPSEEK3,
     CHAT_HARMONY,
     CHAT_QWEN2,
+    CHAT_LLAMA31,     /* Llama 3.1/3.2/3.3: JSON tool calls, ipython tool results */
+    CHAT_QWEN3_CODER, /* Qwen3-Coder: XML tool calls */
+    CHAT_GLM4,        /* GLM-4.5/4.6/4.7: <arg_key>/<arg_value> tool calls */
+    CHAT_MINIMAX,     /* MiniMax-M2: <minimax:tool_call> */
     CHAT_N_FAMILIES,
 };
 
@@ -26,6 +30,8 @@ struct ft_chat_template {
     int mistral_v01;       /* Mistral/Mixtral v0.1 template: ' [/INST]', no system, no strip */
     int harmony_v1;        /* first gpt-oss release: tools line always present, no "\n\n" after
                               the developer instructions */
+    int llama32;           /* Llama 3.2 template: strftime_now date, no builtin tools */
+    int glm47;             /* GLM-4.7 template: no newlines between the parts of a turn */
     char default_system[256]; /* Qwen2/2.5: the system message used when the chat has none */
 };
 
@@ -50,6 +56,22 @@ size_t utf8_len(const char *s);
  * repr), appended to o. */
 struct json_t;
 void co_pyjson(struct chat_out *o, const struct json_t *v);
+
+/* The same with indent=n (tojson(indent=n)), at nesting depth level (0 at the top). */
+void co_pyjson_indent(struct chat_out *o, const struct json_t *v, int indent, int level);
+/* Python str() of a JSON value (jinja's |string): text as is, True/False/None, numbers as their
+ * repr, lists and dicts as Python's repr ('single-quoted' strings). */
+void co_pystr(struct chat_out *o, const struct json_t *v);
+
+/* chat_render_tools.c: the families added for their tool calls */
+enum ft_status chat_render_llama31(const struct ft_chat_template *t, const struct ft_chat_msg *m,
+                                   int n, const struct ft_chat_opts *o, struct chat_out *out);
+enum ft_status chat_render_qwen3_coder(const struct ft_chat_msg *m, int n,
+                                       const struct ft_chat_opts *o, struct chat_out *out);
+enum ft_status chat_render_glm4(const struct ft_chat_template *t, const struct ft_chat_msg *m,
+                                int n, const struct ft_chat_opts *o, struct chat_out *out);
+enum ft_status chat_render_minimax(const struct ft_chat_msg *m, int n,
+                                   const struct ft_chat_opts *o, struct chat_out *out);
 
 enum ft_status chat_render_family(const struct ft_chat_template *t, const struct ft_chat_msg *m,
                                   int n, const struct ft_chat_opts *o, struct chat_out *out);

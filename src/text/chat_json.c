@@ -132,3 +132,95 @@ char *ft_chat_tojson(const char *text) {
     }
     return o.p;
 }
+
+/* json.dumps(v, ensure_ascii=False, indent=n) at nesting depth `level`: "," + newline + spaces
+ * between items, ": " after keys, empty containers as "{}" / "[]". */
+void co_pyjson_indent(struct chat_out *o, const struct json_t *cv, int indent, int level) {
+    json_t *v = (json_t *)cv, *e;
+    const int is_obj = json_is_object(v);
+    if (!(is_obj || json_is_array(v)) || !(is_obj ? json_object_size(v) : json_array_size(v))) {
+        co_pyjson(o, v);
+        return;
+    }
+    const char *key;
+    size_t i = 0, k;
+    co_put(o, is_obj ? "{" : "[");
+    if (is_obj) {
+        json_object_foreach(v, key, e) {
+            co_put(o, i++ ? ",\n" : "\n");
+            for (k = 0; k < (size_t)(indent * (level + 1)); k++) co_put(o, " ");
+            put_str(o, key, strlen(key));
+            co_put(o, ": ");
+            co_pyjson_indent(o, e, indent, level + 1);
+        }
+    } else {
+        json_array_foreach(v, k, e) {
+            co_put(o, k ? ",\n" : "\n");
+            for (i = 0; i < (size_t)(indent * (level + 1)); i++) co_put(o, " ");
+            co_pyjson_indent(o, e, indent, level + 1);
+        }
+    }
+    co_put(o, "\n");
+    for (k = 0; k < (size_t)(indent * level); k++) co_put(o, " ");
+    co_put(o, is_obj ? "}" : "]");
+}
+
+/* Python repr() of a str: single quotes unless the text holds ' and no " */
+static void put_pyrepr_str(struct chat_out *o, const char *s, size_t n) {
+    const char q = memchr(s, '\'', n) && !memchr(s, '"', n) ? '"' : '\'';
+    co_putn(o, &q, 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char u[8];
+        if (c == '\\' || c == (unsigned char)q) co_put(o, "\\"), co_putn(o, s + i, 1);
+        else if (c == '\n') co_put(o, "\\n");
+        else if (c == '\r') co_put(o, "\\r");
+        else if (c == '\t') co_put(o, "\\t");
+        else if (c < 0x20 || c == 0x7f) snprintf(u, sizeof u, "\\x%02x", c), co_put(o, u);
+        else co_putn(o, s + i, 1);
+    }
+    co_putn(o, &q, 1);
+}
+
+static void co_pyrepr(struct chat_out *o, const struct json_t *cv) {
+    json_t *v = (json_t *)cv, *e;
+    const char *key;
+    size_t i;
+    int first = 1;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        co_put(o, "{");
+        json_object_foreach(v, key, e) {
+            if (!first) co_put(o, ", ");
+            first = 0;
+            put_pyrepr_str(o, key, strlen(key));
+            co_put(o, ": ");
+            co_pyrepr(o, e);
+        }
+        co_put(o, "}");
+        break;
+    case JSON_ARRAY:
+        co_put(o, "[");
+        json_array_foreach(v, i, e) {
+            if (i) co_put(o, ", ");
+            co_pyrepr(o, e);
+        }
+        co_put(o, "]");
+        break;
+    case JSON_STRING: put_pyrepr_str(o, json_string_value(v), json_string_length(v)); break;
+    default: co_pystr(o, v); break;
+    }
+}
+
+void co_pystr(struct chat_out *o, const struct json_t *cv) {
+    json_t *v = (json_t *)cv;
+    switch (json_typeof(v)) {
+    case JSON_STRING: co_putn(o, json_string_value(v), json_string_length(v)); break;
+    case JSON_TRUE: co_put(o, "True"); break;
+    case JSON_FALSE: co_put(o, "False"); break;
+    case JSON_NULL: co_put(o, "None"); break;
+    case JSON_INTEGER:
+    case JSON_REAL: co_pyjson(o, v); break;
+    default: co_pyrepr(o, v); break;
+    }
+}
