@@ -14,19 +14,16 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device.h"
-#include "engine/gpu_probe.h"
+#include "backend/cuda/probe.h"
 #include "engine/sample.h"
-#include "moe/cpu_exec.h"
-#include "moe/offload.h"
-#include "moe/policy.h"
+#include "moe/gpu_moe.h"
 #include "mem/platform.h"
 #include "mem/residency.h"
 #include "core/timer.h"
 #include "core/log.h"
 #include "core/status.h"
 
-#define MAX_GRAPH_T 8
-#define DEQ_CHUNK 16 /* experts per chunk when block-format experts are dequantised for prefill */
+#define MAX_GRAPH_T FT_GPU_MOE_MAX_T
 
 struct gpu_layer {
     float *attn_norm, *ffn_norm, *q_norm, *k_norm, *bq, *bk, *bv, *bo;
@@ -34,14 +31,11 @@ struct gpu_layer {
     uint16_t *w_gu, *w_down;          /* dense: w_gu [2I, H] (gate rows, then up rows) */
     int I;
     uint16_t *router;                 /* MoE: [E, H] */
-    void *gu, *down;                  /* [E][2I, H], [E][H, I] in the banks' formats */
-    int gu_dt, dn_dt;                 /* enum ft_dtype of gu / down (bf16 or a block format) */
+    struct ft_gpu_experts ex;         /* its routed experts (moe/gpu_moe.h) */
     uint16_t *sh_gu, *sh_down, *sh_score; /* sh_gu [2Is, H] */
     int is_moe, has_shared, window;
-    /* gpt-oss: attention sinks [n_heads], router bias [E], expert biases [E][2I], [E][H] and
-     * the clamped SwiGLU (act_limit > 0); NULL / 0 otherwise */
-    float *sinks, *router_b, *gu_b, *dn_b;
-    float act_limit, act_alpha;
+    /* gpt-oss: attention sinks [n_heads], router bias [E]; NULL otherwise */
+    float *sinks, *router_b;
     /* Qwen3.5 gated attention: wgate [q_dim, H], each head's gate rows (the q rows in wqkv) */
     uint16_t *wgate;
     int qk_norm_all;                  /* q_norm / k_norm over all heads at once (MiniMax-M2) */
@@ -82,8 +76,8 @@ struct ft_gpu {
     /* step inputs: ids, positions, token->sequence, logit rows and block tables are views of
      * one pinned block (h_in) and one device block (d_in), sent with one copy a step */
     int32_t *d_in, *h_in;
-    int32_t *d_ids, *d_pos, *d_tok_seq, *d_tables, *d_rows, *d_topk_all, *d_att_tiles;
-    int32_t *h_ids, *h_pos, *h_tok_seq, *h_tables, *h_rows, *h_topk_all, *h_att_tiles; /* pinned */
+    int32_t *d_ids, *d_pos, *d_tok_seq, *d_tables, *d_rows, *d_att_tiles;
+    int32_t *h_ids, *h_pos, *h_tok_seq, *h_tables, *h_rows, *h_att_tiles; /* pinned */
     int32_t *d_seg_t0, *d_seg_slot, *h_seg_t0, *h_seg_slot; /* segments' first tokens, state slots */
     int32_t *d_top1, *h_top1;          /* greedy ids per logit row (ft_gpu_forward's top1) */
     struct ft_draw *d_draw, *h_draw;   /* [logit_rows] ft_gpu_forward's draws */
@@ -93,27 +87,10 @@ struct ft_gpu {
     float *x, *xn, *q, *k, *v, *att, *y, *gu, *act, *router, *topw, *xl, *logits, *sh, *score;
     uint16_t *xn16, *att16, *act16, *xl16;
     int32_t *topk;
-    /* MoE prefill scratch */
-    float *mgu, *mact, *my;
-    uint16_t *xg16, *mact16;
-    uint16_t *deq;                     /* block-format experts: DEQ_CHUNK experts dequantised */
-    int32_t *chunk_slot_of;            /* [E] the grouped GEMM's map onto deq */
-    int32_t *rtok, *pair_dst, *offsets, *d_counts_all, *h_counts_all;
+    struct ft_gpu_moe *moe;            /* the routed experts' side of MoE layers (moe/gpu_moe.h) */
     float *att_part;                   /* flash-decoding partials */
     int att_split_small;
     float *h_logits;                   /* pinned [C, vocab] */
-    /* offload backend: experts in host banks, a slot cache on the GPU (NULL = all resident) */
-    struct ft_offload *off;
-    int32_t *d_slots, *d_slot_of;
-    struct ft_moe_exec *exec;          /* CPU executor for the misses the split keeps (cpu/hybrid) */
-    struct ft_pool *exec_pool;         /* its workers: one per physical core, pinned */
-    float *h_xn, *h_cpu_out, *d_cpu_out; /* pinned [8, H] x2, device [8, H] */
-    /* the device's pointers to h_topk_all, h_xn, h_topw, h_cpu_out (mapped pinned memory; NULL:
-     * not mapped): the spans' kernels read and write them directly */
-    int32_t *m_topk_all;
-    float *m_xn, *m_topw, *m_cpu_out;
-    int *cpu_pairs, *cpu_tok, *cpu_ids;
-    float *cpu_w, *h_topw;
     /* synthetic zipf / sticky routing: the zipf CDF, the sticky ids [L, k], stats scratch */
     struct ft_cuda_synth synth;
     float *d_zipf_cdf, *d_synth_stats;
@@ -343,20 +320,20 @@ static enum ft_status upload(struct ft_gpu *g) {
         L->router = up_w(g, &hl->router, &st);
         L->router_b = up_f(g, hl->router_bias, (size_t)m->n_experts, &st);
         L->score_bias = up_f(g, hl->router_score_bias, (size_t)m->n_experts, &st);
-        L->gu_b = up_f(g, hl->act.gu_bias, (size_t)m->n_experts * 2 * m->expert_inter, &st);
-        L->dn_b = up_f(g, hl->act.down_bias, (size_t)m->n_experts * H, &st);
-        L->act_limit = hl->act.limit, L->act_alpha = hl->act.alpha;
+        L->ex.gu_b = up_f(g, hl->act.gu_bias, (size_t)m->n_experts * 2 * m->expert_inter, &st);
+        L->ex.dn_b = up_f(g, hl->act.down_bias, (size_t)m->n_experts * H, &st);
+        L->ex.act_limit = hl->act.limit, L->ex.act_alpha = hl->act.alpha;
         if (!g->o.offload) { /* resident; the offload backend keeps them in the host banks */
-            L->gu = up_bank(g, &hl->bank[FT_BANK_GATE_UP], &st);
-            L->down = up_bank(g, &hl->bank[FT_BANK_DOWN], &st);
+            L->ex.gu = up_bank(g, &hl->bank[FT_BANK_GATE_UP], &st);
+            L->ex.down = up_bank(g, &hl->bank[FT_BANK_DOWN], &st);
         } else if (!gpu_expert_dtype(hl->bank[0].schema->dtype) ||
                    !gpu_expert_dtype(hl->bank[1].schema->dtype)) {
             st = ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: %s/%s experts are not supported (bf16, "
                          "GGML blocks, NVFP4 and FP8 blocks are); use --backend cpu",
                          hl->bank[0].schema->name, hl->bank[1].schema->name);
         }
-        L->gu_dt = hl->bank[FT_BANK_GATE_UP].schema->dtype;
-        L->dn_dt = hl->bank[FT_BANK_DOWN].schema->dtype;
+        L->ex.gu_dt = hl->bank[FT_BANK_GATE_UP].schema->dtype;
+        L->ex.dn_dt = hl->bank[FT_BANK_DOWN].schema->dtype;
         L->has_shared = hl->has_shared;
         if (hl->has_shared) {
             const struct ft_weight *sgu[2] = {&hl->sh_gate, &hl->sh_up};
@@ -384,7 +361,7 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     const struct ft_model *m = g->m;
     enum ft_status st = FT_OK;
     size_t C = (size_t)g->C, H = m->hidden, k = m->top_k > 0 ? m->top_k : 1, E = m->n_experts;
-    size_t I = m->expert_inter, R = C * k, V = m->vocab, mi = (size_t)g->max_i;
+    size_t R = C * k, V = m->vocab, mi = (size_t)g->max_i;
     size_t kv = (size_t)g->n_kv_layers * g->o.n_blocks * FT_KV_BLOCK * g->kv_dim;
     const size_t Dv = (size_t)m->gdn_hv * m->gdn_dv;
     size_t aw = (size_t)(g->q_dim > (int)H ? g->q_dim : (int)H);
@@ -423,9 +400,7 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     size_t n_tiles = C / FT_CUDA_ATT_TILE + (size_t)g->o.max_seqs + 1;
     g->d_att_tiles = dalloc(g, n_tiles * 2 * 4, &st);
     g->h_att_tiles = halloc(n_tiles * 2 * 4, &st);
-    g->d_topk_all = dalloc(g, (size_t)m->n_layers * MAX_GRAPH_T * k * 4, &st); /* decode only */
     g->d_step = dalloc(g, 4, &st);
-    g->h_topk_all = halloc((size_t)m->n_layers * MAX_GRAPH_T * k * 4, &st);
     g->x = dalloc(g, C * H * 4, &st);
     g->xn = dalloc(g, C * H * 4, &st);
     g->xn16 = dalloc(g, C * H * 2, &st);
@@ -455,24 +430,10 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
         g->router = dalloc(g, C * E * 4, &st);
         g->topk = dalloc(g, R * 4, &st);
         g->topw = dalloc(g, R * 4, &st);
-        g->mgu = dalloc(g, R * 2 * I * 4, &st);
-        g->mact = dalloc(g, R * I * 4, &st);
-        g->mact16 = dalloc(g, R * I * 2, &st);
-        g->my = dalloc(g, R * H * 4, &st);
-        g->xg16 = dalloc(g, R * H * 2, &st);
-        g->rtok = dalloc(g, R * 4, &st);
-        g->pair_dst = dalloc(g, R * 4, &st);
-        g->offsets = dalloc(g, ft_cuda_moe_offsets_len((int)E, (int)R) * 4, &st);
-        g->d_counts_all = dalloc(g, (size_t)m->n_layers * E * 4, &st);
-        g->h_counts_all = halloc((size_t)m->n_layers * E * 4, &st);
-        int blocks = 0; /* block-format experts: prefill dequantises a chunk of them at a time */
-        for (int l = 0; l < m->n_layers; l++)
-            blocks |= m->layers[l].is_moe && (m->layers[l].bank[0].schema->dtype != FT_DTYPE_BF16 ||
-                                              m->layers[l].bank[1].schema->dtype != FT_DTYPE_BF16);
-        if (blocks) {
-            g->deq = dalloc(g, (size_t)DEQ_CHUNK * 2 * I * H * 2, &st);
-            g->chunk_slot_of = dalloc(g, E * 4, &st);
-        }
+    }
+    if (st == FT_OK) { /* the routed experts' ids and prefill scratch */
+        struct ft_gpu_moe_io io = {g->x, g->xn, g->xn16, g->y, g->topk, g->topw};
+        st = ft_gpu_moe_init(&g->moe, m, g->C, &io, &(struct ft_gpu_alloc){dalloc_cb, g}, g->s, g->probe);
     }
     /* flash-decoding partials for decode steps, which split the whole context (up to 256
      * chunks); prefill's flash attention needs none (it used to take C x 16 splits of them:
@@ -517,105 +478,9 @@ static enum ft_status mm(struct ft_gpu *g, float *y, int ldy, const float *x, co
     return st;
 }
 
-/* MoE prefill: routing sort on the device, one tensor-core GEMM launch per projection. */
-struct prefill_batch {
-    struct ft_gpu *g;
-    const struct gpu_layer *L;
-    int T, l;
-};
-
 /* Marks the end of an op group (FT_PROFILE=2 only). */
 static inline void prof_mark(struct ft_gpu *g, enum ft_probe_op op) {
     if (g->probe) ft_gpu_probe_op(g->probe, op, g->s);
-}
-
-/* One batch of experts (offload) or all of them (resident): gate_up, SiLU, down. */
-/* y = the grouped GEMM of the sorted rows x against one family of experts (w: the layer's
- * device bank, or with slot_of the offload slots, expert_stride bytes apart, format dt).
- * Block formats go through bf16 scratch a chunk of experts at a time. */
-static void expert_gemm(struct ft_gpu *g, float *y, const uint16_t *x, const void *w, int dt,
-                        size_t expert_stride, const int32_t *slot_of, int N, int K, int R) {
-    int E = g->m->n_experts;
-    cudaStream_t s = g->s;
-    if (dt == FT_DTYPE_BF16) {
-        ft_cuda_moe_gemm(y, x, w, g->offsets, slot_of, expert_stride / 2, E, N, K, R, s);
-        return;
-    }
-    for (int e0 = 0; e0 < E; e0 += DEQ_CHUNK) {
-        int n = E - e0 < DEQ_CHUNK ? E - e0 : DEQ_CHUNK;
-        ft_cuda_chunk_slots(g->chunk_slot_of, slot_of, e0, n, E, s);
-        ft_cuda_dequant_experts(g->deq, w, expert_stride, dt, slot_of, g->offsets, e0, n, N, K, s);
-        ft_cuda_moe_gemm(y, x, g->deq, g->offsets, g->chunk_slot_of, (size_t)N * K, E, N, K, R, s);
-    }
-}
-
-/* y[p] = the decode GEMV of expert ids[p] (bf16 or a block format), expert_stride bytes apart */
-static void expert_gemv(struct ft_gpu *g, float *y, const float *x, int x_div, const void *w,
-                        int dt, size_t expert_stride, const int32_t *ids, int P, int N, int K) {
-    if (dt == FT_DTYPE_BF16)
-        ft_cuda_moe_gemv(y, x, x_div, w, expert_stride / 2, ids, P, N, K, g->s);
-    else
-        ft_cuda_moe_gemv_blocks(y, x, x_div, w, expert_stride, dt, ids, P, N, K, g->s);
-}
-
-/* Bytes between experts of layer l's family fam on the device: the bank rows when resident,
- * the slot pitch when offloading. */
-static size_t expert_stride(const struct ft_gpu *g, int l, int fam) {
-    if (g->off) return ft_offload_slot_bytes(g->off, fam);
-    return g->m->layers[l].bank[fam].row_bytes;
-}
-
-/* The experts' activation on [rows, 2I] gate/up rows: SiLU, or gpt-oss's clamped SwiGLU. */
-static void expert_act(struct ft_gpu *g, const struct gpu_layer *L, float *out, const float *gu,
-                       int rows, int I) {
-    if (L->act_limit > 0) ft_cuda_swiglu_clamped(out, gu, rows, I, L->act_limit, L->act_alpha, g->s);
-    else ft_cuda_silu_mul(out, gu, rows, I, g->s);
-}
-
-static enum ft_status moe_prefill_batch(void *ctx, int first, int last) {
-    struct prefill_batch *pb = ctx;
-    struct ft_gpu *g = pb->g;
-    const struct ft_model *m = g->m;
-    int k = m->top_k, H = m->hidden, I = m->expert_inter, R = pb->T * k;
-    cudaStream_t s = g->s;
-    (void)first, (void)last;
-    const void *gu = g->off ? ft_offload_gu(g->off) : pb->L->gu;
-    const void *dn = g->off ? ft_offload_down(g->off) : pb->L->down;
-    const int32_t *slot_of = g->off ? g->d_slot_of : NULL;
-    const struct gpu_layer *L = pb->L;
-    int E = m->n_experts;
-    expert_gemm(g, g->mgu, g->xg16, gu, L->gu_dt, expert_stride(g, pb->l, 0), slot_of, 2 * I, H, R);
-    if (L->gu_b) ft_cuda_moe_add_bias_sorted(g->mgu, L->gu_b, g->offsets, slot_of, E, R, 2 * I, s);
-    expert_act(g, L, g->mact, g->mgu, R, I); /* rows of later batches are redone with them */
-    ft_cuda_to_bf16(g->mact16, g->mact, (size_t)R * I, s);
-    expert_gemm(g, g->my, g->mact16, dn, L->dn_dt, expert_stride(g, pb->l, 1), slot_of, H, I, R);
-    if (L->dn_b) ft_cuda_moe_add_bias_sorted(g->my, L->dn_b, g->offsets, slot_of, E, R, H, s);
-    return FT_OK;
-}
-
-static enum ft_status moe_prefill(struct ft_gpu *g, const struct gpu_layer *L, int l, int T) {
-    const struct ft_model *m = g->m;
-    int E = m->n_experts, k = m->top_k, H = m->hidden, R = T * k;
-    cudaStream_t s = g->s;
-    int32_t *counts = g->d_counts_all + (size_t)l * E;
-    ft_cuda_moe_sort(counts, g->offsets, g->rtok, g->pair_dst, g->topk, T, k, E, s);
-    ft_cuda_gather_bf16(g->xg16, g->xn16, g->rtok, R, H, s);
-    prof_mark(g, FT_OP_SORT);
-    struct prefill_batch pb = {g, L, T, l};
-    enum ft_status st = FT_OK;
-    if (!g->off) {
-        st = moe_prefill_batch(&pb, 0, E);
-    } else { /* the layer's experts in batches that fit the slot pool */
-        int32_t *hc = g->h_counts_all + (size_t)l * E, experts[E], n = 0;
-        cudaMemcpyAsync(hc, counts, (size_t)E * 4, cudaMemcpyDeviceToHost, s);
-        if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("MoE routing counts");
-        for (int e = 0; e < E; e++)
-            if (hc[e]) experts[n++] = e;
-        st = ft_offload_prefill(g->off, l, experts, n, g->d_slot_of, s, moe_prefill_batch, &pb);
-    }
-    if (st == FT_OK) ft_cuda_moe_unsort(g->y, g->my, g->pair_dst, g->topw, T, k, H, s);
-    prof_mark(g, FT_OP_EXPERTS);
-    return st;
 }
 
 static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
@@ -630,46 +495,10 @@ static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
                                 g->d_step, l, m->norm_topk, &g->synth, g->s);
 }
 
-/* The GPU's share of a decode layer's routed experts into my: the experts at ids (slots when
- * offloading, -1: a CPU pair, 0; -2: another launch's pair, left alone; eids: their expert ids,
- * for the biases). */
-static void gpu_experts(struct ft_gpu *g, const struct gpu_layer *L, int l, int T, const int32_t *ids,
-                        const int32_t *eids, const void *gu, const void *dn) {
-    int k = g->m->top_k, H = g->m->hidden, I = g->m->expert_inter;
-    cudaStream_t s = g->s;
-    expert_gemv(g, g->mgu, g->xn, k, gu, L->gu_dt, expert_stride(g, l, 0), ids, T * k, 2 * I, H);
-    if (L->gu_b) ft_cuda_moe_add_bias(g->mgu, L->gu_b, eids, ids, T * k, 2 * I, s);
-    expert_act(g, L, g->mact, g->mgu, T * k, I);
-    expert_gemv(g, g->my, g->mact, 1, dn, L->dn_dt, expert_stride(g, l, 1), ids, T * k, H, I);
-    if (L->dn_b) ft_cuda_moe_add_bias(g->my, L->dn_b, eids, ids, T * k, H, s);
-}
-
-/* x += the routed experts in my, weighted */
-static void combine_experts(struct ft_gpu *g, int T) {
-    ft_cuda_moe_combine(g->x, g->my, g->topw, T, g->m->top_k, g->m->hidden, 1, g->s);
-}
-
-/* An offloaded layer step's GPU side after its plan: the experts already resident at once,
- * the copies of the fetched ones, then those experts behind the copies. The fetched are
- * ~1-2 of 8 in a hybrid step at 30G, so most of the GPU's expert time no longer waits for
- * (and follows) the copies. */
-static enum ft_status offload_experts(struct ft_gpu *g, const struct gpu_layer *L, int l, int T,
-                                      const int32_t *eids) {
-    const void *gu = ft_offload_gu(g->off), *dn = ft_offload_down(g->off);
-    int n = T * g->m->top_k;
-    int nf = ft_offload_decode_slots(g->off, g->d_slots, g->s);
-    gpu_experts(g, L, l, T, g->d_slots, eids, gu, dn);
-    enum ft_status st = ft_offload_decode_copies(g->off, g->s);
-    if (st != FT_OK) return st;
-    if (nf) gpu_experts(g, L, l, T, g->d_slots + n, eids, gu, dn);
-    combine_experts(g, T);
-    if (nf) ft_offload_decode_done(g->off, g->s);
-    return FT_OK;
-}
-
 /* Offloaded decode spans run as graphs unless graphs are off (--no-graphs, FT_PROFILE=2). */
 static int span_graphs(const struct ft_gpu *g, int T) {
-    return g->off && g->o.graphs && !ft_gpu_probe_eager(g->probe) && T <= MAX_GRAPH_T;
+    return ft_gpu_moe_offloading(g->moe) && g->o.graphs && !ft_gpu_probe_eager(g->probe) &&
+           T <= MAX_GRAPH_T;
 }
 
 /* A span's graph: per batch size and start layer; span_keys of them */
@@ -677,25 +506,6 @@ static size_t span_key(const struct ft_gpu *g, int T, int l0) {
     return (size_t)T * (g->m->n_layers + 1) + l0;
 }
 static size_t span_keys(const struct ft_gpu *g) { return span_key(g, MAX_GRAPH_T + 1, 0); }
-
-/* A cpu/hybrid layer step issues its copies and GPU expert launches from inside the CPU
- * executor's gate/up pass (the engine thread is the pool's worker 0; the other workers start on
- * the CPU experts at once) instead of before it: issuing first put ~60 us of launches in front
- * of the CPU's share of every layer step. */
-struct issue_hook {
-    struct ft_gpu *g;
-    const struct gpu_layer *L;
-    int l, T, ran;
-    const int32_t *eids;
-    enum ft_status st;
-};
-
-/* ft_moe_exec's hook: the GPU's side of the layer step (offload_experts). */
-static void issue_hook(void *ctx) {
-    struct issue_hook *h = ctx;
-    h->ran = 1;
-    h->st = offload_experts(h->g, h->L, h->l, h->T, h->eids);
-}
 
 /* y += the shared expert's output in sh: gated by sigmoid(xn . sh_score) (Qwen2-MoE, Qwen3.5),
  * or plain (DeepSeek, GLM). */
@@ -717,13 +527,7 @@ static void moe_tail(struct ft_gpu *g, int l, int T) {
     const struct gpu_layer *L = &g->L[l];
     int H = m->hidden;
     cudaStream_t s = g->s;
-    if (g->off && g->exec && g->m_cpu_out) {
-        ft_cuda_add(g->x, g->m_cpu_out, (size_t)T * H, s); /* x += CPU experts, read across PCIe */
-    } else if (g->off && g->exec) {
-        cudaMemcpyAsync(g->d_cpu_out, g->h_cpu_out, (size_t)T * H * sizeof(float),
-                        cudaMemcpyHostToDevice, s);
-        ft_cuda_add(g->x, g->d_cpu_out, (size_t)T * H, s); /* x += CPU experts */
-    }
+    ft_gpu_moe_join(g->moe, T);
     prof_mark(g, FT_OP_EXPERTS);
     if (L->has_shared) {
         int Is = m->shared_inter;
@@ -903,7 +707,7 @@ static enum ft_status attention_prefill(struct ft_gpu *g, const struct gpu_layer
  * normalised rows and weights copied back). Returns that MoE layer, or n_layers. */
 static int decode_span(struct ft_gpu *g, int T, int l0) {
     const struct ft_model *m = g->m;
-    int H = m->hidden, E = m->n_experts, k = m->top_k;
+    int H = m->hidden, E = m->n_experts;
     float eps = m->rms_eps;
     cudaStream_t s = g->s;
     if (l0 > 0) moe_tail(g, l0 - 1, T);
@@ -929,20 +733,9 @@ static int decode_span(struct ft_gpu *g, int T, int l0) {
         struct ft_cuda_gemv_args rt = {{g->router, NULL, NULL}, E, 0, E, {L->router_b, NULL, NULL},
                                        g->x, L->router, L->ffn_norm, eps, g->xn, 0, T, E, H};
         ft_cuda_gemv_ex(&rt, s);
-        size_t ko = (size_t)l * MAX_GRAPH_T * k;
-        int32_t *ids = g->d_topk_all + ko; /* kept for the distinct count */
-        route(g, l, T, ids);
+        route(g, l, T, ft_gpu_moe_ids(g->moe, l));
         prof_mark(g, FT_OP_ROUTER);
-        if (g->off && g->m_topk_all) { /* the router's results written into host memory */
-            ft_cuda_stage_out(g->m_topk_all + ko, ids, g->exec ? g->m_topw : NULL, g->topw, T * k,
-                              g->exec ? g->m_xn : NULL, g->xn, g->exec ? T * H : 0, NULL, NULL, s);
-        } else if (g->off) { /* the router's ids come back; misses are copied into cache slots */
-            cudaMemcpyAsync(g->h_topk_all + ko, ids, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
-            if (g->exec) { /* the CPU executor needs the normalised rows and the weights */
-                cudaMemcpyAsync(g->h_xn, g->xn, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToHost, s);
-                cudaMemcpyAsync(g->h_topw, g->topw, (size_t)T * k * sizeof(float), cudaMemcpyDeviceToHost, s);
-            }
-        }
+        ft_gpu_moe_stage(g->moe, l, T); /* offloading: the ids (and the CPU's inputs) to the host */
         moe = l;
         break;
     }
@@ -994,59 +787,6 @@ static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l) {
                                                                    : ft_cuda_check("span graph launch");
 }
 
-/* The CPU's share of layer l's routed experts (the pairs the plan left to it), computed from
- * the host banks while the GPU runs its share; the GPU's side is issued from inside the
- * executor (issue_hook) when hook is set. */
-static enum ft_status cpu_experts(struct ft_gpu *g, int l, int T, int n_cpu, struct issue_hook *hook) {
-    const struct ft_model *m = g->m;
-    const int k = m->top_k;
-    const int32_t *h_ids = g->h_topk_all + (size_t)l * MAX_GRAPH_T * k;
-    int64_t t0 = ft_time_us();
-    for (int i = 0; i < n_cpu; i++) {
-        int p = g->cpu_pairs[i];
-        g->cpu_tok[i] = p / k, g->cpu_ids[i] = h_ids[p], g->cpu_w[i] = g->h_topw[p];
-    }
-    if (hook) ft_moe_exec_set_hook(g->exec, issue_hook, hook);
-    int nd = ft_moe_exec_run_pairs(g->exec, g->exec_pool, &m->layers[l].bank[FT_BANK_GATE_UP],
-                                   &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act, g->h_xn,
-                                   g->cpu_tok, g->cpu_ids, g->cpu_w, n_cpu, g->h_cpu_out);
-    if (hook && !hook->ran) issue_hook(hook); /* the executor had no pass to run it in */
-    if (hook && hook->st != FT_OK) return hook->st;
-    ft_offload_observe_cpu(g->off, l, nd, (ft_time_us() - t0) / 1e6);
-    return FT_OK;
-}
-
-/* The routed experts of MoE layer l, whose router ran: resident, on the GPU; offloaded, the
- * hits and the fetched misses on the GPU, the rest on the CPU from the host banks at once. */
-static enum ft_status moe_experts(struct ft_gpu *g, int l, int T) {
-    const struct ft_model *m = g->m;
-    const struct gpu_layer *L = &g->L[l];
-    const int k = m->top_k;
-    const int32_t *eids = g->d_topk_all + (size_t)l * MAX_GRAPH_T * k; /* expert ids */
-    if (!g->off) {
-        gpu_experts(g, L, l, T, eids, eids, L->gu, L->down);
-        combine_experts(g, T);
-        return FT_OK;
-    }
-    ft_gpu_probe_phase(g->probe, FT_PH_LAUNCH);
-    if (cudaStreamSynchronize(g->s) != cudaSuccess) return ft_cuda_check("router ids");
-    ft_gpu_probe_phase(g->probe, FT_PH_WAIT);
-    int n_cpu = 0;
-    enum ft_status st = ft_offload_decode_plan(g->off, l, g->h_topk_all + (size_t)l * MAX_GRAPH_T * k,
-                                               T * k, g->cpu_pairs, &n_cpu);
-    if (st != FT_OK) return st;
-    ft_gpu_probe_phase(g->probe, FT_PH_PLAN);
-    struct issue_hook hook = {g, L, l, T, 0, eids, FT_OK};
-    if (!g->exec || !n_cpu) st = offload_experts(g, L, l, T, eids);
-    ft_gpu_probe_phase(g->probe, FT_PH_ISSUE);
-    if (st != FT_OK) return st;
-    if (g->exec) memset(g->h_cpu_out, 0, (size_t)T * m->hidden * sizeof(float)); /* moe_tail adds it */
-    if (!n_cpu) return FT_OK;
-    st = cpu_experts(g, l, T, n_cpu, g->exec ? &hook : NULL);
-    ft_gpu_probe_phase(g->probe, FT_PH_CPU);
-    return st;
-}
-
 /* Decode-sized steps (T <= 8): GEMV kernels only, each input norm fused into the GEMV that
  * reads it, each residual add fused into the GEMV/combine that produces it. Resident, there is
  * no host sync and the whole step is graph-capturable. x holds the complete residual after
@@ -1060,7 +800,7 @@ static enum ft_status decode_layers(struct ft_gpu *g, int T) {
         int l = m->n_layers;
         enum ft_status st = span(g, T, l0, &l);
         if (st != FT_OK || l >= m->n_layers) return st;
-        if ((st = moe_experts(g, l, T)) != FT_OK) return st;
+        if ((st = ft_gpu_moe_decode(g->moe, &g->L[l].ex, l, T)) != FT_OK) return st;
         l0 = l + 1;
     }
 }
@@ -1096,7 +836,7 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
         if ((st = mm(g, g->router, E, g->xn, g->xn16, L->router, L->router_b, T, E, H)) != FT_OK) break;
         route(g, l, T, g->topk);
         prof_mark(g, FT_OP_ROUTER);
-        if ((st = moe_prefill(g, L, l, T)) != FT_OK) break;
+        if ((st = ft_gpu_moe_prefill(g->moe, &L->ex, l, T)) != FT_OK) break;
         if (L->has_shared) {
             int Is = m->shared_inter;
             st = mm(g, g->gu, 2 * Is, g->xn, g->xn16, L->sh_gu, NULL, T, 2 * Is, H);
@@ -1135,7 +875,7 @@ static enum ft_status layers(struct ft_gpu *g, int T, int max_pos, int rows) {
         st = decode_layers(g, T);
     else
         st = prefill_layers(g, T, max_pos);
-    if (g->off && T > MAX_GRAPH_T) ft_offload_prefill_end(g->off, g->s);
+    if (T > MAX_GRAPH_T) ft_gpu_moe_prefill_end(g->moe);
     if (st != FT_OK || rows > g->logit_rows) return st; /* many rows: ft_gpu_forward does passes */
     return head(g, g->d_rows, rows, T > MAX_GRAPH_T);
 }
@@ -1204,9 +944,9 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         g->n_att_tiles = ft_cuda_attention_tiles(g->h_att_tiles, len, n_segs);
         cudaMemcpyAsync(g->d_att_tiles, g->h_att_tiles, (size_t)g->n_att_tiles * 8, cudaMemcpyHostToDevice, s);
     }
-    double distinct = 0;
     enum ft_status st = FT_OK;
-    int use_graph = decode && g->o.graphs && T <= MAX_GRAPH_T && !ft_gpu_probe_eager(g->probe) && !g->off;
+    int use_graph = decode && g->o.graphs && T <= MAX_GRAPH_T && !ft_gpu_probe_eager(g->probe) &&
+                    !ft_gpu_moe_offloading(g->moe);
     /* greedy ids on the device: after the head, unless the lm_head runs in passes (then from
      * the copied logits below) */
     int dev_top1 = top1 && rows <= g->logit_rows && rows > 0, gi = dev_top1 ? (draws ? 2 : 1) : 0;
@@ -1252,42 +992,13 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
     }
     if (logits) cudaMemcpyAsync(g->h_logits, g->logits, (size_t)rows * m->vocab * 4, cudaMemcpyDeviceToHost, s);
     if (dev_top1) cudaMemcpyAsync(g->h_top1, g->d_top1, (size_t)rows * 4, cudaMemcpyDeviceToHost, s);
-    int small = T <= MAX_GRAPH_T;
-    if (small && m->n_experts && !g->off) /* offload copied each layer's ids already */
-        cudaMemcpyAsync(g->h_topk_all, g->d_topk_all, (size_t)m->n_layers * MAX_GRAPH_T * m->top_k * 4,
-                        cudaMemcpyDeviceToHost, s);
-    if (!small && m->n_experts)
-        cudaMemcpyAsync(g->h_counts_all, g->d_counts_all, (size_t)m->n_layers * m->n_experts * 4,
-                        cudaMemcpyDeviceToHost, s);
+    ft_gpu_moe_step_copies(g->moe, T);
     if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("GPU forward");
     ft_gpu_probe_step_synced(g->probe);
     if (logits) memcpy(logits, g->h_logits, (size_t)rows * m->vocab * 4);
     if (dev_top1) memcpy(top1, g->h_top1, (size_t)rows * 4);
     ft_gpu_probe_step_end(g->probe);
-    if (distinct_out && m->n_experts) {
-        if (small) { /* count distinct ids per MoE layer from the copied top-k */
-            int moe = 0;
-            for (int l = 0; l < m->n_layers; l++) {
-                if (!g->L[l].is_moe) continue;
-                moe++;
-                const int32_t *ids = g->h_topk_all + (size_t)l * MAX_GRAPH_T * m->top_k;
-                for (int i = 0; i < T * m->top_k; i++) {
-                    int dup = 0;
-                    for (int j = 0; j < i; j++) dup |= ids[j] == ids[i];
-                    distinct += !dup;
-                }
-            }
-            *distinct_out = moe ? distinct / moe : 0;
-        } else { /* experts with at least one row, from the routing counts */
-            int moe = 0;
-            for (int l = 0; l < m->n_layers; l++) {
-                if (!g->L[l].is_moe) continue;
-                moe++;
-                for (int e = 0; e < m->n_experts; e++) distinct += g->h_counts_all[(size_t)l * m->n_experts + e] > 0;
-            }
-            *distinct_out = moe ? distinct / moe : 0;
-        }
-    }
+    if (distinct_out && m->n_experts) *distinct_out = ft_gpu_moe_distinct(g->moe, T);
     return FT_OK;
 }
 
@@ -1358,42 +1069,10 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     if (st == FT_OK) st = alloc_scratch(g);
     if (st == FT_OK && o->offload) {
         size_t headroom = (size_t)256 << 20, left = g->limit > g->used + headroom ? g->limit - g->used - headroom : 0;
-        g->d_slots = dalloc(g, (size_t)2 * MAX_GRAPH_T * (m->top_k > 0 ? m->top_k : 1) * 4, &st); /* decode: two lists */
-        g->d_slot_of = dalloc(g, (size_t)(m->n_experts > 0 ? m->n_experts : 1) * 4, &st);
-        if (st == FT_OK)
-            st = ft_offload_init(&g->off, m, &(struct ft_offload_opts){o->device, o->cache_slots,
-                                 o->cache_rate, o->verify, o->copy_path, o->moe_mode, o->pin_budget,
-                                 o->cpu_layers, o->cache_policy, o->record_routing}, left, MAX_GRAPH_T * m->top_k, dalloc_cb, g);
-        if (st == FT_OK && (o->moe_mode != FT_MOE_OFFLOAD || ft_offload_has_cpu_layers(g->off))) {
-            /* the CPU executor's side (cpu / hybrid, and the residency manager's CPU layers) */
-            int R = MAX_GRAPH_T * m->top_k, H = m->hidden;
-            st = ft_pool_init_pinned(&g->exec_pool, o->cpu_threads);
-            if (st == FT_OK) st = ft_moe_exec_init(&g->exec, MAX_GRAPH_T, m->top_k, m->n_experts, H, m->expert_inter);
-            if (st == FT_OK) ft_moe_exec_set_fast_act(g->exec, o->cpu_act_fast);
-            g->h_xn = halloc((size_t)MAX_GRAPH_T * H * 4, &st);
-            g->h_cpu_out = halloc((size_t)MAX_GRAPH_T * H * 4, &st);
-            g->h_topw = halloc((size_t)R * 4, &st);
-            g->d_cpu_out = dalloc(g, (size_t)MAX_GRAPH_T * H * 4, &st);
-            if (st == FT_OK) {
-                void *p[3] = {NULL, NULL, NULL};
-                if (cudaHostGetDevicePointer(&p[0], g->h_xn, 0) == cudaSuccess &&
-                    cudaHostGetDevicePointer(&p[1], g->h_topw, 0) == cudaSuccess &&
-                    cudaHostGetDevicePointer(&p[2], g->h_cpu_out, 0) == cudaSuccess)
-                    g->m_xn = p[0], g->m_topw = p[1], g->m_cpu_out = p[2];
-                cudaGetLastError();
-            }
-            g->cpu_pairs = malloc((size_t)R * sizeof *g->cpu_pairs);
-            g->cpu_tok = malloc((size_t)R * sizeof *g->cpu_tok);
-            g->cpu_ids = malloc((size_t)R * sizeof *g->cpu_ids);
-            g->cpu_w = malloc((size_t)R * sizeof *g->cpu_w);
-            if (st == FT_OK && (!g->cpu_pairs || !g->cpu_tok || !g->cpu_ids || !g->cpu_w))
-                st = ft_fail(FT_ERR_OOM, "offload: out of memory");
-        }
-        void *p = NULL; /* the router's ids straight into host memory, with the rest mapped */
-        if (st == FT_OK && (!g->exec || g->m_xn) &&
-            cudaHostGetDevicePointer(&p, g->h_topk_all, 0) == cudaSuccess)
-            g->m_topk_all = p;
-        cudaGetLastError();
+        struct ft_offload_opts oo = {o->device, o->cache_slots, o->cache_rate, o->verify, o->copy_path,
+                                     o->moe_mode, o->pin_budget, o->cpu_layers, o->cache_policy,
+                                     o->record_routing};
+        st = ft_gpu_moe_offload(g->moe, &oo, left, o->cpu_threads, o->cpu_act_fast);
     }
     if (st != FT_OK) {
         ft_gpu_free(g);
@@ -1415,24 +1094,8 @@ void ft_gpu_free(struct ft_gpu *g) {
     if (!g) return;
     cudaDeviceSynchronize();
     ft_gpu_probe_free(g->probe); /* its report first */
-    if (g->off) {
-        struct ft_gpu_offload_stats os;
-        ft_offload_get_stats(g->off, &os);
-        ft_log_info("offload: %ld expert copies, %ld misses computed on the CPU, hit rate %.1f%%, "
-                    "copies at %.1f GB/s (PCIe probe %.1f GB/s), %ld verification mismatches "
-                    "repaired", os.copies, os.cpu_experts, 100 * os.hit_rate, os.copy_gbps,
-                    os.pcie_gbps, os.repaired);
-        ft_offload_free(g->off);
-    }
-    /* the offload buffers exist from before ft_offload_init, which may have failed */
-    dfree(g->d_slots), dfree(g->d_slot_of), dfree(g->d_cpu_out), dfree(g->deq), dfree(g->chunk_slot_of);
+    ft_gpu_moe_free(g->moe); /* the offload report, then its buffers */
     dfree(g->d_zipf_cdf), dfree(g->d_sticky), dfree(g->d_synth_stats);
-    ft_moe_exec_free(g->exec);
-    ft_pool_free(g->exec_pool);
-    void *hp[] = {g->h_xn, g->h_cpu_out, g->h_topw};
-    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
-        if (hp[i]) cudaFreeHost(hp[i]);
-    free(g->cpu_pairs), free(g->cpu_tok), free(g->cpu_ids), free(g->cpu_w);
     for (int a = 0; a < 3; a++)
         for (int t = 0; t <= MAX_GRAPH_T; t++)
             if (g->graph[a][t]) cudaGraphExecDestroy(g->graph[a][t]);
@@ -1442,23 +1105,21 @@ void ft_gpu_free(struct ft_gpu *g) {
     for (int l = 0; g->L && l < g->m->n_layers; l++) {
         struct gpu_layer *L = &g->L[l];
         void *ps[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->bq, L->bk, L->bv, L->bo,
-                      L->wqkv, L->wo, L->w_gu, L->w_down, L->router, L->gu, L->down, L->sh_gu,
-                      L->sh_down, L->sh_score, L->sinks, L->router_b, L->gu_b, L->dn_b, L->wgate,
+                      L->wqkv, L->wo, L->w_gu, L->w_down, L->router, L->ex.gu, L->ex.down, L->sh_gu,
+                      L->sh_down, L->sh_score, L->sinks, L->router_b, L->ex.gu_b, L->ex.dn_b, L->wgate,
                       L->score_bias, L->wgdn, L->gdn_out, L->gdn_conv, L->gdn_A, L->gdn_dt, L->gdn_norm,
                       L->q_a, L->q_b, L->kv_a, L->uk, L->uv, L->q_a_norm, L->kv_a_norm, L->bq_a, L->bkv_a};
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) dfree(ps[i]);
     }
     if (g->lm_head != g->embed) dfree(g->lm_head);
     void *ds[] = {g->embed, g->final_norm, g->inv_freq, g->k_cache, g->v_cache, g->d_in, g->d_top1, g->d_draw,
-                  g->d_topk_all, g->d_step, g->x, g->xn,
+                  g->d_step, g->x, g->xn,
                   g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
                   g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,
-                  g->mgu, g->mact, g->my, g->xg16, g->mact16, g->rtok, g->pair_dst, g->offsets,
-                  g->d_counts_all, g->att_part, g->d_att_tiles, g->gp, g->gate, g->d_state,
+                  g->att_part, g->d_att_tiles, g->gp, g->gate, g->d_state,
                   g->m_qa, g->m_qa16, g->m_kva, g->m_ql, g->m_lat};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
-    void *hs[] = {g->h_in, g->h_top1, g->h_draw, g->h_topk_all,
-                  g->h_counts_all, g->h_logits, g->h_att_tiles};
+    void *hs[] = {g->h_in, g->h_top1, g->h_draw, g->h_logits, g->h_att_tiles};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
         if (hs[i]) cudaFreeHost(hs[i]);
     ft_blas_free(g->blas);
@@ -1473,14 +1134,11 @@ void ft_gpu_free(struct ft_gpu *g) {
 double ft_gpu_hbm_gbps(void) { return ft_cuda_d2d_gbps((size_t)2 << 30, 5); }
 
 void ft_gpu_offload_stats(const struct ft_gpu *g, struct ft_gpu_offload_stats *out) {
-    memset(out, 0, sizeof *out);
-    if (g && g->off) ft_offload_get_stats(g->off, out);
+    ft_gpu_moe_offload_stats(g ? g->moe : NULL, out);
 }
 
 int ft_gpu_residency_stats(const struct ft_gpu *g, struct ft_residency_stats *out) {
-    if (!g || !g->off || !ft_offload_residency(g->off)) return 0;
-    ft_residency_get_stats(ft_offload_residency(g->off), out);
-    return 1;
+    return ft_gpu_moe_residency_stats(g ? g->moe : NULL, out);
 }
 
 size_t ft_gpu_vram_used(const struct ft_gpu *g) { return g ? g->used : 0; }

@@ -1,6 +1,6 @@
-/* gpu_probe.c — the GPU forward pass's timing (see gpu_probe.h). Engine thread only. */
+/* probe.c — the GPU forward pass's timing (see probe.h). Engine thread only. */
 #ifdef FT_HAVE_CUDA
-#include "engine/gpu_probe.h"
+#include "backend/cuda/probe.h"
 
 #include <stdlib.h>
 

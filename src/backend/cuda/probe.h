@@ -1,12 +1,12 @@
-/* gpu_probe.h — the GPU forward pass's timing, in one object (FT_PROFILE, core/env.h): off, the
+/* probe.h — the GPU forward pass's timing, in one object (FT_PROFILE, core/env.h): off, the
  * forward pass holds NULL and each mark is one branch. Level 1: where each decode step's wall
  * time goes on the host (caller, issue, wait with the GPU's own time, copy-out) and the host
  * side of each offloaded layer step (launches before the router sync, the wait, the cache
  * lookup and copies, the expert launches, the CPU experts). Level 2 adds per-op-group GPU
  * times from events, which needs the steps run eagerly (no CUDA graphs). Printed at free.
  * Engine thread only. Built only with FT_HAVE_CUDA. */
-#ifndef FT_ENGINE_GPU_PROBE_H
-#define FT_ENGINE_GPU_PROBE_H
+#ifndef FT_BACKEND_CUDA_PROBE_H
+#define FT_BACKEND_CUDA_PROBE_H
 
 #include <cuda_runtime_api.h>
 
