@@ -16,7 +16,8 @@ B=${1:-build-cuda}
 [ "$(pwd)" = /work/main ] || echo "gpu_pack: note: tests look for tests/data under $(pwd); link that path on the GPU machine" >&2
 cmake -S . -B "$B" -DFT_CUDA=ON -DFT_CUDA_ARCH=90 >/dev/null
 cmake --build "$B" -j"$(nproc)" >/dev/null
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+X="$(git rev-parse --git-common-dir)/info/exclude"
+grep -qx '/.gpu/' "$X" 2>/dev/null || echo '/.gpu/' >> "$X"
 rm -rf .gpu && mkdir -p .gpu
 cp "$B"/ft "$B"/bench_cpu "$B"/bench_ggml "$B"/bench_exec "$B"/bench_isa "$B"/bench_latency "$B"/test_gpu_* .gpu/
 if [ -n "${OLD_REV:-}" ]; then # OLD_REV=<commit>: that commit's ft as .gpu/ft_old (gpu_run.sh decab)
