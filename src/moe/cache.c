@@ -84,18 +84,42 @@ static int lfru_recent(const struct ft_cache *c, int32_t key) {
     return c->lsteps[key / c->n_experts] - c->fstamp[key] < FT_CACHE_PROTECT;
 }
 
+/* 1 when slot a is the better LFRU victim than b (b < 0: none yet): not recent before recent,
+ * then the smaller decayed count, then the least recent */
+static int lfru_better(const struct ft_cache *c, int a, int b) {
+    if (b < 0) return 1;
+    const int ra = lfru_recent(c, c->key_of[a]), rb = lfru_recent(c, c->key_of[b]);
+    if (ra != rb) return ra < rb;
+    const float na = lfru_count(c, c->key_of[a]), nb = lfru_count(c, c->key_of[b]);
+    return na < nb || (na == nb && c->last_use[a] < c->last_use[b]);
+}
+
+static uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 static int lfru_victim(const struct ft_cache *c, uint64_t step) {
-    int best = -1, best_recent = 1;
-    float best_n = 0;
-    for (int s = 0; s < c->n_slots; s++) {
+    int best = -1;
+    if (c->n_slots > FT_CACHE_LFRU_SAMPLE * 4) {
+        for (int w = 0; w < (c->n_slots + 63) / 64; w++) /* never-used slots first */
+            for (uint64_t b = c->unused[w]; b; b &= b - 1) {
+                int s = w * 64 + __builtin_ctzll(b);
+                if (c->step_of[s] != step && c->key_of[s] < 0) return s;
+            }
+        for (int i = 0; i < FT_CACHE_LFRU_SAMPLE; i++) {
+            int s = (int)(mix64(c->tick * FT_CACHE_LFRU_SAMPLE + (uint64_t)i) % (uint64_t)c->n_slots);
+            if (c->step_of[s] == step || c->held[s]) continue;
+            if (c->key_of[s] < 0) return s;
+            if (lfru_better(c, s, best)) best = s;
+        } /* the best of a sample drawn from the access counter */
+        if (best >= 0) return best;
+    }
+    for (int s = 0; s < c->n_slots; s++) { /* the whole pool */
         if (c->step_of[s] == step || c->held[s]) continue;
         if (c->key_of[s] < 0) return s; /* free */
-        const float n = lfru_count(c, c->key_of[s]);
-        const int recent = lfru_recent(c, c->key_of[s]);
-        if (best < 0 || recent < best_recent ||
-            (recent == best_recent &&
-             (n < best_n || (n == best_n && c->last_use[s] < c->last_use[best]))))
-            best = s, best_n = n, best_recent = recent;
+        if (lfru_better(c, s, best)) best = s;
     }
     return best;
 }
