@@ -181,6 +181,7 @@ TEST(tool_templates_pick_their_parser) {
     detect_fmt("tools_glm4_6", FT_TOOLS_GLM);
     detect_fmt("tools_glm4_7", FT_TOOLS_GLM);
     detect_fmt("tools_minimax_m2", FT_TOOLS_MINIMAX);
+    detect_fmt("tools_harmony", FT_TOOLS_HARMONY);
 }
 
 /* What a template writes for an assistant's calls is what its format's parser reads back (the

@@ -51,8 +51,18 @@ TEST(harmony_split_cases) {
                  2, "User asks. Answer 4.|2 + 2 = 4.");
     expect_split("<|channel|>final<|message|>Just the answer.", 2, "|Just the answer.");
     expect_split("<|channel|>analysis<|message|>still thinking <|", 2, "still thinking <||");
+    /* a message to a function goes on whole, for the harmony tool-call parser */
     expect_split("<|channel|>commentary to=functions.get <|constrain|>json<|message|>{\"a\": 1}<|call|>",
-                 2, "|{\"a\": 1}");
+                 2, "|<|start|>assistant<|channel|>commentary to=functions.get <|constrain|>json"
+                 "<|message|>{\"a\": 1}<|call|>");
+    expect_split("<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant to=functions.f"
+                 "<|channel|>commentary json<|message|>{}", /* <|call|> was the stop token */
+                 2, "Need it.|<|start|>assistant<|start|>assistant to=functions.f<|channel|>"
+                 "commentary json<|message|>{}<|call|>");
+    expect_split(" to=functions.f<|channel|>commentary json<|message|>{}<|call|>", 2,
+                 "|<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>");
+    expect_split("<|channel|>commentary<|message|>Checking.<|end|>", 2, "|Checking."); /* preamble */
+    expect_split("to", 2, "|to");
     expect_split("no header at all", 2, "|no header at all");
     expect_split("<html>short</html>", 2, "|<html>short</html>"); /* '<' but no marker */
     expect_split("<", 2, "|<");

@@ -153,6 +153,59 @@ TEST(glm_and_minimax) {
                  "ok", 2, "get_weather", "{\"city\":\"Kyiv\"}", "get_time", "{}");
 }
 
+/* The formats as the models write them (each family's template shows its model this form):
+ * several calls a turn, text before them, values typed by the tool's schema. */
+TEST(real_output_formats) {
+    /* GLM-4.7: no newlines inside the block */
+    expect_parse(FT_TOOLS_GLM,
+                 "Checking both.<tool_call>get_weather<arg_key>city</arg_key><arg_value>Bern"
+                 "</arg_value><arg_key>hot</arg_key><arg_value>true</arg_value></tool_call>"
+                 "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value>"
+                 "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>",
+                 "Checking both.", 2, "get_weather", "{\"city\":\"Bern\",\"hot\":true}",
+                 "get_weather", "{\"city\":\"Oslo\",\"days\":3}");
+    /* GLM-4.5/4.6: each part on its own line, a call without arguments */
+    expect_parse(FT_TOOLS_GLM,
+                 "\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>New York"
+                 "</arg_value>\n</tool_call>\n<tool_call>get_time\n</tool_call>",
+                 "\n\n", 2, "get_weather", "{\"city\":\"New York\"}", "get_time", "{}");
+    /* Qwen3-Coder: two blocks, a multi-line string value kept as written */
+    expect_parse(FT_TOOLS_QWEN3_CODER,
+                 "I'll look.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSt.\n"
+                 "Petersburg\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n"
+                 "</tool_call>\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>",
+                 "I'll look.\n\n\n", 2, "get_weather",
+                 "{\"city\":\"St.\\nPetersburg\",\"days\":2}", "get_time", "{}");
+    /* MiniMax-M2: typed values; a property the schema does not name stays a string */
+    expect_parse(FT_TOOLS_MINIMAX,
+                 "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">"
+                 "Lima</parameter>\n<parameter name=\"days\">4</parameter>\n<parameter name=\"hot\">"
+                 "false</parameter>\n<parameter name=\"where\">{\"lat\": 1.5}</parameter>\n"
+                 "</invoke>\n</minimax:tool_call>",
+                 "", 1, "get_weather",
+                 "{\"city\":\"Lima\",\"days\":4,\"hot\":false,\"where\":\"{\\\"lat\\\": 1.5}\"}",
+                 NULL, NULL);
+    /* Llama 3.1-3.3: the bare JSON object the template shows, as the whole reply */
+    expect_parse(FT_TOOLS_LLAMA3,
+                 "\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 1}}",
+                 "", 1, "get_weather", "{\"city\":\"Paris\",\"days\":1}", NULL, NULL);
+}
+
+/* gpt-oss: what the server's harmony splitter passes on for messages to functions */
+TEST(harmony_calls) {
+    expect_parse(FT_TOOLS_HARMONY,
+                 "Let me check.<|start|>assistant<|channel|>commentary to=functions.get_weather "
+                 "<|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>"
+                 "<|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{}"
+                 "<|call|>",
+                 "Let me check.", 2, "get_weather", "{\"city\":\"Paris\"}", "get_time", "{}");
+    expect_parse(FT_TOOLS_HARMONY, /* arguments that are not a JSON object stay text */
+                 "<|start|>assistant<|channel|>commentary to=functions.f<|message|>oops<|call|>",
+                 "<|start|>assistant<|channel|>commentary to=functions.f<|message|>oops<|call|>",
+                 0, NULL, NULL, NULL, NULL);
+    expect_parse(FT_TOOLS_HARMONY, "plain answer", "plain answer", 0, NULL, NULL, NULL, NULL);
+}
+
 TEST(names_and_detection) {
     for (int f = 0; f < FT_TOOLS_N; f++) EXPECT_EQ(ft_tool_fmt_from_name(ft_tool_fmt_name(f)), f);
     EXPECT_EQ(ft_tool_fmt_from_name("bogus"), -1);
@@ -162,8 +215,13 @@ TEST(names_and_detection) {
     EXPECT_EQ(ft_tool_fmt_detect("<tool_call>{{ name }}<arg_key>"), FT_TOOLS_GLM);
     EXPECT_EQ(ft_tool_fmt_detect("<minimax:tool_call>"), FT_TOOLS_MINIMAX);
     EXPECT_EQ(ft_tool_fmt_detect("[TOOL_CALLS]"), FT_TOOLS_MISTRAL);
+    EXPECT_EQ(ft_tool_fmt_detect("'<|start|>assistant to=' 'functions.' + n + '<|channel|>' "
+                                 "'<|call|>'"), FT_TOOLS_HARMONY);
     EXPECT_EQ(ft_tool_fmt_detect("no tools here"), FT_TOOLS_NONE);
     EXPECT_EQ(ft_tool_fmt_detect(NULL), FT_TOOLS_NONE);
+    EXPECT_EQ(ft_tool_fmt_of_family("glm4"), FT_TOOLS_GLM);
+    EXPECT_EQ(ft_tool_fmt_of_family("harmony"), FT_TOOLS_HARMONY);
+    EXPECT_EQ(ft_tool_fmt_of_family("llama3"), FT_TOOLS_NONE); /* Llama 3.0: no tool calls */
     EXPECT(ft_tool_fmt_grammar(FT_TOOLS_HERMES) != NULL);
     EXPECT(ft_tool_fmt_grammar(FT_TOOLS_GLM) == NULL);
 }

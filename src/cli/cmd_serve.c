@@ -45,7 +45,7 @@ static const char k_usage[] =
     "  --chat-template NAME        override the detected chat template family\n"
     "  --tool-parser NAME          tool-call format of the model's output (default: from the\n"
     "                              chat template): hermes, qwen3_coder, llama3, mistral,\n"
-    "                              deepseek, glm, minimax, none\n"
+    "                              deepseek, glm, minimax, harmony, none\n"
     "  --request-timeout S         cancel a request running longer (default 0 = none)\n"
     "  --http-timeout S            close idle kept-alive connections after S s (default 30)\n"
     "  --header-timeout S          a request head must arrive within S s (default 10)\n"
@@ -179,7 +179,9 @@ static enum ft_status load(const struct serve_opts *o, struct ft_server *srv, st
     srv->sched = l->sched, srv->tok = l->tok, srv->tmpl = l->tmpl;
     srv->defaults = gp.sampling;
     srv->ctx_size = stats.ctx_size;
+    /* --tool-parser, else the format of the --chat-template family, else the template's own */
     srv->tool_fmt = o->tool_parser ? ft_tool_fmt_from_name(o->tool_parser)
+                    : o->tmpl      ? (int)ft_tool_fmt_of_family(ft_chat_template_name(l->tmpl))
                                    : (int)ft_tool_fmt_detect(ft_tok_chat_template(l->tok));
     ft_log_info("chat template %s; tool calls %s; context %d tokens; up to %d requests at once",
                 ft_chat_template_name(l->tmpl), ft_tool_fmt_name(srv->tool_fmt), stats.ctx_size,

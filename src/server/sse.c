@@ -115,14 +115,26 @@ static size_t split_harmony(struct ft_think *t, const char *w, size_t n, struct 
         if (t->state == FT_HARMONY_HEADER) {
             while (i < n && (w[i] == ' ' || w[i] == '\n' || w[i] == '\r' || w[i] == '\t')) i++;
             if (i == n) return 0; /* whitespace between messages: dropped */
-            if (w[i] != '<' || (i + 1 < n && w[i + 1] != '|')) { /* no header: plain answer */
-                t->state = FT_HARMONY_BODY, t->analysis = 0;
+            /* a header starts with a marker, or with the recipient right after the prompt's
+             * "<|start|>assistant" (" to=functions.NAME<|channel|>...") */
+            size_t to = n - i < 3 ? n - i : 3;
+            int recipient = !memcmp(w + i, "to=", to);
+            if (recipient && to < 3) return n - i;
+            if (!recipient && (w[i] != '<' || (i + 1 < n && w[i + 1] != '|'))) {
+                t->state = FT_HARMONY_BODY, t->analysis = 0, t->call = 0; /* plain answer */
                 continue;
             }
             const char *mk = memmem(w + i, n - i, k_msg, sizeof k_msg - 1);
             if (!mk) return n - i < 512 ? n - i : (ft_sbuf_add(c, w + i, n - i), 0);
             const char *ch = memmem(w + i, (size_t)(mk - (w + i)), "<|channel|>analysis", 19);
-            t->analysis = ch != NULL;
+            /* a message to a function is a tool call: passed on whole, header included, for
+             * the harmony tool-call parser (text/tool_parse.h) */
+            t->call = memmem(w + i, (size_t)(mk - (w + i)), "to=functions.", 13) != NULL;
+            t->analysis = ch != NULL && !t->call;
+            if (t->call) {
+                ft_sbuf_add(c, "<|start|>assistant ", recipient ? 19 : 18);
+                ft_sbuf_add(c, w + i, (size_t)(mk - (w + i)) + sizeof k_msg - 1);
+            }
             t->state = FT_HARMONY_BODY;
             i = (size_t)(mk - w) + sizeof k_msg - 1;
         } else {
@@ -135,8 +147,9 @@ static size_t split_harmony(struct ft_think *t, const char *w, size_t n, struct 
                 return k;
             }
             ft_sbuf_add(out, w + i, (size_t)(e - (w + i)));
+            if (t->call) ft_sbuf_add(c, "<|call|>", 8);
             i = (size_t)(e - w) + len;
-            t->state = FT_HARMONY_HEADER;
+            t->state = FT_HARMONY_HEADER, t->call = 0;
         }
     }
     return 0;
@@ -162,5 +175,6 @@ void ft_think_flush(struct ft_think *t, struct ft_sbuf *r, struct ft_sbuf *c) {
     /* a header cut short ("<|channel|>ana") is dropped; anything else held is text */
     int cut_header = t->state == FT_HARMONY_HEADER && t->hold.n >= 2 && !memcmp(t->hold.p, "<|", 2);
     if (t->hold.n && !cut_header) ft_sbuf_add(reasoning ? r : c, t->hold.p, t->hold.n);
-    t->hold.n = 0;
+    if (t->state == FT_HARMONY_BODY && t->call) ft_sbuf_add(c, "<|call|>", 8); /* stop token */
+    t->hold.n = 0, t->call = 0;
 }

@@ -27,6 +27,7 @@ struct ft_think {
     enum ft_think_state state;
     struct ft_sbuf hold; /* bytes that may still be part of a tag (harmony: of a header) */
     int analysis;        /* harmony: the current message is on the analysis channel */
+    int call;            /* harmony: the current message is addressed to a function */
 };
 /* in_think: the prompt already opened the thinking block (it ends with "<think>"); harmony: the
  * model writes harmony messages (gpt-oss), with special tokens kept in the text. */
@@ -35,8 +36,10 @@ void ft_think_init(struct ft_think *t, int in_think, int harmony);
  * "<think>" (after whitespace) opens the reasoning, "</think>" closes it; the newlines right after
  * it are dropped. Harmony: each message is "[<|start|>role]<|channel|>NAME[...]<|message|>body"
  * ended by <|end|>, <|return|> or <|call|>; bodies on the analysis channel are reasoning, the
- * others (final, commentary) content; the markers and headers are dropped. Text before any
- * header is content. */
+ * others (final, commentary) content; the markers and headers are dropped, except for a
+ * message addressed to a function ("to=functions.NAME" in its header): that one goes to content
+ * whole, as "<|start|>assistant" HEADER "<|message|>" BODY "<|call|>", for the harmony tool-call
+ * parser. Text before any header is content. */
 void ft_think_push(struct ft_think *t, const char *s, size_t n, struct ft_sbuf *r, struct ft_sbuf *c);
 /* End of stream: releases what is held. */
 void ft_think_flush(struct ft_think *t, struct ft_sbuf *r, struct ft_sbuf *c);

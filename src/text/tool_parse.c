@@ -28,6 +28,8 @@ static const char *const k_m_deepseek[] = {DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL
 static const char *const k_m_glm[] = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>",
                                       "<arg_value>", "</arg_value>", NULL};
 static const char *const k_m_minimax[] = {"<minimax:tool_call>", "</minimax:tool_call>", NULL};
+static const char *const k_m_harmony[] = {"<|start|>", "<|channel|>", "<|constrain|>",
+                                          "<|message|>", "<|call|>", NULL};
 static const char *const k_m_none[] = {NULL};
 
 static const struct fmt_desc k_fmts[FT_TOOLS_N] = {
@@ -39,6 +41,7 @@ static const struct fmt_desc k_fmts[FT_TOOLS_N] = {
     [FT_TOOLS_DEEPSEEK] = {"deepseek", DS_CALLS_BEGIN, DS_CALLS_END, k_m_deepseek},
     [FT_TOOLS_GLM] = {"glm", "<tool_call>", "</tool_call>", k_m_glm},
     [FT_TOOLS_MINIMAX] = {"minimax", "<minimax:tool_call>", "</minimax:tool_call>", k_m_minimax},
+    [FT_TOOLS_HARMONY] = {"harmony", "<|start|>assistant", "<|call|>", k_m_harmony},
 };
 
 static const struct ft_jg_calls_fmt k_g_hermes = {
@@ -58,11 +61,13 @@ int ft_tool_fmt_from_name(const char *name) {
 }
 
 const char *ft_tool_fmt_names(void) {
-    return "hermes, qwen3_coder, llama3, mistral, deepseek, glm, minimax, none";
+    return "hermes, qwen3_coder, llama3, mistral, deepseek, glm, minimax, harmony, none";
 }
 
 enum ft_tool_fmt ft_tool_fmt_detect(const char *src) {
     if (!src) return FT_TOOLS_NONE;
+    if (strstr(src, "<|call|>") && strstr(src, "<|channel|>") && strstr(src, "assistant to="))
+        return FT_TOOLS_HARMONY; /* gpt-oss: "<|start|>assistant to=" + "functions." + name */
     if (strstr(src, "<minimax:tool_call>")) return FT_TOOLS_MINIMAX;
     if (strstr(src, "<arg_key>")) return FT_TOOLS_GLM;
     if (strstr(src, "<function=") && strstr(src, "<parameter=")) return FT_TOOLS_QWEN3_CODER;
@@ -70,6 +75,19 @@ enum ft_tool_fmt ft_tool_fmt_detect(const char *src) {
     if (strstr(src, "tool" DS_SEP "calls" DS_SEP "begin")) return FT_TOOLS_DEEPSEEK;
     if (strstr(src, "[TOOL_CALLS]")) return FT_TOOLS_MISTRAL;
     if (strstr(src, "<|python_tag|>") || strstr(src, "\"parameters\": ")) return FT_TOOLS_LLAMA3;
+    return FT_TOOLS_NONE;
+}
+
+enum ft_tool_fmt ft_tool_fmt_of_family(const char *family) {
+    static const struct { const char *family; enum ft_tool_fmt fmt; } k_map[] = {
+        {"qwen2", FT_TOOLS_HERMES},       {"qwen3", FT_TOOLS_HERMES},
+        {"qwen3_coder", FT_TOOLS_QWEN3_CODER}, {"llama3_1", FT_TOOLS_LLAMA3},
+        {"mistral", FT_TOOLS_MISTRAL},    {"deepseek3", FT_TOOLS_DEEPSEEK},
+        {"glm4", FT_TOOLS_GLM},           {"minimax", FT_TOOLS_MINIMAX},
+        {"harmony", FT_TOOLS_HARMONY},
+    };
+    for (size_t i = 0; family && i < sizeof k_map / sizeof k_map[0]; i++)
+        if (!strcmp(family, k_map[i].family)) return k_map[i].fmt;
     return FT_TOOLS_NONE;
 }
 
@@ -391,6 +409,24 @@ static int mistral_body(struct ft_tool_parser *p, const char *s, const char *e) 
     return n ? 0 : -1;
 }
 
+/* [ to=functions.N]<|channel|>commentary[ to=functions.N][ <|constrain|>json|json]<|message|>
+ * {...}: the header names the function, the body is its arguments */
+static int harmony_body(struct ft_tool_parser *p, const char *s, const char *e) {
+    const char *msg = find(s, e, "<|message|>");
+    const char *to = msg ? find(s, msg, "to=functions.") : NULL;
+    if (!to) return -1;
+    const char *n = to + 13, *ne = n;
+    while (ne < msg && *ne != ' ' && *ne != '<' && *ne != '\n') ne++;
+    const char *a = skip_ws(msg + 11, e), *ae = rskip_ws(a, e);
+    char *fn = dupn(n, (size_t)(ne - n));
+    json_t *args = json_loadb(a, (size_t)(ae - a), 0, NULL);
+    int ok = fn && *fn && json_is_object(args);
+    if (ok) add_call(p, fn, args);
+    free(fn);
+    json_decref(args);
+    return ok ? 0 : -1;
+}
+
 /* {...}; {...} or a list */
 static int llama3_body(struct ft_tool_parser *p, const char *s, const char *e) {
     s = skip_ws(s, e), e = rskip_ws(s, e);
@@ -424,6 +460,7 @@ static int parse_body(struct ft_tool_parser *p, const char *s, const char *e) {
     case FT_TOOLS_DEEPSEEK: rc = deepseek_body(p, s, e); break;
     case FT_TOOLS_GLM: rc = glm_body(p, s, e); break;
     case FT_TOOLS_MINIMAX: rc = minimax_body(p, s, e); break;
+    case FT_TOOLS_HARMONY: rc = harmony_body(p, s, e); break;
     default: break;
     }
     if (rc) { /* all or nothing: calls of a bad block are dropped, its text kept */

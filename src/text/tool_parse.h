@@ -9,6 +9,10 @@
  *   glm          <tool_call>N\n<arg_key>P</arg_key>\n<arg_value>V</arg_value>...</tool_call> (GLM-4.5)
  *   minimax      <minimax:tool_call><invoke name="N"><parameter name="P">V</parameter></invoke>
  *                </minimax:tool_call>  (MiniMax-M2)
+ *   harmony      <|start|>assistant<|channel|>commentary to=functions.N <|constrain|>json
+ *                <|message|>{...}<|call|>  (gpt-oss; the recipient may also stand before
+ *                <|channel|>). The server's harmony splitter (server/sse.h) passes each message
+ *                addressed to a function through to content in this form.
  * Text outside the call blocks is content. Parameter values of the XML formats are typed by the
  * tool's JSON schema (a "string" property stays a string; others are parsed as JSON when they
  * can be). A block that does not parse is given back as content, never dropped.
@@ -33,17 +37,21 @@ enum ft_tool_fmt {
     FT_TOOLS_DEEPSEEK,
     FT_TOOLS_GLM,
     FT_TOOLS_MINIMAX,
+    FT_TOOLS_HARMONY,
     FT_TOOLS_N,
 };
 
 const char *ft_tool_fmt_name(enum ft_tool_fmt f);
 /* -1 for an unknown name */
 int ft_tool_fmt_from_name(const char *name);
-/* "hermes, qwen3_coder, llama3, mistral, deepseek, glm, minimax" */
+/* "hermes, qwen3_coder, llama3, mistral, deepseek, glm, minimax, harmony, none" */
 const char *ft_tool_fmt_names(void);
 /* The format a chat template writes, from its source text (tools markers); FT_TOOLS_NONE when
  * it has no tool calls. */
 enum ft_tool_fmt ft_tool_fmt_detect(const char *template_src);
+/* The format a chat template family (ft_chat_template_name) renders its calls in;
+ * FT_TOOLS_NONE for the families without tool calls. */
+enum ft_tool_fmt ft_tool_fmt_of_family(const char *chat_family);
 /* How to force calls of this format with a JSON grammar; NULL for the XML formats. */
 const struct ft_jg_calls_fmt *ft_tool_fmt_grammar(enum ft_tool_fmt f);
 /* The special-token texts this format's markers use (NULL-terminated list). */
