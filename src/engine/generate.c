@@ -11,6 +11,7 @@ void ft_stop_init(struct ft_stop *s, const char *const *strs, int n) {
     memset(s, 0, sizeof *s);
     s->strs = strs;
     s->n = n;
+    s->matched = -1;
 }
 
 void ft_stop_free(struct ft_stop *s) {
@@ -62,7 +63,7 @@ int ft_stop_push(struct ft_stop *s, const char *text, size_t len, const char **o
     size_t first = s->n_held;
     for (int i = 0; i < s->n; i++) {
         const char *m = strstr(s->held, s->strs[i]);
-        if (m && (size_t)(m - s->held) < first) first = (size_t)(m - s->held);
+        if (m && (size_t)(m - s->held) < first) first = (size_t)(m - s->held), s->matched = i;
     }
     if (first < s->n_held) {
         release(s, first, s->n_held - first, out, out_len);

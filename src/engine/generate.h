@@ -45,6 +45,7 @@ struct ft_stop {
     size_t n_held, cap;
     char *out;         /* bytes released by the last push/flush */
     size_t out_cap;
+    int matched;       /* index in strs of the stop string that matched; -1 while none has */
 };
 void ft_stop_init(struct ft_stop *s, const char *const *strs, int n);
 void ft_stop_free(struct ft_stop *s);

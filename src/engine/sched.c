@@ -255,7 +255,7 @@ static void prefix_evict(struct ft_sched *s, int want) {
 static void finish(struct ft_sched *s, struct ft_req *r, enum ft_finish why, enum ft_status err,
                    const char *msg) {
     struct ft_event ev = {.n_prompt = r->n_prompt, .n_gen = r->n_gen, .finish = why,
-                          .n_cached = r->n_cached};
+                          .n_cached = r->n_cached, .stop_index = -1};
     if (err != FT_OK) {
         ev.type = FT_EV_ERROR;
         ev.status = err;
@@ -263,6 +263,8 @@ static void finish(struct ft_sched *s, struct ft_req *r, enum ft_finish why, enu
     } else {
         ev.type = FT_EV_DONE;
         if (why != FT_FINISH_CANCELLED && !r->stop_hit) ft_gen_release_tail(&r->dt, &r->stopper, emit_cb, r);
+        if (why == FT_FINISH_STOP) /* the tail may have completed a stop string too */
+            ev.stop_index = r->stopper.matched;
         ev.ttft_s = r->t_first_us ? (r->t_first_us - r->t_submit_us) / 1e6 : 0;
     }
     if (err == FT_OK && r->n_blocks) prefix_keep(s, r, r->n_past); /* the next turn may resend it */

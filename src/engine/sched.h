@@ -64,6 +64,7 @@ struct ft_event {
     char message[256];      /* FT_EV_ERROR: one line */
     double ttft_s;          /* FT_EV_DONE: time to first token */
     int n_cached;           /* prompt tokens whose KV the prefix cache held (usage) */
+    int stop_index;         /* FT_EV_DONE: which of the request's stop strings ended it, or -1 */
 };
 
 struct ft_sched;

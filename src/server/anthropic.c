@@ -338,9 +338,15 @@ void ft_srv_count_tokens(struct ft_server *s, const struct ft_http_req *req,
 
 /* --- response ------------------------------------------------------------------------------ */
 
-static const char *stop_reason(int finish, int tool_calls) {
+static const char *stop_reason(int finish, int tool_calls, const char *stop_seq) {
     if (tool_calls) return "tool_use";
+    if (stop_seq) return "stop_sequence";
     return finish == FT_FINISH_LENGTH ? "max_tokens" : "end_turn";
+}
+
+/* stop_sequence: the one that matched, null otherwise (and for tool use) */
+static json_t *stop_seq_json(const char *stop_seq, int tool_calls) {
+    return stop_seq && !tool_calls ? json_string(stop_seq) : json_null();
 }
 
 static json_t *tool_use_block(const struct ft_tool_call_out *c) {
@@ -376,7 +382,9 @@ json_t *ft_srv_anthropic_message(struct ft_server *s, const struct ft_gen_job *j
         json_array_append_new(content, json_pack("{s:s, s:s%}", "type", "text", "text",
                                                  o->content.p ? o->content.p : "", o->content.n));
     for (int i = 0; i < o->n_calls; i++) json_array_append_new(content, tool_use_block(&o->calls[i]));
-    json_object_set_new(j, "stop_reason", json_string(stop_reason(o->finish, o->n_calls > 0)));
+    json_object_set_new(j, "stop_reason",
+                        json_string(stop_reason(o->finish, o->n_calls > 0, o->stop_seq)));
+    json_object_set_new(j, "stop_sequence", stop_seq_json(o->stop_seq, o->n_calls > 0));
     json_object_set_new(j, "usage", usage_json(o->n_prompt, o->n_gen, o->n_cached));
     return j;
 }
@@ -467,8 +475,9 @@ static void a_end(void *g, int finish, int n_prompt, int n_gen, int tool_calls) 
     if (st->index == 0 && st->open == BLK_NONE) open_block(b, st, BLK_TEXT); /* never empty */
     close_block(b, st);
     event(&b->out, "message_delta",
-          json_pack("{s:s, s:{s:s, s:n}, s:o}", "type", "message_delta", "delta", "stop_reason",
-                    stop_reason(finish, tool_calls), "stop_sequence", "usage",
+          json_pack("{s:s, s:{s:s, s:o}, s:o}", "type", "message_delta", "delta", "stop_reason",
+                    stop_reason(finish, tool_calls, b->stop_seq), "stop_sequence",
+                    stop_seq_json(b->stop_seq, tool_calls), "usage",
                     usage_json(n_prompt, n_gen, b->n_cached)));
     event(&b->out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }

@@ -197,6 +197,8 @@ static void collect(struct ft_server *s, struct ft_gen_job *job, struct ft_req *
         if (ev.n_prompt) g->o.n_prompt = ev.n_prompt;
         g->o.n_gen = ev.n_gen;
         if (ev.type == FT_EV_DONE) g->o.n_cached = ev.n_cached;
+        if (ev.type == FT_EV_DONE && ev.stop_index >= 0 && ev.stop_index < job->p.n_stop)
+            g->o.stop_seq = job->p.stop[ev.stop_index];
         if (ev.type == FT_EV_TEXT) {
             if (ev.lp && !g->o.lp) g->o.lp = json_array();
             if (ev.lp) json_array_append_new(g->o.lp, lp_entry(s, ev.lp));
@@ -429,6 +431,8 @@ static void stream_event(struct gen_stream *g, struct ft_event *ev) {
     if (ev->n_prompt) g->n_prompt = ev->n_prompt;
     g->n_gen = ev->n_gen;
     if (ev->type == FT_EV_DONE) g->b.n_cached = ev->n_cached;
+    if (ev->type == FT_EV_DONE && ev->stop_index >= 0 && ev->stop_index < FT_MAX_STOP)
+        g->b.stop_seq = g->b.stops[ev->stop_index];
     if (ev->type == FT_EV_TEXT) {
         if (ev->lp && !g->lp) g->lp = json_array();
         if (ev->lp) json_array_append_new(g->lp, lp_entry(g->b.s, ev->lp));
@@ -475,6 +479,7 @@ static void stream_free(void *ctx) {
     json_decref(g->b.job.tools);
     json_decref(g->lp);
     free(g->b.job.echo_text);
+    for (int i = 0; i < FT_MAX_STOP; i++) free(g->b.stops[i]);
     free(g);
 }
 
@@ -493,6 +498,8 @@ void ft_srv_stream(struct ft_server *s, struct ft_gen_job *job, struct ft_req *r
     g->b.job.prompt = NULL;
     job->echo_text = NULL; /* the stream has it now */
     g->b.job.tools = json_incref(job->tools);
+    for (int i = 0; i < job->p.n_stop && i < FT_MAX_STOP; i++) /* for Anthropic's stop_sequence */
+        g->b.stops[i] = job->p.stop[i] ? strdup(job->p.stop[i]) : NULL;
     memset(g->b.job.p.stop, 0, sizeof g->b.job.p.stop); /* they pointed into the request JSON */
     memset(&g->b.job.p.mask, 0, sizeof g->b.job.p.mask);
     g->api = job->api == FT_API_ANTHROPIC ? &ft_anthropic_stream

@@ -101,6 +101,7 @@ struct ft_gen_out {
     int n_prompt, n_gen;
     int n_cached;               /* prompt tokens the prefix cache held */
     int finish;                 /* enum ft_finish */
+    const char *stop_seq;       /* the stop string that ended it (the job's), or NULL */
     json_t *lp;                 /* logprobs requests: one entry per generated token (chat shape) */
 };
 /* Per-API stream writers: called on the connection thread as the output comes. */
@@ -122,6 +123,8 @@ struct ft_stream_base {
     struct ft_sbuf text, reason;
     json_t *items;
     int n_cached; /* prompt tokens the prefix cache held (set with the finish) */
+    char *stops[FT_MAX_STOP]; /* copies of the request's stop strings */
+    const char *stop_seq;     /* the one that ended the output (set with the finish), or NULL */
 };
 json_t *ft_srv_anthropic_message(struct ft_server *s, const struct ft_gen_job *job,
                                  const struct ft_gen_out *o);

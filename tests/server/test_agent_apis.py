@@ -173,6 +173,36 @@ def test_structured_output(client):
         check(text.lstrip().startswith("{"), f"json_object starts an object: {text!r}")
 
 
+def test_stop_sequences(ac):
+    """stop_sequences: the greedy text cut at a piece of itself, stop_reason "stop_sequence" and
+    stop_sequence naming the one that matched (blocking and streamed); one never seen leaves
+    end_turn / max_tokens with stop_sequence null."""
+    kw = dict(model=MODEL, max_tokens=24, extra_body={"temperature": 0, "top_k": 1},
+              messages=[{"role": "user", "content": "Count to ten."}])
+    full = ac.messages.create(**kw).content[0].text
+    cut = len(full) // 2
+    stop = full[cut:cut + 3]
+    if len(full) < 8 or not stop.strip():
+        check(False, f"stop_sequences: the fixture's text is too short to cut ({full!r})")
+        return
+    first = full.index(stop)
+    m = ac.messages.create(stop_sequences=["\x01never", stop], **kw)
+    check(m.stop_reason == "stop_sequence" and m.stop_sequence == stop,
+          f"stop_sequences: stop_reason {m.stop_reason}, stop_sequence {m.stop_sequence!r}")
+    check(m.content[0].text == full[:first], f"stop_sequences: text cut before it "
+          f"({m.content[0].text!r} vs {full[:first]!r})")
+    with ac.messages.stream(stop_sequences=[stop], **kw) as st:
+        for _ in st:
+            pass
+        final = st.get_final_message()
+    check(final.stop_reason == "stop_sequence" and final.stop_sequence == stop and
+          final.content[0].text == full[:first],
+          f"streamed stop_sequences: {final.stop_reason} {final.stop_sequence!r}")
+    m = ac.messages.create(stop_sequences=["\x01never"], **kw)
+    check(m.stop_reason in ("end_turn", "max_tokens") and m.stop_sequence is None,
+          f"stop_sequences not met: {m.stop_reason} {m.stop_sequence!r}")
+
+
 def test_messages(base):
     ac = anthropic.Anthropic(base_url=base, api_key="x", max_retries=0)
     m = ac.messages.create(model=MODEL, max_tokens=16, extra_body={"temperature": 0, "top_k": 1}, system="Be brief.",
@@ -196,6 +226,7 @@ def test_messages(base):
     check((u1.cache_read_input_tokens or 0) >= 16 and
           u1.input_tokens + u1.cache_read_input_tokens == u0.input_tokens + (u0.cache_read_input_tokens or 0),
           f"the resent prompt's KV blocks came from the prefix cache (usage {u1})")
+    test_stop_sequences(ac)
     tool = {"name": "get_weather", "description": "Current weather of a city.",
             "input_schema": WEATHER["function"]["parameters"]}
     for stream in (False, True):
