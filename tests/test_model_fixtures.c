@@ -28,7 +28,8 @@ static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2
                                          "qwen3_5_moe", "qwen3_5_moe_vl",  "qwen3_next", "qwen3_5",
                                          "deepseek_v3", "deepseek_v3_noqlora", "glm4_moe",
                                          "glm4_moe_qknorm", "glm4_moe_lite", "minimax_m2",
-                                         "glm_moe_dsa", "deepseek_v2", "deepseek_v2_lite"};
+                                         "glm_moe_dsa", "deepseek_v2", "deepseek_v2_lite",
+                                         "deepseek_v4", "deepseek_v4_fused"};
 
 /* issue 25's exact-path fixtures: N(0, 0.08) matrices, U(0.8, 1.2) norms (QK-norm in
  * qwen3_moe_n08), logits of sd 0.5; their reference holds transformers in float64 too */
@@ -182,6 +183,11 @@ TEST(fixtures_chunked_prefill_and_odd_pool) {
     /* DSA: the indexer keys cached beside the latents across chunks, top-k per query */
     check_fixture("glm_moe_dsa", pool, 5);
     check_fixture("glm_moe_dsa", pool, 1);
+    /* DeepSeek-V4: the windows, the compressors' pending rows and entries, the indexer's keys
+     * carried across chunks of 5 and of 1 (40 prompt tokens: past the window of 6, 10 CSA entries
+     * of which the indexer keeps 3, 5 HCA ones) */
+    check_fixture("deepseek_v4", pool, 5);
+    check_fixture("deepseek_v4", pool, 1);
     ft_pool_free(pool);
 }
 

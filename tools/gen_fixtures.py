@@ -50,6 +50,25 @@ that the group-limited choice differs from plain top-k for some token-layer pair
 qwen3_moe's tokenizer files, and text_reference.json comes from
 `python3 tools/gen_text_refs.py tests/data/models/NAME`, as for the hybrid fixtures.
 
+The DeepSeek-V4 fixtures (V4: deepseek_v4, deepseek_v4_fused; build_v4) have 4 layers, one of
+each kind and a second CSA one (sliding_attention, compressed_sparse_attention,
+heavily_compressed_attention, compressed_sparse_attention: window 6, compress rates 4 and 8), the
+shared K=V head of 24 (6 dims rotated; the compressed layers' RoPE with YaRN, factor 4), q LoRA 20,
+2 output groups of rank 12, 3 hyper-connection streams, the indexer with 8 heads of 12 keeping
+index_topk 3 entries, 8 experts top-3 (the first layer hash-routed by tid2eid, the others
+sqrtsoftplus + e_score_correction_bias) with a shared expert, swiglu_limit 1 (the clamps bite).
+The prompt is 40 tokens (T_PROMPT_V4): past the window, 10 CSA entries (the indexer drops 7 of
+them for the last queries) and 5 HCA ones. Matrices N(0, 1/fan_in) (routers x3), embeddings
+N(0, 1), norms 1 + 0.1 N(0, 1), sinks N(0, 0.5), position biases 0.5 N(0, 1), the
+hyper-connections' base 0.5 N(0, 1), scales 1 + 0.1 N(0, 1); tid2eid distinct random experts per
+token. deepseek_v4 is saved as save_pretrained writes it (transformers' conversion reverted:
+model.layers.N.attn.wq_a.weight, ffn.experts.E.w1.weight, head.weight ...); deepseek_v4_fused (the
+same weights and reference) with the in-memory names (self_attn.q_a_proj, mlp.experts.gate_up_proj
+[E, 2I, H]). The build checks token-by-token cached decode and chunks of 5 against teacher-forced
+logits, the reload, and the margins the choices depend on in float64 (indexer top-k-th minus next
+score >= 1e-3, router k-th minus next biased score >= 2e-3, greedy top-1 margin >= 0.05), and
+that the indexer's choice moves the logits (|index_topk 3 - keep all| > 1e-2).
+
 Run where torch and transformers are installed (the GPU machine, or any machine with them):
     python3 tools/gen_fixtures.py [OUT_DIR] [--only NAME ...]   (default tests/data/models)
 """
@@ -115,6 +134,20 @@ GLM_DSA = dict(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4
                **{k: v for k, v in DSV3_MOE.items() if k not in ("num_mtp_layers", "first_k_dense_replace")},
                num_nextn_predict_layers=0, norm_topk_prob=True,
                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+
+# DeepSeek-V4 (build_v4): one layer of each kind, a second CSA one; see the docstring
+T_PROMPT_V4 = 40
+DSV4 = dict(vocab_size=VOCAB, hidden_size=42, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=1, head_dim=24, q_lora_rank=20, partial_rotary_factor=0.25,
+            moe_intermediate_size=20, n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1,
+            layer_types=["sliding_attention", "compressed_sparse_attention",
+                         "heavily_compressed_attention", "compressed_sparse_attention"],
+            compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+            mlp_layer_types=["hash_moe", "moe", "moe", "moe"], sliding_window=6, o_groups=2,
+            o_lora_rank=12, index_n_heads=8, index_head_dim=12, index_topk=3, hc_mult=3,
+            swiglu_limit=1.0, num_nextn_predict_layers=1, max_position_embeddings=256,
+            rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+            rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64})
 
 # name -> (config class, model class, extra config)
 FIXTURES = {
@@ -209,6 +242,7 @@ FIXTURES = {
         MLA, **dict(DSV2_MOE, num_experts_per_tok=2), q_lora_rank=None, topk_method="greedy",
         n_group=1, topk_group=1, routed_scaling_factor=1.0,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    "deepseek_v4": ("DeepseekV4Config", "DeepseekV4ForCausalLM", dict(DSV4)),
     # MiniMax-M2: every layer MoE (no shared expert, experts of intermediate_size), sigmoid + bias
     # plain top-k (always renormalised), q/k RMSNorm over all heads at once, partial RoPE
     "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2ForCausalLM", dict(
@@ -224,6 +258,7 @@ SIGMOID_MOE = {"deepseek_v3", "deepseek_v3_noqlora", "glm4_moe", "glm4_moe_qknor
                "glm4_moe_lite", "minimax_m2", "glm_moe_dsa"}
 MLA_SOFTMAX = {"deepseek_v2", "deepseek_v2_lite"}  # MLA with a softmax router: the plain checks
 DSA = {"glm_moe_dsa"}  # the lightning indexer: its top-k margins are checked (dsa_selection)
+V4 = {"deepseek_v4"}  # DeepSeek-V4: build_v4 (deepseek_v4_fused is written beside it)
 FUSED_EXPERTS = {"qwen3_5_moe_vl"}  # saved with the published fused expert tensors
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
 # seeds picked for top-1 margins of the greedy steps >= 0.04 (the hybrid and SIGMOID_MOE ones
@@ -234,7 +269,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config
 SEEDS = {"qwen3_moe_n08": 1281, "mixtral_n08": 1269,
          "qwen3_5_moe_vl": 1646, "qwen3_next": 1647, "qwen3_5": 1748,
          "deepseek_v3": 1260, "deepseek_v3_noqlora": 1334, "glm4_moe": 1258, "glm4_moe_qknorm": 1293,
-         "glm4_moe_lite": 1286, "minimax_m2": 1364, "glm_moe_dsa": 1315}
+         "glm4_moe_lite": 1286, "minimax_m2": 1364, "glm_moe_dsa": 1315, "deepseek_v4": 1236}
 
 
 def init_weights(model, seed, plus_one_norms=False):
@@ -522,7 +557,158 @@ def router_gaps(model, ids):
     return gaps
 
 
+def init_weights_v4(model, seed):
+    """the V4 fixtures' weights (the docstring says how), rounded to bf16; tid2eid distinct random
+    experts per token id"""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if "norm" in name and p.dim() == 1:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            elif leaf == "sinks":
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            elif leaf == "position_bias":
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            elif leaf in ("base", "hc_base"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            elif leaf in ("scale", "hc_scale"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            elif "embed" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+            else:
+                std = 1.0 / p.shape[-1] ** 0.5
+                if name.endswith("mlp.gate.weight"):
+                    std *= 3.0
+                p.copy_(std * torch.randn(p.shape, generator=g))
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+        for name, b in model.named_buffers():
+            if name.endswith("tid2eid"):
+                E = model.config.n_routed_experts
+                b.copy_(torch.stack([torch.randperm(E, generator=g)[:b.shape[1]] for _ in range(b.shape[0])]))
+            elif name.endswith("e_score_correction_bias"):
+                b.copy_((0.6 * torch.rand(b.shape, generator=g) - 0.3).to(torch.bfloat16).float())
+
+
+def v4_logits_cached(model, full, step):
+    """logits [T, V] of full [1, T] fed step tokens at a time through transformers' cache"""
+    out, pkv = [], None
+    with torch.no_grad():
+        for t in range(0, full.shape[1], step):
+            r = model(full[:, t:t + step], past_key_values=pkv, use_cache=True)
+            pkv = r.past_key_values
+            out.append(r.logits[0].float())
+    return torch.cat(out)
+
+
+def v4_margins(model, full):
+    """in float64 on full [1, T]: the smallest indexer top-k-th minus next score over the queries
+    with more visible entries than index_topk (and how many such query-layer pairs), the
+    smallest router k-th minus next biased score of the top-k layers"""
+    F = torch.nn.functional
+    c = model.config
+    st = dict(gap=float("inf"), queries=0, rgap=float("inf"))
+    hooks = []
+    ratio = c.compress_rates["compressed_sparse_attention"]
+
+    def scorer(mod, args, out):
+        sc = out[0].double()  # [S, T] before the causal mask
+        for s in range(sc.shape[0]):
+            nvis = (s + 1) // ratio
+            if nvis <= c.index_topk:
+                continue
+            v = sc[s, :nvis].sort(descending=True).values
+            st["gap"] = min(st["gap"], float(v[c.index_topk - 1] - v[c.index_topk]))
+            st["queries"] += 1
+
+    def router(mod, args, out):
+        x = args[0].reshape(-1, mod.weight.shape[1]).double()
+        sc = F.softplus(x @ mod.weight.double().T).sqrt() + mod.e_score_correction_bias.double()
+        top = sc.topk(mod.top_k + 1, -1).values
+        st["rgap"] = min(st["rgap"], float((top[:, -2] - top[:, -1]).min()))
+    for mod in model.modules():
+        n = type(mod).__name__
+        if n == "DeepseekV4IndexerScorer":
+            hooks.append(mod.register_forward_hook(scorer))
+        elif n == "DeepseekV4TopKRouter":
+            hooks.append(mod.register_forward_hook(router))
+    model.double()
+    with torch.no_grad():
+        model(full, use_cache=False)
+    model.float()
+    for h in hooks:
+        h.remove()
+    return st
+
+
+def build_v4(name, seed):
+    """deepseek_v4 and deepseek_v4_fused (the docstring); a failed check stops the build"""
+    cfg = transformers.DeepseekV4Config(**FIXTURES[name][2])
+    cfg._attn_implementation = "eager"
+    cfg._experts_implementation = "eager"
+    torch.manual_seed(seed)
+    model = transformers.DeepseekV4ForCausalLM(cfg).eval().to(torch.float32)
+    init_weights_v4(model, seed)
+    g = torch.Generator().manual_seed(seed + 1000)
+    ids = torch.randint(3, VOCAB, (1, T_PROMPT_V4), generator=g)
+    with torch.no_grad():
+        logits = model(ids).logits[0].float()
+        w = model.model.norm.weight
+        w.mul_(1.0 / float(logits.std()))
+        w.copy_(w.to(torch.bfloat16).float())
+        logits = model(ids).logits[0].float()
+        greedy, seq, pkv = [], ids, None  # greedy through the cache: prefill, then one at a time
+        r = model(ids, use_cache=True)
+        for _ in range(N_GREEDY):
+            nxt = int(r.logits[0, -1].argmax())
+            greedy.append(nxt)
+            r = model(torch.tensor([[nxt]]), past_key_values=r.past_key_values, use_cache=True)
+    greedy = torch.tensor(greedy)
+    full = torch.cat([ids[0], greedy[:-1]])[None]
+    with torch.no_grad():
+        tf = model(full).logits[0].float()
+        mods = [mm for mm in model.modules() if type(mm).__name__ == "DeepseekV4Indexer"]
+        for mm in mods:
+            mm.index_topk = 1 << 20
+        d_dense = float((model(ids).logits[0].float() - logits).abs().max())
+        for mm in mods:
+            mm.index_topk = cfg.index_topk
+    top = tf[T_PROMPT_V4 - 1:].topk(2, -1).values
+    gap, same = float((top[:, 0] - top[:, 1]).min()), bool((tf[T_PROMPT_V4 - 1:].argmax(-1) == greedy).all())
+    d_step = float((v4_logits_cached(model, full, 1) - tf).abs().max())
+    d_chunk = float((v4_logits_cached(model, full, 5) - tf).abs().max())
+    mg = v4_margins(model, full)
+    d = os.path.join(OUT, name)
+    os.makedirs(d, exist_ok=True)
+    model.to(torch.bfloat16).save_pretrained(d)
+    for f in ("generation_config.json",):
+        p = os.path.join(d, f)
+        if os.path.exists(p):
+            os.remove(p)
+    ref = {"ids": ids[0].to(torch.int32).contiguous(), "logits": logits.contiguous(),
+           "greedy": greedy.to(torch.int32).contiguous()}
+    save_file(ref, os.path.join(d, "reference.safetensors"))
+    back, bad, d_load = reload_check("DeepseekV4ForCausalLM", d, ids, logits)
+    fused = os.path.join(OUT, name + "_fused")  # the in-memory names, the same weights
+    os.makedirs(fused, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()},
+              os.path.join(fused, "model.safetensors"), metadata={"format": "pt"})
+    shutil.copyfile(os.path.join(d, "config.json"), os.path.join(fused, "config.json"))
+    save_file(ref, os.path.join(fused, "reference.safetensors"))
+    print(f"{name}: logits std {float(logits.std()):.3f}, greedy {greedy.tolist()}")
+    print(f"  smallest greedy top-1 margin {gap:.3f}{'' if same else ' (teacher-forced argmax differs from cached greedy)'}")
+    print(f"  |token-by-token cached - teacher-forced| {d_step:.2e}, |chunks of 5 - teacher-forced| {d_chunk:.2e}, "
+          f"|reloaded - reference| {d_load:.2e}" + (f", LOADING ISSUES {bad}" if bad else ""))
+    print(f"  indexer: {mg['queries']} query-layer pairs drop entries, smallest top-k gap {mg['gap']:.2e}; "
+          f"smallest router gap {mg['rgap']:.2e}; |keep all - index_topk| {d_dense:.3f}")
+    if (d_step > 1e-4 or d_chunk > 1e-4 or d_load > 1e-5 or bad or not same or gap < 0.05
+            or mg["gap"] < 1e-3 or mg["rgap"] < 2e-3 or mg["queries"] == 0 or d_dense < 1e-2):
+        sys.exit(f"{name}: a consistency check failed")
+
+
 def build(name, seed):
+    if name in V4:
+        return build_v4(name, seed)
     cfg_cls, model_cls, extra = FIXTURES[name]
     hybrid = name in HYBRID
     if "text_config" in extra:  # a composite (multimodal) config: given whole

@@ -2,6 +2,7 @@
  * are read in their checkpoint dtype. The KV cache is fp32, [L][max_ctx][n_kv*hd] for k and v.
  * Engine thread only. */
 #include "engine/forward.h"
+#include "engine/forward_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -16,69 +17,6 @@
 #include "engine/sample.h"
 #include "moe/cpu_exec.h"
 
-struct ft_engine {
-    const struct ft_model *m;
-    struct ft_pool *pool;
-    struct ft_engine_opts opts;
-    int n_past, kv_dim, q_dim, max_i;
-    int n_blocks;               /* KV pool blocks of FT_KV_BLOCK positions */
-    float *k_cache, *v_cache;   /* [L, n_blocks * FT_KV_BLOCK, kv_dim] */
-    int32_t *free_blocks;       /* [n_blocks] stack of free block ids */
-    int n_free;
-    uint16_t *refs;             /* [n_blocks] holders of each block (sequences, the prefix cache) */
-    int32_t *seq0_blocks;       /* blocks of the built-in sequence (ft_engine_forward) */
-    int seq0_n_blocks, seq0_ready;
-    const int32_t **tok_blocks; /* [chunk] block table of each token's sequence */
-    int32_t *ids;               /* [chunk] token ids of the step */
-    float *xl;                  /* [chunk, H] final-norm rows that want logits */
-    float *x, *xn, *y;          /* [chunk, H] */
-    float *q, *k, *v, *att;     /* [chunk, q_dim] / [chunk, kv_dim] */
-    float *gu, *act;            /* [chunk, 2*max_i], [chunk, max_i] */
-    float *router;              /* [chunk, E] */
-    int *top_ids;               /* [chunk, k] */
-    float *top_w;               /* [chunk, k] */
-    int32_t *pos;               /* [chunk] */
-    struct ft_moe_exec *moe;
-    void *xq;                   /* [chunk, 2 * max K] int8/bf16 activations (--cpu-act fast), or NULL */
-    uint64_t rng;
-    int *sticky;                /* [L, k] last synthetic ids per layer (sticky routing) */
-    double *zipf_cum;           /* [E] running sums of r^-S, r = 1..E (zipf routing), or NULL */
-    double distinct_sum;
-    long distinct_n;
-    struct ft_gpu *gpu;         /* CUDA backend, or NULL */
-    int step_tokens;            /* tokens of the batch being run */
-    float *top1_logits;         /* ids without caller logits: [rows, V] (the CPU backend's logits,
-                                   a GPU row the device could not draw) */
-    int top1_rows;
-    struct ft_sampler *draw_smp; /* the engine's draws: scratch for ft_sampler_draw_row */
-    long draw_rows, draw_host;   /* rows the GPU drew, and of those sent back to the host */
-    /* hybrid models (Gated DeltaNet layers among attention ones) */
-    int *kv_of;                 /* [L] the layer's index in the KV cache, or -1 (no attention) */
-    int n_kv_layers;
-    int *gdn_of;                /* [L] the layer's index among the DeltaNet layers, or -1 */
-    float *qg;                  /* [chunk, 2 q_dim] gated attention's q_proj rows, [q | gate] a head */
-    float *g_qkv, *g_z, *g_b, *g_a, *g_o; /* [chunk, Cc], [chunk, Dv], [chunk, Hv] x2, [chunk, Dv] */
-    /* recurrent state: one slot per live sequence, found by the sequence's first KV block (a
-     * sequence owns its blocks until ft_engine_kv_free, which frees its slot too); per DeltaNet
-     * layer the conv's last K-1 inputs [Cc][K-1] then the delta-rule state [Hv][dk][dv], f32 */
-    float *st;                  /* [n_st][st_floats] */
-    int32_t *st_key;            /* [n_st] owner's first KV block, -1: free */
-    int n_st;
-    size_t st_floats;
-    int *seg_slot;              /* [chunk] the slot of each segment of the step */
-    /* MLA (the KV cache rows hold the latent then the rotated shared key: kv_dim = L + dr) */
-    float *m_qa;                /* [chunk, q_lora] */
-    float *m_kva;               /* [chunk, L + dr] */
-    float *m_qn;                /* [nh, chunk, dn] each head's q_nope, contiguous */
-    float *m_ql;                /* [chunk, nh, L + dr] each head's query in the latent space */
-    float *m_lat;               /* [nh, chunk, L] attention's output in the latent space */
-    /* DSA (GLM-5): cache rows [latent (L) | k_pe (dr) | indexer key (dI)], kv_dim wide; the
-     * indexer's queries [chunk, nI dI], keys [chunk, dI], head weights [chunk, nI]; each token's
-     * kept positions [chunk, ix_k] ascending and their count [chunk] */
-    float *ix_q, *ix_key, *ix_w;
-    int32_t *ix_sel, *ix_n;
-    int ix_k;
-};
 
 /* --- matmul with an output row stride, rows split over the pool --- */
 struct mm_job {
@@ -104,8 +42,8 @@ static void mm_task(void *ctx, int i, int n) {
                            j->w->cols);
 }
 
-static void mm(struct ft_engine *e, float *y, int ldy, const float *x, const struct ft_weight *w,
-               const float *bias, int T) {
+void ft_engine_mm(struct ft_engine *e, float *y, int ldy, const float *x, const struct ft_weight *w,
+                  const float *bias, int T) {
     struct mm_job j = {y, ldy, x, w, T, NULL};
     if (e->xq && ft_cpu_xq_bytes(w->dtype, w->cols)) { /* --cpu-act fast */
         ft_cpu_xq_quant_pool(e->pool, w->dtype, x, w->cols, w->cols, T, e->xq);
@@ -116,6 +54,8 @@ static void mm(struct ft_engine *e, float *y, int ldy, const float *x, const str
         for (int t = 0; t < T; t++)
             for (int n = 0; n < w->rows; n++) y[(size_t)t * ldy + n] += bias[n];
 }
+
+#define mm ft_engine_mm
 
 void ft_zipf_sums(int E, double param, double *cum) {
     double s = param > 0 ? param : 1.0, acc = 0;
@@ -223,7 +163,7 @@ static void keep_groups(const struct ft_model *m, float *p) {
         if (!keep[x / gs]) p[x] = 0.0f;
 }
 
-static void route(struct ft_engine *e, int l, int T) {
+void ft_engine_route(struct ft_engine *e, int l, int T) {
     const struct ft_model *m = e->m;
     int E = m->n_experts, k = m->top_k;
     if (m->router_sigmoid && e->opts.routing == FT_ROUTING_MODEL) {
@@ -272,7 +212,7 @@ static void moe_block(struct ft_engine *e, const struct ft_layer *L, int l, int 
     const struct ft_model *m = e->m;
     int H = m->hidden;
     mm(e, e->router, m->n_experts, e->xn, &L->router, L->router_bias, T);
-    route(e, l, T);
+    ft_engine_route(e, l, T);
     memset(e->y, 0, (size_t)T * H * sizeof(float));
     int d = ft_moe_exec_run(e->moe, e->pool, &L->bank[FT_BANK_GATE_UP], &L->bank[FT_BANK_DOWN],
                             &L->act, e->xn, e->top_ids, e->top_w, T, m->top_k, e->y);
@@ -595,7 +535,8 @@ static enum ft_status state_slots(struct ft_engine *e, const struct ft_seg *segs
             free_s = e->n_st++;
         }
         if (s < 0) s = free_s, e->st_key[s] = key;
-        if (segs[i].pos0 == 0 && !e->gpu) /* the GPU zeroes its own */
+        if (segs[i].pos0 == 0 && !e->gpu && e->m->n_gdn) /* the GPU zeroes its own; V4's state
+                                                             is written before it is read */
             memset(e->st + (size_t)s * e->st_floats, 0, e->st_floats * sizeof(float));
         e->seg_slot[i] = s;
     }
@@ -635,9 +576,13 @@ static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs
                                   float *logits) {
     const struct ft_model *m = e->m;
     int H = m->hidden, T = e->step_tokens;
-    if (m->n_gdn) {
+    if (m->n_gdn || m->v4) {
         enum ft_status st = state_slots(e, segs, n_segs);
         if (st != FT_OK) return st;
+    }
+    if (m->v4) { /* its own layers (forward_v4.c), the collapsed residual left in e->x */
+        ft_v4_forward(e, segs, n_segs);
+        return logits ? cpu_head(e, segs, n_segs, logits) : FT_OK;
     }
     ft_cpu_embed(e->x, m->embed.data, m->embed.dtype, e->ids, T, H);
     if (m->embed_scale > 0)
@@ -893,6 +838,14 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
     }
+    if (gpu && (m->arch->flags & FT_ARCH_V4)) { /* no CUDA compressors / hyper-connections yet */
+        if (!opts->backend_auto)
+            return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it "
+                           "yet (DeepSeek-V4's compressed attention and hyper-connections); use "
+                           "--backend cpu", m->arch->name);
+        ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
+        gpu = 0;
+    }
     if (gpu && (m->arch->flags & FT_ARCH_DSA)) { /* no CUDA indexer yet */
         if (!opts->backend_auto)
             return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it "
@@ -942,15 +895,15 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     int n_gdn = 0, gated = 0;
     for (int l = 0; e->kv_of && e->gdn_of && l < m->n_layers; l++) {
         const struct ft_layer *L = &m->layers[l];
-        e->kv_of[l] = L->gdn ? -1 : e->n_kv_layers++;
+        e->kv_of[l] = L->gdn || L->v4 ? -1 : e->n_kv_layers++; /* V4: per-sequence state instead */
         e->gdn_of[l] = L->gdn ? n_gdn++ : -1;
         gated |= L->attn_gate;
     }
     size_t kv = (size_t)e->n_kv_layers * e->n_blocks * FT_KV_BLOCK * e->kv_dim;
     int att_w = FT_MAX(FT_MAX(e->q_dim, H), m->n_heads * m->mla_v); /* att doubles as the shared
                                                                         expert's [T, H] output */
-    e->k_cache = malloc((gpu ? 1 : kv) * sizeof(float)); /* the GPU keeps its own cache */
-    e->v_cache = malloc((gpu || m->mla ? 1 : kv) * sizeof(float)); /* MLA: one row per position */
+    e->k_cache = malloc((gpu || !kv ? 1 : kv) * sizeof(float)); /* the GPU keeps its own cache */
+    e->v_cache = malloc((gpu || m->mla || !kv ? 1 : kv) * sizeof(float)); /* MLA: one row per position */
     e->x = malloc((size_t)C * H * sizeof(float));
     e->xn = malloc((size_t)C * H * sizeof(float));
     e->y = malloc((size_t)C * H * sizeof(float));
@@ -1024,9 +977,12 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     if (st == FT_OK && !gpu && opts->cpu_act_fast) { /* mm()'s buffer; ft_cpu_xq_bytes <= 2 K */
         int max_k = FT_MAX(FT_MAX(H, e->q_dim), FT_MAX(e->max_i, m->expert_inter));
         max_k = FT_MAX(max_k, FT_MAX(m->mla_kv_lora, m->mla_q_lora));
+        if (m->v4) /* the hyper-connections' n H, the groups' inputs, o_b's G olr, q LoRA */
+            max_k = FT_MAX(FT_MAX(max_k, m->v4->hc * H), FT_MAX(m->v4->groups * m->v4->o_lora, m->cfg.q_lora_rank));
         if (!(e->xq = malloc((size_t)C * 2 * max_k)))
             st = ft_fail(FT_ERR_OOM, "engine: out of memory for quantised activations");
     }
+    if (st == FT_OK && m->v4 && !gpu) st = ft_v4_engine_init(e); /* sets st_floats */
     if (st == FT_OK && m->n_experts > 0) {
         st = ft_moe_exec_init(&e->moe, C, m->top_k, m->n_experts, H, m->expert_inter);
         if (st == FT_OK) ft_moe_exec_set_fast_act(e->moe, opts->cpu_act_fast);
@@ -1097,6 +1053,7 @@ void ft_engine_free(struct ft_engine *e) {
     free(e->m_qa), free(e->m_kva), free(e->m_qn), free(e->m_ql), free(e->m_lat);
     free(e->ix_q), free(e->ix_key), free(e->ix_w), free(e->ix_sel), free(e->ix_n);
     ft_moe_exec_free(e->moe);
+    ft_v4_engine_free(e);
     free(e->xq);
     ft_gpu_free(e->gpu);
     free(e);
@@ -1116,7 +1073,7 @@ int ft_engine_residency_stats(const struct ft_engine *e, struct ft_residency_sta
 void ft_engine_reset(struct ft_engine *e) { e->n_past = 0; }
 int ft_engine_truncate(struct ft_engine *e, int n) {
     /* a recurrent state cannot go back: a hybrid model keeps all or nothing */
-    if (n >= 0 && n < e->n_past) e->n_past = e->m->n_gdn ? 0 : n;
+    if (n >= 0 && n < e->n_past) e->n_past = e->m->n_gdn || e->m->v4 ? 0 : n; /* V4: its window */
     return e->n_past;
 }
 int ft_engine_n_past(const struct ft_engine *e) { return e->n_past; }

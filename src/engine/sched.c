@@ -570,14 +570,14 @@ enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
     s->top1 = calloc((size_t)s->o.max_running, sizeof *s->top1);
     if (st == FT_OK && (!s->running || !s->segs || !s->seg_req || !s->logits || !s->top1))
         st = ft_fail(FT_ERR_OOM, "scheduler: out of memory");
-    if (st == FT_OK && s->o.prefix_cache >= 0 && !m->n_gdn) {
+    if (st == FT_OK && s->o.prefix_cache >= 0 && !m->n_gdn && !m->v4) {
         const int nb = ft_engine_kv_total_blocks(s->e);
         st = ft_prefix_init(&s->pc, nb);
         if (st == FT_OK && !(s->pc_tmp = malloc((size_t)nb * sizeof *s->pc_tmp)))
             st = ft_fail(FT_ERR_OOM, "scheduler: out of memory");
     } else if (st == FT_OK && s->o.prefix_cache >= 0) {
-        ft_log_info("prefix cache: off for %s (its DeltaNet layers keep a recurrent state per "
-                    "sequence, not per KV block)", m->arch->name);
+        ft_log_info("prefix cache: off for %s (its %s keep a state per sequence, not per KV "
+                    "block)", m->arch->name, m->v4 ? "sliding windows and compressors" : "DeltaNet layers");
     }
     if (st == FT_OK && pthread_create(&s->thread, NULL, engine_main, s) != 0)
         st = ft_fail(FT_ERR_INTERNAL, "scheduler: cannot start the engine thread");

@@ -31,6 +31,10 @@ static const char *jtype(const json_t *v) {
     return "?";
 }
 
+static int is_v4(const struct ft_config *cfg) {
+    return !strcmp(cfg->arch, "DeepseekV4ForCausalLM") || !strcmp(cfg->model_type, "deepseek_v4");
+}
+
 /* Present and not null. */
 static json_t *get(json_t *o, const char *key) {
     json_t *v = o ? json_object_get(o, key) : NULL;
@@ -153,19 +157,27 @@ static enum ft_status get_special_tokens(json_t *root, const char *label, struct
 
 /* RoPE: theta from rope_parameters (5.x) or the top level (4.x); scaling from
  * rope_parameters (5.x) or rope_scaling (4.x), typed by "rope_type" or legacy "type". */
-static enum ft_status parse_rope(json_t *root, const char *label, struct ft_config *cfg) {
+/* sub (NULL normally): parse rope_parameters.<sub> alone (DeepSeek-V4's "main" / "compress"),
+ * its rope_theta defaulting to theta_dflt. */
+static enum ft_status parse_rope(json_t *root, const char *label, struct ft_config *cfg,
+                                 const char *sub, double theta_dflt) {
     enum ft_status st = FT_OK;
     struct ft_rope *r = &cfg->rope;
-    json_t *rp = get(root, "rope_parameters"), *rs = get(root, "rope_scaling");
+    json_t *rp = get(root, "rope_parameters"), *rs = sub ? NULL : get(root, "rope_scaling");
     if (rp && !json_is_object(rp))
         return ft_fail(FT_ERR_FORMAT, "%s: 'rope_parameters' must be an object, got %s", label,
                        jtype(rp));
     if (rs && !json_is_object(rs))
         return ft_fail(FT_ERR_FORMAT, "%s: 'rope_scaling' must be an object or null, got %s",
                        label, jtype(rs));
+    char sub_where[64];
+    if (sub) {
+        rp = get(rp, sub);
+        snprintf(sub_where, sizeof sub_where, "rope_parameters.%s.", sub);
+    }
     json_t *sc = rp ? rp : rs;
-    const char *where = rp ? "rope_parameters." : "rope_scaling.";
-    json_t *full = rp ? get(rp, "full_attention") : NULL, *slide = rp ? get(rp, "sliding_attention") : NULL;
+    const char *where = sub ? sub_where : rp ? "rope_parameters." : "rope_scaling.";
+    json_t *full = rp && !sub ? get(rp, "full_attention") : NULL, *slide = rp && !sub ? get(rp, "sliding_attention") : NULL;
     if (full && json_is_object(full) && (!slide || json_is_object(slide)) &&
         json_object_size(rp) == 1 + (slide != NULL)) { /* Gemma 3: one set per layer type */
         if (slide) {
@@ -189,8 +201,8 @@ static enum ft_status parse_rope(json_t *root, const char *label, struct ft_conf
                                label, where, k);
         }
     }
-    double top_theta;
-    FT_TRY(get_num(root, "", "rope_theta", label, 10000.0, 0, 0, &top_theta));
+    double top_theta = theta_dflt;
+    if (!sub) FT_TRY(get_num(root, "", "rope_theta", label, 10000.0, 0, 0, &top_theta));
     FT_TRY(get_num(sc, where, "rope_theta", label, top_theta, 0, 0, &r->theta));
     double top_prf;
     FT_TRY(get_num(root, "", "partial_rotary_factor", label, 1.0, 0, 0, &top_prf));
@@ -287,6 +299,36 @@ fail:
     return st;
 }
 
+/* DeepSeek-V4's two RoPEs: rope_parameters {"main": ..., "compress": ...} as transformers 5.17
+ * saves them, or (older configs) one flat set: main then plain RoPE at rope_theta, compress
+ * that set at compress_rope_theta (160000), YaRN's attention factor 1 (V4 does not scale cos /
+ * sin), as the config class derives them. */
+static enum ft_status parse_rope_v4(json_t *root, const char *label, struct ft_config *cfg) {
+    enum ft_status st = FT_OK;
+    json_t *rp = get(root, "rope_parameters");
+    json_t *mn = rp && json_is_object(rp) ? get(rp, "main") : NULL;
+    json_t *cp = rp && json_is_object(rp) ? get(rp, "compress") : NULL;
+    const double ct = cfg->compress_rope_theta > 0 ? cfg->compress_rope_theta : 160000.0;
+    if (mn && cp && json_is_object(mn) && json_is_object(cp)) {
+        double top;
+        cfg->rope_nested = 1;
+        FT_TRY(parse_rope(root, label, cfg, "compress", ct));
+        cfg->rope_compress = cfg->rope;
+        FT_TRY(get_num(root, "", "rope_theta", label, 10000.0, 0, 0, &top));
+        FT_TRY(parse_rope(root, label, cfg, "main", top));
+        return FT_OK;
+    }
+    FT_TRY(parse_rope(root, label, cfg, NULL, -1));
+    cfg->rope_compress = cfg->rope;
+    cfg->rope_compress.theta = ct;
+    if (cfg->rope_compress.type == FT_ROPE_YARN && cfg->rope_compress.attention_factor == 0)
+        cfg->rope_compress.attention_factor = 1;
+    cfg->rope.type = FT_ROPE_DEFAULT;
+    cfg->rope.factor = 1;
+fail:
+    return st;
+}
+
 static enum ft_status parse_moe(json_t *root, const char *label, struct ft_config *cfg) {
     enum ft_status st = FT_OK;
     int ne = 0, nle = 0, nre = 0;
@@ -300,10 +342,12 @@ static enum ft_status parse_moe(json_t *root, const char *label, struct ft_confi
     json_t *sf = get(root, "scoring_func");
     if (sf && !json_is_string(sf))
         return ft_fail(FT_ERR_FORMAT, "%s: 'scoring_func' must be a string, got %s", label, jtype(sf));
-    if (sf && strcmp(json_string_value(sf), "sigmoid") && strcmp(json_string_value(sf), "softmax"))
+    if (sf && strcmp(json_string_value(sf), "sigmoid") && strcmp(json_string_value(sf), "softmax") &&
+        strcmp(json_string_value(sf), "sqrtsoftplus"))
         return ft_fail(FT_ERR_UNSUPPORTED, "%s: 'scoring_func' \"%s\" is not supported (sigmoid, "
-                       "softmax)", label, json_string_value(sf));
+                       "softmax, sqrtsoftplus)", label, json_string_value(sf));
     cfg->scoring_sigmoid = sf && !strcmp(json_string_value(sf), "sigmoid");
+    cfg->scoring_sqrtsoftplus = sf ? !strcmp(json_string_value(sf), "sqrtsoftplus") : -1;
     json_t *tm = get(root, "topk_method"); /* DeepSeek-V2: greedy / group_limited_greedy; V3: noaux_tc */
     if (tm && (!json_is_string(tm) || (strcmp(json_string_value(tm), "greedy") &&
                                        strcmp(json_string_value(tm), "group_limited_greedy") &&
@@ -318,16 +362,23 @@ static enum ft_status parse_moe(json_t *root, const char *label, struct ft_confi
     FT_TRY(get_int(root, "", "first_k_dense_replace", label, 0, -1, 0, &cfg->first_k_dense_replace));
     json_t *mlt = get(root, "mlp_layer_types"); /* GLM-4.7-Flash: "dense" / "sparse" per layer */
     if (mlt) {
-        if (!json_is_array(mlt) || json_array_size(mlt) != (size_t)cfg->n_layers)
+        if (!json_is_array(mlt) || json_array_size(mlt) < (size_t)cfg->n_layers ||
+            (!is_v4(cfg) && json_array_size(mlt) != (size_t)cfg->n_layers))
             return ft_fail(FT_ERR_FORMAT, "%s: 'mlp_layer_types' must be a list of %d strings", label,
                            cfg->n_layers);
         if (!cfg->mlp_only && !(cfg->mlp_only = calloc((size_t)cfg->n_layers, 1)))
             return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
         for (int l = 0; l < cfg->n_layers; l++) {
             const char *t = json_string_value(json_array_get(mlt, (size_t)l));
+            if (t && (!strcmp(t, "hash_moe") || !strcmp(t, "moe"))) { /* DeepSeek-V4 */
+                if (!cfg->hash_moe && !(cfg->hash_moe = calloc((size_t)cfg->n_layers, 1)))
+                    return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
+                cfg->hash_moe[l] = !strcmp(t, "hash_moe");
+                continue;
+            }
             if (!t || (strcmp(t, "dense") && strcmp(t, "sparse")))
-                return ft_fail(FT_ERR_FORMAT, "%s: 'mlp_layer_types[%d]' must be \"dense\" or \"sparse\"",
-                               label, l);
+                return ft_fail(FT_ERR_FORMAT, "%s: 'mlp_layer_types[%d]' must be \"dense\" or \"sparse\" "
+                               "(DeepSeek-V4: \"hash_moe\" or \"moe\")", label, l);
             cfg->mlp_only[l] |= !strcmp(t, "dense");
         }
         /* the list says, whatever first_k_dense_replace is (transformers reads only the list
@@ -377,30 +428,84 @@ fail:
 }
 
 /* layer_types: one "sliding_attention" / "full_attention" (gpt-oss, Gemma 3) or
- * "linear_attention" (Qwen3-Next, Qwen3.5: Gated DeltaNet) per layer. */
+ * "linear_attention" (Qwen3-Next, Qwen3.5: Gated DeltaNet) per layer; DeepSeek-V4's
+ * "compressed_sparse_attention" / "heavily_compressed_attention" too (v4_attn), or its legacy
+ * compress_ratios (0, 4, 128 per layer: the ratio of the layer's compressor, 0 for none). */
 static enum ft_status parse_layer_types(json_t *root, const char *label, struct ft_config *cfg) {
-    json_t *lt = get(root, "layer_types");
+    json_t *lt = get(root, "layer_types"), *cr = get(root, "compress_ratios");
+    const int v4 = is_v4(cfg);
+    if (!lt && cr && v4) {
+        if (!json_is_array(cr) || json_array_size(cr) < (size_t)cfg->n_layers)
+            return ft_fail(FT_ERR_FORMAT, "%s: 'compress_ratios' must be a list of %d integers (0, 4 "
+                           "or 128)", label, cfg->n_layers);
+        if (!(cfg->v4_attn = calloc((size_t)cfg->n_layers, 1)))
+            return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
+        for (int l = 0; l < cfg->n_layers; l++) {
+            json_t *x = json_array_get(cr, (size_t)l);
+            json_int_t r = json_is_integer(x) ? json_integer_value(x) : -1;
+            if (r != 0 && r != 4 && r != 128)
+                return ft_fail(FT_ERR_FORMAT, "%s: 'compress_ratios[%d]' must be 0, 4 or 128", label, l);
+            cfg->v4_attn[l] = r == 0 ? 1 : r == 4 ? 2 : 3;
+        }
+        return FT_OK;
+    }
     if (!lt) return FT_OK;
-    if (!json_is_array(lt) || json_array_size(lt) != (size_t)cfg->n_layers)
+    /* transformers' V4 config keeps the first num_hidden_layers entries of a longer list */
+    if (!json_is_array(lt) || json_array_size(lt) < (size_t)cfg->n_layers ||
+        (!v4 && json_array_size(lt) != (size_t)cfg->n_layers))
         return ft_fail(FT_ERR_FORMAT, "%s: 'layer_types' must be a list of %d strings", label,
                        cfg->n_layers);
     cfg->sliding = calloc((size_t)cfg->n_layers, 1);
     cfg->linear = calloc((size_t)cfg->n_layers, 1);
-    if (!cfg->sliding || !cfg->linear) return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
-    int n_linear = 0;
+    cfg->v4_attn = calloc((size_t)cfg->n_layers, 1);
+    if (!cfg->sliding || !cfg->linear || !cfg->v4_attn) return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
+    int n_linear = 0, n_comp = 0;
     for (int l = 0; l < cfg->n_layers; l++) {
         const char *s = json_string_value(json_array_get(lt, (size_t)l));
-        if (s && strcmp(s, "sliding_attention") == 0) cfg->sliding[l] = 1;
+        if (s && strcmp(s, "sliding_attention") == 0) cfg->sliding[l] = 1, cfg->v4_attn[l] = 1;
         else if (s && strcmp(s, "linear_attention") == 0) cfg->linear[l] = 1, n_linear++;
+        else if (s && strcmp(s, "compressed_sparse_attention") == 0) cfg->v4_attn[l] = 2, n_comp++;
+        else if (s && strcmp(s, "heavily_compressed_attention") == 0) cfg->v4_attn[l] = 3, n_comp++;
         else if (!s || (strcmp(s, "full_attention") && strcmp(s, "deepseek_sparse_attention")))
             return ft_fail(FT_ERR_FORMAT, "%s: 'layer_types[%d]' must be \"full_attention\", "
-                           "\"sliding_attention\" or \"linear_attention\"", label, l);
+                           "\"sliding_attention\", \"linear_attention\", "
+                           "\"compressed_sparse_attention\" or \"heavily_compressed_attention\"",
+                           label, l);
     }
     if (!n_linear) {
         free(cfg->linear);
         cfg->linear = NULL;
     }
+    if (!n_comp && !v4) {
+        free(cfg->v4_attn);
+        cfg->v4_attn = NULL;
+    }
     return FT_OK;
+}
+
+/* DeepSeek-V4's own keys (model/deepseek_v4.c applies transformers' defaults where absent):
+ * compress_rates (or the legacy compress_rate_csa / compress_rate_hca), the hyper-connections,
+ * the grouped output projection, num_hash_layers. */
+static enum ft_status parse_v4(json_t *root, const char *label, struct ft_config *cfg) {
+    enum ft_status st = FT_OK;
+    json_t *rates = get(root, "compress_rates");
+    if (rates && !json_is_object(rates))
+        return ft_fail(FT_ERR_FORMAT, "%s: 'compress_rates' must be an object, got %s", label, jtype(rates));
+    FT_TRY(get_int(root, "", "compress_rate_csa", label, 0, 0, 1, &cfg->compress_csa));
+    FT_TRY(get_int(root, "", "compress_rate_hca", label, 0, 0, 1, &cfg->compress_hca));
+    FT_TRY(get_int(rates, "compress_rates.", "compressed_sparse_attention", label, 0, cfg->compress_csa,
+                   1, &cfg->compress_csa));
+    FT_TRY(get_int(rates, "compress_rates.", "heavily_compressed_attention", label, 0,
+                   cfg->compress_hca, 1, &cfg->compress_hca));
+    FT_TRY(get_num(root, "", "compress_rope_theta", label, 0, 0, 0, &cfg->compress_rope_theta));
+    FT_TRY(get_int(root, "", "hc_mult", label, 0, 0, 1, &cfg->hc_mult));
+    FT_TRY(get_int(root, "", "hc_sinkhorn_iters", label, 0, 0, 1, &cfg->hc_sinkhorn_iters));
+    FT_TRY(get_num(root, "", "hc_eps", label, 0, 0, 0, &cfg->hc_eps));
+    FT_TRY(get_int(root, "", "o_groups", label, 0, 0, 1, &cfg->o_groups));
+    FT_TRY(get_int(root, "", "o_lora_rank", label, 0, 0, 1, &cfg->o_lora_rank));
+    FT_TRY(get_int(root, "", "num_hash_layers", label, 0, -1, 0, &cfg->num_hash_layers));
+fail:
+    return st;
 }
 
 /* DeepSeek sparse attention (GLM-5): the indexer's sizes and which layers reuse the previous
@@ -488,6 +593,8 @@ void ft_config_init(struct ft_config *cfg) {
     cfg->n_group = cfg->topk_group = cfg->first_k_dense_replace = -1;
     cfg->rope_interleave = -1;
     cfg->use_qk_norm = -1;
+    cfg->num_hash_layers = -1;
+    cfg->scoring_sqrtsoftplus = -1;
 }
 
 enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
@@ -610,7 +717,9 @@ enum ft_status ft_config_parse(const char *json, size_t len, const char *label,
     }
     FT_TRY(get_num(root, "", "swiglu_limit", label, 0, 0, 1, &cfg->swiglu_limit));
     FT_TRY(get_num(root, "", "swiglu_alpha", label, 1.702, 0, 0, &cfg->swiglu_alpha));
-    FT_TRY(parse_rope(root, label, cfg));
+    FT_TRY(parse_v4(root, label, cfg));
+    if (is_v4(cfg)) FT_TRY(parse_rope_v4(root, label, cfg));
+    else FT_TRY(parse_rope(root, label, cfg, NULL, -1));
     FT_TRY(parse_moe(root, label, cfg));
     FT_TRY(get_special_tokens(top, label, cfg));
     if (tc) FT_TRY(get_special_tokens(tc, label, cfg));
@@ -691,7 +800,10 @@ void ft_config_free(struct ft_config *cfg) {
     free(cfg->sliding);
     free(cfg->linear);
     free(cfg->index_shared);
+    free(cfg->v4_attn);
+    free(cfg->hash_moe);
     cfg->index_shared = NULL;
+    cfg->v4_attn = cfg->hash_moe = NULL;
     cfg->mlp_only = NULL;
     cfg->sliding = NULL;
     cfg->linear = NULL;

@@ -98,6 +98,27 @@ struct ft_config {
     uint8_t *index_shared;
     int use_qk_norm;          /* GLM-4.5: -1 absent */
     int text_config;          /* the LM fields came from a multimodal wrapper's text_config */
+    /* DeepSeek-V4 (0 / NULL where the config is silent; model/deepseek_v4.c applies
+     * transformers' defaults): v4_attn [n_layers] from layer_types or compress_ratios, 1
+     * "sliding_attention", 2 "compressed_sparse_attention", 3 "heavily_compressed_attention", 0
+     * another word (NULL: neither key); hash_moe [n_layers] from mlp_layer_types "hash_moe" (1) /
+     * "moe" (0), NULL when absent; compress_rates (compress_rate_csa / _hca), compress_rope_theta,
+     * the compressed layers' RoPE (rope_compress: rope_parameters.compress, rope_nested 1 when the
+     * config nests main / compress; else derived from the flat rope parameters), the
+     * hyper-connections (hc_mult, hc_sinkhorn_iters, hc_eps), the grouped output projection
+     * (o_groups, o_lora_rank), num_hash_layers (-1 absent), scoring_func "sqrtsoftplus" (1; 0
+     * another function, -1 absent) */
+    uint8_t *v4_attn;
+    uint8_t *hash_moe;
+    int compress_csa, compress_hca;
+    double compress_rope_theta;
+    struct ft_rope rope_compress;
+    int rope_nested;
+    int hc_mult, hc_sinkhorn_iters;
+    double hc_eps;
+    int o_groups, o_lora_rank;
+    int num_hash_layers;
+    int scoring_sqrtsoftplus;
     double swiglu_limit;      /* gpt-oss clamped SwiGLU: limit (0 = plain SwiGLU) and alpha */
     double swiglu_alpha;
     /* Gemma 3: RoPE of the sliding layers (rope_parameters.sliding_attention; 0 = the same as

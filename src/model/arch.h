@@ -36,6 +36,11 @@ enum ft_arch_flag {
     FT_ARCH_DSA = 1 << 16,          /* DeepSeek sparse attention on MLA (GLM-5): a lightning
                                        indexer (self_attn.indexer.*) keeps index_topk positions
                                        per query; RoPE in interleaved pairs whatever the config */
+    FT_ARCH_V4 = 1 << 17,           /* DeepSeek-V4 (model/deepseek_v4.c): sliding-window attention
+                                       with sinks plus compressed (CSA, indexer top-k) or heavily
+                                       compressed (HCA) KV per layer_types, one shared K=V head,
+                                       grouped low-rank output, hyper-connections, hash-routed /
+                                       sqrtsoftplus MoE with clamped SwiGLU */
 };
 
 struct ft_arch {

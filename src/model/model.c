@@ -19,6 +19,7 @@
 #include "format/gguf.h"
 #include "mem/residency.h"
 #include "model/gguf_model.h"
+#include "model/model_impl.h"
 
 void *ft_model_alloc(struct ft_model *m, size_t bytes) {
     if (m->n_owned == m->cap_owned) {
@@ -44,7 +45,11 @@ static const char *file_name(const struct ft_model *m, const char *name, char *b
 
 static const struct ft_st_tensor *find(const struct ft_model *m, const char *name) {
     char full[320];
-    return ft_st_set_find(m->st, file_name(m, name, full, sizeof full));
+    const struct ft_st_tensor *t = ft_st_set_find(m->st, file_name(m, name, full, sizeof full));
+    if (t || m->gguf || !m->arch || !(m->arch->flags & FT_ARCH_V4)) return t;
+    /* DeepSeek-V4: the spellings of save_pretrained and of DeepSeek's own checkpoints */
+    for (int alt = 0; !t && ft_v4_alias(name, alt, full, sizeof full); alt++) t = ft_st_set_find(m->st, full);
+    return t;
 }
 
 /* GGML block formats only reach here from GGUF files (ft_st_set_wrap), never from safetensors */
@@ -564,6 +569,7 @@ fail:
 }
 
 static enum ft_status load_layer(struct ft_model *m, int l) {
+    if (m->v4) return ft_v4_load_layer(m, l);
     struct ft_layer *L = &m->layers[l];
     const struct ft_arch *a = m->arch;
     int H = m->hidden, q = m->n_heads * m->head_dim, kv = m->n_kv_heads * m->head_dim;
@@ -946,6 +952,7 @@ enum ft_status ft_model_shapes(struct ft_model *m) {
     if (!m->layers) return ft_fail(FT_ERR_OOM, "%s: out of memory", m->label);
     enum ft_status st = hybrid_shapes(m);
     if (st == FT_OK) st = mla_router_shapes(m);
+    if (st == FT_OK) st = ft_v4_shapes(m); /* DeepSeek-V4's sizes; others refuse its layer types */
     if (st != FT_OK) return st;
     st = ft_rope_init(c, m->mla ? m->mla_rope : m->head_dim, &m->inv_freq, &m->rot_dim, &m->rope_mscale);
     if (st != FT_OK || !(m->arch->flags & FT_ARCH_GEMMA)) return st;
@@ -1083,6 +1090,7 @@ enum ft_status ft_model_load_opts(const char *dir, const struct ft_load_opts *o,
     } else {
         FT_TRY(load_weight(m, NAME(n, "lm_head.weight"), m->vocab, m->hidden, &m->lm_head));
     }
+    if (m->v4) FT_TRY(ft_v4_load_globals(m));
     uint64_t file_bytes = 0;
     for (int i = 0; !m->gguf && i < ft_st_set_count(m->st); i++) file_bytes += ft_st_set_at(m->st, i)->n_bytes;
     for (int64_t i = 0; m->gguf && i < ft_gguf_tensor_count(m->gguf); i++)
@@ -1129,4 +1137,21 @@ void ft_model_free(struct ft_model *m) {
 struct ft_weight ft_weight_rows(const struct ft_weight *w, int r0, int n) {
     return (struct ft_weight){(const uint8_t *)w->data + (size_t)r0 * ft_dtype_row_bytes(w->dtype, w->cols),
                               w->dtype, n, w->cols};
+}
+
+/* model_impl.h: the loader's helpers for the arch files that load their own layers */
+const struct ft_st_tensor *ft_model_find(const struct ft_model *m, const char *name) { return find(m, name); }
+enum ft_status ft_model_get_tensor(const struct ft_model *m, const char *name, int n_dims, int64_t rows,
+                                   int64_t cols, const struct ft_st_tensor **out) {
+    return get_tensor(m, name, n_dims, rows, cols, out);
+}
+enum ft_status ft_model_load_weight(struct ft_model *m, const char *name, int rows, int cols,
+                                    struct ft_weight *w) {
+    return load_weight(m, name, rows, cols, w);
+}
+enum ft_status ft_model_load_vec(struct ft_model *m, const char *name, int n, float **out) {
+    return load_vec(m, name, n, out);
+}
+enum ft_status ft_model_load_experts(struct ft_model *m, int l, struct ft_layer *L) {
+    return load_experts(m, l, L);
 }

@@ -26,6 +26,27 @@ struct ft_weight {
     int rows, cols;
 };
 
+/* A DeepSeek-V4 layer's own weights (ft_layer.v4; shapes from ft_v4, hd the head width, ce the
+ * compressor's entry width: hd for HCA, 2 hd for CSA (two overlapping series), dI the indexer's). */
+struct ft_v4_layer {
+    int kind;                   /* 1 sliding window only, 2 CSA (ratio csa, indexer), 3 HCA */
+    int hash;                   /* hash-routed MoE (tid2eid) */
+    struct ft_weight kv;        /* [hd, H] the shared K=V head */
+    float *kv_norm;             /* [hd] */
+    struct ft_weight o_a;       /* [G olr, nh hd / G]: group g's rows [g olr, (g + 1) olr) */
+    struct ft_weight o_b;       /* [H, G olr] */
+    struct ft_weight c_kv, c_gate; /* compressor [ce, H] */
+    float *c_ape;               /* [ratio, ce] position_bias */
+    float *c_norm;              /* [hd] */
+    struct ft_weight i_kv, i_gate; /* the indexer's compressor [2 dI, H] (CSA) */
+    float *i_ape;               /* [ratio, 2 dI] */
+    float *i_norm;              /* [dI] */
+    /* hyper-connections: fn [(2 + n) n, n H], base [(2 + n) n], scale [3]; attention then MLP */
+    struct ft_weight hc_fn[2];
+    float *hc_base[2], *hc_scale[2];
+    int32_t *tid2eid;           /* [vocab, k] hash layers' experts per token id */
+};
+
 struct ft_layer {
     float *attn_norm;           /* [H] f32 */
     float *ffn_norm;            /* [H] f32 */
@@ -73,6 +94,8 @@ struct ft_layer {
     float *idx_k_norm, *idx_k_bias; /* [dI] the key's LayerNorm (eps 1e-6) */
     struct ft_weight idx_w;     /* [nI, H]: weights_proj, each head's weight for the query */
     float *router_score_bias;   /* [E] e_score_correction_bias (choice only) or NULL */
+    struct ft_v4_layer *v4;     /* DeepSeek-V4's own weights (q_a, q_a_norm, q_b, sinks, idx_wq,
+                                   idx_w and the MoE fields above are shared), or NULL */
     int window;                 /* sliding window (0 = full attention) */
     int is_moe;
     /* dense MLP (is_moe == 0) */
@@ -87,6 +110,25 @@ struct ft_layer {
     struct ft_weight sh_gate, sh_up; /* [Is, H] */
     struct ft_weight sh_down;        /* [H, Is] */
     struct ft_weight sh_score;       /* [1, H]: sigmoid gate of the shared expert */
+};
+
+/* DeepSeek-V4's sizes (ft_model.v4), transformers' defaults where config.json is silent. */
+struct ft_v4 {
+    int window;                 /* sliding_window (128) */
+    int csa, hca;               /* compress_rates (4, 128) */
+    int rot;                    /* rotated trailing dims of a head (qk_rope_head_dim, 64) */
+    int hc, hc_iters;           /* hc_mult streams (4), Sinkhorn iterations (20) */
+    float hc_eps;               /* (1e-6) */
+    int groups, o_lora;         /* o_groups (8), o_lora_rank (1024) */
+    int idx_topk, idx_heads, idx_dim; /* the CSA layers' indexer (512, 64, 128) */
+    int scoring;                /* 0 softmax, 1 sigmoid, 2 sqrtsoftplus (the default) */
+    float swiglu;               /* swiglu_limit (10) */
+    int n_kind[4];              /* layers of each kind (1 sliding, 2 CSA, 3 HCA) */
+    int n_hash;                 /* hash-routed MoE layers */
+    float *inv_freq_c;          /* [rot / 2] the compressed layers' RoPE (compress_rope_theta) */
+    float mscale_c;
+    struct ft_weight hc_head_fn;/* [n, n H] the final stream collapse */
+    float *hc_head_base, *hc_head_scale; /* [n], [1] */
 };
 
 struct ft_model {
@@ -111,6 +153,7 @@ struct ft_model {
     int router_group_max;       /* softmax router, groups ranked by their best score (DeepSeek-V2) */
     float routed_scale;
     float rms_eps;
+    struct ft_v4 *v4;           /* DeepSeek-V4 (FT_ARCH_V4), or NULL */
     struct ft_weight embed;     /* [V, H] */
     struct ft_weight lm_head;   /* [V, H] (may alias embed) */
     float *final_norm;          /* [H] f32 */
@@ -202,5 +245,19 @@ uint64_t ft_model_bytes_per_token(const struct ft_model *m);
 uint64_t ft_model_state_bytes(const struct ft_model *m);
 /* The same from a config alone (ft inspect): bytes per sequence, and the DeltaNet layers. */
 uint64_t ft_config_state_bytes(const struct ft_config *c, const struct ft_arch *a, int *n_linear);
+
+/* DeepSeek-V4 (model/deepseek_v4.c): sizes and defaults into m->v4 (from ft_model_shapes);
+ * one layer's tensors (from the loader); the tensor-name spellings a checkpoint may use for a
+ * transformers-5.17 name (alt 0: save_pretrained's, 1: DeepSeek's own, as transformers'
+ * conversion maps them; 0 once there are no more). */
+enum ft_status ft_v4_shapes(struct ft_model *m);
+enum ft_status ft_v4_load_layer(struct ft_model *m, int l);
+enum ft_status ft_v4_load_globals(struct ft_model *m);
+int ft_v4_alias(const char *name, int alt, char *out, size_t cap);
+/* The same sizes from a config alone (ft inspect): KV cache bytes per token (the compressed
+ * entries, f32) and per sequence (the windows and the compressors' pending rows); the layers
+ * of each kind ([1] sliding, [2] CSA, [3] HCA). */
+enum ft_status ft_v4_config_kv(const struct ft_config *c, double *per_token, double *per_seq,
+                               int n_kind[4]);
 
 #endif

@@ -8,14 +8,14 @@ extern const struct ft_arch ft_arch_llama, ft_arch_mistral, ft_arch_qwen2, ft_ar
     ft_arch_qwen2_moe, ft_arch_qwen3_moe, ft_arch_mixtral, ft_arch_gpt_oss, ft_arch_gemma3,
     ft_arch_qwen3_next, ft_arch_qwen3_5, ft_arch_qwen3_5_vl, ft_arch_qwen3_5_moe, ft_arch_qwen3_5_moe_vl,
     ft_arch_deepseek_v2, ft_arch_deepseek_v3, ft_arch_glm4_moe, ft_arch_glm4_moe_lite, ft_arch_minimax_m2,
-    ft_arch_glm_moe_dsa;
+    ft_arch_glm_moe_dsa, ft_arch_deepseek_v4;
 
 static const struct ft_arch *const k_archs[] = {
     &ft_arch_llama,     &ft_arch_mistral,   &ft_arch_qwen2,   &ft_arch_qwen3,
     &ft_arch_qwen2_moe, &ft_arch_qwen3_moe, &ft_arch_mixtral, &ft_arch_gpt_oss, &ft_arch_gemma3,
     &ft_arch_qwen3_next, &ft_arch_qwen3_5, &ft_arch_qwen3_5_vl, &ft_arch_qwen3_5_moe,
     &ft_arch_qwen3_5_moe_vl, &ft_arch_deepseek_v2, &ft_arch_deepseek_v3, &ft_arch_glm4_moe, &ft_arch_glm4_moe_lite,
-    &ft_arch_minimax_m2, &ft_arch_glm_moe_dsa,
+    &ft_arch_minimax_m2, &ft_arch_glm_moe_dsa, &ft_arch_deepseek_v4,
 };
 
 const struct ft_arch *ft_arch_find(const char *name) {

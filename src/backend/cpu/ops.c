@@ -63,6 +63,7 @@ static inline float act_one(float g, float u, int clamped, float limit, float al
     if (!clamped) return g / (1.0f + expf(-g)) * u;
     g = g < limit ? g : limit;
     u = u < -limit ? -limit : u > limit ? limit : u;
+    if (alpha < 0) return u * (g * ft_sigmoid(g)); /* FT_SWIGLU_V4 */
     return (u + 1.0f) * (g * ft_sigmoid(g * alpha));
 }
 
@@ -120,14 +121,16 @@ TV256 static inline __m256 exp256(__m256 x) {
 TV512 static void act_row512(float *o, const float *g, const float *u, int I, int clamped,
                              float limit, float alpha) {
     const __m512 one = _mm512_set1_ps(1.0f), lim = _mm512_set1_ps(limit), nlim = _mm512_set1_ps(-limit);
+    const float a = alpha < 0 ? 1.0f : alpha; /* FT_SWIGLU_V4: sigmoid(g), no + 1 on u */
+    const __m512 off = _mm512_set1_ps(alpha < 0 ? 0.0f : 1.0f);
     for (int i = 0; i < I; i += 16) {
         const __mmask16 k = I - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (I - i)) - 1);
         __m512 gv = _mm512_maskz_loadu_ps(k, g + i), uv = _mm512_maskz_loadu_ps(k, u + i), y;
         if (clamped) {
             gv = _mm512_min_ps(gv, lim);
             uv = _mm512_min_ps(lim, _mm512_max_ps(nlim, uv)); /* a NaN u stays NaN, as scalar */
-            const __m512 sg = _mm512_div_ps(one, _mm512_add_ps(one, exp512(_mm512_mul_ps(gv, _mm512_set1_ps(-alpha)))));
-            y = _mm512_mul_ps(_mm512_add_ps(uv, one), _mm512_mul_ps(gv, sg));
+            const __m512 sg = _mm512_div_ps(one, _mm512_add_ps(one, exp512(_mm512_mul_ps(gv, _mm512_set1_ps(-a)))));
+            y = _mm512_mul_ps(_mm512_add_ps(uv, off), _mm512_mul_ps(gv, sg));
         } else {
             y = _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv)))), uv);
         }
@@ -138,14 +141,16 @@ TV512 static void act_row512(float *o, const float *g, const float *u, int I, in
 TV256 static void act_row256(float *o, const float *g, const float *u, int I, int clamped,
                              float limit, float alpha) {
     const __m256 one = _mm256_set1_ps(1.0f), lim = _mm256_set1_ps(limit), nlim = _mm256_set1_ps(-limit);
+    const float a = alpha < 0 ? 1.0f : alpha; /* FT_SWIGLU_V4: sigmoid(g), no + 1 on u */
+    const __m256 off = _mm256_set1_ps(alpha < 0 ? 0.0f : 1.0f);
     int i = 0;
     for (; i + 8 <= I; i += 8) {
         __m256 gv = _mm256_loadu_ps(g + i), uv = _mm256_loadu_ps(u + i), y;
         if (clamped) {
             gv = _mm256_min_ps(gv, lim);
             uv = _mm256_min_ps(lim, _mm256_max_ps(nlim, uv)); /* a NaN u stays NaN, as scalar */
-            const __m256 sg = _mm256_div_ps(one, _mm256_add_ps(one, exp256(_mm256_mul_ps(gv, _mm256_set1_ps(-alpha)))));
-            y = _mm256_mul_ps(_mm256_add_ps(uv, one), _mm256_mul_ps(gv, sg));
+            const __m256 sg = _mm256_div_ps(one, _mm256_add_ps(one, exp256(_mm256_mul_ps(gv, _mm256_set1_ps(-a)))));
+            y = _mm256_mul_ps(_mm256_add_ps(uv, off), _mm256_mul_ps(gv, sg));
         } else {
             y = _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), gv)))), uv);
         }

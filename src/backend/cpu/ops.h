@@ -118,7 +118,10 @@ void ft_cpu_attention_paged(struct ft_pool *pool, float *out, const float *q, co
 /* out[T, I] = silu(gate_up[t, 0:I]) * gate_up[t, I:2I]; gate_up: [T, 2I]. */
 void ft_cpu_silu_mul(float *out, const float *gate_up, int T, int I);
 /* gpt-oss's clamped SwiGLU on the same layout: g = min(gate, limit), u = clamp(up, -limit,
- * limit), out = (u + 1) * g * sigmoid(alpha * g). */
+ * limit), out = (u + 1) * g * sigmoid(alpha * g). alpha FT_SWIGLU_V4 (any alpha < 0):
+ * DeepSeek-V4's, the same clamps around a plain SwiGLU, out = u * g * sigmoid(g) (the experts'
+ * struct ft_expert_act carries it this way to the CPU executor). */
+#define FT_SWIGLU_V4 (-1.0f)
 void ft_cpu_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit, float alpha);
 /* The same with GELU (tanh approximation, torch's gelu(approximate="tanh")) on the gate. */
 void ft_cpu_gelu_tanh_mul(float *out, const float *gate_up, int T, int I);
