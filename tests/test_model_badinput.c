@@ -413,6 +413,37 @@ TEST(dsa_bad_input) {
     expect_gpu_refused(FT_TEST_DATA "/models/glm_moe_dsa", "GlmMoeDsaForCausalLM");
 }
 
+/* DeepSeek-V4 checkpoints: an unknown layer type, a layer type of another arch, a missing
+ * compressor / hash-table tensor, a second K=V head, output groups that do not divide the heads:
+ * one line naming the field or tensor, exit 2. The GPU backends refuse it naming --backend cpu;
+ * auto runs it on the CPU. */
+TEST(v4_bad_input) {
+    g_good = FT_TEST_DATA "/models/deepseek_v4";
+    const char *d = make_dir("v4_type", "\"sliding_attention\",", "\"windowed_attention\",", 0);
+    expect_load_error(d, FT_ERR_FORMAT, "layer_types[0]");
+    expect_cli_error(d, "layer_types[0]", "compressed_sparse_attention");
+    d = make_dir("v4_full", "\"sliding_attention\",", "\"full_attention\",", 0);
+    expect_cli_error(d, "layer_types[0]", "not a DeepSeek-V4 layer type");
+    d = make_dir("v4_mlp", "\"hash_moe\",", "\"hash_mlp\",", 0);
+    expect_cli_error(d, "mlp_layer_types[0]", "hash_moe");
+    d = make_dir("v4_missing", NULL, NULL, 0);
+    rewrite(d, "model.layers.1.attn.compressor.wkv.weight", NULL, NULL);
+    expect_load_error(d, FT_ERR_FORMAT, "model.layers.1.self_attn.compressor.kv_proj.weight");
+    expect_cli_error(d, "model.layers.1.attn.compressor.wkv.weight", "missing");
+    d = make_dir("v4_hash", NULL, NULL, 0);
+    rewrite(d, "model.layers.0.ffn.gate.tid2eid", NULL, NULL);
+    expect_cli_error(d, "model.layers.0.mlp.gate.tid2eid", "missing");
+    d = make_dir("v4_kv", "\"num_key_value_heads\": 1", "\"num_key_value_heads\": 2", 0);
+    expect_cli_error(d, "num_key_value_heads is 2", "one shared K=V head");
+    d = make_dir("v4_groups", "\"o_groups\": 2", "\"o_groups\": 3", 0);
+    expect_cli_error(d, "o_groups 3", "num_attention_heads");
+    d = make_dir("v4_shape", NULL, NULL, 0);
+    rewrite(d, NULL, "model.layers.2.attn.compressor.ape", NULL);
+    expect_cli_error(d, "model.layers.2.attn.compressor.ape", "expected [8, 24]");
+    g_good = GOOD;
+    expect_gpu_refused(FT_TEST_DATA "/models/deepseek_v4", "DeepseekV4ForCausalLM");
+}
+
 /* DeepSeek-V2's router (group-limited, scaled softmax) has no CUDA kernel: the GPU backends
  * refuse the model naming --backend cpu, auto runs it on the CPU; a topk_method the engine
  * does not know is one line naming the field, exit 2. */

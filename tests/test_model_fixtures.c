@@ -250,6 +250,99 @@ done:
     ft_pool_free(pool);
 }
 
+/* DeepSeek-V4 keeps each sequence's windows, compressors' pending rows and compressed entries in
+ * a state of its own: sequences prefilled and decoded together in one batch (continuous
+ * batching, a chunk of one beside a fresh prompt) give each its solo logits; a freed sequence's
+ * state goes with its blocks; truncation keeps all or nothing. The prompts pass the window (6),
+ * several CSA / HCA entries and the indexer's top-3. */
+TEST(v4_sequences_keep_their_own_state) {
+    struct ft_pool *pool;
+    EXPECT_OK(ft_pool_init(&pool, 3));
+    struct ft_model *m = NULL;
+    struct ft_engine *e = NULL, *solo = NULL;
+    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/deepseek_v4", &m));
+    struct ft_engine_opts eo = {.max_ctx = 48, .max_chunk = 64, .kv_tokens = 144};
+    if (m) EXPECT_OK(ft_engine_init(&e, m, pool, &eo));
+    if (m) EXPECT_OK(ft_engine_init(&solo, m, pool, &eo));
+    if (!e || !solo) goto done;
+    const int V = m->vocab;
+    int32_t a[30], b[22], blocks[2][3];
+    for (int i = 0; i < 30; i++) a[i] = (i * 37 + 5) % V;
+    for (int i = 0; i < 22; i++) b[i] = (i * 53 + 11) % V;
+    for (int s = 0; s < 2; s++) EXPECT_OK(ft_engine_kv_alloc(e, 3, blocks[s]));
+    float *lg = malloc((size_t)4 * V * sizeof *lg), *ra = malloc((size_t)2 * V * sizeof *ra);
+    float *rb = malloc((size_t)V * sizeof *rb);
+    int32_t more = 7;
+    EXPECT_OK(ft_engine_prefill(solo, a, 30, ra, 0));
+    EXPECT_OK(ft_engine_forward(solo, &more, 1, ra + V, 0));
+    ft_engine_reset(solo);
+    EXPECT_OK(ft_engine_prefill(solo, b, 22, rb, 0));
+    /* a's first 17 tokens alone, then a's last 13 with all of b in one step, then a decode step
+     * of a beside nothing */
+    struct ft_seg s1 = {a, 17, 0, blocks[0], FT_LOGITS_NONE};
+    EXPECT_OK(ft_engine_forward_batch(e, &s1, 1, NULL));
+    struct ft_seg s2[2] = {{a + 17, 13, 17, blocks[0], FT_LOGITS_LAST}, {b, 22, 0, blocks[1], FT_LOGITS_LAST}};
+    EXPECT_OK(ft_engine_forward_batch(e, s2, 2, lg));
+    EXPECT(max_err(lg, ra, V) <= 1e-4);
+    EXPECT(max_err(lg + V, rb, V) <= 1e-4);
+    struct ft_seg s3 = {&more, 1, 30, blocks[0], FT_LOGITS_LAST};
+    EXPECT_OK(ft_engine_forward_batch(e, &s3, 1, lg));
+    EXPECT(max_err(lg, ra + V, V) <= 1e-4);
+    /* b's blocks freed and taken again: a new sequence on them matches b's solo run */
+    ft_engine_kv_free(e, blocks[1], 3);
+    EXPECT_OK(ft_engine_kv_alloc(e, 3, blocks[1]));
+    struct ft_seg s4 = {b, 22, 0, blocks[1], FT_LOGITS_LAST};
+    EXPECT_OK(ft_engine_forward_batch(e, &s4, 1, lg));
+    EXPECT(max_err(lg, rb, V) <= 1e-4);
+    ft_engine_reset(solo);
+    EXPECT_OK(ft_engine_prefill(solo, a, 12, lg, 0));
+    EXPECT_EQ(ft_engine_truncate(solo, 12), 12);
+    EXPECT_EQ(ft_engine_truncate(solo, 5), 0);
+    free(lg), free(ra), free(rb);
+done:
+    ft_engine_free(e);
+    ft_engine_free(solo);
+    ft_model_free(m);
+    ft_pool_free(pool);
+}
+
+/* DeepSeek's own tensor names (its checkpoints as transformers' conversion reads them: no
+ * "model." prefix, embed.weight, hc_head_fn, layers.N.attn.wq_a.weight ...) load to the same
+ * logits as save_pretrained's. */
+TEST(v4_deepseek_spelling) {
+    char dir[64], path[700];
+    snprintf(dir, sizeof dir, "/tmp/ft_v4_own_%d", (int)getpid());
+    snprintf(path, sizeof path, "mkdir -p %s && cp %s/models/deepseek_v4/config.json %s/", dir, FT_TEST_DATA, dir);
+    EXPECT(system(path) == 0);
+    struct ft_st_file *f = NULL;
+    EXPECT_OK(ft_st_open(FT_TEST_DATA "/models/deepseek_v4/model.safetensors", &f));
+    if (!f) return;
+    const int n = ft_st_count(f);
+    struct ft_st_out *out = calloc((size_t)n, sizeof *out);
+    char (*names)[160] = calloc((size_t)n, sizeof *names);
+    for (int i = 0; i < n; i++) {
+        const struct ft_st_tensor *t = ft_st_at(f, i);
+        const char *nm = t->name;
+        if (!strcmp(nm, "model.embed_tokens.weight")) nm = "embed.weight";
+        else if (!strncmp(nm, "model.hc_head.", 14)) snprintf(names[i], sizeof names[i], "hc_head_%s", nm + 17), nm = names[i];
+        else if (!strncmp(nm, "model.", 6)) nm += 6;
+        if (nm != names[i]) snprintf(names[i], sizeof names[i], "%s", nm);
+        out[i] = (struct ft_st_out){names[i], t->dtype, t->n_dims, {0}, t->data};
+        memcpy(out[i].shape, t->shape, sizeof out[i].shape);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    EXPECT_OK(ft_st_write(path, out, n));
+    free(out), free(names);
+    ft_st_close(f);
+    struct ft_pool *pool;
+    EXPECT_OK(ft_pool_init(&pool, 2));
+    check_model("deepseek_v4 (own names)", dir, FT_TEST_DATA "/models/deepseek_v4/reference.safetensors", 1e-3,
+                pool, 512);
+    ft_pool_free(pool);
+    snprintf(path, sizeof path, "rm -rf %s", dir);
+    EXPECT(system(path) == 0);
+}
+
 /* Every ISA tier this CPU has must reproduce transformers too (scalar is the plain reference). */
 TEST(fixtures_every_isa_tier) {
     struct ft_pool *pool;

@@ -259,6 +259,16 @@ TEST(synthetic_new_family_wiring) {
         ft_model_free(m);
     }
     m = NULL;
+    EXPECT_OK(ft_model_synthetic("tiny-deepseek-v4", pool, 1, &m));
+    if (m) { /* HCA, HCA, HCA, CSA (transformers' default schedule), the first 3 hash-routed */
+        EXPECT(m->v4 && m->v4->hc == 2 && m->v4->rot == 16 && m->n_kv_heads == 1);
+        EXPECT(m->layers[0].v4->kind == 3 && m->layers[3].v4->kind == 2 && m->layers[3].idx_wq.data);
+        EXPECT(m->layers[0].v4->hash && m->layers[0].v4->tid2eid && !m->layers[3].v4->hash);
+        EXPECT(m->layers[3].has_shared && m->shared_inter == 128 && m->layers[3].router_score_bias);
+        run_steps(m, pool);
+        ft_model_free(m);
+    }
+    m = NULL;
     EXPECT_OK(ft_model_synthetic("tiny-minimax", pool, 1, &m));
     if (m) {
         EXPECT(m->layers[0].qk_norm_all && m->layers[0].is_moe && !m->layers[0].has_shared);
@@ -306,6 +316,10 @@ TEST(synthetic_inspect_prints_kv_and_state) {
         {"glm-4.7-flash:q4_k@4", "experts       64 per layer in 3 MoE layers", "9.0 KiB per token"},
         /* GLM-5: the latent (512), the rope key (64) and the indexer key (128) in f32, 78 layers */
         {"glm-5", "744.40 B total", "kv cache      214.5 KiB per token (78 latent attention layers)"},
+        /* DeepSeek-V4-Flash: 284B / 13B; per token 20 CSA entries (512 + 128 floats / 4) and 23
+         * HCA ones (512 / 128), f32; the windows and pending rows a fixed 23.81 MiB a sequence */
+        {"deepseek-v4-flash", "284.32 B total", "kv cache      12.9 KiB per token (compressed entries, "
+         "f32: 20 CSA layers with their indexer keys, 23 HCA) + 23.81 MiB per sequence"},
     };
     static char out[1 << 14];
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {

@@ -167,6 +167,10 @@ int ft_cmd_inspect(int argc, char **argv) {
            c.hidden_size, c.n_heads, c.n_kv_heads, hd, c.vocab_size);
     printf("rope          %s, theta %g, factor %g; context %d\n", rope_name(c.rope.type),
            c.rope.theta, c.rope.factor, c.max_position_embeddings);
+    if (a->flags & FT_ARCH_V4)
+        printf("rope (comp.)  %s, theta %g, factor %g (the compressed layers)\n",
+               rope_name(c.rope_compress.type), c.rope_compress.theta > 0 ? c.rope_compress.theta : 160000.0,
+               c.rope_compress.factor);
     char b1[32], b2[32];
     printf("parameters    %s total, %s on disk\n", count((double)params, b1, sizeof b1),
            size((double)bytes, b2, sizeof b2));
@@ -200,12 +204,22 @@ int ft_cmd_inspect(int argc, char **argv) {
     const int index_key = (a->flags & FT_ARCH_DSA) ? c.index_head_dim : 0;
     double kv_tok = (a->flags & FT_ARCH_MLA) ? 4.0 * (c.kv_lora_rank + c.qk_rope_head_dim + index_key) * n_kvl
                                              : 2.0 * 4 * (double)c.n_kv_heads * hd * n_kvl;
+    double v4_seq = 0;
+    int v4_kind[4] = {0};
+    if ((a->flags & FT_ARCH_V4) && ft_v4_config_kv(&c, &kv_tok, &v4_seq, v4_kind) == FT_OK) {
+        /* DeepSeek-V4: the compressed entries grow with the context, the windows do not */
+        printf("kv cache      %s per token (compressed entries, f32: %d CSA layers with their indexer "
+               "keys, %d HCA) + %s per sequence (the %d layers' sliding windows and compressors' "
+               "pending rows); no full K/V\n", size(kv_tok, b1, sizeof b1), v4_kind[2], v4_kind[3],
+               size(v4_seq, b2, sizeof b2), c.n_layers);
+    } else {
     printf("kv cache      %s per token (%d %sattention layers)", size(kv_tok, b1, sizeof b1), n_kvl,
            (a->flags & FT_ARCH_MLA) ? "latent " : "");
     if (n_linear)
         printf("; recurrent state %s per sequence (%d Gated DeltaNet layers)", size((double)state, b2, sizeof b2),
                n_linear);
     printf("\n");
+    }
     if (c.mtp_layers > 0)
         printf("mtp           %d multi-token-prediction layer%s in the checkpoint, not used (speculative "
                "decoding with them is a later step)\n", c.mtp_layers, c.mtp_layers > 1 ? "s" : "");

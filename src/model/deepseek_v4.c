@@ -225,7 +225,7 @@ static enum ft_status load_tid2eid(struct ft_model *m, const char *name, int32_t
     const struct ft_st_tensor *t = ft_model_find(m, name);
     if (!t)
         return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' is missing (a hash_moe layer's token -> "
-                       "experts table; mlp_layer_types / num_hash_layers do not match the weights?)",
+                       "experts table; do mlp_layer_types / num_hash_layers match the weights?)",
                        m->label, name);
     if ((t->dtype != FT_DTYPE_I64 && t->dtype != FT_DTYPE_I32) || t->n_dims != 2 || t->shape[0] != V ||
         t->shape[1] != k)

@@ -90,6 +90,12 @@ static enum ft_status get_tensor(const struct ft_model *m, const char *name, int
     char full[320];
     *out = t;
     name = file_name(m, name, full, sizeof full); /* as the file spells it, in messages */
+    if (t && m->arch && (m->arch->flags & FT_ARCH_V4)) name = t->name; /* found under an alias */
+    char alt[320];
+    if (!t && m->arch && (m->arch->flags & FT_ARCH_V4) && !m->gguf && ft_v4_alias(name, 0, alt, sizeof alt))
+        return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' (or '%s', as save_pretrained writes it) is "
+                       "missing (incomplete download, or config.json does not match the weights?)",
+                       m->label, name, alt);
     if (!t)
         return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' is missing (incomplete download, or "
                        "config.json does not match the weights?)", m->label, name);

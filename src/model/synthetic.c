@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/status.h"
+#include "backend/cpu/ops.h"
 #include "core/threadpool.h"
 #include "core/timer.h"
 #include "core/sys.h"
@@ -41,6 +42,9 @@ struct preset {
     double yarn;                 /* YaRN factor over 4096 positions, mscale = mscale_all_dim = 1 */
     int bias;                    /* q/k/v biases (GLM-4.5) */
     int index_topk, index_heads, index_dim; /* DSA's lightning indexer (GLM-5; 0: none) */
+    /* DeepSeek-V4 (v4): window, compress rates, output groups and rank, hyper-connection
+     * streams (q_lora, index_* and head_dim above) */
+    int v4, window, csa, hca, o_groups, o_lora, hc;
 };
 
 /* Shapes from the models' published config.json files. qwen3-30b-a3b..tiny-gpt-oss: plain
@@ -117,6 +121,23 @@ static const struct preset k_presets[] = {
      .shared = 1, .dense_first = 1, .q_lora = 64, .kv_lora = 64, .nope = 32, .rope = 16, .v_dim = 32,
      .n_group = 1, .topk_group = 1, .routed_scale = 2.5, .index_topk = 8, .index_heads = 4,
      .index_dim = 32},
+    /* DeepSeek-V4-Flash (284B total / 13B active, 43 layers): the widths are transformers 5.17's
+     * DeepseekV4Config defaults, which its docstring gives as V4-Flash's (hidden 4096, 64 heads of
+     * 512 over one K=V head, q LoRA 1024, 8 output groups of 1024, 256 experts of 2048 top-6 plus
+     * one shared, vocab 129280, window 128, compress rates 4 / 128, the indexer's 64 heads of 128
+     * keeping 512, 4 hyper-connection streams); layer_types and the 3 hash layers by that
+     * class's defaults, the compressed layers' YaRN factor 16 as its __post_init__ says */
+    {.name = "deepseek-v4-flash", .arch = "DeepseekV4ForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 43, .hidden = 4096, .heads = 64, .kv_heads = 1, .head_dim = 512, .experts = 256,
+     .top_k = 6, .expert_inter = 2048, .vocab = 129280, .theta = 10000, .shared = 1, .q_lora = 1024,
+     .routed_scale = 1.5, .partial = 0.125, .yarn = 16, .index_topk = 512, .index_heads = 64,
+     .index_dim = 128, .v4 = 1, .window = 128, .csa = 4, .hca = 128, .o_groups = 8, .o_lora = 1024,
+     .hc = 4},
+    {.name = "tiny-deepseek-v4", .arch = "DeepseekV4ForCausalLM", .experts_dtype = FT_DTYPE_BF16,
+     .layers = 4, .hidden = 256, .heads = 4, .kv_heads = 1, .head_dim = 64, .experts = 16, .top_k = 4,
+     .expert_inter = 128, .vocab = 1024, .theta = 10000, .shared = 1, .q_lora = 64, .routed_scale = 1.5,
+     .partial = 0.25, .yarn = 16, .index_topk = 8, .index_heads = 4, .index_dim = 32, .v4 = 1,
+     .window = 16, .csa = 4, .hca = 16, .o_groups = 2, .o_lora = 64, .hc = 2},
     {.name = "tiny-glm", .arch = "Glm4MoeForCausalLM", .experts_dtype = FT_DTYPE_BF16,
      .layers = 4, .hidden = 256, .heads = 8,
      .kv_heads = 2, .head_dim = 32, .experts = 16, .top_k = 4, .expert_inter = 128, .inter = 512,
@@ -129,8 +150,9 @@ static const struct preset k_presets[] = {
 };
 #define PRESET_NAMES                                                                              \
     "qwen3-30b-a3b, qwen3.6-35b-a3b, qwen3.5-122b-a10b, deepseek-v3, kimi-k2, glm-4.7-flash, "    \
-    "glm-5, glm-4.5-air, minimax-m2, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b, tiny, tiny-gpt-oss, " \
-    "tiny-qwen3.5, tiny-deepseek, tiny-glm5, tiny-glm, tiny-minimax"
+    "glm-5, deepseek-v4-flash, glm-4.5-air, minimax-m2, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b, "   \
+    "tiny, tiny-gpt-oss, tiny-qwen3.5, tiny-deepseek, tiny-glm5, tiny-deepseek-v4, tiny-glm, "       \
+    "tiny-minimax"
 
 /* ':FORMAT' names: the bank schema names (mem/bank.c), fp8 for fp8_b128; f16/f32 are not
  * offered (no checkpoint stores experts so) */
@@ -425,6 +447,30 @@ static enum ft_status preset_config(const struct preset *p, struct ft_config *c)
         c->rope.attention_factor = 1;
         c->max_position_embeddings = (int)(4096 * p->yarn);
     }
+    if (p->v4) { /* DeepSeek-V4: its RoPEs (the compressed layers' YaRN, cos / sin unscaled) */
+        c->n_kv_heads = 1;
+        c->head_dim = p->head_dim;
+        c->q_lora_rank = p->q_lora;
+        c->sliding_window = p->window;
+        c->compress_csa = p->csa, c->compress_hca = p->hca;
+        c->o_groups = p->o_groups, c->o_lora_rank = p->o_lora;
+        c->hc_mult = p->hc;
+        c->scoring_sqrtsoftplus = 1;
+        c->swiglu_limit = 10.0;
+        c->routed_scaling_factor = p->routed_scale;
+        c->n_shared_experts = p->shared;
+        c->max_position_embeddings = 1048576;
+        c->mtp_layers = 1; /* num_nextn_predict_layers (not built: the engine does not read it) */
+        c->rope.type = FT_ROPE_DEFAULT, c->rope.factor = 1, c->rope.attention_factor = 0;
+        c->rope.mscale_all_dim = 0;
+        c->rope_compress = c->rope;
+        c->rope_compress.theta = 160000;
+        c->rope_compress.type = FT_ROPE_YARN;
+        c->rope_compress.factor = p->yarn;
+        c->rope_compress.original_max_pos = (int)(c->max_position_embeddings / p->yarn);
+        c->rope_compress.beta_fast = 32, c->rope_compress.beta_slow = 1;
+        c->rope_compress.attention_factor = 1;
+    }
     if (p->oai) { /* gpt-oss's config.json */
         c->max_position_embeddings = 131072;
         c->rms_norm_eps = 1e-5;
@@ -458,7 +504,15 @@ static double layer_dense(const struct ft_model *m, int l) {
     const double H = m->hidden, nh = m->n_heads;
     const struct ft_layer *L = &m->layers[l];
     double a;
-    if (L->gdn) {
+    if (L->v4) {
+        const struct ft_v4 *z = m->v4;
+        const double hd = m->head_dim, ql = m->cfg.q_lora_rank, n = z->hc, go = (double)z->groups * z->o_lora;
+        a = ql * (H + nh * hd) + hd * H + go * nh * hd / z->groups + H * go + 2 * (2 + n) * n * n * H;
+        if (L->v4->kind == 2)
+            a += 4 * hd * H + 4.0 * z->idx_dim * H + (double)z->idx_heads * z->idx_dim * ql + z->idx_heads * H;
+        else if (L->v4->kind == 3)
+            a += 2 * hd * H;
+    } else if (L->gdn) {
         double Dk = (double)m->gdn_hk * m->gdn_dk, Dv = (double)m->gdn_hv * m->gdn_dv;
         a = H * (2 * Dk + 2 * Dv + 2.0 * m->gdn_hv) + H * Dv;
     } else if (m->mla) {
@@ -617,6 +671,45 @@ fail:
     return st;
 }
 
+/* A DeepSeek-V4 layer's attention: q LoRA, the K=V head, the grouped output, zero sinks and
+ * position biases, the compressor (and CSA's indexer), the hyper-connections (zero base, unit
+ * scales). */
+static enum ft_status build_v4(struct ft_model *m, struct ft_pool *pool, struct ft_layer *L, uint64_t *seed) {
+    const struct ft_v4 *z = m->v4;
+    struct ft_v4_layer *X = L->v4;
+    const int H = m->hidden, nh = m->n_heads, hd = m->head_dim, ql = m->cfg.q_lora_rank, n = z->hc;
+    const int G = z->groups, olr = z->o_lora, dI = z->idx_dim, nI = z->idx_heads;
+    enum ft_status st;
+    for (int s = 0; s < 2; s++) {
+        FT_TRY(weight(m, pool, &X->hc_fn[s], (2 + n) * n, n * H, seed));
+        if (!(X->hc_base[s] = zeros(m, (size_t)(2 + n) * n)) || !(X->hc_scale[s] = ones(m, 3))) goto oom;
+    }
+    FT_TRY(weight(m, pool, &L->q_a, ql, H, seed));
+    FT_TRY(weight(m, pool, &L->q_b, nh * hd, ql, seed));
+    FT_TRY(weight(m, pool, &X->kv, hd, H, seed));
+    FT_TRY(weight(m, pool, &X->o_a, G * olr, nh * hd / G, seed));
+    FT_TRY(weight(m, pool, &X->o_b, H, G * olr, seed));
+    if (!(L->q_a_norm = ones(m, ql)) || !(X->kv_norm = ones(m, hd)) || !(L->sinks = zeros(m, (size_t)nh))) goto oom;
+    if (X->kind >= 2) {
+        const int ce = X->kind == 2 ? 2 * hd : hd, r = X->kind == 2 ? z->csa : z->hca;
+        FT_TRY(weight(m, pool, &X->c_kv, ce, H, seed));
+        FT_TRY(weight(m, pool, &X->c_gate, ce, H, seed));
+        if (!(X->c_ape = zeros(m, (size_t)r * ce)) || !(X->c_norm = ones(m, hd))) goto oom;
+    }
+    if (X->kind == 2) {
+        FT_TRY(weight(m, pool, &X->i_kv, 2 * dI, H, seed));
+        FT_TRY(weight(m, pool, &X->i_gate, 2 * dI, H, seed));
+        FT_TRY(weight(m, pool, &L->idx_wq, nI * dI, ql, seed));
+        FT_TRY(weight(m, pool, &L->idx_w, nI, H, seed));
+        if (!(X->i_ape = zeros(m, (size_t)z->csa * 2 * dI)) || !(X->i_norm = ones(m, dI))) goto oom;
+    }
+    return FT_OK;
+oom:
+    return ft_fail(FT_ERR_OOM, "synthetic %s: out of memory", m->label);
+fail:
+    return st;
+}
+
 /* The MLP: dense (leading dense layers), or router + banks + shared expert(s). */
 static enum ft_status build_ffn(struct ft_model *m, struct ft_pool *pool, struct ft_layer *L,
                                 const struct ft_row_schema *xs, uint64_t *seed) {
@@ -632,6 +725,26 @@ static enum ft_status build_ffn(struct ft_model *m, struct ft_pool *pool, struct
     }
     FT_TRY(weight(m, pool, &L->router, E, H, seed));
     if ((fl & FT_ARCH_SIGMOID_ROUTER) && !(L->router_score_bias = zeros(m, (size_t)E))) goto oom;
+    if (L->v4) { /* DeepSeek-V4: its clamped SwiGLU; hash layers route by token id */
+        L->act.limit = m->v4->swiglu, L->act.alpha = FT_SWIGLU_V4;
+        if (!L->v4->hash && !(L->router_score_bias = zeros(m, (size_t)E))) goto oom;
+        if (L->v4->hash) {
+            const int V = m->vocab, k = m->top_k;
+            int32_t *t = ft_model_alloc(m, (size_t)V * k * sizeof *t);
+            uint64_t s = (*seed += 0x632be59bd9b4e019ull);
+            if (!t) goto oom;
+            for (int v = 0; v < V; v++)
+                for (int j = 0; j < k; j++) { /* k distinct experts a token */
+                    int id, dup;
+                    do {
+                        id = (int)(ft_rng_next(&s) % (uint64_t)E), dup = 0;
+                        for (int i = 0; i < j; i++) dup |= t[(size_t)v * k + i] == id;
+                    } while (dup);
+                    t[(size_t)v * k + j] = id;
+                }
+            L->v4->tid2eid = t;
+        }
+    }
     if (fl & FT_ARCH_OAI_MOE) {
         L->act.limit = (float)m->cfg.swiglu_limit;
         L->act.alpha = (float)m->cfg.swiglu_alpha;
@@ -639,7 +752,7 @@ static enum ft_status build_ffn(struct ft_model *m, struct ft_pool *pool, struct
             !(L->act.down_bias = zeros(m, (size_t)E * H)))
             goto oom;
     }
-    if (Is > 0 && (fl & (FT_ARCH_SHARED_EXPERT | FT_ARCH_SHARED_PLAIN))) {
+    if (Is > 0 && (fl & (FT_ARCH_SHARED_EXPERT | FT_ARCH_SHARED_PLAIN | FT_ARCH_V4))) {
         L->has_shared = 1;
         FT_TRY(weight(m, pool, &L->sh_gate, Is, H, seed));
         FT_TRY(weight(m, pool, &L->sh_up, Is, H, seed));
@@ -701,10 +814,16 @@ enum ft_status ft_model_synthetic(const char *preset, struct ft_pool *pool, uint
     FT_TRY(weight(m, pool, &m->embed, m->vocab, H, &seed));
     FT_TRY(weight(m, pool, &m->lm_head, m->vocab, H, &seed));
     if (!(m->final_norm = ones(m, H))) goto oom;
+    if (m->v4) { /* the final stream collapse */
+        const int n = m->v4->hc;
+        FT_TRY(weight(m, pool, &m->v4->hc_head_fn, n, n * H, &seed));
+        if (!(m->v4->hc_head_base = zeros(m, (size_t)n)) || !(m->v4->hc_head_scale = ones(m, 1))) goto oom;
+    }
     for (int l = 0; l < m->n_layers; l++) {
         struct ft_layer *L = &m->layers[l];
         if (!(L->attn_norm = ones(m, H)) || !(L->ffn_norm = ones(m, H))) goto oom;
         if (L->gdn) FT_TRY(build_gdn(m, pool, L, &seed));
+        else if (L->v4) FT_TRY(build_v4(m, pool, L, &seed));
         else if (m->mla) FT_TRY(build_mla(m, pool, L, &seed));
         else FT_TRY(build_gqa(m, pool, L, l, &seed));
         FT_TRY(build_ffn(m, pool, L, xs, &seed));
