@@ -579,4 +579,53 @@ TEST(dsa_indexer_fields) {
     EXPECT_CONTAINS(ft_error(), "index_n_heads");
 }
 
+/* DeepSeek-V4's keys: layer_types with its compressed kinds (or the legacy compress_ratios),
+ * compress_rates (or compress_rate_csa / _hca), mlp_layer_types hash_moe / moe, the two RoPEs
+ * nested (main / compress, as transformers 5.17 saves them) or flat (rope_theta for the sliding
+ * layers; the scaling at compress_rope_theta with YaRN's attention factor 1), sqrtsoftplus. */
+TEST(deepseek_v4_fields) {
+    struct ft_config c;
+    EXPECT_OK(parse_patched("{\"architectures\":[\"DeepseekV4ForCausalLM\"],\"model_type\":\"deepseek_v4\","
+                            "\"layer_types\":[\"sliding_attention\",\"compressed_sparse_attention\","
+                            "\"heavily_compressed_attention\",\"compressed_sparse_attention\"],"
+                            "\"compress_rates\":{\"compressed_sparse_attention\":4,"
+                            "\"heavily_compressed_attention\":64},\"mlp_layer_types\":[\"hash_moe\","
+                            "\"moe\",\"moe\",\"moe\"],\"scoring_func\":\"sqrtsoftplus\",\"hc_mult\":4,"
+                            "\"o_groups\":8,\"o_lora_rank\":1024,\"rope_parameters\":{\"main\":{\"rope_type\":"
+                            "\"default\",\"rope_theta\":10000.0,\"partial_rotary_factor\":0.125},\"compress\":"
+                            "{\"rope_type\":\"yarn\",\"factor\":16.0,\"original_max_position_embeddings\":65536,"
+                            "\"rope_theta\":160000.0,\"partial_rotary_factor\":0.125,\"attention_factor\":1.0}}}", &c));
+    EXPECT(c.v4_attn && c.v4_attn[0] == 1 && c.v4_attn[1] == 2 && c.v4_attn[2] == 3 && c.v4_attn[3] == 2);
+    EXPECT(c.hash_moe && c.hash_moe[0] && !c.hash_moe[1]);
+    EXPECT_EQ(c.compress_csa, 4);
+    EXPECT_EQ(c.compress_hca, 64);
+    EXPECT_EQ(c.scoring_sqrtsoftplus, 1);
+    EXPECT(c.hc_mult == 4 && c.o_groups == 8 && c.o_lora_rank == 1024 && c.rope_nested);
+    EXPECT(c.rope.type == FT_ROPE_DEFAULT && c.rope.theta == 10000.0 && c.rope.partial_rotary_factor == 0.125);
+    EXPECT(c.rope_compress.type == FT_ROPE_YARN && c.rope_compress.theta == 160000.0 &&
+           c.rope_compress.factor == 16.0 && c.rope_compress.original_max_pos == 65536 &&
+           c.rope_compress.attention_factor == 1.0);
+    ft_config_free(&c);
+    EXPECT_OK(parse_patched("{\"architectures\":[\"DeepseekV4ForCausalLM\"],\"compress_ratios\":[0,4,128,4],"
+                            "\"compress_rate_hca\":128,\"compress_rope_theta\":80000.0,\"rope_scaling\":{"
+                            "\"type\":\"yarn\",\"factor\":16.0,\"original_max_position_embeddings\":256}}", &c));
+    EXPECT(c.v4_attn && c.v4_attn[0] == 1 && c.v4_attn[1] == 2 && c.v4_attn[2] == 3 && c.v4_attn[3] == 2);
+    EXPECT(c.hash_moe == NULL && c.scoring_sqrtsoftplus == -1 && c.compress_hca == 128 && !c.rope_nested);
+    EXPECT(c.rope.type == FT_ROPE_DEFAULT && c.rope.theta == 500000.0);
+    EXPECT(c.rope_compress.type == FT_ROPE_YARN && c.rope_compress.theta == 80000.0 &&
+           c.rope_compress.attention_factor == 1.0);
+    ft_config_free(&c);
+    EXPECT_EQ(parse_patched("{\"architectures\":[\"DeepseekV4ForCausalLM\"],\"compress_ratios\":[0,4,8,4]}", &c),
+              FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "compress_ratios[2]");
+    EXPECT_EQ(parse_patched("{\"architectures\":[\"DeepseekV4ForCausalLM\"],\"mlp_layer_types\":[\"moe\","
+                            "\"dense\",\"moe\",\"moe\"]}", &c), FT_ERR_FORMAT);
+    EXPECT_CONTAINS(ft_error(), "mlp_layer_types[1]");
+    /* another arch's config never takes them */
+    EXPECT_OK(parse_patched("{\"layer_types\":[\"full_attention\",\"compressed_sparse_attention\","
+                            "\"full_attention\",\"full_attention\"]}", &c));
+    EXPECT(c.v4_attn && c.v4_attn[1] == 2); /* refused by the loader (ft_v4_shapes) */
+    ft_config_free(&c);
+}
+
 TEST_MAIN("hfconfig")

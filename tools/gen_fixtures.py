@@ -695,6 +695,8 @@ def build_v4(name, seed):
               os.path.join(fused, "model.safetensors"), metadata={"format": "pt"})
     shutil.copyfile(os.path.join(d, "config.json"), os.path.join(fused, "config.json"))
     save_file(ref, os.path.join(fused, "reference.safetensors"))
+    copy_tokenizer(d)  # the tiny tokenizer: test_model_sched serves it
+    copy_tokenizer(fused)
     print(f"{name}: logits std {float(logits.std()):.3f}, greedy {greedy.tolist()}")
     print(f"  smallest greedy top-1 margin {gap:.3f}{'' if same else ' (teacher-forced argmax differs from cached greedy)'}")
     print(f"  |token-by-token cached - teacher-forced| {d_step:.2e}, |chunks of 5 - teacher-forced| {d_chunk:.2e}, "

@@ -370,15 +370,18 @@ static enum ft_status parse_moe(json_t *root, const char *label, struct ft_confi
             return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
         for (int l = 0; l < cfg->n_layers; l++) {
             const char *t = json_string_value(json_array_get(mlt, (size_t)l));
-            if (t && (!strcmp(t, "hash_moe") || !strcmp(t, "moe"))) { /* DeepSeek-V4 */
+            if (is_v4(cfg)) { /* DeepSeek-V4: hash-routed or top-k routed, every layer MoE */
+                if (!t || (strcmp(t, "hash_moe") && strcmp(t, "moe")))
+                    return ft_fail(FT_ERR_FORMAT, "%s: 'mlp_layer_types[%d]' must be \"hash_moe\" or "
+                                   "\"moe\" (DeepSeek-V4)", label, l);
                 if (!cfg->hash_moe && !(cfg->hash_moe = calloc((size_t)cfg->n_layers, 1)))
                     return ft_fail(FT_ERR_OOM, "%s: out of memory", label);
                 cfg->hash_moe[l] = !strcmp(t, "hash_moe");
                 continue;
             }
             if (!t || (strcmp(t, "dense") && strcmp(t, "sparse")))
-                return ft_fail(FT_ERR_FORMAT, "%s: 'mlp_layer_types[%d]' must be \"dense\" or \"sparse\" "
-                               "(DeepSeek-V4: \"hash_moe\" or \"moe\")", label, l);
+                return ft_fail(FT_ERR_FORMAT, "%s: 'mlp_layer_types[%d]' must be \"dense\" or \"sparse\"",
+                               label, l);
             cfg->mlp_only[l] |= !strcmp(t, "dense");
         }
         /* the list says, whatever first_k_dense_replace is (transformers reads only the list
