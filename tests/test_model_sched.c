@@ -358,4 +358,51 @@ done:
     close_fixture(&f);
 }
 
+/* DeepSeek-V4 through the scheduler: prompts past its window and compressors, prefilled in
+ * chunks of 5 beside other requests' decode steps (continuous batching), give each request the
+ * text it gets alone. */
+TEST(v4_batched_requests_same_text_as_alone) {
+    const char *dir = FT_TEST_DATA "/models/deepseek_v4";
+    struct ft_pool *pool = NULL;
+    struct ft_model *m = NULL;
+    struct ft_tok *tok = NULL;
+    EXPECT(ft_pool_init(&pool, 2) == FT_OK && ft_model_load(dir, &m) == FT_OK && ft_tok_load(dir, &tok) == FT_OK);
+    if (!m || !tok) goto done;
+    enum { N = 4 };
+    int32_t ids[N][40];
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < 40; j++) ids[i][j] = 3 + (j * (31 + 6 * i) + 7 * i) % (m->vocab - 3);
+    char *alone[N] = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        struct ft_sched_opts o = {.max_running = pass ? 3 : 1, .max_prefill = pass ? 5 : 64, .ctx_size = 64};
+        struct ft_sched *s = NULL;
+        EXPECT_OK(ft_sched_init(&s, m, tok, pool, &o));
+        if (!s) break;
+        struct ft_req *r[N] = {0};
+        for (int i = 0; i < N; i++) {
+            struct ft_req_params p = greedy(ids[i], 28 + 4 * i, 10);
+            p.ignore_eos = 1;
+            EXPECT_OK(ft_sched_submit(s, &p, &r[i]));
+        }
+        for (int i = 0; i < N; i++) {
+            struct ft_event last = {0};
+            char *text = r[i] ? collect(r[i], &last) : NULL;
+            EXPECT_EQ(last.type, FT_EV_DONE);
+            if (!pass) alone[i] = text;
+            else {
+                CHECK_(text && alone[i] && !strcmp(text, alone[i]), "request %d batched: '%s', alone '%s'", i,
+                       text ? text : "", alone[i] ? alone[i] : "");
+                free(text);
+            }
+            if (r[i]) ft_req_release(r[i]);
+        }
+        ft_sched_free(s);
+    }
+    for (int i = 0; i < N; i++) free(alone[i]);
+done:
+    ft_tok_free(tok);
+    ft_model_free(m);
+    ft_pool_free(pool);
+}
+
 TEST_MAIN("model_sched")
