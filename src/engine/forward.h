@@ -115,7 +115,8 @@ enum ft_status ft_engine_prefill(struct ft_engine *e, const int32_t *ids, int T,
                                  int all_logits);
 void ft_engine_reset(struct ft_engine *e);   /* forget the sequence (n_past = 0) */
 /* Keeps the first n positions of the KV cache (n <= n_past); later ones are overwritten. A model
- * with recurrent (Gated DeltaNet) layers cannot go back: it keeps all or none. Returns n_past. */
+ * with recurrent (Gated DeltaNet) layers or DeepSeek-V4 (its windows) cannot go back: it keeps
+ * all or none. Returns n_past. */
 int ft_engine_truncate(struct ft_engine *e, int n);
 int ft_engine_n_past(const struct ft_engine *e);
 int ft_engine_max_ctx(const struct ft_engine *e);
