@@ -448,12 +448,14 @@ static void split_case(const char *name, int mode) {
     ft_model_free(m);
 }
 
-/* The residency manager under a pin budget smaller than the banks (real cudaHostRegister): one
- * layer stays unpinned and decodes on the CPU, pinned bytes stay under the budget, and the
- * tokens are the resident backend's. at_load: the banks are registered while the checkpoint is
- * read (ft_model_load_opts with a residency, as `ft run/serve --backend offload` load), and the
+/* The residency manager under a pin budget smaller than the banks (real cudaHostRegister): a
+ * layer stays unpinned, pinned bytes stay under the budget, and the tokens are the resident
+ * backend's. With --moe-cpu-layers auto the unpinned layer still fills cache slots, its copies
+ * through the pinned staging ring; with CPU layers asked for (cpu_layers, e.g. "1") its misses
+ * decode on the CPU. at_load: the banks are registered while the checkpoint is read
+ * (ft_model_load_opts with a residency, as `ft run/serve --backend offload` load), and the
  * offload engine adopts that plan instead of registering again. */
-static void capped_case(const char *name, int at_load) {
+static void capped_case(const char *name, int at_load, const char *cpu_layers) {
     char dir[512], ref[512];
     fixture(name, dir, sizeof dir, ref, sizeof ref);
     struct ft_model *m = NULL;
@@ -479,6 +481,7 @@ static void capped_case(const char *name, int at_load) {
     struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
     struct ft_engine_opts oo = ro;
     oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = 4, oo.moe_mode = 0, oo.pin_budget = budget;
+    oo.cpu_layers = cpu_layers;
     struct ft_engine *re = NULL, *oe = NULL;
     EXPECT_OK(ft_engine_init(&re, m, g_pool, &ro));
     EXPECT_OK(ft_engine_init(&oe, om, g_pool, &oo));
@@ -508,8 +511,16 @@ static void capped_case(const char *name, int at_load) {
         struct ft_gpu_offload_stats os;
         ft_engine_offload_stats(oe, &os);
         CHECK_(same, "%s capped budget: greedy tokens differ from the resident backend", name);
-        CHECK_(os.cpu_experts > 0, "%s: the unpinned layer's misses were not computed on the CPU",
-               name);
+        fprintf(stderr, "  %-18s cpu layers %s: %d layers staged, %ld of %ld copies staged, %ld "
+                "misses on the CPU\n", name, cpu_layers ? cpu_layers : "auto", os.staged_layers,
+                os.staged, os.copies, os.cpu_experts);
+        if (cpu_layers) {
+            CHECK_(os.cpu_experts > 0 && os.staged == 0, "%s: the CPU layer's misses were not "
+                   "computed on the CPU", name);
+        } else {
+            CHECK_(os.staged_layers >= 1 && os.staged > 0 && os.cpu_experts == 0,
+                   "%s: the unpinned layer's misses were not copied through the staging ring", name);
+        }
         free(a), free(b);
     }
     ft_engine_free(re);
@@ -519,13 +530,15 @@ static void capped_case(const char *name, int at_load) {
 }
 
 TEST(offload_with_capped_pin_budget) {
-    capped_case("qwen3_moe", 0);
-    capped_case("qwen3_moe", 1);
-    capped_case("qwen3moe_q4km.gguf", 1);
-    /* the quantised formats and gpt-oss with CPU layers (#9) */
-    capped_case("gpt_oss_mxfp4", 1);
-    capped_case("qwen3_moe_nvfp4", 0);
-    capped_case("qwen3_moe_fp8", 1);
+    capped_case("qwen3_moe", 0, NULL);
+    capped_case("qwen3_moe", 1, NULL);
+    capped_case("qwen3_moe", 0, "1");
+    capped_case("qwen3moe_q4km.gguf", 1, NULL);
+    /* the quantised formats and gpt-oss, staged and with CPU layers (#9) */
+    capped_case("gpt_oss_mxfp4", 1, NULL);
+    capped_case("gpt_oss_mxfp4", 0, "1");
+    capped_case("qwen3_moe_nvfp4", 0, NULL);
+    capped_case("qwen3_moe_fp8", 1, "1");
 }
 
 /* gpt-oss (sinks, alternating windows, router and expert biases, clamped SwiGLU; bf16 and MXFP4

@@ -154,10 +154,10 @@ void ft_gpu_moe_free(struct ft_gpu_moe *gm) {
     if (gm->off) {
         struct ft_gpu_offload_stats os;
         ft_offload_get_stats(gm->off, &os);
-        ft_log_info("offload: %ld expert copies, %ld misses computed on the CPU, hit rate %.1f%%, "
-                    "copies at %.1f GB/s (PCIe probe %.1f GB/s), %ld verification mismatches "
-                    "repaired", os.copies, os.cpu_experts, 100 * os.hit_rate, os.copy_gbps,
-                    os.pcie_gbps, os.repaired);
+        ft_log_info("offload: %ld expert copies (%ld staged), %ld misses computed on the CPU, hit "
+                    "rate %.1f%%, copies at %.1f GB/s (PCIe probe %.1f GB/s), %ld verification "
+                    "mismatches repaired", os.copies, os.staged, os.cpu_experts, 100 * os.hit_rate,
+                    os.copy_gbps, os.pcie_gbps, os.repaired);
         ft_offload_free(gm->off);
     }
     ft_moe_exec_free(gm->exec);

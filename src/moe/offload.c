@@ -26,6 +26,12 @@
 #include "moe/bw_profile.h"
 #include "backend/cuda/device.h"
 
+/* The staging ring of unpinned layers' decode copies: what the pin budget has left beside the
+ * pinned layers, at most FT_STAGING_BYTES, in FT_STAGING_CHUNKS chunks (a multiple of 256 bytes)
+ * so that a memcpy into one overlaps the DMA out of the one before; none below 256-byte chunks. */
+#define FT_STAGING_CHUNKS 8
+#define FT_STAGING_BYTES ((uint64_t)32 << 20)
+
 enum { PATH_DMA = 1, PATH_GATHER = 2 };
 
 struct ft_offload {
@@ -68,11 +74,37 @@ struct ft_offload {
     int own_plan;                   /* 0: the plan is the model's (registered while loading) */
     uint8_t *cpu_layer;             /* [L] 1: decode this layer's misses on the CPU */
     int n_cpu_layers;
+    /* layers whose banks are not pinned (over the pin budget) still fill cache slots: their
+     * decode copies go through a ring of pinned chunks, a CPU memcpy into chunk r overlapping
+     * the DMA out of chunk r - 1 (prefill streams them by the driver's pageable copies) */
+    uint8_t *staged;                /* [L] */
+    int n_staged;
+    uint8_t *ring;                  /* FT_STAGING_CHUNKS x FT_STAGING_CHUNK bytes, pinned */
+    cudaEvent_t ev_ring[FT_STAGING_CHUNKS]; /* chunk r's DMA is done */
+    size_t chunk;                   /* bytes of a chunk */
+    int ring_next;
+    long staged_copies;
     int pending_layer, pending_n;   /* the last copy batch, for the split's feedback */
     int32_t *miss;                  /* [max_fills] distinct misses of a step */
     long cpu_experts, steps;
     double cpu_s;
 };
+
+/* Copies bytes from pageable src to device dst on the copy stream through the staging ring. */
+static enum ft_status ring_copy(struct ft_offload *f, uint8_t *dst, const uint8_t *src, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += f->chunk) {
+        const size_t n = bytes - off < f->chunk ? bytes - off : f->chunk;
+        const int r = f->ring_next;
+        f->ring_next = (r + 1) % FT_STAGING_CHUNKS;
+        uint8_t *chunk = f->ring + (size_t)r * f->chunk;
+        if (cudaEventSynchronize(f->ev_ring[r]) != cudaSuccess) return ft_cuda_check("staging ring");
+        memcpy(chunk, src + off, n);
+        if (cudaMemcpyAsync(dst + off, chunk, n, cudaMemcpyHostToDevice, f->cs) != cudaSuccess ||
+            cudaEventRecord(f->ev_ring[r], f->cs) != cudaSuccess)
+            return ft_cuda_check("staged expert copy");
+    }
+    return FT_OK;
+}
 
 static const uint8_t *bank_src(const struct ft_offload *f, int l, int fam, int e, int mapped) {
     const struct ft_bank *b = &f->m->layers[l].bank[fam];
@@ -98,6 +130,11 @@ static enum ft_status issue(struct ft_offload *f, const struct ft_cache_fill *fl
                 cudaMemsetAsync(dst[fam], 0, bytes[fam], f->cs);
                 continue;
             }
+            if (f->staged[l] && !f->pf_copying) { /* an unpinned bank: through the ring */
+                enum ft_status st = ring_copy(f, dst[fam], bank_src(f, l, fam, e, 0), bytes[fam]);
+                if (st != FT_OK) return st;
+                continue;
+            }
             const uint8_t *src = bank_src(f, l, fam, e, path == PATH_GATHER);
             int by_gather = path == PATH_GATHER && src;
             if (!src) src = bank_src(f, l, fam, e, 0);
@@ -112,6 +149,7 @@ static enum ft_status issue(struct ft_offload *f, const struct ft_cache_fill *fl
         }
         f->bytes += (double)(bytes[0] + bytes[1]);
         f->copies++;
+        f->staged_copies += f->staged[l] && !f->pf_copying;
     }
     return ft_cuda_copy_dma(f->cp_dst, f->cp_src, f->cp_bytes, c, f->cs);
 }
@@ -554,11 +592,41 @@ static enum ft_status register_banks(struct ft_offload *f, const struct ft_offlo
         if (st == FT_OK) st = ft_residency_apply(f->plan, (struct ft_model *)f->m);
     }
     if (st != FT_OK) return st;
+    /* --moe-cpu-layers auto (the default): the layers over the budget keep their cache slots;
+     * an explicit choice of CPU layers is kept as asked */
+    int stage = !o->cpu_layers || !*o->cpu_layers || !strcmp(o->cpu_layers, "auto"), unpinned = 0;
+    for (int l = 0; l < f->n_layers; l++)
+        unpinned += f->m->layers[l].is_moe && ft_residency_is_cpu_layer(f->plan, l);
+    struct ft_pin_budget *b = ft_residency_budget(f->plan);
+    uint64_t left = ft_pin_budget_available(b);
+    f->chunk = (size_t)((left < FT_STAGING_BYTES ? left : FT_STAGING_BYTES) / FT_STAGING_CHUNKS / 256 * 256);
+    const size_t rb = (size_t)FT_STAGING_CHUNKS * f->chunk;
+    if (stage && unpinned && !rb) {
+        ft_log_warn("pin budget: too small to keep a staging ring beside the pinned layers; the %d "
+                    "layers over it decode their misses on the CPU", unpinned);
+        stage = 0;
+    }
+    if (stage && unpinned) { /* the ring, inside the pin budget */
+        if (ft_pin_budget_charge(b, rb, "the expert staging ring") != FT_OK) {
+            ft_log_warn("%s; the layers over the budget decode their misses on the CPU", ft_error());
+            stage = 0;
+        } else if (cudaMallocHost((void **)&f->ring, rb) != cudaSuccess) {
+            cudaGetLastError();
+            ft_pin_budget_release(b, rb);
+            f->ring = NULL, stage = 0;
+            ft_log_warn("expert staging ring: cannot pin %.0f MiB; the layers over the pin budget "
+                        "decode their misses on the CPU", rb / 1048576.0);
+        }
+        for (int r = 0; stage && r < FT_STAGING_CHUNKS; r++)
+            if (cudaEventCreateWithFlags(&f->ev_ring[r], cudaEventDisableTiming) != cudaSuccess)
+                return ft_cuda_check("staging ring events");
+    }
     for (int l = 0; l < f->n_layers; l++) {
         if (!f->m->layers[l].is_moe) continue;
         if (ft_residency_is_cpu_layer(f->plan, l)) {
-            f->cpu_layer[l] = 1;
-            f->n_cpu_layers++;
+            /* over the pin budget: staged, or a CPU layer where the user asked for CPU layers */
+            if (stage) f->staged[l] = 1, f->n_staged++;
+            else f->cpu_layer[l] = 1, f->n_cpu_layers++;
             continue;
         }
         for (int fam = 0; fam < 2; fam++) {
@@ -570,6 +638,10 @@ static enum ft_status register_banks(struct ft_offload *f, const struct ft_offlo
             (fam ? f->map_dn : f->map_gu)[l] = dptr;
         }
     }
+    if (f->n_staged)
+        ft_log_info("pin budget: %d MoE layers over it stay unpinned and fill their cache slots "
+                    "through a pinned staging ring of %d x %.2f MiB", f->n_staged, FT_STAGING_CHUNKS,
+                    f->chunk / 1048576.0);
     return FT_OK;
 }
 
@@ -634,10 +706,11 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     f->map_gu = calloc((size_t)f->n_layers, sizeof *f->map_gu);
     f->map_dn = calloc((size_t)f->n_layers, sizeof *f->map_dn);
     f->cpu_layer = calloc((size_t)f->n_layers, 1);
+    f->staged = calloc((size_t)f->n_layers, 1);
     f->pre_layer = -1;
     f->sums = calloc(total ? (size_t)f->n_layers * f->E * 2 : 1, sizeof *f->sums);
     if (!f->fills || !f->miss || !f->slots_tmp || !f->pf_slot_of || !f->cp_dst || !f->cp_src || !f->cp_bytes || !f->map_gu ||
-        !f->map_dn || !f->cpu_layer || !f->sums ||
+        !f->map_dn || !f->cpu_layer || !f->staged || !f->sums ||
         cudaMallocHost((void **)&f->h_slots, (size_t)2 * nf * 4) != cudaSuccess ||
         cudaMallocHost((void **)&f->h_dsums, (size_t)2 * nf * 8) != cudaSuccess ||
         !(f->d_sums = dalloc(dctx, (size_t)2 * nf * 8))) {
@@ -670,6 +743,11 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     }
 #endif
     if ((st = register_banks(f, o)) != FT_OK) goto fail;
+    for (int l = l0; l < m->n_layers; l++) /* the probes time a pinned layer where there is one */
+        if (m->layers[l].is_moe && f->map_gu[l]) {
+            l0 = l;
+            break;
+        }
     int pn = f->n_slots < 8 ? f->n_slots : 8;
     if (pn > f->E) pn = f->E;
     checksum_banks(f, l0, pn); /* also what the startup probe checks against */
@@ -715,7 +793,6 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     ft_error_clear();
     st = ft_split_init(&f->split, (enum ft_moe_mode)o->moe_mode, f->n_layers, c_copy, c_cpu, c_solo, c_fixed);
     if (st != FT_OK) goto fail;
-    /* measuring switches (tools/gpu_run.sh splitab): the split as it was before f6f5fe8 */
     ft_log_info("offload (%s): %d expert slots (%.2f GiB, %.0f%% of %zu experts); copy paths: DMA "
                 "%.1f GB/s, gather %.1f GB/s -> %s; copy verification %s",
                 ft_moe_mode_name((enum ft_moe_mode)o->moe_mode), f->n_slots,
@@ -732,6 +809,12 @@ fail:
 void ft_offload_free(struct ft_offload *f) {
     if (!f) return;
     if (f->cs) cudaStreamSynchronize(f->cs);
+    for (int r = 0; r < FT_STAGING_CHUNKS; r++)
+        if (f->ev_ring[r]) cudaEventDestroy(f->ev_ring[r]);
+    if (f->ring) { /* before the plan, whose budget it was charged to */
+        cudaFreeHost(f->ring);
+        ft_pin_budget_release(ft_residency_budget(f->plan), (uint64_t)FT_STAGING_CHUNKS * f->chunk);
+    }
     if (f->own_plan) ft_residency_plan_free(f->plan); /* unpins and unlocks the banks */
     if (f->cs) cudaStreamDestroy(f->cs);
     if (f->ev_copied) cudaEventDestroy(f->ev_copied);
@@ -749,7 +832,7 @@ void ft_offload_free(struct ft_offload *f) {
     ft_cache_free(f->cache);
     ft_split_free(&f->split);
     free(f->fills), free(f->miss), free(f->slots_tmp), free(f->pf_slot_of), free(f->cp_dst), free(f->cp_src), free(f->cp_bytes);
-    free(f->map_gu), free(f->map_dn), free(f->cpu_layer), free(f->sums);
+    free(f->map_gu), free(f->map_dn), free(f->cpu_layer), free(f->staged), free(f->sums);
     if (f->slot_gu) cudaFree(f->slot_gu); /* allocated through the backend's counted allocator */
     if (f->slot_dn) cudaFree(f->slot_dn);
     if (f->d_sums) cudaFree(f->d_sums);
@@ -781,6 +864,7 @@ void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stat
     out->repaired = f->repaired;
     out->prefetch_unused = f->pre_unused;
     out->copy_gbps = f->copy_s > 0 ? f->bytes / f->copy_s / 1e9 : 0;
+    out->staged = f->staged_copies, out->staged_layers = f->n_staged;
     out->pcie_gbps = f->pcie_gbps;
 }
 

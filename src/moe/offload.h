@@ -30,6 +30,8 @@ struct ft_gpu_offload_stats {
     double hit_rate;
     long hits, misses;              /* expert lookups so far */
     long copies, mismatches, repaired;
+    long staged;                    /* copies of unpinned layers' experts through the ring */
+    int staged_layers;              /* MoE layers over the pin budget that still fill slots */
     long prefetch_unused;           /* experts copied ahead for the next layer's prefill that it
                                        did not route to */
     long cpu_experts;               /* misses computed on the CPU (cpu / hybrid) */
