@@ -7,7 +7,8 @@
 #   run(command="tools/gpu_run.sh tests", carry=[".gpu"])
 # Parts (any order, several at once):
 #   tests    test_gpu_ops, test_gpu_model, test_gpu_residency                 -> tests.log
-#   bench    resident tg/pp (bf16); the CPU backend on MXFP4/NVFP4/Q4_K; bench_ggml -> bench.log
+#   bench    resident tg/pp (bf16); the CPU backend on MXFP4/NVFP4/Q4_K; bench_ggml (CPU, then
+#            --gpu: the GPU's int8 block GEMVs)                              -> bench.log
 #   auto     --backend auto with --vram-limit 30G on the 30B shape: picks offload -> auto.log
 #   oss      gpt-oss-20b / 120b (MXFP4) offloaded under a VRAM limit        -> oss.log
 #   real     the real model (parts from tools/gpu_model_chunks.sh; carry .gpu and .whl):
@@ -86,6 +87,7 @@ for part in "$@"; do
             step bench.log 300 $G/ft bench --synthetic "$f" --backend cpu -t 16 -p 512 -n 64 -r 2
         done
         step bench.log 200 $G/bench_ggml --threads 16 --mib 2048
+        step bench.log 200 $G/bench_ggml --gpu # issue 32: the int8 GEMVs' GB/s beside the HBM ceiling
         ;;
     prec)
         # a position off by > 0.1 without a router near-tie, or "first8" (the fp32 decode path)

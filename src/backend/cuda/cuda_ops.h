@@ -181,6 +181,17 @@ void ft_cuda_gdn_conv(float *x, int ldx, const struct ft_cuda_gdn *g, const floa
 void ft_cuda_gdn_rule(float *out, const float *x, int ldx, int b_off, int a_off,
                       const struct ft_cuda_gdn *g, const float *A, const float *dt_bias, int n_segs,
                       cudaStream_t s);
+/* The same two steps in chunked (parallel) forms for prefill-sized steps of T tokens in n_segs
+ * segments (any lengths), same results (the conv exactly; the rule within fp32 rounding), each
+ * sequence's window and S left where the recurrent kernels leave them. scratch: at least
+ * ft_cuda_gdn_chunk_scratch(...) floats, shared by the two (they run one after the other). The
+ * chunked rule overwrites x's v columns. */
+size_t ft_cuda_gdn_chunk_scratch(int Hk, int Hv, int dk, int dv, int K, int T, int n_segs);
+void ft_cuda_gdn_conv_chunked(float *x, int ldx, const struct ft_cuda_gdn *g, const float *w, int T,
+                              int n_segs, float *scratch, cudaStream_t s);
+void ft_cuda_gdn_rule_chunked(float *out, float *x, int ldx, int b_off, int a_off,
+                              const struct ft_cuda_gdn *g, const float *A, const float *dt_bias,
+                              int T, int n_segs, float *scratch, cudaStream_t s);
 /* o [T, Hv dv] = rmsnorm(o) * w * silu(z) per (token, head) of dv; z rows ldz apart */
 void ft_cuda_gated_rmsnorm(float *o, const float *z, int ldz, const float *w, int T, int Hv, int dv,
                            float eps, cudaStream_t s);
@@ -219,7 +230,10 @@ void ft_cuda_mla_attention(float *out, const float *q_lat, const float *cache, c
 /* --- experts in GGML block formats (ggml.cu): dtype is an enum ft_dtype block format; each
  * expert's matrix is expert_stride bytes apart, its rows ft_dtype_row_bytes(dtype, K) --- */
 int ft_cuda_block_format(int dtype); /* 1 when the kernels below take dtype */
-/* y[p, n] = row n of expert ids[p] . x[p / x_div] (the block twin of ft_cuda_moe_gemv) */
+/* y[p, n] = row n of expert ids[p] . x[p / x_div] (the block twin of ft_cuda_moe_gemv): for the
+ * GGML formats the int8-activation kernel (ft_cuda_moe_gemv_q8) unless ft_cuda_q8_use(0) said
+ * fp32 x (the engine's exact mode: it sets this before enqueuing each step; engine thread) */
+void ft_cuda_q8_use(int on);
 void ft_cuda_moe_gemv_blocks(float *y, const float *x, int x_div, const void *w,
                              size_t expert_stride, int dtype, const int32_t *ids, int P, int N,
                              int K, cudaStream_t s);
@@ -229,10 +243,41 @@ void ft_cuda_moe_gemv_blocks(float *y, const float *x, int x_div, const void *w,
 void ft_cuda_dequant_experts(uint16_t *dst, const void *src, size_t expert_stride, int dtype,
                              const int32_t *src_of, const int32_t *offsets, int first, int n,
                              int rows, int cols, cudaStream_t s);
+/* The fp32-activation kernel ft_cuda_moe_gemv_blocks ran before the int8 one (every format;
+ * ft_cuda_moe_gemv_blocks still runs it for NVFP4 / FP8_B128): benchmarks and tests. */
+void ft_cuda_moe_gemv_blocks_f32(float *y, const float *x, int x_div, const void *w,
+                                 size_t expert_stride, int dtype, const int32_t *ids, int P, int N,
+                                 int K, cudaStream_t s);
+/* out[t, :] = row ids[t] of a [rows, H] table in block format dtype, as fp32 (the embedding). */
+void ft_cuda_embed_blocks(float *out, const void *table, int dtype, const int32_t *ids, int T, int H,
+                          cudaStream_t s);
 /* slot_of[e] = e - first for the experts [first, first + n) present in src_of (or all when NULL),
  * -1 otherwise: the grouped GEMM's map onto a chunk dequantised by ft_cuda_dequant_experts. */
 void ft_cuda_chunk_slots(int32_t *slot_of, const int32_t *src_of, int first, int n, int E,
                          cudaStream_t s);
+
+/* --- decode GEMV on GGML block rows with int8 activations (ggml_mmv.cu): each thread block
+ * quantises the fp32 input rows it reads to int8 per 32 elements (scale max|x| / 127: the
+ * codes of the CPU's ft_ggml_quant_x32) in shared memory, then dp4a's them with the weight
+ * codes. Accuracy as ggml_dot.h's x32 dots (against the fp32 input: off by at most
+ * sum_blocks (d_b / 2) sum_i |w_i|, ~0.3% of the dot's scale). dtype: an enum ft_dtype --- */
+/* 1 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4. */
+int ft_cuda_q8_format(int dtype);
+/* The longest row (K) ft_cuda_gemv_q8 takes for T tokens a launch (it splits longer steps). */
+int ft_cuda_q8_max_k(int T);
+/* ft_cuda_moe_gemv_blocks on int8 activations (what it runs for the formats above). */
+void ft_cuda_moe_gemv_q8(float *y, const float *x, int x_div, const void *w, size_t expert_stride,
+                         int dtype, const int32_t *ids, int P, int N, int K, cudaStream_t s);
+/* ft_cuda_gemv_ex's semantics (outputs split at n0 / n1, biases, the fused input RMSNorm and
+ * its xn_out, accumulate; a->w is not read) for rows [n_off, n_off + n_rows) of the stacked
+ * matrix, read from w (row n_off's first block: several formats can share one stack, one launch
+ * per part) in format dtype. Any T (8 tokens a launch); K a multiple of the block. */
+void ft_cuda_gemv_q8(const struct ft_cuda_gemv_args *a, const void *w, int dtype, int n_off,
+                     int n_rows, cudaStream_t s);
+/* Tests: the int8 codes, scales and half sums (sums[2b], sums[2b + 1]) the GEMV computes for
+ * rows x [rows, K] (after the fused RMSNorm when nw is set; xn_out: the normalised rows). */
+void ft_cuda_quant_q8(int8_t *q, float *d, int16_t *sums, const float *x, int rows, int K,
+                      const float *nw, float eps, float *xn_out, cudaStream_t s);
 
 /* --- MoE prefill on the device (moe.cu): routing sort without a host round trip, then one
  * tensor-core GEMM launch per projection over all experts' token groups. --- */

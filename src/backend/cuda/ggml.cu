@@ -6,7 +6,10 @@
  * Each element gets exactly the value format/ggml_quant.c gives it (the same fp32 operations in
  * the same order, with __fmul_rn/__fadd_rn so nothing is contracted into an FMA), which is
  * bit-identical to GGML and the gguf package; test_gpu_ops checks the dequantiser against the
- * CPU bit for bit. C launchers (cuda_ops.h); everything enqueues on the given stream. */
+ * CPU bit for bit. The decode GEMV of the GGML formats is now ggml_mmv.cu's int8 one
+ * (ft_cuda_moe_gemv_blocks routes there); the fp32-x kernel here stays for NVFP4 / FP8_B128,
+ * the engine's exact mode and comparisons. Also the embedding gather from a block-format table.
+ * C launchers (cuda_ops.h); everything enqueues on the given stream. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -206,6 +209,20 @@ __global__ void dequant_bf16_kernel(uint16_t *dst, const uint8_t *src, size_t ex
     }
 }
 
+/* out[t, :] = row ids[t] of the table (format T), 8 elements a thread step */
+template <int T>
+__global__ void embed_blocks_kernel(float *out, const uint8_t *table, size_t row_bytes,
+                                    const int32_t *ids, int H) {
+    const uint8_t *row = table + (size_t)ids[blockIdx.x] * row_bytes;
+    float *o = out + (size_t)blockIdx.x * H;
+    for (int i = threadIdx.x * 8; i < H; i += blockDim.x * 8) {
+        float wf[8];
+        dq8<T>(row, i, H, wf);
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[i + j] = wf[j];
+    }
+}
+
 __global__ void chunk_slots_kernel(int32_t *slot_of, const int32_t *src_of, int first, int n, int E) {
     int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= E) return;
@@ -224,9 +241,22 @@ extern "C" int ft_cuda_block_format(int dtype) {
     return 0;
 }
 
+static int g_q8 = 1; /* ft_cuda_q8_use */
+
+extern "C" void ft_cuda_q8_use(int on) { g_q8 = on; }
+
+/* The integer-dot kernel (ggml_mmv.cu) for the GGML formats unless ft_cuda_q8_use(0); the
+ * fp32-x kernel below for NVFP4 / FP8_B128 */
 extern "C" void ft_cuda_moe_gemv_blocks(float *y, const float *x, int x_div, const void *w,
                                         size_t expert_stride, int dtype, const int32_t *ids, int P,
                                         int N, int K, cudaStream_t s) {
+    if (g_q8 && ft_cuda_q8_format(dtype)) ft_cuda_moe_gemv_q8(y, x, x_div, w, expert_stride, dtype, ids, P, N, K, s);
+    else ft_cuda_moe_gemv_blocks_f32(y, x, x_div, w, expert_stride, dtype, ids, P, N, K, s);
+}
+
+extern "C" void ft_cuda_moe_gemv_blocks_f32(float *y, const float *x, int x_div, const void *w,
+                                            size_t expert_stride, int dtype, const int32_t *ids,
+                                            int P, int N, int K, cudaStream_t s) {
     dim3 grid((N + GQ_WARPS - 1) / GQ_WARPS, P);
     size_t rb = ft_dtype_row_bytes((enum ft_dtype)dtype, K);
 #define GO(t)                                                                                       \
@@ -242,12 +272,24 @@ extern "C" void ft_cuda_moe_gemv_blocks(float *y, const float *x, int x_div, con
 extern "C" void ft_cuda_dequant_experts(uint16_t *dst, const void *src, size_t expert_stride,
                                         int dtype, const int32_t *src_of, const int32_t *offsets,
                                         int first, int n, int rows, int cols, cudaStream_t s) {
-    dim3 grid(64, n);
+    dim3 grid(n < 16 ? 1024 / n : 64, n); /* ~1,024 blocks: a single dense weight fills the GPU too */
     size_t rb = ft_dtype_row_bytes((enum ft_dtype)dtype, cols);
 #define GO(t)                                                                                       \
     if (dtype == t) {                                                                               \
         dequant_bf16_kernel<t><<<grid, 256, 0, s>>>(dst, (const uint8_t *)src, expert_stride, rb,   \
                                                     src_of, offsets, first, rows, cols);    \
+        return;                                                                                     \
+    }
+    FT_BLOCK_TYPES(GO)
+#undef GO
+}
+
+extern "C" void ft_cuda_embed_blocks(float *out, const void *table, int dtype, const int32_t *ids,
+                                     int T, int H, cudaStream_t s) {
+    size_t rb = ft_dtype_row_bytes((enum ft_dtype)dtype, H);
+#define GO(t)                                                                                       \
+    if (dtype == t && t != FT_DTYPE_NVFP4 && t != FT_DTYPE_FP8_B128) { /* GGML blocks only */    \
+        embed_blocks_kernel<t><<<T, 256, 0, s>>>(out, (const uint8_t *)table, rb, ids, H);          \
         return;                                                                                     \
     }
     FT_BLOCK_TYPES(GO)
