@@ -3,10 +3,13 @@
  * error when a step needs more distinct experts than there are slots. The reference is a
  * straightforward list-based LRU simulation written here. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "moe/cache.h"
+#include "moe/hotset.h"
 #include "moe/trace.h"
 #include "test.h"
 
@@ -419,6 +422,58 @@ TEST(trace_saves_loads_and_refuses_a_bad_file) {
     EXPECT_EQ(ft_trace_load(&u, path), FT_ERR_FORMAT);
     remove(path);
     ft_trace_free(&t);
+}
+
+/* The hot set: a save reads back as written; its top keys are the brute-force ranking (largest
+ * count first, ties to the lower key, zero counts and skipped layers left out); a file of
+ * another shape, a truncated or padded one, and one with a NaN are refused, a missing one is
+ * FT_ERR_IO. */
+TEST(hotset_saves_loads_ranks_and_refuses_bad_files) {
+    char dir[] = "/tmp/ft_hotset_XXXXXX", path[512];
+    if (!mkdtemp(dir)) return;
+    snprintf(path, sizeof path, "%s/sub/hot.bin", dir);
+    const int L = 4, E = 16, n = L * E;
+    struct ft_hotset h = {L, E, 12345, malloc((size_t)n * sizeof(float))}, g;
+    for (int k = 0; k < n; k++) h.count[k] = (float)((k * 37) % 11) * (k % 5 ? 1.0f : 0.0f);
+    EXPECT_OK(ft_hotset_save(&h, path));
+    EXPECT_OK(ft_hotset_load(path, L, E, 12345, &g));
+    EXPECT(g.count && !memcmp(g.count, h.count, (size_t)n * sizeof(float)));
+    const uint8_t skip[4] = {0, 1, 0, 0};
+    for (int want = 1; want <= n; want += 7) {
+        int32_t keys[64], ref[64];
+        int got = ft_hotset_top(&g, skip, want, keys), m = 0;
+        for (int round = 0; round < want; round++) { /* the reference: repeated argmax */
+            int best = -1;
+            for (int k = 0; k < n; k++) {
+                int used = 0;
+                for (int j = 0; j < m; j++) used |= ref[j] == k;
+                if (used || skip[k / E] || !(g.count[k] > 0)) continue;
+                if (best < 0 || g.count[k] > g.count[best]) best = k;
+            }
+            if (best < 0) break;
+            ref[m++] = best;
+        }
+        EXPECT_EQ(got, m);
+        for (int j = 0; j < got && j < m; j++) EXPECT_EQ(keys[j], ref[j]);
+    }
+    ft_hotset_free(&g);
+    EXPECT_EQ(ft_hotset_load(path, L, E + 1, 12345, &g), FT_ERR_FORMAT);
+    EXPECT_EQ(ft_hotset_load(path, L, E, 999, &g), FT_ERR_FORMAT);
+    EXPECT(g.count == NULL);
+    FILE *f = fopen(path, "ab"); /* one byte too many */
+    if (f) fputc(0, f), fclose(f);
+    EXPECT_EQ(ft_hotset_load(path, L, E, 12345, &g), FT_ERR_FORMAT);
+    EXPECT(truncate(path, 30) == 0);
+    EXPECT_EQ(ft_hotset_load(path, L, E, 12345, &g), FT_ERR_FORMAT);
+    h.count[3] = NAN;
+    EXPECT_OK(ft_hotset_save(&h, path));
+    EXPECT_EQ(ft_hotset_load(path, L, E, 12345, &g), FT_ERR_FORMAT);
+    remove(path);
+    EXPECT_EQ(ft_hotset_load(path, L, E, 12345, &g), FT_ERR_IO);
+    ft_hotset_free(&h);
+    snprintf(path, sizeof path, "%s/sub", dir);
+    rmdir(path);
+    rmdir(dir);
 }
 
 TEST_MAIN("cache")

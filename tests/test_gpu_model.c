@@ -608,6 +608,64 @@ TEST(offload_matches_resident) {
     offload_case("glm4_moe_lite", 4, 2, NULL);
 }
 
+/* The hot set (moe/hotset.h): an offload engine with hot_set on saves its experts' uses when
+ * freed; the next one warms its cache from that file before its first step (the warmed slots
+ * must hold the right experts: its greedy tokens and logits are the resident backend's). */
+TEST(offload_warms_its_cache_from_the_hot_set) {
+    char dir[] = "/tmp/ft_hot_XXXXXX", fdir[512], ref[512];
+    if (!mkdtemp(dir)) return;
+    setenv("FREETOKEN_CACHE", dir, 1);
+    ft_env_reload();
+    fixture("qwen3_moe", fdir, sizeof fdir, ref, sizeof ref);
+    struct ft_model *m = NULL;
+    EXPECT_OK(ft_model_load(fdir, &m));
+    struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
+    struct ft_engine_opts oo = ro;
+    oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = 6, oo.moe_mode = 0, oo.hot_set = 1;
+    const int V = m ? m->vocab : 1;
+    float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
+    long warmed[2] = {-1, -1};
+    for (int run = 0; m && run < 2; run++) {
+        struct ft_engine *re = NULL, *oe = NULL;
+        EXPECT_OK(ft_engine_init(&re, m, g_pool, &ro));
+        EXPECT_OK(ft_engine_init(&oe, m, g_pool, &oo));
+        if (!re || !oe) {
+            ft_engine_free(re), ft_engine_free(oe);
+            break;
+        }
+        struct ft_gpu_offload_stats os;
+        ft_engine_offload_stats(oe, &os);
+        warmed[run] = os.warmed;
+        int32_t ids[16];
+        for (int t = 0; t < 16; t++) ids[t] = (t * 29 + 3 + run) % V;
+        EXPECT_OK(ft_engine_prefill(re, ids, 16, a, 0));
+        EXPECT_OK(ft_engine_prefill(oe, ids, 16, b, 0));
+        int same = 1;
+        float err = 0;
+        for (int g = 0; g < 10; g++) {
+            for (int v = 0; v < V; v++) err = fmaxf(err, fabsf(a[v] - b[v]));
+            int32_t x = ft_argmax(a, V), y = ft_argmax(b, V);
+            same &= x == y;
+            EXPECT_OK(ft_engine_forward(re, &x, 1, a, 0));
+            EXPECT_OK(ft_engine_forward(oe, &y, 1, b, 0));
+        }
+        fprintf(stderr, "  run %d: %ld experts warmed at start, max |dlogit| %g\n", run, warmed[run], err);
+        CHECK_(same, "hot set run %d: greedy tokens differ from the resident backend", run);
+        CHECK_(err <= 0.05f, "hot set run %d: max |dlogit| %g", run, err);
+        ft_engine_free(re);
+        ft_engine_free(oe); /* writes the hot set */
+    }
+    EXPECT_EQ(warmed[0], 0);
+    CHECK_(warmed[1] > 0, "the second engine warmed %ld experts from the hot set", warmed[1]);
+    free(a), free(b);
+    ft_model_free(m);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    EXPECT(system(cmd) == 0);
+    unsetenv("FREETOKEN_CACHE");
+    ft_env_reload();
+}
+
 int main(int argc, char **argv) {
     if (ft_pool_init(&g_pool, 0) != FT_OK) return 1;
     int rc = test_run("gpu_model", argc, argv);

@@ -324,6 +324,7 @@ int ft_cmd_bench(int argc, char **argv) {
     struct ft_engine_opts be;
     int be_auto;
     ft_cli_backend_init(&be, &be_auto);
+    be.hot_set = 0;
     const char *model = NULL, *synthetic = NULL, *routing = NULL, *record = NULL;
     struct ft_trace trace;
     ft_trace_init(&trace, 0, 0);

@@ -215,6 +215,7 @@ const char ft_cli_backend_usage[] =
     "  --backend offload   experts stay in host RAM; a GPU cache of slots holds the hot ones:\n"
     "  --moe-cache-size N / --moe-cache-rate F   slots (default: what fits --vram-limit)\n"
     "  --moe-cache-policy lru|lfru|slru  eviction (default lru; bench/RESULTS.md compares them)\n"
+    "  --no-hot-set        start the cache empty, not from the experts earlier runs used most\n"
     "  --verify-copies off|sample|all   checksum copied experts (default sample on WSL2)\n"
     "  --copy-path auto|dma|gather      expert copy path (default: the faster at startup)\n"
     "  --moe-backend hybrid|offload|cpu  misses: split between PCIe and the CPU by measured\n"
@@ -256,6 +257,10 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
     const char *a = argv[*i], *v;
     if (!strcmp(a, "--no-graphs")) {
         eo->no_graphs = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--no-hot-set")) {
+        eo->hot_set = 0;
         return 1;
     }
     if (strcmp(a, "--backend") && strcmp(a, "--device") && strcmp(a, "--vram-limit") &&
@@ -355,6 +360,7 @@ void ft_cli_backend_init(struct ft_engine_opts *be, int *backend_auto) {
     memset(be, 0, sizeof *be);
     be->verify_copies = -1;
     be->moe_mode = 2;     /* hybrid */
+    be->hot_set = 1;      /* ft bench turns it off: its runs must not depend on earlier ones */
     be->cpu_act_fast = 1; /* the CLI's default; a zeroed ft_engine_opts is exact fp32 */
     *backend_auto = 1;
 }
@@ -375,6 +381,7 @@ void ft_cli_backend_apply(struct ft_engine_opts *eo, const struct ft_engine_opts
     eo->cpu_act_fast = be->cpu_act_fast;
     eo->moe_cpu_threads = be->moe_cpu_threads;
     eo->cache_policy = be->cache_policy;
+    eo->hot_set = be->hot_set;
     ft_cli_backend_resolve(eo, backend_auto);
 }
 

@@ -1005,7 +1005,8 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                                  .cpu_threads = e->opts.moe_cpu_threads,
                                  .state_slots = n_gdn ? gpu_state_slots(e) : 0,
                                  .cache_policy = e->opts.cache_policy,
-                                 .record_routing = e->opts.record_routing};
+                                 .record_routing = e->opts.record_routing,
+                                 .hot_set = e->opts.hot_set};
         if (n_gdn && !(e->st_key = malloc((size_t)go.state_slots * sizeof *e->st_key)))
             st = ft_fail(FT_ERR_OOM, "engine: out of memory");
         for (int q = 0; st == FT_OK && q < go.state_slots; q++) e->st_key[q] = -1;

@@ -36,6 +36,8 @@ struct ft_engine_opts {
     int copy_path;        /* 0 auto, 1 DMA, 2 gather kernel */
     const char *cache_policy; /* the expert cache's eviction: "lru" (NULL), "lfru", "slru" */
     struct ft_trace *record_routing; /* offload: every expert-cache lookup recorded into it */
+    int hot_set;          /* offload: start the expert cache from the experts earlier runs of
+                             this model used most, and save this run's (moe/hotset.h) */
     int moe_mode;         /* enum ft_moe_mode (moe/policy.h): 0 offload, 1 cpu, 2 hybrid */
     const char *pin_budget;  /* --pin-budget SIZE (offload: the residency manager's budget) */
     const char *cpu_layers;  /* --moe-cpu-layers SPEC (offload: layers decoded on the CPU) */

@@ -38,6 +38,7 @@ struct ft_gpu_opts {
     int state_slots;         /* hybrid models: sequences whose recurrent state the GPU holds */
     const char *cache_policy;     /* ft_engine_opts' */
     struct ft_trace *record_routing;
+    int hot_set;
 };
 
 void ft_gpu_offload_stats(const struct ft_gpu *g, struct ft_gpu_offload_stats *out);

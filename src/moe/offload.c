@@ -24,6 +24,7 @@
 #include "mem/residency.h"
 #include "model/model.h"
 #include "moe/bw_profile.h"
+#include "moe/hotset.h"
 #include "backend/cuda/device.h"
 
 /* The staging ring of unpinned layers' decode copies: what the pin budget has left beside the
@@ -82,6 +83,12 @@ struct ft_offload {
     uint8_t *ring;                  /* FT_STAGING_CHUNKS x FT_STAGING_CHUNK bytes, pinned */
     cudaEvent_t ev_ring[FT_STAGING_CHUNKS]; /* chunk r's DMA is done */
     size_t chunk;                   /* bytes of a chunk */
+    /* the hot set: loaded at start (the cache warmed from it), saved at free; off for
+     * synthetic models, whose every run would otherwise start from the last one's routing */
+    struct ft_hotset hot;
+    char hot_path[1100];
+    int hot_on;
+    long warmed;
     int ring_next;
     long staged_copies;
     int pending_layer, pending_n;   /* the last copy batch, for the split's feedback */
@@ -645,6 +652,51 @@ static enum ft_status register_banks(struct ft_offload *f, const struct ft_offlo
     return FT_OK;
 }
 
+/* Fills free slots with the hot set's most used experts (the least used admitted first, so that
+ * recency ranks the hottest last to go), copied as prefill copies are, then waits for them. */
+static enum ft_status warm_cache(struct ft_offload *f) {
+    int32_t *keys = malloc((size_t)f->n_slots * sizeof *keys);
+    if (!keys) return ft_fail(FT_ERR_OOM, "offload: out of memory");
+    const int n = ft_hotset_top(&f->hot, f->cpu_layer, ft_cache_free_slots(f->cache), keys);
+    const double gib = (double)n * (double)(f->gu_bytes + f->dn_bytes) / 1073741824.0;
+    const int64_t t0 = ft_time_us();
+    enum ft_status st = FT_OK;
+    if (n) ft_log_info("warming the expert cache from %s: %d experts (%.2f GiB)", f->hot_path, n, gib);
+    int nb = 0;
+    for (int i = n - 1; i >= 0 && st == FT_OK; i--) {
+        const int32_t l = keys[i] / f->E, e = keys[i] % f->E;
+        int nf = 0;
+        ft_cache_new_step(f->cache);
+        st = ft_cache_admit(f->cache, l, &e, 1, f->fills + nb, &nf);
+        f->cache->misses[l] -= (uint64_t)nf; /* not a lookup */
+        nb += nf;
+        if (st == FT_OK && (nb == f->max_fills || i == 0)) { /* a batch of copies */
+            st = prefill_copy(f, f->fills, nb);
+            f->warmed += nb, nb = 0;
+        }
+    }
+    free(keys);
+    if (st == FT_OK && cudaStreamSynchronize(f->cs) != cudaSuccess) st = ft_cuda_check("warming the expert cache");
+    collect_prefill_timing(f, 1);
+    if (st == FT_OK && n)
+        ft_log_info("expert cache warm: %ld experts in %.2f s", f->warmed, (ft_time_us() - t0) / 1e6);
+    return st;
+}
+
+/* The hot set of this run (each expert's uses) plus half the last one's, for the next start. */
+static void save_hot(struct ft_offload *f) {
+    long lookups = 0;
+    for (int l = 0; l < f->n_layers; l++) lookups += (long)(f->cache->hits[l] + f->cache->misses[l]);
+    if (!f->hot_on || lookups == 0) return;
+    const size_t n = (size_t)f->n_layers * f->E;
+    struct ft_hotset h = {f->n_layers, f->E, f->gu_bytes + f->dn_bytes, calloc(n, sizeof(float))};
+    if (!h.count) return;
+    for (size_t k = 0; k < n; k++)
+        h.count[k] = (float)f->cache->freq[k] + (f->hot.count ? 0.5f * f->hot.count[k] : 0.0f);
+    if (ft_hotset_save(&h, f->hot_path) != FT_OK) ft_log_warn("%s", ft_error());
+    ft_hotset_free(&h);
+}
+
 enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m,
                                const struct ft_offload_opts *o, size_t avail_bytes, int max_pairs,
                                ft_dalloc_fn dalloc, void *dctx) {
@@ -793,6 +845,15 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     ft_error_clear();
     st = ft_split_init(&f->split, (enum ft_moe_mode)o->moe_mode, f->n_layers, c_copy, c_cpu, c_solo, c_fixed);
     if (st != FT_OK) goto fail;
+    f->hot_on = strncmp(m->label, "synthetic:", 10) != 0;
+    if (f->hot_on) {
+        ft_hotset_path(m->label, f->n_layers, f->E, f->gu_bytes + f->dn_bytes, f->hot_path, sizeof f->hot_path);
+        enum ft_status hs = ft_hotset_load(f->hot_path, f->n_layers, f->E, f->gu_bytes + f->dn_bytes, &f->hot);
+        if (hs == FT_OK) st = warm_cache(f);
+        else if (hs == FT_ERR_FORMAT) ft_log_warn("%s", ft_error());
+        ft_error_clear();
+        if (st != FT_OK) goto fail;
+    }
     ft_log_info("offload (%s): %d expert slots (%.2f GiB, %.0f%% of %zu experts); copy paths: DMA "
                 "%.1f GB/s, gather %.1f GB/s -> %s; copy verification %s",
                 ft_moe_mode_name((enum ft_moe_mode)o->moe_mode), f->n_slots,
@@ -809,6 +870,8 @@ fail:
 void ft_offload_free(struct ft_offload *f) {
     if (!f) return;
     if (f->cs) cudaStreamSynchronize(f->cs);
+    if (f->cache) save_hot(f);
+    ft_hotset_free(&f->hot);
     for (int r = 0; r < FT_STAGING_CHUNKS; r++)
         if (f->ev_ring[r]) cudaEventDestroy(f->ev_ring[r]);
     if (f->ring) { /* before the plan, whose budget it was charged to */
@@ -864,7 +927,7 @@ void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stat
     out->repaired = f->repaired;
     out->prefetch_unused = f->pre_unused;
     out->copy_gbps = f->copy_s > 0 ? f->bytes / f->copy_s / 1e9 : 0;
-    out->staged = f->staged_copies, out->staged_layers = f->n_staged;
+    out->staged = f->staged_copies, out->staged_layers = f->n_staged, out->warmed = f->warmed;
     out->pcie_gbps = f->pcie_gbps;
 }
 

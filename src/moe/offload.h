@@ -23,6 +23,7 @@ struct ft_offload_opts {
     const char *cpu_layers; /* --moe-cpu-layers (NULL: auto) */
     const char *policy;     /* the cache's eviction (NULL: LRU) */
     struct ft_trace *record; /* every lookup recorded into it (NULL: none) */
+    int hot_set;            /* warm the cache from the model's hot set and save this run's */
 };
 
 struct ft_gpu_offload_stats {
@@ -32,6 +33,7 @@ struct ft_gpu_offload_stats {
     long copies, mismatches, repaired;
     long staged;                    /* copies of unpinned layers' experts through the ring */
     int staged_layers;              /* MoE layers over the pin budget that still fill slots */
+    long warmed;                    /* experts copied in at start from the hot set */
     long prefetch_unused;           /* experts copied ahead for the next layer's prefill that it
                                        did not route to */
     long cpu_experts;               /* misses computed on the CPU (cpu / hybrid) */
