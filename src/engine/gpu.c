@@ -449,7 +449,11 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     }
     if (m->n_gdn) { /* the DeltaNet layers' projections and the sequences' recurrent state */
         g->gdn_ld = (int)(2 * (size_t)m->gdn_hk * m->gdn_dk + 2 * Dv + 2 * (size_t)m->gdn_hv);
-        g->gp = dalloc(g, C * g->gdn_ld * 4, &st);
+        /* then the chunked prefill kernels' scratch (gdn_block: past the C rows of gp) */
+        const size_t scr = C > MAX_GRAPH_T ? ft_cuda_gdn_chunk_scratch(m->gdn_hk, m->gdn_hv, m->gdn_dk,
+                                                                       m->gdn_dv, m->gdn_kernel, (int)C, (int)S)
+                                           : 0;
+        g->gp = dalloc(g, (C * g->gdn_ld + scr) * 4, &st);
         g->st_floats = ft_model_state_bytes(m) / sizeof(float);
         g->d_state = dalloc(g, (size_t)g->n_slots * g->st_floats * 4, &st);
     }
@@ -727,8 +731,15 @@ static enum ft_status gdn_block(struct ft_gpu *g, const struct gpu_layer *L, int
     const struct ft_cuda_gdn d = {g->d_state, g->st_floats, (size_t)L->gl * (g->st_floats / m->n_gdn),
                                   g->d_seg_t0, g->d_seg_slot, m->gdn_hk, hv, m->gdn_dk, dv,
                                   m->gdn_kernel};
-    ft_cuda_gdn_conv(g->gp, N, &d, L->gdn_conv, g->seg_grid, s);
-    ft_cuda_gdn_rule(g->att, g->gp, N, Cc + Dv, Cc + Dv + hv, &d, L->gdn_A, L->gdn_dt, g->seg_grid, s);
+    if (T > MAX_GRAPH_T) { /* prefill: the chunked forms, parallel over tokens (scratch past gp) */
+        float *scr = g->gp + (size_t)g->C * N;
+        ft_cuda_gdn_conv_chunked(g->gp, N, &d, L->gdn_conv, T, g->seg_grid, scr, s);
+        ft_cuda_gdn_rule_chunked(g->att, g->gp, N, Cc + Dv, Cc + Dv + hv, &d, L->gdn_A, L->gdn_dt, T,
+                                 g->seg_grid, scr, s);
+    } else { /* decode-sized steps (graph-captured): the recurrent forms */
+        ft_cuda_gdn_conv(g->gp, N, &d, L->gdn_conv, g->seg_grid, s);
+        ft_cuda_gdn_rule(g->att, g->gp, N, Cc + Dv, Cc + Dv + hv, &d, L->gdn_A, L->gdn_dt, g->seg_grid, s);
+    }
     ft_cuda_gated_rmsnorm(g->att, g->gp + Cc, N, L->gdn_norm, T, hv, dv, m->rms_eps, s);
     prof_mark(g, FT_OP_ATTN);
     if (T <= MAX_GRAPH_T) {

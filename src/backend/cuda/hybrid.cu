@@ -100,6 +100,343 @@ extern "C" void ft_cuda_gdn_rule(float *out, const float *x, int ldx, int b_off,
            a_off, *g, A, dt_bias);
 }
 
+/* --- the chunked forms for prefill-sized steps ---
+ * Segments are cut into tiles from their first token (GDN_CONV_TILE tokens for the conv,
+ * GDN_BT for the rule; a segment's last tile may be shorter, a segment of 0 tokens has none),
+ * numbered in segment order. A step of T tokens in n segments has at most
+ * min(T, cdiv(T, n) + n_segs) tiles; the kernels launch that many and the ones past the end
+ * return. */
+#define GDN_CONV_TILE 64
+#define GDN_BT 64
+#define GDN_THREADS 256
+
+/* Tile j of tiles of n tokens: its segment, first token and length; false past the last tile.
+ * A scan over the segments (a step holds few). */
+__device__ bool gdn_tile(const struct ft_cuda_gdn *g, int n_segs, int j, int n, int *seg, int *t0,
+                         int *len) {
+    for (int s = 0; s < n_segs; s++) {
+        const int a = g->seg_t0[s], b = g->seg_t0[s + 1], nt = (b - a + n - 1) / n;
+        if (j < nt) {
+            *seg = s, *t0 = a + j * n, *len = min(n, b - *t0);
+            return true;
+        }
+        j -= nt;
+    }
+    return false;
+}
+
+static unsigned gdn_tiles(int T, int n, int n_segs) {
+    const size_t t = cdiv(T, n) + (size_t)n_segs;
+    return (unsigned)(t < (size_t)T ? t : (size_t)T);
+}
+
+/* The conv in two passes so that tiles of one segment can run at once while the conv is done
+ * in place: gdn_conv_stage_kernel copies, for each (conv tile, channel), the K-1 inputs before
+ * the tile's first token (from the sequence's window, then raw inputs of the segment) into
+ * hist [tile][Cc][K-1]; gdn_conv_tile_kernel then runs each (tile, channel) by one thread like
+ * gdn_conv_kernel from that history, and the thread of a segment's last tile writes the new
+ * window (every read of the old one was in the first pass). Thread per (channel, tile):
+ * blockIdx.x * 128 + threadIdx.x the channel, blockIdx.y the tile. */
+__global__ void gdn_conv_stage_kernel(const float *x, int ldx, struct ft_cuda_gdn g, int n_segs,
+                                      float *hist) {
+    pdl_enter();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y, K = g.K;
+    const int Cc = 2 * g.Hk * g.dk + g.Hv * g.dv;
+    int seg, t0, len;
+    if (c >= Cc || !gdn_tile(&g, n_segs, j, GDN_CONV_TILE, &seg, &t0, &len)) return;
+    const int s0 = g.seg_t0[seg], p = t0 - s0; /* the tile's first token within its segment */
+    const float *win = gdn_layer_state(&g, seg) + (size_t)c * (K - 1);
+    float *h = hist + ((size_t)j * Cc + c) * (K - 1);
+    /* the inputs before token p of the segment: e-th of (window, then the segment's raw inputs) */
+    for (int q = 0; q < K - 1; q++) {
+        const int e = p + q;
+        h[q] = e < K - 1 ? win[e] : x[(size_t)(s0 + e - (K - 1)) * ldx + c];
+    }
+}
+
+__global__ void gdn_conv_tile_kernel(float *x, int ldx, struct ft_cuda_gdn g, int n_segs,
+                                     const float *w, const float *hist) {
+    pdl_enter();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y, K = g.K;
+    const int Cc = 2 * g.Hk * g.dk + g.Hv * g.dv;
+    int seg, t0, len;
+    if (c >= Cc || !gdn_tile(&g, n_segs, j, GDN_CONV_TILE, &seg, &t0, &len)) return;
+    const float *wc = w + (size_t)c * K, *h = hist + ((size_t)j * Cc + c) * (K - 1);
+    float hs[FT_CUDA_GDN_MAX_K];
+    for (int q = 0; q < K - 1; q++) hs[q] = h[q];
+    for (int t = t0; t < t0 + len; t++) {
+        float *u = x + (size_t)t * ldx + c, raw = *u, y = wc[K - 1] * raw;
+        for (int q = 0; q < K - 1; q++) y += wc[q] * hs[q];
+        for (int q = 0; q + 1 < K - 1; q++) hs[q] = hs[q + 1];
+        if (K > 1) hs[K - 2] = raw;
+        *u = y / (1.0f + __expf(-y));
+    }
+    if (t0 + len == g.seg_t0[seg + 1]) {
+        float *win = gdn_layer_state(&g, seg) + (size_t)c * (K - 1);
+        for (int q = 0; q < K - 1; q++) win[q] = hs[q];
+    }
+}
+
+/* The chunked gated delta rule. Within a chunk of L <= GDN_BT tokens of one segment and value
+ * head, with S0 the state before it, g_i = the cumulative sum of the log-decays (token i
+ * included) and k, q normalised as in the recurrent form: the recurrence unrolls to
+ *   d_i = beta_i (v_i - e^g_i k_i.S0 - sum_{j<i} e^(g_i-g_j) (k_i.k_j) d_j)   (d_i: the update row)
+ * so (I + A) D = diag(beta) V - diag(beta e^g) K S0 with A_ij = beta_i e^(g_i-g_j) k_i.k_j
+ * (j < i); with U = (I+A)^-1 diag(beta) V and W = (I+A)^-1 diag(beta e^g) K, D = U - W S0, and
+ *   o_i = e^g_i q_i.S0 + sum_{j<=i} e^(g_i-g_j) (q_i.k_j) d_j,
+ *   S_L = e^g_L S0 + sum_j e^(g_L-g_j) k_j d_j^T.
+ * gdn_chunk_prep_kernel computes what does not depend on S0 for every chunk at once;
+ * gdn_chunk_state_kernel runs the chunks of a segment in order. The exponents are differences
+ * g_i - g_j with i >= j (never positive). Scratch per token t and value head h (t, h rows):
+ * W [T][Hv][dk], P [T][Hv][GDN_BT] (P_ij = e^(g_i-g_j) q_i.k_j for j <= i, else 0), and three
+ * scalars sc [T][Hv][3]: rq_i e^g_i, rk_i e^(g_L-g_i) (the factors the raw q, k rows take in
+ * the state pass) and e^g_i; U replaces v in x. */
+
+/* One block of GDN_THREADS per (chunk tile blockIdx.x, value head blockIdx.y). Shared: the
+ * chunk's k and q rows (stride dk+1 so that column reads of different rows hit different
+ * banks), A, U and per-row scalars; W is solved in place of q. The forward substitution runs
+ * one thread per column of W or U (column c of row i needs only column c of rows j < i). */
+__global__ void __launch_bounds__(GDN_THREADS)
+    gdn_chunk_prep_kernel(float *x, int ldx, int b_off, int a_off, struct ft_cuda_gdn g, int n_segs,
+                          const float *A, const float *dt_bias, float *Wg, float *Pg, float *sc) {
+    pdl_enter();
+    extern __shared__ float sm[];
+    const int j0 = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
+    int seg, c0, L;
+    if (!gdn_tile(&g, n_segs, j0, GDN_BT, &seg, &c0, &L)) return; /* the whole block */
+    const int dk = g.dk, dv = g.dv, Dk = g.Hk * dk, Hv = g.Hv, kh = h / (Hv / g.Hk), lk = dk + 1;
+    const int la = GDN_BT + 1;
+    float *Ks = sm, *Qs = Ks + GDN_BT * lk, *Us = Qs + GDN_BT * lk, *As = Us + GDN_BT * dv;
+    float *rq = As + GDN_BT * la, *rk = rq + GDN_BT, *be = rk + GDN_BT, *gc = be + GDN_BT;
+    for (int e = tid; e < L * dk; e += nt) {
+        const int i = e / dk, a = e % dk;
+        const float *row = x + (size_t)(c0 + i) * ldx + (size_t)kh * dk + a;
+        Qs[i * lk + a] = row[0], Ks[i * lk + a] = row[Dk];
+    }
+    __syncthreads();
+    const int wi = tid / WARP, lane = tid % WARP, nw = nt / WARP;
+    const float qscale = rsqrtf((float)dk), Ah = A[h], dth = dt_bias[h];
+    for (int i = wi; i < L; i += nw) { /* a warp per row: the norms, beta and the log-decay */
+        float sq = 0.0f, sk = 0.0f;
+        for (int a = lane; a < dk; a += WARP) sq += Qs[i * lk + a] * Qs[i * lk + a], sk += Ks[i * lk + a] * Ks[i * lk + a];
+        sq = warp_sum(sq), sk = warp_sum(sk);
+        if (lane == 0) {
+            const float *row = x + (size_t)(c0 + i) * ldx;
+            const float xa = row[a_off + h] + dth, sp = xa > 20.0f ? xa : log1pf(expf(xa));
+            rq[i] = qscale / sqrtf(sq + 1e-6f), rk[i] = 1.0f / sqrtf(sk + 1e-6f);
+            be[i] = 1.0f / (1.0f + expf(-row[b_off + h])), gc[i] = Ah * sp;
+        }
+    }
+    __syncthreads();
+    if (tid == 0)
+        for (int i = 1; i < L; i++) gc[i] += gc[i - 1];
+    for (int e = tid; e < L * dk; e += nt) {
+        const int i = e / dk, a = e % dk;
+        Qs[i * lk + a] *= rq[i], Ks[i * lk + a] *= rk[i];
+    }
+    __syncthreads();
+    for (int e = tid; e < L * GDN_BT; e += nt) { /* A and P, an entry a thread */
+        const int i = e / GDN_BT, jj = e % GDN_BT;
+        float dq = 0.0f, dkk = 0.0f, r = 0.0f;
+        if (jj <= i) {
+            for (int a = 0; a < dk; a++) {
+                const float kj = Ks[jj * lk + a];
+                dq += Qs[i * lk + a] * kj, dkk += Ks[i * lk + a] * kj;
+            }
+            r = expf(gc[i] - gc[jj]);
+        }
+        As[i * la + jj] = jj < i ? be[i] * r * dkk : 0.0f;
+        Pg[((size_t)(c0 + i) * Hv + h) * GDN_BT + jj] = r * dq;
+    }
+    __syncthreads(); /* q is no longer read: W takes its place (row stride dk) */
+    float *Ws = Qs;
+    for (int col = tid; col < dk + dv; col += nt) {
+        if (col < dk) {
+            for (int i = 0; i < L; i++) {
+                float acc = be[i] * expf(gc[i]) * Ks[i * lk + col];
+                for (int jj = 0; jj < i; jj++) acc -= As[i * la + jj] * Ws[jj * dk + col];
+                Ws[i * dk + col] = acc;
+                Wg[((size_t)(c0 + i) * Hv + h) * dk + col] = acc;
+            }
+        } else {
+            const int c = col - dk;
+            for (int i = 0; i < L; i++) {
+                float *v = x + (size_t)(c0 + i) * ldx + 2 * (size_t)Dk + (size_t)h * dv + c;
+                float acc = be[i] * *v;
+                for (int jj = 0; jj < i; jj++) acc -= As[i * la + jj] * Us[jj * dv + c];
+                Us[i * dv + c] = acc;
+                *v = acc;
+            }
+        }
+    }
+    for (int i = tid; i < L; i += nt) {
+        float *o = sc + ((size_t)(c0 + i) * Hv + h) * 3;
+        o[0] = rq[i] * expf(gc[i]), o[1] = rk[i] * expf(gc[L - 1] - gc[i]), o[2] = expf(gc[i]);
+    }
+}
+
+static size_t gdn_prep_smem(int dk, int dv) {
+    return ((size_t)2 * GDN_BT * (dk + 1) + (size_t)GDN_BT * dv + (size_t)GDN_BT * (GDN_BT + 1) +
+            4 * GDN_BT) * sizeof(float);
+}
+
+/* One block of GDN_THREADS (8 warps) per (value head blockIdx.x, 32 columns of S blockIdx.y,
+ * segment blockIdx.z): the columns of S are independent, so a block keeps S [dk][32] in shared
+ * memory and walks the segment's chunks in order: V' = U - W S, O = Q' S + P V',
+ * S = e^g_L S + K'^T V' (Q', K': the raw rows times sc's factors), each chunk's rows staged in
+ * Xs [GDN_BT][dk] one matrix at a time. Lane = column; warp w the rows w, w + 8, ... of V' and
+ * O and the rows a = w, w + 8, ... of S (so the warp's lanes read one Xs / P entry at once). */
+#define GDN_RW (GDN_BT / (GDN_THREADS / WARP))              /* rows of V' / O a thread: 8 */
+#define GDN_SA (FT_CUDA_GDN_MAX_DK / (GDN_THREADS / WARP)) /* rows of S a thread, at most: 16 */
+__global__ void __launch_bounds__(GDN_THREADS)
+    gdn_chunk_state_kernel(float *out, const float *x, int ldx, struct ft_cuda_gdn g,
+                           const float *Wg, const float *Pg, const float *sc) {
+    pdl_enter();
+    extern __shared__ float sm[];
+    const int h = blockIdx.x, seg = blockIdx.z, tid = threadIdx.x, nt = GDN_THREADS;
+    const int lane = tid % WARP, wi = tid / WARP, NW = GDN_THREADS / WARP;
+    const int dk = g.dk, dv = g.dv, Dk = g.Hk * dk, Dv = g.Hv * dv, Hv = g.Hv, Cc = 2 * Dk + Dv;
+    const int kh = h / (Hv / g.Hk), col = blockIdx.y * WARP + lane;
+    const bool on = col < dv;
+    float *Sg = gdn_layer_state(&g, seg) + (size_t)(g.K - 1) * Cc + (size_t)h * dk * dv;
+    float *S = sm, *Xs = S + dk * WARP, *Vp = Xs + GDN_BT * dk, *Ps = Vp + GDN_BT * WARP;
+    for (int a = wi; a < dk; a += NW) S[a * WARP + lane] = on ? Sg[(size_t)a * dv + col] : 0.0f;
+    const int s0 = g.seg_t0[seg], s1 = g.seg_t0[seg + 1];
+    for (int c0 = s0; c0 < s1; c0 += GDN_BT) { /* uniform over the block */
+        const int L = min(GDN_BT, s1 - c0);
+        __syncthreads(); /* S written; the last chunk's reads of Xs, Vp, Ps over */
+        for (int e = tid; e < GDN_BT * dk; e += nt) {
+            const int i = e / dk, a = e % dk;
+            Xs[e] = i < L ? Wg[((size_t)(c0 + i) * Hv + h) * dk + a] : 0.0f;
+        }
+        __syncthreads();
+        float acc[GDN_RW];
+#pragma unroll
+        for (int r = 0; r < GDN_RW; r++) {
+            const int i = wi + NW * r;
+            acc[r] = on && i < L ? x[(size_t)(c0 + i) * ldx + 2 * (size_t)Dk + (size_t)h * dv + col] : 0.0f;
+        }
+        for (int a = 0; a < dk; a++) {
+            const float s = S[a * WARP + lane];
+#pragma unroll
+            for (int r = 0; r < GDN_RW; r++) acc[r] -= Xs[(wi + NW * r) * dk + a] * s;
+        }
+#pragma unroll
+        for (int r = 0; r < GDN_RW; r++) Vp[(wi + NW * r) * WARP + lane] = acc[r]; /* rows >= L: 0 - 0 */
+        __syncthreads(); /* V' complete, Xs free */
+        for (int e = tid; e < GDN_BT * dk; e += nt) {
+            const int i = e / dk, a = e % dk;
+            const size_t t = (size_t)(c0 + i);
+            Xs[e] = i < L ? x[t * ldx + (size_t)kh * dk + a] * sc[(t * Hv + h) * 3] : 0.0f;
+        }
+        for (int e = tid; e < GDN_BT * GDN_BT; e += nt) {
+            const int i = e / GDN_BT;
+            Ps[e] = i < L ? Pg[((size_t)(c0 + i) * Hv + h) * GDN_BT + e % GDN_BT] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < GDN_RW; r++) acc[r] = 0.0f;
+        for (int a = 0; a < dk; a++) {
+            const float s = S[a * WARP + lane];
+#pragma unroll
+            for (int r = 0; r < GDN_RW; r++) acc[r] += Xs[(wi + NW * r) * dk + a] * s;
+        }
+        for (int jj = 0; jj < L; jj++) { /* P is 0 above the diagonal */
+            const float vj = Vp[jj * WARP + lane];
+#pragma unroll
+            for (int r = 0; r < GDN_RW; r++) acc[r] += Ps[(wi + NW * r) * GDN_BT + jj] * vj;
+        }
+#pragma unroll
+        for (int r = 0; r < GDN_RW; r++) {
+            const int i = wi + NW * r;
+            if (on && i < L) out[(size_t)(c0 + i) * Dv + (size_t)h * dv + col] = acc[r];
+        }
+        __syncthreads(); /* Xs free */
+        for (int e = tid; e < GDN_BT * dk; e += nt) {
+            const int i = e / dk, a = e % dk;
+            const size_t t = (size_t)(c0 + i);
+            Xs[e] = i < L ? x[t * ldx + (size_t)Dk + (size_t)kh * dk + a] * sc[(t * Hv + h) * 3 + 1] : 0.0f;
+        }
+        __syncthreads();
+        const float dec = sc[((size_t)(c0 + L - 1) * Hv + h) * 3 + 2];
+        float sa[GDN_SA];
+#pragma unroll
+        for (int r = 0; r < GDN_SA; r++) {
+            const int a = wi + NW * r;
+            sa[r] = a < dk ? dec * S[a * WARP + lane] : 0.0f;
+        }
+        for (int jj = 0; jj < L; jj++) {
+            const float vj = Vp[jj * WARP + lane];
+#pragma unroll
+            for (int r = 0; r < GDN_SA; r++)
+                if (wi + NW * r < dk) sa[r] += Xs[jj * dk + wi + NW * r] * vj;
+        }
+#pragma unroll
+        for (int r = 0; r < GDN_SA; r++)
+            if (wi + NW * r < dk) S[(wi + NW * r) * WARP + lane] = sa[r];
+    }
+    __syncthreads();
+    for (int a = wi; a < dk; a += NW)
+        if (on) Sg[(size_t)a * dv + col] = S[a * WARP + lane];
+}
+
+static size_t gdn_state_smem(int dk) {
+    return ((size_t)dk * WARP + (size_t)GDN_BT * dk + (size_t)GDN_BT * WARP + (size_t)GDN_BT * GDN_BT) *
+           sizeof(float);
+}
+
+static size_t smem_optin(void) {
+    static int v = -1;
+    if (v < 0) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+            v = 48 * 1024, cudaGetLastError();
+    }
+    return (size_t)v;
+}
+
+extern "C" size_t ft_cuda_gdn_chunk_scratch(int Hk, int Hv, int dk, int dv, int K, int T, int n_segs) {
+    const size_t Cc = 2 * (size_t)Hk * dk + (size_t)Hv * dv;
+    const size_t conv = (size_t)gdn_tiles(T, GDN_CONV_TILE, n_segs) * Cc * (K > 1 ? K - 1 : 1);
+    const size_t rule = (size_t)T * Hv * (dk + GDN_BT + 3);
+    return conv > rule ? conv : rule;
+}
+
+extern "C" void ft_cuda_gdn_conv_chunked(float *x, int ldx, const struct ft_cuda_gdn *g,
+                                         const float *w, int T, int n_segs, float *scratch,
+                                         cudaStream_t s) {
+    const int Cc = 2 * g->Hk * g->dk + g->Hv * g->dv;
+    const unsigned nt = gdn_tiles(T, GDN_CONV_TILE, n_segs);
+    if (T <= 0 || n_segs <= 0) return;
+    if (g->K > 1) launch(gdn_conv_stage_kernel, dim3(cdiv(Cc, 128), nt), 128, 0, s, x, ldx, *g, n_segs, scratch);
+    launch(gdn_conv_tile_kernel, dim3(cdiv(Cc, 128), nt), 128, 0, s, x, ldx, *g, n_segs, w, scratch);
+}
+
+extern "C" void ft_cuda_gdn_rule_chunked(float *out, float *x, int ldx, int b_off, int a_off,
+                                         const struct ft_cuda_gdn *g, const float *A,
+                                         const float *dt_bias, int T, int n_segs, float *scratch,
+                                         cudaStream_t s) {
+    const size_t prep = gdn_prep_smem(g->dk, g->dv), state = gdn_state_smem(g->dk);
+    if (T <= 0 || n_segs <= 0) return;
+    if (prep > smem_optin() || state > smem_optin()) { /* very wide value heads: the recurrent form */
+        ft_cuda_gdn_rule(out, x, ldx, b_off, a_off, g, A, dt_bias, n_segs, s);
+        return;
+    }
+    static size_t set_prep, set_state; /* the opt-in sizes granted so far */
+    if (prep > set_prep && cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)prep) == cudaSuccess)
+        set_prep = prep;
+    if (state > set_state && cudaFuncSetAttribute(gdn_chunk_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  (int)state) == cudaSuccess)
+        set_state = state;
+    float *Wg = scratch, *Pg = Wg + (size_t)T * g->Hv * g->dk, *sc = Pg + (size_t)T * g->Hv * GDN_BT;
+    launch(gdn_chunk_prep_kernel, dim3(gdn_tiles(T, GDN_BT, n_segs), g->Hv), GDN_THREADS, prep, s, x,
+           ldx, b_off, a_off, *g, n_segs, A, dt_bias, Wg, Pg, sc);
+    launch(gdn_chunk_state_kernel, dim3(g->Hv, cdiv(g->dv, WARP), n_segs), GDN_THREADS, state, s, out,
+           (const float *)x, ldx, *g, (const float *)Wg, (const float *)Pg, (const float *)sc);
+}
+
 /* One warp per (token, value head): o = rmsnorm(o) * w * silu(z), in place. */
 __global__ void gated_rmsnorm_kernel(float *o, const float *z, int ldz, const float *w, int rows,
                                      int Hv, int dv, float eps) {
