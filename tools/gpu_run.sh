@@ -9,6 +9,9 @@
 #   tests    test_gpu_ops, test_gpu_model, test_gpu_residency                 -> tests.log
 #   bench    resident tg/pp (bf16); the CPU backend on MXFP4/NVFP4/Q4_K; bench_ggml (CPU, then
 #            --gpu: the GPU's int8 block GEMVs)                              -> bench.log
+#   staged   issue 28: 8 GiB pin budget at 17G, Q8_0 experts: uncapped / staged / as before
+#   ggml     issue 32: bench_ggml --gpu; resident Q4_K experts, int8 vs fp32 kernels -> ggml.log
+#   gdn      issue 26: Qwen3.6 resident tg/pp and FT_PROFILE=2 prefill split  -> gdn.log
 #   auto     --backend auto with --vram-limit 30G on the 30B shape: picks offload -> auto.log
 #   oss      gpt-oss-20b / 120b (MXFP4) offloaded under a VRAM limit        -> oss.log
 #   real     the real model (parts from tools/gpu_model_chunks.sh; carry .gpu and .whl):
@@ -99,6 +102,31 @@ for part in "$@"; do
         done
         echo "== cpu fast" >>"$OUT/prec.log"
         step prec.log 200 python3 tools/check_fixtures.py --ft $G/ft --backend cpu --cpu-act fast --positions $F
+        ;;
+    staged)
+        # issue 28: a pin budget of 8 GiB under 17G of VRAM (the issue's case, Q8_0 experts):
+        # uncapped, capped (unpinned layers staged through the pinned ring), capped as before
+        # (.gpu/ft_old: those layers' misses all on the CPU)
+        Q="--synthetic qwen3-30b-a3b:q8_0 -p 64 -n 128 -r 1 --backend offload --vram-limit 17G"
+        step staged.log 200 $G/ft bench $Q
+        FREETOKEN_PIN_BUDGET_GB=8 step staged.log 200 $G/ft bench $Q
+        [ -x $G/ft_old ] && FREETOKEN_PIN_BUDGET_GB=8 step staged.log 200 $G/ft_old bench $Q
+        ;;
+    ggml)
+        # issue 32: the int8 block GEMVs' GB/s beside HBM, then resident Q4_K experts with them
+        # (--cpu-act fast, the default) and with the fp32 kernels (f32), alternated
+        step ggml.log 200 $G/bench_ggml --gpu
+        for a in fast f32 fast f32; do
+            step ggml.log 150 $G/ft bench --synthetic qwen3-30b-a3b:q4_k@12 -p 512 -n 128 -r 2 \
+                --backend cuda --cpu-act $a
+        done
+        ;;
+    gdn)
+        # issue 26: the hybrid's prefill with the chunked DeltaNet kernels, its per-op split, and
+        # decode beside it
+        step gdn.log 200 $G/ft bench --synthetic qwen3.6-35b-a3b -p 512 -n 128 -r 2 --backend cuda
+        FT_PROFILE=2 step gdn.log 200 $G/ft bench --synthetic qwen3.6-35b-a3b -p 512 -n 0 -r 1 \
+            --backend cuda
         ;;
     auto)
         # --backend auto (the default) over the VRAM limit: the offload backend, said in one line

@@ -223,8 +223,8 @@ const char ft_cli_backend_usage[] =
     "  --moe-cpu-threads N  the CPU executor's threads, pinned one per core (default: cores)\n"
     "  --pin-budget SIZE|probe:SIZE / --moe-cpu-layers auto|IDS|N|F|0   host pinning (README:\n"
     "                      Host memory; probe:SIZE probes the driver up to SIZE)\n"
-    "  --cpu-act fast|f32  CPU matmuls: activations in int8 (block formats) or bf16 (bf16\n"
-    "                      weights, AVX512-BF16) as llama.cpp does (default), or exact fp32\n";
+    "  --cpu-act fast|f32  activations rounded as llama.cpp does (default): int8 for GGML\n"
+    "                      blocks (CPU and GPU), bf16 for bf16 weights (CPU); f32: exact\n";
 
 int ft_cli_size(const char *s, size_t *out) {
     char *end;
