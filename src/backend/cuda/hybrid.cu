@@ -103,10 +103,10 @@ extern "C" void ft_cuda_gdn_rule(float *out, const float *x, int ldx, int b_off,
 /* --- the chunked forms for prefill-sized steps ---
  * Segments are cut into tiles from their first token (GDN_CONV_TILE tokens for the conv,
  * GDN_BT for the rule; a segment's last tile may be shorter, a segment of 0 tokens has none),
- * numbered in segment order. A step of T tokens in n segments has at most
- * min(T, cdiv(T, n) + n_segs) tiles; the kernels launch that many and the ones past the end
- * return. */
-#define GDN_CONV_TILE 64
+ * numbered in segment order. Cut into tiles of n tokens, a step of T tokens in n_segs segments
+ * has at most min(T, cdiv(T, n) + n_segs) of them (gdn_tiles); the kernels launch that many
+ * blocks and the ones past the last tile return. */
+#define GDN_CONV_TILE 16
 #define GDN_BT 64
 #define GDN_THREADS 256
 
@@ -164,12 +164,17 @@ __global__ void gdn_conv_tile_kernel(float *x, int ldx, struct ft_cuda_gdn g, in
     const float *wc = w + (size_t)c * K, *h = hist + ((size_t)j * Cc + c) * (K - 1);
     float hs[FT_CUDA_GDN_MAX_K];
     for (int q = 0; q < K - 1; q++) hs[q] = h[q];
-    for (int t = t0; t < t0 + len; t++) {
-        float *u = x + (size_t)t * ldx + c, raw = *u, y = wc[K - 1] * raw;
+    float raw[GDN_CONV_TILE]; /* the tile's inputs loaded first (the loads overlap) */
+#pragma unroll
+    for (int i = 0; i < GDN_CONV_TILE; i++) raw[i] = i < len ? x[(size_t)(t0 + i) * ldx + c] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < GDN_CONV_TILE; i++) {
+        if (i >= len) break;
+        float y = wc[K - 1] * raw[i];
         for (int q = 0; q < K - 1; q++) y += wc[q] * hs[q];
         for (int q = 0; q + 1 < K - 1; q++) hs[q] = hs[q + 1];
-        if (K > 1) hs[K - 2] = raw;
-        *u = y / (1.0f + __expf(-y));
+        if (K > 1) hs[K - 2] = raw[i];
+        x[(size_t)(t0 + i) * ldx + c] = y / (1.0f + __expf(-y));
     }
     if (t0 + len == g.seg_t0[seg + 1]) {
         float *win = gdn_layer_state(&g, seg) + (size_t)c * (K - 1);
@@ -235,26 +240,51 @@ __global__ void __launch_bounds__(GDN_THREADS)
         Qs[i * lk + a] *= rq[i], Ks[i * lk + a] *= rk[i];
     }
     __syncthreads();
-    for (int e = tid; e < L * GDN_BT; e += nt) { /* A and P, an entry a thread */
-        const int i = e / GDN_BT, jj = e % GDN_BT;
-        float dq = 0.0f, dkk = 0.0f, r = 0.0f;
-        if (jj <= i) {
+    { /* A and P: a 4 x 4 tile of them a thread (rows 4 ti .., columns 4 tj ..); tiles above
+       * the diagonal are zeros. Rows past L are garbage, never stored. */
+        static_assert(GDN_BT == 64 && GDN_THREADS == 256, "16 x 16 tiles of 4 x 4");
+        const int ti = tid / 16, tj = tid % 16;
+        float dq[4][4], dkk[4][4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int w = 0; w < 4; w++) dq[u][w] = 0.0f, dkk[u][w] = 0.0f;
+        if (tj <= ti && 4 * ti < L) {
+            const float *qi = Qs + 4 * ti * lk, *ki = Ks + 4 * ti * lk, *kj = Ks + 4 * tj * lk;
             for (int a = 0; a < dk; a++) {
-                const float kj = Ks[jj * lk + a];
-                dq += Qs[i * lk + a] * kj, dkk += Ks[i * lk + a] * kj;
+                float q_[4], ki_[4], kj_[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) q_[u] = qi[u * lk + a], ki_[u] = ki[u * lk + a], kj_[u] = kj[u * lk + a];
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+#pragma unroll
+                    for (int w = 0; w < 4; w++) dq[u][w] += q_[u] * kj_[w], dkk[u][w] += ki_[u] * kj_[w];
             }
-            r = expf(gc[i] - gc[jj]);
         }
-        As[i * la + jj] = jj < i ? be[i] * r * dkk : 0.0f;
-        Pg[((size_t)(c0 + i) * Hv + h) * GDN_BT + jj] = r * dq;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int i = 4 * ti + u;
+            if (i >= L) break;
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                const int jj = 4 * tj + w;
+                const float r = jj <= i ? expf(gc[i] - gc[jj]) : 0.0f;
+                As[i * la + jj] = jj < i ? be[i] * r * dkk[u][w] : 0.0f;
+                Pg[((size_t)(c0 + i) * Hv + h) * GDN_BT + jj] = jj <= i ? r * dq[u][w] : 0.0f;
+            }
+        }
     }
     __syncthreads(); /* q is no longer read: W takes its place (row stride dk) */
     float *Ws = Qs;
     for (int col = tid; col < dk + dv; col += nt) {
         if (col < dk) {
             for (int i = 0; i < L; i++) {
-                float acc = be[i] * expf(gc[i]) * Ks[i * lk + col];
-                for (int jj = 0; jj < i; jj++) acc -= As[i * la + jj] * Ws[jj * dk + col];
+                float acc = be[i] * expf(gc[i]) * Ks[i * lk + col], acc2 = 0.0f; /* two chains */
+                int jj = 0;
+                for (; jj + 1 < i; jj += 2)
+                    acc -= As[i * la + jj] * Ws[jj * dk + col], acc2 -= As[i * la + jj + 1] * Ws[(jj + 1) * dk + col];
+                if (jj < i) acc -= As[i * la + jj] * Ws[jj * dk + col];
+                acc += acc2;
                 Ws[i * dk + col] = acc;
                 Wg[((size_t)(c0 + i) * Hv + h) * dk + col] = acc;
             }
@@ -262,8 +292,12 @@ __global__ void __launch_bounds__(GDN_THREADS)
             const int c = col - dk;
             for (int i = 0; i < L; i++) {
                 float *v = x + (size_t)(c0 + i) * ldx + 2 * (size_t)Dk + (size_t)h * dv + c;
-                float acc = be[i] * *v;
-                for (int jj = 0; jj < i; jj++) acc -= As[i * la + jj] * Us[jj * dv + c];
+                float acc = be[i] * *v, acc2 = 0.0f;
+                int jj = 0;
+                for (; jj + 1 < i; jj += 2)
+                    acc -= As[i * la + jj] * Us[jj * dv + c], acc2 -= As[i * la + jj + 1] * Us[(jj + 1) * dv + c];
+                if (jj < i) acc -= As[i * la + jj] * Us[jj * dv + c];
+                acc += acc2;
                 Us[i * dv + c] = acc;
                 *v = acc;
             }
@@ -284,24 +318,27 @@ static size_t gdn_prep_smem(int dk, int dv) {
  * segment blockIdx.z): the columns of S are independent, so a block keeps S [dk][32] in shared
  * memory and walks the segment's chunks in order: V' = U - W S, O = Q' S + P V',
  * S = e^g_L S + K'^T V' (Q', K': the raw rows times sc's factors), each chunk's rows staged in
- * Xs [GDN_BT][dk] one matrix at a time. Lane = column; warp w the rows w, w + 8, ... of V' and
- * O and the rows a = w, w + 8, ... of S (so the warp's lanes read one Xs / P entry at once). */
-#define GDN_RW (GDN_BT / (GDN_THREADS / WARP))              /* rows of V' / O a thread: 8 */
-#define GDN_SA (FT_CUDA_GDN_MAX_DK / (GDN_THREADS / WARP)) /* rows of S a thread, at most: 16 */
+ * Xs [GDN_BT][dk] one matrix at a time. Lane = column; warp w holds rows w, w + 8, ... of V'
+ * and O, and rows w ra .. w ra + ra - 1 of S (ra = dk / 8 rounded up), so that the lanes of a
+ * warp read the same Xs / P entries (broadcasts; four at a time as float4 where dk allows). */
+#define GDN_NW (GDN_THREADS / WARP)                 /* warps: 8 */
+#define GDN_RW (GDN_BT / GDN_NW)                    /* rows of V' / O a thread: 8 */
+#define GDN_SA (FT_CUDA_GDN_MAX_DK / GDN_NW)        /* rows of S a thread, at most: 16 */
 __global__ void __launch_bounds__(GDN_THREADS)
     gdn_chunk_state_kernel(float *out, const float *x, int ldx, struct ft_cuda_gdn g,
                            const float *Wg, const float *Pg, const float *sc) {
     pdl_enter();
     extern __shared__ float sm[];
     const int h = blockIdx.x, seg = blockIdx.z, tid = threadIdx.x, nt = GDN_THREADS;
-    const int lane = tid % WARP, wi = tid / WARP, NW = GDN_THREADS / WARP;
+    const int lane = tid % WARP, wi = tid / WARP;
     const int dk = g.dk, dv = g.dv, Dk = g.Hk * dk, Dv = g.Hv * dv, Hv = g.Hv, Cc = 2 * Dk + Dv;
-    const int kh = h / (Hv / g.Hk), col = blockIdx.y * WARP + lane;
-    const bool on = col < dv;
+    const int kh = h / (Hv / g.Hk), col = blockIdx.y * WARP + lane, ra = (dk + GDN_NW - 1) / GDN_NW;
+    const bool on = col < dv, v4 = dk % 4 == 0, v4s = dk % (4 * GDN_NW) == 0;
     float *Sg = gdn_layer_state(&g, seg) + (size_t)(g.K - 1) * Cc + (size_t)h * dk * dv;
     float *S = sm, *Xs = S + dk * WARP, *Vp = Xs + GDN_BT * dk, *Ps = Vp + GDN_BT * WARP;
-    for (int a = wi; a < dk; a += NW) S[a * WARP + lane] = on ? Sg[(size_t)a * dv + col] : 0.0f;
+    for (int a = wi; a < dk; a += GDN_NW) S[a * WARP + lane] = on ? Sg[(size_t)a * dv + col] : 0.0f;
     const int s0 = g.seg_t0[seg], s1 = g.seg_t0[seg + 1];
+    float acc[GDN_RW];
     for (int c0 = s0; c0 < s1; c0 += GDN_BT) { /* uniform over the block */
         const int L = min(GDN_BT, s1 - c0);
         __syncthreads(); /* S written; the last chunk's reads of Xs, Vp, Ps over */
@@ -310,19 +347,31 @@ __global__ void __launch_bounds__(GDN_THREADS)
             Xs[e] = i < L ? Wg[((size_t)(c0 + i) * Hv + h) * dk + a] : 0.0f;
         }
         __syncthreads();
-        float acc[GDN_RW];
+        /* V' = U - W S (rows past L: 0, as Xs's) */
 #pragma unroll
         for (int r = 0; r < GDN_RW; r++) {
-            const int i = wi + NW * r;
+            const int i = wi + GDN_NW * r;
             acc[r] = on && i < L ? x[(size_t)(c0 + i) * ldx + 2 * (size_t)Dk + (size_t)h * dv + col] : 0.0f;
         }
-        for (int a = 0; a < dk; a++) {
-            const float s = S[a * WARP + lane];
+        if (v4) {
+            for (int a = 0; a < dk; a += 4) {
+                const float s_0 = S[a * WARP + lane], s_1 = S[(a + 1) * WARP + lane];
+                const float s_2 = S[(a + 2) * WARP + lane], s_3 = S[(a + 3) * WARP + lane];
 #pragma unroll
-            for (int r = 0; r < GDN_RW; r++) acc[r] -= Xs[(wi + NW * r) * dk + a] * s;
+                for (int r = 0; r < GDN_RW; r++) {
+                    const float4 w4 = *(const float4 *)&Xs[(wi + GDN_NW * r) * dk + a];
+                    acc[r] -= w4.x * s_0 + w4.y * s_1 + w4.z * s_2 + w4.w * s_3;
+                }
+            }
+        } else {
+            for (int a = 0; a < dk; a++) {
+                const float s = S[a * WARP + lane];
+#pragma unroll
+                for (int r = 0; r < GDN_RW; r++) acc[r] -= Xs[(wi + GDN_NW * r) * dk + a] * s;
+            }
         }
 #pragma unroll
-        for (int r = 0; r < GDN_RW; r++) Vp[(wi + NW * r) * WARP + lane] = acc[r]; /* rows >= L: 0 - 0 */
+        for (int r = 0; r < GDN_RW; r++) Vp[(wi + GDN_NW * r) * WARP + lane] = acc[r];
         __syncthreads(); /* V' complete, Xs free */
         for (int e = tid; e < GDN_BT * dk; e += nt) {
             const int i = e / dk, a = e % dk;
@@ -334,21 +383,38 @@ __global__ void __launch_bounds__(GDN_THREADS)
             Ps[e] = i < L ? Pg[((size_t)(c0 + i) * Hv + h) * GDN_BT + e % GDN_BT] : 0.0f;
         }
         __syncthreads();
+        /* O = Q' S + P V' (P is 0 past the diagonal and V' past row L, so 4 columns at a time) */
 #pragma unroll
         for (int r = 0; r < GDN_RW; r++) acc[r] = 0.0f;
-        for (int a = 0; a < dk; a++) {
-            const float s = S[a * WARP + lane];
+        if (v4) {
+            for (int a = 0; a < dk; a += 4) {
+                const float s_0 = S[a * WARP + lane], s_1 = S[(a + 1) * WARP + lane];
+                const float s_2 = S[(a + 2) * WARP + lane], s_3 = S[(a + 3) * WARP + lane];
 #pragma unroll
-            for (int r = 0; r < GDN_RW; r++) acc[r] += Xs[(wi + NW * r) * dk + a] * s;
+                for (int r = 0; r < GDN_RW; r++) {
+                    const float4 q4 = *(const float4 *)&Xs[(wi + GDN_NW * r) * dk + a];
+                    acc[r] += q4.x * s_0 + q4.y * s_1 + q4.z * s_2 + q4.w * s_3;
+                }
+            }
+        } else {
+            for (int a = 0; a < dk; a++) {
+                const float s = S[a * WARP + lane];
+#pragma unroll
+                for (int r = 0; r < GDN_RW; r++) acc[r] += Xs[(wi + GDN_NW * r) * dk + a] * s;
+            }
         }
-        for (int jj = 0; jj < L; jj++) { /* P is 0 above the diagonal */
-            const float vj = Vp[jj * WARP + lane];
+        for (int jj = 0; jj < L; jj += 4) {
+            const float v_0 = Vp[jj * WARP + lane], v_1 = Vp[(jj + 1) * WARP + lane];
+            const float v_2 = Vp[(jj + 2) * WARP + lane], v_3 = Vp[(jj + 3) * WARP + lane];
 #pragma unroll
-            for (int r = 0; r < GDN_RW; r++) acc[r] += Ps[(wi + NW * r) * GDN_BT + jj] * vj;
+            for (int r = 0; r < GDN_RW; r++) {
+                const float4 p4 = *(const float4 *)&Ps[(wi + GDN_NW * r) * GDN_BT + jj];
+                acc[r] += p4.x * v_0 + p4.y * v_1 + p4.z * v_2 + p4.w * v_3;
+            }
         }
 #pragma unroll
         for (int r = 0; r < GDN_RW; r++) {
-            const int i = wi + NW * r;
+            const int i = wi + GDN_NW * r;
             if (on && i < L) out[(size_t)(c0 + i) * Dv + (size_t)h * dv + col] = acc[r];
         }
         __syncthreads(); /* Xs free */
@@ -358,25 +424,39 @@ __global__ void __launch_bounds__(GDN_THREADS)
             Xs[e] = i < L ? x[t * ldx + (size_t)Dk + (size_t)kh * dk + a] * sc[(t * Hv + h) * 3 + 1] : 0.0f;
         }
         __syncthreads();
+        /* S = e^g_L S + K'^T V', the thread's rows wi ra + r */
         const float dec = sc[((size_t)(c0 + L - 1) * Hv + h) * 3 + 2];
         float sa[GDN_SA];
 #pragma unroll
         for (int r = 0; r < GDN_SA; r++) {
-            const int a = wi + NW * r;
-            sa[r] = a < dk ? dec * S[a * WARP + lane] : 0.0f;
+            const int a = wi * ra + r;
+            sa[r] = r < ra && a < dk ? dec * S[a * WARP + lane] : 0.0f;
         }
-        for (int jj = 0; jj < L; jj++) {
-            const float vj = Vp[jj * WARP + lane];
+        if (v4s) {
+            for (int jj = 0; jj < L; jj++) {
+                const float vj = Vp[jj * WARP + lane];
+                const float *kr = Xs + jj * dk + wi * ra;
 #pragma unroll
-            for (int r = 0; r < GDN_SA; r++)
-                if (wi + NW * r < dk) sa[r] += Xs[jj * dk + wi + NW * r] * vj;
+                for (int r = 0; r < GDN_SA; r += 4)
+                    if (r < ra) {
+                        const float4 k4 = *(const float4 *)&kr[r];
+                        sa[r] += k4.x * vj, sa[r + 1] += k4.y * vj, sa[r + 2] += k4.z * vj, sa[r + 3] += k4.w * vj;
+                    }
+            }
+        } else {
+            for (int jj = 0; jj < L; jj++) {
+                const float vj = Vp[jj * WARP + lane];
+#pragma unroll
+                for (int r = 0; r < GDN_SA; r++)
+                    if (r < ra && wi * ra + r < dk) sa[r] += Xs[jj * dk + wi * ra + r] * vj;
+            }
         }
 #pragma unroll
         for (int r = 0; r < GDN_SA; r++)
-            if (wi + NW * r < dk) S[(wi + NW * r) * WARP + lane] = sa[r];
+            if (r < ra && wi * ra + r < dk) S[(wi * ra + r) * WARP + lane] = sa[r];
     }
     __syncthreads();
-    for (int a = wi; a < dk; a += NW)
+    for (int a = wi; a < dk; a += GDN_NW)
         if (on) Sg[(size_t)a * dv + col] = S[a * WARP + lane];
 }
 
