@@ -1350,10 +1350,14 @@ static int gdn_close(const float *a, const float *b, size_t n, double tol, const
 }
 
 TEST(gdn_chunked_matches_recurrent) {
-    struct { int Hk, Hv, dk, dv, K; } shapes[] = {{2, 4, 128, 128, 4}, {1, 2, 16, 24, 4}, {3, 3, 32, 40, 3}};
+    /* corr: keys nearly alike, beta near 1 and decay near 1 (the hard case for (I + A)^-1) */
+    struct { int Hk, Hv, dk, dv, K, corr; } shapes[] = {{2, 4, 128, 128, 4, 0}, {1, 2, 16, 24, 4, 0},
+                                                         {3, 3, 32, 40, 3, 0},  {1, 4, 18, 20, 2, 0},
+                                                         {2, 4, 128, 128, 4, 1}};
     const int lens[] = {1, 5, 63, 64, 65, 200, 0, 130, 9}, n_segs = (int)(sizeof lens / sizeof lens[0]);
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int Hk = shapes[si].Hk, Hv = shapes[si].Hv, dk = shapes[si].dk, dv = shapes[si].dv, K = shapes[si].K;
+        const char *tag = shapes[si].corr ? "alike " : "";
         const int Dk = Hk * dk, Dv = Hv * dv, Cc = 2 * Dk + Dv;
         const int b_off = Cc + Dv, a_off = b_off + Hv, ldx = a_off + Hv + 3; /* q k v | z | b | a | pad */
         int t0[16], slot[16], T = 0;
@@ -1365,6 +1369,10 @@ TEST(gdn_chunked_matches_recurrent) {
         float *x = rnd((size_t)T * ldx), *st = rnd(n_slots * slot_floats), *w = rnd((size_t)Cc * K);
         float A[8], dt[8];
         for (int i = 0; i < (int)((size_t)T * ldx); i++) x[i] *= 2.0f;
+        for (int t = 0; shapes[si].corr && t < T; t++) {
+            for (int c = 0; c < Dk; c++) x[(size_t)t * ldx + Dk + c] = x[Dk + c] + 0.02f * frand();
+            for (int h = 0; h < Hv; h++) x[(size_t)t * ldx + b_off + h] = 6.0f, x[(size_t)t * ldx + a_off + h] = -8.0f;
+        }
         for (size_t i = 0; i < n_slots * slot_floats; i++) st[i] *= 0.5f;
         for (int h = 0; h < Hv; h++) A[h] = -expf(1.2f * frand()), dt[h] = 2.0f * frand() - 1.0f;
         A[0] = -0.01f; /* a head that barely forgets */
@@ -1396,24 +1404,24 @@ TEST(gdn_chunked_matches_recurrent) {
             memcpy(c2 + (size_t)t * Cc, x2 + (size_t)t * ldx, (size_t)Cc * 4);
             memcpy(ch + (size_t)t * Cc, hx + (size_t)t * ldx, (size_t)Cc * 4);
         }
-        snprintf(what, sizeof what, "Hk %d Hv %d dk %d dv %d K %d conv chunked/recurrent", Hk, Hv, dk, dv, K);
+        snprintf(what, sizeof what, "%sHk %d Hv %d dk %d dv %d K %d conv chunked/recurrent", tag, Hk, Hv, dk, dv, K);
         CHECK_(gdn_close(c2, c1, (size_t)T * Cc, 1e-6, what), "%s", what);
-        snprintf(what, sizeof what, "Hk %d Hv %d dk %d dv %d K %d conv recurrent/host", Hk, Hv, dk, dv, K);
+        snprintf(what, sizeof what, "%sHk %d Hv %d dk %d dv %d K %d conv recurrent/host", tag, Hk, Hv, dk, dv, K);
         CHECK_(gdn_close(c1, ch, (size_t)T * Cc, 1e-5, what), "%s", what);
         ft_cuda_gdn_rule(do1, dx1, ldx, b_off, a_off, &g1, dA, ddt, n_segs, 0);
         ft_cuda_gdn_rule_chunked(do2, dx2, ldx, b_off, a_off, &g2, dA, ddt, T, n_segs, dscr, 0);
         float *o1 = down(do1, (size_t)T * Dv), *o2 = down(do2, (size_t)T * Dv);
         float *s1 = down(dst1, n_slots * slot_floats), *s2 = down(dst2, n_slots * slot_floats);
         EXPECT_OK(ft_cuda_check("gdn chunked"));
-        snprintf(what, sizeof what, "Hk %d Hv %d dk %d dv %d K %d rule chunked/recurrent", Hk, Hv, dk, dv, K);
+        snprintf(what, sizeof what, "%sHk %d Hv %d dk %d dv %d K %d rule chunked/recurrent", tag, Hk, Hv, dk, dv, K);
         CHECK_(gdn_close(o2, o1, (size_t)T * Dv, 2e-5, what), "%s", what);
-        snprintf(what, sizeof what, "Hk %d Hv %d dk %d dv %d K %d rule chunked/host", Hk, Hv, dk, dv, K);
+        snprintf(what, sizeof what, "%sHk %d Hv %d dk %d dv %d K %d rule chunked/host", tag, Hk, Hv, dk, dv, K);
         CHECK_(gdn_close(o2, ho, (size_t)T * Dv, 5e-5, what), "%s", what);
-        snprintf(what, sizeof what, "Hk %d Hv %d dk %d dv %d K %d rule recurrent/host", Hk, Hv, dk, dv, K);
+        snprintf(what, sizeof what, "%sHk %d Hv %d dk %d dv %d K %d rule recurrent/host", tag, Hk, Hv, dk, dv, K);
         CHECK_(gdn_close(o1, ho, (size_t)T * Dv, 5e-5, what), "%s", what);
-        snprintf(what, sizeof what, "Hk %d Hv %d dk %d dv %d K %d state chunked/recurrent", Hk, Hv, dk, dv, K);
+        snprintf(what, sizeof what, "%sHk %d Hv %d dk %d dv %d K %d state chunked/recurrent", tag, Hk, Hv, dk, dv, K);
         CHECK_(gdn_close(s2, s1, n_slots * slot_floats, 2e-5, what), "%s", what);
-        snprintf(what, sizeof what, "Hk %d Hv %d dk %d dv %d K %d state chunked/host", Hk, Hv, dk, dv, K);
+        snprintf(what, sizeof what, "%sHk %d Hv %d dk %d dv %d K %d state chunked/host", tag, Hk, Hv, dk, dv, K);
         CHECK_(gdn_close(s2, hst, n_slots * slot_floats, 5e-5, what), "%s", what);
         /* the unused slot and the floats around the layer's state untouched */
         long moved = 0;
@@ -1428,6 +1436,71 @@ TEST(gdn_chunked_matches_recurrent) {
             free(ch), free(o1), free(o2), free(s1), free(s2);
         cudaFree(dseg), cudaFree(dx1), cudaFree(dx2), cudaFree(dst1), cudaFree(dst2), cudaFree(dw),
             cudaFree(dA), cudaFree(ddt), cudaFree(do1), cudaFree(do2), cudaFree(dscr);
+    }
+}
+
+/* The Qwen3.6-35B-A3B shape (16 key heads, 32 value heads, dk = dv = 128, conv 4): one 512-token
+ * prompt, then four prompts of 100, 300, 1 and 111 tokens in one step; the chunked kernels
+ * against the recurrent ones (outputs and states), and the time of each (printed). */
+TEST(gdn_chunked_at_qwen36_shape) {
+    const int Hk = 16, Hv = 32, dk = 128, dv = 128, K = 4, Dk = Hk * dk, Dv = Hv * dv, Cc = 2 * Dk + Dv;
+    const int b_off = Cc + Dv, a_off = b_off + Hv, ldx = a_off + Hv;
+    const int lens_a[] = {512}, lens_b[] = {100, 300, 1, 111};
+    const int *lens[2] = {lens_a, lens_b}, n_of[2] = {1, 4};
+    for (int cse = 0; cse < 2; cse++) {
+        const int n_segs = n_of[cse];
+        int32_t segtab[16];
+        int T = 0;
+        for (int s = 0; s < n_segs; s++) segtab[s] = T, T += lens[cse][s], segtab[n_segs + 1 + s] = n_segs - 1 - s;
+        segtab[n_segs] = T;
+        const size_t slot_floats = (size_t)Cc * (K - 1) + (size_t)Hv * dk * dv;
+        float *x = rnd((size_t)T * ldx), *st = rnd(n_segs * slot_floats), *w = rnd((size_t)Cc * K);
+        float A[32], dt[32];
+        for (size_t i = 0; i < n_segs * slot_floats; i++) st[i] *= 0.1f;
+        for (int h = 0; h < Hv; h++) A[h] = -expf(2.0f * frand() + 1.0f), dt[h] = frand() - 3.0f;
+        int32_t *dseg = up(segtab, (size_t)(2 * n_segs + 1) * 4);
+        float *dx0 = up(x, (size_t)T * ldx * 4), *dx = up(NULL, (size_t)T * ldx * 4);
+        float *dst0 = up(st, n_segs * slot_floats * 4), *dst = up(NULL, n_segs * slot_floats * 4);
+        float *dw = up(w, (size_t)Cc * K * 4), *dA = up(A, Hv * 4), *ddt = up(dt, Hv * 4);
+        float *dout = up(NULL, (size_t)T * Dv * 4);
+        float *dscr = up(NULL, ft_cuda_gdn_chunk_scratch(Hk, Hv, dk, dv, K, T, n_segs) * 4);
+        struct ft_cuda_gdn g = {dst, slot_floats, 0, dseg, dseg + n_segs + 1, Hk, Hv, dk, dv, K};
+        float *res[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* [recurrent, chunked][out, state] */
+        double ms[2] = {0, 0};
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0), cudaEventCreate(&e1);
+        for (int rep = 0; rep < 4; rep++)
+            for (int chunked = 0; chunked < 2; chunked++) {
+                cudaMemcpy(dx, dx0, (size_t)T * ldx * 4, cudaMemcpyDeviceToDevice);
+                cudaMemcpy(dst, dst0, n_segs * slot_floats * 4, cudaMemcpyDeviceToDevice);
+                cudaEventRecord(e0, 0);
+                if (chunked) {
+                    ft_cuda_gdn_conv_chunked(dx, ldx, &g, dw, T, n_segs, dscr, 0);
+                    ft_cuda_gdn_rule_chunked(dout, dx, ldx, b_off, a_off, &g, dA, ddt, T, n_segs, dscr, 0);
+                } else {
+                    ft_cuda_gdn_conv(dx, ldx, &g, dw, n_segs, 0);
+                    ft_cuda_gdn_rule(dout, dx, ldx, b_off, a_off, &g, dA, ddt, n_segs, 0);
+                }
+                cudaEventRecord(e1, 0);
+                cudaEventSynchronize(e1);
+                float t_ms = 0;
+                cudaEventElapsedTime(&t_ms, e0, e1);
+                if (rep > 0) ms[chunked] += t_ms / 3.0; /* the first run warms up */
+                if (rep == 0) res[chunked][0] = down(dout, (size_t)T * Dv), res[chunked][1] = down(dst, n_segs * slot_floats);
+            }
+        EXPECT_OK(ft_cuda_check("gdn at the Qwen3.6 shape"));
+        char what[96];
+        snprintf(what, sizeof what, "Qwen3.6 shape, %d segment(s), T %d: out", n_segs, T);
+        CHECK_(gdn_close(res[1][0], res[0][0], (size_t)T * Dv, 2e-5, what), "%s", what);
+        snprintf(what, sizeof what, "Qwen3.6 shape, %d segment(s), T %d: state", n_segs, T);
+        CHECK_(gdn_close(res[1][1], res[0][1], n_segs * slot_floats, 2e-5, what), "%s", what);
+        fprintf(stderr, "  conv + rule of one layer: recurrent %.3f ms, chunked %.3f ms (%.1fx)\n", ms[0], ms[1],
+                ms[1] > 0 ? ms[0] / ms[1] : 0.0);
+        cudaEventDestroy(e0), cudaEventDestroy(e1);
+        for (int i = 0; i < 4; i++) free(res[i / 2][i % 2]);
+        free(x), free(st), free(w);
+        cudaFree(dseg), cudaFree(dx0), cudaFree(dx), cudaFree(dst0), cudaFree(dst), cudaFree(dw),
+            cudaFree(dA), cudaFree(ddt), cudaFree(dout), cudaFree(dscr);
     }
 }
 
