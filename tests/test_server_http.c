@@ -212,8 +212,10 @@ TEST(wrong_types_name_the_field) {
     expect_error(post("/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":"
                       "\"x\"}]}"), 400, "messages");
     expect_error(post("/v1/completions", "{\"prompt\":{\"a\":1}}"), 400, "prompt");
-    expect_error(post("/v1/completions", "{\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}"), 400,
-                 "echo"); /* the prompt tokens' logprobs: not yet */
+    expect_error(post("/v1/completions", "{\"prompt\":\"x\",\"echo\":true,\"logprobs\":21}"), 400,
+                 "logprobs"); /* echo scores the prompt, but at most 20 alternatives */
+    expect_error(post("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":0}"), 400,
+                 "max_tokens"); /* 0 only scores an echoed prompt */
     expect_good();
 }
 

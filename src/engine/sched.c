@@ -22,6 +22,8 @@
 
 #define N_WINDOW 256 /* requests kept for latency percentiles */
 #define N_BUCKETS 10 /* seconds of generated-token history for tok/s */
+#define PLP_ROWS 64  /* prompt positions a step scores for prompt_logprobs requests (logit rows
+                        on top of one a running request) */
 
 struct ev_node {
     struct ft_event ev;
@@ -71,7 +73,8 @@ struct ft_sched {
     int n_running;
     struct ft_seg *segs;
     struct ft_req **seg_req;
-    float *logits;          /* [max_running, vocab] */
+    float *logits;          /* [logit_rows, vocab] */
+    int logit_rows;         /* max_running; + PLP_ROWS once a prompt_logprobs request came */
     int32_t *top1;          /* [max_running] greedy ids (steps whose tokens are all greedy) */
     int32_t eos[FT_MAX_EOS + 1];
     int n_eos;
@@ -118,8 +121,9 @@ static void emit_text(struct ft_req *r, const char *text, size_t len) {
 
 /* A logprobs request's token: its text (possibly none) and its log-probabilities. */
 static void emit_token_lp(struct ft_req *r, const char *text, size_t len,
-                          const struct ft_token_lp *lp) {
-    struct ft_event ev = {.type = FT_EV_TEXT, .len = len, .n_prompt = r->n_prompt, .n_gen = r->n_gen};
+                          const struct ft_token_lp *lp, int prompt) {
+    struct ft_event ev = {.type = FT_EV_TEXT, .len = len, .n_prompt = r->n_prompt, .n_gen = r->n_gen,
+                          .prompt = prompt};
     ev.text = malloc(len + 1);
     ev.lp = malloc(sizeof *ev.lp);
     if (!ev.text || !ev.lp) {
@@ -312,7 +316,9 @@ static void admit(struct ft_sched *s) {
         }
         /* the prompt's leading full blocks from the prefix cache (its last token is always
          * run: its logits start the answer), held before anything is evicted */
-        int hit = s->pc ? ft_prefix_match(s->pc, r->prompt, (r->n_prompt - 1) / FT_KV_BLOCK, r->blocks) : 0;
+        int hit = s->pc && !r->p.prompt_logprobs /* its every position is scored */
+                      ? ft_prefix_match(s->pc, r->prompt, (r->n_prompt - 1) / FT_KV_BLOCK, r->blocks)
+                      : 0;
         ft_engine_kv_ref(s->e, r->blocks, hit);
         if (need - hit > kv_available(s)) {
             ft_engine_kv_free(s->e, r->blocks, hit);
@@ -334,6 +340,12 @@ static void admit(struct ft_sched *s) {
         }
         if (st == FT_OK) st = ft_sampler_init(&r->smp, &r->p.sampling, s->m->vocab);
         if (st == FT_OK && r->p.logprobs) st = ft_sampler_set_logprobs(r->smp, r->p.top_logprobs);
+        if (st == FT_OK && r->p.prompt_logprobs && s->logit_rows < s->o.max_running + PLP_ROWS) {
+            const int rows = s->o.max_running + PLP_ROWS;
+            float *l = realloc(s->logits, (size_t)rows * s->m->vocab * sizeof(float));
+            if (l) s->logits = l, s->logit_rows = rows;
+            else st = ft_fail(FT_ERR_OOM, "scheduler: out of memory (prompt logprobs)");
+        }
         if (st != FT_OK) {
             pthread_mutex_unlock(&s->mu);
             finish(s, r, FT_FINISH_STOP, st, ft_error());
@@ -359,6 +371,7 @@ static void admit(struct ft_sched *s) {
 struct sample_job {
     struct ft_sched *s;
     struct ft_req **req; /* [rows] */
+    const int *lrow;     /* [rows] each one's logits row */
     int rows;
 };
 
@@ -367,15 +380,20 @@ static void sample_task(void *ctx, int i, int n) {
     long lo, hi;
     ft_split(j->rows, i, n, &lo, &hi);
     for (long r = lo; r < hi; r++)
-        j->s->top1[r] = ft_sampler_sample(j->req[r]->smp, j->s->logits + (size_t)r * j->s->m->vocab);
+        j->s->top1[r] = ft_sampler_sample(j->req[r]->smp, j->s->logits + (size_t)j->lrow[r] * j->s->m->vocab);
 }
 
-static void sample_rows(struct ft_sched *s, int n_segs) {
+/* samp[i]: segment i draws its request's next token from its last logits row; row0[i]: its
+ * first row in s->logits */
+static void sample_rows(struct ft_sched *s, int n_segs, const int *samp, const int *row0) {
     struct ft_req *req[n_segs];
-    int rows = 0;
-    for (int i = 0; i < n_segs; i++)
-        if (s->segs[i].want == FT_LOGITS_LAST) req[rows++] = s->seg_req[i];
-    struct sample_job j = {s, req, rows};
+    int lrow[n_segs], rows = 0;
+    for (int i = 0; i < n_segs; i++) {
+        if (!samp[i]) continue;
+        lrow[rows] = row0[i] + (s->segs[i].want == FT_LOGITS_ALL ? s->segs[i].n - 1 : 0);
+        req[rows++] = s->seg_req[i];
+    }
+    struct sample_job j = {s, req, lrow, rows};
     if (s->pool && rows > 1) ft_pool_run(s->pool, sample_task, &j);
     else sample_task(&j, 0, 1);
 }
@@ -402,7 +420,7 @@ static int take_token(struct ft_sched *s, struct ft_req *r, int32_t id) {
     size_t n = ft_detok_push(&r->dt, id, piece, sizeof piece), out_len;
     int hit = ft_stop_push(&r->stopper, piece, n, &out, &out_len);
     const struct ft_token_lp *lp = ft_sampler_last_logprobs(r->smp);
-    if (lp) emit_token_lp(r, out, out_len, lp);
+    if (lp) emit_token_lp(r, out, out_len, lp, 0);
     else emit_text(r, out, out_len);
     if (hit) {
         r->stop_hit = 1;
@@ -416,6 +434,19 @@ static int take_token(struct ft_sched *s, struct ft_req *r, int32_t id) {
     r->last = id;
     if (r->hist) r->hist[r->n_prompt + r->n_gen - 1] = id; /* fed at the next step */
     return 0;
+}
+
+/* A prompt_logprobs request's chunk g, its rows from row0 of s->logits: the row at prompt
+ * position p holds the model's guess for token p + 1, so each known next token gets an event
+ * (the chunk's last row, when it ends the prompt, is the first generated token's). */
+static void prompt_logprobs(struct ft_sched *s, struct ft_req *r, const struct ft_seg *g, int row0) {
+    const int p0 = (int)(g->ids - r->prompt);
+    for (int j = 0; j < g->n && p0 + j + 1 < r->n_prompt; j++) {
+        struct ft_token_lp lp;
+        ft_logprobs_row(s->logits + (size_t)(row0 + j) * s->m->vocab, s->m->vocab,
+                        r->prompt[p0 + j + 1], r->p.top_logprobs, &lp);
+        emit_token_lp(r, "", 0, &lp, 1);
+    }
 }
 
 /* One engine step over every running request. */
@@ -440,41 +471,56 @@ static void step(struct ft_sched *s) {
     int n_decode = 0;
     for (int i = 0; i < s->n_running; i++) n_decode += s->running[i]->prefilled == s->running[i]->n_prompt;
     budget = FT_MIN(budget, ft_engine_max_chunk(s->e) - n_decode);
+    /* prompt_logprobs requests: their chunks want every row (at most PLP_ROWS a step in all) */
+    int plp_budget = s->logit_rows - s->o.max_running, any_all = 0, rows = 0;
+    int samp[s->o.max_running], row0[s->o.max_running];
     for (int i = 0; i < s->n_running; i++) {
         struct ft_req *r = s->running[i];
         struct ft_seg *g = &s->segs[n_segs];
         if (r->prefilled < r->n_prompt) {
-            if (budget <= 0) continue;
+            if (budget <= 0 || (r->p.prompt_logprobs && plp_budget <= 0)) continue;
             int n = FT_MIN(r->n_prompt - r->prefilled, budget);
+            if (r->p.prompt_logprobs) n = FT_MIN(n, plp_budget), plp_budget -= n;
             budget -= n;
+            const int last = r->prefilled + n == r->n_prompt;
+            samp[n_segs] = last && !r->p.prompt_only;
             *g = (struct ft_seg){r->prompt + r->prefilled, n, r->n_past, r->blocks,
-                                 r->prefilled + n == r->n_prompt ? FT_LOGITS_LAST : FT_LOGITS_NONE};
+                                 r->p.prompt_logprobs ? FT_LOGITS_ALL
+                                 : samp[n_segs]       ? FT_LOGITS_LAST
+                                                      : FT_LOGITS_NONE};
         } else {
+            samp[n_segs] = 1;
             *g = (struct ft_seg){&r->last, 1, r->n_past, r->blocks, FT_LOGITS_LAST};
         }
+        any_all |= g->want == FT_LOGITS_ALL;
+        row0[n_segs] = rows;
+        rows += g->want == FT_LOGITS_ALL ? g->n : g->want == FT_LOGITS_LAST;
         s->seg_req[n_segs++] = r;
     }
     if (n_segs == 0) return;
     /* every token of the step greedy without penalties: only the ids cross back (the argmax on
-     * the GPU), not a vocab of logits per request */
-    int ids_only = 1;
+     * the GPU), not a vocab of logits per request; a step scoring a prompt needs its logits */
+    int ids_only = !any_all;
     for (int i = 0; i < n_segs; i++)
-        if (s->segs[i].want == FT_LOGITS_LAST) ids_only &= ft_sampler_plain_greedy(s->seg_req[i]->smp);
+        if (samp[i]) ids_only &= ft_sampler_plain_greedy(s->seg_req[i]->smp);
     /* on a GPU backend, steps whose requests have no penalty are drawn on the device too */
-    int draw = !ids_only && (s->o.engine_draws > 0 || ft_engine_draws_on_device(s->e));
+    int draw = !ids_only && !any_all && (s->o.engine_draws > 0 || ft_engine_draws_on_device(s->e));
     for (int i = 0; draw && i < n_segs; i++)
-        if (s->segs[i].want == FT_LOGITS_LAST) draw &= ft_sampler_engine_drawable(s->seg_req[i]->smp);
+        if (samp[i]) draw &= ft_sampler_engine_drawable(s->seg_req[i]->smp);
     enum ft_status st;
     if (draw) {
         struct ft_draw draws[n_segs];
-        int rows = 0;
+        int n_draws = 0;
         for (int i = 0; i < n_segs; i++)
-            if (s->segs[i].want == FT_LOGITS_LAST) ft_sampler_engine_draw(s->seg_req[i]->smp, &draws[rows++]);
+            if (samp[i]) ft_sampler_engine_draw(s->seg_req[i]->smp, &draws[n_draws++]);
         st = ft_engine_forward_batch_draw(s->e, s->segs, n_segs, draws, s->top1);
     } else {
         st = ft_engine_forward_batch_ex(s->e, s->segs, n_segs, ids_only ? NULL : s->logits,
                                         ids_only ? s->top1 : NULL);
-        if (st == FT_OK && !ids_only) sample_rows(s, n_segs); /* each row's token into s->top1 */
+        /* the prompt rows scored before sampling, which rewrites its rows in place */
+        for (int i = 0; st == FT_OK && any_all && i < n_segs; i++)
+            if (s->segs[i].want == FT_LOGITS_ALL) prompt_logprobs(s, s->seg_req[i], &s->segs[i], row0[i]);
+        if (st == FT_OK && !ids_only) sample_rows(s, n_segs, samp, row0); /* tokens into s->top1 */
     }
     struct ft_req *keep[s->o.max_running];
     k = 0;
@@ -489,7 +535,11 @@ static void step(struct ft_sched *s) {
         r->n_past += g->n;
         if (g->ids != &r->last) r->prefilled += g->n;
         if (g->ids != &r->last && r->prefilled == r->n_prompt) prefix_keep(s, r, r->n_past);
-        if (g->want == FT_LOGITS_LAST && take_token(s, r, s->top1[row++])) continue;
+        if (g->ids != &r->last && r->prefilled == r->n_prompt && r->p.prompt_only) {
+            finish(s, r, FT_FINISH_LENGTH, FT_OK, NULL); /* max_tokens 0: scored, not answered */
+            continue;
+        }
+        if (samp[i] && take_token(s, r, s->top1[row++])) continue;
         keep[k++] = r;
     }
     /* requests that got no segment this step (prefill budget spent) stay running */
@@ -567,6 +617,7 @@ enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
     s->segs = calloc((size_t)s->o.max_running, sizeof *s->segs);
     s->seg_req = calloc((size_t)s->o.max_running, sizeof *s->seg_req);
     s->logits = malloc((size_t)s->o.max_running * m->vocab * sizeof(float));
+    s->logit_rows = s->o.max_running;
     s->top1 = calloc((size_t)s->o.max_running, sizeof *s->top1);
     if (st == FT_OK && (!s->running || !s->segs || !s->seg_req || !s->logits || !s->top1))
         st = ft_fail(FT_ERR_OOM, "scheduler: out of memory");
@@ -638,7 +689,7 @@ enum ft_status ft_sched_submit(struct ft_sched *s, const struct ft_req_params *p
     enum ft_status st = ft_sampling_validate(&p->sampling);
     if (st != FT_OK) return st;
     int room = s->o.ctx_size - p->n_prompt;
-    int max_tokens = p->max_tokens > 0 ? FT_MIN(p->max_tokens, room) : room;
+    int max_tokens = p->prompt_only ? 0 : p->max_tokens > 0 ? FT_MIN(p->max_tokens, room) : room;
     if (blocks_for(p->n_prompt + max_tokens) > ft_engine_kv_total_blocks(s->e))
         return ft_fail(FT_ERR_INVALID_ARG, "prompt %d + max_tokens %d tokens can never fit the "
                        "KV cache of %d tokens (lower max_tokens or raise --kv-tokens)",

@@ -48,6 +48,12 @@ struct ft_req_params {
     int logprobs;           /* 1: each generated token comes with its log-probabilities (an
                                FT_EV_TEXT event per token, its text possibly empty) */
     int top_logprobs;       /* with logprobs: alternatives per token (0..FT_MAX_TOP_LOGPROBS) */
+    int prompt_logprobs;    /* 1: prompt tokens 1 .. n_prompt-1 each come as an FT_EV_TEXT event
+                               (empty text, .prompt set) with its log-probabilities under the
+                               model given the tokens before it (raw logits, top_logprobs
+                               alternatives); such a request skips the prefix cache */
+    int prompt_only;        /* 1: the request ends after its prompt (FT_FINISH_LENGTH, nothing
+                               generated: max_tokens 0) */
 };
 
 enum ft_ev_type { FT_EV_TEXT, FT_EV_DONE, FT_EV_ERROR };
@@ -58,6 +64,7 @@ struct ft_event {
     size_t len;
     struct ft_token_lp *lp; /* FT_EV_TEXT of a logprobs request: the token it came from (its
                                text may be empty or held back); caller frees; else NULL */
+    int prompt;             /* FT_EV_TEXT with lp: 1 when lp is a prompt token's (prompt_logprobs) */
     int n_prompt, n_gen;    /* tokens so far (usage) */
     enum ft_finish finish;  /* FT_EV_DONE */
     enum ft_status status;  /* FT_EV_ERROR */

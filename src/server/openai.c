@@ -191,7 +191,8 @@ int ft_srv_common(struct ft_server *s, json_t *root, struct ft_gen_job *job,
     job->p.skip_special = 1;
     if (ft_srv_int(root, "n", 1, 1L << 30, &n, resp) ||
         ft_srv_bool(root, "stream", &job->stream, resp) ||
-        ft_srv_int(root, "max_tokens", 1, 1L << 30, &max_tokens, resp) ||
+        ft_srv_int(root, "max_tokens", job->api == FT_API_COMPLETION ? 0 : 1, 1L << 30, &max_tokens,
+                   resp) || /* completions: 0 scores an echoed prompt */
         ft_srv_int(root, "max_completion_tokens", 1, 1L << 30, &max_completion, resp) ||
         ft_srv_bool(root, "ignore_eos", &job->p.ignore_eos, resp) ||
         parse_sampling(root, &job->p.sampling, resp) || parse_stop(root, &job->p, resp))
@@ -629,9 +630,13 @@ static int completion_prompt(struct ft_server *s, json_t *root, struct ft_gen_jo
                              struct ft_http_resp *resp) {
     json_t *p = json_object_get(root, "prompt");
     if (ft_srv_bool(root, "echo", &job->echo, resp)) return -1;
-    if (job->echo && job->p.logprobs)
-        return ft_http_error(resp, 400, "echo", "echo with logprobs (the prompt tokens' "
-                             "log-probabilities) is not supported yet: send echo or logprobs"),
+    /* echo with logprobs: the prompt's tokens scored too; max_tokens 0: only that */
+    job->p.prompt_logprobs = job->echo && job->p.logprobs;
+    json_t *mt = json_object_get(root, "max_tokens");
+    job->p.prompt_only = json_is_integer(mt) && json_integer_value(mt) == 0;
+    if (job->p.prompt_only && !job->echo)
+        return ft_http_error(resp, 400, "max_tokens", "max_tokens 0 generates nothing: it needs "
+                             "echo: true (to score the prompt, with logprobs)"),
                -1;
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
         p = json_array_get(p, 0);

@@ -85,6 +85,12 @@ static json_t *lp_entry(const struct ft_server *s, const struct ft_token_lp *lp)
     return e;
 }
 
+/* The prompt's first token for echo with logprobs: nothing came before it to predict it, so
+ * its logprob and alternatives are null (OpenAI's shape). */
+static json_t *lp_first(const struct ft_server *s, int32_t id) {
+    return json_pack("{s:o, s:n, s:n}", "token", lp_token(s, id, NULL), "logprob", "top_logprobs");
+}
+
 /* Chat: {"content": entries, "refusal": null} (takes the reference). */
 static json_t *lp_chat(json_t *entries) {
     return json_pack("{s:o, s:n}", "content", entries, "refusal");
@@ -104,11 +110,16 @@ static json_t *lp_completion(json_t *entries, int n_top, long *offset) {
         json_array_append_new(offs, json_integer(*offset));
         for (const char *q = t; q && *q; q++) *offset += ((unsigned char)*q & 0xc0) != 0x80;
         if (!n_top) continue;
+        if (json_is_null(json_object_get(e, "top_logprobs"))) { /* the prompt's first token */
+            json_array_append_new(tops, json_null());
+            continue;
+        }
         json_t *d = json_object(), *a;
         size_t k;
-        json_array_foreach(json_object_get(e, "top_logprobs"), k, a)
-            json_object_set(d, json_string_value(json_object_get(a, "token")),
-                            json_object_get(a, "logprob"));
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, a) /* most likely first: */
+            if (!json_object_get(d, json_string_value(json_object_get(a, "token")))) /* texts */
+                json_object_set(d, json_string_value(json_object_get(a, "token")), /* may repeat */
+                                json_object_get(a, "logprob"));
         json_array_append_new(tops, d);
     }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps,
@@ -185,6 +196,7 @@ static void collect(struct ft_server *s, struct ft_gen_job *job, struct ft_req *
     struct pipe p;
     pipe_init(&p, job);
     g->o.n_prompt = job->n_prompt;
+    if (job->p.prompt_logprobs && job->n_prompt) g->o.plp = json_pack("[o]", lp_first(s, job->prompt[0]));
     for (;;) {
         struct ft_event ev;
         if (!ft_req_next_event(r, &ev, FT_EVENT_WAIT_MS)) {
@@ -199,6 +211,12 @@ static void collect(struct ft_server *s, struct ft_gen_job *job, struct ft_req *
         if (ev.type == FT_EV_DONE) g->o.n_cached = ev.n_cached;
         if (ev.type == FT_EV_DONE && ev.stop_index >= 0 && ev.stop_index < job->p.n_stop)
             g->o.stop_seq = job->p.stop[ev.stop_index];
+        if (ev.type == FT_EV_TEXT && ev.prompt) { /* a prompt token's logprobs (echo) */
+            if (ev.lp && g->o.plp) json_array_append_new(g->o.plp, lp_entry(s, ev.lp));
+            free(ev.text);
+            free(ev.lp);
+            continue;
+        }
         if (ev.type == FT_EV_TEXT) {
             if (ev.lp && !g->o.lp) g->o.lp = json_array();
             if (ev.lp) json_array_append_new(g->o.lp, lp_entry(s, ev.lp));
@@ -238,6 +256,7 @@ static void out_free(struct ft_gen_out *o) {
     ft_sbuf_free(&o->reasoning);
     ft_sbuf_free(&o->content);
     json_decref(o->lp);
+    json_decref(o->plp);
 }
 
 static json_t *str_or_null(const struct ft_sbuf *b) {
@@ -283,12 +302,13 @@ static json_t *completion_json(struct ft_server *s, const struct ft_gen_job *job
     json_t *choice = json_pack("{s:i, s:s%, s:n, s:s}", "index", 0, "text", text.p ? text.p : "",
                                text.n, "logprobs", "finish_reason", finish_name(o->finish, 0));
     ft_sbuf_free(&text);
-    if (job->p.logprobs) {
-        long off = utf8_chars(job->echo_text);
-        json_t *none = o->lp ? NULL : json_array();
-        json_object_set_new(choice, "logprobs",
-                            lp_completion(o->lp ? o->lp : none, job->p.top_logprobs, &off));
-        json_decref(none);
+    if (job->p.logprobs) { /* echo: the prompt's tokens first, their offsets from 0 */
+        json_t *all = json_array();
+        if (o->plp) json_array_extend(all, o->plp);
+        if (o->lp) json_array_extend(all, o->lp);
+        long off = o->plp ? 0 : utf8_chars(job->echo_text);
+        json_object_set_new(choice, "logprobs", lp_completion(all, job->p.top_logprobs, &off));
+        json_decref(all);
     }
     json_t *j = envelope(s, job, "text_completion");
     json_object_set_new(j, "choices", json_pack("[o]", choice));
@@ -338,6 +358,7 @@ struct gen_stream {
     size_t off;
     int n_prompt, n_gen, finished;
     json_t *lp;   /* logprobs entries not sent yet (they go with the next chunk) */
+    json_t *plp;  /* echo with logprobs: the prompt's entries, sent with the echo once all came */
     long lp_off;  /* completions: characters of text before the next token */
 };
 
@@ -359,8 +380,19 @@ static json_t *oa_chunk(struct gen_stream *g, json_t *delta_or_text, const char 
     return j;
 }
 
+/* Echo with logprobs: the prompt text in one chunk with its tokens' entries (offsets from 0). */
+static void echo_flush(struct gen_stream *g) {
+    json_t *gen = g->lp;
+    g->lp = g->plp, g->plp = NULL, g->lp_off = 0;
+    ft_sse_json(&g->b.out, oa_chunk(g, json_string(g->b.job.echo_text ? g->b.job.echo_text : ""), NULL));
+    json_decref(g->lp);
+    g->lp = gen;
+    g->lp_off = utf8_chars(g->b.job.echo_text);
+}
+
 static void oa_start(void *ctx) {
     struct gen_stream *g = ctx;
+    if (g->plp) return; /* echo with logprobs: sent once the prompt's entries came */
     if (!g->b.job.chat && g->b.job.echo_text) { /* echo: the prompt first */
         ft_sse_json(&g->b.out, oa_chunk(g, json_string(g->b.job.echo_text), NULL));
         g->lp_off = utf8_chars(g->b.job.echo_text);
@@ -428,6 +460,13 @@ static void stream_text(struct gen_stream *g, const char *s, size_t n, int end) 
 }
 
 static void stream_event(struct gen_stream *g, struct ft_event *ev) {
+    if (ev->type == FT_EV_TEXT && ev->prompt) { /* a prompt token's logprobs (echo) */
+        if (ev->lp && g->plp) json_array_append_new(g->plp, lp_entry(g->b.s, ev->lp));
+        free(ev->text);
+        free(ev->lp);
+        return;
+    }
+    if (g->plp && ev->type != FT_EV_ERROR) echo_flush(g); /* the prompt is scored */
     if (ev->n_prompt) g->n_prompt = ev->n_prompt;
     g->n_gen = ev->n_gen;
     if (ev->type == FT_EV_DONE) g->b.n_cached = ev->n_cached;
@@ -478,6 +517,7 @@ static void stream_free(void *ctx) {
     json_decref(g->b.items);
     json_decref(g->b.job.tools);
     json_decref(g->lp);
+    json_decref(g->plp);
     free(g->b.job.echo_text);
     for (int i = 0; i < FT_MAX_STOP; i++) free(g->b.stops[i]);
     free(g);
@@ -495,6 +535,8 @@ void ft_srv_stream(struct ft_server *s, struct ft_gen_job *job, struct ft_req *r
         return;
     }
     g->b.s = s, g->r = r, g->b.job = *job, g->n_prompt = job->n_prompt;
+    if (job->p.prompt_logprobs && job->n_prompt && job->api == FT_API_COMPLETION)
+        g->plp = json_pack("[o]", lp_first(s, job->prompt[0]));
     g->b.job.prompt = NULL;
     job->echo_text = NULL; /* the stream has it now */
     g->b.job.tools = json_incref(job->tools);

@@ -103,6 +103,8 @@ struct ft_gen_out {
     int finish;                 /* enum ft_finish */
     const char *stop_seq;       /* the stop string that ended it (the job's), or NULL */
     json_t *lp;                 /* logprobs requests: one entry per generated token (chat shape) */
+    json_t *plp;                /* echo with logprobs: one entry per prompt token (the first
+                                   with a null logprob), or NULL */
 };
 /* Per-API stream writers: called on the connection thread as the output comes. */
 struct ft_stream_api {
