@@ -199,8 +199,9 @@ __global__ void gdn_conv_tile_kernel(float *x, int ldx, struct ft_cuda_gdn g, in
 
 /* One block of GDN_THREADS per (chunk tile blockIdx.x, value head blockIdx.y). Shared: the
  * chunk's k and q rows (stride dk+1 so that column reads of different rows hit different
- * banks), A, U and per-row scalars; W is solved in place of q. The forward substitution runs
- * one thread per column of W or U (column c of row i needs only column c of rows j < i). */
+ * banks), A and per-row scalars; then W is solved in place of q and U in place of k (83 KB at
+ * dk = dv = 128: two blocks an SM). The forward substitution runs one thread per column of W
+ * or U (column c of row i needs only column c of rows j < i). */
 __global__ void __launch_bounds__(GDN_THREADS)
     gdn_chunk_prep_kernel(float *x, int ldx, int b_off, int a_off, struct ft_cuda_gdn g, int n_segs,
                           const float *A, const float *dt_bias, float *Wg, float *Pg, float *sc) {
@@ -211,7 +212,7 @@ __global__ void __launch_bounds__(GDN_THREADS)
     if (!gdn_tile(&g, n_segs, j0, GDN_BT, &seg, &c0, &L)) return; /* the whole block */
     const int dk = g.dk, dv = g.dv, Dk = g.Hk * dk, Hv = g.Hv, kh = h / (Hv / g.Hk), lk = dk + 1;
     const int la = GDN_BT + 1;
-    float *Ks = sm, *Qs = Ks + GDN_BT * lk, *Us = Qs + GDN_BT * lk, *As = Us + GDN_BT * dv;
+    float *Ks = sm, *Qs = Ks + GDN_BT * max(lk, dv), *As = Qs + GDN_BT * lk;
     float *rq = As + GDN_BT * la, *rk = rq + GDN_BT, *be = rk + GDN_BT, *gc = be + GDN_BT;
     for (int e = tid; e < L * dk; e += nt) {
         const int i = e / dk, a = e % dk;
@@ -274,12 +275,13 @@ __global__ void __launch_bounds__(GDN_THREADS)
             }
         }
     }
-    __syncthreads(); /* q is no longer read: W takes its place (row stride dk) */
-    float *Ws = Qs;
+    __syncthreads(); /* q and k are no longer read: W takes q's place (row stride dk), U k's (dv) */
+    float *Ws = Qs, *Us = Ks; /* (W's right-hand sides take k from x) */
     for (int col = tid; col < dk + dv; col += nt) {
         if (col < dk) {
             for (int i = 0; i < L; i++) {
-                float acc = be[i] * expf(gc[i]) * Ks[i * lk + col], acc2 = 0.0f; /* two chains */
+                const float kv = x[(size_t)(c0 + i) * ldx + Dk + (size_t)kh * dk + col] * rk[i];
+                float acc = be[i] * expf(gc[i]) * kv, acc2 = 0.0f; /* two chains */
                 int jj = 0;
                 for (; jj + 1 < i; jj += 2)
                     acc -= As[i * la + jj] * Ws[jj * dk + col], acc2 -= As[i * la + jj + 1] * Ws[(jj + 1) * dk + col];
@@ -310,8 +312,8 @@ __global__ void __launch_bounds__(GDN_THREADS)
 }
 
 static size_t gdn_prep_smem(int dk, int dv) {
-    return ((size_t)2 * GDN_BT * (dk + 1) + (size_t)GDN_BT * dv + (size_t)GDN_BT * (GDN_BT + 1) +
-            4 * GDN_BT) * sizeof(float);
+    return ((size_t)GDN_BT * (dk + 1 > dv ? dk + 1 : dv) + (size_t)GDN_BT * (dk + 1) +
+            (size_t)GDN_BT * (GDN_BT + 1) + 4 * GDN_BT) * sizeof(float);
 }
 
 /* One block of GDN_THREADS (8 warps) per (value head blockIdx.x, 32 columns of S blockIdx.y,
