@@ -1,6 +1,7 @@
 /* test_tool_parse.c — tool-call parsers (text/tool_parse.h): each family's output format into
  * (content, calls), the same when the text arrives one byte at a time, typed XML parameters,
- * blocks that do not parse given back as content, format names and detection. */
+ * blocks that do not parse given back as content, the JSON formats' calls shown live (their
+ * arguments' pieces add up to the final ones), format names and detection. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,116 @@ TEST(harmony_calls) {
                  "<|start|>assistant<|channel|>commentary to=functions.f<|message|>oops<|call|>",
                  0, NULL, NULL, NULL, NULL);
     expect_parse(FT_TOOLS_HARMONY, "plain answer", "plain answer", 0, NULL, NULL, NULL, NULL);
+}
+
+/* What a stream sends (server/openai_gen.c does the same): a call's name and the start of its
+ * arguments once the parser shows it live, then each new piece, then what the finished call has
+ * beyond that. */
+struct streamed {
+    int n, hdr[4], pieces[4];
+    char name[4][64], args[4][512];
+    size_t sent[4];
+};
+
+static void send_piece(struct streamed *t, int i, const char *s, size_t n) {
+    if (!n) return;
+    memcpy(t->args[i] + t->sent[i], s, n);
+    t->sent[i] += n;
+    t->args[i][t->sent[i]] = 0;
+    t->pieces[i]++;
+}
+
+static void stream_calls(struct ft_tool_parser *p, struct streamed *t) {
+    for (; t->n < p->n_calls && t->n < 4; t->n++) {
+        const int i = t->n;
+        const char *a = p->calls[i].args;
+        if (!t->hdr[i]) snprintf(t->name[i], sizeof t->name[i], "%s", p->calls[i].name);
+        if (!t->hdr[i] || !strncmp(a, t->args[i], t->sent[i]))
+            send_piece(t, i, a + t->sent[i], strlen(a) - t->sent[i]);
+        else
+            t->sent[i] = (size_t)-1; /* what was sent is not the final text */
+        t->hdr[i] = 1;
+    }
+    for (int j = 0; j < p->n_live && p->n_calls + j < 4; j++) {
+        const struct ft_tool_live *l = &p->live[j];
+        const int i = p->n_calls + j;
+        if (l->no_stream || !l->name_done) continue;
+        if (!t->hdr[i]) {
+            t->hdr[i] = 1;
+            snprintf(t->name[i], sizeof t->name[i], "%.*s", (int)l->n_name, l->name);
+        }
+        if (l->n_args > t->sent[i]) send_piece(t, i, l->args + t->sent[i], l->n_args - t->sent[i]);
+    }
+}
+
+/* Byte by byte: the pieces sent add up to each call's final arguments, which are JSON equal to
+ * want[i]; want_live: calls that must have come in more than one piece. */
+static void expect_streamed(enum ft_tool_fmt fmt, const char *text, int n_calls,
+                            const char *const *names, const char *const *want, int want_live) {
+    struct ft_tool_parser p;
+    struct streamed t;
+    memset(&t, 0, sizeof t);
+    ft_tool_parser_init(&p, fmt, NULL);
+    for (size_t i = 0; text[i]; i++) {
+        ft_tool_parser_push(&p, text + i, 1);
+        stream_calls(&p, &t);
+    }
+    ft_tool_parser_finish(&p);
+    stream_calls(&p, &t);
+    CHECK_(p.n_calls == n_calls, "%s: %d calls (want %d)", ft_tool_fmt_name(fmt), p.n_calls, n_calls);
+    int live = 0;
+    for (int i = 0; i < p.n_calls && i < 4; i++) {
+        EXPECT_STREQ(t.name[i], names[i]);
+        EXPECT_STREQ(t.args[i], p.calls[i].args);
+        json_t *a = json_loads(p.calls[i].args, 0, NULL), *b = json_loads(want[i], 0, NULL);
+        CHECK_(a && b && json_equal(a, b), "%s call %d: args %s (want %s)", ft_tool_fmt_name(fmt),
+               i, p.calls[i].args, want[i]);
+        json_decref(a);
+        json_decref(b);
+        live += t.pieces[i] > 1;
+    }
+    CHECK_(live >= want_live, "%s: %d calls streamed in pieces (want %d)", ft_tool_fmt_name(fmt),
+           live, want_live);
+    ft_tool_parser_free(&p);
+}
+
+TEST(arguments_streamed_in_pieces) {
+    const char *n2[] = {"get_weather", "get_time"};
+    expect_streamed(FT_TOOLS_HERMES,
+                    "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                    "\"Paris \\\"Nord\\\"\", \"days\": [1, 2],\n \"t\": \"\\u00e9\", \"x\": 1.50}}"
+                    "\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": "
+                    "\"{\\\"tz\\\": \\\"UTC\\\"}\"}\n</tool_call>",
+                    2, n2,
+                    (const char *[]){"{\"city\":\"Paris \\\"Nord\\\"\",\"days\":[1,2],\"t\":\"\\u00e9\",\"x\":1.5}",
+                                     "{\"tz\":\"UTC\"}"},
+                    1);
+    expect_streamed(FT_TOOLS_HERMES, /* a list in one block; arguments before the name */
+                    "<tool_call>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, "
+                    "{\"arguments\": {\"tz\": \"CET\"}, \"name\": \"get_time\"}]</tool_call>",
+                    2, n2, (const char *[]){"{\"city\":\"Rome\"}", "{\"tz\":\"CET\"}"}, 1);
+    expect_streamed(FT_TOOLS_LLAMA3,
+                    "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"nested\": "
+                    "{\"a\": {}}}}; {\"name\": \"get_time\", \"parameters\": {\"tz\": \"CET\"}}",
+                    2, n2, (const char *[]){"{\"city\":\"Oslo\",\"nested\":{\"a\":{}}}", "{\"tz\":\"CET\"}"},
+                    2);
+    expect_streamed(FT_TOOLS_MISTRAL,
+                    "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, "
+                    "{\"name\": \"get_time\", \"arguments\": {}}]",
+                    2, n2, (const char *[]){"{\"city\":\"Rome\"}", "{}"}, 1);
+    expect_streamed(FT_TOOLS_MISTRAL, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Rome\"}", 1, n2,
+                    (const char *[]){"{\"city\":\"Rome\"}"}, 0); /* v11 form: whole */
+    /* not a call after all: nothing live that the end does not confirm */
+    struct ft_tool_parser p;
+    ft_tool_parser_init(&p, FT_TOOLS_LLAMA3, NULL);
+    const char *x = "{\"x\": {\"arguments\": {\"a\": 1}}}";
+    for (size_t i = 0; x[i]; i++) {
+        ft_tool_parser_push(&p, x + i, 1);
+        for (int j = 0; j < p.n_live; j++) EXPECT(!p.live[j].name_done);
+    }
+    ft_tool_parser_finish(&p);
+    EXPECT_EQ(p.n_calls, 0);
+    ft_tool_parser_free(&p);
 }
 
 TEST(names_and_detection) {

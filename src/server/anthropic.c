@@ -488,4 +488,4 @@ static void a_error(void *g, const char *message, int status) {
                                       error_type(status), "message", message));
 }
 
-const struct ft_stream_api ft_anthropic_stream = {a_start, a_text, a_call, a_end, a_error};
+const struct ft_stream_api ft_anthropic_stream = {a_start, a_text, a_call, a_end, a_error, NULL};

@@ -359,6 +359,8 @@ struct gen_stream {
     int n_prompt, n_gen, finished;
     json_t *lp;   /* logprobs entries not sent yet (they go with the next chunk) */
     json_t *plp;  /* echo with logprobs: the prompt's entries, sent with the echo once all came */
+    int tc_named[64];     /* calls streamed in pieces: named already */
+    size_t tc_sent[64];   /* and the bytes of their arguments sent */
     long lp_off;  /* completions: characters of text before the next token */
 };
 
@@ -421,6 +423,17 @@ static void oa_call(void *ctx, int index, const struct ft_tool_call_out *c) {
     ft_sse_json(&g->b.out, oa_chunk(g, json_pack("{s:[o]}", "tool_calls", tc), NULL));
 }
 
+/* OpenAI streams a call's arguments in pieces: the first delta names it, the rest only add
+ * arguments text under its index */
+static void oa_call_piece(void *ctx, int index, const char *id, const char *name, const char *args,
+                          size_t n) {
+    struct gen_stream *g = ctx;
+    json_t *tc = id ? json_pack("{s:i, s:s, s:s, s:{s:s, s:s%}}", "index", index, "id", id, "type",
+                                "function", "function", "name", name, "arguments", args, n)
+                    : json_pack("{s:i, s:{s:s%}}", "index", index, "function", "arguments", args, n);
+    if (tc) ft_sse_json(&g->b.out, oa_chunk(g, json_pack("{s:[o]}", "tool_calls", tc), NULL));
+}
+
 static void oa_end(void *ctx, int finish, int n_prompt, int n_gen, int tool_calls) {
     struct gen_stream *g = ctx;
     ft_sse_json(&g->b.out, oa_chunk(g, g->b.job.chat ? json_object() : json_string(""),
@@ -442,19 +455,55 @@ static void oa_error(void *ctx, const char *message, int status) {
     ft_sbuf_add(&g->b.out, "data: [DONE]\n\n", 14);
 }
 
-static const struct ft_stream_api k_openai_stream = {oa_start, oa_text, oa_call, oa_end, oa_error};
+static const struct ft_stream_api k_openai_stream = {oa_start, oa_text, oa_call, oa_end, oa_error,
+                                                     oa_call_piece};
+
+/* Calls to the writer: the finished ones (the rest of their arguments when they went out in
+ * pieces, else whole), then, where the writer takes pieces, the open block's calls as far as
+ * they are written (text/tool_parse.h: live). */
+static void stream_calls(struct gen_stream *g) {
+    const struct ft_tool_parser *tp = &g->p.tp;
+    const int pieces = g->api->call_piece != NULL;
+    char id[32];
+    for (; g->p.n_reported < tp->n_calls; g->p.n_reported++) {
+        const int i = g->p.n_reported;
+        struct ft_tool_call_out o;
+        call_out(&g->p, i, &o, id, sizeof id);
+        if (pieces && i < 64 && g->tc_named[i]) {
+            const size_t n = strlen(o.args), k = g->tc_sent[i];
+            if (k < n) g->api->call_piece(g, i, NULL, NULL, o.args + k, n - k);
+        } else if (pieces && i < 64) {
+            g->api->call_piece(g, i, o.id, o.name, o.args, strlen(o.args));
+            g->tc_named[i] = 1;
+        } else {
+            g->api->call(g, i, &o);
+        }
+    }
+    for (int j = 0; pieces && j < tp->n_live && tp->n_calls + j < 64; j++) {
+        const struct ft_tool_live *l = &tp->live[j];
+        const int i = tp->n_calls + j;
+        if (l->no_stream || !l->name_done) continue;
+        if (!g->tc_named[i]) {
+            struct ft_tool_call_out o;
+            call_out(&g->p, i, &o, id, sizeof id);
+            char *name = strndup(l->name ? l->name : "", l->n_name);
+            if (!name) continue;
+            g->api->call_piece(g, i, o.id, name, l->args ? l->args : "", l->n_args);
+            free(name);
+            g->tc_named[i] = 1, g->tc_sent[i] = l->n_args;
+        } else if (l->n_args > g->tc_sent[i]) {
+            g->api->call_piece(g, i, NULL, NULL, l->args + g->tc_sent[i], l->n_args - g->tc_sent[i]);
+            g->tc_sent[i] = l->n_args;
+        }
+    }
+}
 
 /* Text through the pipeline to the writer; calls the parser completed as they come. */
 static void stream_text(struct gen_stream *g, const char *s, size_t n, int end) {
     struct ft_sbuf r = {0}, c = {0};
     pipe_push(&g->p, s, n, &r, &c, end);
     if (r.n || c.n) g->api->text(g, r.p, r.n, c.p, c.n);
-    for (; g->p.n_reported < g->p.tp.n_calls; g->p.n_reported++) {
-        struct ft_tool_call_out o;
-        char id[32];
-        call_out(&g->p, g->p.n_reported, &o, id, sizeof id);
-        g->api->call(g, g->p.n_reported, &o);
-    }
+    stream_calls(g);
     ft_sbuf_free(&r);
     ft_sbuf_free(&c);
 }

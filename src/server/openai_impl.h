@@ -113,6 +113,11 @@ struct ft_stream_api {
     void (*call)(void *g, int index, const struct ft_tool_call_out *c);
     void (*end)(void *g, int finish, int n_prompt, int n_gen, int tool_calls);
     void (*error)(void *g, const char *message, int status);
+    /* optional: a call streamed in pieces: the first with its id and name (and the arguments'
+     * start, maybe empty), later ones with id NULL and the next piece of its arguments; NULL:
+     * each call goes to `call` once complete */
+    void (*call_piece)(void *g, int index, const char *id, const char *name, const char *args,
+                       size_t n);
 };
 /* The SSE buffer and job of a stream, for the writers (the first field of their context). */
 struct ft_stream_base {

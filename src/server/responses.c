@@ -407,4 +407,4 @@ static void r_error(void *g, const char *message, int status) {
     event(b, "response.failed", json_pack("{s:o}", "response", r));
 }
 
-const struct ft_stream_api ft_responses_stream = {r_start, r_text, r_call, r_end, r_error};
+const struct ft_stream_api ft_responses_stream = {r_start, r_text, r_call, r_end, r_error, NULL};

@@ -140,7 +140,15 @@ static void add_call(struct ft_tool_parser *p, const char *name, json_t *args) {
         }
         p->calls = q, p->cap_calls = c;
     }
-    char *a = json_dumps(args, JSON_COMPACT);
+    /* the text streamed for this call (tool_parse.h), when it reads as the same value */
+    const int k = p->n_calls - p->live_base;
+    char *a = NULL;
+    if (k >= 0 && k < p->n_live && p->live[k].args_done && !p->live[k].no_stream) {
+        json_t *v = json_loadb(p->live[k].args, p->live[k].n_args, 0, NULL);
+        if (v && json_equal(v, args)) a = strdup(p->live[k].args);
+        json_decref(v);
+    }
+    if (!a) a = json_dumps(args, JSON_COMPACT);
     char *n = strdup(name);
     if (!a || !n) {
         free(a), free(n);
@@ -470,6 +478,140 @@ static int parse_body(struct ft_tool_parser *p, const char *s, const char *e) {
     return rc;
 }
 
+/* ---------------------------------------------------------------- live calls */
+
+static int live_fmt(const struct ft_tool_parser *p) {
+    return p->fmt == FT_TOOLS_HERMES || p->fmt == FT_TOOLS_LLAMA3 || p->fmt == FT_TOOLS_MISTRAL;
+}
+
+/* A block opens (or closed): no calls in it yet. */
+static void live_reset(struct ft_tool_parser *p) {
+    for (int i = 0; i < p->n_live; i++) free(p->live[i].name), free(p->live[i].args);
+    p->n_live = 0;
+    p->live_base = p->n_calls;
+    memset(&p->sc, 0, sizeof p->sc);
+}
+
+static struct ft_tool_live *live_new(struct ft_tool_parser *p) {
+    if (p->n_live == p->cap_live) {
+        int c = p->cap_live ? p->cap_live * 2 : 4;
+        struct ft_tool_live *q = realloc(p->live, (size_t)c * sizeof *q);
+        if (!q) {
+            p->oom = 1;
+            return NULL;
+        }
+        p->live = q, p->cap_live = c;
+    }
+    struct ft_tool_live *l = &p->live[p->n_live++];
+    memset(l, 0, sizeof *l);
+    return l;
+}
+
+static int blank(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+/* One byte of the block through a JSON scanner that knows only what it needs: the call objects
+ * (the block's object, or the objects of its list), their "name" string and where their
+ * "arguments"/"parameters" object starts and ends. */
+static void live_byte(struct ft_tool_parser *p, char c) {
+    struct ft_tool_scan *s = &p->sc;
+    struct ft_tool_live *l = s->in_call && p->n_live ? &p->live[p->n_live - 1] : NULL;
+    if (s->in_args) { /* inside the arguments: copied, blanks outside strings dropped */
+        if (s->in_str) {
+            if (s->esc) s->esc = 0;
+            else if (c == '\\') s->esc = 1;
+            else if (c == '"') s->in_str = 0;
+        } else if (blank(c)) {
+            return;
+        } else if (c == '"') {
+            s->in_str = 1;
+        } else if (c == '{' || c == '[') {
+            s->depth++;
+        } else if (c == '}' || c == ']') {
+            s->depth--;
+        }
+        if (l) put(p, &l->args, &l->n_args, &l->cap_args, &c, 1);
+        if (s->depth == s->call_depth) {
+            s->in_args = 0;
+            if (l) l->args_done = 1;
+        }
+        return;
+    }
+    if (s->in_str) {
+        if (s->esc || c == '\\') { /* an escape in a key or the name: not followed */
+            s->esc = !s->esc;
+            if (s->str == 1) s->kn = (int)sizeof s->kbuf;
+            if (s->str == 2 && l) l->no_stream = 1;
+        } else if (c == '"') {
+            s->in_str = 0;
+            if (s->str == 1) {
+                s->key = s->kn == 4 && !memcmp(s->kbuf, "name", 4) ? 1
+                         : (s->kn == 9 && !memcmp(s->kbuf, "arguments", 9)) ||
+                                   (s->kn == 10 && !memcmp(s->kbuf, "parameters", 10))
+                             ? 2 : 0;
+            }
+            if (s->str == 2 && l) l->name_done = 1, l->no_stream |= !l->n_name;
+        } else if (s->str == 1) {
+            if (s->kn < (int)sizeof s->kbuf) s->kbuf[s->kn++] = c;
+        } else if (s->str == 2 && l) {
+            put(p, &l->name, &l->n_name, &l->cap_name, &c, 1);
+        }
+        return;
+    }
+    if (blank(c)) return;
+    const int at_call = s->in_call && s->depth == s->call_depth;
+    if (s->depth == 0 && !s->in_call && c != '{' && c != '[' && c != ';' && !p->n_live) {
+        s->off = 1; /* not JSON calls (mistral's N[ARGS]{...}, text) */
+        return;
+    }
+    switch (c) {
+    case '"':
+        s->in_str = 1;
+        s->str = at_call && !s->expect_value                              ? 1
+                 : at_call && s->key == 1 && l && !l->name_done && !l->n_name ? 2
+                                                                              : 0;
+        if (s->str == 1) s->kn = 0;
+        break;
+    case ':':
+        if (at_call) s->expect_value = 1;
+        break;
+    case ',':
+        if (at_call) s->expect_value = 0, s->key = 0;
+        break;
+    case '{':
+        if (at_call && s->expect_value && s->key == 2 && l) { /* the arguments start */
+            s->depth++;
+            s->in_args = 1;
+            if (!l->name_done) l->no_stream = 1;
+            put(p, &l->args, &l->n_args, &l->cap_args, "{", 1);
+            break;
+        }
+        s->depth++;
+        if (!s->in_call && (s->depth == 1 || (s->depth == 2 && s->call_depth == 2))) {
+            s->call_depth = s->depth; /* a call object */
+            s->in_call = 1, s->expect_value = 0, s->key = 0;
+            live_new(p);
+        }
+        break;
+    case '[':
+        s->depth++;
+        if (s->depth == 1 && !s->in_call) s->call_depth = 2; /* a list of calls */
+        break;
+    case '}':
+    case ']':
+        if (at_call) s->in_call = 0;
+        if (s->depth > 0) s->depth--;
+        if (s->depth == 0) s->call_depth = 0;
+        break;
+    default: break; /* numbers, true, false, null */
+    }
+}
+
+/* The open block's bytes [sc.pos, upto) through the scanner. */
+static void live_scan(struct ft_tool_parser *p, size_t upto) {
+    if (!live_fmt(p)) return;
+    for (; p->sc.pos < upto && !p->sc.off && !p->oom; p->sc.pos++) live_byte(p, p->hold[p->sc.pos]);
+}
+
 /* ---------------------------------------------------------------- streaming */
 
 void ft_tool_parser_init(struct ft_tool_parser *p, enum ft_tool_fmt fmt, const json_t *tools) {
@@ -481,6 +623,8 @@ void ft_tool_parser_init(struct ft_tool_parser *p, enum ft_tool_fmt fmt, const j
 void ft_tool_parser_free(struct ft_tool_parser *p) {
     for (int i = 0; i < p->n_calls; i++) free(p->calls[i].name), free(p->calls[i].args);
     free(p->calls);
+    live_reset(p);
+    free(p->live);
     free(p->hold);
     free(p->out);
     memset(p, 0, sizeof *p);
@@ -513,7 +657,8 @@ static void scan(struct ft_tool_parser *p) {
         if (!p->in_block) {
             if (bare_json_start(p)) {
                 p->in_block = 2; /* no marker to give back */
-                return;
+                live_reset(p);
+                continue;
             }
             if (p->fmt == FT_TOOLS_LLAMA3 && !p->seen_text &&
                 skip_ws(p->hold, p->hold + p->n_hold) == p->hold + p->n_hold)
@@ -528,17 +673,26 @@ static void scan(struct ft_tool_parser *p) {
             emit(p, p->hold, (size_t)(m - p->hold));
             consume(p, (size_t)(m - p->hold) + strlen(d->start));
             p->in_block = 1;
+            live_reset(p);
             continue;
         }
-        if (!d->end) return; /* to the end of the text */
+        if (!d->end) { /* to the end of the text */
+            live_scan(p, p->n_hold);
+            return;
+        }
         const char *m = find(p->hold, p->hold + p->n_hold, d->end);
-        if (!m) return;
+        if (!m) {
+            live_scan(p, p->n_hold);
+            return;
+        }
+        live_scan(p, (size_t)(m - p->hold));
         if (parse_body(p, p->hold, m)) { /* not a call: give the block back as text */
             emit(p, d->start, strlen(d->start));
             emit(p, p->hold, (size_t)(m - p->hold) + strlen(d->end));
         }
         consume(p, (size_t)(m - p->hold) + strlen(d->end));
         p->in_block = 0;
+        live_reset(p);
     }
 }
 
@@ -554,6 +708,7 @@ void ft_tool_parser_push(struct ft_tool_parser *p, const char *s, size_t n) {
 void ft_tool_parser_finish(struct ft_tool_parser *p) {
     if (p->in_block) {
         const struct fmt_desc *d = &k_fmts[p->fmt];
+        live_scan(p, p->n_hold);
         if (parse_body(p, p->hold, p->hold + p->n_hold)) {
             if (p->in_block == 1) emit(p, d->start, strlen(d->start));
             emit(p, p->hold, p->n_hold);
@@ -563,4 +718,5 @@ void ft_tool_parser_finish(struct ft_tool_parser *p) {
     }
     p->n_hold = 0;
     p->in_block = 0;
+    live_reset(p);
 }

@@ -17,7 +17,11 @@
  * tool's JSON schema (a "string" property stays a string; others are parsed as JSON when they
  * can be). A block that does not parse is given back as content, never dropped.
  * Streaming: push text as it comes; content is released at once except bytes that may begin a
- * call marker; each call is reported once its block closes.
+ * call marker; each call is reported once its block closes. The JSON formats (hermes, llama3,
+ * mistral's list) also show the calls of the open block as they are written (live[]): a call's
+ * name once read, then its arguments so far, the text as written less the blanks outside
+ * strings. A finished call takes that text as its args when it parses to the same value, so the
+ * pieces a stream sent add up to the final arguments.
  * Used by the server; one parser belongs to one request (one thread). */
 #ifndef FT_TEXT_TOOL_PARSE_H
 #define FT_TEXT_TOOL_PARSE_H
@@ -62,6 +66,28 @@ struct ft_tool_call {
     char *args; /* compact JSON object text */
 };
 
+/* A call of the open block while it is written (call index n_calls + its place in live[]). */
+struct ft_tool_live {
+    char *name;          /* as read so far; complete once name_done */
+    size_t n_name, cap_name;
+    char *args;          /* the arguments object so far (blanks outside strings dropped) */
+    size_t n_args, cap_args;
+    int name_done, args_done;
+    int no_stream;       /* arguments before the name, or an escaped name: report it whole */
+};
+
+/* The byte scanner behind live[] (tool_parse.c). */
+struct ft_tool_scan {
+    size_t pos;          /* block bytes scanned */
+    int off;             /* the block is not JSON calls: nothing live */
+    int depth, call_depth, in_call, in_args, in_str, esc;
+    int str;             /* the string being read: 0 other, 1 a key of the call, 2 its name */
+    int expect_value;    /* at the call's level: after a ':' (else a key comes) */
+    int key;             /* the call-level key last read: 0 other, 1 name, 2 arguments */
+    char kbuf[12];
+    int kn;
+};
+
 struct ft_tool_parser {
     enum ft_tool_fmt fmt;
     const json_t *tools; /* the request's tools (for typing XML parameters); may be NULL */
@@ -72,6 +98,9 @@ struct ft_tool_parser {
     size_t n_out, cap_out;
     struct ft_tool_call *calls; /* every call parsed so far */
     int n_calls, cap_calls;
+    struct ft_tool_live *live; /* the JSON formats: calls of the open block so far */
+    int n_live, cap_live, live_base; /* live_base: n_calls when the block opened */
+    struct ft_tool_scan sc;
     int oom;
 };
 

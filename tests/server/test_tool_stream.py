@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""test_tool_stream.py — streamed tool calls whose arguments arrive in pieces, as OpenAI streams
+them: a call's first delta.tool_calls entry carries its index, id, type and name (and maybe the
+start of its arguments), later ones only the index and the next piece of function.arguments.
+
+For the JSON-argument families (Hermes/Qwen <tool_call>: the fixture's own Qwen3 template;
+Llama 3.1 JSON and Mistral through --chat-template), on the random-weight fixture with the call
+forced by the grammar (a named tool_choice, and "required"), greedy: the official openai client's
+ChatCompletionStreamState accumulates the stream; its final arguments must equal the
+non-streamed response's, parse as a JSON object, and at least one call must have come in more
+than one piece; id and name come once per call. The server must stay up.
+
+Run by ctest (label server):
+  test_tool_stream.py --ft build/ft --model tests/data/models/qwen3_moe
+"""
+import argparse
+import json
+import sys
+import time
+
+try:
+    from openai import OpenAI
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+except ImportError:
+    print("test_tool_stream: FAIL: openai is missing (tools/setup.sh test installs it into "
+          "build/venv)")
+    sys.exit(1)
+
+from harness import check, finish, run_groups, start_server, stop_server
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather of a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 24},
+        "days": {"type": "integer"},
+        "units": {"type": "string", "enum": ["metric", "imperial"]}},
+        "required": ["city", "days", "units"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "Local time.",
+    "parameters": {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 8}},
+                   "required": ["tz"]}}}
+ASK = [{"role": "user", "content": "Weather in Paris for three days, and the time there?"}]
+
+
+def one(client, fam, choice, what, **extra):
+    kw = dict(model="m", messages=ASK, tools=[WEATHER, TIME], tool_choice=choice,
+              max_tokens=400, temperature=0, **extra)
+    r = client.chat.completions.create(**kw)
+    want = r.choices[0].message.tool_calls or []
+    check(r.choices[0].finish_reason == "tool_calls" and want,
+          f"{fam} {what}: a call, not streamed ({r.choices[0].finish_reason}, {len(want)})")
+    state = ChatCompletionStreamState()
+    pieces, named, ids, fin = {}, {}, {}, None
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        state.handle_chunk(chunk)
+        if not chunk.choices:
+            continue
+        fin = chunk.choices[0].finish_reason or fin
+        for tc in chunk.choices[0].delta.tool_calls or []:
+            if tc.function and tc.function.arguments:
+                pieces[tc.index] = pieces.get(tc.index, 0) + 1
+            if tc.id or (tc.function and tc.function.name):
+                named[tc.index] = named.get(tc.index, 0) + 1
+                ids[tc.index] = tc.id
+                check(tc.id and tc.type == "function" and tc.function.name,
+                      f"{fam} {what}: call {tc.index}'s first delta has id, type and name")
+    check(fin == "tool_calls", f"{fam} {what}: streamed finish_reason ({fin})")
+    got = state.get_final_completion().choices[0].message.tool_calls or []
+    check(len(got) == len(want), f"{fam} {what}: {len(got)} calls streamed, {len(want)} not")
+    for i, (g, w) in enumerate(zip(got, want)):
+        check(named.get(i) == 1, f"{fam} {what}: call {i} named once ({named.get(i)})")
+        check(g.function.name == w.function.name and g.id and g.id == ids.get(i),
+              f"{fam} {what}: call {i} name and id ({g.function.name} {g.id} / {w.function.name})")
+        check(g.function.arguments == w.function.arguments,
+              f"{fam} {what}: call {i} accumulated arguments equal the non-streamed "
+              f"({g.function.arguments!r} / {w.function.arguments!r})")
+        try:
+            ok = isinstance(json.loads(g.function.arguments), dict)
+        except ValueError:
+            ok = False
+        check(ok, f"{fam} {what}: call {i} arguments are a JSON object ({g.function.arguments!r})")
+    split = max(pieces.values()) if pieces else 0
+    check(split > 1, f"{fam} {what}: a call's arguments came in several pieces (most {split})")
+    return split
+
+
+def family(fam):
+    def run(client):
+        n = one(client, fam, {"type": "function", "function": {"name": "get_weather"}}, "named")
+        # one call (random weights would go on listing calls to the token limit)
+        one(client, fam, "required", "required", parallel_tool_calls=False)
+        print(f"  {fam}: named call's arguments in {n} pieces", flush=True)
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ft", required=True)
+    ap.add_argument("--model", required=True)
+    a = ap.parse_args()
+    t0 = time.time()
+    for fam in (None, "llama3_1", "mistral"):
+        args = ["--ctx-size", "2048", "--served-model-name", "m"]
+        if fam:
+            args += ["--chat-template", fam]
+        name = fam or "hermes (qwen3)"
+        proc, base = start_server(a.ft, a.model, args, "test_tool_stream", timeout=120)
+        client = OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, timeout=300)
+        try:
+            run_groups([(name, lambda: family(name)(client))])
+            r = client.chat.completions.create(model="m", messages=ASK, max_tokens=2)
+            check(r.choices[0].finish_reason in ("stop", "length"), f"{name}: still up")
+        finally:
+            rc = stop_server(proc)
+            check(rc == 0, f"{name}: clean exit on SIGTERM ({rc})")
+    finish("test_tool_stream", t0)
+
+
+if __name__ == "__main__":
+    main()
