@@ -224,7 +224,8 @@ const char ft_cli_backend_usage[] =
     "  --pin-budget SIZE|probe:SIZE / --moe-cpu-layers auto|IDS|N|F|0   host pinning (README:\n"
     "                      Host memory; probe:SIZE probes the driver up to SIZE)\n"
     "  --cpu-act fast|f32  activations rounded as llama.cpp does (default): int8 for GGML\n"
-    "                      blocks (CPU and GPU), bf16 for bf16 weights (CPU); f32: exact\n";
+    "                      blocks (CPU; GPU: some expert formats), bf16 for bf16 weights\n"
+    "                      (CPU); f32: exact\n";
 
 int ft_cli_size(const char *s, size_t *out) {
     char *end;

@@ -25,26 +25,14 @@
 
 #define MAX_GRAPH_T FT_GPU_MOE_MAX_T
 
-/* A dense weight [rows, K] on the device: bf16 (bf), or, from a GGUF file's GGML blocks, kept
- * in them as n parts stacked by rows (part i: rows[i] rows of format dt[i] at p[i], all in one
- * allocation at base), which the int8 GEMV reads (ft_cuda_gemv_q8) and prefill dequantises
- * into deq16 for cuBLAS. */
-#define DW_PARTS 3
-struct dw {
-    uint16_t *bf;
-    void *base, *p[DW_PARTS];
-    int n, dt[DW_PARTS], rows[DW_PARTS];
-};
-
 struct gpu_layer {
     float *attn_norm, *ffn_norm, *q_norm, *k_norm, *bq, *bk, *bv, *bo;
-    struct dw wqkv, wo;               /* wqkv: [q_dim + 2 kv_dim, H] (q, k, v rows) */
-    struct dw w_gu, w_down;           /* dense: w_gu [2I, H] (gate rows, then up rows) */
+    uint16_t *wqkv, *wo;              /* wqkv: [q_dim + 2 kv_dim, H] (q, k, v rows) */
+    uint16_t *w_gu, *w_down;          /* dense: w_gu [2I, H] (gate rows, then up rows) */
     int I;
     uint16_t *router;                 /* MoE: [E, H] */
     struct ft_gpu_experts ex;         /* its routed experts (moe/gpu_moe.h) */
-    struct dw sh_gu, sh_down;         /* sh_gu [2Is, H] */
-    uint16_t *sh_score;
+    uint16_t *sh_gu, *sh_down, *sh_score; /* sh_gu [2Is, H] */
     int is_moe, has_shared, window;
     /* gpt-oss: attention sinks [n_heads], router bias [E]; NULL otherwise */
     float *sinks, *router_b;
@@ -71,11 +59,7 @@ struct ft_gpu {
     struct ft_blas *blas;
     size_t used, limit;
     struct gpu_layer *L;
-    struct dw embed, lm_head;          /* lm_head tied: the same allocations as embed */
-    int q8;                            /* rounded activations (--cpu-act fast): GGML-block dense
-                                          weights stay in blocks, experts run the int8 GEMV */
-    uint16_t *deq16;                   /* prefill: rows of a block-format weight as bf16 */
-    size_t deq_elems, deq_cap;         /* the largest such weight's elements; deq16's */
+    uint16_t *embed, *lm_head;
     float *final_norm, *inv_freq;
     float *k_cache, *v_cache;          /* [attention layers, n_blocks*16, kv_dim] */
     int n_kv_layers;
@@ -213,57 +197,6 @@ static uint16_t *up_cat(struct ft_gpu *g, const struct ft_weight *const *ws, int
     return d; /* even on failure: the layer owns it, so ft_gpu_free frees it */
 }
 
-/* Host weights of the same width stacked by rows, as a struct dw: kept in their GGML blocks
- * when every part is in a format the int8 GEMV takes (consecutive parts of one format merged;
- * at most DW_PARTS formats in a row), else as bf16 (up_cat). Block parts start 256 bytes apart
- * at most, so each keeps the allocation's alignment. */
-static struct dw up_dw(struct ft_gpu *g, const struct ft_weight *const *ws, int n, enum ft_status *st) {
-    struct dw d = {0};
-    if (*st != FT_OK || (n == 1 && !ws[0]->data)) return d; /* an absent weight: none, as up_w */
-    int runs = 0, blocks = 1;
-    for (int i = 0; i < n; i++) {
-        blocks &= ft_cuda_q8_format(ws[i]->dtype) && ws[i]->cols == ws[0]->cols &&
-                  ws[i]->cols <= ft_cuda_q8_max_k(1) && ws[i]->data;
-        runs += i == 0 || ws[i]->dtype != ws[i - 1]->dtype;
-    }
-    if (!blocks || runs > DW_PARTS || !g->q8) {
-        d.bf = up_cat(g, ws, n, st);
-        return d;
-    }
-    size_t total = 0, K = (size_t)ws[0]->cols;
-    for (int i = 0; i < n; i++) {
-        if (i == 0 || ws[i]->dtype != ws[i - 1]->dtype) total = (total + 255) & ~(size_t)255;
-        total += (size_t)ws[i]->rows * ft_dtype_row_bytes(ws[i]->dtype, (int64_t)K);
-    }
-    uint8_t *base = dalloc(g, total, st);
-    if (!base) return d;
-    d.base = base;
-    size_t off = 0, rows = 0;
-    for (int i = 0; i < n; i++) {
-        const size_t rb = ft_dtype_row_bytes(ws[i]->dtype, (int64_t)K);
-        if (i == 0 || ws[i]->dtype != ws[i - 1]->dtype) {
-            off = (off + 255) & ~(size_t)255;
-            d.p[d.n] = base + off, d.dt[d.n] = ws[i]->dtype, d.rows[d.n] = 0, d.n++;
-        }
-        cudaMemcpy(base + off, ws[i]->data, (size_t)ws[i]->rows * rb, cudaMemcpyHostToDevice);
-        off += (size_t)ws[i]->rows * rb;
-        d.rows[d.n - 1] += ws[i]->rows;
-        rows += (size_t)ws[i]->rows;
-    }
-    if (rows * K > g->deq_elems) g->deq_elems = rows * K;
-    return d;
-}
-
-static struct dw up_dw1(struct ft_gpu *g, const struct ft_weight *w, enum ft_status *st) {
-    return up_dw(g, &w, 1, st);
-}
-
-static void dw_free(struct dw *d) {
-    if (d->bf) cudaFree(d->bf);
-    if (d->base) cudaFree(d->base);
-    memset(d, 0, sizeof *d);
-}
-
 /* 1 when the GPU kernels take experts of dtype t (bf16, GGML blocks, NVFP4 and FP8_B128 rows
  * of any width). */
 static int gpu_expert_dtype(enum ft_dtype t) { return t == FT_DTYPE_BF16 || ft_cuda_block_format(t); }
@@ -297,10 +230,10 @@ static void upload_attention(struct ft_gpu *g, const struct ft_layer *hl, struct
     L->bv = up_f(g, hl->bv, kd, st);
     L->bo = up_f(g, hl->bo, m->hidden, st);
     L->sinks = up_f(g, hl->sinks, (size_t)nh, st);
-    L->wo = up_dw1(g, &hl->wo, st);
+    L->wo = up_w(g, &hl->wo, st);
     if (!hl->attn_gate) {
         const struct ft_weight *qkv[3] = {&hl->wq, &hl->wk, &hl->wv};
-        L->wqkv = up_dw(g, qkv, 3, st);
+        L->wqkv = up_cat(g, qkv, 3, st);
         return;
     }
     struct ft_weight part[2 * nh + 2];
@@ -310,7 +243,7 @@ static void upload_attention(struct ft_gpu *g, const struct ft_layer *hl, struct
         part[nh + h] = ft_weight_rows(&hl->wq, (2 * h + 1) * hd, hd), gs[h] = &part[nh + h];
     }
     ws[nh] = &hl->wk, ws[nh + 1] = &hl->wv;
-    L->wqkv = up_dw(g, ws, nh + 2, st);
+    L->wqkv = up_cat(g, ws, nh + 2, st);
     L->wgate = up_cat(g, gs, nh, st);
 }
 
@@ -326,7 +259,7 @@ static void upload_mla(struct ft_gpu *g, const struct ft_layer *hl, struct gpu_l
         L->q_a_norm = up_f(g, hl->q_a_norm, (size_t)m->mla_q_lora, st);
         L->q_b = up_w(g, &hl->q_b, st);
     } else {
-        L->wqkv.bf = up_w(g, &hl->wq, st);
+        L->wqkv = up_w(g, &hl->wq, st);
     }
     L->bq_a = up_f(g, hl->bq_a, (size_t)m->mla_q_lora, st);
     L->kv_a = up_w(g, &hl->kv_a, st);
@@ -337,7 +270,7 @@ static void upload_mla(struct ft_gpu *g, const struct ft_layer *hl, struct gpu_l
     const struct ft_weight *ws[nh];
     for (int h = 0; h < nh; h++) part[h] = ft_weight_rows(&hl->kv_b, h * (dn + dv) + dn, dv), ws[h] = &part[h];
     L->uv = up_cat(g, ws, nh, st);
-    L->wo.bf = up_w(g, &hl->wo, st);
+    L->wo = up_w(g, &hl->wo, st);
     L->bo = up_f(g, hl->bo, m->hidden, st);
 }
 
@@ -360,8 +293,8 @@ static enum ft_status upload(struct ft_gpu *g) {
     const struct ft_model *m = g->m;
     enum ft_status st = FT_OK;
     int H = m->hidden;
-    g->embed = up_dw1(g, &m->embed, &st);
-    g->lm_head = m->lm_head.data == m->embed.data ? g->embed : up_dw1(g, &m->lm_head, &st);
+    g->embed = up_w(g, &m->embed, &st);
+    g->lm_head = m->lm_head.data == m->embed.data ? g->embed : up_w(g, &m->lm_head, &st);
     g->final_norm = up_f(g, m->final_norm, H, &st);
     g->inv_freq = up_f(g, m->inv_freq, m->rot_dim / 2, &st);
     int n_gdn = 0;
@@ -380,8 +313,8 @@ static enum ft_status upload(struct ft_gpu *g) {
         if (!hl->is_moe) {
             L->I = hl->w_gate.rows;
             const struct ft_weight *gu[2] = {&hl->w_gate, &hl->w_up};
-            L->w_gu = up_dw(g, gu, 2, &st);
-            L->w_down = up_dw1(g, &hl->w_down, &st);
+            L->w_gu = up_cat(g, gu, 2, &st);
+            L->w_down = up_w(g, &hl->w_down, &st);
             continue;
         }
         L->router = up_w(g, &hl->router, &st);
@@ -404,8 +337,8 @@ static enum ft_status upload(struct ft_gpu *g) {
         L->has_shared = hl->has_shared;
         if (hl->has_shared) {
             const struct ft_weight *sgu[2] = {&hl->sh_gate, &hl->sh_up};
-            L->sh_gu = up_dw(g, sgu, 2, &st);
-            L->sh_down = up_dw1(g, &hl->sh_down, &st);
+            L->sh_gu = up_cat(g, sgu, 2, &st);
+            L->sh_down = up_w(g, &hl->sh_down, &st);
             L->sh_score = up_w(g, &hl->sh_score, &st);
         }
     }
@@ -488,10 +421,6 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     g->act16 = dalloc(g, C * (mi ? mi : 1) * 2, &st);
     g->xl = dalloc(g, C * H * 4, &st);
     g->xl16 = dalloc(g, C * H * 2, &st);
-    if (g->deq_elems) { /* prefill's bf16 rows of block-format weights: 32 MiB at most, in passes */
-        g->deq_cap = g->deq_elems < ((size_t)16 << 20) ? g->deq_elems : ((size_t)16 << 20);
-        g->deq16 = dalloc(g, g->deq_cap * 2, &st);
-    }
     /* logits rows per lm_head pass: one per sequence in a step; all-position requests
      * (ft logits) are done in passes of this many rows */
     g->logit_rows = g->C < 64 ? g->C : 64;
@@ -508,7 +437,7 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     }
     if (st == FT_OK) { /* the routed experts' ids and prefill scratch */
         struct ft_gpu_moe_io io = {g->x, g->xn, g->xn16, g->y, g->topk, g->topw};
-        st = ft_gpu_moe_init(&g->moe, m, g->C, &io, &(struct ft_gpu_alloc){dalloc_cb, g}, g->s, g->probe);
+        st = ft_gpu_moe_init(&g->moe, m, g->C, g->o.cpu_act_fast, &io, &(struct ft_gpu_alloc){dalloc_cb, g}, g->s, g->probe);
     }
     /* flash-decoding partials for decode steps, which split the whole context (up to 256
      * chunks); prefill's flash attention needs none (it used to take C x 16 splits of them:
@@ -551,54 +480,6 @@ static enum ft_status mm(struct ft_gpu *g, float *y, int ldy, const float *x, co
     enum ft_status st = ft_blas_gemm(g->blas, y, ldy, x16, w, T, N, K);
     if (st == FT_OK && bias) ft_cuda_add_bias(y, ldy, bias, T, N, g->s);
     return st;
-}
-
-/* The decode GEMV a (ft_cuda_gemv_ex's semantics) on the dense weight w: bf16, or one int8 GEMV
- * launch per block part. */
-static void gemv_w(struct ft_gpu *g, struct ft_cuda_gemv_args *a, const struct dw *w) {
-    if (w->bf) {
-        a->w = w->bf;
-        ft_cuda_gemv_ex(a, g->s);
-        return;
-    }
-    for (int i = 0, r = 0; i < w->n; r += w->rows[i++]) ft_cuda_gemv_q8(a, w->p[i], w->dt[i], r, w->rows[i], g->s);
-}
-
-/* mm on rows [r0, r0 + N) of the dense weight w. Block parts: the GEMV for decode-sized T,
- * else each part's rows dequantised to bf16 in deq16 (deq_cap elements a pass) for cuBLAS. */
-static enum ft_status mm_w(struct ft_gpu *g, float *y, int ldy, const float *x, const uint16_t *x16,
-                           const struct dw *w, int r0, const float *bias, int T, int N, int K) {
-    if (w->bf) return mm(g, y, ldy, x, x16, w->bf + (size_t)r0 * K, bias, T, N, K);
-    enum ft_status st = FT_OK;
-    for (int i = 0, s0 = 0; i < w->n && st == FT_OK; s0 += w->rows[i++]) {
-        const int a = r0 > s0 ? r0 : s0, b = r0 + N < s0 + w->rows[i] ? r0 + N : s0 + w->rows[i];
-        if (a >= b) continue;
-        const size_t rb = ft_dtype_row_bytes((enum ft_dtype)w->dt[i], K);
-        const uint8_t *src = (const uint8_t *)w->p[i] + (size_t)(a - s0) * rb;
-        if (T <= MAX_GRAPH_T || !x16) {
-            struct ft_cuda_gemv_args ga = {{y + (a - r0), NULL, NULL}, b - a, 0, ldy,
-                                           {bias ? bias + (a - r0) : NULL, NULL, NULL}, x, NULL, NULL,
-                                           0.0f, NULL, 0, T, b - a, K};
-            ft_cuda_gemv_q8(&ga, src, w->dt[i], 0, b - a, g->s);
-            continue;
-        }
-        const int pass = (int)(g->deq_cap / (size_t)K) > 0 ? (int)(g->deq_cap / (size_t)K) : 1;
-        for (int c = a; c < b && st == FT_OK; c += pass) {
-            const int n = b - c < pass ? b - c : pass;
-            ft_cuda_dequant_experts(g->deq16, src + (size_t)(c - a) * rb, 0, w->dt[i], NULL, NULL, 0, 1,
-                                    n, K, g->s);
-            st = ft_blas_gemm(g->blas, y + (c - r0), ldy, x16, g->deq16, T, n, K);
-            if (st == FT_OK && bias) ft_cuda_add_bias(y + (c - r0), ldy, bias + (c - r0), T, n, g->s);
-        }
-    }
-    return st;
-}
-
-/* The embedding rows of the step's tokens into x: bf16 or a block-format table. */
-static void embed_w(struct ft_gpu *g, int T) {
-    const struct dw *e = &g->embed;
-    if (e->bf) ft_cuda_embed(g->x, e->bf, g->d_ids, T, g->m->hidden, g->s);
-    else ft_cuda_embed_blocks(g->x, e->p[0], e->dt[0], g->d_ids, T, g->m->hidden, g->s);
 }
 
 /* Marks the end of an op group (FT_PROFILE=2 only). */
@@ -654,9 +535,9 @@ static void moe_tail(struct ft_gpu *g, int l, int T) {
     prof_mark(g, FT_OP_EXPERTS);
     if (L->has_shared) {
         int Is = m->shared_inter;
-        mm_w(g, g->gu, 2 * Is, g->xn, NULL, &L->sh_gu, 0, NULL, T, 2 * Is, H);
+        ft_cuda_gemv(g->gu, 2 * Is, g->xn, L->sh_gu, NULL, T, 2 * Is, H, s);
         ft_cuda_silu_mul(g->act, g->gu, T, Is, s);
-        mm_w(g, g->sh, H, g->act, NULL, &L->sh_down, 0, NULL, T, H, Is);
+        ft_cuda_gemv(g->sh, H, g->act, L->sh_down, NULL, T, H, Is, s);
         shared_join(g, L, g->x, T); /* x += shared expert */
         prof_mark(g, FT_OP_SHARED);
     }
@@ -692,9 +573,9 @@ static void attention_decode(struct ft_gpu *g, const struct gpu_layer *L, int T)
     const int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim;
     cudaStream_t s = g->s;
     struct ft_cuda_gemv_args qkv = {{g->q, g->k, g->v}, qd, kd, qd, {L->bq, L->bk, L->bv}, g->x,
-                                    NULL, L->attn_norm, m->rms_eps, L->wgate ? g->xn : NULL, 0,
+                                    L->wqkv, L->attn_norm, m->rms_eps, L->wgate ? g->xn : NULL, 0,
                                     T, qd + 2 * kd, H};
-    gemv_w(g, &qkv, &L->wqkv);
+    ft_cuda_gemv_ex(&qkv, s);
     if (L->wgate) ft_cuda_gemv(g->gate, qd, g->xn, L->wgate, NULL, T, qd, H, s);
     prof_mark(g, FT_OP_QKV);
     rope_kv(g, L, T);
@@ -705,9 +586,9 @@ static void attention_decode(struct ft_gpu *g, const struct gpu_layer *L, int T)
                       g->att_split_small, s);
     if (L->wgate) ft_cuda_mul_sigmoid(g->att, g->gate, (size_t)T * qd, s);
     prof_mark(g, FT_OP_ATTN);
-    struct ft_cuda_gemv_args o = {{g->x, NULL, NULL}, H, 0, H, {L->bo, NULL, NULL}, g->att, NULL,
+    struct ft_cuda_gemv_args o = {{g->x, NULL, NULL}, H, 0, H, {L->bo, NULL, NULL}, g->att, L->wo,
                                   NULL, 0.0f, NULL, 1, T, H, qd};
-    gemv_w(g, &o, &L->wo); /* x += o_proj(att) */
+    ft_cuda_gemv_ex(&o, s); /* x += o_proj(att) */
     prof_mark(g, FT_OP_OPROJ);
 }
 
@@ -764,7 +645,7 @@ static enum ft_status mla_block(struct ft_gpu *g, const struct gpu_layer *L, int
     const int dec = T <= MAX_GRAPH_T;
     cudaStream_t s = g->s;
     enum ft_status st = FT_OK;
-    const uint16_t *w1 = L->q_a ? L->q_a : L->wqkv.bf; /* MLA: bf16 (upload_mla) */
+    const uint16_t *w1 = L->q_a ? L->q_a : L->wqkv;
     float *y1 = L->q_a ? g->m_qa : g->q;
     const int n1 = L->q_a ? ql : qd;
     if (dec) {
@@ -795,12 +676,12 @@ static enum ft_status mla_block(struct ft_gpu *g, const struct gpu_layer *L, int
     ft_cuda_bgemv(g->att, dv, g->m_lat, Lr, L->uv, (size_t)dv * Lr, dv, Lr, T, nh, s);
     prof_mark(g, FT_OP_ATTN);
     if (dec) {
-        struct ft_cuda_gemv_args o = {{g->x, NULL, NULL}, H, 0, H, {L->bo, NULL, NULL}, g->att, NULL,
+        struct ft_cuda_gemv_args o = {{g->x, NULL, NULL}, H, 0, H, {L->bo, NULL, NULL}, g->att, L->wo,
                                       NULL, 0.0f, NULL, 1, T, H, od};
-        gemv_w(g, &o, &L->wo); /* x += o_proj(att) */
+        ft_cuda_gemv_ex(&o, s); /* x += o_proj(att) */
     } else {
         ft_cuda_to_bf16(g->att16, g->att, (size_t)T * od, s);
-        st = mm_w(g, g->y, H, g->att, g->att16, &L->wo, 0, L->bo, T, H, od);
+        st = mm(g, g->y, H, g->att, g->att16, L->wo, L->bo, T, H, od);
     }
     prof_mark(g, FT_OP_OPROJ);
     return st;
@@ -811,10 +692,10 @@ static enum ft_status attention_prefill(struct ft_gpu *g, const struct gpu_layer
     const struct ft_model *m = g->m;
     const int H = m->hidden, hd = m->head_dim, qd = g->q_dim, kd = g->kv_dim;
     cudaStream_t s = g->s;
-    enum ft_status st = mm_w(g, g->q, qd, g->xn, g->xn16, &L->wqkv, 0, L->bq, T, qd, H);
+    enum ft_status st = mm(g, g->q, qd, g->xn, g->xn16, L->wqkv, L->bq, T, qd, H);
     prof_mark(g, FT_OP_QKV);
-    if (st == FT_OK) st = mm_w(g, g->k, kd, g->xn, g->xn16, &L->wqkv, qd, L->bk, T, kd, H);
-    if (st == FT_OK) st = mm_w(g, g->v, kd, g->xn, g->xn16, &L->wqkv, qd + kd, L->bv, T, kd, H);
+    if (st == FT_OK) st = mm(g, g->k, kd, g->xn, g->xn16, L->wqkv + (size_t)qd * H, L->bk, T, kd, H);
+    if (st == FT_OK) st = mm(g, g->v, kd, g->xn, g->xn16, L->wqkv + (size_t)(qd + kd) * H, L->bv, T, kd, H);
     if (st == FT_OK && L->wgate) st = mm(g, g->gate, qd, g->xn, g->xn16, L->wgate, NULL, T, qd, H);
     if (st != FT_OK) return st;
     prof_mark(g, FT_OP_KV);
@@ -827,7 +708,7 @@ static enum ft_status attention_prefill(struct ft_gpu *g, const struct gpu_layer
     if (L->wgate) ft_cuda_mul_sigmoid(g->att, g->gate, (size_t)T * qd, s);
     ft_cuda_to_bf16(g->att16, g->att, (size_t)T * qd, s);
     prof_mark(g, FT_OP_ATTN);
-    st = mm_w(g, g->y, H, g->att, g->att16, &L->wo, 0, L->bo, T, H, qd);
+    st = mm(g, g->y, H, g->att, g->att16, L->wo, L->bo, T, H, qd);
     prof_mark(g, FT_OP_OPROJ);
     return st;
 }
@@ -850,12 +731,12 @@ static int decode_span(struct ft_gpu *g, int T, int l0) {
         if (!L->is_moe) {
             int I = L->I;
             struct ft_cuda_gemv_args gu = {{g->gu, NULL, NULL}, 2 * I, 0, 2 * I, {NULL, NULL, NULL},
-                                           g->x, NULL, L->ffn_norm, eps, NULL, 0, T, 2 * I, H};
-            gemv_w(g, &gu, &L->w_gu);
+                                           g->x, L->w_gu, L->ffn_norm, eps, NULL, 0, T, 2 * I, H};
+            ft_cuda_gemv_ex(&gu, s);
             ft_cuda_silu_mul(g->act, g->gu, T, I, s);
             struct ft_cuda_gemv_args dn = {{g->x, NULL, NULL}, H, 0, H, {NULL, NULL, NULL}, g->act,
-                                           NULL, NULL, 0.0f, NULL, 1, T, H, I};
-            gemv_w(g, &dn, &L->w_down);
+                                           L->w_down, NULL, 0.0f, NULL, 1, T, H, I};
+            ft_cuda_gemv_ex(&dn, s);
             prof_mark(g, FT_OP_DENSE);
             continue;
         }
@@ -924,7 +805,7 @@ static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l) {
 static enum ft_status decode_layers(struct ft_gpu *g, int T) {
     const struct ft_model *m = g->m;
     if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, g->s);
-    embed_w(g, T);
+    ft_cuda_embed(g->x, g->embed, g->d_ids, T, m->hidden, g->s);
     prof_mark(g, FT_OP_NORM);
     for (int l0 = 0;;) {
         int l = m->n_layers;
@@ -944,7 +825,7 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
     cudaStream_t s = g->s;
     enum ft_status st = FT_OK;
     if (g->o.routing != FT_ROUTING_MODEL) ft_cuda_step_incr(g->d_step, s);
-    embed_w(g, T);
+    ft_cuda_embed(g->x, g->embed, g->d_ids, T, H, s);
     prof_mark(g, FT_OP_NORM);
     for (int l = 0; l < m->n_layers && st == FT_OK; l++) {
         const struct gpu_layer *L = &g->L[l];
@@ -956,10 +837,10 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
         prof_mark(g, FT_OP_NORM);
         if (!L->is_moe) {
             int I = L->I;
-            st = mm_w(g, g->gu, 2 * I, g->xn, g->xn16, &L->w_gu, 0, NULL, T, 2 * I, H);
+            st = mm(g, g->gu, 2 * I, g->xn, g->xn16, L->w_gu, NULL, T, 2 * I, H);
             ft_cuda_silu_mul(g->act, g->gu, T, I, s);
             ft_cuda_to_bf16(g->act16, g->act, (size_t)T * I, s);
-            if (st == FT_OK) st = mm_w(g, g->y, H, g->act, g->act16, &L->w_down, 0, NULL, T, H, I);
+            if (st == FT_OK) st = mm(g, g->y, H, g->act, g->act16, L->w_down, NULL, T, H, I);
             prof_mark(g, FT_OP_DENSE);
             continue;
         }
@@ -969,10 +850,10 @@ static enum ft_status prefill_layers(struct ft_gpu *g, int T, int max_pos) {
         if ((st = ft_gpu_moe_prefill(g->moe, &L->ex, l, T)) != FT_OK) break;
         if (L->has_shared) {
             int Is = m->shared_inter;
-            st = mm_w(g, g->gu, 2 * Is, g->xn, g->xn16, &L->sh_gu, 0, NULL, T, 2 * Is, H);
+            st = mm(g, g->gu, 2 * Is, g->xn, g->xn16, L->sh_gu, NULL, T, 2 * Is, H);
             ft_cuda_silu_mul(g->act, g->gu, T, Is, s);
             ft_cuda_to_bf16(g->act16, g->act, (size_t)T * Is, s);
-            if (st == FT_OK) st = mm_w(g, g->sh, H, g->act, g->act16, &L->sh_down, 0, NULL, T, H, Is);
+            if (st == FT_OK) st = mm(g, g->sh, H, g->act, g->act16, L->sh_down, NULL, T, H, Is);
             shared_join(g, L, g->y, T);
             prof_mark(g, FT_OP_SHARED);
         }
@@ -988,11 +869,11 @@ static enum ft_status head(struct ft_gpu *g, const int32_t *d_rows, int rows, in
     ft_cuda_gather_f32(g->xl, g->x, pending_y ? g->y : NULL, d_rows, rows, H, g->s);
     if (rows <= MAX_GRAPH_T) { /* final norm fused into the lm_head GEMV */
         struct ft_cuda_gemv_args a = {{g->logits, NULL, NULL}, V, 0, V, {NULL, NULL, NULL}, g->xl,
-                                      NULL, g->final_norm, m->rms_eps, NULL, 0, rows, V, H};
-        gemv_w(g, &a, &g->lm_head);
+                                      g->lm_head, g->final_norm, m->rms_eps, NULL, 0, rows, V, H};
+        ft_cuda_gemv_ex(&a, g->s);
     } else {
         ft_cuda_rmsnorm(g->xl, g->xl16, g->xl, g->final_norm, rows, H, m->rms_eps, g->s);
-        st = mm_w(g, g->logits, V, g->xl, g->xl16, &g->lm_head, 0, NULL, rows, V, H);
+        st = mm(g, g->logits, V, g->xl, g->xl16, g->lm_head, NULL, rows, V, H);
     }
     prof_mark(g, FT_OP_HEAD);
     return st;
@@ -1031,7 +912,6 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
                               const struct ft_draw *draws, double *distinct_out) {
     const struct ft_model *m = g->m;
     int T = 0, rows = 0, decode = n_segs <= g->o.max_seqs, max_pos = 1;
-    ft_cuda_q8_use(g->q8); /* this engine's expert GEMV (ggml.cu keeps one choice a process) */
     if (n_segs > g->o.max_seqs)
         return ft_fail(FT_ERR_INVALID_ARG, "GPU forward: %d sequences in one step (max %d)", n_segs,
                        g->o.max_seqs);
@@ -1167,7 +1047,6 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     g->m = m;
     g->o = *o;
     g->limit = vram_budget(&d, o->vram_limit);
-    g->q8 = o->cpu_act_fast;
     g->q_dim = m->n_heads * m->head_dim;
     g->kv_dim = m->mla ? m->mla_kv_lora + m->mla_rope : m->n_kv_heads * m->head_dim;
     g->max_i = m->cfg.intermediate_size > m->shared_inter ? m->cfg.intermediate_size : m->shared_inter;
@@ -1237,16 +1116,14 @@ void ft_gpu_free(struct ft_gpu *g) {
     for (int l = 0; g->L && l < g->m->n_layers; l++) {
         struct gpu_layer *L = &g->L[l];
         void *ps[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->bq, L->bk, L->bv, L->bo,
-                      L->router, L->ex.gu, L->ex.down, L->sh_score, L->sinks, L->router_b, L->ex.gu_b, L->ex.dn_b, L->wgate,
+                      L->wqkv, L->wo, L->w_gu, L->w_down, L->router, L->ex.gu, L->ex.down, L->sh_gu,
+                      L->sh_down, L->sh_score, L->sinks, L->router_b, L->ex.gu_b, L->ex.dn_b, L->wgate,
                       L->score_bias, L->wgdn, L->gdn_out, L->gdn_conv, L->gdn_A, L->gdn_dt, L->gdn_norm,
                       L->q_a, L->q_b, L->kv_a, L->uk, L->uv, L->q_a_norm, L->kv_a_norm, L->bq_a, L->bkv_a};
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) dfree(ps[i]);
-        struct dw *dws[] = {&L->wqkv, &L->wo, &L->w_gu, &L->w_down, &L->sh_gu, &L->sh_down};
-        for (size_t i = 0; i < sizeof dws / sizeof dws[0]; i++) dw_free(dws[i]);
     }
-    if (g->lm_head.bf != g->embed.bf || g->lm_head.base != g->embed.base) dw_free(&g->lm_head);
-    dw_free(&g->embed);
-    void *ds[] = {g->deq16, g->final_norm, g->inv_freq, g->k_cache, g->v_cache, g->d_in, g->d_top1, g->d_draw,
+    if (g->lm_head != g->embed) dfree(g->lm_head);
+    void *ds[] = {g->embed, g->final_norm, g->inv_freq, g->k_cache, g->v_cache, g->d_in, g->d_top1, g->d_draw,
                   g->d_step, g->x, g->xn,
                   g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
                   g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,

@@ -26,7 +26,7 @@ struct ft_gpu_moe {
     struct ft_gpu_alloc alloc;
     cudaStream_t s;
     struct ft_gpu_probe *probe;
-    int C;
+    int C, rounded; /* rounded: the CPU executor's and the block GEMVs' activations rounded */
     /* decode: each layer's ids [MAX_T * k], on the device and (pinned) on the host */
     int32_t *d_ids, *h_ids;
     /* prefill: the sorted rows, their expert outputs, the routing counts per layer */
@@ -74,13 +74,14 @@ static void hfree(void *p) {
     if (p) cudaFreeHost(p);
 }
 
-enum ft_status ft_gpu_moe_init(struct ft_gpu_moe **out, const struct ft_model *m, int C,
+enum ft_status ft_gpu_moe_init(struct ft_gpu_moe **out, const struct ft_model *m, int C, int rounded,
                                const struct ft_gpu_moe_io *io, const struct ft_gpu_alloc *alloc,
                                cudaStream_t s, struct ft_gpu_probe *probe) {
     *out = NULL;
     struct ft_gpu_moe *gm = calloc(1, sizeof *gm);
     if (!gm) return ft_fail(FT_ERR_OOM, "GPU MoE: out of memory");
     gm->m = m, gm->io = *io, gm->alloc = *alloc, gm->s = s, gm->probe = probe, gm->C = C;
+    gm->rounded = rounded;
     enum ft_status st = FT_OK;
     size_t k = m->top_k > 0 ? m->top_k : 1, E = m->n_experts, H = m->hidden, I = m->expert_inter;
     size_t R = (size_t)C * k, ids = (size_t)m->n_layers * MAX_T * k;
@@ -204,7 +205,7 @@ static void expert_gemv(struct ft_gpu_moe *gm, float *y, const float *x, int x_d
     if (dt == FT_DTYPE_BF16)
         ft_cuda_moe_gemv(y, x, x_div, w, expert_stride / 2, ids, P, N, K, gm->s);
     else
-        ft_cuda_moe_gemv_blocks(y, x, x_div, w, expert_stride, dt, ids, P, N, K, gm->s);
+        ft_cuda_moe_gemv_blocks(y, x, x_div, w, expert_stride, dt, ids, P, N, K, gm->rounded, gm->s);
 }
 
 /* Bytes between experts of layer l's family fam on the device: the bank rows when resident,

@@ -50,8 +50,9 @@ struct ft_gpu_alloc {
 
 struct ft_gpu_moe;
 
-/* The MoE step of model m for steps of up to C tokens: the ids and prefill scratch. */
-enum ft_status ft_gpu_moe_init(struct ft_gpu_moe **out, const struct ft_model *m, int C,
+/* The MoE step of model m for steps of up to C tokens: the ids and prefill scratch. rounded:
+ * the block-format expert GEMVs may round their activations to int8 (--cpu-act fast). */
+enum ft_status ft_gpu_moe_init(struct ft_gpu_moe **out, const struct ft_model *m, int C, int rounded,
                                const struct ft_gpu_moe_io *io, const struct ft_gpu_alloc *alloc,
                                cudaStream_t s, struct ft_gpu_probe *probe);
 /* Offloading: the expert cache in vram_left bytes, and (cpu / hybrid, or CPU layers) the CPU

@@ -672,7 +672,7 @@ static enum ft_status warm_cache(struct ft_offload *f) {
         nb += nf;
         if (st == FT_OK && (nb == f->max_fills || i == 0)) { /* a batch of copies */
             st = prefill_copy(f, f->fills, nb);
-            f->warmed += nb, nb = 0;
+            f->warmed += nb, f->copies -= nb, nb = 0; /* counted apart from serving copies */
         }
     }
     free(keys);
@@ -845,7 +845,7 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     ft_error_clear();
     st = ft_split_init(&f->split, (enum ft_moe_mode)o->moe_mode, f->n_layers, c_copy, c_cpu, c_solo, c_fixed);
     if (st != FT_OK) goto fail;
-    f->hot_on = strncmp(m->label, "synthetic:", 10) != 0;
+    f->hot_on = o->hot_set && strncmp(m->label, "synthetic:", 10) != 0;
     if (f->hot_on) {
         ft_hotset_path(m->label, f->n_layers, f->E, f->gu_bytes + f->dn_bytes, f->hot_path, sizeof f->hot_path);
         enum ft_status hs = ft_hotset_load(f->hot_path, f->n_layers, f->E, f->gu_bytes + f->dn_bytes, &f->hot);

@@ -230,13 +230,15 @@ void ft_cuda_mla_attention(float *out, const float *q_lat, const float *cache, c
 /* --- experts in GGML block formats (ggml.cu): dtype is an enum ft_dtype block format; each
  * expert's matrix is expert_stride bytes apart, its rows ft_dtype_row_bytes(dtype, K) --- */
 int ft_cuda_block_format(int dtype); /* 1 when the kernels below take dtype */
-/* y[p, n] = row n of expert ids[p] . x[p / x_div] (the block twin of ft_cuda_moe_gemv): for the
- * GGML formats the int8-activation kernel (ft_cuda_moe_gemv_q8) unless ft_cuda_q8_use(0) said
- * fp32 x (the engine's exact mode: it sets this before enqueuing each step; engine thread) */
-void ft_cuda_q8_use(int on);
+/* y[p, n] = row n of expert ids[p] . x[p / x_div] (the block twin of ft_cuda_moe_gemv). With
+ * rounded set (the engine's --cpu-act fast), the formats ft_cuda_q8_faster names go through the
+ * int8-activation kernel (ft_cuda_moe_gemv_q8); every other case through the fp32-x one. */
 void ft_cuda_moe_gemv_blocks(float *y, const float *x, int x_div, const void *w,
                              size_t expert_stride, int dtype, const int32_t *ids, int P, int N,
-                             int K, cudaStream_t s);
+                             int K, int rounded, cudaStream_t s);
+/* 1 for the expert formats whose int8-activation GEMV beat the fp32-x one on the H200 (bench_ggml
+ * --gpu, bench/RESULTS.md): MXFP4 (2.8x), Q5_K, Q5_1. */
+int ft_cuda_q8_faster(int dtype);
 /* dst[c] = bf16 [rows, cols] of expert src_of[first + c] (or first + c when src_of is NULL) for
  * c < n; negative ids are skipped, and with offsets (the sorted rows' [E+1] offsets; NULL: none
  * skipped) experts no row is routed to (the grouped GEMM reads no slot of theirs). */

@@ -241,16 +241,15 @@ extern "C" int ft_cuda_block_format(int dtype) {
     return 0;
 }
 
-static int g_q8 = 1; /* ft_cuda_q8_use */
+extern "C" int ft_cuda_q8_faster(int dtype) {
+    return dtype == FT_DTYPE_MXFP4 || dtype == FT_DTYPE_Q5_K || dtype == FT_DTYPE_Q5_1;
+}
 
-extern "C" void ft_cuda_q8_use(int on) { g_q8 = on; }
-
-/* The integer-dot kernel (ggml_mmv.cu) for the GGML formats unless ft_cuda_q8_use(0); the
- * fp32-x kernel below for NVFP4 / FP8_B128 */
 extern "C" void ft_cuda_moe_gemv_blocks(float *y, const float *x, int x_div, const void *w,
                                         size_t expert_stride, int dtype, const int32_t *ids, int P,
-                                        int N, int K, cudaStream_t s) {
-    if (g_q8 && ft_cuda_q8_format(dtype)) ft_cuda_moe_gemv_q8(y, x, x_div, w, expert_stride, dtype, ids, P, N, K, s);
+                                        int N, int K, int rounded, cudaStream_t s) {
+    if (rounded && ft_cuda_q8_faster(dtype) && ft_cuda_q8_format(dtype))
+        ft_cuda_moe_gemv_q8(y, x, x_div, w, expert_stride, dtype, ids, P, N, K, s);
     else ft_cuda_moe_gemv_blocks_f32(y, x, x_div, w, expert_stride, dtype, ids, P, N, K, s);
 }
 
