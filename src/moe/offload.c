@@ -31,6 +31,7 @@
  * pinned layers, at most FT_STAGING_BYTES, in FT_STAGING_CHUNKS chunks (a multiple of 256 bytes)
  * so that a memcpy into one overlaps the DMA out of the one before; none below 256-byte chunks. */
 #define FT_STAGING_CHUNKS 8
+#define FT_STAGING_THREADS 4 /* prefill's memcpy threads: one thread reads DRAM at ~10-16 GB/s */
 #define FT_STAGING_BYTES ((uint64_t)32 << 20)
 
 enum { PATH_DMA = 1, PATH_GATHER = 2 };
@@ -76,13 +77,15 @@ struct ft_offload {
     uint8_t *cpu_layer;             /* [L] 1: decode this layer's misses on the CPU */
     int n_cpu_layers;
     /* layers whose banks are not pinned (over the pin budget) still fill cache slots: their
-     * decode copies go through a ring of pinned chunks, a CPU memcpy into chunk r overlapping
-     * the DMA out of chunk r - 1 (prefill streams them by the driver's pageable copies) */
+     * copies (decode's and prefill's) go through a ring of pinned chunks, a CPU memcpy into
+     * chunk r overlapping the DMA out of chunk r - 1 */
     uint8_t *staged;                /* [L] */
     int n_staged;
     uint8_t *ring;                  /* FT_STAGING_CHUNKS x FT_STAGING_CHUNK bytes, pinned */
     cudaEvent_t ev_ring[FT_STAGING_CHUNKS]; /* chunk r's DMA is done */
     size_t chunk;                   /* bytes of a chunk */
+    struct ft_pool *stage_pool;     /* prefill's memcpy into a chunk, split over a few threads
+                                       (decode's runs on the engine thread beside the executor) */
     /* the hot set: loaded at start (the cache warmed from it), saved at free; off for
      * synthetic models, whose every run would otherwise start from the last one's routing */
     struct ft_hotset hot;
@@ -97,6 +100,19 @@ struct ft_offload {
     double cpu_s;
 };
 
+struct memcpy_job {
+    uint8_t *dst;
+    const uint8_t *src;
+    long n;
+};
+
+static void memcpy_task(void *ctx, int i, int n) {
+    const struct memcpy_job *j = ctx;
+    long lo, hi;
+    ft_split(j->n, i, n, &lo, &hi);
+    memcpy(j->dst + lo, j->src + lo, (size_t)(hi - lo));
+}
+
 /* Copies bytes from pageable src to device dst on the copy stream through the staging ring. */
 static enum ft_status ring_copy(struct ft_offload *f, uint8_t *dst, const uint8_t *src, size_t bytes) {
     for (size_t off = 0; off < bytes; off += f->chunk) {
@@ -105,7 +121,12 @@ static enum ft_status ring_copy(struct ft_offload *f, uint8_t *dst, const uint8_
         f->ring_next = (r + 1) % FT_STAGING_CHUNKS;
         uint8_t *chunk = f->ring + (size_t)r * f->chunk;
         if (cudaEventSynchronize(f->ev_ring[r]) != cudaSuccess) return ft_cuda_check("staging ring");
-        memcpy(chunk, src + off, n);
+        if (f->pf_copying && f->stage_pool) {
+            struct memcpy_job j = {chunk, src + off, (long)n};
+            ft_pool_run(f->stage_pool, memcpy_task, &j);
+        } else {
+            memcpy(chunk, src + off, n);
+        }
         if (cudaMemcpyAsync(dst + off, chunk, n, cudaMemcpyHostToDevice, f->cs) != cudaSuccess ||
             cudaEventRecord(f->ev_ring[r], f->cs) != cudaSuccess)
             return ft_cuda_check("staged expert copy");
@@ -137,7 +158,7 @@ static enum ft_status issue(struct ft_offload *f, const struct ft_cache_fill *fl
                 cudaMemsetAsync(dst[fam], 0, bytes[fam], f->cs);
                 continue;
             }
-            if (f->staged[l] && !f->pf_copying) { /* an unpinned bank: through the ring */
+            if (f->staged[l]) { /* an unpinned bank: through the ring */
                 enum ft_status st = ring_copy(f, dst[fam], bank_src(f, l, fam, e, 0), bytes[fam]);
                 if (st != FT_OK) return st;
                 continue;
@@ -156,7 +177,7 @@ static enum ft_status issue(struct ft_offload *f, const struct ft_cache_fill *fl
         }
         f->bytes += (double)(bytes[0] + bytes[1]);
         f->copies++;
-        f->staged_copies += f->staged[l] && !f->pf_copying;
+        f->staged_copies += f->staged[l];
     }
     return ft_cuda_copy_dma(f->cp_dst, f->cp_src, f->cp_bytes, c, f->cs);
 }
@@ -627,6 +648,10 @@ static enum ft_status register_banks(struct ft_offload *f, const struct ft_offlo
         for (int r = 0; stage && r < FT_STAGING_CHUNKS; r++)
             if (cudaEventCreateWithFlags(&f->ev_ring[r], cudaEventDisableTiming) != cudaSuccess)
                 return ft_cuda_check("staging ring events");
+        if (stage && ft_pool_init(&f->stage_pool, FT_STAGING_THREADS) != FT_OK) {
+            ft_error_clear(); /* one thread copies then, only slower */
+            f->stage_pool = NULL;
+        }
     }
     for (int l = 0; l < f->n_layers; l++) {
         if (!f->m->layers[l].is_moe) continue;
@@ -874,6 +899,7 @@ void ft_offload_free(struct ft_offload *f) {
     ft_hotset_free(&f->hot);
     for (int r = 0; r < FT_STAGING_CHUNKS; r++)
         if (f->ev_ring[r]) cudaEventDestroy(f->ev_ring[r]);
+    ft_pool_free(f->stage_pool);
     if (f->ring) { /* before the plan, whose budget it was charged to */
         cudaFreeHost(f->ring);
         ft_pin_budget_release(ft_residency_budget(f->plan), (uint64_t)FT_STAGING_CHUNKS * f->chunk);
