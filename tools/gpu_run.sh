@@ -11,6 +11,7 @@
 #            --gpu: the GPU's int8 block GEMVs)                              -> bench.log
 #   staged   issue 28: 8 GiB pin budget at 17G, Q8_0 experts: uncapped / staged / as before
 #   ggml     issue 32: bench_ggml --gpu; resident Q4_K experts, int8 vs fp32 kernels -> ggml.log
+#   fam      issues 26/27: Qwen3.6 at 30G and NVFP4, GLM-4.7-Flash at 24G/12G, MiniMax-M2@16 -> fam.log
 #   gdn      issue 26: Qwen3.6 resident tg/pp and FT_PROFILE=2 prefill split  -> gdn.log
 #   auto     --backend auto with --vram-limit 30G on the 30B shape: picks offload -> auto.log
 #   oss      gpt-oss-20b / 120b (MXFP4) offloaded under a VRAM limit        -> oss.log
@@ -107,10 +108,23 @@ for part in "$@"; do
         # issue 28: a pin budget of 8 GiB under 17G of VRAM (the issue's case, Q8_0 experts):
         # uncapped, capped (unpinned layers staged through the pinned ring), capped as before
         # (.gpu/ft_old: those layers' misses all on the CPU)
-        Q="--synthetic qwen3-30b-a3b:q8_0 -p 64 -n 128 -r 1 --backend offload --vram-limit 17G"
+        Q="--synthetic qwen3-30b-a3b:q8_0 -p 512 -n 128 -r 1 --backend offload --vram-limit 17G"
+        Q="$Q --synthetic-routing zipf:1.2" # hot experts: where losing the slots of a layer shows
         step staged.log 200 $G/ft bench $Q
         FREETOKEN_PIN_BUDGET_GB=8 step staged.log 200 $G/ft bench $Q
         [ -x $G/ft_old ] && FREETOKEN_PIN_BUDGET_GB=8 step staged.log 200 $G/ft_old bench $Q
+        ;;
+    fam)
+        # issues 26/27: the new families offloaded and in their published formats
+        step fam.log 200 $G/ft bench --synthetic qwen3.6-35b-a3b -p 512 -n 128 -r 1 --backend offload \
+            --vram-limit 30G
+        step fam.log 200 $G/ft bench --synthetic qwen3.6-35b-a3b:nvfp4 -p 512 -n 128 -r 2 --backend cuda
+        for v in 24G 12G; do
+            step fam.log 200 $G/ft bench --synthetic glm-4.7-flash -p 512 -n 64 -r 1 --backend offload \
+                --vram-limit $v
+        done
+        step fam.log 200 $G/ft bench --synthetic minimax-m2@16 -p 256 -n 64 -r 1 --backend offload \
+            --vram-limit 24G
         ;;
     ggml)
         # issue 32: the int8 block GEMVs' GB/s beside HBM, then resident Q4_K experts with them

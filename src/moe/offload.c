@@ -307,7 +307,12 @@ enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int
         for (int j = 0; j < m; j++) dup |= f->miss[j] == ids[i];
         if (!dup) f->miss[m++] = ids[i];
     }
-    int fetch = f->cpu_layer[layer] ? 0 : ft_split_fetch_count(&f->split, layer, m);
+    /* a staged layer's decode copy waits for a memcpy on this thread, which is also the CPU
+     * executor's worker 0: on the H200 at an 8 GiB pin budget (zipf:1.2) fetching them through
+     * the split cost 60.7 tok/s against 72.8 computing them; with an executor they are computed
+     * (its hits still count: prefill fills their slots through the ring) */
+    const int no_fetch = f->cpu_layer[layer] || (f->staged[layer] && f->split.mode != FT_MOE_OFFLOAD);
+    int fetch = no_fetch ? 0 : ft_split_fetch_count(&f->split, layer, m);
     if (fetch < m) { /* fetch the most used first: sort the misses by use count, descending */
         const uint32_t *fq = f->cache->freq + (size_t)layer * f->E;
         for (int i = 1; i < m; i++)
