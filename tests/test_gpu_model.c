@@ -350,6 +350,9 @@ TEST(backend_auto_picks_offload_when_over_the_limit) {
  * prefill (several batches per layer) and token-by-token decode logits bit-identical to the
  * resident backend, through each copy path, and with injected copy faults (a copy that does
  * nothing, a copy that zeroes) caught by the checksums and repaired. */
+static int g_verify = 2; /* offload_case's --verify-copies (capped_case's with g_fault) */
+static const char *g_fault; /* capped_case: FT_TEST_COPY_FAULT for the offload engine */
+
 static void offload_case(const char *name, int slots, int path, const char *fault) {
     char dir[512], ref[512];
     fixture(name, dir, sizeof dir, ref, sizeof ref);
@@ -361,7 +364,7 @@ static void offload_case(const char *name, int slots, int path, const char *faul
     for (int t = 0; t < T; t++) ids[t] = (t * 53 + 7) % V;
     struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
     struct ft_engine_opts oo = ro;
-    oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = slots, oo.copy_path = path, oo.verify_copies = 2;
+    oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = slots, oo.copy_path = path, oo.verify_copies = g_verify;
     oo.no_graphs = 0; /* decode spans as graphs from their second step (span graphs) */
     oo.moe_mode = 0; /* every miss fetched */
     if (fault) setenv("FT_TEST_COPY_FAULT", fault, 1);
@@ -392,6 +395,7 @@ static void offload_case(const char *name, int slots, int path, const char *faul
                "%s: one copy per miss, per repair and per unused prefetch (%ld misses, %ld copies, "
                "%ld prefetched unused)", name, os.misses, os.copies, os.prefetch_unused);
         if (fault) CHECK_(os.mismatches >= 1 && os.repaired == os.mismatches, "%s: fault %s not caught and repaired", name, fault);
+        if (fault) CHECK_(os.verify == 2, "%s: verification after a mismatch is %d, not every copy", name, os.verify);
     }
     CHECK_(same_prefill, "%s: offload prefill differs from resident", name);
     CHECK_(same_decode, "%s: offload decode differs from resident", name);
@@ -482,9 +486,11 @@ static void capped_case(const char *name, int at_load, const char *cpu_layers) {
     struct ft_engine_opts oo = ro;
     oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = 4, oo.moe_mode = 0, oo.pin_budget = budget;
     oo.cpu_layers = cpu_layers;
+    if (g_fault) oo.verify_copies = g_verify, setenv("FT_TEST_COPY_FAULT", g_fault, 1), ft_env_reload();
     struct ft_engine *re = NULL, *oe = NULL;
     EXPECT_OK(ft_engine_init(&re, m, g_pool, &ro));
     EXPECT_OK(ft_engine_init(&oe, om, g_pool, &oo));
+    if (g_fault) unsetenv("FT_TEST_COPY_FAULT"), ft_env_reload();
     if (re && oe) {
         struct ft_residency_stats rs;
         EXPECT(ft_engine_residency_stats(oe, &rs));
@@ -521,6 +527,10 @@ static void capped_case(const char *name, int at_load, const char *cpu_layers) {
             CHECK_(os.staged_layers >= 1 && os.staged > 0 && os.cpu_experts == 0,
                    "%s: the unpinned layer's misses were not copied through the staging ring", name);
         }
+        if (g_fault) CHECK_(os.mismatches >= 1 && os.repaired == os.mismatches && os.verify == 2,
+                            "%s: the zeroed staged copy (%s) was not caught, repaired and followed "
+                            "by verifying every copy (%ld mismatches, %ld repaired, verify %d)",
+                            name, g_fault, os.mismatches, os.repaired, os.verify);
         free(a), free(b);
     }
     ft_engine_free(re);
@@ -539,6 +549,11 @@ TEST(offload_with_capped_pin_budget) {
     capped_case("gpt_oss_mxfp4", 0, "1");
     capped_case("qwen3_moe_nvfp4", 0, NULL);
     capped_case("qwen3_moe_fp8", 1, "1");
+    /* a zeroed copy of the first (staged: head layers stay unpinned) expert under sampled
+     * verification: caught, repaired, and every later copy verified */
+    g_fault = "zero:1", g_verify = 1;
+    capped_case("qwen3_moe", 0, NULL);
+    g_fault = NULL, g_verify = 2;
 }
 
 /* gpt-oss (sinks, alternating windows, router and expert biases, clamped SwiGLU; bf16 and MXFP4
@@ -599,6 +614,9 @@ TEST(offload_matches_resident) {
     offload_case("mixtral", 5, 2, NULL);
     offload_case("qwen3_moe", 4, 1, "noop:3"); /* the 3rd expert copy does nothing */
     offload_case("qwen2_moe", 4, 2, "zero:5"); /* the 5th is zeroed */
+    g_verify = 1; /* sampled: the 1st copy is in the sample, and after it every copy is checked */
+    offload_case("qwen3_moe", 4, 1, "zero:1");
+    g_verify = 2;
     offload_case("qwen3moe_q4km.gguf", 5, 1, NULL); /* GGUF experts dequantised into banks */
     offload_case("qwen3_5_moe", 4, 1, NULL);
     offload_case("qwen3_next", 4, 2, NULL);

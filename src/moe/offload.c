@@ -272,8 +272,10 @@ static enum ft_status copy_and_verify(struct ft_offload *f, const struct ft_cach
             f->mismatches += bad;
             if (!f->warned++)
                 ft_log_warn("expert copy verification: %d of %d checked copies did not match their "
-                            "checksum (a dropped or zeroed DMA); re-copying through the %s path; "
-                            "counted in /v1/stats", bad, m, f->path == PATH_DMA ? "gather" : "DMA");
+                            "checksum (a dropped or zeroed DMA); re-copying through the %s path, "
+                            "and verifying every copy from now on; counted in /v1/stats", bad, m,
+                            f->path == PATH_DMA ? "gather" : "DMA");
+            f->verify = 2; /* one silent copy seen: no later one goes unchecked */
             int other = f->path == PATH_DMA && f->map_gu ? PATH_GATHER : PATH_DMA;
             if ((st = issue(f, chk, bad, other)) != FT_OK) return st;
             if (verify(f, chk, bad))
@@ -959,6 +961,7 @@ void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stat
     out->prefetch_unused = f->pre_unused;
     out->copy_gbps = f->copy_s > 0 ? f->bytes / f->copy_s / 1e9 : 0;
     out->staged = f->staged_copies, out->staged_layers = f->n_staged, out->warmed = f->warmed;
+    out->verify = f->verify;
     out->pcie_gbps = f->pcie_gbps;
 }
 

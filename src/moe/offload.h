@@ -34,6 +34,8 @@ struct ft_gpu_offload_stats {
     long staged;                    /* copies of unpinned layers' experts through the ring */
     int staged_layers;              /* MoE layers over the pin budget that still fill slots */
     long warmed;                    /* experts copied in at start from the hot set */
+    int verify;                     /* copies verified now: 0 none, 1 a sample, 2 all (after a
+                                       mismatch) */
     long prefetch_unused;           /* experts copied ahead for the next layer's prefill that it
                                        did not route to */
     long cpu_experts;               /* misses computed on the CPU (cpu / hybrid) */
