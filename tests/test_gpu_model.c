@@ -25,7 +25,9 @@ static const char *const k_fixtures[] = {
     "qwen3_5_moe", "qwen3_5_moe_vl", "qwen3_next", "qwen3_5", "glm4_moe", "glm4_moe_qknorm",
     "minimax_m2",
     /* latent attention (absorbed) with the grouped sigmoid router */
-    "deepseek_v3", "deepseek_v3_noqlora", "glm4_moe_lite"};
+    "deepseek_v3", "deepseek_v3_noqlora", "glm4_moe_lite",
+    /* latent attention with DeepSeek-V2's softmax routers: group-limited and scaled, and plain */
+    "deepseek_v2", "deepseek_v2_lite"};
 
 static double max_err(const float *a, const float *b, size_t n) {
     double m = 0;
@@ -624,6 +626,7 @@ TEST(offload_matches_resident) {
     offload_case("minimax_m2", 4, 1, NULL);
     offload_case("deepseek_v3", 4, 1, NULL);
     offload_case("glm4_moe_lite", 4, 2, NULL);
+    offload_case("deepseek_v2", 4, 1, NULL); /* the group-limited, scaled softmax router */
 }
 
 /* The hot set (moe/hotset.h): an offload engine with hot_set on saves its experts' uses when

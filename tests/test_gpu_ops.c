@@ -338,7 +338,7 @@ TEST(moe_router_and_experts) {
     float *dl = up(logits, (size_t)T * E * 4), *dw = up(NULL, (size_t)T * k * 4);
     int32_t *dids = up(NULL, (size_t)T * k * 4);
     for (int norm = 0; norm <= 1; norm++) {
-        ft_cuda_router_topk(dl, T, E, k, norm, dids, dw, 0);
+        ft_cuda_router_topk(dl, T, E, k, norm, 0, 0, 1.0f, dids, dw, 0);
         int32_t ids[9];
         float w[9];
         cudaDeviceSynchronize();
@@ -356,6 +356,49 @@ TEST(moe_router_and_experts) {
                 EXPECT_NEAR(w[t * k + j], rv[j] / s, 1e-6);
             }
         }
+    }
+    /* DeepSeek-V2's group_limited_greedy by its definition: the topk_group groups with the best
+     * single probability keep theirs (ties: lower group), the rest 0, top-k, weights x scale */
+    {
+        enum { GT = 5, GE = 16, GG = 4, GK = 3 };
+        float *gl = rnd((size_t)GT * GE);
+        float *dgl = up(gl, (size_t)GT * GE * 4), *dgw = up(NULL, (size_t)GT * GK * 4);
+        int32_t *dgi = up(NULL, (size_t)GT * GK * 4);
+        for (int norm = 0; norm <= 1; norm++) {
+            ft_cuda_router_topk(dgl, GT, GE, GK, norm, GG, 2, 2.5f, dgi, dgw, 0);
+            int32_t gi[GT * GK];
+            float gw[GT * GK];
+            cudaDeviceSynchronize();
+            cudaMemcpy(gi, dgi, sizeof gi, cudaMemcpyDeviceToHost);
+            cudaMemcpy(gw, dgw, sizeof gw, cudaMemcpyDeviceToHost);
+            for (int t = 0; t < GT; t++) {
+                float p[GE], best[GG], rv[GK];
+                int ri[GK], keep[GG] = {0};
+                memcpy(p, gl + t * GE, sizeof p);
+                ft_cpu_softmax(p, GE);
+                for (int g = 0; g < GG; g++) {
+                    best[g] = p[g * 4];
+                    for (int x = 1; x < 4; x++) best[g] = fmaxf(best[g], p[g * 4 + x]);
+                }
+                for (int r = 0; r < 2; r++) {
+                    int bg = -1;
+                    for (int g = 0; g < GG; g++)
+                        if (!keep[g] && (bg < 0 || best[g] > best[bg])) bg = g;
+                    keep[bg] = 1;
+                }
+                for (int x = 0; x < GE; x++)
+                    if (!keep[x / 4]) p[x] = 0.0f;
+                ft_cpu_topk(p, GE, GK, ri, rv);
+                float s = norm ? rv[0] + rv[1] + rv[2] : 1.0f;
+                for (int j = 0; j < GK; j++) {
+                    EXPECT_EQ(gi[t * GK + j], ri[j]);
+                    EXPECT_NEAR(gw[t * GK + j], 2.5f * rv[j] / s, 1e-5);
+                    EXPECT(keep[gi[t * GK + j] / 4]);
+                }
+            }
+        }
+        free(gl);
+        cudaFree(dgl), cudaFree(dgw), cudaFree(dgi);
     }
     /* expert GEMVs over (token, expert) pairs + weighted combine vs the CPU executor's kernel */
     uint16_t *gu = rnd_bf16((size_t)E * 2 * I * H, 0.2f), *dn = rnd_bf16((size_t)E * H * I, 0.2f);

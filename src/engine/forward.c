@@ -831,11 +831,11 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
     }
-    if (gpu && !m->router_sigmoid && (m->router_group_max || (m->routed_scale > 0 && m->routed_scale != 1))) {
-        if (!opts->backend_auto) /* DeepSeek-V2: no CUDA kernel for its router yet */
-            return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it yet "
-                           "(a group-limited or scaled softmax router); use --backend cpu", m->arch->name);
-        ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
+    if (gpu && !m->router_sigmoid && m->router_group_max && (m->n_group > 32 || m->n_group < 1)) {
+        if (!opts->backend_auto) /* DeepSeek-V2's groups: the GPU router takes at most 32 */
+            return ft_fail(FT_ERR_UNSUPPORTED, "%s: %d expert groups; the GPU router takes at most "
+                           "32; use --backend cpu", m->arch->name, m->n_group);
+        ft_log_info("%s: the GPU backends do not run it; running on the CPU", m->arch->name);
         gpu = 0;
     }
     if (gpu && (m->arch->flags & FT_ARCH_V4)) { /* no CUDA compressors / hyper-connections yet */

@@ -493,7 +493,9 @@ static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
         ft_cuda_router_sigmoid(g->router, g->L[l].score_bias, T, m->n_experts, m->top_k, m->n_group,
                                m->topk_group, m->norm_topk, m->routed_scale, ids, g->topw, g->s);
     else if (g->o.routing == FT_ROUTING_MODEL)
-        ft_cuda_router_topk(g->router, T, m->n_experts, m->top_k, m->norm_topk, ids, g->topw, g->s);
+        ft_cuda_router_topk(g->router, T, m->n_experts, m->top_k, m->norm_topk,
+                            m->router_group_max ? m->n_group : 0, m->topk_group,
+                            m->routed_scale > 0 ? m->routed_scale : 1.0f, ids, g->topw, g->s);
     else
         ft_cuda_synthetic_route(ids, g->topw, g->router, T, m->n_experts, m->top_k, g->o.seed,
                                 g->d_step, l, m->norm_topk, &g->synth, g->s);

@@ -114,9 +114,11 @@ void ft_cuda_moe_gemv(float *y, const float *x, int x_div, const uint16_t *w, si
 /* out[t, :] (+)= sum_j wts[t*k + j] * y[t*k + j, :]  (accumulate: residual add) */
 void ft_cuda_moe_combine(float *out, const float *y, const float *wts, int T, int k, int H,
                          int accumulate, cudaStream_t s);
-/* softmax over E, top-k (ties: lower id), optional renormalisation; E <= 1024, k <= 32. */
-void ft_cuda_router_topk(const float *logits, int T, int E, int k, int norm, int32_t *ids,
-                         float *w, cudaStream_t s);
+/* softmax over E, top-k (ties: lower id), optional renormalisation, then weights x scale;
+ * G > 1: DeepSeek-V2's group_limited_greedy first (the topk_group of G equal groups with the
+ * best single scores keep theirs, the others score 0; G <= 32). E <= 1024, k <= 32. */
+void ft_cuda_router_topk(const float *logits, int T, int E, int k, int norm, int G, int topk_group,
+                         float scale, int32_t *ids, float *w, cudaStream_t s);
 /* Synthetic routing for benchmarks: k distinct ids per token from a hash of (seed, *step,
  * layer, token); router weights kept from the softmax of the router logits [T, E]. sy NULL (or
  * with neither table): uniform. zipf_cdf [E]: the cumulative probabilities of ranks 1..E, each

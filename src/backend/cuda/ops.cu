@@ -868,8 +868,8 @@ extern "C" void ft_cuda_moe_combine(float *out, const float *y, const float *wts
 /* --- router: one warp per token; values kept in registers (E <= 1024) --- */
 #define RT_MAX (1024 / WARP)
 
-__global__ void router_topk_kernel(const float *logits, int T, int E, int k, int norm, int32_t *ids,
-                                   float *w) {
+__global__ void router_topk_kernel(const float *logits, int T, int E, int k, int norm, int G,
+                                   int topk_group, float scale, int32_t *ids, float *w) {
     pdl_enter();
     int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (t >= T) return;
@@ -889,6 +889,30 @@ __global__ void router_topk_kernel(const float *logits, int T, int E, int k, int
         z += e < E ? v[j] : 0.0f;
     }
     z = warp_sum(z);
+    if (G > 1) { /* DeepSeek-V2's group_limited_greedy: only the topk_group groups with the best
+                  * single scores keep theirs (ties: the lower group), the others score 0 */
+        const int gs = E / G;
+        float gbest[32];
+        for (int g = 0; g < G; g++) {
+            float b = -1.0f;
+            for (int j = 0; j < RT_MAX; j++) {
+                int e = lane + j * WARP;
+                if (e < E && e / gs == g) b = fmaxf(b, v[j]);
+            }
+            gbest[g] = warp_max(b);
+        }
+        uint32_t keep = 0;
+        for (int r = 0; r < topk_group && r < G; r++) {
+            int bg = -1;
+            for (int g = 0; g < G; g++)
+                if (!(keep >> g & 1) && (bg < 0 || gbest[g] > gbest[bg])) bg = g;
+            keep |= 1u << bg;
+        }
+        for (int j = 0; j < RT_MAX; j++) {
+            int e = lane + j * WARP;
+            if (e < E && !(keep >> (e / gs) & 1)) v[j] = 0.0f;
+        }
+    }
     float sum = 0.0f;
     for (int r = 0; r < k; r++) {
         float best = -1.0f;
@@ -911,11 +935,14 @@ __global__ void router_topk_kernel(const float *logits, int T, int E, int k, int
     }
     if (norm && lane == 0)
         for (int r = 0; r < k; r++) w[t * k + r] /= sum;
+    if (scale != 1.0f && lane == 0)
+        for (int r = 0; r < k; r++) w[t * k + r] *= scale;
 }
 
-extern "C" void ft_cuda_router_topk(const float *logits, int T, int E, int k, int norm,
-                                    int32_t *ids, float *w, cudaStream_t s) {
-    launch(router_topk_kernel, cdiv(T, 4), 4 * WARP, 0, s, logits, T, E, k, norm, ids, w);
+extern "C" void ft_cuda_router_topk(const float *logits, int T, int E, int k, int norm, int G,
+                                    int topk_group, float scale, int32_t *ids, float *w, cudaStream_t s) {
+    launch(router_topk_kernel, cdiv(T, 4), 4 * WARP, 0, s, logits, T, E, k, norm, G, topk_group,
+           scale, ids, w);
 }
 
 /* uniform in [0, 1) from the top 24 bits */
