@@ -249,7 +249,17 @@ static json_t *typed_value(const json_t *tools, const char *fn, const char *para
         if (!strcmp(ty, "boolean") && (n == 4 || n == 5)) /* Python-style True/False */
             return json_boolean(!memcmp(s, "True", n) || !memcmp(s, "true", n));
     }
-    return json_stringn(s, n);
+    if (!memchr(s, 0, n)) return json_stringn(s, n);
+    /* a NUL byte would leave as \u0000, which strict JSON readers (and ours) refuse: U+FFFD */
+    char *c = malloc(3 * n + 1);
+    if (!c) return NULL;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i]) c[m++] = s[i];
+        else c[m++] = (char)0xef, c[m++] = (char)0xbf, c[m++] = (char)0xbd;
+    json_t *v = json_stringn(c, m);
+    free(c);
+    return v;
 }
 
 static char *dupn(const char *s, size_t n) {
