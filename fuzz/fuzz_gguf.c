@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/ggml_dot.h"
 #include "format/gguf.h"
 #include "model/gguf_model.h"
 #include "text/tokenizer.h"
