@@ -50,6 +50,7 @@ static const char k_usage[] =
     "  --http-timeout S            close idle kept-alive connections after S s (default 30)\n"
     "  --header-timeout S          a request head must arrive within S s (default 10)\n"
     "  --max-conns-per-ip N        connections one client address may hold (default 128)\n"
+    "  --max-connections N         open at once (default 512); past it the oldest idle one closes\n"
     "  --max-body SIZE             largest request body, e.g. 16M (default: 32 bytes per\n"
     "                              context token, at least 1M; larger: 413)\n"
     "  --backend B / --device N / --vram-limit SIZE / --no-graphs   as in ft run --help\n";
@@ -57,7 +58,7 @@ static const char k_usage[] =
 struct serve_opts {
     const char *model, *host, *api_key, *cors, *name, *tmpl, *tool_parser;
     long port, max_running, max_prefill, ctx, kv, queue, threads, req_timeout, http_timeout, body_mb;
-    long header_timeout, conns_per_ip;
+    long header_timeout, conns_per_ip, max_conns;
     int no_prefix_cache;
     size_t max_body;            /* --max-body; 0 = from the context */
     struct ft_engine_opts be; /* backend flags */
@@ -102,6 +103,7 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
         else if (!strcmp(a, "--max-body-mb")) num = &o->body_mb, hi = 4096; /* older spelling */
         else if (!strcmp(a, "--header-timeout")) num = &o->header_timeout, hi = 3600;
         else if (!strcmp(a, "--max-conns-per-ip")) num = &o->conns_per_ip, hi = 65536;
+        else if (!strcmp(a, "--max-connections")) num = &o->max_conns, lo = 8, hi = 16384;
         else if (!strcmp(a, "--max-body")) {
             const char *v = ft_cli_value(argc, argv, &i);
             if (!v) return 2;
@@ -210,7 +212,8 @@ static void install_signals(void) {
 int ft_cmd_serve(int argc, char **argv) {
     struct serve_opts o = {.host = "127.0.0.1", .port = 1919, .max_running = 4,
                            .max_prefill = 2048, .queue = 64, .http_timeout = 30,
-                           .header_timeout = 10, .conns_per_ip = 128};
+                           .header_timeout = 10, .conns_per_ip = 128,
+                           .max_conns = 512};
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     char id[256];
@@ -223,7 +226,8 @@ int ft_cmd_serve(int argc, char **argv) {
                               .cors_origins = o.cors, .max_body_bytes = o.max_body,
                               .conn_timeout_s = (int)o.http_timeout,
                               .header_timeout_s = (int)o.header_timeout,
-                              .max_conns_per_ip = (int)o.conns_per_ip};
+                              .max_conns_per_ip = (int)o.conns_per_ip,
+                              .max_connections = (int)o.max_conns};
     struct ft_http *http = NULL;
     enum ft_status st = ft_http_start(&http, &ho, ft_server_handle, &srv);
     if (st != FT_OK) return ft_cli_fail(st);
@@ -239,8 +243,9 @@ int ft_cmd_serve(int argc, char **argv) {
     if (!o.max_body) /* a body that large cannot fit the context: refused before parsing */
         ft_http_set_max_body(http, FT_MAX((size_t)1 << 20, (size_t)srv.ctx_size * 32));
     ft_log_info("http: bodies up to %.1f MiB (--max-body), request heads within %ld s "
-                "(--header-timeout), %ld connections per client address (--max-conns-per-ip)",
-                ft_http_max_body(http) / 1048576.0, o.header_timeout, o.conns_per_ip);
+                "(--header-timeout), %ld connections per client address (--max-conns-per-ip), "
+                "%ld in all (--max-connections)", ft_http_max_body(http) / 1048576.0,
+                o.header_timeout, o.conns_per_ip, o.max_conns);
     ft_server_set_ready(&srv);
     printf("FreeToken-C ready: serving %s on http://%s:%d\n", id, o.host, ft_http_port(http));
     fflush(stdout);

@@ -6,6 +6,11 @@
  * nothing, so one header byte a second would hold a slot for ever; a watchdog thread gives each
  * request head (and then its body) a deadline and shuts the socket of one that misses it. Each
  * client address holds at most max_conns_per_ip connections (libmicrohttpd's per-IP limit).
+ * A full table (max_connections, filled from many addresses) does not lock new clients out: a
+ * connection arriving then closes the one that has waited longest without a request in flight
+ * (no request line yet, an unfinished head, or idle after a response); running requests and
+ * uploading bodies are never chosen. libmicrohttpd's own limit sits a spare above ours, so it
+ * accepts the newcomer that makes the choice (and absorbs the closes in progress).
  * Called by cmd_serve (start/stop) and, per request, calls the handler of server/openai.c.
  * Threading: every connection has its own thread (MHD_USE_THREAD_PER_CONNECTION); the handler and
  * the stream callbacks of a connection run on that thread and may block. The watchdog list is
@@ -46,6 +51,11 @@
 /* A body over the limit is drained at least this fast, else the watchdog answers 413 at once. */
 #define FT_HTTP_MIN_DRAIN_RATE (1024 * 1024)
 #define FT_HTTP_WATCH_MS 200
+/* Connections libmicrohttpd may hold beyond max_connections: newcomers while every connection
+ * is busy, and evicted ones whose threads have not closed them yet (libmicrohttpd counts a
+ * connection until its listening thread reaps it, so a burst of newcomers leaves as many evicted
+ * ones still counted): a quarter of max_connections, at least FT_HTTP_SPARE_MIN. */
+#define FT_HTTP_SPARE_MIN 32
 
 /* Where a connection is in its request cycle (for the watchdog). */
 enum watch_phase {
@@ -60,9 +70,10 @@ enum watch_phase {
 /* One open connection (libmicrohttpd's socket context). */
 struct watch {
     struct watch *prev, *next;
-    int fd, fired;
+    int fd, fired;           /* fired: shut by the watchdog or evicted, closing */
     enum watch_phase phase;
     int64_t deadline_us;     /* 0 = none */
+    int64_t since_us;        /* when it entered its phase (the oldest waiter is evicted first) */
     char addr[64];           /* the client's address, for the log */
 };
 
@@ -78,14 +89,17 @@ struct ft_http {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct watch *watches;
+    int n_watches;           /* entries of the list (fired ones included) */
     pthread_t wd;
     int wd_started, wd_stop;
     long n_closed_pending;   /* slow connections closed since the last log line */
     char first_closed[64];
-    int64_t last_log_us, last_limit_log_us;
+    long n_evicted_pending;  /* connections evicted for a newcomer since the last log line */
+    char first_evicted[64];
+    int64_t last_log_us, last_limit_log_us, last_evict_log_us;
     /* counts for /metrics */
     _Atomic long by_status[600];
-    _Atomic long head_timeouts, connections;
+    _Atomic long head_timeouts, connections, evicted;
     _Atomic int open;
 };
 
@@ -144,8 +158,35 @@ static void watch_set(struct ft_http *h, struct watch *w, enum watch_phase p, do
     if (!w) return;
     pthread_mutex_lock(&h->mu);
     w->phase = p;
-    w->deadline_us = after_s > 0 ? ft_time_us() + (int64_t)(after_s * 1e6) : 0;
+    w->since_us = ft_time_us();
+    w->deadline_us = after_s > 0 ? w->since_us + (int64_t)(after_s * 1e6) : 0;
     pthread_mutex_unlock(&h->mu);
+}
+
+/* The table is full (h->mu held): closes the connection that has waited longest without a
+ * request in flight, so the newcomer gets its slot; none when every one is busy. */
+static void evict_oldest(struct ft_http *h) {
+    static const char k503[] = "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n"
+                               "Retry-After: 1\r\nContent-Length: 0\r\n\r\n";
+    struct watch *victim = NULL;
+    int live = 0;
+    for (struct watch *w = h->watches; w; w = w->next) {
+        if (w->fired) continue;
+        live++;
+        if (w->fd < 0 || (w->phase != W_FRESH && w->phase != W_HEAD && w->phase != W_IDLE))
+            continue;
+        if (!victim || w->since_us < victim->since_us) victim = w;
+    }
+    if (live < h->o.max_connections || !victim) return; /* the rest are closing already */
+    victim->fired = 1;
+    /* a client in the middle of its head learns why; the others sent nothing to answer */
+    if (victim->phase == W_HEAD)
+        (void)send(victim->fd, k503, sizeof k503 - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    shutdown(victim->fd, SHUT_RDWR);
+    if (!h->n_evicted_pending)
+        snprintf(h->first_evicted, sizeof h->first_evicted, "%s", victim->addr);
+    h->n_evicted_pending++;
+    atomic_fetch_add(&h->evicted, 1);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ctx,
@@ -167,11 +208,15 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ct
                         w->addr, sizeof w->addr, NULL, 0, NI_NUMERICHOST))
             snprintf(w->addr, sizeof w->addr, "?");
         w->phase = W_FRESH;
-        w->deadline_us = ft_time_us() + (int64_t)h->o.header_timeout_s * 1000000;
+        w->since_us = ft_time_us();
+        w->deadline_us = w->since_us + (int64_t)h->o.header_timeout_s * 1000000;
         pthread_mutex_lock(&h->mu);
+        /* full: make room (when every connection is busy, this one takes a spare slot) */
+        if (h->n_watches >= h->o.max_connections) evict_oldest(h);
         w->next = h->watches;
         if (h->watches) h->watches->prev = w;
         h->watches = w;
+        h->n_watches++;
         pthread_mutex_unlock(&h->mu);
         return;
     }
@@ -183,6 +228,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ct
     if (w->prev) w->prev->next = w->next;
     else h->watches = w->next;
     if (w->next) w->next->prev = w->prev;
+    h->n_watches--;
     pthread_mutex_unlock(&h->mu);
     free(w);
     *socket_ctx = NULL;
@@ -195,9 +241,13 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc) {
     struct watch *w = watch_of(mc);
     if (w) {
         pthread_mutex_lock(&h->mu);
+        int64_t now = ft_time_us();
         if (w->phase != W_FRESH)
-            w->deadline_us = ft_time_us() + (int64_t)h->o.header_timeout_s * 1000000;
+            w->deadline_us = now + (int64_t)h->o.header_timeout_s * 1000000;
+        else
+            now = w->since_us; /* a fresh connection waits since its accept */
         w->phase = W_HEAD;
+        w->since_us = now;
         pthread_mutex_unlock(&h->mu);
     }
     return NULL;
@@ -211,6 +261,16 @@ static void flush_closed_log(struct ft_http *h, int64_t now) {
                 h->first_closed);
     h->n_closed_pending = 0;
     h->last_log_us = now;
+}
+
+static void flush_evicted_log(struct ft_http *h, int64_t now) {
+    if (!h->n_evicted_pending || now - h->last_evict_log_us < 10000000) return;
+    ft_log_warn("http: all %d connections were open; closed %ld idle or slow one%s to make room "
+                "for new ones (the first from %s; --max-connections N, --max-conns-per-ip N)",
+                h->o.max_connections, h->n_evicted_pending,
+                h->n_evicted_pending == 1 ? "" : "s", h->first_evicted);
+    h->n_evicted_pending = 0;
+    h->last_evict_log_us = now;
 }
 
 /* Shuts the sockets of connections past their deadline; libmicrohttpd's thread of each then
@@ -252,9 +312,11 @@ static void *watchdog_main(void *arg) {
             shutdown(w->fd, SHUT_RDWR);
         }
         flush_closed_log(h, now);
+        flush_evicted_log(h, now);
     }
-    h->last_log_us = 0;
+    h->last_log_us = h->last_evict_log_us = 0;
     flush_closed_log(h, ft_time_us());
+    flush_evicted_log(h, ft_time_us());
     pthread_mutex_unlock(&h->mu);
     return NULL;
 }
@@ -280,6 +342,7 @@ void ft_http_counts(const struct ft_http_conn *c, struct ft_http_counts *out) {
     memset(out, 0, sizeof *out);
     for (int i = 100; i < 600; i++) out->by_status[i] = atomic_load(&h->by_status[i]);
     out->head_timeouts = atomic_load(&h->head_timeouts);
+    out->evicted = atomic_load(&h->evicted);
     out->connections = atomic_load(&h->connections);
     out->open = atomic_load(&h->open);
 }
@@ -635,8 +698,10 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
         if (say) h->last_limit_log_us = now;
         pthread_mutex_unlock(&h->mu);
         if (say) {
-            ft_log_warn("http: %s (at most %d connections per client address and %d in all: "
-                        "--max-conns-per-ip N)", esc, h->o.max_conns_per_ip, h->o.max_connections);
+            ft_log_warn("http: %s (at most %d connections per client address: --max-conns-per-ip "
+                        "N; past %d in all a newcomer closes an idle one, refused only when none "
+                        "is: --max-connections N)", esc, h->o.max_conns_per_ip,
+                        h->o.max_connections);
             return;
         }
     }
@@ -680,6 +745,8 @@ enum ft_status ft_http_start(struct ft_http **out, const struct ft_http_opts *o,
     if (h->o.max_connections <= 0) h->o.max_connections = 512;
     if (h->o.max_conns_per_ip <= 0) h->o.max_conns_per_ip = 128;
     if (h->o.max_conns_per_ip > h->o.max_connections) h->o.max_conns_per_ip = h->o.max_connections;
+    int spare = h->o.max_connections / 4 > FT_HTTP_SPARE_MIN ? h->o.max_connections / 4
+                                                             : FT_HTTP_SPARE_MIN;
     struct sockaddr_storage ss;
     int v6 = 0;
     enum ft_status st = resolve(h->host, o->port, &ss, &v6);
@@ -690,7 +757,8 @@ enum ft_status ft_http_start(struct ft_http **out, const struct ft_http_opts *o,
     h->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)h->o.conn_timeout_s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)h->o.max_connections,
+                            MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)(h->o.max_connections + spare),
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)h->o.max_conns_per_ip,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,

@@ -3,8 +3,9 @@
  * CORS, chunked streaming responses pulled from a callback, one log line per request.
  * Hostile clients: a connection must send its whole request head within header_timeout_s (a
  * watchdog closes it otherwise, so one header byte a second cannot hold a slot), each client
- * address holds at most max_conns_per_ip connections, differing Content-Length headers are a
- * 400, and client bytes are escaped before they reach the log.
+ * address holds at most max_conns_per_ip connections, a full table (max_connections) makes room
+ * for a newcomer by closing the oldest connection with no request in flight, differing
+ * Content-Length headers are a 400, and client bytes are escaped before they reach the log.
  * The routes live in the caller (server/openai.c) behind one handler function, so no other file
  * sees libmicrohttpd.
  * Threading: the handler and stream callbacks run on the connection's own thread; many run at
@@ -26,7 +27,8 @@ struct ft_http_opts {
     int conn_timeout_s;       /* idle connections are closed after this (default 30) */
     int header_timeout_s;     /* a request head must arrive within this of the connection's
                                  start or of its request line (default 10) */
-    int max_connections;      /* default 512 */
+    int max_connections;      /* default 512; when all are open, a new connection closes the
+                                 one idle (or without a complete head) the longest */
     int max_conns_per_ip;     /* default 128; 0 = the default */
 };
 
@@ -35,6 +37,7 @@ struct ft_http_counts {
     long by_status[600];      /* responses by HTTP status (100..599) */
     long head_timeouts;       /* connections closed for a request head or body that came too slowly */
     long connections;         /* connections accepted so far */
+    long evicted;             /* idle or slow-head connections closed to make room for new ones */
     int open;                 /* connections open now */
 };
 
