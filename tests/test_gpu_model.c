@@ -357,6 +357,7 @@ TEST(backend_auto_picks_offload_when_over_the_limit) {
  * nothing, a copy that zeroes) caught by the checksums and repaired. */
 static int g_verify = 2; /* offload_case's --verify-copies (capped_case's with g_fault) */
 static const char *g_fault; /* capped_case: FT_TEST_COPY_FAULT for the offload engine */
+static int g_capped_mode;   /* capped_case's --moe-backend: 0 offload, 2 hybrid */
 
 static void offload_case(const char *name, int slots, int path, const char *fault) {
     char dir[512], ref[512];
@@ -489,7 +490,7 @@ static void capped_case(const char *name, int at_load, const char *cpu_layers) {
     int V = m->vocab;
     struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
     struct ft_engine_opts oo = ro;
-    oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = 4, oo.moe_mode = 0, oo.pin_budget = budget;
+    oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = 4, oo.moe_mode = g_capped_mode, oo.pin_budget = budget;
     oo.cpu_layers = cpu_layers;
     if (g_fault) oo.verify_copies = g_verify, setenv("FT_TEST_COPY_FAULT", g_fault, 1), ft_env_reload();
     struct ft_engine *re = NULL, *oe = NULL;
@@ -525,7 +526,9 @@ static void capped_case(const char *name, int at_load, const char *cpu_layers) {
         fprintf(stderr, "  %-18s cpu layers %s: %d layers staged, %ld of %ld copies staged, %ld "
                 "misses on the CPU\n", name, cpu_layers ? cpu_layers : "auto", os.staged_layers,
                 os.staged, os.copies, os.cpu_experts);
-        if (cpu_layers) {
+        if (g_capped_mode) { /* hybrid: the split picks; staged copies run on the stager thread */
+            CHECK_(os.staged_layers >= 1, "%s hybrid: no layer staged", name);
+        } else if (cpu_layers) {
             CHECK_(os.cpu_experts > 0 && os.staged == 0, "%s: the CPU layer's misses were not "
                    "computed on the CPU", name);
         } else {
@@ -559,6 +562,15 @@ TEST(offload_with_capped_pin_budget) {
     g_fault = "zero:1", g_verify = 1;
     capped_case("qwen3_moe", 0, NULL);
     g_fault = NULL, g_verify = 2;
+    /* hybrid beside staged layers: their fetched copies on the stager thread while the CPU
+     * computes, the tokens still the resident backend's */
+    g_capped_mode = 2;
+    capped_case("qwen3_moe", 0, NULL);
+    capped_case("qwen3_moe", 1, NULL);
+    capped_case("qwen3moe_q4km.gguf", 1, NULL);
+    g_fault = "zero:1", g_verify = 1; /* a zeroed first copy, caught by the sample */
+    capped_case("qwen3_moe", 0, NULL);
+    g_fault = NULL, g_verify = 2, g_capped_mode = 0;
 }
 
 /* gpt-oss (sinks, alternating windows, router and expert biases, clamped SwiGLU; bf16 and MXFP4

@@ -341,9 +341,24 @@ static enum ft_status offload_experts(struct ft_gpu_moe *gm, const struct ft_gpu
     gpu_experts(gm, X, l, T, gm->d_slots, eids, gu, dn);
     enum ft_status st = ft_offload_decode_copies(gm->off, gm->s);
     if (st != FT_OK) return st;
+    if (ft_offload_decode_deferred(gm->off)) return FT_OK; /* the rest in finish_deferred */
     if (nf) gpu_experts(gm, X, l, T, gm->d_slots + n, eids, gu, dn);
     combine(gm, T);
     if (nf) ft_offload_decode_done(gm->off, gm->s);
+    return FT_OK;
+}
+
+/* A staged layer's copies went to the stager thread (moe/offload.c) while the CPU computed its
+ * share: wait for them, then the fetched experts and the weighted sum. */
+static enum ft_status finish_deferred(struct ft_gpu_moe *gm, const struct ft_gpu_experts *X, int l,
+                                      int T, const int32_t *eids) {
+    if (!ft_offload_decode_deferred(gm->off)) return FT_OK;
+    enum ft_status st = ft_offload_decode_finish(gm->off, gm->s);
+    if (st != FT_OK) return st;
+    gpu_experts(gm, X, l, T, gm->d_slots + T * gm->m->top_k, eids, ft_offload_gu(gm->off),
+                ft_offload_down(gm->off));
+    combine(gm, T);
+    ft_offload_decode_done(gm->off, gm->s);
     return FT_OK;
 }
 
@@ -382,7 +397,10 @@ static enum ft_status cpu_experts(struct ft_gpu_moe *gm, int l, int n_cpu, struc
                                    gm->cpu_tok, gm->cpu_ids, gm->cpu_w, n_cpu, gm->h_cpu_out);
     if (!hook->ran) issue_hook(hook); /* the executor had no pass to run it in */
     if (hook->st != FT_OK) return hook->st;
-    ft_offload_observe_cpu(gm->off, l, nd, (ft_time_us() - t0) / 1e6);
+    const double cpu_s = (ft_time_us() - t0) / 1e6;
+    enum ft_status st = finish_deferred(gm, hook->X, l, hook->T, hook->eids);
+    if (st != FT_OK) return st;
+    ft_offload_observe_cpu(gm->off, l, nd, cpu_s);
     return FT_OK;
 }
 
@@ -402,6 +420,7 @@ enum ft_status ft_gpu_moe_decode(struct ft_gpu_moe *gm, const struct ft_gpu_expe
     if (st != FT_OK) return st;
     ft_gpu_probe_phase(gm->probe, FT_PH_PLAN);
     if (!gm->exec || !n_cpu) st = offload_experts(gm, X, l, T, eids);
+    if (st == FT_OK && (!gm->exec || !n_cpu)) st = finish_deferred(gm, X, l, T, eids);
     ft_gpu_probe_phase(gm->probe, FT_PH_ISSUE);
     if (st != FT_OK) return st;
     if (gm->exec) memset(gm->h_cpu_out, 0, (size_t)T * gm->m->hidden * sizeof(float)); /* joined later */

@@ -8,6 +8,7 @@
 
 #ifdef FT_HAVE_CUDA
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,8 +85,19 @@ struct ft_offload {
     uint8_t *ring;                  /* FT_STAGING_CHUNKS x FT_STAGING_CHUNK bytes, pinned */
     cudaEvent_t ev_ring[FT_STAGING_CHUNKS]; /* chunk r's DMA is done */
     size_t chunk;                   /* bytes of a chunk */
-    struct ft_pool *stage_pool;     /* prefill's memcpy into a chunk, split over a few threads
-                                       (decode's runs on the engine thread beside the executor) */
+    struct ft_pool *stage_pool;     /* prefill's memcpy into a chunk, split over a few threads */
+    /* decode with a CPU executor: a staged layer's copies run on the stager thread (the whole
+     * copy_fills of the plan's fills, on the copy stream), while the engine thread computes the
+     * CPU's experts; ft_offload_decode_finish waits for it */
+    struct stager {
+        pthread_t thread;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        int started, posted, done, quit, device;
+        enum ft_status st;
+    } stg;
+    int stg_pending;                /* the plan's copies were posted to the stager */
+    int cur_layer;                  /* the layer of the last decode plan */
     /* the hot set: loaded at start (the cache warmed from it), saved at free; off for
      * synthetic models, whose every run would otherwise start from the last one's routing */
     struct ft_hotset hot;
@@ -309,12 +321,14 @@ enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int
         for (int j = 0; j < m; j++) dup |= f->miss[j] == ids[i];
         if (!dup) f->miss[m++] = ids[i];
     }
-    /* a staged layer's decode copy waits for a memcpy on this thread, which is also the CPU
-     * executor's worker 0: on the H200 at an 8 GiB pin budget (zipf:1.2) fetching them through
-     * the split cost 60.7 tok/s against 72.8 computing them; with an executor they are computed
-     * (its hits still count: prefill fills their slots through the ring) */
-    const int no_fetch = f->cpu_layer[layer] || (f->staged[layer] && f->split.mode != FT_MOE_OFFLOAD);
+    /* a staged layer's copies wait for a memcpy; beside a CPU executor they run on the stager
+     * thread, overlapped with the CPU's experts (done on the executor's worker 0 they cost 60.7
+     * tok/s against 72.8 computing every such miss: H200, 8 GiB pin budget, zipf:1.2); without
+     * the stager they are computed */
+    const int no_fetch = f->cpu_layer[layer] ||
+                         (f->staged[layer] && f->split.mode != FT_MOE_OFFLOAD && !f->stg.started);
     int fetch = no_fetch ? 0 : ft_split_fetch_count(&f->split, layer, m);
+    f->cur_layer = layer;
     if (fetch < m) { /* fetch the most used first: sort the misses by use count, descending */
         const uint32_t *fq = f->cache->freq + (size_t)layer * f->E;
         for (int i = 1; i < m; i++)
@@ -354,9 +368,31 @@ int ft_offload_decode_slots(struct ft_offload *f, int32_t *d_slots, cudaStream_t
 }
 
 enum ft_status ft_offload_decode_copies(struct ft_offload *f, cudaStream_t s) {
+    if (f->plan_nf && f->stg.started && f->staged[f->cur_layer]) { /* to the stager */
+        pthread_mutex_lock(&f->stg.mu);
+        f->stg.posted = 1, f->stg.done = 0;
+        pthread_cond_broadcast(&f->stg.cv);
+        pthread_mutex_unlock(&f->stg.mu);
+        f->stg_pending = 1;
+        return FT_OK;
+    }
     enum ft_status st = copy_fills(f, f->fills, f->plan_nf);
     if (st != FT_OK) return st;
     if (f->plan_nf) cudaStreamWaitEvent(s, f->ev_copied, 0);
+    return FT_OK;
+}
+
+int ft_offload_decode_deferred(const struct ft_offload *f) { return f->stg_pending; }
+
+enum ft_status ft_offload_decode_finish(struct ft_offload *f, cudaStream_t s) {
+    if (!f->stg_pending) return FT_OK;
+    pthread_mutex_lock(&f->stg.mu);
+    while (!f->stg.done) pthread_cond_wait(&f->stg.cv, &f->stg.mu);
+    enum ft_status st = f->stg.st;
+    pthread_mutex_unlock(&f->stg.mu);
+    f->stg_pending = 0;
+    if (st != FT_OK) return st;
+    cudaStreamWaitEvent(s, f->ev_copied, 0); /* recorded by the stager after its copies */
     return FT_OK;
 }
 
@@ -615,6 +651,53 @@ static void checksum_banks(struct ft_offload *f, int l0, int pn) {
 /* Pins the banks through the residency manager (pin budget, WSL2 caps, the pinned -> mlock ->
  * pageable chain) and records the mapped device pointers of the pinned ones for the gather
  * path. Layers left unpinned are CPU layers: their misses are computed on the CPU. */
+static enum ft_status copy_fills(struct ft_offload *f, const struct ft_cache_fill *fl, int n);
+
+/* The stager thread: copy_fills of the posted plan, one job at a time. */
+static void *stager_main(void *arg) {
+    struct ft_offload *f = arg;
+    struct stager *g = &f->stg;
+    cudaSetDevice(g->device);
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        while (!g->posted && !g->quit) pthread_cond_wait(&g->cv, &g->mu);
+        if (g->quit) break;
+        g->posted = 0;
+        pthread_mutex_unlock(&g->mu);
+        enum ft_status st = copy_fills(f, f->fills, f->plan_nf);
+        pthread_mutex_lock(&g->mu);
+        g->st = st, g->done = 1;
+        pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+static void stager_start(struct ft_offload *f, int device) {
+    struct stager *g = &f->stg;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->device = device;
+    g->started = pthread_create(&g->thread, NULL, stager_main, f) == 0;
+    if (!g->started) {
+        pthread_mutex_destroy(&g->mu);
+        pthread_cond_destroy(&g->cv);
+    }
+}
+
+static void stager_stop(struct ft_offload *f) {
+    struct stager *g = &f->stg;
+    if (!g->started) return;
+    pthread_mutex_lock(&g->mu);
+    g->quit = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    pthread_join(g->thread, NULL);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    g->started = 0;
+}
+
 static enum ft_status register_banks(struct ft_offload *f, const struct ft_offload_opts *o) {
     struct ft_residency_opts ro = {.pin_budget = o->pin_budget, .cpu_layers = o->cpu_layers,
                                    .device = o->device};
@@ -677,6 +760,7 @@ static enum ft_status register_banks(struct ft_offload *f, const struct ft_offlo
             (fam ? f->map_dn : f->map_gu)[l] = dptr;
         }
     }
+    if (f->n_staged && o->moe_mode != FT_MOE_OFFLOAD) stager_start(f, o->device);
     if (f->n_staged)
         ft_log_info("pin budget: %d MoE layers over it stay unpinned and fill their cache slots "
                     "through a pinned staging ring of %d x %.2f MiB", f->n_staged, FT_STAGING_CHUNKS,
@@ -901,6 +985,8 @@ fail:
 
 void ft_offload_free(struct ft_offload *f) {
     if (!f) return;
+    if (f->stg_pending) ft_offload_decode_finish(f, f->cs);
+    stager_stop(f);
     if (f->cs) cudaStreamSynchronize(f->cs);
     if (f->cache) save_hot(f);
     ft_hotset_free(&f->hot);

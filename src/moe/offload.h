@@ -79,6 +79,12 @@ enum ft_status ft_offload_decode_copies(struct ft_offload *f, cudaStream_t s);
 /* s's work on this step's fetched experts is issued: its end marks the copy side's end for
  * the split (after ft_offload_decode_copies). */
 void ft_offload_decode_done(struct ft_offload *f, cudaStream_t s);
+/* With staged layers beside a CPU executor, ft_offload_decode_copies may hand a staged layer's
+ * copies to the stager thread and return at once (deferred: 1); ft_offload_decode_finish then
+ * waits for them and makes s wait for their end, before the fetched experts' work; it must
+ * come before any other call of this module. No-op when nothing was deferred. */
+int ft_offload_decode_deferred(const struct ft_offload *f);
+enum ft_status ft_offload_decode_finish(struct ft_offload *f, cudaStream_t s);
 /* The CPU side of a layer step took `seconds` for n_experts distinct experts (hybrid
  * feedback). */
 void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds);
