@@ -65,7 +65,7 @@ TEST(offload_stats_and_http_counts) {
                                             .hits = 300, .misses = 100, .copies = 90,
                                             .copy_bytes = 9e9, .copy_s = 0.5, .copy_gbps = 18,
                                             .pcie_gbps = 53.5, .cpu_experts = 10};
-    struct ft_http_counts hc = {.connections = 9, .open = 2, .head_timeouts = 5};
+    struct ft_http_counts hc = {.connections = 9, .open = 2, .head_timeouts = 5, .evicted = 3};
     hc.by_status[200] = 7, hc.by_status[413] = 1;
     struct ft_sbuf out = {0};
     EXPECT_EQ(ft_metrics_render(&m, "m", &t, &hc, &out), 0);
@@ -81,6 +81,7 @@ TEST(offload_stats_and_http_counts) {
     EXPECT_CONTAINS(out.p, "ft:http_responses_total{model_name=\"m\",code=\"413\"} 1\n");
     EXPECT(!strstr(out.p, "code=\"404\""));
     EXPECT_EQ(value_of(out.p, "ft:http_slow_closes_total{"), 5);
+    EXPECT_EQ(value_of(out.p, "ft:http_evictions_total{"), 3);
     /* each family's HELP and TYPE come before its samples */
     const char *type = strstr(out.p, "# TYPE ft:expert_cache_slots gauge\n");
     const char *s = strstr(out.p, "ft:expert_cache_slots{");

@@ -180,6 +180,9 @@ static void http_metrics(struct out *o, const struct ft_http_counts *hc) {
     metric(o, "ft:http_slow_closes_total", "counter",
            "Connections closed for a request head or body that came too slowly "
            "(--header-timeout).", (double)hc->head_timeouts);
+    metric(o, "ft:http_evictions_total", "counter",
+           "Idle or slow-head connections closed to make room in a full table (--max-connections).",
+           (double)hc->evicted);
 }
 
 int ft_metrics_render(struct ft_metrics *m, const char *model_name,

@@ -213,6 +213,8 @@ def test_flood(base, client, log):
         m = metrics_now(base)
         check(m.get("ft:http_connections_open", -1) <= MAX_CONNS + SPARE,
               f"still at most the limit and its spare open ({m.get('ft:http_connections_open')})")
+        check(m.get("ft:http_evictions_total", 0) >= len(socks) - MAX_CONNS - SPARE,
+              f"/metrics counts the evictions ({m.get('ft:http_evictions_total')})")
         try:
             n_running = get_json(base, "/v1/stats")[1]["requests"]["running"]
         except OSError:
