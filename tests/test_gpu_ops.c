@@ -1226,30 +1226,6 @@ TEST(q8_experts) {
     EXPECT_OK(ft_cuda_check("q8 experts"));
 }
 
-/* The embedding gathered from a block-format table equals the CPU's dequantised rows. */
-TEST(embed_blocks) {
-    const int V = 50, H = 512, T = 4;
-    const int32_t ids[4] = {3, 49, 0, 3};
-    uint64_t rng = 3;
-    for (size_t f = 0; f < sizeof k_q8_fmts / sizeof k_q8_fmts[0]; f++) {
-        const enum ft_dtype t = k_q8_fmts[f];
-        const size_t rb = ft_dtype_row_bytes(t, H);
-        uint8_t *w = malloc(rb * V);
-        fill_matrix(t, w, V, H, &rng);
-        float *ref = malloc((size_t)T * H * 4);
-        for (int i = 0; i < T; i++) ft_ggml_dequant_row(ft_dtype_ggml(t), w + (size_t)ids[i] * rb, ref + (size_t)i * H, H);
-        void *dw = up(w, rb * V);
-        int32_t *dids = up(ids, sizeof ids);
-        float *dy = up(NULL, (size_t)T * H * 4);
-        ft_cuda_embed_blocks(dy, dw, t, dids, T, H, 0);
-        float *got = down(dy, (size_t)T * H);
-        CHECK_(memcmp(got, ref, (size_t)T * H * 4) == 0, "embed %s: rows differ from the CPU's", ft_dtype_name(t));
-        free(w), free(ref), free(got);
-        cudaFree(dw), cudaFree(dids), cudaFree(dy);
-    }
-    EXPECT_OK(ft_cuda_check("embed blocks"));
-}
-
 static double max_abs_err(const float *a, const float *b, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++) {

@@ -252,9 +252,6 @@ void ft_cuda_dequant_experts(uint16_t *dst, const void *src, size_t expert_strid
 void ft_cuda_moe_gemv_blocks_f32(float *y, const float *x, int x_div, const void *w,
                                  size_t expert_stride, int dtype, const int32_t *ids, int P, int N,
                                  int K, cudaStream_t s);
-/* out[t, :] = row ids[t] of a [rows, H] table in block format dtype, as fp32 (the embedding). */
-void ft_cuda_embed_blocks(float *out, const void *table, int dtype, const int32_t *ids, int T, int H,
-                          cudaStream_t s);
 /* slot_of[e] = e - first for the experts [first, first + n) present in src_of (or all when NULL),
  * -1 otherwise: the grouped GEMM's map onto a chunk dequantised by ft_cuda_dequant_experts. */
 void ft_cuda_chunk_slots(int32_t *slot_of, const int32_t *src_of, int first, int n, int E,
@@ -267,8 +264,6 @@ void ft_cuda_chunk_slots(int32_t *slot_of, const int32_t *src_of, int first, int
  * sum_blocks (d_b / 2) sum_i |w_i|, ~0.3% of the dot's scale). dtype: an enum ft_dtype --- */
 /* 1 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4. */
 int ft_cuda_q8_format(int dtype);
-/* The longest row (K) ft_cuda_gemv_q8 takes for T tokens a launch (it splits longer steps). */
-int ft_cuda_q8_max_k(int T);
 /* ft_cuda_moe_gemv_blocks on int8 activations (what it runs for the formats above). */
 void ft_cuda_moe_gemv_q8(float *y, const float *x, int x_div, const void *w, size_t expert_stride,
                          int dtype, const int32_t *ids, int P, int N, int K, cudaStream_t s);

@@ -6,9 +6,9 @@
  * Each element gets exactly the value format/ggml_quant.c gives it (the same fp32 operations in
  * the same order, with __fmul_rn/__fadd_rn so nothing is contracted into an FMA), which is
  * bit-identical to GGML and the gguf package; test_gpu_ops checks the dequantiser against the
- * CPU bit for bit. The decode GEMV of the GGML formats is now ggml_mmv.cu's int8 one
- * (ft_cuda_moe_gemv_blocks routes there); the fp32-x kernel here stays for NVFP4 / FP8_B128,
- * the engine's exact mode and comparisons. Also the embedding gather from a block-format table.
+ * CPU bit for bit. ft_cuda_moe_gemv_blocks routes the formats where ggml_mmv.cu's int8 GEMV
+ * measured faster (ft_cuda_q8_faster) there under rounded activations; every other case runs
+ * the fp32-x kernel here.
  * C launchers (cuda_ops.h); everything enqueues on the given stream. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -209,20 +209,6 @@ __global__ void dequant_bf16_kernel(uint16_t *dst, const uint8_t *src, size_t ex
     }
 }
 
-/* out[t, :] = row ids[t] of the table (format T), 8 elements a thread step */
-template <int T>
-__global__ void embed_blocks_kernel(float *out, const uint8_t *table, size_t row_bytes,
-                                    const int32_t *ids, int H) {
-    const uint8_t *row = table + (size_t)ids[blockIdx.x] * row_bytes;
-    float *o = out + (size_t)blockIdx.x * H;
-    for (int i = threadIdx.x * 8; i < H; i += blockDim.x * 8) {
-        float wf[8];
-        dq8<T>(row, i, H, wf);
-#pragma unroll
-        for (int j = 0; j < 8; j++) o[i + j] = wf[j];
-    }
-}
-
 __global__ void chunk_slots_kernel(int32_t *slot_of, const int32_t *src_of, int first, int n, int E) {
     int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= E) return;
@@ -277,18 +263,6 @@ extern "C" void ft_cuda_dequant_experts(uint16_t *dst, const void *src, size_t e
     if (dtype == t) {                                                                               \
         dequant_bf16_kernel<t><<<grid, 256, 0, s>>>(dst, (const uint8_t *)src, expert_stride, rb,   \
                                                     src_of, offsets, first, rows, cols);    \
-        return;                                                                                     \
-    }
-    FT_BLOCK_TYPES(GO)
-#undef GO
-}
-
-extern "C" void ft_cuda_embed_blocks(float *out, const void *table, int dtype, const int32_t *ids,
-                                     int T, int H, cudaStream_t s) {
-    size_t rb = ft_dtype_row_bytes((enum ft_dtype)dtype, H);
-#define GO(t)                                                                                       \
-    if (dtype == t && t != FT_DTYPE_NVFP4 && t != FT_DTYPE_FP8_B128) { /* GGML blocks only */    \
-        embed_blocks_kernel<t><<<T, 256, 0, s>>>(out, (const uint8_t *)table, rb, ids, H);          \
         return;                                                                                     \
     }
     FT_BLOCK_TYPES(GO)

@@ -1,6 +1,8 @@
 /* ggml_mmv.cu — decode GEMV over GGML block rows with integer dot products (Q8_0, Q4_0, Q4_1,
- * Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4): the dense weights kept in their blocks and the routed
- * experts (resident banks and cache slots) both run it.
+ * Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4). The engine runs it for the routed experts of the formats
+ * ft_cuda_q8_faster names (resident banks and cache slots); its dense form (ft_cuda_gemv_q8) is
+ * measured by `bench_ggml --gpu` and tested, but the engine keeps dense weights in bf16, which
+ * the bf16 GEMV reads faster for T > 1 (bench/RESULTS.md).
  *
  * What each thread block does: 256 threads. First, with every thread, it quantises the fp32
  * activation rows it needs (T token rows for a dense weight, one row for an expert pair) into
@@ -572,7 +574,8 @@ static void mv_dispatch(const mv_args &a, int dtype, int units, uintptr_t addr_b
 
 extern "C" int ft_cuda_q8_format(int dtype) { return natural_align(dtype) > 0; }
 
-extern "C" int ft_cuda_q8_max_k(int T) {
+/* The longest row (K) ft_cuda_gemv_q8 takes for T tokens a launch (it splits longer steps). */
+static int q8_max_k(int T) {
     const size_t per = (size_t)T * (1 + sizeof(q8ds) / 32.0) + 1;
     return (int)((MV_SMEM_MAX - MV_WARPS * MV_R * MV_MAX_T * sizeof(float)) / per) & ~255;
 }
@@ -602,7 +605,7 @@ extern "C" void ft_cuda_gemv_q8(const struct ft_cuda_gemv_args *g, const void *w
     a.accumulate = g->accumulate, a.N = n_rows, a.K = g->K;
     /* tokens per launch: 8, fewer where K is so long that their codes would not fit */
     int tc = MV_MAX_T;
-    while (tc > 1 && ft_cuda_q8_max_k(tc) < g->K) tc /= 2;
+    while (tc > 1 && q8_max_k(tc) < g->K) tc /= 2;
     for (int t0 = 0; t0 < g->T; t0 += tc) {
         a.T = g->T - t0 < tc ? g->T - t0 : tc;
         a.x = g->x + (size_t)t0 * g->K;
