@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/pin.h"
 #include "backend/cuda/probe.h"
 #include "engine/sample.h"
 #include "moe/gpu_moe.h"
@@ -133,16 +134,6 @@ static void *dalloc(struct ft_gpu *g, size_t bytes, enum ft_status *st) {
 static void *dalloc_cb(void *ctx, size_t bytes) {
     enum ft_status st = FT_OK;
     return dalloc((struct ft_gpu *)ctx, bytes, &st);
-}
-
-static void *halloc(size_t bytes, enum ft_status *st) {
-    void *p = NULL;
-    if (*st != FT_OK) return NULL;
-    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
-        cudaGetLastError();
-        *st = ft_fail(FT_ERR_OOM, "GPU: cannot pin %.1f MiB of host staging memory", bytes / 1048576.0);
-    }
-    return p;
 }
 
 /* Uploads a host weight as bf16 (converting F32/F16 checkpoints) into d, or into a new
@@ -371,7 +362,7 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     g->v_cache = dalloc(g, (kv && !m->mla ? kv : 1) * 4, &st); /* MLA: one row per position */
     const size_t S = seg_cap(g), in_words = in_table_offset(g) + (size_t)g->o.max_seqs * g->max_blocks;
     g->d_in = dalloc(g, in_words * 4, &st);
-    g->h_in = halloc(in_words * 4, &st);
+    g->h_in = ft_cuda_staging_alloc(in_words * 4, &st);
     if (st == FT_OK) {
         g->d_ids = g->d_in, g->d_pos = g->d_in + C, g->d_tok_seq = g->d_in + 2 * C;
         g->d_rows = g->d_in + 3 * C, g->d_seg_t0 = g->d_in + 4 * C, g->d_seg_slot = g->d_seg_t0 + S + 1;
@@ -403,7 +394,7 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
         if (m->layers[l].attn_gate) g->gate = dalloc(g, C * g->q_dim * 4, &st);
     size_t n_tiles = C / FT_CUDA_ATT_TILE + (size_t)g->o.max_seqs + 1;
     g->d_att_tiles = dalloc(g, n_tiles * 2 * 4, &st);
-    g->h_att_tiles = halloc(n_tiles * 2 * 4, &st);
+    g->h_att_tiles = ft_cuda_staging_alloc(n_tiles * 2 * 4, &st);
     g->d_step = dalloc(g, 4, &st);
     g->x = dalloc(g, C * H * 4, &st);
     g->xn = dalloc(g, C * H * 4, &st);
@@ -425,11 +416,11 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
      * (ft logits) are done in passes of this many rows */
     g->logit_rows = g->C < 64 ? g->C : 64;
     g->logits = dalloc(g, (size_t)g->logit_rows * V * 4, &st);
-    g->h_logits = halloc((size_t)g->logit_rows * V * 4, &st);
+    g->h_logits = ft_cuda_staging_alloc((size_t)g->logit_rows * V * 4, &st);
     g->d_top1 = dalloc(g, (size_t)g->logit_rows * 4, &st);
-    g->h_top1 = halloc((size_t)g->logit_rows * 4, &st);
+    g->h_top1 = ft_cuda_staging_alloc((size_t)g->logit_rows * 4, &st);
     g->d_draw = dalloc(g, (size_t)g->logit_rows * sizeof(struct ft_draw), &st);
-    g->h_draw = halloc((size_t)g->logit_rows * sizeof(struct ft_draw), &st);
+    g->h_draw = ft_cuda_staging_alloc((size_t)g->logit_rows * sizeof(struct ft_draw), &st);
     if (E) {
         g->router = dalloc(g, C * E * 4, &st);
         g->topk = dalloc(g, R * 4, &st);

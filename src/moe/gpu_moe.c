@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/pin.h"
 #include "backend/cuda/probe.h"
 #include "core/log.h"
 #include "core/threadpool.h"
@@ -56,22 +57,8 @@ static void *dalloc(struct ft_gpu_moe *gm, size_t bytes, enum ft_status *st) {
     return p;
 }
 
-static void *halloc(size_t bytes, enum ft_status *st) {
-    void *p = NULL;
-    if (*st != FT_OK) return NULL;
-    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
-        cudaGetLastError();
-        *st = ft_fail(FT_ERR_OOM, "GPU: cannot pin %.1f MiB of host staging memory", bytes / 1048576.0);
-    }
-    return p;
-}
-
 static void dfree(void *p) {
     if (p) cudaFree(p);
-}
-
-static void hfree(void *p) {
-    if (p) cudaFreeHost(p);
 }
 
 enum ft_status ft_gpu_moe_init(struct ft_gpu_moe **out, const struct ft_model *m, int C, int rounded,
@@ -86,7 +73,7 @@ enum ft_status ft_gpu_moe_init(struct ft_gpu_moe **out, const struct ft_model *m
     size_t k = m->top_k > 0 ? m->top_k : 1, E = m->n_experts, H = m->hidden, I = m->expert_inter;
     size_t R = (size_t)C * k, ids = (size_t)m->n_layers * MAX_T * k;
     gm->d_ids = dalloc(gm, ids * 4, &st);
-    gm->h_ids = halloc(ids * 4, &st);
+    gm->h_ids = ft_cuda_staging_alloc(ids * 4, &st);
     if (E) {
         gm->mgu = dalloc(gm, R * 2 * I * 4, &st);
         gm->mact = dalloc(gm, R * I * 4, &st);
@@ -97,7 +84,7 @@ enum ft_status ft_gpu_moe_init(struct ft_gpu_moe **out, const struct ft_model *m
         gm->pair_dst = dalloc(gm, R * 4, &st);
         gm->offsets = dalloc(gm, ft_cuda_moe_offsets_len((int)E, (int)R) * 4, &st);
         gm->d_counts = dalloc(gm, (size_t)m->n_layers * E * 4, &st);
-        gm->h_counts = halloc((size_t)m->n_layers * E * 4, &st);
+        gm->h_counts = ft_cuda_staging_alloc((size_t)m->n_layers * E * 4, &st);
         int blocks = 0; /* block-format experts: prefill dequantises a chunk of them at a time */
         for (int l = 0; l < m->n_layers; l++)
             blocks |= m->layers[l].is_moe && (m->layers[l].bank[0].schema->dtype != FT_DTYPE_BF16 ||
@@ -124,9 +111,9 @@ enum ft_status ft_gpu_moe_offload(struct ft_gpu_moe *gm, const struct ft_offload
         st = ft_pool_init_pinned(&gm->exec_pool, cpu_threads);
         if (st == FT_OK) st = ft_moe_exec_init(&gm->exec, MAX_T, m->top_k, m->n_experts, H, m->expert_inter);
         if (st == FT_OK) ft_moe_exec_set_fast_act(gm->exec, cpu_act_fast);
-        gm->h_xn = halloc((size_t)MAX_T * H * 4, &st);
-        gm->h_cpu_out = halloc((size_t)MAX_T * H * 4, &st);
-        gm->h_topw = halloc((size_t)R * 4, &st);
+        gm->h_xn = ft_cuda_staging_alloc((size_t)MAX_T * H * 4, &st);
+        gm->h_cpu_out = ft_cuda_staging_alloc((size_t)MAX_T * H * 4, &st);
+        gm->h_topw = ft_cuda_staging_alloc((size_t)R * 4, &st);
         gm->d_cpu_out = dalloc(gm, (size_t)MAX_T * H * 4, &st);
         if (st == FT_OK) {
             void *p[3] = {NULL, NULL, NULL};
@@ -168,7 +155,7 @@ void ft_gpu_moe_free(struct ft_gpu_moe *gm) {
                   gm->d_slots, gm->d_slot_of, gm->d_cpu_out};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
     void *hs[] = {gm->h_ids, gm->h_counts, gm->h_xn, gm->h_topw, gm->h_cpu_out};
-    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) hfree(hs[i]);
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) ft_cuda_free_host(hs[i]);
     free(gm->cpu_pairs), free(gm->cpu_tok), free(gm->cpu_ids), free(gm->cpu_w);
     free(gm);
 }

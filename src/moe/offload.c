@@ -27,6 +27,7 @@
 #include "moe/bw_profile.h"
 #include "moe/hotset.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/pin.h"
 
 /* The staging ring of unpinned layers' decode copies: what the pin budget has left beside the
  * pinned layers, at most FT_STAGING_BYTES, in FT_STAGING_CHUNKS chunks (a multiple of 256 bytes)
@@ -97,7 +98,6 @@ struct ft_offload {
         enum ft_status st;
     } stg;
     int stg_pending;                /* the plan's copies were posted to the stager */
-    int cur_layer;                  /* the layer of the last decode plan */
     /* the hot set: loaded at start (the cache warmed from it), saved at free; off for
      * synthetic models, whose every run would otherwise start from the last one's routing */
     struct ft_hotset hot;
@@ -328,7 +328,6 @@ enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int
     const int no_fetch = f->cpu_layer[layer] ||
                          (f->staged[layer] && f->split.mode != FT_MOE_OFFLOAD && !f->stg.started);
     int fetch = no_fetch ? 0 : ft_split_fetch_count(&f->split, layer, m);
-    f->cur_layer = layer;
     if (fetch < m) { /* fetch the most used first: sort the misses by use count, descending */
         const uint32_t *fq = f->cache->freq + (size_t)layer * f->E;
         for (int i = 1; i < m; i++)
@@ -368,7 +367,7 @@ int ft_offload_decode_slots(struct ft_offload *f, int32_t *d_slots, cudaStream_t
 }
 
 enum ft_status ft_offload_decode_copies(struct ft_offload *f, cudaStream_t s) {
-    if (f->plan_nf && f->stg.started && f->staged[f->cur_layer]) { /* to the stager */
+    if (f->plan_nf && f->stg.started && f->staged[f->fills[0].layer]) { /* to the stager */
         pthread_mutex_lock(&f->stg.mu);
         f->stg.posted = 1, f->stg.done = 0;
         pthread_cond_broadcast(&f->stg.cv);
@@ -728,12 +727,14 @@ static enum ft_status register_banks(struct ft_offload *f, const struct ft_offlo
         if (ft_pin_budget_charge(b, rb, "the expert staging ring") != FT_OK) {
             ft_log_warn("%s; the layers over the budget decode their misses on the CPU", ft_error());
             stage = 0;
-        } else if (cudaMallocHost((void **)&f->ring, rb) != cudaSuccess) {
-            cudaGetLastError();
-            ft_pin_budget_release(b, rb);
-            f->ring = NULL, stage = 0;
-            ft_log_warn("expert staging ring: cannot pin %.0f MiB; the layers over the pin budget "
-                        "decode their misses on the CPU", rb / 1048576.0);
+        } else {
+            enum ft_status ast = FT_OK;
+            if (!(f->ring = ft_cuda_staging_alloc(rb, &ast))) {
+                ft_pin_budget_release(b, rb);
+                stage = 0;
+                ft_log_warn("expert staging ring: %s; the layers over the pin budget decode their "
+                            "misses on the CPU", ft_error());
+            }
         }
         for (int r = 0; stage && r < FT_STAGING_CHUNKS; r++)
             if (cudaEventCreateWithFlags(&f->ev_ring[r], cudaEventDisableTiming) != cudaSuccess)

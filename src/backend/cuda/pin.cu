@@ -35,6 +35,17 @@ extern "C" void *ft_cuda_host_alloc_pinned(size_t bytes) {
     return p;
 }
 
+extern "C" void *ft_cuda_staging_alloc(size_t bytes, enum ft_status *st) {
+    void *p = NULL;
+    if (*st != FT_OK) return NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        *st = ft_fail(FT_ERR_OOM, "GPU: cannot pin %.1f MiB of host staging memory", bytes / 1048576.0);
+        return NULL;
+    }
+    return p;
+}
+
 extern "C" void ft_cuda_free_host(void *ptr) {
     if (ptr && cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
 }

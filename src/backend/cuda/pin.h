@@ -24,6 +24,9 @@ void ft_cuda_host_unregister(void *ptr);
  * left for ft_cuda_clear_error, which the probe calls once after its loop). */
 void *ft_cuda_host_alloc_pinned(size_t bytes);
 void ft_cuda_free_host(void *ptr);
+/* cudaMallocHost(bytes) for the engines' staging buffers: NULL, and *st = FT_ERR_OOM naming the
+ * size, when refused (the sticky error cleared); nothing is allocated when *st is already set. */
+void *ft_cuda_staging_alloc(size_t bytes, enum ft_status *st);
 /* cudaGetLastError(): clears the sticky error of a refused pin or allocation. */
 void ft_cuda_clear_error(void);
 /* cudaSetDevice for the calling thread (a refusal is cleared and ignored: the calls that
