@@ -80,45 +80,6 @@ static void put_real(struct chat_out *o, double x) {
     co_putn(o, out, (size_t)k);
 }
 
-void co_pyjson(struct chat_out *o, const struct json_t *cv) {
-    json_t *v = (json_t *)cv;
-    char b[32];
-    size_t i;
-    const char *key;
-    json_t *e;
-    int first = 1;
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        co_put(o, "{");
-        json_object_foreach(v, key, e) {
-            if (!first) co_put(o, ", ");
-            first = 0;
-            put_str(o, key, strlen(key));
-            co_put(o, ": ");
-            co_pyjson(o, e);
-        }
-        co_put(o, "}");
-        break;
-    case JSON_ARRAY:
-        co_put(o, "[");
-        json_array_foreach(v, i, e) {
-            if (i) co_put(o, ", ");
-            co_pyjson(o, e);
-        }
-        co_put(o, "]");
-        break;
-    case JSON_STRING: put_str(o, json_string_value(v), json_string_length(v)); break;
-    case JSON_INTEGER:
-        snprintf(b, sizeof b, "%lld", (long long)json_integer_value(v));
-        co_put(o, b);
-        break;
-    case JSON_REAL: put_real(o, json_real_value(v)); break;
-    case JSON_TRUE: co_put(o, "true"); break;
-    case JSON_FALSE: co_put(o, "false"); break;
-    case JSON_NULL: co_put(o, "null"); break;
-    }
-}
-
 char *ft_chat_tojson(const char *text) {
     json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
     if (!v) return NULL;
@@ -182,10 +143,13 @@ static void put_pyrepr_str(struct chat_out *o, const char *s, size_t n) {
     co_putn(o, &q, 1);
 }
 
-static void co_pyrepr(struct chat_out *o, const struct json_t *cv) {
-    json_t *v = (json_t *)cv, *e;
-    const char *key;
+/* v as json.dumps(v, ensure_ascii=False) writes it (repr 0), or as Python's repr() of the value
+ * writes it (repr 1: quoted strs, True / False / None): the same walk, other leaves. */
+static void co_pyvalue(struct chat_out *o, json_t *v, int repr) {
+    char b[32];
     size_t i;
+    const char *key;
+    json_t *e;
     int first = 1;
     switch (json_typeof(v)) {
     case JSON_OBJECT:
@@ -193,9 +157,10 @@ static void co_pyrepr(struct chat_out *o, const struct json_t *cv) {
         json_object_foreach(v, key, e) {
             if (!first) co_put(o, ", ");
             first = 0;
-            put_pyrepr_str(o, key, strlen(key));
+            if (repr) put_pyrepr_str(o, key, strlen(key));
+            else put_str(o, key, strlen(key));
             co_put(o, ": ");
-            co_pyrepr(o, e);
+            co_pyvalue(o, e, repr);
         }
         co_put(o, "}");
         break;
@@ -203,14 +168,26 @@ static void co_pyrepr(struct chat_out *o, const struct json_t *cv) {
         co_put(o, "[");
         json_array_foreach(v, i, e) {
             if (i) co_put(o, ", ");
-            co_pyrepr(o, e);
+            co_pyvalue(o, e, repr);
         }
         co_put(o, "]");
         break;
-    case JSON_STRING: put_pyrepr_str(o, json_string_value(v), json_string_length(v)); break;
-    default: co_pystr(o, v); break;
+    case JSON_STRING:
+        if (repr) put_pyrepr_str(o, json_string_value(v), json_string_length(v));
+        else put_str(o, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_INTEGER:
+        snprintf(b, sizeof b, "%lld", (long long)json_integer_value(v));
+        co_put(o, b);
+        break;
+    case JSON_REAL: put_real(o, json_real_value(v)); break;
+    case JSON_TRUE: co_put(o, repr ? "True" : "true"); break;
+    case JSON_FALSE: co_put(o, repr ? "False" : "false"); break;
+    case JSON_NULL: co_put(o, repr ? "None" : "null"); break;
     }
 }
+
+void co_pyjson(struct chat_out *o, const struct json_t *v) { co_pyvalue(o, (json_t *)v, 0); }
 
 void co_pystr(struct chat_out *o, const struct json_t *cv) {
     json_t *v = (json_t *)cv;
@@ -221,6 +198,6 @@ void co_pystr(struct chat_out *o, const struct json_t *cv) {
     case JSON_NULL: co_put(o, "None"); break;
     case JSON_INTEGER:
     case JSON_REAL: co_pyjson(o, v); break;
-    default: co_pyrepr(o, v); break;
+    default: co_pyvalue(o, v, 1); break;
     }
 }
