@@ -191,109 +191,55 @@ TEST(fixtures_chunked_prefill_and_odd_pool) {
     ft_pool_free(pool);
 }
 
-/* Hybrid models keep one recurrent state per sequence: two sequences prefilled and decoded
- * together in one batch give each its solo logits; a freed sequence's state goes with its KV
- * blocks, and a new sequence in its place starts from zeros; a sequence cannot continue from a
- * position it did not reach (no state), and truncating keeps all or nothing. */
-TEST(hybrid_sequences_keep_their_own_state) {
+/* Models that keep a state per sequence (the DeltaNet hybrids' recurrent state; DeepSeek-V4's
+ * windows, compressors' pending rows and compressed entries) give each sequence its solo
+ * logits when it shares a batch: a (la tokens) runs its first `split` alone, then its rest beside
+ * all of b (lb) in one step, then a decode step; a freed sequence's state goes with its blocks,
+ * and a new sequence in its place starts clean; a sequence cannot continue from a position it
+ * did not reach (no state); truncation keeps all or nothing. */
+static void state_case(const char *dir, int threads, int max_chunk, int la, int lb, int split) {
     struct ft_pool *pool;
-    EXPECT_OK(ft_pool_init(&pool, 2));
+    EXPECT_OK(ft_pool_init(&pool, threads));
     struct ft_model *m = NULL;
     struct ft_engine *e = NULL, *solo = NULL;
-    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/qwen3_5_moe", &m));
-    struct ft_engine_opts eo = {.max_ctx = 48, .max_chunk = 32, .kv_tokens = 144};
+    EXPECT_OK(ft_model_load(dir, &m));
+    struct ft_engine_opts eo = {.max_ctx = 48, .max_chunk = max_chunk, .kv_tokens = 144};
     if (m) EXPECT_OK(ft_engine_init(&e, m, pool, &eo));
     if (m) EXPECT_OK(ft_engine_init(&solo, m, pool, &eo));
     if (!e || !solo) goto done;
     const int V = m->vocab;
-    int32_t a[12], b[9], blocks[3][3];
-    for (int i = 0; i < 12; i++) a[i] = (i * 37 + 5) % V;
-    for (int i = 0; i < 9; i++) b[i] = (i * 53 + 11) % V;
+    int32_t a[48], b[48], blocks[3][3];
+    for (int i = 0; i < la; i++) a[i] = (i * 37 + 5) % V;
+    for (int i = 0; i < lb; i++) b[i] = (i * 53 + 11) % V;
     for (int s = 0; s < 3; s++) EXPECT_OK(ft_engine_kv_alloc(e, 3, blocks[s]));
-    float *lg = malloc((size_t)4 * V * sizeof *lg), *ref = malloc((size_t)V * sizeof *ref);
-    /* solo references: a's last logits after 12, then after one more token; b's after 9 */
-    float *ra = malloc((size_t)2 * V * sizeof *ra), *rb = malloc((size_t)V * sizeof *rb);
-    int32_t more = 7;
-    EXPECT_OK(ft_engine_prefill(solo, a, 12, ra, 0));
-    EXPECT_OK(ft_engine_forward(solo, &more, 1, ra + V, 0));
-    ft_engine_reset(solo);
-    EXPECT_OK(ft_engine_prefill(solo, b, 9, rb, 0));
-    /* a's first 7 tokens alone, then a's last 5 with all of b in one step, then a decode step */
-    struct ft_seg s1 = {a, 7, 0, blocks[0], FT_LOGITS_NONE};
-    EXPECT_OK(ft_engine_forward_batch(e, &s1, 1, NULL));
-    struct ft_seg s2[2] = {{a + 7, 5, 7, blocks[0], FT_LOGITS_LAST}, {b, 9, 0, blocks[1], FT_LOGITS_LAST}};
-    EXPECT_OK(ft_engine_forward_batch(e, s2, 2, lg));
-    EXPECT(max_err(lg, ra, V) <= 1e-4);
-    EXPECT(max_err(lg + V, rb, V) <= 1e-4);
-    struct ft_seg s3 = {&more, 1, 12, blocks[0], FT_LOGITS_LAST};
-    EXPECT_OK(ft_engine_forward_batch(e, &s3, 1, lg));
-    EXPECT(max_err(lg, ra + V, V) <= 1e-4);
-    /* b's blocks freed: a new sequence on them starts clean and matches b's solo run again */
-    ft_engine_kv_free(e, blocks[1], 3);
-    EXPECT_OK(ft_engine_kv_alloc(e, 3, blocks[1]));
-    struct ft_seg s4 = {b, 9, 0, blocks[1], FT_LOGITS_LAST};
-    EXPECT_OK(ft_engine_forward_batch(e, &s4, 1, lg));
-    EXPECT(max_err(lg, rb, V) <= 1e-4);
-    /* a sequence that never ran cannot continue mid-way */
-    struct ft_seg s5 = {b, 2, 4, blocks[2], FT_LOGITS_LAST};
-    EXPECT_EQ(ft_engine_forward_batch(e, &s5, 1, lg), FT_ERR_INVALID_ARG);
-    /* truncation of a hybrid model's own sequence: all or nothing */
-    ft_engine_reset(solo);
-    EXPECT_OK(ft_engine_prefill(solo, a, 12, lg, 0));
-    EXPECT_EQ(ft_engine_truncate(solo, 12), 12);
-    EXPECT_EQ(ft_engine_truncate(solo, 5), 0);
-    free(lg), free(ref), free(ra), free(rb);
-done:
-    ft_engine_free(e);
-    ft_engine_free(solo);
-    ft_model_free(m);
-    ft_pool_free(pool);
-}
-
-/* DeepSeek-V4 keeps each sequence's windows, compressors' pending rows and compressed entries in
- * a state of its own: sequences prefilled and decoded together in one batch (continuous
- * batching, a chunk of one beside a fresh prompt) give each its solo logits; a freed sequence's
- * state goes with its blocks; truncation keeps all or nothing. The prompts pass the window (6),
- * several CSA / HCA entries and the indexer's top-3. */
-TEST(v4_sequences_keep_their_own_state) {
-    struct ft_pool *pool;
-    EXPECT_OK(ft_pool_init(&pool, 3));
-    struct ft_model *m = NULL;
-    struct ft_engine *e = NULL, *solo = NULL;
-    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/deepseek_v4", &m));
-    struct ft_engine_opts eo = {.max_ctx = 48, .max_chunk = 64, .kv_tokens = 144};
-    if (m) EXPECT_OK(ft_engine_init(&e, m, pool, &eo));
-    if (m) EXPECT_OK(ft_engine_init(&solo, m, pool, &eo));
-    if (!e || !solo) goto done;
-    const int V = m->vocab;
-    int32_t a[30], b[22], blocks[2][3];
-    for (int i = 0; i < 30; i++) a[i] = (i * 37 + 5) % V;
-    for (int i = 0; i < 22; i++) b[i] = (i * 53 + 11) % V;
-    for (int s = 0; s < 2; s++) EXPECT_OK(ft_engine_kv_alloc(e, 3, blocks[s]));
     float *lg = malloc((size_t)4 * V * sizeof *lg), *ra = malloc((size_t)2 * V * sizeof *ra);
     float *rb = malloc((size_t)V * sizeof *rb);
     int32_t more = 7;
-    EXPECT_OK(ft_engine_prefill(solo, a, 30, ra, 0));
+    /* solo references: a's last logits, then after one more token; b's */
+    EXPECT_OK(ft_engine_prefill(solo, a, la, ra, 0));
     EXPECT_OK(ft_engine_forward(solo, &more, 1, ra + V, 0));
     ft_engine_reset(solo);
-    EXPECT_OK(ft_engine_prefill(solo, b, 22, rb, 0));
-    /* a's first 17 tokens alone, then a's last 13 with all of b in one step, then a decode step
-     * of a beside nothing */
-    struct ft_seg s1 = {a, 17, 0, blocks[0], FT_LOGITS_NONE};
+    EXPECT_OK(ft_engine_prefill(solo, b, lb, rb, 0));
+    struct ft_seg s1 = {a, split, 0, blocks[0], FT_LOGITS_NONE};
     EXPECT_OK(ft_engine_forward_batch(e, &s1, 1, NULL));
-    struct ft_seg s2[2] = {{a + 17, 13, 17, blocks[0], FT_LOGITS_LAST}, {b, 22, 0, blocks[1], FT_LOGITS_LAST}};
+    struct ft_seg s2[2] = {{a + split, la - split, split, blocks[0], FT_LOGITS_LAST},
+                           {b, lb, 0, blocks[1], FT_LOGITS_LAST}};
     EXPECT_OK(ft_engine_forward_batch(e, s2, 2, lg));
     EXPECT(max_err(lg, ra, V) <= 1e-4);
     EXPECT(max_err(lg + V, rb, V) <= 1e-4);
-    struct ft_seg s3 = {&more, 1, 30, blocks[0], FT_LOGITS_LAST};
+    struct ft_seg s3 = {&more, 1, la, blocks[0], FT_LOGITS_LAST};
     EXPECT_OK(ft_engine_forward_batch(e, &s3, 1, lg));
     EXPECT(max_err(lg, ra + V, V) <= 1e-4);
     /* b's blocks freed and taken again: a new sequence on them matches b's solo run */
     ft_engine_kv_free(e, blocks[1], 3);
     EXPECT_OK(ft_engine_kv_alloc(e, 3, blocks[1]));
-    struct ft_seg s4 = {b, 22, 0, blocks[1], FT_LOGITS_LAST};
+    struct ft_seg s4 = {b, lb, 0, blocks[1], FT_LOGITS_LAST};
     EXPECT_OK(ft_engine_forward_batch(e, &s4, 1, lg));
     EXPECT(max_err(lg, rb, V) <= 1e-4);
+    /* a sequence that never ran cannot continue mid-way */
+    struct ft_seg s5 = {b, 2, 4, blocks[2], FT_LOGITS_LAST};
+    EXPECT_EQ(ft_engine_forward_batch(e, &s5, 1, lg), FT_ERR_INVALID_ARG);
+    /* truncation of such a model's own sequence: all or nothing */
     ft_engine_reset(solo);
     EXPECT_OK(ft_engine_prefill(solo, a, 12, lg, 0));
     EXPECT_EQ(ft_engine_truncate(solo, 12), 12);
@@ -304,6 +250,15 @@ done:
     ft_engine_free(solo);
     ft_model_free(m);
     ft_pool_free(pool);
+}
+
+TEST(hybrid_sequences_keep_their_own_state) {
+    state_case(FT_TEST_DATA "/models/qwen3_5_moe", 2, 32, 12, 9, 7);
+}
+
+/* DeepSeek-V4's prompts pass the window (6), several CSA / HCA entries and the indexer's top-3. */
+TEST(v4_sequences_keep_their_own_state) {
+    state_case(FT_TEST_DATA "/models/deepseek_v4", 3, 64, 30, 22, 17);
 }
 
 /* DeepSeek's own tensor names (its checkpoints as transformers' conversion reads them: no

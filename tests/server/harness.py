@@ -59,6 +59,17 @@ def finish(who, t0):
     sys.exit(1 if FAILS or not PASSES[0] else 0)
 
 
+def wait_for(cond, timeout, step=0.1):
+    """cond()'s first true value within timeout seconds (polled every step), else its last."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    return cond()
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that nothing listens on now (for a server that must come back on
     the port it had, such as a replica behind a router)."""

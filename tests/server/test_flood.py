@@ -37,7 +37,7 @@ except ImportError as e:
           "into build/venv)")
     sys.exit(1)
 
-from harness import check, finish, run_groups, start_server, stop_server
+from harness import check, finish, run_groups, start_server, stop_server, wait_for
 
 MAX_CONNS = 512
 SPARE = MAX_CONNS // 4  # the spare above it (http.c)
@@ -74,16 +74,6 @@ def metrics_now(base):
     except OSError as e:
         print(f"  /metrics: {e!r}")
         return {}
-
-
-def wait_for(cond, timeout, step=0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    return cond()
 
 
 def connect_many(host, port, srcs):

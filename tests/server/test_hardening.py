@@ -40,7 +40,7 @@ except ImportError as e:
           "into build/venv)")
     sys.exit(1)
 
-from harness import check, finish, run_groups, start_server, stop_server
+from harness import check, finish, run_groups, start_server, stop_server, wait_for
 
 HEADER_TIMEOUT = 2
 PER_IP = 16
@@ -100,16 +100,6 @@ def metrics(base):
             labels = frozenset((k, v) for k, v in s.labels.items() if k != "model_name")
             out[(s.name, labels)] = s.value
     return out, {f.name: f.type for f in fams}, ctype
-
-
-def wait_for(cond, timeout, step=0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    return cond()
 
 
 def read_log(path):
