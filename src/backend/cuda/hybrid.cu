@@ -326,34 +326,6 @@ static size_t gdn_prep_smem(int dk, int dv) {
 #define GDN_NW (GDN_THREADS / WARP)                 /* warps: 8 */
 #define GDN_RW (GDN_BT / GDN_NW)                    /* rows of V' / O a thread: 8 */
 #define GDN_SA (FT_CUDA_GDN_MAX_DK / GDN_NW)        /* rows of S a thread, at most: 16 */
-
-/* acc[r] += SIGN x (row wi + GDN_NW r of Xs [., dk]) . (this lane's column of S [dk][WARP]), four
- * elements a step when v4 (dk a multiple of 4: 16-byte loads of Xs) */
-template <int SIGN>
-__device__ __forceinline__ void xs_times_s(float acc[GDN_RW], const float *Xs, const float *S, int wi,
-                                           int lane, int dk, bool v4) {
-    if (v4) {
-        for (int a = 0; a < dk; a += 4) {
-            const float s_0 = S[a * WARP + lane], s_1 = S[(a + 1) * WARP + lane];
-            const float s_2 = S[(a + 2) * WARP + lane], s_3 = S[(a + 3) * WARP + lane];
-#pragma unroll
-            for (int r = 0; r < GDN_RW; r++) {
-                const float4 x4 = *(const float4 *)&Xs[(wi + GDN_NW * r) * dk + a];
-                const float d = x4.x * s_0 + x4.y * s_1 + x4.z * s_2 + x4.w * s_3;
-                acc[r] = SIGN > 0 ? acc[r] + d : acc[r] - d;
-            }
-        }
-    } else {
-        for (int a = 0; a < dk; a++) {
-            const float s = S[a * WARP + lane];
-#pragma unroll
-            for (int r = 0; r < GDN_RW; r++) {
-                const float d = Xs[(wi + GDN_NW * r) * dk + a] * s;
-                acc[r] = SIGN > 0 ? acc[r] + d : acc[r] - d;
-            }
-        }
-    }
-}
 __global__ void __launch_bounds__(GDN_THREADS)
     gdn_chunk_state_kernel(float *out, const float *x, int ldx, struct ft_cuda_gdn g,
                            const float *Wg, const float *Pg, const float *sc) {
@@ -383,7 +355,23 @@ __global__ void __launch_bounds__(GDN_THREADS)
             const int i = wi + GDN_NW * r;
             acc[r] = on && i < L ? x[(size_t)(c0 + i) * ldx + 2 * (size_t)Dk + (size_t)h * dv + col] : 0.0f;
         }
-        xs_times_s<-1>(acc, Xs, S, wi, lane, dk, v4); /* acc -= W S */
+        if (v4) {
+            for (int a = 0; a < dk; a += 4) {
+                const float s_0 = S[a * WARP + lane], s_1 = S[(a + 1) * WARP + lane];
+                const float s_2 = S[(a + 2) * WARP + lane], s_3 = S[(a + 3) * WARP + lane];
+#pragma unroll
+                for (int r = 0; r < GDN_RW; r++) {
+                    const float4 w4 = *(const float4 *)&Xs[(wi + GDN_NW * r) * dk + a];
+                    acc[r] -= w4.x * s_0 + w4.y * s_1 + w4.z * s_2 + w4.w * s_3;
+                }
+            }
+        } else {
+            for (int a = 0; a < dk; a++) {
+                const float s = S[a * WARP + lane];
+#pragma unroll
+                for (int r = 0; r < GDN_RW; r++) acc[r] -= Xs[(wi + GDN_NW * r) * dk + a] * s;
+            }
+        }
 #pragma unroll
         for (int r = 0; r < GDN_RW; r++) Vp[(wi + GDN_NW * r) * WARP + lane] = acc[r];
         __syncthreads(); /* V' complete, Xs free */
@@ -400,7 +388,23 @@ __global__ void __launch_bounds__(GDN_THREADS)
         /* O = Q' S + P V' (P is 0 past the diagonal and V' past row L, so 4 columns at a time) */
 #pragma unroll
         for (int r = 0; r < GDN_RW; r++) acc[r] = 0.0f;
-        xs_times_s<1>(acc, Xs, S, wi, lane, dk, v4); /* acc += Q' S */
+        if (v4) {
+            for (int a = 0; a < dk; a += 4) {
+                const float s_0 = S[a * WARP + lane], s_1 = S[(a + 1) * WARP + lane];
+                const float s_2 = S[(a + 2) * WARP + lane], s_3 = S[(a + 3) * WARP + lane];
+#pragma unroll
+                for (int r = 0; r < GDN_RW; r++) {
+                    const float4 q4 = *(const float4 *)&Xs[(wi + GDN_NW * r) * dk + a];
+                    acc[r] += q4.x * s_0 + q4.y * s_1 + q4.z * s_2 + q4.w * s_3;
+                }
+            }
+        } else {
+            for (int a = 0; a < dk; a++) {
+                const float s = S[a * WARP + lane];
+#pragma unroll
+                for (int r = 0; r < GDN_RW; r++) acc[r] += Xs[(wi + GDN_NW * r) * dk + a] * s;
+            }
+        }
         for (int jj = 0; jj < L; jj += 4) {
             const float v_0 = Vp[jj * WARP + lane], v_1 = Vp[(jj + 1) * WARP + lane];
             const float v_2 = Vp[(jj + 2) * WARP + lane], v_3 = Vp[(jj + 3) * WARP + lane];
