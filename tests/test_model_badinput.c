@@ -487,6 +487,8 @@ TEST(bad_flags) {
         {"bench --synthetic tiny --backend cpu --record-routing /dev/null%.0s",
          "--record-routing: the cpu backend has no expert cache to record (use --backend offload)"},
         {"bench --synthetic tiny --pin-budget probe:lots%.0s", "--pin-budget: 'probe:lots' is not a size"},
+        {"serve --model '%s' --max-connections x", "--max-connections: 'x' is not a number in [8, 16384]"},
+        {"serve --model '%s' --max-connections 4", "--max-connections: '4' is not a number in [8, 16384]"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char args[256], err[512] = "";
