@@ -12,8 +12,8 @@ llama-server, ...) over streamed /v1/completions, with the Python standard libra
 Every prompt is a list of token ids (`prompt: [ids]`), drawn from --ids LO:HI with a fixed
 seed, so two servers get the same prompts. Every request asks for temperature 0 and
 `ignore_eos` (ft and llama-server both read that field), so each generates exactly max_tokens
-tokens; a stream that reports fewer is counted as "short". Modes (all that are asked for run,
-in this order, on one server):
+tokens; a stream that reports fewer is counted as "short". Modes (all that are asked for run on
+one server, in this order unless --order says otherwise):
 
 - sweep (--concurrency): for each level, rounds of that many concurrent streams, each with its
   own fresh prompt (no prefix-cache hits), until --min-requests streams ran. TTFT = request
@@ -588,7 +588,9 @@ def main():
     ap.add_argument("--answer-ids", choices=["auto", "filler", "tokenize", "random"], default="auto")
     ap.add_argument("--prefix-ttft", type=int, default=0, metavar="L")
     ap.add_argument("--prefix-max-tokens", type=int, default=4)
-    ap.add_argument("--warmup", type=int, default=2, help="short requests before measuring")
+    ap.add_argument("--warmup", type=int, default=2, help="short requests before measuring, one "
+                    "at a time, then one burst of short ones at each sweep level")
+    ap.add_argument("--order", default="sweep,agent,prefix", help="order of the modes asked for")
     ap.add_argument("--wait", type=float, default=60, help="seconds to wait for /health")
     ap.add_argument("--request-timeout", type=float, default=600)
     ap.add_argument("--deadline", type=float, default=0, help="seconds; 0 = none")
@@ -606,11 +608,19 @@ def main():
         return 2
     srv.model = a.model or srv.model_id()
     b = Bench(a, srv)
-    warm = [srv.stream(Ids(lo, hi, 99)(16), 4) for _ in range(a.warmup)]
+    wid = Ids(lo, hi, 99)
+    warm = [srv.stream(wid(16), 4) for _ in range(a.warmup)]
+    if warm:  # every batch size the sweep will decode at, once (CUDA graphs, allocations)
+        for c in [int(c) for c in a.concurrency.split(",") if c.strip()]:
+            warm += run_parallel([lambda p=wid(16): srv.stream(p, 8) for _ in range(c)])[0]
     if warm and not any(w["ok"] for w in warm):
         print(f"### {a.name}: every warm-up request failed: {warm[-1]['error']}\n")
-    modes = ([b.sweep] if a.concurrency.strip() else []) + ([b.agent] if a.trace else []) \
-        + ([b.prefix] if a.prefix_ttft > 0 else [])
+    have = {"sweep": bool(a.concurrency.strip()), "agent": bool(a.trace), "prefix": a.prefix_ttft > 0}
+    order = [m.strip() for m in a.order.split(",") if m.strip()]
+    if any(m not in have for m in order):
+        ap.error("--order takes sweep, agent and prefix")
+    order += [m for m in have if m not in order]
+    modes = [getattr(b, m) for m in order if have[m]]
     for m in modes:
         try:
             m()
