@@ -366,6 +366,8 @@ class Bench:
         rows, msgs = [], {}
         for conc in levels:
             rounds = max(a.rounds, math.ceil(a.min_requests / conc))
+            if a.max_rounds > 0:
+                rounds = max(a.rounds, min(rounds, a.max_rounds))
             recs, walls, toks, skipped = [], 0.0, 0, 0
             for _ in range(rounds):
                 if self.late():
@@ -579,6 +581,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=1, help="sweep: rounds per level, at least")
     ap.add_argument("--min-requests", type=int, default=16, help="sweep: streams per level, at least")
+    ap.add_argument("--max-rounds", type=int, default=0, help="sweep: rounds per level, at most "
+                    "(over --min-requests; 0 = no limit)")
     ap.add_argument("--trace", choices=["agent"], default=None)
     ap.add_argument("--agent-convs", type=int, default=4)
     ap.add_argument("--agent-turns", type=int, default=6)

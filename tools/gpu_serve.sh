@@ -43,10 +43,17 @@ mkdir -p "$S"
 export LD_LIBRARY_PATH=$PWD/.gpu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export FREETOKEN_CACHE=$S/cache
 DRY=${SERVE_DRY:-0}
-if [ "${1:-run}" = prep ]; then
+if [ "${1:-run}" = prep ]; then # both parts fit one 600 s call; each is skipped when done
   [ -x .peers/llama_vs_ft.sh ] || { echo "gpu_serve: no .peers/llama_vs_ft.sh (carry a copy of the peers folder as .peers)"; exit 1; }
-  [ -x /root/peers/llama.cpp/build/bin/llama-server ] || timeout 420 .peers/llama_vs_ft.sh build 2>&1 | tail -5
-  [ -s /dev/shm/q3moe-q8_0.gguf ] || timeout 300 .peers/llama_vs_ft.sh gguf q8_0 2>&1 | tail -3
+  t=$SECONDS
+  [ -x /root/peers/llama.cpp/build/bin/llama-server ] || timeout 400 .peers/llama_vs_ft.sh build 2>&1 | tail -4
+  echo "gpu_serve prep: build $((SECONDS - t)) s"; t=$SECONDS
+  if [ ! -s /dev/shm/q3moe-q8_0.gguf ]; then
+    timeout 170 .peers/llama_vs_ft.sh gguf q8_0 2>&1 | tail -3
+    [ "${PIPESTATUS[0]}" = 0 ] || { echo "gpu_serve prep: gguf cut short: removing the partial file"; rm -f /dev/shm/q3moe-q8_0.gguf; }
+  fi
+  echo "gpu_serve prep: gguf $((SECONDS - t)) s"
+  ls -la /root/peers/llama.cpp/build/bin/llama-server /dev/shm/q3moe-q8_0.gguf
   exit 0
 fi
 
@@ -74,7 +81,7 @@ else
   B_COMMON="--concurrency 1,4,16,64 --prompt-tokens 512 --max-tokens 128 --trace agent
             --agent-convs 4 --agent-turns 6 --agent-prefix 2048 --agent-new 256 --agent-answer 64
             --prefix-ttft 16384"
-  B_RES="--min-requests 16" B_OFF="--min-requests 4"
+  B_RES="--min-requests 32 --max-rounds 8" B_OFF="--min-requests 16 --max-rounds 2"
   # estimated seconds per section (load + benchmark), from pp/tg measured on this machine
   EST=(75 60 115 140) LOAD_MAX=200
 fi
