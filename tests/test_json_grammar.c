@@ -1,8 +1,11 @@
 /* test_json_grammar.c — the JSON Schema grammar (text/json_grammar.h): byte-level matching of
  * valid and invalid documents per keyword, the errors naming unsupported keywords, tool-call
- * sequences in the Hermes and Llama-3 formats, and token masks over a real tokenizer (the
- * qwen3_moe fixture's): random walks through the mask always end in a document that parses and
- * fits the schema. */
+ * sequences in every family's format (Hermes, Llama 3, Mistral, DeepSeek, Qwen3-Coder, GLM,
+ * MiniMax, harmony): fixed documents in and out, and random byte walks through each grammar whose
+ * text always goes through the server's text pipeline (the <think>/harmony splitter, then the
+ * family's own parser, text/tool_parse.h) into calls whose arguments fit the tool's schema (a
+ * small JSON Schema checker here); and token masks over a real tokenizer (the qwen3_moe
+ * fixture's): random walks through the mask always end in a document that parses and fits. */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 #include "text/tok_bytes.h"
 #include "text/tokenizer.h"
 #include "text/tool_parse.h"
+#include "server/sse.h"
 
 static struct ft_jg *schema(const char *text, int strict) {
     json_error_t e;
@@ -307,6 +311,309 @@ TEST(token_masks_walk_to_valid_documents) {
     json_decref(tools);
     ft_jg_vocab_free(&v);
     ft_tok_free(tok);
+}
+
+/* --- every family: forced calls read back by the family's parser --- */
+
+static const char k_tools[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
+    "\"type\":\"object\",\"properties\":{"
+    "\"city\":{\"type\":\"string\",\"maxLength\":12},"
+    "\"days\":{\"type\":\"integer\"},"
+    "\"units\":{\"type\":\"string\",\"enum\":[\"metric\",\"imperial\"]},"
+    "\"hot\":{\"type\":\"boolean\"},"
+    "\"where\":{\"type\":\"object\",\"properties\":{\"lat\":{\"type\":\"number\"},"
+    "\"tag\":{\"type\":\"string\",\"maxLength\":6}},\"required\":[\"lat\"]},"
+    "\"note\":{\"description\":\"free text\"},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":5},\"maxItems\":2}},"
+    "\"required\":[\"city\",\"days\",\"units\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"get_timezone\",\"parameters\":{"
+    "\"type\":\"object\",\"properties\":{\"tz\":{\"type\":[\"string\",\"null\"],"
+    "\"maxLength\":9}}}}}]";
+
+/* A JSON Schema check of the keywords the tools above use (type, properties, required,
+ * additionalProperties, enum, maxLength, items, maxItems). */
+static int fits(const json_t *v, const json_t *s) {
+    if (!s || !json_object_size(s)) return 1;
+    json_t *ty = json_object_get(s, "type"), *e = json_object_get(s, "enum"), *x;
+    size_t i;
+    if (e) {
+        int any = 0;
+        json_array_foreach(e, i, x) any |= json_equal(x, v);
+        if (!any) return 0;
+    }
+    if (ty) {
+        int ok = 0;
+        for (i = 0; i < (json_is_array(ty) ? json_array_size(ty) : 1); i++) {
+            const char *t = json_string_value(json_is_array(ty) ? json_array_get(ty, i) : ty);
+            ok |= (!strcmp(t, "string") && json_is_string(v)) ||
+                  (!strcmp(t, "integer") && json_is_integer(v)) ||
+                  (!strcmp(t, "number") && json_is_number(v)) ||
+                  (!strcmp(t, "boolean") && json_is_boolean(v)) ||
+                  (!strcmp(t, "null") && json_is_null(v)) ||
+                  (!strcmp(t, "object") && json_is_object(v)) ||
+                  (!strcmp(t, "array") && json_is_array(v));
+        }
+        if (!ok) return 0;
+    }
+    json_t *ml = json_object_get(s, "maxLength");
+    if (ml && json_is_string(v) && n_chars(json_string_value(v)) > (size_t)json_integer_value(ml))
+        return 0;
+    if (json_is_object(v)) {
+        json_t *props = json_object_get(s, "properties");
+        json_array_foreach(json_object_get(s, "required"), i, x)
+            if (!json_object_get(v, json_string_value(x))) return 0;
+        const char *k;
+        json_object_foreach((json_t *)v, k, x) {
+            json_t *ps = json_object_get(props, k);
+            if (!ps && props && json_is_false(json_object_get(s, "additionalProperties"))) return 0;
+            if (ps && !fits(x, ps)) return 0;
+        }
+    }
+    if (json_is_array(v)) {
+        json_t *mi = json_object_get(s, "maxItems");
+        if (mi && json_array_size(v) > (size_t)json_integer_value(mi)) return 0;
+        json_array_foreach(v, i, x) if (!fits(x, json_object_get(s, "items"))) return 0;
+    }
+    return 1;
+}
+
+/* The calls text through the server's pipeline (in_think: the prompt opened <think>; harmony:
+ * gpt-oss channels) and the family's parser: 1 when it gives >= 1 calls, only blanks as
+ * content, each a declared tool whose arguments fit its schema. */
+static int reads_back(enum ft_tool_fmt fmt, const json_t *tools, const char *only, int in_think,
+                      const char *text, size_t n, int *n_calls) {
+    struct ft_think th;
+    struct ft_sbuf r = {0}, c = {0};
+    ft_think_init(&th, in_think, fmt == FT_TOOLS_HARMONY);
+    ft_think_push(&th, text, n, &r, &c);
+    ft_think_flush(&th, &r, &c);
+    ft_think_free(&th);
+    struct ft_tool_parser p;
+    ft_tool_parser_init(&p, fmt, tools);
+    ft_tool_parser_push(&p, c.p ? c.p : "", c.n);
+    ft_tool_parser_finish(&p);
+    int ok = p.n_calls > 0 && !r.n;
+    for (size_t i = 0; ok && i < p.n_out; i++) ok = strchr(" \n\t\r", p.out[i]) != NULL;
+    for (int i = 0; ok && i < p.n_calls; i++) {
+        json_t *schema = NULL, *t;
+        int found = 0;
+        size_t k;
+        json_array_foreach((json_t *)tools, k, t) {
+            json_t *fn = json_object_get(t, "function");
+            if (strcmp(json_string_value(json_object_get(fn, "name")), p.calls[i].name)) continue;
+            found = 1;
+            schema = json_object_get(fn, "parameters");
+        }
+        json_t *args = json_loads(p.calls[i].args, 0, NULL);
+        ok = found && (!only || !strcmp(only, p.calls[i].name)) && json_is_object(args) &&
+             fits(args, schema);
+        json_decref(args);
+    }
+    *n_calls = p.n_calls;
+    ft_tool_parser_free(&p);
+    ft_sbuf_free(&r);
+    ft_sbuf_free(&c);
+    return ok;
+}
+
+/* A random walk through g's bytes: each step a random allowed byte, or (more often as the walk
+ * grows) one of the closing texts when it fits whole; ends where the text is complete. */
+static size_t walk_bytes(const struct ft_jg *g, uint64_t *rng, const char *const *closers,
+                         char *out, size_t cap) {
+    struct ft_jg_state st;
+    ft_jg_start(g, &st);
+    size_t n = 0;
+    for (int step = 0; n + 64 < cap && step < 20000; step++) {
+        if (ft_jg_accepting(g, &st) && ft_rng_unit(rng) < 0.4) return n;
+        if (ft_rng_unit(rng) < (step < 200 ? 0.2 : 0.8)) {
+            int k = 0, fed = 0;
+            while (closers[k]) k++;
+            for (int tries = 0; tries < k && !fed; tries++) {
+                const char *m = closers[(int)(ft_rng_unit(rng) * k) % k];
+                struct ft_jg_state t = st;
+                if (ft_jg_feed(g, &t, m, strlen(m)) == 0 && n + strlen(m) + 64 < cap) {
+                    memcpy(out + n, m, strlen(m));
+                    n += strlen(m), st = t, fed = 1;
+                }
+            }
+            if (fed) continue;
+        }
+        unsigned char ok[256];
+        int n_ok = 0;
+        for (int b = 1; b < 256; b++) {
+            struct ft_jg_state t = st;
+            char c = (char)b;
+            if (ft_jg_feed(g, &t, &c, 1) == 0) ok[n_ok++] = (unsigned char)b;
+        }
+        if (!n_ok) return ft_jg_accepting(g, &st) ? n : (size_t)-1;
+        char c = (char)ok[(int)(ft_rng_unit(rng) * n_ok) % n_ok];
+        ft_jg_feed(g, &st, &c, 1);
+        out[n++] = c;
+    }
+    if (!ft_jg_accepting(g, &st)) /* for the failure message */
+        fprintf(stderr, "  walk stuck after %zu bytes: ...%.120s\n", n, out + (n > 120 ? n - 120 : 0));
+    return ft_jg_accepting(g, &st) ? n : (size_t)-1;
+}
+
+struct fam_case {
+    enum ft_tool_fmt fmt;
+    int in_think;                /* the prompt opened <think> (MiniMax's does) */
+    const char *good[3], *bad[4]; /* calls of get_weather / get_time that must (not) match */
+};
+
+static const struct fam_case k_cases[] = {
+    {FT_TOOLS_HERMES, 0,
+     {"<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"},
+     {"<tool_call>\n{\"name\": \"get_timezone\", \"arguments\": {\"tz\": \"a</tool_call>\"}}\n"
+      "</tool_call>"}},
+    {FT_TOOLS_LLAMA3, 0, {"{\"name\": \"get_time\", \"parameters\": {}}"}, {"get_time"}},
+    {FT_TOOLS_MISTRAL, 0, {"[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {}}]"},
+     {"[TOOL_CALLS]get_time[ARGS]{}"}},
+    {FT_TOOLS_DEEPSEEK, 0,
+     {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+      "{\"city\": \"Paris\", \"days\": 3, \"units\": \"metric\"}\n```<｜tool▁call▁end｜>"
+      "<｜tool▁calls▁end｜>",
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```"
+      "<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```"
+      "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+     {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_timezone\n```json\n"
+      "{\"tz\": \"```\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{}\n"
+      "```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"}},
+    {FT_TOOLS_QWEN3_CODER, 0,
+     {"<tool_call>\n<function=get_weather>\n<parameter=units>\nimperial\n</parameter>\n"
+      "<parameter=city>\nNew\nYork\n</parameter>\n<parameter=days>\n-2\n</parameter>\n"
+      "<parameter=where>\n{\"lat\": 1.5}\n</parameter>\n<parameter=note>\n42\n</parameter>\n"
+      "</function>\n</tool_call>",
+      "<tool_call>\n<function=get_time>\n</function>\n</tool_call>\n<tool_call>\n"
+      "<function=get_timezone>\n<parameter=tz>\n\n</parameter>\n</function>\n</tool_call>"},
+     {"<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+      "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>", /* units required */
+      "<tool_call>\n<function=get_timezone>\n<parameter=tz>\na</function>\n</parameter>\n"
+      "</function>\n</tool_call>",
+      "<tool_call>\n<function=get_timezone>\n<parameter=tz>\n0123456789\n</parameter>\n"
+      "</function>\n</tool_call>", /* maxLength 9 */
+      "<tool_call>\n<function=get_time>\n<parameter=x>\n1\n</parameter>\n</function>\n"
+      "</tool_call>"}},
+    {FT_TOOLS_GLM, 0,
+     {"<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n"
+      "<arg_key>days</arg_key>\n<arg_value>7</arg_value>\n<arg_key>units</arg_key>\n"
+      "<arg_value>metric</arg_value>\n<arg_key>hot</arg_key>\n<arg_value>false</arg_value>\n"
+      "</tool_call>",
+      "<tool_call>get_time\n</tool_call>\n<tool_call>get_timezone\n<arg_key>tz</arg_key>\n"
+      "<arg_value> x </arg_value>\n</tool_call>"},
+     {"<tool_call>get_timezone\n<arg_key>tz</arg_key>\n<arg_value>a</tool_call></arg_value>\n"
+      "</tool_call>",
+      "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n"
+      "<arg_key>days</arg_key>\n<arg_value>7.5</arg_value>\n<arg_key>units</arg_key>\n"
+      "<arg_value>metric</arg_value>\n</tool_call>"}},
+    {FT_TOOLS_MINIMAX, 1,
+     {"</think>\n\n<minimax:tool_call>\n<invoke name=\"get_time\">\n</invoke>\n"
+      "<invoke name=\"get_timezone\">\n<parameter name=\"tz\">a b</parameter>\n</invoke>\n"
+      "</minimax:tool_call>"},
+     {"</think>\n\n<minimax:tool_call>\n<invoke name=\"get_timezone\">\n<parameter name=\"tz\">\n"
+      "a</parameter>\n</invoke>\n</minimax:tool_call>",
+      "</think>\n\n<minimax:tool_call>\n<invoke name=\"get_timezone\">\n<parameter name=\"tz\">"
+      "a\n</parameter>\n</invoke>\n</minimax:tool_call>",
+      "<minimax:tool_call>\n<invoke name=\"get_time\">\n</invoke>\n</minimax:tool_call>"}},
+    {FT_TOOLS_HARMONY, 0,
+     {"<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}",
+      "<|channel|>commentary to=functions.get_timezone <|constrain|>json<|message|>"
+      "{\"tz\": null}"},
+     {"<|channel|>commentary to=functions.get_timezone <|constrain|>json<|message|>"
+      "{\"tz\": \"<|end|>\"}",
+      "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}<|call|>"}},
+};
+
+/* The grammar of case c as the server builds it (sep dropped: one call; in_think: "</think>"
+ * first). */
+static struct ft_jg *fam_grammar(const struct fam_case *c, const json_t *tools, const char *only,
+                                 int one) {
+    struct ft_jg_calls_fmt f = *ft_tool_fmt_grammar(c->fmt);
+    char open[256];
+    if (one) f.sep = NULL;
+    if (c->in_think) snprintf(open, sizeof open, "</think>\n\n%s", f.open), f.open = open;
+    struct ft_jg *g = NULL;
+    if (ft_jg_compile_calls(tools, only, &f, &g) != FT_OK)
+        fprintf(stderr, "  %s: %s\n", ft_tool_fmt_name(c->fmt), ft_error());
+    return g;
+}
+
+TEST(every_family_forced_calls_read_back) {
+    json_t *tools = json_loads(k_tools, 0, NULL);
+    EXPECT(tools != NULL);
+    for (size_t ci = 0; ci < sizeof k_cases / sizeof k_cases[0]; ci++) {
+        const struct fam_case *c = &k_cases[ci];
+        const char *name = ft_tool_fmt_name(c->fmt);
+        struct ft_jg *g = fam_grammar(c, tools, NULL, 0);
+        CHECK_(g != NULL, "%s: compiles", name);
+        if (!g) continue;
+        int nc = 0;
+        for (int i = 0; i < 3 && c->good[i]; i++) {
+            const char *t = c->good[i];
+            CHECK_(match(g, t), "%s: matches %s", name, t);
+            CHECK_(reads_back(c->fmt, tools, NULL, c->in_think, t, strlen(t), &nc),
+                   "%s: parses back %s", name, t);
+        }
+        for (int i = 0; i < 4 && c->bad[i]; i++)
+            CHECK_(!match(g, c->bad[i]), "%s: refuses %s", name, c->bad[i]);
+        /* random walks: any and named, several calls and one */
+        const struct ft_jg_calls_fmt *f = ft_tool_fmt_grammar(c->fmt);
+        const char *closers[] = {"\"", "}", "]", "0", "true", "null", ",",
+                                 f->kind == FT_JG_CALLS_XML ? f->value_end : "}",
+                                 f->param_end ? f->param_end : "\"", f->call_end ? f->call_end : "}",
+                                 f->close, f->close_alt ? f->close_alt : "]",
+                                 f->param_open ? f->param_open : ",", NULL};
+        uint64_t rng = 1000 + ci;
+        int walks = 0, multi = 0, named_ok = 1;
+        for (int pass = 0; pass < 3; pass++) {
+            const char *only = pass == 2 ? "get_weather" : NULL;
+            struct ft_jg *w = pass == 0 ? g : fam_grammar(c, tools, only, pass == 2);
+            for (int k = 0; w && k < 40; k++) {
+                static char text[1 << 16];
+                size_t n = walk_bytes(w, &rng, closers, text, sizeof text);
+                CHECK_(n != (size_t)-1, "%s: walk %d/%d ends complete", name, pass, k);
+                if (n == (size_t)-1) continue;
+                CHECK_(ft_jg_match(w, text, n), "%s: walk matches", name);
+                int ok = reads_back(c->fmt, tools, only, c->in_think, text, n, &nc);
+                CHECK_(ok, "%s: walk %d/%d reads back into valid calls: %.*s", name, pass, k,
+                       (int)n, text);
+                walks += ok, multi += nc > 1, named_ok &= !only || ok;
+            }
+            if (w != g) ft_jg_free(w);
+        }
+        fprintf(stderr, "  %s: %d walks read back, %d with several calls\n", name, walks, multi);
+        EXPECT(named_ok);
+        if (c->fmt != FT_TOOLS_HARMONY) CHECK_(multi > 0, "%s: walks with several calls", name);
+        ft_jg_free(g);
+    }
+    json_decref(tools);
+}
+
+TEST(calls_grammar_errors_name_the_problem) {
+    struct ft_jg *g = NULL;
+    json_t *t = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{"
+                           "\"type\":\"object\",\"properties\":{\"a b\":{\"type\":\"string\"}}}}}]",
+                           0, NULL);
+    EXPECT_EQ(ft_jg_compile_calls(t, NULL, ft_tool_fmt_grammar(FT_TOOLS_QWEN3_CODER), &g),
+              FT_ERR_UNSUPPORTED);
+    EXPECT_CONTAINS(ft_error(), "a b");
+    json_decref(t);
+    t = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{"
+                   "\"type\":\"object\",\"properties\":{\"n\":{\"enum\":[1,2]}}}}}]", 0, NULL);
+    EXPECT_EQ(ft_jg_compile_calls(t, NULL, ft_tool_fmt_grammar(FT_TOOLS_GLM), &g),
+              FT_ERR_UNSUPPORTED);
+    EXPECT_CONTAINS(ft_error(), "'n'");
+    EXPECT_OK(ft_jg_compile_calls(t, NULL, ft_tool_fmt_grammar(FT_TOOLS_HERMES), &g));
+    ft_jg_free(g);
+    json_decref(t);
+    t = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"my tool\"}}]", 0, NULL);
+    EXPECT_EQ(ft_jg_compile_calls(t, NULL, ft_tool_fmt_grammar(FT_TOOLS_HARMONY), &g),
+              FT_ERR_INVALID_ARG);
+    EXPECT_CONTAINS(ft_error(), "my tool");
+    json_decref(t);
 }
 
 TEST_MAIN("json_grammar")

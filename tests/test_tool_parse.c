@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "test.h"
+#include "text/chat.h"
 #include "text/tool_parse.h"
 
 #define DS_BAR "\xef\xbd\x9c"
@@ -333,8 +334,67 @@ TEST(names_and_detection) {
     EXPECT_EQ(ft_tool_fmt_of_family("glm4"), FT_TOOLS_GLM);
     EXPECT_EQ(ft_tool_fmt_of_family("harmony"), FT_TOOLS_HARMONY);
     EXPECT_EQ(ft_tool_fmt_of_family("llama3"), FT_TOOLS_NONE); /* Llama 3.0: no tool calls */
-    EXPECT(ft_tool_fmt_grammar(FT_TOOLS_HERMES) != NULL);
-    EXPECT(ft_tool_fmt_grammar(FT_TOOLS_GLM) == NULL);
+    for (int f = FT_TOOLS_HERMES; f < FT_TOOLS_N; f++) /* every format can be forced */
+        CHECK_(ft_tool_fmt_grammar(f) != NULL, "%s has a grammar", ft_tool_fmt_name(f));
+    EXPECT(ft_tool_fmt_grammar(FT_TOOLS_NONE) == NULL);
+}
+
+/* The forcing grammar writes calls the way the family's own chat template renders them: the
+ * template's rendering of an assistant call (text/chat.h, checked against transformers in
+ * test_chat) matches the grammar from its open marker to a complete end. Harmony's template
+ * puts the recipient before the channel, while the grammar writes what gpt-oss emits (the
+ * recipient after it; the parser reads both: harmony_calls); Mistral's writes call ids. */
+TEST(grammar_writes_what_the_templates_render) {
+    static const struct { const char *family; enum ft_tool_fmt fmt; } k_fams[] = {
+        {"qwen2", FT_TOOLS_HERMES},        {"qwen3_coder", FT_TOOLS_QWEN3_CODER},
+        {"llama3_1", FT_TOOLS_LLAMA3},     {"deepseek3", FT_TOOLS_DEEPSEEK},
+        {"glm4", FT_TOOLS_GLM},            {"minimax", FT_TOOLS_MINIMAX}};
+    const char *tools_text =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
+        "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{"
+        "\"type\":\"integer\"},\"units\":{\"enum\":[\"metric\",\"imperial\"]}},"
+        "\"required\":[\"city\",\"days\"]}}}]";
+    json_t *tools = json_loads(tools_text, 0, NULL);
+    struct ft_chat_tool_call call = {"call_1", "get_weather",
+                                     "{\"city\": \"New York\", \"days\": 3, \"units\": \"metric\"}"};
+    struct ft_chat_msg msgs[2] = {{.role = FT_ROLE_USER, .content = "Weather?"},
+                                  {.role = FT_ROLE_ASSISTANT, .tool_calls = &call,
+                                   .n_tool_calls = 1}};
+    for (size_t i = 0; i < sizeof k_fams / sizeof k_fams[0]; i++) {
+        struct ft_chat_template *t = NULL;
+        char *text = NULL;
+        struct ft_chat_opts o = {.tools_json = tools_text};
+        EXPECT_OK(ft_chat_template_detect(NULL, k_fams[i].family, &t));
+        if (!t) continue;
+        EXPECT_OK(ft_chat_render(t, msgs, 2, &o, &text));
+        const struct ft_jg_calls_fmt *f = ft_tool_fmt_grammar(k_fams[i].fmt);
+        struct ft_jg *g = NULL;
+        EXPECT_OK(ft_jg_compile_calls(tools, NULL, f, &g));
+        /* the call starts at the last open marker (Llama 3's has none: at '{"name"') */
+        const char *needle = *f->open ? f->open : "{\"name\"", *c = text ? strstr(text, needle) : NULL;
+        for (const char *q = c; q && (q = strstr(q + 1, needle)) != NULL;) c = q;
+        int complete = 0;
+        if (c && g) {
+            struct ft_jg_state st, t;
+            ft_jg_start(g, &st);
+            for (const char *q = c; *q; q++) {
+                t = st;
+                if (ft_jg_feed(g, &t, q, 1)) break;
+                st = t;
+                complete |= ft_jg_accepting(g, &st);
+            }
+            /* DeepSeek-V3's template leaves the first call's <｜tool▁calls▁end｜> out (the model
+             * writes it): the close marker must complete it */
+            if (!complete && k_fams[i].fmt == FT_TOOLS_DEEPSEEK)
+                complete = !ft_jg_feed(g, &st, f->close, strlen(f->close)) && ft_jg_accepting(g, &st);
+        }
+        CHECK_(complete, "%s: the template's call matches the grammar: %s", k_fams[i].family,
+               c ? c : text);
+        ft_jg_free(g);
+        free(text);
+        ft_chat_template_free(t);
+    }
+    json_decref(tools);
 }
 
 TEST_MAIN("tool_parse")

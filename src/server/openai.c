@@ -542,17 +542,22 @@ done:
     return rc;
 }
 
-/* The grammar of a required / named tool choice. */
-static int calls_grammar(struct ft_chat_in *in, enum ft_tool_fmt fmt, struct ft_jg **g,
-                         struct ft_http_resp *resp) {
+/* The grammar of a required / named tool choice. A prompt that opened the reasoning block
+ * (in_think) has it closed first, empty: the calls are content. */
+static int calls_grammar(struct ft_chat_in *in, enum ft_tool_fmt fmt, int in_think,
+                         struct ft_jg **g, struct ft_http_resp *resp) {
     const struct ft_jg_calls_fmt *gf = ft_tool_fmt_grammar(fmt);
     if (!gf)
         return ft_http_error(resp, 400, "tool_choice", "tool_choice %s cannot be enforced for "
-                             "the %s tool-call format (only hermes, llama3, mistral): use "
-                             "\"auto\"", in->choice == FT_TC_NAMED ? "naming a function" :
-                             "\"required\"", ft_tool_fmt_name(fmt)), -1;
+                             "the %s tool-call format: use \"auto\"", in->choice == FT_TC_NAMED
+                             ? "naming a function" : "\"required\"", ft_tool_fmt_name(fmt)), -1;
     struct ft_jg_calls_fmt one = *gf;
     if (!in->parallel || in->choice == FT_TC_NAMED) one.sep = NULL;
+    char open[256];
+    if (in_think) {
+        snprintf(open, sizeof open, "</think>\n\n%s", gf->open);
+        one.open = open;
+    }
     if (ft_jg_compile_calls(in->tools, in->choice == FT_TC_NAMED ? in->choice_name : NULL, &one,
                             g) != FT_OK)
         return ft_http_error(resp, 400, in->choice == FT_TC_NAMED ? "tool_choice" : "tools", "%s",
@@ -594,7 +599,7 @@ static int setup_tools(struct ft_server *s, struct ft_chat_in *in, struct ft_gen
             if (id >= 0 && ft_tok_is_special(s->tok, id)) job->p.skip_special = 0;
         }
         if (in->choice >= FT_TC_REQUIRED) {
-            if (calls_grammar(in, fmt, &g, resp)) return -1;
+            if (calls_grammar(in, fmt, job->split && job->in_think, &g, resp)) return -1;
             job->forced = 1;
         }
     }

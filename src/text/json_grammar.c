@@ -1,6 +1,7 @@
 /* json_grammar.c — JSON Schema -> byte-level pushdown matcher -> token mask (json_grammar.h).
  * A compiled grammar is a table of nodes (object, array, string, number, integer, literal set,
- * union, tool call); the matcher is a stack of frames, one per open value, each with a phase.
+ * union, tool call, tagged/XML tool call, raw XML parameter text); the matcher is a stack of
+ * frames, one per open value, each with a phase.
  * A frame that ends on a closing byte (string, object, array, a literal nothing else extends)
  * pops itself; a number (or a literal another one extends) stays until a byte it cannot take,
  * which then goes to the frame below. Feeding a token = feeding its bytes to a copy of the state.
@@ -18,7 +19,8 @@
 #define MAX_NUM 32 /* bytes of a number */
 #define NO_LIMIT 0xffffffffu
 
-enum nk { NK_OBJECT, NK_ARRAY, NK_STRING, NK_NUMBER, NK_INTEGER, NK_LIT, NK_UNION, NK_CALL };
+enum nk { NK_OBJECT, NK_ARRAY, NK_STRING, NK_NUMBER, NK_INTEGER, NK_LIT, NK_UNION, NK_CALL,
+          NK_XCALL, NK_RAW };
 
 struct prop {
     char *name;
@@ -44,9 +46,15 @@ struct node {
     /* union */
     int *alts;
     int n_alts;
-    /* call: lits are the names, args[i] the arguments node of tool i */
+    /* call, xcall: lits are the names, args[i] the arguments node of tool i (xcall of the XML
+     * kind: an object node whose property nodes are the values, NK_RAW for raw text) */
     int *args;
 };
+
+/* The texts of a tagged / XML call (ft_jg_calls_fmt); the first two are the choices after a
+ * parameter (narrowed together). */
+enum { XS_PARAM_OPEN, XS_CALL_END, XS_NAME_END, XS_PNAME_END, XS_VALUE_END, XS_PARAM_END,
+       XS_VEND_PEND, XS_N };
 
 struct ft_jg {
     struct node *nodes;
@@ -58,6 +66,14 @@ struct ft_jg {
     size_t lit_len[4];
     char *key1, *key2; /* "\"name\"", "\"arguments\"" */
     size_t key1_len, key2_len;
+    enum ft_jg_calls_kind kind;
+    char *xs[XS_N];    /* tagged / XML calls: the texts around names, arguments, parameters */
+    size_t xs_len[XS_N];
+    int value_no_nl;
+    char *forbid[FT_JG_MAX_FORBID]; /* texts no string may hold */
+    size_t forbid_len[FT_JG_MAX_FORBID];
+    int n_forbid, any_first;
+    uint8_t first[256]; /* first bytes of the forbidden texts and of the raw value's end */
 };
 
 /* ---------------------------------------------------------------- compiling */
@@ -114,13 +130,16 @@ static void first_set(const struct ft_jg *g, int i, uint8_t set[256], int depth)
     if (depth > 16) return;
     switch (n->k) {
     case NK_OBJECT: case NK_CALL: set['{'] = 1; break;
+    case NK_RAW:
+        for (int c = 1; c < 256; c++) set[c] = 1;
+        break;
     case NK_ARRAY: set['['] = 1; break;
     case NK_STRING: set['"'] = 1; break;
     case NK_NUMBER: case NK_INTEGER:
         set['-'] = 1;
         for (int c = '0'; c <= '9'; c++) set[c] = 1;
         break;
-    case NK_LIT:
+    case NK_LIT: case NK_XCALL:
         for (int j = 0; j < n->n_lits; j++) set[(unsigned char)n->lits[j][0]] = 1;
         break;
     case NK_UNION:
@@ -523,6 +542,181 @@ static char *dup_key(const char *k, size_t *len) {
     return s;
 }
 
+/* 1 when s[0..n) holds t[0..k). */
+static int holds(const char *s, size_t n, const char *t, size_t k) {
+    for (size_t i = 0; k && i + k <= n; i++)
+        if (!memcmp(s + i, t, k)) return 1;
+    return 0;
+}
+
+static int holds_first(const struct ft_jg *g, const char *s, size_t n) {
+    for (size_t i = 0; g->any_first && i < n; i++)
+        if (g->first[(unsigned char)s[i]]) return 1;
+    return 0;
+}
+
+const char *ft_jg_prop_type(const json_t *params, const char *prop) {
+    json_t *ty = json_object_get(json_object_get(json_object_get(params, "properties"), prop),
+                                 "type");
+    if (json_is_string(ty)) return json_string_value(ty);
+    if (json_is_array(ty) && json_is_string(json_array_get(ty, 0)))
+        return json_string_value(json_array_get(ty, 0));
+    return "";
+}
+
+/* The texts of fmt into g (the calls kind, the forbidden texts and their first bytes). */
+static int set_texts(struct ft_jg *g, const struct ft_jg_calls_fmt *fmt) {
+    const char *l[4] = {fmt->open, fmt->sep, fmt->close, fmt->close_alt};
+    for (int i = 0; i < 4; i++)
+        if (l[i]) {
+            if (!(g->lit[i] = strdup(l[i]))) return -1;
+            g->lit_len[i] = strlen(l[i]);
+        }
+    g->kind = fmt->kind;
+    g->value_no_nl = fmt->value_no_nl;
+    if (fmt->kind != FT_JG_CALLS_JSON) {
+        const char *x[XS_N] = {fmt->param_open, fmt->call_end, fmt->name_end,
+                               fmt->param_name_end, fmt->value_end, fmt->param_end, NULL};
+        for (int i = 0; i < XS_VEND_PEND; i++)
+            if (!(g->xs[i] = strdup(x[i] ? x[i] : ""))) return -1;
+        size_t a = strlen(g->xs[XS_VALUE_END]), b = strlen(g->xs[XS_PARAM_END]);
+        if (!(g->xs[XS_VEND_PEND] = malloc(a + b + 1))) return -1;
+        memcpy(g->xs[XS_VEND_PEND], g->xs[XS_VALUE_END], a);
+        memcpy(g->xs[XS_VEND_PEND] + a, g->xs[XS_PARAM_END], b + 1);
+        for (int i = 0; i < XS_N; i++) g->xs_len[i] = strlen(g->xs[i]);
+        if (g->xs_len[XS_VALUE_END]) g->first[(unsigned char)g->xs[XS_VALUE_END][0]] = 1;
+    }
+    for (const char *const *f = fmt->forbid; f && *f && g->n_forbid < FT_JG_MAX_FORBID; f++) {
+        if (!**f || !(g->forbid[g->n_forbid] = strdup(*f))) return **f ? -1 : 0;
+        g->forbid_len[g->n_forbid] = strlen(*f);
+        g->first[(unsigned char)(*f)[0]] = 1;
+        g->n_forbid++;
+    }
+    for (int c = 0; c < 256; c++) g->any_first |= g->first[c];
+    return 0;
+}
+
+/* A name written raw (tagged / XML calls) must read back: no blanks, no <>" and not the byte
+ * that ends it. */
+static int raw_name_ok(const char *name, const char *end) {
+    return *name && !strpbrk(name, " \t\r\n<>\"") && !strchr(name, end[0]);
+}
+
+/* A raw enum value: not empty, no NUL, nothing the parser would stop at. */
+static int raw_lit_ok(const struct ft_jg *g, const char *s, size_t n) {
+    if (!n || memchr(s, 0, n) || memchr(s, g->xs[XS_VALUE_END][0], n)) return 0;
+    if (g->value_no_nl && (s[0] == '\n' || s[n - 1] == '\n')) return 0;
+    for (int i = 0; i < g->n_forbid; i++)
+        if (holds(s, n, g->forbid[i], g->forbid_len[i])) return 0;
+    return 1;
+}
+
+/* The raw (unquoted) form of value node i for an XML parameter, or -1 when it has none. */
+static int raw_node(struct ft_jg *g, int i, int depth) {
+    if (depth > 8) return -1;
+    enum nk k = g->nodes[i].k;
+    if (i == g->any || k == NK_STRING) {
+        int r = new_node(g, NK_RAW);
+        if (r >= 0 && i != g->any)
+            g->nodes[r].min_len = g->nodes[i].min_len, g->nodes[r].max_len = g->nodes[i].max_len;
+        return r;
+    }
+    if (k == NK_UNION) {
+        for (int j = 0; j < g->nodes[i].n_alts; j++) {
+            int r = raw_node(g, g->nodes[i].alts[j], depth + 1);
+            if (r >= 0) return r;
+        }
+        return -1;
+    }
+    if (k != NK_LIT) return -1;
+    int r = new_node(g, NK_LIT);
+    for (int j = 0; r >= 0 && j < g->nodes[i].n_lits; j++) {
+        json_t *v = json_loadb(g->nodes[i].lits[j], g->nodes[i].lit_len[j], JSON_DECODE_ANY, NULL);
+        if (json_is_string(v) && raw_lit_ok(g, json_string_value(v), json_string_length(v)) &&
+            add_lit(g, r, json_string_value(v), json_string_length(v)))
+            r = -1;
+        json_decref(v);
+    }
+    return r >= 0 && g->nodes[r].n_lits ? r : -1;
+}
+
+/* The XML kind's arguments of tool ti: an object node whose property nodes are the values as
+ * written (raw text or JSON); node a is the compiled parameters schema. */
+static int xml_args(struct ft_jg *g, int a, const json_t *params, size_t ti, const char *fn,
+                    const struct ft_jg_calls_fmt *fmt) {
+    while (g->nodes[a].k == NK_UNION && g->nodes[a].n_alts == 1 && a != g->any)
+        a = g->nodes[a].alts[0]; /* a $ref */
+    int x = new_node(g, NK_OBJECT);
+    if (x < 0) return oom();
+    if (a == g->any) return x; /* any object: written with no parameters */
+    if (g->nodes[a].k != NK_OBJECT) {
+        jfail(FT_ERR_UNSUPPORTED, "tools[%zu] (%s): the %s format writes parameters one by one, "
+              "so parameters must be an object schema", ti, fn, fmt->name);
+        return -1;
+    }
+    int n = g->nodes[a].n_props;
+    struct prop *pv = calloc((size_t)n + 1, sizeof *pv);
+    if (!pv) return oom();
+    g->nodes[x].props = pv;
+    g->nodes[x].req = g->nodes[a].req;
+    for (int j = 0; j < n; j++) {
+        const char *pn = g->nodes[a].props[j].name;
+        if (!raw_name_ok(pn, g->xs[XS_PNAME_END])) {
+            jfail(FT_ERR_UNSUPPORTED, "tools[%zu] (%s): parameter name '%s' cannot be written in "
+                  "the %s format (no blanks, <, > or \")", ti, fn, pn, fmt->name);
+            return -1;
+        }
+        const char *ty = ft_jg_prop_type(params, pn);
+        int v = g->nodes[a].props[j].node;
+        if (!*ty || !strcmp(ty, "string")) v = raw_node(g, v, 0);
+        if (v < 0) {
+            jfail(FT_ERR_UNSUPPORTED, "tools[%zu] (%s): parameter '%s' is written as raw text in "
+                  "the %s format, but its schema admits no such string: give it a \"type\"",
+                  ti, fn, pn, fmt->name);
+            return -1;
+        }
+        pv = g->nodes[x].props;
+        if (!(pv[j].name = strdup(pn))) return oom();
+        pv[j].len = strlen(pn);
+        pv[j].node = v;
+        g->nodes[x].n_props = j + 1;
+    }
+    return x;
+}
+
+/* Forbidden texts: enum values holding one are dropped, property names with their first bytes
+ * refused (a free key may not take those bytes either: object_byte). */
+static int forbid_pass(struct ft_jg *g, int call) {
+    for (int i = 0; g->n_forbid && i < g->n_nodes; i++) {
+        struct node *n = &g->nodes[i];
+        for (int j = 0; j < n->n_props; j++)
+            if (holds_first(g, n->props[j].name, n->props[j].len)) {
+                jfail(FT_ERR_UNSUPPORTED, "tools: property name '%s' holds a character the "
+                      "tool-call format reserves", n->props[j].name);
+                return -1;
+            }
+        if (n->k != NK_LIT || i == call) continue;
+        int k = 0;
+        for (int j = 0; j < n->n_lits; j++) {
+            int bad = 0;
+            for (int f = 0; f < g->n_forbid; f++)
+                bad |= holds(n->lits[j], n->lit_len[j], g->forbid[f], g->forbid_len[f]);
+            if (bad) {
+                free(n->lits[j]);
+                continue;
+            }
+            n->lits[k] = n->lits[j], n->lit_len[k++] = n->lit_len[j];
+        }
+        n->n_lits = k;
+        if (!k) {
+            jfail(FT_ERR_UNSUPPORTED, "tools: every value of an enum holds a text the tool-call "
+                  "format reserves");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 enum ft_status ft_jg_compile_calls(const json_t *tools, const char *only,
                                    const struct ft_jg_calls_fmt *fmt, struct ft_jg **out) {
     *out = NULL;
@@ -530,16 +724,17 @@ enum ft_status ft_jg_compile_calls(const json_t *tools, const char *only,
     if (!g) return jfail(FT_ERR_OOM, "tool grammar: out of memory");
     enum ft_status st = FT_OK;
     g->calls = 1;
-    const char *l[4] = {fmt->open, fmt->sep, fmt->close, fmt->close_alt};
-    for (int i = 0; i < 4; i++)
-        if (l[i]) {
-            if (!(g->lit[i] = strdup(l[i]))) goto oom;
-            g->lit_len[i] = strlen(l[i]);
-        }
+    if (set_texts(g, fmt)) goto oom;
+    if (fmt->kind != FT_JG_CALLS_JSON && (!g->xs_len[XS_NAME_END] ||
+        (fmt->kind == FT_JG_CALLS_XML && (!g->xs_len[XS_CALL_END] || !g->xs_len[XS_PARAM_OPEN] ||
+                                          !g->xs_len[XS_PNAME_END] || !g->xs_len[XS_VALUE_END])))) {
+        st = jfail(FT_ERR_INVALID_ARG, "tool grammar: the %s format lacks a marker", fmt->name);
+        goto fail;
+    }
     if (!(g->key1 = dup_key("name", &g->key1_len)) ||
         !(g->key2 = dup_key(fmt->args_key ? fmt->args_key : "arguments", &g->key2_len)))
         goto oom;
-    int call = new_node(g, NK_CALL);
+    int call = new_node(g, fmt->kind == FT_JG_CALLS_JSON ? NK_CALL : NK_XCALL);
     if (call < 0) goto oom;
     g->root = call;
     size_t i;
@@ -560,6 +755,7 @@ enum ft_status ft_jg_compile_calls(const json_t *tools, const char *only,
             a = o ? compile(&c2, o, ptr) : -1;
             json_decref(o);
         }
+        if (a >= 0 && fmt->kind == FT_JG_CALLS_XML) a = xml_args(g, a, params, i, name, fmt);
         if (a < 0) {
             st = t_st;
             goto fail;
@@ -569,8 +765,11 @@ enum ft_status ft_jg_compile_calls(const json_t *tools, const char *only,
         if (!args) goto oom;
         n->args = args;
         args[n->n_lits] = a;
-        if (strchr(name, '"') || strchr(name, '\\')) {
-            st = jfail(FT_ERR_INVALID_ARG, "tools[%zu].function.name has a quote or backslash", i);
+        if (strchr(name, '"') || strchr(name, '\\') || holds_first(g, name, strlen(name)) ||
+            (fmt->kind != FT_JG_CALLS_JSON && !raw_name_ok(name, g->xs[XS_NAME_END]))) {
+            st = jfail(FT_ERR_INVALID_ARG, "tools[%zu].function.name '%s' cannot be written in "
+                       "the %s tool-call format (no blanks, quotes, backslashes, < or >)", i,
+                       name, fmt->name);
             goto fail;
         }
         if (add_lit(g, call, name, strlen(name))) {
@@ -583,6 +782,10 @@ enum ft_status ft_jg_compile_calls(const json_t *tools, const char *only,
     if (!g->nodes[call].n_lits) {
         st = jfail(FT_ERR_INVALID_ARG, only ? "tool_choice names function '%s', which is not "
                      "in tools" : "tools: no function with a name%s", only ? only : "");
+        goto fail;
+    }
+    if (forbid_pass(g, call)) {
+        st = t_st;
         goto fail;
     }
     *out = g;
@@ -608,6 +811,8 @@ void ft_jg_free(struct ft_jg *g) {
     }
     free(g->nodes);
     for (int i = 0; i < 4; i++) free(g->lit[i]);
+    for (int i = 0; i < XS_N; i++) free(g->xs[i]);
+    for (int i = 0; i < g->n_forbid; i++) free(g->forbid[i]);
     free(g->key1);
     free(g->key2);
     free(g);
@@ -626,6 +831,8 @@ enum { S_IN = 1, S_ESC, S_U };
 enum { N_MINUS = 1, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP, N_EXP2 };
 enum { L_IN = 1 };
 enum { C_K1 = 1, C_COLON1, C_NAME0, C_NAME, C_COMMA, C_K2, C_COLON2, C_ARGS, C_END };
+enum { X_NAME = 0, X_NEND, X_ARGS, X_END, X_NEXT, X_PNAME, X_PNEND, X_VAL, X_VEND, X_PEND };
+enum { W_IN = 1 };
 
 enum res { ACCEPT, REJECT, POP_RETRY, ACCEPT_POP };
 
@@ -678,6 +885,29 @@ static int some_longer(const size_t *len, uint64_t alive, uint32_t pos) {
 }
 
 static uint64_t all_mask(int n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
+
+/* KMP step: the length of the longest prefix of p[0..len) that ends the text, given that the
+ * text so far ended with p[0..m) (m < len) and then b came. */
+static uint8_t kmp_next(const char *p, size_t len, uint8_t m, unsigned char b) {
+    if (m < len && (unsigned char)p[m] == b) return (uint8_t)(m + 1);
+    for (size_t k = m; k > 0; k--)
+        if ((unsigned char)p[k - 1] == b && !memcmp(p, p + m - k + 1, k - 1)) return (uint8_t)k;
+    return 0;
+}
+
+/* The forbidden texts' partial matches (a byte each in *a, from slot at) moved over b; -1 when
+ * one of them is complete. */
+static int forbid_step(const struct ft_jg *g, uint64_t *a, int at, unsigned char b) {
+    uint64_t out = *a;
+    for (int i = 0; i < g->n_forbid; i++) {
+        const int sh = 8 * (i + at);
+        uint8_t m = kmp_next(g->forbid[i], g->forbid_len[i], (uint8_t)(out >> sh), b);
+        if (m == g->forbid_len[i]) return -1;
+        out = (out & ~(0xffull << sh)) | (uint64_t)m << sh;
+    }
+    *a = out;
+    return 0;
+}
 
 /* UTF-8 inside strings and keys (RFC 3629: no overlongs, no surrogates, at most U+10FFFF):
  * count's low byte holds the continuation bytes still due, the next byte the lead byte while
@@ -741,7 +971,7 @@ static enum res object_byte(const struct ft_jg *g, struct ft_jg_state *st, struc
             if (f->pos < n->props[i].len && (unsigned char)n->props[i].name[f->pos] == b)
                 a |= 1ull << i;
         }
-        if (!a && n->addl < 0) return REJECT;
+        if (!a && (n->addl < 0 || g->first[b])) return REJECT; /* a free key: no marker byte */
         f->alive = a;
         f->pos++;
         return ACCEPT;
@@ -797,14 +1027,17 @@ static int hex(unsigned char b) {
     return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
 }
 
-static enum res string_byte(const struct node *n, struct ft_jg_frame *f, unsigned char b) {
-    switch (f->phase) {
-    case P_START:
+static enum res string_byte(const struct ft_jg *g, const struct node *n, struct ft_jg_frame *f,
+                           unsigned char b) {
+    if (f->phase == P_START) {
         if (b != '"') return REJECT;
         f->phase = S_IN;
         return ACCEPT;
+    }
+    if (f->phase == S_IN && b == '"') return f->pos >= n->min_len && !f->count ? ACCEPT_POP : REJECT;
+    if (g->n_forbid && forbid_step(g, &f->alive, 0, b)) return REJECT;
+    switch (f->phase) {
     case S_IN:
-        if (b == '"') return f->pos >= n->min_len && !f->count ? ACCEPT_POP : REJECT;
         if (b < 0x20) return REJECT;
         if ((b & 0xc0) == 0x80) return utf8_ok(f, b) ? ACCEPT : REJECT; /* same character */
         if (f->pos >= n->max_len || !utf8_ok(f, b)) return REJECT;
@@ -927,6 +1160,144 @@ static enum res call_byte(const struct ft_jg *g, struct ft_jg_state *st, struct 
     return REJECT;
 }
 
+/* One byte of the literal l[0..len) at f->pos. */
+static enum res lit_at(struct ft_jg_frame *f, const char *l, size_t len, unsigned char b) {
+    if (f->pos >= len || (unsigned char)l[f->pos] != b) return REJECT;
+    f->pos++;
+    return ACCEPT;
+}
+
+/* XML call: after the name or a parameter, another parameter (while some are left) or the
+ * call's end (once the required ones are written). */
+static void x_next(const struct ft_jg *g, struct ft_jg_frame *f) {
+    const struct node *o = &g->nodes[g->nodes[f->node].args[f->sel]];
+    f->phase = X_NEXT, f->pos = 0;
+    f->alive = ((all_mask(o->n_props) & ~f->seen) ? 1u : 0u) | ((o->req & ~f->seen) ? 0u : 2u);
+}
+
+static void x_after_name(const struct ft_jg *g, struct ft_jg_frame *f) {
+    if (g->kind == FT_JG_CALLS_XML) x_next(g, f);
+    else f->phase = X_ARGS, f->pos = 0;
+}
+
+/* A tagged or XML call (json_grammar.h: ft_jg_calls_fmt): sel the tool, count the parameter
+ * being written, seen the parameters written. */
+static enum res xcall_byte(const struct ft_jg *g, struct ft_jg_state *st, struct ft_jg_frame *f,
+                           unsigned char b) {
+    const struct node *n = &g->nodes[f->node];
+    const struct node *o = f->sel >= 0 ? &g->nodes[n->args[f->sel]] : NULL;
+    switch (f->phase) {
+    case X_NAME:
+        if (f->pos == 0 && !f->alive) f->alive = all_mask(n->n_lits);
+        if (f->pos && b == (unsigned char)g->xs[XS_NAME_END][0]) {
+            f->sel = -1;
+            for (uint64_t m = f->alive; m; m &= m - 1)
+                if (n->lit_len[__builtin_ctzll(m)] == f->pos) f->sel = (int16_t)__builtin_ctzll(m);
+            if (f->sel < 0) return REJECT;
+            f->phase = X_NEND, f->pos = 1;
+            if (f->pos == g->xs_len[XS_NAME_END]) x_after_name(g, f);
+            return ACCEPT;
+        }
+        if (!(f->alive = narrow(n->lits, n->lit_len, f->alive, f->pos, b))) return REJECT;
+        f->pos++;
+        return ACCEPT;
+    case X_NEND:
+        if (lit_at(f, g->xs[XS_NAME_END], g->xs_len[XS_NAME_END], b) == REJECT) return REJECT;
+        if (f->pos == g->xs_len[XS_NAME_END]) x_after_name(g, f);
+        return ACCEPT;
+    case X_ARGS: {
+        const int a = n->args[f->sel];
+        if (!g->xs_len[XS_CALL_END]) { /* the arguments end the call: they take its frame */
+            frame_init(f, a);
+            enum res r = feed_top(g, st, b);
+            return r == POP_RETRY ? REJECT : r;
+        }
+        f->phase = X_END, f->pos = 0;
+        return push_value(g, st, a, b);
+    }
+    case X_END:
+        if (lit_at(f, g->xs[XS_CALL_END], g->xs_len[XS_CALL_END], b) == REJECT) return REJECT;
+        return f->pos == g->xs_len[XS_CALL_END] ? ACCEPT_POP : ACCEPT;
+    case X_NEXT: {
+        uint64_t a = narrow(g->xs, g->xs_len, f->alive, f->pos, b);
+        if (!a) return REJECT;
+        f->alive = a, f->pos++;
+        if ((a & 2) && f->pos == g->xs_len[XS_CALL_END]) return ACCEPT_POP;
+        if ((a & 1) && f->pos == g->xs_len[XS_PARAM_OPEN])
+            f->phase = X_PNAME, f->pos = 0, f->alive = all_mask(o->n_props) & ~f->seen;
+        return ACCEPT;
+    }
+    case X_PNAME: {
+        if (f->pos && b == (unsigned char)g->xs[XS_PNAME_END][0]) {
+            int sel = -1;
+            for (uint64_t m = f->alive; m; m &= m - 1)
+                if (o->props[__builtin_ctzll(m)].len == f->pos) sel = __builtin_ctzll(m);
+            if (sel < 0) return REJECT;
+            f->count = (uint32_t)sel, f->seen |= 1ull << sel;
+            f->phase = X_PNEND, f->pos = 1;
+            if (f->pos == g->xs_len[XS_PNAME_END]) f->phase = X_VAL;
+            return ACCEPT;
+        }
+        uint64_t a = 0;
+        for (uint64_t m = f->alive; m; m &= m - 1) {
+            int i = __builtin_ctzll(m);
+            if (f->pos < o->props[i].len && (unsigned char)o->props[i].name[f->pos] == b)
+                a |= 1ull << i;
+        }
+        if (!a) return REJECT;
+        f->alive = a, f->pos++;
+        return ACCEPT;
+    }
+    case X_PNEND:
+        if (lit_at(f, g->xs[XS_PNAME_END], g->xs_len[XS_PNAME_END], b) == REJECT) return REJECT;
+        if (f->pos == g->xs_len[XS_PNAME_END]) f->phase = X_VAL;
+        return ACCEPT;
+    case X_VAL: {
+        const int v = o->props[f->count].node;
+        f->phase = g->nodes[v].k == NK_RAW ? X_PEND : X_VEND, f->pos = 0;
+        return push_value(g, st, v, b);
+    }
+    case X_VEND: case X_PEND: { /* the value's end (a raw value ended itself) and the param's */
+        const int i = f->phase == X_VEND ? XS_VEND_PEND : XS_PARAM_END;
+        if (!g->xs_len[i]) {
+            x_next(g, f);
+            return xcall_byte(g, st, f, b);
+        }
+        if (lit_at(f, g->xs[i], g->xs_len[i], b) == REJECT) return REJECT;
+        if (f->pos == g->xs_len[i]) x_next(g, f);
+        return ACCEPT;
+    }
+    }
+    return REJECT;
+}
+
+/* A raw XML value: UTF-8 text without NUL and without the forbidden texts, ended by value_end
+ * (which this frame takes). pos: characters (the end's included while it may be one), alive:
+ * byte 0 the end's partial match, the others the forbidden texts', seen: which of the last
+ * bytes were '\n'. */
+static enum res raw_byte(const struct ft_jg *g, const struct node *n, struct ft_jg_frame *f,
+                         unsigned char b) {
+    const char *t = g->xs[XS_VALUE_END];
+    const size_t tl = g->xs_len[XS_VALUE_END];
+    if (!b || (g->value_no_nl && b == '\n' && f->phase == P_START) || !utf8_ok(f, b)) return REJECT;
+    if ((b & 0xc0) != 0x80) f->pos++;
+    f->phase = W_IN;
+    f->seen = f->seen << 1 | (b == '\n');
+    const uint8_t m = kmp_next(t, tl, (uint8_t)f->alive, b);
+    if (m == tl) { /* the end: the characters before it are the value */
+        const uint32_t chars = f->pos - (uint32_t)tl;
+        if (chars < n->min_len || chars > n->max_len) return REJECT;
+        if (g->value_no_nl && (f->seen >> tl & 1)) return REJECT;
+        return ACCEPT_POP;
+    }
+    f->alive = (f->alive & ~0xffull) | m;
+    if (forbid_step(g, &f->alive, 1, b)) return REJECT;
+    if (f->pos - m > n->max_len) return REJECT;
+    /* a full value may not end in '\n' where the parser trims one */
+    if (g->value_no_nl && b == '\n' && f->pos - m >= n->max_len) return REJECT;
+    return ACCEPT;
+}
+
 /* calls root: literals 0 open, 1 sep, 2 close, 3 close_alt */
 static uint64_t tail_mask(const struct ft_jg *g) {
     uint64_t m = 0;
@@ -981,7 +1352,9 @@ static enum res feed_top(const struct ft_jg *g, struct ft_jg_state *st, unsigned
     switch (n->k) {
     case NK_OBJECT: return object_byte(g, st, f, b);
     case NK_ARRAY: return array_byte(g, st, f, b);
-    case NK_STRING: return string_byte(n, f, b);
+    case NK_STRING: return string_byte(g, n, f, b);
+    case NK_XCALL: return xcall_byte(g, st, f, b);
+    case NK_RAW: return raw_byte(g, n, f, b);
     case NK_NUMBER: case NK_INTEGER: return number_byte(n, f, b);
     case NK_LIT: return lit_byte(n, f, b);
     case NK_CALL: return call_byte(g, st, f, b);
@@ -1096,7 +1469,7 @@ static int token_ok(const struct ft_jg *g, const struct ft_jg_state *st,
     const char *s = v->bytes[id];
     if (!s) return 0;
     if (ok1 && !ok1[(unsigned char)s[0]]) return 0;
-    if (fast && v->plain[id]) return 1;
+    if (fast && v->plain[id] && !holds_first(g, s, v->len[id])) return 1;
     struct ft_jg_state t;
     t.depth = st->depth, t.dead = 0;
     memcpy(t.f, st->f, (size_t)st->depth * sizeof t.f[0]);
@@ -1112,9 +1485,10 @@ int ft_jg_token_ok(const struct ft_jg *g, const struct ft_jg_state *st, const st
 /* 1 when the top frame is inside a string of unbounded length: plain bytes all fit. */
 static int in_free_string(const struct ft_jg *g, const struct ft_jg_state *st) {
     const struct ft_jg_frame *f = &st->f[st->depth - 1];
-    if (f->node == ROOT) return 0;
+    if (f->node == ROOT || f->count || f->alive) return 0; /* mid-character, mid-marker */
     const struct node *n = &g->nodes[f->node];
-    return n->k == NK_STRING && f->phase == S_IN && n->max_len == NO_LIMIT && !f->count;
+    if (n->k == NK_RAW) return n->max_len == NO_LIMIT; /* plain tokens hold no '\n' */
+    return n->k == NK_STRING && f->phase == S_IN && n->max_len == NO_LIMIT;
 }
 
 void ft_jg_mask(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,

@@ -30,14 +30,39 @@
 
 struct ft_jg;
 
-/* How a family writes tool calls around the JSON call objects:
- * open CALL (sep CALL)* close, each CALL {"name": NAME, "<args_key>": ARGS}. */
+/* How a family writes tool calls: open CALL (sep CALL)* close (sep NULL: one call only), where
+ * CALL is, by kind:
+ *   FT_JG_CALLS_JSON    {"name": NAME, "<args_key>": ARGS}            (Hermes/Qwen, Llama 3, Mistral)
+ *   FT_JG_CALLS_TAGGED  NAME name_end ARGS call_end                   (DeepSeek, gpt-oss harmony)
+ *   FT_JG_CALLS_XML     NAME name_end PARAM* call_end, each PARAM
+ *                       param_open PNAME param_name_end VALUE value_end param_end
+ *                                                             (Qwen3-Coder, GLM-4.5+, MiniMax-M2)
+ * NAME is one of the tools' names written raw; ARGS the JSON arguments object; PNAME one of the
+ * tool's schema properties (each once, the required ones all present). An XML VALUE is the
+ * property's text raw when its schema's type is "string" or absent (what tool_parse.c reads as
+ * a string: ft_jg_prop_type), else JSON of its schema. No string (raw or JSON) may contain one
+ * of forbid[] (the texts at which the family's parser would end the value or the block), nor
+ * a raw value value_end; value_no_nl: a raw value neither begins nor ends with '\n' (the parser
+ * trims one there). Tool and property names must not hold blanks or <>" (they could not be
+ * read back). */
+enum ft_jg_calls_kind { FT_JG_CALLS_JSON, FT_JG_CALLS_TAGGED, FT_JG_CALLS_XML };
+#define FT_JG_MAX_FORBID 7
 struct ft_jg_calls_fmt {
+    const char *name;               /* the format's name, for errors */
     const char *open, *sep, *close; /* e.g. "<tool_call>\n", "\n</tool_call>\n<tool_call>\n",
-                                       "\n</tool_call>" (sep NULL: one call only) */
+                                       "\n</tool_call>" */
     const char *close_alt;          /* another accepted ending (e.g. close + "\n"), or NULL */
-    const char *args_key;           /* "arguments" (Hermes/Qwen, Mistral) or "parameters" */
+    const char *args_key;           /* JSON: "arguments" (Hermes/Qwen, Mistral) or "parameters" */
+    enum ft_jg_calls_kind kind;
+    const char *name_end;           /* TAGGED, XML: after the name (non-empty) */
+    const char *call_end;           /* TAGGED (may be ""), XML (non-empty): ends a call */
+    const char *param_open, *param_name_end, *value_end, *param_end; /* XML */
+    int value_no_nl;
+    const char *const *forbid;      /* NULL-terminated, at most FT_JG_MAX_FORBID; may be NULL */
 };
+/* The JSON type a tool's parameters schema gives property prop: its "type" when a string, the
+ * first entry when a list, else "" (the XML families' parsers type values by it). */
+const char *ft_jg_prop_type(const json_t *params, const char *prop);
 
 /* A value matching schema (a JSON object; true/{} = any value). strict: unsupported keywords are
  * an error; else ignored. Errors name the keyword and its JSON pointer. */
@@ -45,8 +70,10 @@ enum ft_status ft_jg_compile_schema(const json_t *schema, int strict, struct ft_
 /* Any JSON object (response_format json_object). */
 enum ft_status ft_jg_compile_object(struct ft_jg **out);
 /* Tool calls of the OpenAI-style tools array ([{"type": "function", "function": {"name",
- * "parameters"}}]); only: restrict to that function's name (NULL: any of them). The parameters
- * schemas are compiled leniently. */
+ * "parameters"}}]) written as fmt says; only: restrict to that function's name (NULL: any of
+ * them). The parameters schemas are compiled leniently; an enum value holding a forbidden text
+ * is left out. Errors (a name that cannot be written, an XML property with no string form)
+ * name the tool and the property. */
 enum ft_status ft_jg_compile_calls(const json_t *tools, const char *only,
                                    const struct ft_jg_calls_fmt *fmt, struct ft_jg **out);
 void ft_jg_free(struct ft_jg *g);
@@ -58,8 +85,9 @@ struct ft_jg_frame {
     int16_t sel;     /* chosen property / tool / alternative, -1 none */
     uint32_t pos;    /* bytes into a literal / key / number; chars into a string */
     uint32_t count;  /* array items so far */
-    uint64_t alive;  /* literal or key candidates still possible */
-    uint64_t seen;   /* object: properties written */
+    uint64_t alive;  /* literal or key candidates still possible; strings: the forbidden
+                        texts' partial matches (a byte each) */
+    uint64_t seen;   /* object, XML call: properties written; raw value: '\n' history */
 };
 struct ft_jg_state {
     int depth;

@@ -44,11 +44,60 @@ static const struct fmt_desc k_fmts[FT_TOOLS_N] = {
     [FT_TOOLS_HARMONY] = {"harmony", "<|start|>assistant", "<|call|>", k_m_harmony},
 };
 
+/* The grammars forcing calls (json_grammar.h), as each family's template writes them; forbid:
+ * the texts at which the body parser below (or the block splitter) would cut a value short. */
+static const char *const k_f_hermes[] = {"</tool_call>", NULL};
+static const char *const k_f_coder[] = {"</parameter>", "<parameter=", "</function>",
+                                        "</tool_call>", NULL};
+static const char *const k_f_glm[] = {"</arg_value>", "</tool_call>", NULL};
+static const char *const k_f_minimax[] = {"</parameter>", "</invoke>", "</minimax:tool_call>", NULL};
+static const char *const k_f_deepseek[] = {"```", DS_CALL_END, DS_CALLS_END, NULL};
+/* the harmony splitter (server/sse.c) ends a message body at these */
+static const char *const k_f_harmony[] = {"<|end|>", "<|return|>", "<|call|>", NULL};
+
 static const struct ft_jg_calls_fmt k_g_hermes = {
-    "<tool_call>\n", "\n</tool_call>\n<tool_call>\n", "\n</tool_call>", "\n</tool_call>\n",
-    "arguments"};
-static const struct ft_jg_calls_fmt k_g_llama3 = {"", "; ", "", NULL, "parameters"};
-static const struct ft_jg_calls_fmt k_g_mistral = {"[TOOL_CALLS][", ", ", "]", NULL, "arguments"};
+    .name = "hermes", .open = "<tool_call>\n", .sep = "\n</tool_call>\n<tool_call>\n",
+    .close = "\n</tool_call>", .close_alt = "\n</tool_call>\n", .args_key = "arguments",
+    .forbid = k_f_hermes};
+static const struct ft_jg_calls_fmt k_g_llama3 = {.name = "llama3", .open = "", .sep = "; ",
+                                                  .close = "", .args_key = "parameters"};
+static const struct ft_jg_calls_fmt k_g_mistral = {.name = "mistral", .open = "[TOOL_CALLS][",
+                                                   .sep = ", ", .close = "]",
+                                                   .args_key = "arguments"};
+/* <tool_call>\n<function=N>\n<parameter=P>\nV\n</parameter>\n</function>\n</tool_call> */
+static const struct ft_jg_calls_fmt k_g_coder = {
+    .name = "qwen3_coder", .open = "<tool_call>\n<function=",
+    .sep = "\n</tool_call>\n<tool_call>\n<function=", .close = "\n</tool_call>",
+    .kind = FT_JG_CALLS_XML, .name_end = ">\n", .call_end = "</function>",
+    .param_open = "<parameter=", .param_name_end = ">\n", .value_end = "\n</parameter>",
+    .param_end = "\n", .forbid = k_f_coder};
+/* GLM-4.5/4.6: <tool_call>N\n<arg_key>P</arg_key>\n<arg_value>V</arg_value>\n</tool_call> */
+static const struct ft_jg_calls_fmt k_g_glm = {
+    .name = "glm", .open = "<tool_call>", .sep = "\n<tool_call>", .close = "",
+    .kind = FT_JG_CALLS_XML, .name_end = "\n", .call_end = "</tool_call>",
+    .param_open = "<arg_key>", .param_name_end = "</arg_key>\n<arg_value>",
+    .value_end = "</arg_value>", .param_end = "\n", .forbid = k_f_glm};
+/* <minimax:tool_call>\n<invoke name="N">\n<parameter name="P">V</parameter>\n</invoke>\n
+ * </minimax:tool_call> (the parser trims a '\n' around values: they neither begin nor end
+ * with one) */
+static const struct ft_jg_calls_fmt k_g_minimax = {
+    .name = "minimax", .open = "<minimax:tool_call>\n<invoke name=\"",
+    .sep = "<invoke name=\"", .close = "</minimax:tool_call>", .kind = FT_JG_CALLS_XML,
+    .name_end = "\">\n", .call_end = "</invoke>\n", .param_open = "<parameter name=\"",
+    .param_name_end = "\">", .value_end = "</parameter>", .param_end = "\n", .value_no_nl = 1,
+    .forbid = k_f_minimax};
+/* V3's template: calls begin, call begin, "function", sep, N, a fenced JSON block, call end */
+static const struct ft_jg_calls_fmt k_g_deepseek = {
+    .name = "deepseek", .open = DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_TOOL_SEP,
+    .sep = "\n" DS_CALL_BEGIN "function" DS_TOOL_SEP, .close = DS_CALLS_END,
+    .kind = FT_JG_CALLS_TAGGED, .name_end = "\n```json\n", .call_end = "\n```" DS_CALL_END,
+    .forbid = k_f_deepseek};
+/* gpt-oss after the prompt's "<|start|>assistant": one message to the function, its JSON body
+ * ended by the <|call|> stop token (the splitter adds it back) */
+static const struct ft_jg_calls_fmt k_g_harmony = {
+    .name = "harmony", .open = "<|channel|>commentary to=functions.", .close = "",
+    .kind = FT_JG_CALLS_TAGGED, .name_end = " <|constrain|>json<|message|>", .call_end = "",
+    .forbid = k_f_harmony};
 
 const char *ft_tool_fmt_name(enum ft_tool_fmt f) {
     return f >= 0 && f < FT_TOOLS_N ? k_fmts[f].name : "?";
@@ -96,6 +145,11 @@ const struct ft_jg_calls_fmt *ft_tool_fmt_grammar(enum ft_tool_fmt f) {
     case FT_TOOLS_HERMES: return &k_g_hermes;
     case FT_TOOLS_LLAMA3: return &k_g_llama3;
     case FT_TOOLS_MISTRAL: return &k_g_mistral;
+    case FT_TOOLS_QWEN3_CODER: return &k_g_coder;
+    case FT_TOOLS_GLM: return &k_g_glm;
+    case FT_TOOLS_MINIMAX: return &k_g_minimax;
+    case FT_TOOLS_DEEPSEEK: return &k_g_deepseek;
+    case FT_TOOLS_HARMONY: return &k_g_harmony;
     default: return NULL;
     }
 }
@@ -228,12 +282,7 @@ static const char *param_type(const json_t *tools, const char *fn, const char *p
         if (!name || strcmp(name, fn)) continue;
         json_t *params = json_object_get(f, "parameters");
         if (!params) params = json_object_get(f, "input_schema");
-        json_t *prop = json_object_get(json_object_get(params, "properties"), param);
-        json_t *ty = json_object_get(prop, "type");
-        if (json_is_string(ty)) return json_string_value(ty);
-        if (json_is_array(ty) && json_is_string(json_array_get(ty, 0)))
-            return json_string_value(json_array_get(ty, 0));
-        return "";
+        return ft_jg_prop_type(params, param); /* the grammar writes values by the same rule */
     }
     return "";
 }

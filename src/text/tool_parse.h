@@ -56,7 +56,7 @@ enum ft_tool_fmt ft_tool_fmt_detect(const char *template_src);
 /* The format a chat template family (ft_chat_template_name) renders its calls in;
  * FT_TOOLS_NONE for the families without tool calls. */
 enum ft_tool_fmt ft_tool_fmt_of_family(const char *chat_family);
-/* How to force calls of this format with a JSON grammar; NULL for the XML formats. */
+/* How to force calls of this format with a grammar (json_grammar.h); NULL for none. */
 const struct ft_jg_calls_fmt *ft_tool_fmt_grammar(enum ft_tool_fmt f);
 /* The special-token texts this format's markers use (NULL-terminated list). */
 const char *const *ft_tool_fmt_markers(enum ft_tool_fmt f);

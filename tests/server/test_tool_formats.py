@@ -6,8 +6,11 @@ family is chosen with --chat-template; the tool format follows the family).
 - llama3_1 (Llama 3.1-3.3 JSON calls): a required and a named call are enforced by the grammar,
   parsed, streamed as delta.tool_calls chunks with finish_reason "tool_calls", and a tool-result
   round trip is rendered; two calls in one assistant message are a 400 (the template takes one).
-- glm4, minimax, qwen3_coder (XML calls) and harmony (gpt-oss): tools with tool_choice auto are
-  accepted (harmony was a 400 before its parser existed); required is a 400 naming "auto".
+- glm4, minimax, qwen3_coder (XML calls), deepseek3 and harmony (gpt-oss): tools with tool_choice
+  auto are accepted; "required" and a named function are enforced by the grammar on these random
+  weights (which would not call by themselves): finish_reason "tool_calls", the named function
+  only, arguments valid against the tool's schema (jsonschema), and the same call streamed; a
+  tool-result round trip is rendered.
 - --tool-parser with an unknown name is a one-line usage error listing the names.
 The server must stay up through all of it.
 
@@ -23,10 +26,11 @@ import urllib.error
 import urllib.request
 
 try:
+    import jsonschema
     from openai import OpenAI
 except ImportError:
-    print("test_tool_formats: FAIL: openai is missing (tools/setup.sh test installs it into "
-          "build/venv)")
+    print("test_tool_formats: FAIL: openai or jsonschema is missing (tools/setup.sh test "
+          "installs them into build/venv)")
     sys.exit(1)
 
 from harness import check, finish, run_groups, start_server, stop_server
@@ -39,6 +43,62 @@ TIME = {"type": "function", "function": {
     "name": "get_time", "description": "Local time.",
     "parameters": {"type": "object", "properties": {}}}}
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
+# a schema with a raw string, an integer (JSON in the XML families), an enum and an optional
+# object parameter
+FORECAST = {"type": "function", "function": {
+    "name": "get_forecast", "description": "Forecast of a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 10},
+        "days": {"type": "integer"},
+        "units": {"type": "string", "enum": ["metric", "imperial"]},
+        "where": {"type": "object", "properties": {"lat": {"type": "number"}},
+                  "required": ["lat"], "additionalProperties": False}},
+        "required": ["city", "days", "units"], "additionalProperties": False}}}
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME, FORECAST)}
+
+
+def valid_call(name, call, names):
+    """1 when call is one of names with arguments valid against its schema."""
+    if call.function.name not in names:
+        return False
+    try:
+        jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+    except (ValueError, jsonschema.ValidationError) as e:
+        print(f"  {name}: {call.function.name} {call.function.arguments!r}: {e}", flush=True)
+        return False
+    return True
+
+
+def forced(client, name):
+    """required and named calls, blocking and streamed, on weights that would not call."""
+    tools = [WEATHER, TIME, FORECAST]
+    for choice, names in (("required", ("get_weather", "get_time", "get_forecast")),
+                          ({"type": "function", "function": {"name": "get_forecast"}},
+                           ("get_forecast",))):
+        what = "required" if choice == "required" else "named"
+        kw = dict(model="m", messages=ASK, tools=tools, tool_choice=choice, max_tokens=700,
+                  temperature=0, parallel_tool_calls=False)
+        r = client.chat.completions.create(**kw)
+        c = r.choices[0]
+        calls = c.message.tool_calls or []
+        check(c.finish_reason == "tool_calls" and len(calls) == 1,
+              f"{name} {what}: one call, finish_reason tool_calls ({c.finish_reason}, {calls}, "
+              f"{c.message.content!r})")
+        check(all(valid_call(name, k, names) for k in calls),
+              f"{name} {what}: arguments valid against the schema")
+        acc, fin = {}, None
+        for ch in client.chat.completions.create(stream=True, **kw):
+            if not ch.choices:
+                continue
+            for tc in ch.choices[0].delta.tool_calls or []:
+                e = acc.setdefault(tc.index, ["", ""])
+                e[0] += (tc.function.name or "") if tc.function else ""
+                e[1] += (tc.function.arguments or "") if tc.function else ""
+            fin = ch.choices[0].finish_reason or fin
+        check(fin == "tool_calls" and [v[0] for v in acc.values()] ==
+              [k.function.name for k in calls] and
+              [v[1] for v in acc.values()] == [k.function.arguments for k in calls],
+              f"{name} {what}: streamed call equals the blocking one ({acc})")
 
 
 def post(base, body):
@@ -99,10 +159,11 @@ def xml_family(name):
                                            max_tokens=8, temperature=0)
         check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"),
               f"{name}: tools with tool_choice auto answered")
-        st, j = post(base, {"model": "m", "messages": ASK, "tools": [WEATHER],
-                            "tool_choice": "required", "max_tokens": 4})
-        check(st == 400 and "auto" in j.get("error", {}).get("message", ""),
-              f"{name}: required is a 400 naming auto ({st} {j})")
+        forced(client, name)
+        st, j = post(base, {"model": "m", "messages": ASK, "tools": [{
+            "type": "function", "function": {"name": "bad name"}}], "tool_choice": "required"})
+        check(st == 400 and "bad name" in j.get("error", {}).get("message", ""),
+              f"{name}: a name the format cannot write is a 400 naming it ({st} {j})")
         trip = ASK + [{"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function",
              "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
@@ -126,7 +187,8 @@ def main():
     check(bad.returncode == 2 and "harmony" in msg and "\n" not in msg,
           f"--tool-parser bogus: one-line usage error ({bad.returncode} {msg!r})")
     families = [("llama3_1", llama31)] + [(f, xml_family(f)) for f in
-                                          ("glm4", "minimax", "qwen3_coder", "harmony")]
+                                          ("glm4", "minimax", "qwen3_coder", "deepseek3",
+                                           "harmony")]
     for fam, fn in families:
         proc, base = start_server(a.ft, a.model, ["--ctx-size", "2048", "--served-model-name",
                                                   "m", "--chat-template", fam],
