@@ -391,7 +391,7 @@ json_t *ft_srv_anthropic_message(struct ft_server *s, const struct ft_gen_job *j
 
 /* --- stream -------------------------------------------------------------------------------- */
 
-enum { BLK_NONE, BLK_TEXT, BLK_THINK };
+enum { BLK_NONE, BLK_TEXT, BLK_THINK, BLK_TOOL };
 
 static void event(struct ft_sbuf *out, const char *name, json_t *j) {
     ft_sbuf_add(out, "event: ", 7);
@@ -441,10 +441,10 @@ static void a_text(void *g, const char *r, size_t nr, const char *c, size_t nc) 
                         st->index, "delta", "type", "thinking_delta", "thinking", r, nr));
     }
     if (nc) {
-        if (st->open != BLK_TEXT) { /* blanks before a tool call open no block */
+        if (st->open != BLK_TEXT) { /* blanks around tool calls open no block */
             size_t k = 0;
             while (k < nc && strchr(" \n\t\r", c[k])) k++;
-            if (k == nc && st->index == 0 && st->open == BLK_NONE) return;
+            if (k == nc && (st->open == BLK_TOOL || st->open == BLK_NONE)) return;
         }
         open_block(b, st, BLK_TEXT);
         event(&b->out, "content_block_delta",
@@ -469,6 +469,33 @@ static void a_call(void *g, int index, const struct ft_tool_call_out *c) {
     close_block(b, st);
 }
 
+/* A tool_use block streamed as it is written: content_block_start with an empty input, then
+ * input_json_delta pieces of the arguments (the client joins and parses them), then
+ * content_block_stop once the call is complete (a_call_done). */
+static void a_call_piece(void *g, int index, const char *id, const char *name, const char *args,
+                         size_t n) {
+    struct ft_stream_base *b = g;
+    (void)index;
+    if (id) {
+        close_block(b, b);
+        const struct ft_tool_call_out c = {(char *)id, (char *)name, (char *)""};
+        event(&b->out, "content_block_start", json_pack("{s:s, s:i, s:o}", "type",
+                                                        "content_block_start", "index", b->index,
+                                                        "content_block", tool_use_block(&c)));
+        b->open = BLK_TOOL;
+    }
+    if (!n || b->open != BLK_TOOL) return;
+    event(&b->out, "content_block_delta",
+          json_pack("{s:s, s:i, s:{s:s, s:s%}}", "type", "content_block_delta", "index", b->index,
+                    "delta", "type", "input_json_delta", "partial_json", args, n));
+}
+
+static void a_call_done(void *g, int index, const struct ft_tool_call_out *c) {
+    struct ft_stream_base *b = g;
+    (void)index, (void)c;
+    if (b->open == BLK_TOOL) close_block(b, b);
+}
+
 static void a_end(void *g, int finish, int n_prompt, int n_gen, int tool_calls) {
     struct ft_stream_base *b = g;
     struct ft_stream_base *st = g;
@@ -488,4 +515,5 @@ static void a_error(void *g, const char *message, int status) {
                                       error_type(status), "message", message));
 }
 
-const struct ft_stream_api ft_anthropic_stream = {a_start, a_text, a_call, a_end, a_error, NULL};
+const struct ft_stream_api ft_anthropic_stream = {a_start, a_text, a_call, a_end, a_error,
+                                                  a_call_piece, a_call_done};

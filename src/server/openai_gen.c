@@ -456,20 +456,24 @@ static void oa_error(void *ctx, const char *message, int status) {
 }
 
 static const struct ft_stream_api k_openai_stream = {oa_start, oa_text, oa_call, oa_end, oa_error,
-                                                     oa_call_piece};
+                                                     oa_call_piece, NULL};
 
 /* Calls to the writer: the finished ones (the rest of their arguments when they went out in
- * pieces, else whole), then, where the writer takes pieces, the open block's calls as far as
- * they are written (text/tool_parse.h: live). */
-static void stream_calls(struct gen_stream *g) {
+ * pieces, else whole; then call_done), then, where the writer takes pieces, the open block's
+ * calls as far as they are written (text/tool_parse.h: live). named_only: only the finished
+ * calls that went out in pieces already (their blocks were open before this text, so they end
+ * before it). */
+static void stream_calls(struct gen_stream *g, int named_only) {
     const struct ft_tool_parser *tp = &g->p.tp;
     const int pieces = g->api->call_piece != NULL;
     char id[32];
     for (; g->p.n_reported < tp->n_calls; g->p.n_reported++) {
         const int i = g->p.n_reported;
+        const int named = pieces && i < 64 && g->tc_named[i];
+        if (named_only && !named) return;
         struct ft_tool_call_out o;
         call_out(&g->p, i, &o, id, sizeof id);
-        if (pieces && i < 64 && g->tc_named[i]) {
+        if (named) {
             const size_t n = strlen(o.args), k = g->tc_sent[i];
             if (k < n) g->api->call_piece(g, i, NULL, NULL, o.args + k, n - k);
         } else if (pieces && i < 64) {
@@ -477,9 +481,11 @@ static void stream_calls(struct gen_stream *g) {
             g->tc_named[i] = 1;
         } else {
             g->api->call(g, i, &o);
+            continue;
         }
+        if (g->api->call_done) g->api->call_done(g, i, &o);
     }
-    for (int j = 0; pieces && j < tp->n_live && tp->n_calls + j < 64; j++) {
+    for (int j = 0; !named_only && pieces && j < tp->n_live && tp->n_calls + j < 64; j++) {
         const struct ft_tool_live *l = &tp->live[j];
         const int i = tp->n_calls + j;
         if (l->no_stream || !l->name_done) continue;
@@ -502,8 +508,9 @@ static void stream_calls(struct gen_stream *g) {
 static void stream_text(struct gen_stream *g, const char *s, size_t n, int end) {
     struct ft_sbuf r = {0}, c = {0};
     pipe_push(&g->p, s, n, &r, &c, end);
+    stream_calls(g, 1);
     if (r.n || c.n) g->api->text(g, r.p, r.n, c.p, c.n);
-    stream_calls(g);
+    stream_calls(g, 0);
     ft_sbuf_free(&r);
     ft_sbuf_free(&c);
 }
@@ -564,6 +571,8 @@ static void stream_free(void *ctx) {
     ft_sbuf_free(&g->b.text);
     ft_sbuf_free(&g->b.reason);
     json_decref(g->b.items);
+    json_decref(g->b.call);
+    ft_sbuf_free(&g->b.call_args);
     json_decref(g->b.job.tools);
     json_decref(g->lp);
     json_decref(g->plp);

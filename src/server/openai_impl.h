@@ -118,6 +118,9 @@ struct ft_stream_api {
      * each call goes to `call` once complete */
     void (*call_piece)(void *g, int index, const char *id, const char *name, const char *args,
                        size_t n);
+    /* with call_piece: the call streamed in pieces is complete (c->args: all of its arguments,
+     * which the pieces add up to) */
+    void (*call_done)(void *g, int index, const struct ft_tool_call_out *c);
 };
 /* The SSE buffer and job of a stream, for the writers (the first field of their context). */
 struct ft_stream_base {
@@ -132,6 +135,8 @@ struct ft_stream_base {
     int n_cached; /* prompt tokens the prefix cache held (set with the finish) */
     char *stops[FT_MAX_STOP]; /* copies of the request's stop strings */
     const char *stop_seq;     /* the one that ended the output (set with the finish), or NULL */
+    json_t *call;             /* responses.c: the function_call item being streamed, or NULL */
+    struct ft_sbuf call_args; /* and its arguments so far */
 };
 json_t *ft_srv_anthropic_message(struct ft_server *s, const struct ft_gen_job *job,
                                  const struct ft_gen_out *o);

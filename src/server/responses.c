@@ -337,9 +337,56 @@ static void close_message(struct ft_stream_base *b) {
     b->index++;
 }
 
+/* Ends the function_call item being streamed with its arguments (args NULL: those sent). */
+static void close_call(struct ft_stream_base *b, const char *args) {
+    if (!b->call) return;
+    json_t *item = b->call;
+    b->call = NULL;
+    if (!args) args = b->call_args.p ? b->call_args.p : "";
+    const char *id = json_string_value(json_object_get(item, "id"));
+    event(b, "response.function_call_arguments.done",
+          json_pack("{s:s, s:i, s:s}", "item_id", id ? id : "fc", "output_index", b->index,
+                    "arguments", args));
+    json_object_set_new(item, "arguments", json_string(args));
+    json_object_set_new(item, "status", json_string("completed"));
+    event(b, "response.output_item.done", json_pack("{s:i, s:O}", "output_index", b->index, "item",
+                                                    item));
+    json_array_append_new(b->items, item);
+    b->index++;
+    ft_sbuf_free(&b->call_args);
+}
+
+/* A function_call item streamed as it is written: output_item.added with empty arguments,
+ * function_call_arguments.delta pieces, then .done and output_item.done (r_call_done). */
+static void r_call_piece(void *g, int index, const char *id, const char *name, const char *args,
+                         size_t n) {
+    struct ft_stream_base *b = g;
+    (void)index;
+    if (id) {
+        close_message(b);
+        close_call(b, NULL);
+        const struct ft_tool_call_out c = {(char *)id, (char *)name, (char *)""};
+        b->call = call_item(&c, "", "in_progress");
+        if (!b->call) return;
+        event(b, "response.output_item.added", json_pack("{s:i, s:O}", "output_index", b->index,
+                                                         "item", b->call));
+    }
+    if (!b->call || !n) return;
+    ft_sbuf_add(&b->call_args, args, n);
+    event(b, "response.function_call_arguments.delta",
+          json_pack("{s:s, s:i, s:s%}", "item_id", json_string_value(json_object_get(b->call, "id")),
+                    "output_index", b->index, "delta", args, n));
+}
+
+static void r_call_done(void *g, int index, const struct ft_tool_call_out *c) {
+    (void)index;
+    close_call(g, c->args);
+}
+
 static void r_text(void *g, const char *r, size_t nr, const char *c, size_t nc) {
     struct ft_stream_base *b = g;
     if (nr) ft_sbuf_add(&b->reason, r, nr); /* reported as a reasoning item at the end */
+    if (nc) close_call(b, NULL); /* a call block that did not parse: ended as it went out */
     if (!nc) return;
     if (!b->open) {
         size_t k = 0;
@@ -368,6 +415,7 @@ static void r_text(void *g, const char *r, size_t nr, const char *c, size_t nc) 
 static void r_call(void *g, int index, const struct ft_tool_call_out *c) {
     struct ft_stream_base *b = g;
     close_message(b);
+    close_call(b, NULL);
     json_t *added = call_item(c, "", "in_progress");
     const char *fid = json_string_value(json_object_get(added, "id"));
     char id[48];
@@ -389,6 +437,7 @@ static void r_call(void *g, int index, const struct ft_tool_call_out *c) {
 static void r_end(void *g, int finish, int n_prompt, int n_gen, int tool_calls) {
     struct ft_stream_base *b = g;
     close_message(b);
+    close_call(b, NULL);
     json_t *out = json_array();
     if (b->reason.n) json_array_append_new(out, reasoning_item(&b->job, b->reason.p, b->reason.n));
     json_array_extend(out, b->items);
@@ -407,4 +456,5 @@ static void r_error(void *g, const char *message, int status) {
     event(b, "response.failed", json_pack("{s:o}", "response", r));
 }
 
-const struct ft_stream_api ft_responses_stream = {r_start, r_text, r_call, r_end, r_error, NULL};
+const struct ft_stream_api ft_responses_stream = {r_start, r_text, r_call, r_end, r_error,
+                                                  r_call_piece, r_call_done};

@@ -8,7 +8,14 @@ Llama 3.1 JSON and Mistral through --chat-template), on the random-weight fixtur
 forced by the grammar (a named tool_choice, and "required"), greedy: the official openai client's
 ChatCompletionStreamState accumulates the stream; its final arguments must equal the
 non-streamed response's, parse as a JSON object, and at least one call must have come in more
-than one piece; id and name come once per call. The server must stay up.
+than one piece; id and name come once per call. The Anthropic Messages stream (a tool_use
+block's input_json_delta pieces) and the Responses stream (function_call_arguments.delta) send
+the arguments in pieces the same way: the official anthropic client's accumulated message has
+the blocking one's tool_use input, the openai client's accumulated Responses snapshot the
+blocking function_call arguments (and .done says the same), in more than one piece. The XML and
+harmony families (qwen3_coder, harmony: calls reported whole once their block closes) stream
+each call as one piece, and the accumulators again equal the blocking answers. The server must
+stay up.
 
 Run by ctest (label server):
   test_tool_stream.py --ft build/ft --model tests/data/models/qwen3_moe
@@ -19,11 +26,12 @@ import sys
 import time
 
 try:
+    import anthropic
     from openai import OpenAI
     from openai.lib.streaming.chat import ChatCompletionStreamState
 except ImportError:
-    print("test_tool_stream: FAIL: openai is missing (tools/setup.sh test installs it into "
-          "build/venv)")
+    print("test_tool_stream: FAIL: openai or anthropic is missing (tools/setup.sh test installs "
+          "them into build/venv)")
     sys.exit(1)
 
 from harness import check, finish, run_groups, start_server, stop_server
@@ -84,12 +92,79 @@ def one(client, fam, choice, what, **extra):
     return split
 
 
-def family(fam):
+def messages(base, fam, choice, what, pieces_wanted):
+    """Anthropic: the streamed tool_use blocks equal the blocking ones, their input in pieces."""
+    ac = anthropic.Anthropic(base_url=base, api_key="x", max_retries=0)
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in (WEATHER, TIME)]
+    kw = dict(model="m", max_tokens=400, tools=tools, tool_choice=choice,
+              messages=ASK, extra_body={"temperature": 0})
+    m = ac.messages.create(**kw)
+    want = [(b.name, b.input) for b in m.content if b.type == "tool_use"]
+    check(m.stop_reason == "tool_use" and want, f"{fam} messages {what}: tool_use ({m.content})")
+    pieces, raw = {}, {}
+    with ac.messages.stream(**kw) as st:
+        for ev in st:
+            if ev.type == "content_block_delta" and ev.delta.type == "input_json_delta":
+                pieces[ev.index] = pieces.get(ev.index, 0) + 1
+                raw[ev.index] = raw.get(ev.index, "") + ev.delta.partial_json
+        final = st.get_final_message()
+    got = [(b.name, b.input) for b in final.content if b.type == "tool_use"]
+    check(final.stop_reason == "tool_use" and got == want,
+          f"{fam} messages {what}: streamed tool_use equals the blocking one ({got} / {want})")
+    check(all(json.loads(v) in [w[1] for w in want] for v in raw.values()),
+          f"{fam} messages {what}: the joined partial_json pieces parse to the input ({raw})")
+    split = max(pieces.values()) if pieces else 0
+    check(split > 1 if pieces_wanted else split >= 1,
+          f"{fam} messages {what}: input_json_delta pieces per block (most {split})")
+    return split
+
+
+def responses(client, fam, choice, what, pieces_wanted):
+    """Responses: the accumulated function_call arguments equal the blocking ones."""
+    tools = [{"type": "function", "name": t["function"]["name"],
+              "description": t["function"]["description"],
+              "parameters": t["function"]["parameters"]} for t in (WEATHER, TIME)]
+    kw = dict(model="m", input=ASK[0]["content"], tools=tools, tool_choice=choice,
+              max_output_tokens=400, temperature=0, parallel_tool_calls=False)
+    r = client.responses.create(**kw)
+    want = [(o.name, o.arguments) for o in r.output if o.type == "function_call"]
+    check(r.status == "completed" and want, f"{fam} responses {what}: a function_call ({r.output})")
+    snap, done, pieces = {}, {}, {}
+    with client.responses.stream(**kw) as st:
+        for ev in st:
+            if ev.type == "response.function_call_arguments.delta":
+                snap[ev.output_index] = ev.snapshot  # the client's accumulated arguments
+                pieces[ev.output_index] = pieces.get(ev.output_index, 0) + 1
+            elif ev.type == "response.function_call_arguments.done":
+                done[ev.output_index] = ev.arguments
+        final = st.get_final_response()
+    got = [(o.name, o.arguments) for o in final.output if o.type == "function_call"]
+    check(got == want and [a for _, a in want] == list(snap.values()) == list(done.values()),
+          f"{fam} responses {what}: accumulated arguments equal the blocking ones "
+          f"({snap} / {done} / {want})")
+    split = max(pieces.values()) if pieces else 0
+    check(split > 1 if pieces_wanted else split >= 1,
+          f"{fam} responses {what}: argument deltas per call (most {split})")
+    return split
+
+
+def family(fam, base, json_args=True):
     def run(client):
-        n = one(client, fam, {"type": "function", "function": {"name": "get_weather"}}, "named")
-        # one call (random weights would go on listing calls to the token limit)
-        one(client, fam, "required", "required", parallel_tool_calls=False)
-        print(f"  {fam}: named call's arguments in {n} pieces", flush=True)
+        n = 0
+        if json_args:
+            n = one(client, fam, {"type": "function", "function": {"name": "get_weather"}},
+                    "named")
+            # one call (random weights would go on listing calls to the token limit)
+            one(client, fam, "required", "required", parallel_tool_calls=False)
+        a = messages(base, fam, {"type": "tool", "name": "get_weather"}, "named", json_args)
+        messages(base, fam, {"type": "any", "disable_parallel_tool_use": True}, "required",
+                 json_args)
+        r = responses(client, fam, {"type": "function", "name": "get_weather"}, "named",
+                      json_args)
+        responses(client, fam, "required", "required", json_args)
+        print(f"  {fam}: named call's arguments in {n} chat / {a} messages / {r} responses "
+              f"pieces", flush=True)
     return run
 
 
@@ -99,7 +174,7 @@ def main():
     ap.add_argument("--model", required=True)
     a = ap.parse_args()
     t0 = time.time()
-    for fam in (None, "llama3_1", "mistral"):
+    for fam in (None, "llama3_1", "mistral", "qwen3_coder", "harmony"):
         args = ["--ctx-size", "2048", "--served-model-name", "m"]
         if fam:
             args += ["--chat-template", fam]
@@ -107,7 +182,8 @@ def main():
         proc, base = start_server(a.ft, a.model, args, "test_tool_stream", timeout=120)
         client = OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, timeout=300)
         try:
-            run_groups([(name, lambda: family(name)(client))])
+            json_args = fam not in ("qwen3_coder", "harmony")
+            run_groups([(name, lambda: family(name, base, json_args)(client))])
             r = client.chat.completions.create(model="m", messages=ASK, max_tokens=2)
             check(r.choices[0].finish_reason in ("stop", "length"), f"{name}: still up")
         finally:
