@@ -119,6 +119,38 @@ TEST(never_evicts_the_current_step_and_handles_repeats) {
     ft_cache_free(c);
 }
 
+/* Next-layer prefetch: the next layer's predicted experts take slots the current step does
+ * not use (never the step's own), count no lookup or miss, skip what is resident, stop when no
+ * slot is evictable, and are hits when their layer comes. */
+TEST(prefetch_spares_the_step_and_counts_as_a_later_hit) {
+    struct ft_cache *c;
+    EXPECT_OK(ft_cache_init(&c, 4, 2, 8, NULL));
+    int32_t slots[4];
+    struct ft_cache_fill f[4];
+    int nf;
+    int32_t warm[4] = {0, 1, 2, 3};
+    EXPECT_OK(ft_cache_lookup(c, 0, warm, 4, slots, f, &nf));
+    int32_t step[2] = {2, 3}; /* layer 0's step uses 2 and 3: prefetch may take only 0 and 1 */
+    EXPECT_OK(ft_cache_lookup(c, 0, step, 2, slots, f, &nf));
+    const uint64_t h0 = c->hits[0], m0 = c->misses[0];
+    int32_t pred[4] = {5, 6, 5, 7}; /* layer 1; 5 repeated; 7 finds no evictable slot */
+    EXPECT_EQ(ft_cache_prefetch(c, 1, pred, 4, f), 2);
+    EXPECT(f[0].layer == 1 && f[0].expert == 5 && f[1].expert == 6);
+    EXPECT(c->slot_of[0] < 0 && c->slot_of[1] < 0 && c->slot_of[2] >= 0 && c->slot_of[3] >= 0);
+    EXPECT(c->slot_of[8 + 7] < 0);
+    EXPECT(c->hits[0] == h0 && c->misses[0] == m0 && c->hits[1] == 0 && c->misses[1] == 0);
+    /* guesses enter least recent: used (5) it becomes the most recent; the next miss evicts
+     * the unused guess (6), not the step's experts 2 and 3 that were used before it */
+    int32_t l1[1] = {5};
+    EXPECT_OK(ft_cache_lookup(c, 1, l1, 1, slots, f, &nf));
+    EXPECT(nf == 0 && slots[0] == c->slot_of[8 + 5]);
+    EXPECT_EQ(c->hits[1], 1);
+    int32_t l2[1] = {4};
+    EXPECT_OK(ft_cache_lookup(c, 0, l2, 1, slots, f, &nf));
+    EXPECT(nf == 1 && c->slot_of[8 + 6] < 0 && c->slot_of[2] >= 0 && c->slot_of[8 + 5] >= 0);
+    ft_cache_free(c);
+}
+
 /* Against a plain move-to-front list (the LRU spec, no slots or stamps) on a long random trace:
  * same misses, and every id resolved to a slot that really holds it. The spec's order: a step's
  * hits are refreshed first, then its misses placed, each evicting the oldest entry that the step

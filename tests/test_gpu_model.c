@@ -358,6 +358,7 @@ TEST(backend_auto_picks_offload_when_over_the_limit) {
 static int g_verify = 2; /* offload_case's --verify-copies (capped_case's with g_fault) */
 static const char *g_fault; /* capped_case: FT_TEST_COPY_FAULT for the offload engine */
 static int g_capped_mode;   /* capped_case's --moe-backend: 0 offload, 2 hybrid */
+static int g_prefetch;      /* offload_case's / split_case's --moe-prefetch */
 
 static void offload_case(const char *name, int slots, int path, const char *fault) {
     char dir[512], ref[512];
@@ -373,6 +374,7 @@ static void offload_case(const char *name, int slots, int path, const char *faul
     oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = slots, oo.copy_path = path, oo.verify_copies = g_verify;
     oo.no_graphs = 0; /* decode spans as graphs from their second step (span graphs) */
     oo.moe_mode = 0; /* every miss fetched */
+    oo.moe_prefetch = g_prefetch;
     if (fault) setenv("FT_TEST_COPY_FAULT", fault, 1);
     ft_env_reload();
     struct ft_engine *re = NULL, *oe = NULL;
@@ -394,12 +396,19 @@ static void offload_case(const char *name, int slots, int path, const char *faul
         struct ft_gpu_offload_stats os;
         ft_engine_offload_stats(oe, &os);
         fprintf(stderr, "  %-16s slots %d path %d fault %-7s: prefill %s, decode %s; hit rate %.2f, "
-                "%ld copies, %ld repaired\n", name, slots, path, fault ? fault : "none",
-                same_prefill ? "identical" : "DIFFERENT", same_decode ? "identical" : "DIFFERENT",
-                os.hit_rate, os.copies, os.repaired);
-        CHECK_(os.active && os.misses > 0 && os.copies == os.misses + os.repaired + os.prefetch_unused,
-               "%s: one copy per miss, per repair and per unused prefetch (%ld misses, %ld copies, "
-               "%ld prefetched unused)", name, os.misses, os.copies, os.prefetch_unused);
+                "%ld copies, %ld repaired, %ld prefetched (%ld used)\n", name, slots, path,
+                fault ? fault : "none", same_prefill ? "identical" : "DIFFERENT",
+                same_decode ? "identical" : "DIFFERENT", os.hit_rate, os.copies, os.repaired,
+                os.prefetched, os.prefetch_used);
+        CHECK_(os.active && os.misses > 0 &&
+               os.copies == os.misses + os.repaired + os.prefetch_unused + os.prefetched,
+               "%s: one copy per miss, per repair and per prefetch (%ld misses, %ld copies, "
+               "%ld prefill prefetches unused, %ld decode prefetches)", name, os.misses, os.copies,
+               os.prefetch_unused, os.prefetched);
+        if (g_prefetch && !g_verify)
+            CHECK_(os.prefetched > 0 && os.prefetch_used <= os.prefetched,
+                   "%s: --moe-prefetch %d copied %ld experts ahead (%ld used)", name, g_prefetch,
+                   os.prefetched, os.prefetch_used);
         if (fault) CHECK_(os.mismatches >= 1 && os.repaired == os.mismatches, "%s: fault %s not caught and repaired", name, fault);
         if (fault) CHECK_(os.verify == 2, "%s: verification after a mismatch is %d, not every copy", name, os.verify);
     }
@@ -425,6 +434,7 @@ static void split_case(const char *name, int mode) {
     struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
     struct ft_engine_opts oo = ro;
     oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = 4, oo.moe_mode = mode;
+    oo.moe_prefetch = g_prefetch;
     oo.no_graphs = 0; /* decode spans as graphs from their second step (span graphs) */
     struct ft_engine *re = NULL, *oe = NULL;
     EXPECT_OK(ft_engine_init(&re, m, g_pool, &ro));
@@ -642,6 +652,21 @@ TEST(offload_matches_resident) {
     offload_case("deepseek_v3", 4, 1, NULL);
     offload_case("glm4_moe_lite", 4, 2, NULL);
     offload_case("deepseek_v2", 4, 1, NULL); /* the group-limited, scaled softmax router */
+}
+
+/* Next-layer prefetch (--moe-prefetch): decode copies the experts the next layer's router
+ * predicts into slots ahead of it; what is resident changes, never a result: offloaded decode
+ * stays bit-identical to resident (every miss fetched), and hybrid's tokens the same. Copies
+ * unverified (verification turns prefetch off), slots few enough that most guesses miss. */
+TEST(prefetch_changes_no_result) {
+    g_prefetch = 2, g_verify = 0;
+    const char *moe[] = {"qwen3_moe", "qwen2_moe", "mixtral", "qwen3_5_moe", "deepseek_v3",
+                         "glm4_moe", "minimax_m2", "deepseek_v2"};
+    for (int i = 0; i < 8; i++) offload_case(moe[i], 6, 1, NULL);
+    offload_case("qwen3_moe", 6, 2, NULL); /* gather path */
+    split_case("qwen3_moe", 2);
+    split_case("qwen3_5_moe", 2);
+    g_prefetch = 0, g_verify = 2;
 }
 
 /* The hot set (moe/hotset.h): an offload engine with hot_set on saves its experts' uses when

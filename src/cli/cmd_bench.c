@@ -45,8 +45,10 @@ static const char k_usage[] =
     "  --seed N             seed of weights, prompt, routing and sampling (default 1)\n"
     "  --temp T [--top-k K] [--top-p P] [--min-p P]  tgN samples (as ft serve does) instead\n"
     "                       of decoding greedily\n"
-    "  --vram-limit A,B,..  --moe-backend A,B,..  comma lists: one table per combination, each\n"
-    "                       a new engine on the same loaded model (and its pinned banks)\n"
+    "  --vram-limit A,B,..  --moe-backend A,B,..  --moe-prefetch A,B,..  comma lists: one\n"
+    "                       table per combination, each a new engine on the same loaded model\n"
+    "  --synthetic-predict P  uniform/zipf routing: the next-layer prefetch's guesses are right\n"
+    "                       with probability P (default 0.85; a real router's: 0.8-0.97)\n"
     "  --cycles N           the combinations N times over, alternated (default 1)\n"
     "  --record-routing FILE  offload: write every expert-cache lookup to FILE and compare the\n"
     "                       cache policies and Belady's oracle on it (bench_policy --replay)\n";
@@ -119,6 +121,12 @@ static void offload_line(struct bench *b, const char *test, double tps, double d
             "experts) read by the CPU executor (%.1f GB/s while it ran), over %ld tokens\n", test,
             1e3 * gb / decoded, s > 0 ? gb / s : 0.0, 1e3 * cgb / decoded, (double)ce / decoded,
             cs > 0 ? cgb / cs : 0.0, decoded);
+        long pf = os.prefetched - b->last.prefetched, pu = os.prefetch_used - b->last.prefetch_used;
+        long pl = os.prefetch_late - b->last.prefetch_late;
+        if (pf > 0)
+            note(b, "%s: next-layer prefetch: %.2f experts a token copied ahead, %.0f%% of them "
+                "used (%ld of %ld; %ld late), %.0f%% wasted\n", test, (double)pf / decoded,
+                100.0 * pu / pf, pu, pf, pl, 100.0 * (pf - pu) / pf);
     }
     b->last = os;
     int moe = 0;
@@ -331,10 +339,14 @@ int ft_cmd_bench(int argc, char **argv) {
     long p = 512, n = 128, reps = 3, threads = 0, seed = 1, batch = 2048, top_k = 0, cycles = 1;
     struct ft_sampling smp = ft_sampling_default();
     smp.temperature = 0; /* greedy unless --temp */
-    char lists[2][256] = {"", ""}; /* --vram-limit, --moe-backend given as lists */
-    static const char *const list_flag[2] = {"--vram-limit", "--moe-backend"};
+    enum { N_LISTS = 3 };
+    char lists[N_LISTS][256] = {"", "", ""}; /* the flags below given as comma lists */
+    static const char *const list_flag[N_LISTS] = {"--vram-limit", "--moe-backend", "--moe-prefetch"};
+    double pred_acc = 0.85;
     for (int i = 1; i < argc; i++) {
-        int li = !strcmp(argv[i], list_flag[0]) ? 0 : !strcmp(argv[i], list_flag[1]) ? 1 : -1;
+        int li = -1;
+        for (int q = 0; q < N_LISTS; q++)
+            if (!strcmp(argv[i], list_flag[q])) li = q;
         if (li >= 0 && i + 1 < argc && strchr(argv[i + 1], ',')) {
             if (strlen(argv[++i]) >= sizeof lists[li])
                 return ft_cli_usage_error("bench", "%s: the list is longer than %zu characters",
@@ -382,6 +394,11 @@ int ft_cmd_bench(int argc, char **argv) {
             target = &cycles, lo = 1, hi = 20;
         } else if (!strcmp(a, "--record-routing")) {
             if (!(record = ft_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--synthetic-predict")) {
+            const char *v = ft_cli_value(argc, argv, &i);
+            if (!v || ft_cli_double(v, &pred_acc) || !(pred_acc >= 0 && pred_acc <= 1))
+                return ft_cli_usage_error("bench", "--synthetic-predict: '%s' is not an accuracy "
+                                          "in [0, 1]", v ? v : "");
         } else {
             return ft_cli_usage_error("bench", "unknown option '%s'", a);
         }
@@ -400,29 +417,35 @@ int ft_cmd_bench(int argc, char **argv) {
         return ft_cli_usage_error("bench", "--top-k/--top-p/--min-p sample: give --temp T > 0 too");
     if (ft_sampling_validate(&smp) != FT_OK) return ft_cli_usage_error("bench", "%s", ft_error());
     struct bench b = {.routing = routing, .batch = (int)batch, .smp = smp};
-    /* the configurations: every --vram-limit value with every --moe-backend value */
-    const char *vals[2][MAX_LIST];
-    int nv[2] = {1, 1};
-    vals[0][0] = vals[1][0] = NULL;
-    for (int li = 0; li < 2; li++)
+    /* the configurations: every combination of the list flags' values */
+    const char *vals[N_LISTS][MAX_LIST];
+    int nv[N_LISTS];
+    for (int li = 0; li < N_LISTS; li++) {
+        nv[li] = 1, vals[li][0] = NULL;
         if (lists[li][0] && (nv[li] = split_list(lists[li], vals[li])) <= 0)
             return ft_cli_usage_error("bench", "%s: give 1 to %d comma-separated values", list_flag[li], MAX_LIST);
-    /* combination c: vram c / nv[1], moe backend c % nv[1]; cfg_val: its list values (NULL:
+    }
+    /* combination c: the last flag's value varies fastest; cfg_val: its list values (NULL:
      * that flag was no list) */
-    int n_cfg = nv[0] * nv[1];
+    int n_cfg = nv[0] * nv[1] * nv[2];
+    if (n_cfg > MAX_LIST * MAX_LIST)
+        return ft_cli_usage_error("bench", "more than %d combinations of list values", MAX_LIST * MAX_LIST);
     struct ft_engine_opts cfg[MAX_LIST * MAX_LIST];
-    const char *cfg_val[MAX_LIST * MAX_LIST][2];
+    const char *cfg_val[MAX_LIST * MAX_LIST][N_LISTS];
     for (int c = 0; c < n_cfg; c++) {
         struct ft_engine_opts bc = be;
         int ba = be_auto;
-        cfg_val[c][0] = vals[0][c / nv[1]], cfg_val[c][1] = vals[1][c % nv[1]];
-        for (int li = 0; li < 2; li++) {
+        for (int li = N_LISTS - 1, r = c; li >= 0; r /= nv[li], li--) cfg_val[c][li] = vals[li][r % nv[li]];
+        for (int li = 0; li < N_LISTS; li++) {
             char *av[3] = {"bench", (char *)list_flag[li], (char *)cfg_val[c][li]};
             int ai = 1;
             if (cfg_val[c][li] && ft_cli_backend_flag("bench", 3, av, &ai, &bc, &ba) < 0) return 2;
         }
         cfg[c] = eo;
         ft_cli_backend_apply(&cfg[c], &bc, ba);
+        /* synthetic routing's draws are known a layer early: a predictor as right as a real
+         * model's router on the next layer (80-97% published) is emulated with noise */
+        if (eo.routing == FT_ROUTING_UNIFORM || eo.routing == FT_ROUTING_ZIPF) cfg[c].pred_noise = 1 - pred_acc;
         if (record) cfg[c].record_routing = &trace;
     }
     enum ft_status st = ft_session_open(&b.s, model, synthetic, (int)threads, &cfg[0]);
@@ -448,7 +471,7 @@ int ft_cmd_bench(int argc, char **argv) {
         const int c = k % n_cfg;
         if (n_cfg * cycles > 1) { /* which combination this table is */
             printf("%s### configuration %d of %d:", k ? "\n" : "", c + 1, n_cfg);
-            for (int li = 0; li < 2; li++)
+            for (int li = 0; li < N_LISTS; li++)
                 if (cfg_val[c][li]) printf(" %s %s", list_flag[li], cfg_val[c][li]);
             if (cycles > 1) printf(" (cycle %d of %ld)", k / n_cfg + 1, cycles);
             printf("\n");

@@ -215,6 +215,8 @@ const char ft_cli_backend_usage[] =
     "  --backend offload   experts stay in host RAM; a GPU cache of slots holds the hot ones:\n"
     "  --moe-cache-size N / --moe-cache-rate F   slots (default: what fits --vram-limit)\n"
     "  --moe-cache-policy lru|lfru|slru  eviction (default lru; bench/RESULTS.md compares them)\n"
+    "  --moe-prefetch N    decode: copy up to N experts a layer ahead, those the next layer's\n"
+    "                      router predicts from the current hidden state (default 0: off)\n"
     "  --no-hot-set        start the cache empty, not from the experts earlier runs used most\n"
     "  --verify-copies off|sample|all   checksum copied experts (default sample on WSL2)\n"
     "  --copy-path auto|dma|gather      expert copy path (default: the faster at startup)\n"
@@ -268,7 +270,7 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
         strcmp(a, "--moe-cache-size") && strcmp(a, "--moe-cache-rate") &&
         strcmp(a, "--verify-copies") && strcmp(a, "--copy-path") && strcmp(a, "--moe-backend") &&
         strcmp(a, "--pin-budget") && strcmp(a, "--moe-cpu-layers") && strcmp(a, "--cpu-act") &&
-        strcmp(a, "--moe-cpu-threads") && strcmp(a, "--moe-cache-policy"))
+        strcmp(a, "--moe-cpu-threads") && strcmp(a, "--moe-cache-policy") && strcmp(a, "--moe-prefetch"))
         return 0;
     if (!(v = ft_cli_value(argc, argv, i))) return -1;
     if (!strcmp(a, "--backend")) {
@@ -287,6 +289,14 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
             return -1;
         }
         eo->moe_cache_slots = (int)n;
+    } else if (!strcmp(a, "--moe-prefetch")) {
+        long n;
+        if (ft_cli_int(v, 0, FT_PREFETCH_MAX, &n)) {
+            fprintf(stderr, "ft %s: --moe-prefetch: '%s' is not a number of experts from 0 to %d\n",
+                    cmd, v, FT_PREFETCH_MAX);
+            return -1;
+        }
+        eo->moe_prefetch = (int)n;
     } else if (!strcmp(a, "--moe-cache-policy")) {
         if (!ft_cache_policy_find(v)) {
             fprintf(stderr, "ft %s: --moe-cache-policy: '%s' is not lru, lfru or slru\n", cmd, v);
@@ -362,6 +372,7 @@ void ft_cli_backend_init(struct ft_engine_opts *be, int *backend_auto) {
     be->verify_copies = -1;
     be->moe_mode = 2;     /* hybrid */
     be->hot_set = 1;      /* ft bench turns it off: its runs must not depend on earlier ones */
+    be->moe_prefetch = 0; /* off: bench/RESULTS.md, next-layer prefetch (not a win on every trace) */
     be->cpu_act_fast = 1; /* the CLI's default; a zeroed ft_engine_opts is exact fp32 */
     *backend_auto = 1;
 }
@@ -383,6 +394,7 @@ void ft_cli_backend_apply(struct ft_engine_opts *eo, const struct ft_engine_opts
     eo->moe_cpu_threads = be->moe_cpu_threads;
     eo->cache_policy = be->cache_policy;
     eo->hot_set = be->hot_set;
+    eo->moe_prefetch = be->moe_prefetch;
     ft_cli_backend_resolve(eo, backend_auto);
 }
 

@@ -1006,7 +1006,9 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                                  .state_slots = n_gdn ? gpu_state_slots(e) : 0,
                                  .cache_policy = e->opts.cache_policy,
                                  .record_routing = e->opts.record_routing,
-                                 .hot_set = e->opts.hot_set};
+                                 .hot_set = e->opts.hot_set,
+                                 .prefetch = e->opts.moe_prefetch,
+                                 .pred_noise = e->opts.pred_noise};
         if (n_gdn && !(e->st_key = malloc((size_t)go.state_slots * sizeof *e->st_key)))
             st = ft_fail(FT_ERR_OOM, "engine: out of memory");
         for (int q = 0; st == FT_OK && q < go.state_slots; q++) e->st_key[q] = -1;

@@ -39,6 +39,9 @@ struct ft_engine_opts {
     int hot_set;          /* offload: start the expert cache from the experts earlier runs of
                              this model used most, and save this run's (moe/hotset.h) */
     int moe_mode;         /* enum ft_moe_mode (moe/policy.h): 0 offload, 1 cpu, 2 hybrid */
+    int moe_prefetch;     /* --moe-prefetch N: decode copies up to N predicted experts of the
+                             next MoE layer ahead (0: none, the zeroed default) */
+    double pred_noise;    /* synthetic routing: a predicted id is wrong with this probability */
     const char *pin_budget;  /* --pin-budget SIZE (offload: the residency manager's budget) */
     const char *cpu_layers;  /* --moe-cpu-layers SPEC (offload: layers decoded on the CPU) */
     int moe_cpu_threads;  /* --moe-cpu-threads: the offload backends' CPU executor pool (0:

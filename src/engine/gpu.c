@@ -86,6 +86,7 @@ struct ft_gpu {
     uint32_t *d_step;
     /* activations */
     float *x, *xn, *q, *k, *v, *att, *y, *gu, *act, *router, *topw, *xl, *logits, *sh, *score;
+    float *router_pred;               /* next-layer prefetch: the next router's logits [8, E] */
     uint16_t *xn16, *att16, *act16, *xl16;
     int32_t *topk;
     struct ft_gpu_moe *moe;            /* the routed experts' side of MoE layers (moe/gpu_moe.h) */
@@ -348,6 +349,13 @@ static size_t in_table_offset(const struct ft_gpu *g) {
     return 4 * (size_t)g->C + 2 * seg_cap(g) + 1;
 }
 
+/* Decode's next-layer prefetch: how many experts a layer (0: none; not for sticky routing,
+ * whose draws cannot be made a layer early). */
+static int o_prefetch(const struct ft_gpu *g) {
+    return g->o.offload && g->m->n_experts && g->o.routing != FT_ROUTING_STICKY && g->o.prefetch > 0
+               ? g->o.prefetch : 0;
+}
+
 static enum ft_status alloc_scratch(struct ft_gpu *g) {
     const struct ft_model *m = g->m;
     enum ft_status st = FT_OK;
@@ -425,6 +433,7 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
         g->router = dalloc(g, C * E * 4, &st);
         g->topk = dalloc(g, R * 4, &st);
         g->topw = dalloc(g, R * 4, &st);
+        if (o_prefetch(g)) g->router_pred = dalloc(g, (size_t)MAX_GRAPH_T * E * 4, &st);
     }
     if (st == FT_OK) { /* the routed experts' ids and prefill scratch */
         struct ft_gpu_moe_io io = {g->x, g->xn, g->xn16, g->y, g->topk, g->topw};
@@ -478,18 +487,43 @@ static inline void prof_mark(struct ft_gpu *g, enum ft_probe_op op) {
     if (g->probe) ft_gpu_probe_op(g->probe, op, g->s);
 }
 
-static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
+/* Layer l's top-k ids and weights from its router logits (synthetic routing: drawn). */
+static void route_from(struct ft_gpu *g, int l, int T, const float *logits, int32_t *ids, float *w) {
     const struct ft_model *m = g->m;
     if (g->o.routing == FT_ROUTING_MODEL && m->router_sigmoid)
-        ft_cuda_router_sigmoid(g->router, g->L[l].score_bias, T, m->n_experts, m->top_k, m->n_group,
-                               m->topk_group, m->norm_topk, m->routed_scale, ids, g->topw, g->s);
+        ft_cuda_router_sigmoid(logits, g->L[l].score_bias, T, m->n_experts, m->top_k, m->n_group,
+                               m->topk_group, m->norm_topk, m->routed_scale, ids, w, g->s);
     else if (g->o.routing == FT_ROUTING_MODEL)
-        ft_cuda_router_topk(g->router, T, m->n_experts, m->top_k, m->norm_topk,
+        ft_cuda_router_topk(logits, T, m->n_experts, m->top_k, m->norm_topk,
                             m->router_group_max ? m->n_group : 0, m->topk_group,
-                            m->routed_scale > 0 ? m->routed_scale : 1.0f, ids, g->topw, g->s);
+                            m->routed_scale > 0 ? m->routed_scale : 1.0f, ids, w, g->s);
     else
-        ft_cuda_synthetic_route(ids, g->topw, g->router, T, m->n_experts, m->top_k, g->o.seed,
+        ft_cuda_synthetic_route(ids, w, logits, T, m->n_experts, m->top_k, g->o.seed,
                                 g->d_step, l, m->norm_topk, &g->synth, g->s);
+}
+
+static void route(struct ft_gpu *g, int l, int T, int32_t *ids) {
+    route_from(g, l, T, g->router, ids, g->topw);
+}
+
+/* Next-layer prefetch: the experts MoE layer nl will route to, predicted at layer l's router:
+ * nl's router on the residual as it is now (after l's attention; a real model's residual
+ * changes little in one layer); synthetic uniform / zipf routing: nl's draws themselves (a
+ * function of the step, layer and token; the offload cache adds the configured noise). Sticky
+ * routing's draws carry state from token to token: no prediction (o_prefetch). */
+static void predict(struct ft_gpu *g, int l, int T) {
+    int32_t *ids;
+    float *w;
+    const int nl = ft_gpu_moe_next_predicted(g->moe, l, &ids, &w);
+    if (nl < 0) return;
+    const struct gpu_layer *N = &g->L[nl];
+    const int E = g->m->n_experts, H = g->m->hidden;
+    if (g->o.routing == FT_ROUTING_MODEL) {
+        struct ft_cuda_gemv_args rt = {{g->router_pred, NULL, NULL}, E, 0, E, {N->router_b, NULL, NULL},
+                                       g->x, N->router, N->ffn_norm, g->m->rms_eps, NULL, 0, T, E, H};
+        ft_cuda_gemv_ex(&rt, g->s);
+    }
+    route_from(g, nl, T, g->o.routing == FT_ROUTING_MODEL ? g->router_pred : g->router, ids, w);
 }
 
 /* Offloaded decode spans run as graphs unless graphs are off (--no-graphs, FT_PROFILE=2). */
@@ -738,6 +772,7 @@ static int decode_span(struct ft_gpu *g, int T, int l0) {
                                        g->x, L->router, L->ffn_norm, eps, g->xn, 0, T, E, H};
         ft_cuda_gemv_ex(&rt, s);
         route(g, l, T, ft_gpu_moe_ids(g->moe, l));
+        predict(g, l, T);
         prof_mark(g, FT_OP_ROUTER);
         ft_gpu_moe_stage(g->moe, l, T); /* offloading: the ids (and the CPU's inputs) to the host */
         moe = l;
@@ -1075,7 +1110,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
         size_t headroom = (size_t)256 << 20, left = g->limit > g->used + headroom ? g->limit - g->used - headroom : 0;
         struct ft_offload_opts oo = {o->device, o->cache_slots, o->cache_rate, o->verify, o->copy_path,
                                      o->moe_mode, o->pin_budget, o->cpu_layers, o->cache_policy,
-                                     o->record_routing, o->hot_set};
+                                     o->record_routing, o->hot_set, o_prefetch(g), o->pred_noise};
         st = ft_gpu_moe_offload(g->moe, &oo, left, o->cpu_threads, o->cpu_act_fast);
     }
     if (st != FT_OK) {
@@ -1121,7 +1156,7 @@ void ft_gpu_free(struct ft_gpu *g) {
                   g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
                   g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,
                   g->att_part, g->d_att_tiles, g->gp, g->gate, g->d_state,
-                  g->m_qa, g->m_qa16, g->m_kva, g->m_ql, g->m_lat};
+                  g->m_qa, g->m_qa16, g->m_kva, g->m_ql, g->m_lat, g->router_pred};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
     void *hs[] = {g->h_in, g->h_top1, g->h_draw, g->h_logits, g->h_att_tiles};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)

@@ -39,6 +39,8 @@ struct ft_gpu_opts {
     const char *cache_policy;     /* ft_engine_opts' */
     struct ft_trace *record_routing;
     int hot_set;
+    int prefetch;            /* decode: predicted experts of the next MoE layer copied ahead */
+    double pred_noise;
 };
 
 void ft_gpu_offload_stats(const struct ft_gpu *g, struct ft_gpu_offload_stats *out);

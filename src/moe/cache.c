@@ -253,26 +253,59 @@ void ft_cache_probe(struct ft_cache *c, int layer, const int32_t *ids, int n, in
     }
 }
 
+/* Places expert `expert` of layer into the policy's victim slot (marked used by this step);
+ * returns the slot, or -1 when no slot may be evicted. */
+static int place(struct ft_cache *c, int layer, int expert) {
+    size_t key = (size_t)layer * c->n_experts + expert;
+    int s = c->policy->victim(c, c->step);
+    if (s < 0) return -1;
+    if (c->key_of[s] >= 0) c->slot_of[c->key_of[s]] = -1;
+    c->key_of[s] = (int32_t)key;
+    c->slot_of[key] = s;
+    touch(c, s);
+    c->step_of[s] = c->step;
+    if (c->policy->fill) c->policy->fill(c, s);
+    return s;
+}
+
 enum ft_status ft_cache_admit(struct ft_cache *c, int layer, const int32_t *experts, int n,
                               struct ft_cache_fill *fills, int *n_fills) {
     *n_fills = 0;
     for (int i = 0; i < n; i++) {
-        size_t key = (size_t)layer * c->n_experts + experts[i];
-        if (c->slot_of[key] >= 0) continue;
-        int s = c->policy->victim(c, c->step);
+        if (c->slot_of[(size_t)layer * c->n_experts + experts[i]] >= 0) continue;
+        int s = place(c, layer, experts[i]);
         if (s < 0)
             return ft_fail(FT_ERR_BUSY, "expert cache: layer %d needs more than %d distinct "
                            "experts at once (raise --moe-cache-size)", layer, c->n_slots);
-        if (c->key_of[s] >= 0) c->slot_of[c->key_of[s]] = -1;
-        c->key_of[s] = (int32_t)key;
-        c->slot_of[key] = s;
-        touch(c, s);
-        c->step_of[s] = c->step;
-        if (c->policy->fill) c->policy->fill(c, s);
         fills[(*n_fills)++] = (struct ft_cache_fill){layer, experts[i], s};
         c->misses[layer]++;
     }
     return FT_OK;
+}
+
+/* Moves slot s to the least recent end of the recency order (a stamp below the head's; none
+ * free when the head's is 1: s stays where it is). */
+static void to_front(struct ft_cache *c, int s) {
+    if (!in_list(c, s) || c->head == s || c->head < 0 || c->last_use[c->head] <= 1) return;
+    const uint64_t stamp = c->last_use[c->head] - 1;
+    unlink_slot(c, s);
+    c->last_use[s] = stamp;
+    c->prev[s] = -1, c->next[s] = c->head;
+    c->prev[c->head] = s;
+    c->head = s;
+}
+
+int ft_cache_prefetch(struct ft_cache *c, int layer, const int32_t *experts, int n,
+                      struct ft_cache_fill *fills) {
+    int nf = 0;
+    for (int i = 0; i < n; i++) {
+        if (c->slot_of[(size_t)layer * c->n_experts + experts[i]] >= 0) continue;
+        int s = place(c, layer, experts[i]);
+        if (s < 0) break;
+        fills[nf++] = (struct ft_cache_fill){layer, experts[i], s};
+    }
+    for (int i = nf - 1; i >= 0; i--) to_front(c, fills[i].slot); /* the first guess frontmost */
+    return nf;
 }
 
 enum ft_status ft_cache_lookup(struct ft_cache *c, int layer, const int32_t *ids, int n,

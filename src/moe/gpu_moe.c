@@ -48,6 +48,11 @@ struct ft_gpu_moe {
     float *m_xn, *m_topw, *m_cpu_out;
     int *cpu_pairs, *cpu_tok, *cpu_ids;
     float *cpu_w;
+    /* next-layer prefetch (offloading, opts.prefetch > 0): the ids and weights predicted for
+     * the next MoE layer [MAX_T * k], on the device and (ids, pinned) on the host */
+    int32_t *d_pred, *h_pred;
+    float *d_predw;
+    int *next_moe;          /* [L] the next MoE layer after l, or -1 */
 };
 
 static void *dalloc(struct ft_gpu_moe *gm, size_t bytes, enum ft_status *st) {
@@ -130,6 +135,17 @@ enum ft_status ft_gpu_moe_offload(struct ft_gpu_moe *gm, const struct ft_offload
         if (st == FT_OK && (!gm->cpu_pairs || !gm->cpu_tok || !gm->cpu_ids || !gm->cpu_w))
             st = ft_fail(FT_ERR_OOM, "offload: out of memory");
     }
+    if (st == FT_OK && o->prefetch > 0) {
+        gm->d_pred = dalloc(gm, (size_t)R * 4, &st);
+        gm->d_predw = dalloc(gm, (size_t)R * 4, &st);
+        gm->h_pred = ft_cuda_staging_alloc((size_t)R * 4, &st);
+        if (st == FT_OK && !(gm->next_moe = malloc((size_t)m->n_layers * sizeof *gm->next_moe)))
+            st = ft_fail(FT_ERR_OOM, "offload: out of memory");
+        for (int l = m->n_layers - 1, nx = -1; st == FT_OK && l >= 0; l--) {
+            gm->next_moe[l] = nx;
+            if (m->layers[l].is_moe) nx = l;
+        }
+    }
     void *p = NULL; /* the router's ids straight into host memory, with the rest mapped */
     if (st == FT_OK && (!gm->exec || gm->m_xn) && cudaHostGetDevicePointer(&p, gm->h_ids, 0) == cudaSuccess)
         gm->m_ids = p;
@@ -152,10 +168,11 @@ void ft_gpu_moe_free(struct ft_gpu_moe *gm) {
     ft_pool_free(gm->exec_pool);
     void *ds[] = {gm->d_ids, gm->mgu, gm->mact, gm->my, gm->xg16, gm->mact16, gm->deq,
                   gm->chunk_slot_of, gm->rtok, gm->pair_dst, gm->offsets, gm->d_counts,
-                  gm->d_slots, gm->d_slot_of, gm->d_cpu_out};
+                  gm->d_slots, gm->d_slot_of, gm->d_cpu_out, gm->d_pred, gm->d_predw};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
-    void *hs[] = {gm->h_ids, gm->h_counts, gm->h_xn, gm->h_topw, gm->h_cpu_out};
+    void *hs[] = {gm->h_ids, gm->h_counts, gm->h_xn, gm->h_topw, gm->h_cpu_out, gm->h_pred};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) ft_cuda_free_host(hs[i]);
+    free(gm->next_moe);
     free(gm->cpu_pairs), free(gm->cpu_tok), free(gm->cpu_ids), free(gm->cpu_w);
     free(gm);
 }
@@ -279,11 +296,19 @@ static const int32_t *host_ids(const struct ft_gpu_moe *gm, int l) {
     return gm->h_ids + (size_t)l * MAX_T * gm->m->top_k;
 }
 
+int ft_gpu_moe_next_predicted(const struct ft_gpu_moe *gm, int l, int32_t **ids, float **w) {
+    if (!gm->d_pred || gm->next_moe[l] < 0) return -1;
+    *ids = gm->d_pred, *w = gm->d_predw;
+    return gm->next_moe[l];
+}
+
 void ft_gpu_moe_stage(struct ft_gpu_moe *gm, int l, int T) {
     if (!gm->off) return;
     const int k = gm->m->top_k, H = gm->m->hidden;
     const size_t ko = (size_t)l * MAX_T * k;
     cudaStream_t s = gm->s;
+    if (gm->d_pred && gm->next_moe[l] >= 0) /* the next layer's predicted ids, for its prefetch */
+        cudaMemcpyAsync(gm->h_pred, gm->d_pred, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
     if (gm->m_ids) { /* the router's results written into host memory */
         ft_cuda_stage_out(gm->m_ids + ko, gm->d_ids + ko, gm->exec ? gm->m_topw : NULL, gm->io.topw,
                           T * k, gm->exec ? gm->m_xn : NULL, gm->io.xn, gm->exec ? T * H : 0, NULL,
@@ -332,6 +357,9 @@ static enum ft_status offload_experts(struct ft_gpu_moe *gm, const struct ft_gpu
     if (nf) gpu_experts(gm, X, l, T, gm->d_slots + n, eids, gu, dn);
     combine(gm, T);
     if (nf) ft_offload_decode_done(gm->off, gm->s);
+    /* the link is free until the next layer's copies: its predicted misses go now */
+    if (gm->d_pred && gm->next_moe[l] >= 0)
+        return ft_offload_decode_prefetch(gm->off, gm->next_moe[l], gm->h_pred, n);
     return FT_OK;
 }
 

@@ -66,6 +66,10 @@ int ft_gpu_moe_offloading(const struct ft_gpu_moe *gm);
  * the ids (and the CPU executor's inputs) to the host when offloading. */
 int32_t *ft_gpu_moe_ids(struct ft_gpu_moe *gm, int l);
 void ft_gpu_moe_stage(struct ft_gpu_moe *gm, int l, int T);
+/* Next-layer prefetch (offloading with opts.prefetch > 0): the next MoE layer after l, and
+ * where the forward pass writes its predicted ids and weights [T, k] before l's stage; -1 when
+ * there is none to predict. */
+int ft_gpu_moe_next_predicted(const struct ft_gpu_moe *gm, int l, int32_t **ids, float **w);
 /* Decode: layer l's routed experts, after the router (and its stage) were enqueued. Resident:
  * x += their weighted sum, on the stream. Offloaded: syncs on the ids, plans the split, issues
  * the GPU's share and runs the CPU's; the CPU's output joins x at ft_gpu_moe_join. */

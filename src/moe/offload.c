@@ -107,10 +107,24 @@ struct ft_offload {
     int ring_next;
     long staged_copies;
     int pending_layer, pending_n;   /* the last copy batch, for the split's feedback */
+    /* decode's next-layer prefetch: after a layer's own copies, the experts predicted for the
+     * next MoE layer (its router applied to this layer's residual; synthetic routing: its
+     * draws, each replaced at random with probability pred_noise) that are not resident are
+     * copied ahead, at most dp_max a layer, while no earlier prefetch is still in flight */
+    int dp_max, dp_layer, dp_n, dp_pending, plan_late;
+    double pred_noise;
+    uint64_t dp_rng;
+    int32_t dp_e[FT_PREFETCH_MAX], dp_slot[FT_PREFETCH_MAX];
+    cudaEvent_t ev_dp0, ev_dp1;     /* the last prefetch's copies, first start and end */
+    long dp_issued, dp_used, dp_late;
+    int64_t plan_us;                /* when the last decode plan ran */
+    double layer_s;                 /* running mean of the time between two decode plans */
     int32_t *miss;                  /* [max_fills] distinct misses of a step */
     long cpu_experts, steps;
     double cpu_s;
 };
+
+static int prefetch_landed(struct ft_offload *f, int layer, const int32_t *ids, int n);
 
 struct memcpy_job {
     uint8_t *dst;
@@ -313,6 +327,10 @@ enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int
                                       int *cpu_pairs, int *n_cpu) {
     collect_timing(f);
     collect_prefill_timing(f, 1);
+    const int64_t now = ft_time_us(); /* a layer step's length, for the prefetch's budget */
+    const double dt = (double)(now - f->plan_us) / 1e6;
+    if (f->plan_us && dt < 5e-3) f->layer_s = f->layer_s > 0 ? 0.9 * f->layer_s + 0.1 * dt : dt;
+    f->plan_us = now;
     ft_cache_probe(f->cache, layer, ids, n, f->slots_tmp);
     int m = 0; /* distinct misses */
     for (int i = 0; i < n; i++) {
@@ -339,13 +357,18 @@ enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int
     f->plan_nf = 0, f->plan_n = n;
     enum ft_status st = ft_cache_admit(f->cache, layer, f->miss, fetch, f->fills, &f->plan_nf);
     if (st != FT_OK) return st;
+    /* the experts prefetched for this layer: used or not; those whose copy has not landed
+     * yet go with the fetched ones, behind the copies (late) */
+    const int late = prefetch_landed(f, layer, ids, n);
     *n_cpu = 0;
     for (int i = 0; i < n; i++) { /* the two lists of ft_offload_decode_slots */
         int32_t sl = f->cache->slot_of[(size_t)layer * f->E + ids[i]], fetched = 0;
         for (int j = 0; sl >= 0 && j < f->plan_nf; j++) fetched |= f->fills[j].slot == sl;
+        for (int j = 0; sl >= 0 && late && j < f->dp_n; j++) fetched |= f->dp_slot[j] == sl;
         f->h_slots[i] = fetched ? -2 : sl, f->h_slots[n + i] = fetched ? sl : -2;
         if (sl < 0) cpu_pairs[(*n_cpu)++] = i;
     }
+    f->plan_late = late, f->dp_n = 0, f->dp_layer = -1;
     f->cpu_experts += m - fetch;
     if ((++f->steps & 1023) == 0 && f->split.mode == FT_MOE_HYBRID) {
         const struct ft_split_costs *c = &f->split.layer[layer];
@@ -359,11 +382,11 @@ enum ft_status ft_offload_decode_plan(struct ft_offload *f, int layer, const int
 }
 
 int ft_offload_decode_slots(struct ft_offload *f, int32_t *d_slots, cudaStream_t s) {
-    int n = f->plan_n;
+    int n = f->plan_n, second = f->plan_nf + f->plan_late;
     /* s was synchronised by the caller, so the staging is free to overwrite */
-    cudaMemcpyAsync(d_slots, f->h_slots, (size_t)(f->plan_nf ? 2 * n : n) * sizeof *d_slots,
+    cudaMemcpyAsync(d_slots, f->h_slots, (size_t)(second ? 2 * n : n) * sizeof *d_slots,
                     cudaMemcpyHostToDevice, s);
-    return f->plan_nf;
+    return second;
 }
 
 enum ft_status ft_offload_decode_copies(struct ft_offload *f, cudaStream_t s) {
@@ -378,6 +401,82 @@ enum ft_status ft_offload_decode_copies(struct ft_offload *f, cudaStream_t s) {
     enum ft_status st = copy_fills(f, f->fills, f->plan_nf);
     if (st != FT_OK) return st;
     if (f->plan_nf) cudaStreamWaitEvent(s, f->ev_copied, 0);
+    if (f->plan_late) cudaStreamWaitEvent(s, f->ev_dp1, 0); /* late prefetched experts */
+    return FT_OK;
+}
+
+/* Layer `layer`'s step has come: counts how the prefetch made for it (if any) went, and
+ * returns 1 when some of its experts are routed to but their copies are still running. */
+static int prefetch_landed(struct ft_offload *f, int layer, const int32_t *ids, int n) {
+    if (!f->dp_n) return 0;
+    if (f->dp_layer != layer) return 0; /* another step came first: wasted, counted as unused */
+    int used = 0;
+    for (int j = 0; j < f->dp_n; j++) {
+        int hit = 0;
+        for (int i = 0; i < n; i++) hit |= ids[i] == f->dp_e[j];
+        used += hit;
+    }
+    f->dp_used += used;
+    if (!used || cudaEventQuery(f->ev_dp1) == cudaSuccess) return 0;
+    cudaGetLastError(); /* cudaErrorNotReady is not an error of the stream */
+    f->dp_late += used;
+    return 1;
+}
+
+/* Adds the last prefetch's copy time to the copy statistics once its copies are done; returns
+ * 0 while they are still running. */
+static int prefetch_collect(struct ft_offload *f) {
+    if (!f->dp_pending) return 1;
+    if (cudaEventQuery(f->ev_dp1) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, f->ev_dp0, f->ev_dp1) == cudaSuccess) f->copy_s += ms / 1e3;
+    f->dp_pending = 0;
+    return 1;
+}
+
+static uint64_t dp_next(struct ft_offload *f) { /* splitmix64 */
+    uint64_t z = (f->dp_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+enum ft_status ft_offload_decode_prefetch(struct ft_offload *f, int layer, const int32_t *pred, int n) {
+    if (!f->dp_max || layer < 0 || layer >= f->n_layers || f->verify || f->cpu_layer[layer] ||
+        f->staged[layer] || f->split.mode == FT_MOE_CPU || !prefetch_collect(f))
+        return FT_OK; /* off, nothing to copy ahead, or the last prefetch still on the link */
+    /* as many as the link can copy before the next layer's plan, behind this layer's own
+     * copies (one more lands late, and the next layer's GPU side waits for it) */
+    const double c = f->split.layer[layer].copy_s;
+    const double room = f->layer_s - f->plan_nf * c;
+    const int budget = c > 0 && room > 0 ? FT_MIN((int)(room / c), f->dp_max) : 0;
+    int32_t want[FT_PREFETCH_MAX];
+    int nw = 0;
+    for (int i = 0; i < n && nw < budget; i++) {
+        int32_t e = pred[i];
+        if (f->pred_noise > 0 && (double)(dp_next(f) >> 11) * 0x1p-53 < f->pred_noise)
+            e = (int32_t)(dp_next(f) % (uint64_t)f->E); /* synthetic routing: a wrong guess */
+        if (e < 0 || e >= f->E || f->cache->slot_of[(size_t)layer * f->E + e] >= 0) continue;
+        int dup = 0;
+        for (int j = 0; j < nw; j++) dup |= want[j] == e;
+        if (!dup) want[nw++] = e;
+    }
+    if (!nw) return FT_OK;
+    struct ft_cache_fill fl[FT_PREFETCH_MAX];
+    int nf = ft_cache_prefetch(f->cache, layer, want, nw, fl);
+    if (!nf) return FT_OK;
+    cudaEventRecord(f->ev_dp0, f->cs);
+    enum ft_status st = issue(f, fl, nf, f->path);
+    if (st != FT_OK) {
+        for (int i = 0; i < nf; i++) ft_cache_drop(f->cache, fl[i].layer, fl[i].expert);
+        return st;
+    }
+    cudaEventRecord(f->ev_dp1, f->cs);
+    f->dp_pending = 1, f->dp_layer = layer, f->dp_n = nf, f->dp_issued += nf;
+    for (int i = 0; i < nf; i++) f->dp_e[i] = fl[i].expert, f->dp_slot[i] = fl[i].slot;
     return FT_OK;
 }
 
@@ -876,7 +975,10 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     f->map_dn = calloc((size_t)f->n_layers, sizeof *f->map_dn);
     f->cpu_layer = calloc((size_t)f->n_layers, 1);
     f->staged = calloc((size_t)f->n_layers, 1);
-    f->pre_layer = -1;
+    f->pre_layer = -1, f->dp_layer = -1;
+    f->dp_max = o->prefetch < FT_PREFETCH_MAX ? o->prefetch : FT_PREFETCH_MAX;
+    f->pred_noise = o->pred_noise;
+    f->dp_rng = 0x9e3779b97f4a7c15ull;
     f->sums = calloc(total ? (size_t)f->n_layers * f->E * 2 : 1, sizeof *f->sums);
     if (!f->fills || !f->miss || !f->slots_tmp || !f->pf_slot_of || !f->cp_dst || !f->cp_src || !f->cp_bytes || !f->map_gu ||
         !f->map_dn || !f->cpu_layer || !f->staged || !f->sums ||
@@ -894,7 +996,8 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
         cudaEventCreateWithFlags(&f->ev_free[1], cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreate(&f->ev_pf0) != cudaSuccess || cudaEventCreate(&f->ev_pf1) != cudaSuccess ||
         cudaEventCreate(&f->ev_t0) != cudaSuccess || cudaEventCreate(&f->ev_t1) != cudaSuccess ||
-        cudaEventCreate(&f->ev_t2) != cudaSuccess) {
+        cudaEventCreate(&f->ev_t2) != cudaSuccess || cudaEventCreate(&f->ev_dp0) != cudaSuccess ||
+        cudaEventCreate(&f->ev_dp1) != cudaSuccess) {
         st = ft_cuda_check("offload streams/events");
         goto fail;
     }
@@ -1004,6 +1107,8 @@ void ft_offload_free(struct ft_offload *f) {
     if (f->ev_t0) cudaEventDestroy(f->ev_t0);
     if (f->ev_t1) cudaEventDestroy(f->ev_t1);
     if (f->ev_t2) cudaEventDestroy(f->ev_t2);
+    if (f->ev_dp0) cudaEventDestroy(f->ev_dp0);
+    if (f->ev_dp1) cudaEventDestroy(f->ev_dp1);
     if (f->ev_pf0) cudaEventDestroy(f->ev_pf0);
     if (f->ev_pf1) cudaEventDestroy(f->ev_pf1);
     for (int i = 0; i < 2; i++) {
@@ -1046,6 +1151,7 @@ void ft_offload_get_stats(const struct ft_offload *f, struct ft_gpu_offload_stat
     out->mismatches = f->mismatches;
     out->repaired = f->repaired;
     out->prefetch_unused = f->pre_unused;
+    out->prefetched = f->dp_issued, out->prefetch_used = f->dp_used, out->prefetch_late = f->dp_late;
     out->copy_gbps = f->copy_s > 0 ? f->bytes / f->copy_s / 1e9 : 0;
     out->staged = f->staged_copies, out->staged_layers = f->n_staged, out->warmed = f->warmed;
     out->verify = f->verify;

@@ -24,7 +24,12 @@ struct ft_offload_opts {
     const char *policy;     /* the cache's eviction (NULL: LRU) */
     struct ft_trace *record; /* every lookup recorded into it (NULL: none) */
     int hot_set;            /* warm the cache from the model's hot set and save this run's */
+    int prefetch;           /* decode: experts copied ahead for the next MoE layer, at most
+                               this many a layer (0: none; FT_PREFETCH_MAX at most) */
+    double pred_noise;      /* synthetic routing: each predicted id replaced at random with this
+                               probability (its draws are otherwise known exactly) */
 };
+#define FT_PREFETCH_MAX 8
 
 struct ft_gpu_offload_stats {
     int active, n_slots, path;      /* path: 1 DMA, 2 gather */
@@ -38,6 +43,9 @@ struct ft_gpu_offload_stats {
                                        mismatch) */
     long prefetch_unused;           /* experts copied ahead for the next layer's prefill that it
                                        did not route to */
+    long prefetched, prefetch_used; /* decode: experts copied ahead for the next layer, and
+                                       those it routed to */
+    long prefetch_late;             /* used ones whose copy had not landed at their layer */
     long cpu_experts;               /* misses computed on the CPU (cpu / hybrid) */
     double cpu_s;                   /* CPU executor seconds */
     double copy_bytes, copy_s;      /* expert bytes copied, copy-stream seconds spent on them */
@@ -85,6 +93,13 @@ void ft_offload_decode_done(struct ft_offload *f, cudaStream_t s);
  * come before any other call of this module. No-op when nothing was deferred. */
 int ft_offload_decode_deferred(const struct ft_offload *f);
 enum ft_status ft_offload_decode_finish(struct ft_offload *f, cudaStream_t s);
+/* After layer l's copies are issued: pred[0..n) are the ids predicted for the next MoE layer
+ * `layer` (most likely first); the first opts.prefetch of them that are not resident are
+ * copied into slots this step does not use, on the copy stream behind l's copies. Nothing when
+ * an earlier prefetch is still copying, copies are verified, or `layer` computes its misses on
+ * the CPU or is staged. ft_offload_decode_plan of `layer` counts them as used or not and,
+ * where a used one's copy is still running, puts it with the fetched pairs. */
+enum ft_status ft_offload_decode_prefetch(struct ft_offload *f, int layer, const int32_t *pred, int n);
 /* The CPU side of a layer step took `seconds` for n_experts distinct experts (hybrid
  * feedback). */
 void ft_offload_observe_cpu(struct ft_offload *f, int layer, int n_experts, double seconds);
