@@ -71,7 +71,7 @@ if [ "$DRY" = 1 ]; then
             --agent-turns 3 --agent-prefix 64 --agent-new 16 --agent-answer 8 --prefix-ttft 256"
   B_RES="--min-requests 2" B_OFF="--min-requests 1"
   NP=8 KV=8192 CTX=4096
-  EST_LOAD=10 EST=(60 60 60 60) LOAD_MAX=60
+  EST=(60 60 60 60) LOAD_MAX=60
 else
   GGUF=${GGUF:-/dev/shm/q3moe-q8_0.gguf}
   FT=${FT:-.gpu/ft}
