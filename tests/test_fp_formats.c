@@ -181,6 +181,39 @@ TEST(mxfp4_rows_bit_exact) {
     ft_st_close(f);
 }
 
+/* The same rows repacked into GGML MXFP4 blocks (the banks' format, DeepSeek-V4's FP4 experts)
+ * decode to the reference values, except the block whose scale is 0xFF, which GGML cannot
+ * express as NaN (the packer counts it for the loader to refuse), and -0 (code 8), which GGML's
+ * table reads as +0: the same number in every product and sum. */
+TEST(mxfp4_pack_ggml_bit_exact) {
+    struct ft_st_file *f = open_vectors("rows");
+    const size_t R = 8, n = 1024, nb = 32;
+    const struct ft_st_tensor *tb = vec(f, "mxfp4.blocks", FT_DTYPE_U8, R * nb * 16);
+    const struct ft_st_tensor *ts = vec(f, "mxfp4.scales", FT_DTYPE_U8, R * nb);
+    const struct ft_st_tensor *td = vec(f, "mxfp4.deq", FT_DTYPE_F32, R * n);
+    if (tb && ts && td) {
+        uint8_t *g = malloc(R * nb * 17);
+        float *row = malloc(n * sizeof *row);
+        EXPECT_EQ(ft_mxfp4_pack_ggml(g, tb->data, ts->data, R, n), 1); /* every e8m0 code once */
+        int bad = 0, nan_blocks = 0;
+        for (size_t r = 0; r < R; r++) {
+            ft_to_f32(row, g + r * nb * 17, FT_DTYPE_MXFP4, n);
+            for (size_t i = 0; i < n; i++) {
+                if (((const uint8_t *)ts->data)[r * nb + i / 32] == 0xff) {
+                    nan_blocks += i % 32 == 0;
+                    continue;
+                }
+                const float want = f32_at(td, r * n + i);
+                bad += !(same_f32(row[i], want) || (row[i] == 0 && want == 0));
+            }
+        }
+        EXPECT_EQ(nan_blocks, 1);
+        CHECK_(bad == 0, "mxfp4 repacked: %d elements differ", bad);
+        free(g), free(row);
+    }
+    ft_st_close(f);
+}
+
 TEST(nvfp4_rows_bit_exact) {
     struct ft_st_file *f = open_vectors("rows");
     static const struct { const char *key; size_t rows, n; } cases[] = {{"nvfp4", 8, 512},

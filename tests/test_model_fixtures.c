@@ -1,6 +1,8 @@
 /* test_model_fixtures.c — every architecture against transformers: the tiny bf16 checkpoints
  * under tests/data/models (tools/gen_fixtures.py; gpt_oss and its MXFP4 twin from
- * tools/gen_gptoss_fixtures.py; qwen3_moe_fp8 / _nvfp4 from tools/gen_quant_fixtures.py; the
+ * tools/gen_gptoss_fixtures.py; qwen3_moe_fp8 / _nvfp4 from tools/gen_quant_fixtures.py;
+ * deepseek_v4_fp4, DeepSeek-V4-Flash's spelling (FP4 experts, FP8 + E8M0 block scales), from
+ * tools/gen_v4_quant_fixture.py; the
  * *_n08 ones of issue 25 also with float64 logits) with transformers' fp32 logits for a 24-token
  * prompt and its 12 greedy tokens. Checks max |logit - reference| <= 1e-3 at every position,
  * identical greedy tokens, chunked prefill == one-shot prefill, and the ISA tiers agree.
@@ -29,7 +31,7 @@ static const char *const k_fixtures[] = {"qwen3_moe", "qwen3_moe_nonorm", "qwen2
                                          "deepseek_v3", "deepseek_v3_noqlora", "glm4_moe",
                                          "glm4_moe_qknorm", "glm4_moe_lite", "minimax_m2",
                                          "glm_moe_dsa", "deepseek_v2", "deepseek_v2_lite",
-                                         "deepseek_v4", "deepseek_v4_fused"};
+                                         "deepseek_v4", "deepseek_v4_fused", "deepseek_v4_fp4"};
 
 /* issue 25's exact-path fixtures: N(0, 0.08) matrices, U(0.8, 1.2) norms (QK-norm in
  * qwen3_moe_n08), logits of sd 0.5; their reference holds transformers in float64 too */
@@ -188,6 +190,7 @@ TEST(fixtures_chunked_prefill_and_odd_pool) {
      * of which the indexer keeps 3, 5 HCA ones) */
     check_fixture("deepseek_v4", pool, 5);
     check_fixture("deepseek_v4", pool, 1);
+    check_fixture("deepseek_v4_fp4", pool, 7);
     ft_pool_free(pool);
 }
 
@@ -298,6 +301,76 @@ TEST(v4_deepseek_spelling) {
     EXPECT(system(path) == 0);
 }
 
+/* deepseek_v4_fp4 as DeepSeek-V4-Flash stores it: its experts land in MXFP4 banks, the FP8
+ * matrices as FP8_B128 rows, and a copy with one scale tensor missing, of the wrong shape, of
+ * the wrong dtype or holding a NaN (E8M0 0xFF) fails to load with an error naming it. */
+static void v4_fp4_broken(const char *what, const char *victim, int how, const char *want) {
+    char dir[96], path[700];
+    snprintf(dir, sizeof dir, "/tmp/ft_v4_fp4_%d", (int)getpid());
+    snprintf(path, sizeof path, "rm -rf %s && mkdir -p %s && cp %s/models/deepseek_v4_fp4/config.json %s/",
+             dir, dir, FT_TEST_DATA, dir);
+    EXPECT(system(path) == 0);
+    struct ft_st_file *f = NULL;
+    EXPECT_OK(ft_st_open(FT_TEST_DATA "/models/deepseek_v4_fp4/model.safetensors", &f));
+    if (!f) return;
+    const int n = ft_st_count(f);
+    struct ft_st_out *out = calloc((size_t)n, sizeof *out);
+    uint8_t *nan = NULL;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const struct ft_st_tensor *t = ft_st_at(f, i);
+        out[k] = (struct ft_st_out){t->name, t->dtype, t->n_dims, {0}, t->data};
+        memcpy(out[k].shape, t->shape, sizeof out[k].shape);
+        if (!strcmp(t->name, victim)) {
+            if (how == 0) continue;                                /* missing */
+            if (how == 1) out[k].shape[1] = t->shape[1] / 2;       /* wrong shape */
+            if (how == 2) out[k].dtype = FT_DTYPE_I8;              /* wrong dtype */
+            if (how == 3) {                                        /* a NaN scale */
+                nan = malloc(t->n_bytes);
+                memcpy(nan, t->data, t->n_bytes);
+                nan[1] = 0xff;
+                out[k].data = nan;
+            }
+        }
+        k++;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    EXPECT_OK(ft_st_write(path, out, k));
+    free(out), free(nan);
+    ft_st_close(f);
+    struct ft_model *m = NULL;
+    enum ft_status st = ft_model_load(dir, &m);
+    CHECK_(st != FT_OK, "deepseek_v4_fp4 with %s loaded", what);
+    if (st != FT_OK) EXPECT_CONTAINS(ft_error(), want);
+    ft_model_free(m);
+    snprintf(path, sizeof path, "rm -rf %s", dir);
+    EXPECT(system(path) == 0);
+}
+
+TEST(v4_published_quant_spelling) {
+    struct ft_model *m = NULL;
+    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/deepseek_v4_fp4", &m));
+    if (m) {
+        const struct ft_layer *L = &m->layers[1];
+        EXPECT_EQ(L->bank[FT_BANK_GATE_UP].schema->dtype, FT_DTYPE_MXFP4);
+        EXPECT_EQ(L->bank[FT_BANK_DOWN].schema->dtype, FT_DTYPE_MXFP4);
+        EXPECT_EQ(L->q_a.dtype, FT_DTYPE_FP8_B128);
+        EXPECT_EQ(L->v4->o_a.dtype, FT_DTYPE_FP8_B128);
+        EXPECT_EQ(L->sh_down.dtype, FT_DTYPE_FP8_B128);
+        EXPECT_EQ(L->v4->c_kv.dtype, FT_DTYPE_BF16); /* the compressors ship in BF16 */
+        EXPECT_EQ(L->act.mode, FT_SWIGLU_CLAMP);
+    }
+    ft_model_free(m);
+    const char *sc = "layers.2.ffn.experts.5.w3.scale";
+    v4_fp4_broken("an expert scale missing", sc, 0, sc);
+    v4_fp4_broken("an expert scale of the wrong shape", sc, 1, sc);
+    v4_fp4_broken("an expert scale of the wrong dtype", sc, 2, "F8_E8M0");
+    v4_fp4_broken("a NaN expert scale", sc, 3, sc);
+    v4_fp4_broken("an FP8 block scale missing", "layers.3.attn.wq_a.scale", 0, "layers.3.attn.wq_a.weight");
+    v4_fp4_broken("an FP8 block scale of the wrong shape", "layers.0.ffn.shared_experts.w2.scale", 1,
+                  "F32/BF16/F16/F8_E8M0 [2, 1]");
+}
+
 /* Every ISA tier this CPU has must reproduce transformers too (scalar is the plain reference). */
 TEST(fixtures_every_isa_tier) {
     struct ft_pool *pool;
@@ -312,6 +385,7 @@ TEST(fixtures_every_isa_tier) {
         check_fixture("gpt_oss_mxfp4", pool, 512); /* MXFP4 expert blocks in every tier */
         check_fixture("qwen3_moe_fp8", pool, 512); /* FP8 rows, partial 128-blocks */
         check_fixture("qwen3_moe_nvfp4", pool, 512);
+        check_fixture("deepseek_v4_fp4", pool, 512); /* FP4 experts as MXFP4, FP8 + E8M0 scales */
     }
     ft_cpu_set_isa(best);
     ft_pool_free(pool);

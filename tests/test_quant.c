@@ -265,7 +265,7 @@ TEST(dtype_table) {
     EXPECT_EQ(ft_dtype_from_ggml(10), FT_DTYPE_COUNT); /* Q2_K: not read */
     EXPECT(!ft_dtype_is_block(FT_DTYPE_F32));
     /* FP8_B128: a row of n carries ceil(n/128) f32 scales, then n codes padded to 4 bytes */
-    EXPECT_EQ(FT_DTYPE_FP8_B128 + 2, FT_DTYPE_COUNT);
+    EXPECT_EQ(FT_DTYPE_FP8_B128 + 3, FT_DTYPE_COUNT);
     /* NVFP4: f32 scale_2, ceil(n/16) scale bytes, ceil(n/2) code bytes, padded to 4 */
     EXPECT_EQ(ft_dtype_row_bytes(FT_DTYPE_NVFP4, 48), 4 + 3 + 24 + 1);
     EXPECT_EQ(ft_dtype_row_bytes(FT_DTYPE_NVFP4, 256), 4 + 16 + 128);
@@ -277,6 +277,23 @@ TEST(dtype_table) {
     EXPECT(ft_dtype_is_packed(FT_DTYPE_FP8_B128) && !ft_dtype_is_block(FT_DTYPE_FP8_B128));
     EXPECT_EQ(ft_dtype_ggml(FT_DTYPE_FP8_B128), -1);
     EXPECT_EQ(ft_dtype_parse("FP8_B128", &p), -1);
+}
+
+/* F8_E8M0 (DeepSeek-V4's scales): a safetensors element type of one byte, 2^(e-127), 0xFF NaN */
+TEST(e8m0_element_type) {
+    enum ft_dtype p;
+    EXPECT_EQ(ft_dtype_parse("F8_E8M0", &p), 0);
+    EXPECT_EQ(p, FT_DTYPE_F8_E8M0);
+    EXPECT_EQ(ft_dtype_size(FT_DTYPE_F8_E8M0), 1);
+    EXPECT(!ft_dtype_is_packed(FT_DTYPE_F8_E8M0));
+    const uint8_t c[7] = {0, 1, 126, 127, 128, 254, 255};
+    float out[7];
+    ft_to_f32(out, c, FT_DTYPE_F8_E8M0, 7);
+    EXPECT(out[0] == ldexpf(1.0f, -127)); /* the f32 subnormal */
+    EXPECT(out[1] == ldexpf(1.0f, -126));
+    EXPECT(out[2] == 0.5f && out[3] == 1.0f && out[4] == 2.0f);
+    EXPECT(out[5] == ldexpf(1.0f, 127));
+    EXPECT(isnan(out[6]));
 }
 
 TEST(to_f32_bulk) {

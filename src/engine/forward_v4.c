@@ -539,7 +539,7 @@ static void moe(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
     e->distinct_n++;
     mm(e, e->gu, 2 * Is, e->xn, &L->sh_gate, NULL, T);
     mm(e, e->gu + Is, 2 * Is, e->xn, &L->sh_up, NULL, T);
-    ft_cpu_swiglu_clamped(e->act, e->gu, T, Is, z->swiglu, FT_SWIGLU_V4);
+    ft_cpu_swiglu(e->act, e->gu, T, Is, FT_SWIGLU_CLAMP, z->swiglu, 0.0f);
     mm(e, e->att, H, e->act, &L->sh_down, NULL, T);
     ft_cpu_add(e->y, e->att, (size_t)T * H);
 }

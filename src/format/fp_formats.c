@@ -98,6 +98,19 @@ void ft_mxfp4_dequant_row(const uint8_t *blocks, const uint8_t *scales, size_t n
         dst[i] = ft_e2m1_to_f32(nibble(blocks, i)) * ft_e8m0_to_f32(scales[i / 32]);
 }
 
+size_t ft_mxfp4_pack_ggml(uint8_t *dst, const uint8_t *codes, const uint8_t *scales, size_t rows,
+                          size_t K) {
+    size_t n_nan = 0, nb = K / 32;
+    for (size_t b = 0; b < rows * nb; b++) { /* rows are contiguous in codes, scales and dst */
+        const uint8_t *q = codes + b * 16;
+        uint8_t *o = dst + b * 17;
+        o[0] = scales[b];
+        n_nan += scales[b] == 0xffu;
+        for (size_t j = 0; j < 16; j++) o[1 + j] = (uint8_t)(nibble(q, j) | nibble(q, j + 16) << 4);
+    }
+    return n_nan;
+}
+
 void ft_nvfp4_dequant_row(const uint8_t *w, const uint8_t *scales, float scale_2, size_t n,
                           float *dst) {
     for (size_t i = 0; i < n; i++)

@@ -71,6 +71,14 @@ uint8_t ft_f32_to_e2m1(float f);
  * MXFP4 as gpt-oss stores it: blocks u8 [n_blocks, 16] (32 e2m1 per block), scales u8
  * [n_blocks] e8m0; value i = e2m1(i) * 2^(scales[i/32]-127). n_blocks = ceil(n/32). */
 void ft_mxfp4_dequant_row(const uint8_t *blocks, const uint8_t *scales, size_t n, float *dst);
+/* MXFP4 rows into GGML MXFP4 blocks (the expert banks' format: per 32 elements the E8M0 byte,
+ * then 16 bytes, byte j holding element j low and j + 16 high). codes u8 [rows, K/2] (element 2j
+ * in the low nibble of byte j: gpt-oss's *_blocks, DeepSeek-V4's I8 expert weights), scales u8
+ * [rows, K/32] E8M0; K a multiple of 32; dst rows K/32 * 17 bytes apart. GGML reads a block as
+ * twice the e2m1 value times half the scale, the same numbers, except that it has no NaN: the
+ * return value counts the 0xFF (NaN) scale bytes, which the caller must reject. */
+size_t ft_mxfp4_pack_ggml(uint8_t *dst, const uint8_t *codes, const uint8_t *scales, size_t rows,
+                          size_t K);
 /* NVFP4 as NVIDIA ModelOpt stores it: w u8 [ceil(n/2)] packed e2m1, scales u8 [ceil(n/16)]
  * fp8 e4m3 (`weight_scale`, decoded with its sign like torch's float8_e4m3fn), scale_2 the f32
  * `weight_scale_2`; value i = (e2m1(i) * e4m3(scales[i/16])) * scale_2. */

@@ -23,6 +23,7 @@ static const struct {
     [FT_DTYPE_Q4_K] = {"Q4_K", 0},    [FT_DTYPE_Q5_K] = {"Q5_K", 0},
     [FT_DTYPE_Q6_K] = {"Q6_K", 0},    [FT_DTYPE_MXFP4] = {"MXFP4", 0},
     [FT_DTYPE_FP8_B128] = {"FP8_B128", 0}, [FT_DTYPE_NVFP4] = {"NVFP4", 0},
+    [FT_DTYPE_F8_E8M0] = {"F8_E8M0", 1},
 };
 
 static const struct {
@@ -136,6 +137,9 @@ void ft_to_f32(float *dst, const void *src, enum ft_dtype t, size_t n) {
             memcpy(&h, s + 2 * i, 2);
             dst[i] = ft_f16_to_f32(h);
         }
+    } else if (t == FT_DTYPE_F8_E8M0) {
+        const uint8_t *s = src;
+        for (size_t i = 0; i < n; i++) dst[i] = ft_e8m0_to_f32(s[i]);
     } else if (ft_dtype_is_block(t)) { /* n a whole number of blocks: a bug otherwise */
         FT_ASSERT(ft_ggml_dequant_row(ft_dtype_ggml(t), src, dst, (int64_t)n) == FT_OK);
     } else if (t == FT_DTYPE_FP8_B128) {

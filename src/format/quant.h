@@ -44,6 +44,10 @@ enum ft_dtype {
     /* NVFP4 (NVIDIA ModelOpt) rows: the tensor's f32 weight_scale_2, ceil(n/16) e4m3 block
      * scales, ceil(n/2) bytes of e2m1 pairs (element 2j low nibble), padded to 4 */
     FT_DTYPE_NVFP4,
+    /* OCP MX E8M0 scale bytes (safetensors "F8_E8M0", torch float8_e8m0fnu): 2^(e-127), 0xFF
+     * NaN. DeepSeek-V4's checkpoints store their FP4 experts' per-32 scales and their FP8
+     * weights' 128x128 block scales this way; ft_to_f32 decodes them. */
+    FT_DTYPE_F8_E8M0,
     FT_DTYPE_COUNT
 };
 
@@ -85,9 +89,9 @@ static inline uint16_t ft_f32_to_bf16(float f) {
 float ft_f16_to_f32(uint16_t h);
 uint16_t ft_f32_to_f16(float f);
 
-/* Converts n elements of type t at src to f32: F32, F16, BF16, the GGML block formats (n a
- * whole number of blocks: their exact dequantised values), and FP8_B128 / NVFP4 (exactly one row
- * of n). */
+/* Converts n elements of type t at src to f32: F32, F16, BF16, F8_E8M0, the GGML block formats
+ * (n a whole number of blocks: their exact dequantised values), and FP8_B128 / NVFP4 (exactly one
+ * row of n). */
 void ft_to_f32(float *dst, const void *src, enum ft_dtype t, size_t n);
 
 #ifdef __cplusplus

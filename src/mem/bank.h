@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "ft.h"
+#include "backend/swiglu.h"
 #include "format/quant.h"
 
 enum ft_bank_family { FT_BANK_GATE_UP, FT_BANK_DOWN, FT_BANK_N_FAMILIES };
@@ -38,12 +39,16 @@ struct ft_bank {
     uint8_t *base;        /* page-aligned */
 };
 
-/* What an expert computes between and after its matmuls: plain SwiGLU (limit 0, no biases), or
- * gpt-oss's clamped SwiGLU with per-expert biases. */
+/* What an expert computes between and after its matmuls: plain SwiGLU (no biases), gpt-oss's
+ * clamped SwiGLU with per-expert biases, or DeepSeek-V4's clamped SwiGLU (mode says which; a
+ * zeroed struct is plain). */
 struct ft_expert_act {
-    float limit, alpha;           /* limit > 0: gate <= limit, |up| <= limit, (up+1)*gate*sig(alpha gate) */
+    float limit, alpha;           /* the clamp (OAI, CLAMP) and the sigmoid's alpha (OAI); until
+                                     moe/cpu_exec.c reads mode, CLAMP also sets alpha to
+                                     FT_SWIGLU_V4 (backend/cpu/ops.h) for it */
     const float *gu_bias;         /* [E][2I] (gate then up, like the bank rows) or NULL */
     const float *down_bias;       /* [E][H] or NULL */
+    enum ft_swiglu mode;          /* last: positional initialisers of the fields above stay valid */
 };
 
 /* Allocates a bank for n_experts matrices of [rows, cols] in the schema's format. */

@@ -30,6 +30,7 @@
 
 #include "backend/cpu/ops.h"
 #include "core/status.h"
+#include "format/fp_formats.h"
 #include "model/arch.h"
 #include "model/model.h"
 #include "model/model_impl.h"
@@ -252,6 +253,58 @@ static enum ft_status load_tid2eid(struct ft_model *m, const char *name, int32_t
 
 #define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
 
+/* One FP4 expert matrix [rows, K] as the published DeepSeek-V4 checkpoints store it: `name` I8
+ * [rows, K/2] (two e2m1 codes a byte, element 2j in the low nibble, as DeepSeek's and
+ * transformers' dequantisers read it) and <name>_scale_inv, spelt `.scale` there, F8_E8M0 (or U8
+ * exponent bytes) [rows, K/32]: value = e2m1 * 2^(scale - 127) (OCP MX v1.0), into the bank's
+ * MXFP4 rows at dst. */
+static enum ft_status fp4_matrix(struct ft_model *m, const char *name, int rows, int K, uint8_t *dst) {
+    char sn[300];
+    snprintf(sn, sizeof sn, "%s_scale_inv", name);
+    const struct ft_st_tensor *w = ft_model_find(m, name), *s = ft_model_find(m, sn);
+    if (!w || w->dtype != FT_DTYPE_I8 || w->n_dims != 2 || w->shape[0] != rows || w->shape[1] != K / 2)
+        return ft_fail(FT_ERR_FORMAT, "%s: FP4 expert tensor '%s' must be I8 [%d, %d] (two e2m1 a byte, "
+                       "like the layer's first expert)", m->label, w ? w->name : name, rows, K / 2);
+    if (!s && strcmp(w->name, name)) /* name the scales as the weight's file spells them */
+        snprintf(sn, sizeof sn, "%.*sscale", (int)(strlen(w->name) - strlen("weight")), w->name);
+    if (!s || (s->dtype != FT_DTYPE_F8_E8M0 && s->dtype != FT_DTYPE_U8) || s->n_dims != 2 ||
+        s->shape[0] != rows || s->shape[1] != K / 32)
+        return ft_fail(FT_ERR_FORMAT, "%s: FP4 expert tensor '%s' needs its scales '%s' F8_E8M0 [%d, %d] "
+                       "(one E8M0 per 32 inputs, as DeepSeek-V4 checkpoints store them)", m->label,
+                       w->name, s ? s->name : sn, rows, K / 32);
+    if (ft_mxfp4_pack_ggml(dst, w->data, s->data, (size_t)rows, (size_t)K))
+        return ft_fail(FT_ERR_FORMAT, "%s: tensor '%s' holds NaN scales (E8M0 0xFF): a corrupt download?",
+                       s->file, s->name);
+    return FT_OK;
+}
+
+/* The routed experts: FP4 ones (I8 weights, DeepSeek's expert_dtype "fp4") repacked into MXFP4
+ * banks, gate rows then up rows; any other dtype by the common loader (BF16, FP8 + scales). */
+static enum ft_status load_experts(struct ft_model *m, int l, struct ft_layer *L) {
+    const int E = m->n_experts, I = m->expert_inter, H = m->hidden;
+    char n[256];
+    const struct ft_st_tensor *t = ft_model_find(m, NAME(n, "model.layers.%d.mlp.experts.0.gate_proj.weight", l));
+    if (!t || t->dtype != FT_DTYPE_I8) return ft_model_load_experts(m, l, L);
+    if (H % 32 || I % 32)
+        return ft_fail(FT_ERR_FORMAT, "%s: FP4 experts need hidden_size and moe_intermediate_size "
+                       "multiples of 32 (%d, %d)", m->label, H, I);
+    const struct ft_row_schema *mx = ft_row_schema_for(FT_DTYPE_MXFP4);
+    enum ft_status st;
+    FT_TRY(ft_bank_init(&L->bank[FT_BANK_GATE_UP], mx, FT_BANK_GATE_UP, E, 2 * I, H));
+    FT_TRY(ft_bank_init(&L->bank[FT_BANK_DOWN], mx, FT_BANK_DOWN, E, H, I));
+    const size_t half = (size_t)I * ft_dtype_row_bytes(FT_DTYPE_MXFP4, H); /* the gate rows */
+    for (int e = 0; e < E; e++) {
+        uint8_t *gu = ft_bank_expert(&L->bank[FT_BANK_GATE_UP], e);
+        FT_TRY(fp4_matrix(m, NAME(n, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e), I, H, gu));
+        FT_TRY(fp4_matrix(m, NAME(n, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e), I, H, gu + half));
+        FT_TRY(fp4_matrix(m, NAME(n, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e), H, I,
+                          ft_bank_expert(&L->bank[FT_BANK_DOWN], e)));
+    }
+    return FT_OK;
+fail:
+    return st;
+}
+
 enum ft_status ft_v4_load_layer(struct ft_model *m, int l) {
     const struct ft_v4 *z = m->v4;
     struct ft_layer *L = &m->layers[l];
@@ -298,9 +351,10 @@ enum ft_status ft_v4_load_layer(struct ft_model *m, int l) {
     if (X->hash) FT_TRY(load_tid2eid(m, P("mlp.gate.tid2eid", l), &X->tid2eid));
     else if (ft_model_find(m, P("mlp.gate.e_score_correction_bias", l)))
         FT_TRY(ft_model_load_vec(m, b, m->n_experts, &L->router_score_bias));
+    L->act.mode = FT_SWIGLU_CLAMP;
     L->act.limit = z->swiglu;
-    L->act.alpha = FT_SWIGLU_V4;
-    FT_TRY(ft_model_load_experts(m, l, L));
+    L->act.alpha = FT_SWIGLU_V4; /* what moe/cpu_exec.c reads until it passes the mode */
+    FT_TRY(load_experts(m, l, L));
     const int Is = m->shared_inter;
     L->has_shared = 1;
     FT_TRY(ft_model_load_weight(m, P("mlp.shared_experts.gate_proj.weight", l), Is, H, &L->sh_gate));

@@ -946,7 +946,7 @@ static enum ft_status load_expert_act(struct ft_model *m, int l, struct ft_layer
                       (const uint8_t *)g->data + (size_t)e * ft_ggml_row_bytes(g->type, w),
                       ft_dtype_from_ggml(g->type), (size_t)w);
     }
-    L->act = (struct ft_expert_act){(float)m->cfg.swiglu_limit, (float)m->cfg.swiglu_alpha, gu, dn};
+    L->act = (struct ft_expert_act){(float)m->cfg.swiglu_limit, (float)m->cfg.swiglu_alpha, gu, dn, FT_SWIGLU_OAI};
     return FT_OK;
 }
 

@@ -59,19 +59,20 @@ static int readable_dtype(enum ft_dtype t) {
 }
 
 /* The 128x128 block scales of FP8 weight `name` ([rows, cols] e4m3): <name>_scale_inv
- * [ceil(rows/128), ceil(cols/128)] in F32 (DeepSeek) or BF16/F16 (Qwen's FP8 releases), as f32
- * (owned by the model when converted). */
+ * [ceil(rows/128), ceil(cols/128)] in F32 (DeepSeek), BF16/F16 (Qwen's FP8 releases) or F8_E8M0
+ * (DeepSeek-V4's `.scale`), as f32 (owned by the model when converted). */
 static enum ft_status fp8_scales(struct ft_model *m, const char *name, int rows, int cols,
                                  const float **out) {
     char sn[300];
     snprintf(sn, sizeof sn, "%s_scale_inv", name);
-    const struct ft_st_tensor *s = find(m, sn);
+    const struct ft_st_tensor *s = find(m, sn), *w = find(m, name);
     int br = (rows + 127) / 128, bc = (cols + 127) / 128;
-    if (!s || (s->dtype != FT_DTYPE_F32 && s->dtype != FT_DTYPE_BF16 && s->dtype != FT_DTYPE_F16) ||
+    if (!s || (s->dtype != FT_DTYPE_F32 && s->dtype != FT_DTYPE_BF16 && s->dtype != FT_DTYPE_F16 &&
+               s->dtype != FT_DTYPE_F8_E8M0) ||
         s->n_dims != 2 || s->shape[0] != br || s->shape[1] != bc)
-        return ft_fail(FT_ERR_FORMAT, "%s: FP8 tensor '%s' needs '%s' F32/BF16/F16 [%d, %d] (128x128 "
-                       "block scales, as Qwen3/DeepSeek FP8 checkpoints store them)", m->label, name,
-                       sn, br, bc);
+        return ft_fail(FT_ERR_FORMAT, "%s: FP8 tensor '%s' needs '%s' F32/BF16/F16/F8_E8M0 [%d, %d] (128x128 "
+                       "block scales, as Qwen3/DeepSeek FP8 checkpoints store them)", m->label,
+                       w ? w->name : name, s ? s->name : sn, br, bc); /* as the file spells them */
     if (s->dtype == FT_DTYPE_F32 && (uintptr_t)s->data % 4 == 0) {
         *out = s->data;
         return FT_OK;
@@ -294,6 +295,7 @@ static enum ft_status load_oai_experts(struct ft_model *m, int l, struct ft_laye
     int E = m->n_experts, I = m->expert_inter, H = m->hidden;
     char n0[256], n1[256];
     enum ft_status st;
+    L->act.mode = FT_SWIGLU_OAI;
     L->act.limit = m->cfg.swiglu_limit > 0 ? (float)m->cfg.swiglu_limit : 7.0f; /* transformers' default */
     L->act.alpha = (float)m->cfg.swiglu_alpha;
     NAME(n0, "model.layers.%d.mlp.experts.gate_up_proj_bias", l);

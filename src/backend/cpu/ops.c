@@ -57,13 +57,13 @@ void ft_cpu_rope(float *x, const int32_t *pos, const float *inv_freq, float msca
     }
 }
 
-/* One gated activation: SiLU(g) * u, or (clamped) gpt-oss's (u + 1) g sigmoid(alpha g) with
- * g <= limit and |u| <= limit. */
-static inline float act_one(float g, float u, int clamped, float limit, float alpha) {
-    if (!clamped) return g / (1.0f + expf(-g)) * u;
+/* One gated activation (enum ft_swiglu): SiLU(g) * u; or, with g <= limit and |u| <= limit,
+ * gpt-oss's (u + 1) g sigmoid(alpha g) or DeepSeek-V4's u g sigmoid(g). */
+static inline float act_one(float g, float u, enum ft_swiglu mode, float limit, float alpha) {
+    if (mode == FT_SWIGLU_PLAIN) return g / (1.0f + expf(-g)) * u;
     g = g < limit ? g : limit;
     u = u < -limit ? -limit : u > limit ? limit : u;
-    if (alpha < 0) return u * (g * ft_sigmoid(g)); /* FT_SWIGLU_V4 */
+    if (mode == FT_SWIGLU_CLAMP) return u * (g * ft_sigmoid(g));
     return (u + 1.0f) * (g * ft_sigmoid(g * alpha));
 }
 
@@ -116,13 +116,14 @@ TV256 static inline __m256 exp256(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-/* One row of SiLU(g) * u (clamped: gpt-oss's (u + 1) g sigmoid(alpha g) with g <= limit and
- * |u| <= limit); the last I % 16 lanes masked. */
-TV512 static void act_row512(float *o, const float *g, const float *u, int I, int clamped,
+/* One row of act_one's activation; the last I % 16 lanes masked. The clamped modes share one
+ * formula: (u + off) g sigmoid(a g), off 1 and a alpha for OAI, off 0 and a 1 for CLAMP. */
+TV512 static void act_row512(float *o, const float *g, const float *u, int I, enum ft_swiglu mode,
                              float limit, float alpha) {
     const __m512 one = _mm512_set1_ps(1.0f), lim = _mm512_set1_ps(limit), nlim = _mm512_set1_ps(-limit);
-    const float a = alpha < 0 ? 1.0f : alpha; /* FT_SWIGLU_V4: sigmoid(g), no + 1 on u */
-    const __m512 off = _mm512_set1_ps(alpha < 0 ? 0.0f : 1.0f);
+    const int clamped = mode != FT_SWIGLU_PLAIN, v4 = mode == FT_SWIGLU_CLAMP;
+    const float a = v4 ? 1.0f : alpha;
+    const __m512 off = _mm512_set1_ps(v4 ? 0.0f : 1.0f);
     for (int i = 0; i < I; i += 16) {
         const __mmask16 k = I - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (I - i)) - 1);
         __m512 gv = _mm512_maskz_loadu_ps(k, g + i), uv = _mm512_maskz_loadu_ps(k, u + i), y;
@@ -138,11 +139,12 @@ TV512 static void act_row512(float *o, const float *g, const float *u, int I, in
     }
 }
 
-TV256 static void act_row256(float *o, const float *g, const float *u, int I, int clamped,
+TV256 static void act_row256(float *o, const float *g, const float *u, int I, enum ft_swiglu mode,
                              float limit, float alpha) {
     const __m256 one = _mm256_set1_ps(1.0f), lim = _mm256_set1_ps(limit), nlim = _mm256_set1_ps(-limit);
-    const float a = alpha < 0 ? 1.0f : alpha; /* FT_SWIGLU_V4: sigmoid(g), no + 1 on u */
-    const __m256 off = _mm256_set1_ps(alpha < 0 ? 0.0f : 1.0f);
+    const int clamped = mode != FT_SWIGLU_PLAIN, v4 = mode == FT_SWIGLU_CLAMP;
+    const float a = v4 ? 1.0f : alpha;
+    const __m256 off = _mm256_set1_ps(v4 ? 0.0f : 1.0f);
     int i = 0;
     for (; i + 8 <= I; i += 8) {
         __m256 gv = _mm256_loadu_ps(g + i), uv = _mm256_loadu_ps(u + i), y;
@@ -156,7 +158,7 @@ TV256 static void act_row256(float *o, const float *g, const float *u, int I, in
         }
         _mm256_storeu_ps(o + i, y);
     }
-    for (; i < I; i++) o[i] = act_one(g[i], u[i], clamped, limit, alpha); /* as the scalar tier */
+    for (; i < I; i++) o[i] = act_one(g[i], u[i], mode, limit, alpha); /* as the scalar tier */
 }
 
 /* y = e^(x - shift) over 16 lanes, 0 where x is -inf or NaN; returns the sum of y, added in
@@ -210,15 +212,15 @@ double ft_cpu_exp_shift(float *y, const float *x, int n, float shift) {
 
 /* The gated activations row by row: the vector tiers' e^x is within 2 ulp of expf (libm's
  * on the scalar tier), so results differ from it in the last bits (test_cpu_ops bounds it). */
-static void act_rows(float *out, const float *gate_up, int T, int I, int clamped, float limit,
-                     float alpha) {
+static void act_rows(float *out, const float *gate_up, int T, int I, enum ft_swiglu mode,
+                     float limit, float alpha) {
 #ifdef FT_X86
     const enum ft_cpu_isa isa = ft_cpu_isa();
     if (isa >= FT_ISA_AVX2) {
         for (int t = 0; t < T; t++) {
             const float *g = gate_up + (size_t)t * 2 * I;
-            if (isa >= FT_ISA_AVX512) act_row512(out + (size_t)t * I, g, g + I, I, clamped, limit, alpha);
-            else act_row256(out + (size_t)t * I, g, g + I, I, clamped, limit, alpha);
+            if (isa >= FT_ISA_AVX512) act_row512(out + (size_t)t * I, g, g + I, I, mode, limit, alpha);
+            else act_row256(out + (size_t)t * I, g, g + I, I, mode, limit, alpha);
         }
         return;
     }
@@ -226,16 +228,21 @@ static void act_rows(float *out, const float *gate_up, int T, int I, int clamped
     for (int t = 0; t < T; t++) {
         const float *g = gate_up + (size_t)t * 2 * I, *u = g + I;
         float *o = out + (size_t)t * I;
-        for (int i = 0; i < I; i++) o[i] = act_one(g[i], u[i], clamped, limit, alpha);
+        for (int i = 0; i < I; i++) o[i] = act_one(g[i], u[i], mode, limit, alpha);
     }
 }
 
 void ft_cpu_silu_mul(float *out, const float *gate_up, int T, int I) {
-    act_rows(out, gate_up, T, I, 0, 0.0f, 0.0f);
+    act_rows(out, gate_up, T, I, FT_SWIGLU_PLAIN, 0.0f, 0.0f);
+}
+
+void ft_cpu_swiglu(float *out, const float *gate_up, int T, int I, enum ft_swiglu mode, float limit,
+                   float alpha) {
+    act_rows(out, gate_up, T, I, mode, limit, alpha);
 }
 
 void ft_cpu_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit, float alpha) {
-    act_rows(out, gate_up, T, I, 1, limit, alpha);
+    act_rows(out, gate_up, T, I, alpha < 0 ? FT_SWIGLU_CLAMP : FT_SWIGLU_OAI, limit, alpha);
 }
 
 void ft_cpu_gelu_tanh_mul(float *out, const float *gate_up, int T, int I) {

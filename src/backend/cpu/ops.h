@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/swiglu.h"
 #include "core/threadpool.h"
 #include "format/quant.h"
 
@@ -117,10 +118,13 @@ void ft_cpu_attention_paged(struct ft_pool *pool, float *out, const float *q, co
 
 /* out[T, I] = silu(gate_up[t, 0:I]) * gate_up[t, I:2I]; gate_up: [T, 2I]. */
 void ft_cpu_silu_mul(float *out, const float *gate_up, int T, int I);
-/* gpt-oss's clamped SwiGLU on the same layout: g = min(gate, limit), u = clamp(up, -limit,
- * limit), out = (u + 1) * g * sigmoid(alpha * g). alpha FT_SWIGLU_V4 (any alpha < 0):
- * DeepSeek-V4's, the same clamps around a plain SwiGLU, out = u * g * sigmoid(g) (the experts'
- * struct ft_expert_act carries it this way to the CPU executor). */
+/* The activation `mode` (backend/swiglu.h) on the same layout: PLAIN is ft_cpu_silu_mul; OAI
+ * gpt-oss's g = min(gate, limit), u = clamp(up, -limit, limit), out = (u + 1) * g *
+ * sigmoid(alpha * g); CLAMP DeepSeek-V4's, the same clamps, out = u * g * sigmoid(g). */
+void ft_cpu_swiglu(float *out, const float *gate_up, int T, int I, enum ft_swiglu mode, float limit,
+                   float alpha);
+/* Transitional, for moe/cpu_exec.c until it passes struct ft_expert_act's mode: OAI, or CLAMP
+ * when alpha < 0 (the CLAMP layers' alpha is FT_SWIGLU_V4 meanwhile). To be deleted with it. */
 #define FT_SWIGLU_V4 (-1.0f)
 void ft_cpu_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit, float alpha);
 /* The same with GELU (tanh approximation, torch's gelu(approximate="tanh")) on the gate. */

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/swiglu.h"
 #include "ft.h"
 
 #ifdef __cplusplus
@@ -57,7 +58,10 @@ void ft_cuda_attention_prefill(float *out, const float *q, const float *k_cache,
                                int n_heads, int n_kv_heads, int head_dim, float scale, int window,
                                const float *sinks, cudaStream_t s);
 void ft_cuda_silu_mul(float *out, const float *gate_up, int T, int I, cudaStream_t s);
-/* ft_cpu_swiglu_clamped's twin (gpt-oss's activation on [gate I | up I] rows) */
+/* ft_cpu_swiglu's twin (the activation `mode` on [gate I | up I] rows) */
+void ft_cuda_swiglu(float *out, const float *gate_up, int T, int I, enum ft_swiglu mode,
+                    float limit, float alpha, cudaStream_t s);
+/* Transitional, for moe/gpu_moe.c until it passes the layer's mode: ft_cuda_swiglu with OAI. */
 void ft_cuda_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit,
                             float alpha, cudaStream_t s);
 /* Expert biases (gpt-oss). Decode pairs: y[p, :] += bias[eids[p], :] where mask[p] >= 0 (the

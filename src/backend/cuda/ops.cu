@@ -496,20 +496,28 @@ extern "C" void ft_cuda_silu_mul(float *out, const float *gate_up, int T, int I,
     launch(silu_mul_kernel, cdiv(n, 256), 256, 0, s, out, gate_up, I, n);
 }
 
-__global__ void swiglu_clamped_kernel(float *out, const float *gu, int I, size_t n, float limit,
-                                      float alpha) {
+/* the clamped modes of enum ft_swiglu: OAI (u + 1) g sigmoid(alpha g), CLAMP u g sigmoid(g) */
+__global__ void swiglu_clamped_kernel(float *out, const float *gu, int I, size_t n, int mode,
+                                      float limit, float alpha) {
     pdl_enter();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     size_t t = i / I, j = i % I;
     float g = fminf(gu[t * 2 * I + j], limit), u = fminf(fmaxf(gu[t * 2 * I + I + j], -limit), limit);
-    out[i] = (u + 1.0f) * (g / (1.0f + __expf(-alpha * g)));
+    if (mode == FT_SWIGLU_CLAMP) out[i] = u * (g / (1.0f + __expf(-g)));
+    else out[i] = (u + 1.0f) * (g / (1.0f + __expf(-alpha * g)));
+}
+
+extern "C" void ft_cuda_swiglu(float *out, const float *gate_up, int T, int I, enum ft_swiglu mode,
+                               float limit, float alpha, cudaStream_t s) {
+    size_t n = (size_t)T * I;
+    if (mode == FT_SWIGLU_PLAIN) ft_cuda_silu_mul(out, gate_up, T, I, s);
+    else launch(swiglu_clamped_kernel, cdiv(n, 256), 256, 0, s, out, gate_up, I, n, (int)mode, limit, alpha);
 }
 
 extern "C" void ft_cuda_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit,
                                        float alpha, cudaStream_t s) {
-    size_t n = (size_t)T * I;
-    launch(swiglu_clamped_kernel, cdiv(n, 256), 256, 0, s, out, gate_up, I, n, limit, alpha);
+    ft_cuda_swiglu(out, gate_up, T, I, FT_SWIGLU_OAI, limit, alpha, s);
 }
 
 /* y[p, :] += bias[eids[p], :] for the pairs the GPU computed (mask[p] >= 0) */
