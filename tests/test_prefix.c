@@ -1,5 +1,6 @@
 /* test_prefix.c — the prefix cache's index (engine/prefix.h): chained block hashes found again
- * only for the same tokens from the start, a position indexed once, LRU order leaves first. */
+ * only for the same tokens from the start, a position indexed once, LRU order leaves first;
+ * hybrid models' state checkpoints on the entries. */
 #include <string.h>
 
 #include "engine/forward.h"
@@ -55,6 +56,57 @@ TEST(lru_evicts_leaves_first_and_remove_unlinks) {
     EXPECT_EQ(ft_prefix_match(p, b, 3, got), 2);
     ft_prefix_remove(p, 0); /* a's root gone: nothing of a matches */
     EXPECT_EQ(ft_prefix_match(p, a, 3, got), 0);
+    ft_prefix_free(p);
+}
+
+/* State checkpoints: found through the chain up to the block they end on (the longest
+ * prefix that has one), at most the budget's count (least recently used evicted, its block
+ * still indexed), dropped with their block. */
+TEST(state_checkpoints_match_budget_and_go_with_their_block) {
+    struct ft_prefix *p = NULL;
+    EXPECT_OK(ft_prefix_init(&p, 16));
+    if (!p) return;
+    int32_t a[4 * B], b[4 * B], ba[4] = {0, 1, 2, 3}, bb[4] = {4, 5, 6, 7}, added[4], got[4];
+    for (int i = 0; i < 4 * B; i++) a[i] = i, b[i] = 900 + i;
+    const void *st = (const void *)1;
+    EXPECT(ft_prefix_state_put(p, 0) == NULL); /* no budget set: none */
+    ft_prefix_set_states(p, 100, 250);         /* room for two */
+    EXPECT_EQ(ft_prefix_max_states(p), 2);
+    EXPECT(ft_prefix_state_put(p, 2) == NULL); /* not indexed */
+    EXPECT_EQ(ft_prefix_insert(p, a, 4, ba, added), 4);
+    EXPECT_EQ(ft_prefix_insert(p, b, 4, bb, added), 4);
+    EXPECT_EQ(ft_prefix_match_state(p, a, 4, got, &st), 0); /* blocks but no checkpoint */
+    EXPECT(st == NULL);
+    char *s1 = ft_prefix_state_put(p, 1);
+    EXPECT(s1 != NULL);
+    if (s1) memset(s1, 'a', 100);
+    EXPECT_EQ(ft_prefix_match_state(p, a, 4, got, &st), 2); /* after block 1: 2 blocks */
+    EXPECT(st == s1 && got[0] == 0 && got[1] == 1);
+    EXPECT_EQ(ft_prefix_match_state(p, a, 1, got, &st), 0); /* block 1 beyond max_blocks */
+    char *s3 = ft_prefix_state_put(p, 3);
+    EXPECT_EQ(ft_prefix_match_state(p, a, 4, got, &st), 4); /* the longest wins */
+    EXPECT(st == s3 && s3 != NULL);
+    EXPECT(ft_prefix_state_put(p, 3) == s3); /* its own buffer again */
+    EXPECT_EQ(ft_prefix_n_states(p), 2);
+    /* a third: the least recently used (block 1's) goes, its block stays indexed */
+    char *s6 = ft_prefix_state_put(p, 6);
+    EXPECT(s6 != NULL && ft_prefix_state(p, 1) == NULL && ft_prefix_state(p, 3) == s3);
+    EXPECT_EQ(ft_prefix_n_states(p), 2);
+    EXPECT_EQ(ft_prefix_match(p, a, 4, got), 4);
+    EXPECT_EQ(ft_prefix_match_state(p, b, 3, got, &st), 3);
+    EXPECT(st == s6);
+    ft_prefix_state_drop(p, 6);
+    EXPECT_EQ(ft_prefix_match_state(p, b, 3, got, &st), 0);
+    ft_prefix_remove(p, 3); /* its checkpoint goes with it */
+    EXPECT(ft_prefix_state(p, 3) == NULL);
+    EXPECT_EQ(ft_prefix_n_states(p), 0);
+    EXPECT_EQ(ft_prefix_match_state(p, a, 4, got, &st), 0);
+    /* a checkpoint larger than the budget: none */
+    struct ft_prefix *q = NULL;
+    EXPECT_OK(ft_prefix_init(&q, 4));
+    if (q) ft_prefix_set_states(q, 100, 99);
+    EXPECT_EQ(ft_prefix_max_states(q), 0);
+    ft_prefix_free(q);
     ft_prefix_free(p);
 }
 

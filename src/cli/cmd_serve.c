@@ -40,7 +40,10 @@ static const char k_usage[] =
     "  --kv-tokens N               KV cache positions shared by all requests\n"
     "  --queue-size N              waiting requests before 429 (default 64)\n"
     "  --no-prefix-cache           re-prefill every prompt (default: reuse the KV blocks of a\n"
-    "                              prompt prefix seen before; off for hybrid models)\n"
+    "                              prompt prefix seen before)\n"
+    "  --prefix-state-mem SIZE     hybrid (DeltaNet) models: host memory for the prefix cache's\n"
+    "                              recurrent-state checkpoints, e.g. 2G (default 1G; 0: no\n"
+    "                              prefix cache for them)\n"
     "  -t, --threads N             CPU threads (default: physical cores)\n"
     "  --chat-template NAME        override the detected chat template family\n"
     "  --tool-parser NAME          tool-call format of the model's output (default: from the\n"
@@ -60,6 +63,7 @@ struct serve_opts {
     long port, max_running, max_prefill, ctx, kv, queue, threads, req_timeout, http_timeout, body_mb;
     long header_timeout, conns_per_ip, max_conns;
     int no_prefix_cache;
+    long long prefix_state_mem; /* --prefix-state-mem: 0 default, -1 none */
     size_t max_body;            /* --max-body; 0 = from the context */
     struct ft_engine_opts be; /* backend flags */
     int be_auto;
@@ -104,6 +108,16 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
         else if (!strcmp(a, "--header-timeout")) num = &o->header_timeout, hi = 3600;
         else if (!strcmp(a, "--max-conns-per-ip")) num = &o->conns_per_ip, hi = 65536;
         else if (!strcmp(a, "--max-connections")) num = &o->max_conns, lo = 8, hi = 16384;
+        else if (!strcmp(a, "--prefix-state-mem")) {
+            const char *v = ft_cli_value(argc, argv, &i);
+            if (!v) return 2;
+            size_t b = 0;
+            if (ft_cli_size(v, &b))
+                return ft_cli_usage_error("serve", "--prefix-state-mem: '%s' is not a size (e.g. 1G, "
+                                          "512M; 0: none)", v);
+            o->prefix_state_mem = b ? (long long)FT_MIN(b, (size_t)1 << 50) : -1;
+            continue;
+        }
         else if (!strcmp(a, "--max-body")) {
             const char *v = ft_cli_value(argc, argv, &i);
             if (!v) return 2;
@@ -165,7 +179,8 @@ static enum ft_status load(const struct serve_opts *o, struct ft_server *srv, st
     struct ft_sched_opts so = {.max_running = (int)o->max_running, .max_prefill = (int)o->max_prefill,
                                .ctx_size = (int)o->ctx, .kv_tokens = (int)o->kv,
                                .queue_cap = (int)o->queue, .request_timeout_s = (double)o->req_timeout,
-                               .prefix_cache = o->no_prefix_cache ? -1 : 0};
+                               .prefix_cache = o->no_prefix_cache ? -1 : 0,
+                               .prefix_state_mem = o->prefix_state_mem};
     ft_cli_backend_apply(&so.engine, &o->be, o->be_auto);
     /* offload: the banks are registered while the checkpoint is read */
     struct ft_residency_opts ro = {.pin_budget = so.engine.pin_budget, .cpu_layers = so.engine.cpu_layers,

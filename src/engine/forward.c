@@ -508,39 +508,83 @@ static void gdn(struct ft_engine *e, const struct ft_layer *L, int l, const stru
     mm(e, e->y, m->hidden, e->g_o, &L->gdn_out, NULL, T);
 }
 
+/* The recurrent-state slot of the sequence with block table `blocks` into *out: the one bound
+ * to that table, else the unbound one keyed by its first block; with `take`, a free one (one
+ * more on the CPU) becomes its slot when it has none; else -1. */
+static enum ft_status slot_of(struct ft_engine *e, const int32_t *blocks, int take, int *out) {
+    int s = -1, keyed = -1, free_s = -1;
+    for (int q = 0; q < e->n_st && s < 0; q++) {
+        if (e->st_table[q] == blocks) s = q;
+        else if (!e->st_table[q] && e->st_key[q] == blocks[0] && keyed < 0) keyed = q;
+        else if (e->st_key[q] < 0 && free_s < 0) free_s = q;
+    }
+    *out = s >= 0 ? s : keyed;
+    if (*out >= 0 || !take) return FT_OK;
+    if (free_s < 0 && e->gpu)
+        return ft_fail(FT_ERR_INVALID_ARG, "forward: more than %d sequences with recurrent state "
+                       "at once (the GPU holds that many; fewer running requests)", e->n_st);
+    if (free_s < 0) { /* one more slot */
+        float *st = realloc(e->st, (size_t)(e->n_st + 1) * e->st_floats * sizeof(float));
+        if (st) e->st = st;
+        int32_t *key2 = st ? realloc(e->st_key, (size_t)(e->n_st + 1) * sizeof *key2) : NULL;
+        if (key2) e->st_key = key2;
+        const int32_t **tab2 = key2 ? realloc(e->st_table, (size_t)(e->n_st + 1) * sizeof *tab2) : NULL;
+        if (!tab2)
+            return ft_fail(FT_ERR_OOM, "engine: out of memory for one more sequence's recurrent "
+                           "state (%.1f MiB)", e->st_floats * 4 / 1048576.0);
+        e->st_table = tab2;
+        free_s = e->n_st++;
+    }
+    e->st_key[free_s] = blocks[0], e->st_table[free_s] = NULL;
+    *out = free_s;
+    return FT_OK;
+}
+
 /* Each segment's recurrent-state slot (e->seg_slot): the one its sequence owns, a free one
  * for a sequence starting at position 0 (zeroed; a restarted sequence's own is zeroed too). */
 static enum ft_status state_slots(struct ft_engine *e, const struct ft_seg *segs, int n_segs) {
     for (int i = 0; i < n_segs; i++) {
-        const int32_t key = segs[i].blocks[0];
-        int s = -1, free_s = -1;
-        for (int q = 0; q < e->n_st && s < 0; q++) {
-            if (e->st_key[q] == key) s = q;
-            else if (e->st_key[q] < 0 && free_s < 0) free_s = q;
-        }
-        if (s < 0 && segs[i].pos0 > 0)
+        int s;
+        enum ft_status st = slot_of(e, segs[i].blocks, segs[i].pos0 == 0, &s);
+        if (st != FT_OK) return st;
+        if (s < 0)
             return ft_fail(FT_ERR_INVALID_ARG, "forward: a sequence at position %d has no recurrent "
                            "state (hybrid models continue only the tokens they last ran)", segs[i].pos0);
-        if (s < 0 && free_s < 0 && e->gpu)
-            return ft_fail(FT_ERR_INVALID_ARG, "forward: more than %d sequences with recurrent state "
-                           "at once (the GPU holds that many; fewer running requests)", e->n_st);
-        if (s < 0 && free_s < 0) { /* one more slot */
-            float *st = realloc(e->st, (size_t)(e->n_st + 1) * e->st_floats * sizeof(float));
-            if (st) e->st = st;
-            int32_t *key2 = st ? realloc(e->st_key, (size_t)(e->n_st + 1) * sizeof *key2) : NULL;
-            if (!key2)
-                return ft_fail(FT_ERR_OOM, "engine: out of memory for one more sequence's recurrent "
-                               "state (%.1f MiB)", e->st_floats * 4 / 1048576.0);
-            e->st_key = key2;
-            free_s = e->n_st++;
-        }
-        if (s < 0) s = free_s, e->st_key[s] = key;
         if (segs[i].pos0 == 0 && !e->gpu && e->m->n_gdn) /* the GPU zeroes its own; V4's state
                                                              is written before it is read */
             memset(e->st + (size_t)s * e->st_floats, 0, e->st_floats * sizeof(float));
         e->seg_slot[i] = s;
     }
     return FT_OK;
+}
+
+size_t ft_engine_state_bytes(const struct ft_engine *e) { return e->m->n_gdn ? e->st_floats * sizeof(float) : 0; }
+
+enum ft_status ft_engine_state_load(struct ft_engine *e, const int32_t *blocks, const void *src) {
+    if (!e->m->n_gdn) return ft_fail(FT_ERR_INVALID_ARG, "engine: the model keeps no recurrent state");
+    int s;
+    enum ft_status st = slot_of(e, blocks, 1, &s);
+    if (st != FT_OK) return st;
+    e->st_table[s] = blocks;
+    if (src && e->gpu) st = ft_gpu_state_write(e->gpu, s, src);
+    else if (src) memcpy(e->st + (size_t)s * e->st_floats, src, e->st_floats * sizeof(float));
+    if (st != FT_OK) e->st_key[s] = -1, e->st_table[s] = NULL;
+    return st;
+}
+
+enum ft_status ft_engine_state_save(struct ft_engine *e, const int32_t *blocks, void *dst) {
+    int s = -1;
+    if (e->m->n_gdn) slot_of(e, blocks, 0, &s);
+    if (s < 0) return ft_fail(FT_ERR_INVALID_ARG, "engine: the sequence has no recurrent state");
+    if (e->gpu) return ft_gpu_state_read(e->gpu, s, dst);
+    memcpy(dst, e->st + (size_t)s * e->st_floats, e->st_floats * sizeof(float));
+    return FT_OK;
+}
+
+void ft_engine_state_drop(struct ft_engine *e, const int32_t *blocks) {
+    int s = -1;
+    if (e->n_st > 0) slot_of(e, blocks, 0, &s);
+    if (s >= 0) e->st_key[s] = -1, e->st_table[s] = NULL;
 }
 
 /* Validates a batch and lays its tokens out in e->ids / pos / tok_blocks. */
@@ -743,7 +787,7 @@ int ft_engine_kv_refs(const struct ft_engine *e, int32_t block) { return e->refs
 
 void ft_engine_kv_free(struct ft_engine *e, const int32_t *blocks, int n) {
     for (int s = 0; n > 0 && s < e->n_st; s++) /* the sequence's recurrent state goes with it */
-        if (e->st_key[s] == blocks[0]) e->st_key[s] = -1;
+        if (e->st_key[s] == blocks[0] && !e->st_table[s]) e->st_key[s] = -1;
     for (int i = 0; i < n; i++) /* a block shared with the prefix cache or another sequence stays */
         if (e->refs[blocks[i]] > 0 && --e->refs[blocks[i]] == 0) e->free_blocks[e->n_free++] = blocks[i];
 }
@@ -1009,7 +1053,8 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
                                  .hot_set = e->opts.hot_set,
                                  .prefetch = e->opts.moe_prefetch,
                                  .pred_noise = e->opts.pred_noise};
-        if (n_gdn && !(e->st_key = malloc((size_t)go.state_slots * sizeof *e->st_key)))
+        if (n_gdn && (!(e->st_key = malloc((size_t)go.state_slots * sizeof *e->st_key)) ||
+                      !(e->st_table = calloc((size_t)go.state_slots, sizeof *e->st_table))))
             st = ft_fail(FT_ERR_OOM, "engine: out of memory");
         for (int q = 0; st == FT_OK && q < go.state_slots; q++) e->st_key[q] = -1;
         e->n_st = go.state_slots; /* fixed: the device holds the states */
@@ -1052,7 +1097,7 @@ void ft_engine_free(struct ft_engine *e) {
     free(e->xl);
     free(e->kv_of), free(e->gdn_of), free(e->seg_slot), free(e->qg);
     free(e->g_qkv), free(e->g_z), free(e->g_o), free(e->g_b), free(e->g_a);
-    free(e->st), free(e->st_key);
+    free(e->st), free(e->st_key), free(e->st_table);
     free(e->m_qa), free(e->m_kva), free(e->m_qn), free(e->m_ql), free(e->m_lat);
     free(e->ix_q), free(e->ix_key), free(e->ix_w), free(e->ix_sel), free(e->ix_n);
     ft_moe_exec_free(e->moe);

@@ -105,6 +105,23 @@ int ft_engine_kv_refs(const struct ft_engine *e, int32_t block);
 int ft_engine_kv_free_blocks(const struct ft_engine *e);
 int ft_engine_kv_total_blocks(const struct ft_engine *e);
 
+/* Recurrent state (hybrid models). A sequence's state slot is found by its first KV block and
+ * freed with ft_engine_kv_free of its blocks, unless ft_engine_state_load bound it to the
+ * sequence's block table (the `blocks` pointer its segments pass): then by that pointer, so
+ * that sequences sharing their first blocks (the prefix cache) keep their own, until
+ * ft_engine_state_drop. The bytes of one sequence's state (every DeltaNet layer's conv window
+ * and delta-rule matrix; 0: the model has none): */
+size_t ft_engine_state_bytes(const struct ft_engine *e);
+/* Binds a state slot to the sequence with block table `blocks`, holding src (saved at position
+ * P by ft_engine_state_save: its next segment continues at P, reading KV blocks that hold
+ * positions < P), or with src NULL nothing yet (its first segment starts at position 0). */
+enum ft_status ft_engine_state_load(struct ft_engine *e, const int32_t *blocks, const void *src);
+/* Copies the state of that sequence (after the last token it ran) into dst (state_bytes); the
+ * GPU backend copies it from the device. */
+enum ft_status ft_engine_state_save(struct ft_engine *e, const int32_t *blocks, void *dst);
+/* Frees that sequence's state slot (a no-op when it has none). */
+void ft_engine_state_drop(struct ft_engine *e, const int32_t *blocks);
+
 /* Runs T tokens at positions n_past .. n_past+T-1 (T <= max_chunk), appending to the KV cache.
  * logits: [T, vocab] when all_logits, else [1, vocab] for the last token; may be NULL. */
 enum ft_status ft_engine_forward(struct ft_engine *e, const int32_t *ids, int T, float *logits,

@@ -53,10 +53,12 @@ struct ft_engine {
     float *qg;                  /* [chunk, 2 q_dim] gated attention's q_proj rows, [q | gate] a head */
     float *g_qkv, *g_z, *g_b, *g_a, *g_o; /* [chunk, Cc], [chunk, Dv], [chunk, Hv] x2, [chunk, Dv] */
     /* recurrent state: one slot per live sequence, found by the sequence's first KV block (a
-     * sequence owns its blocks until ft_engine_kv_free, which frees its slot too); per DeltaNet
-     * layer the conv's last K-1 inputs [Cc][K-1] then the delta-rule state [Hv][dk][dv], f32 */
+     * sequence owns its blocks until ft_engine_kv_free, which frees its slot too) or by the
+     * block table ft_engine_state_load bound it to; per DeltaNet layer the conv's last K-1
+     * inputs [Cc][K-1] then the delta-rule state [Hv][dk][dv], f32 */
     float *st;                  /* [n_st][st_floats] */
     int32_t *st_key;            /* [n_st] owner's first KV block, -1: free */
+    const int32_t **st_table;   /* [n_st] the owner's bound block table, NULL: keyed by st_key */
     int n_st;
     size_t st_floats;
     int *seg_slot;              /* [chunk] the slot of each segment of the step */

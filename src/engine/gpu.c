@@ -929,6 +929,20 @@ enum ft_status ft_gpu_row_logits(struct ft_gpu *g, int r, float *out) {
     return FT_OK;
 }
 
+static enum ft_status state_copy(struct ft_gpu *g, int slot, void *host, int to_host) {
+    if (!g->m->n_gdn || slot < 0 || slot >= g->n_slots)
+        return ft_fail(FT_ERR_INVALID_ARG, "GPU state slot %d of %d", slot, g->n_slots);
+    float *dev = g->d_state + (size_t)slot * g->st_floats;
+    cudaMemcpyAsync(to_host ? host : dev, to_host ? (const void *)dev : host, g->st_floats * 4,
+                    to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, g->s);
+    if (cudaStreamSynchronize(g->s) != cudaSuccess) return ft_cuda_check("GPU state slot copy");
+    return FT_OK;
+}
+enum ft_status ft_gpu_state_read(struct ft_gpu *g, int slot, float *out) { return state_copy(g, slot, out, 1); }
+enum ft_status ft_gpu_state_write(struct ft_gpu *g, int slot, const float *in) {
+    return state_copy(g, slot, (void *)in, 0);
+}
+
 /* The step's tokens on the device from its logit rows: argmax, or d_draw's draws. */
 static void pick_tokens(struct ft_gpu *g, int rows, int draw) {
     if (draw) ft_cuda_sample_draw(g->logits, rows, g->m->vocab, g->d_draw, g->d_top1, g->s);
@@ -1205,6 +1219,14 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
 }
 enum ft_status ft_gpu_row_logits(struct ft_gpu *g, int r, float *out) {
     (void)g, (void)r, (void)out;
+    return ft_fail(FT_ERR_UNSUPPORTED, "no CUDA backend in this build");
+}
+enum ft_status ft_gpu_state_read(struct ft_gpu *g, int slot, float *out) {
+    (void)g, (void)slot, (void)out;
+    return ft_fail(FT_ERR_UNSUPPORTED, "no CUDA backend in this build");
+}
+enum ft_status ft_gpu_state_write(struct ft_gpu *g, int slot, const float *in) {
+    (void)g, (void)slot, (void)in;
     return ft_fail(FT_ERR_UNSUPPORTED, "no CUDA backend in this build");
 }
 double ft_gpu_hbm_gbps(void) { return 0.0; }

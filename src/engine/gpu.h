@@ -69,6 +69,10 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
                               const struct ft_draw *draws, double *distinct_out);
 /* Logit row r of the last ft_gpu_forward into out ([vocab] floats). */
 enum ft_status ft_gpu_row_logits(struct ft_gpu *g, int r, float *out);
+/* Hybrid models: state slot `slot` (< state_slots; st_floats of ft_model_state_bytes) copied
+ * to the host after the work queued so far / overwritten from the host before the next. */
+enum ft_status ft_gpu_state_read(struct ft_gpu *g, int slot, float *out);
+enum ft_status ft_gpu_state_write(struct ft_gpu *g, int slot, const float *in);
 /* Bytes the engine may allocate on device (--vram-limit, else the free VRAM less a margin);
  * 0 without a device. */
 size_t ft_gpu_vram_budget(int device, size_t vram_limit);

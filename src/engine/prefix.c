@@ -14,6 +14,8 @@ struct entry {
     uint64_t used;         /* recency stamp */
     int32_t next;          /* next entry of the bucket, -1: none */
     int8_t valid;
+    void *state;           /* the checkpoint after this block (NULL: none) */
+    uint64_t state_used;   /* its recency stamp */
     int32_t toks[FT_KV_BLOCK];
 };
 
@@ -22,6 +24,8 @@ struct ft_prefix {
     int32_t *head;   /* [n_buckets] first entry, -1: none */
     int n_blocks, n_buckets, n;
     uint64_t clock;
+    size_t state_bytes;    /* one checkpoint */
+    int max_states, n_states;
 };
 
 enum ft_status ft_prefix_init(struct ft_prefix **out, int n_blocks) {
@@ -43,6 +47,7 @@ enum ft_status ft_prefix_init(struct ft_prefix **out, int n_blocks) {
 
 void ft_prefix_free(struct ft_prefix *p) {
     if (!p) return;
+    for (int b = 0; b < p->n_blocks; b++) free(p->e[b].state);
     free(p->e);
     free(p->head);
     free(p);
@@ -139,8 +144,55 @@ void ft_prefix_remove(struct ft_prefix *p, int32_t b) {
     int32_t *link = &p->head[p->e[b].hash & (uint64_t)(p->n_buckets - 1)];
     while (*link != b) link = &p->e[*link].next;
     *link = p->e[b].next;
+    ft_prefix_state_drop(p, b);
     p->e[b].valid = 0;
     p->n--;
 }
 
 int ft_prefix_size(const struct ft_prefix *p) { return p ? p->n : 0; }
+
+void ft_prefix_set_states(struct ft_prefix *p, size_t bytes, size_t max_bytes) {
+    p->state_bytes = bytes;
+    p->max_states = bytes ? (int)FT_MIN(max_bytes / bytes, (size_t)p->n_blocks) : 0;
+}
+
+int ft_prefix_max_states(const struct ft_prefix *p) { return p ? p->max_states : 0; }
+int ft_prefix_n_states(const struct ft_prefix *p) { return p ? p->n_states : 0; }
+
+void ft_prefix_state_drop(struct ft_prefix *p, int32_t b) {
+    if (b < 0 || b >= p->n_blocks || !p->e[b].state) return;
+    free(p->e[b].state);
+    p->e[b].state = NULL;
+    p->n_states--;
+}
+
+const void *ft_prefix_state(const struct ft_prefix *p, int32_t b) {
+    return b >= 0 && b < p->n_blocks ? p->e[b].state : NULL;
+}
+
+void *ft_prefix_state_put(struct ft_prefix *p, int32_t b) {
+    if (p->max_states <= 0 || b < 0 || b >= p->n_blocks || !p->e[b].valid) return NULL;
+    struct entry *x = &p->e[b];
+    x->state_used = ++p->clock;
+    if (x->state) return x->state;
+    if (p->n_states >= p->max_states) { /* the least recently used one's buffer moves to b */
+        int32_t lru = -1;
+        for (int32_t i = 0; i < p->n_blocks; i++)
+            if (p->e[i].state && (lru < 0 || p->e[i].state_used < p->e[lru].state_used)) lru = i;
+        x->state = p->e[lru].state;
+        p->e[lru].state = NULL;
+        return x->state;
+    }
+    if (!(x->state = malloc(p->state_bytes))) return NULL;
+    p->n_states++;
+    return x->state;
+}
+
+int ft_prefix_match_state(struct ft_prefix *p, const int32_t *ids, int max_blocks, int32_t *blocks,
+                          const void **state) {
+    int k = ft_prefix_match(p, ids, max_blocks, blocks);
+    while (k > 0 && !p->e[blocks[k - 1]].state) k--;
+    *state = k > 0 ? p->e[blocks[k - 1]].state : NULL;
+    if (k > 0) p->e[blocks[k - 1]].state_used = ++p->clock;
+    return k;
+}

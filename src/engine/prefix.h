@@ -9,6 +9,7 @@
 #ifndef FT_ENGINE_PREFIX_H
 #define FT_ENGINE_PREFIX_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ft.h"
@@ -39,5 +40,28 @@ void ft_prefix_remove(struct ft_prefix *p, int32_t b);
 
 /* Blocks indexed now. */
 int ft_prefix_size(const struct ft_prefix *p);
+
+/* State checkpoints (hybrid models): a sequence's whole recurrent state after the last token of
+ * an indexed block, kept in host memory on that block's entry (found by its chained hash, gone
+ * when the block is removed), `bytes` each, at most max_bytes in all: the least recently used
+ * checkpoint goes first (its block stays indexed). Set once, before any is put. */
+void ft_prefix_set_states(struct ft_prefix *p, size_t bytes, size_t max_bytes);
+/* Checkpoints the budget holds (0: none fits, or not set). */
+int ft_prefix_max_states(const struct ft_prefix *p);
+/* A buffer of `bytes` for indexed block b's checkpoint, for the caller to fill (its old one if
+ * it had one; the least recently used other one evicted when the budget is full); NULL when
+ * no checkpoint fits the budget, b is not indexed, or out of memory. A buffer the caller could
+ * not fill goes back with ft_prefix_state_drop. */
+void *ft_prefix_state_put(struct ft_prefix *p, int32_t b);
+void ft_prefix_state_drop(struct ft_prefix *p, int32_t b);
+/* Block b's checkpoint (NULL: none). */
+const void *ft_prefix_state(const struct ft_prefix *p, int32_t b);
+/* ft_prefix_match for a hybrid model: of the k leading blocks found, the first k' <= k where
+ * block k'-1 carries a checkpoint (the largest such k'; 0: none), into blocks[k']; its
+ * checkpoint into *state (NULL when k' is 0), marked used. Returns k'. */
+int ft_prefix_match_state(struct ft_prefix *p, const int32_t *ids, int max_blocks, int32_t *blocks,
+                          const void **state);
+/* Checkpoints held now. */
+int ft_prefix_n_states(const struct ft_prefix *p);
 
 #endif

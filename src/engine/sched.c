@@ -47,6 +47,9 @@ struct ft_req {
     int n_blocks, n_past, n_gen, prefilled;
     int32_t *hist;         /* the tokens fed so far: the prompt, then each one generated */
     int n_cached;          /* prompt tokens whose KV came from the prefix cache */
+    int bound;             /* hybrid models: its recurrent state is bound to r->blocks */
+    int ckpt;              /* hybrid models: the prompt position whose state the prefix cache
+                              keeps (its prefill stops there once), 0: none */
     int stop_hit;          /* a stop string matched: text after it is dropped */
     int admitted;          /* moved from the queue to running */
     int32_t last;
@@ -90,6 +93,7 @@ struct ft_sched {
     /* engine thread: the prefix cache (NULL: off) and its scratch */
     struct ft_prefix *pc;
     int32_t *pc_tmp;
+    int hybrid;             /* the cache's hits need state checkpoints (DeltaNet layers) */
     int has_residency;
     struct ft_residency_stats residency;
 };
@@ -256,6 +260,31 @@ static void prefix_evict(struct ft_sched *s, int want) {
     }
 }
 
+/* Hybrid models: where r's prefill leaves a state checkpoint: the last block boundary at least
+ * one block before the end of its prompt, so that the chat template's generation suffix (the
+ * few tokens that open the answer, rendered otherwise when the next turn resends this one) lies
+ * after it; 0: none (the prompt is too short, or the checkpoint there exists: a reused one). */
+static int ckpt_at(const struct ft_sched *s, const struct ft_req *r) {
+    if (!s->hybrid || !r->hist) return 0;
+    const int b = (r->n_prompt - FT_KV_BLOCK) / FT_KV_BLOCK * FT_KV_BLOCK;
+    return b > r->prefilled ? b : 0;
+}
+
+/* r's prefill just reached r->ckpt: the blocks before it indexed, and its recurrent state kept
+ * on the entry of the block that ends there (which may be another request's with the same
+ * tokens). Out of budget or memory: no checkpoint, nothing else changes. */
+static void take_ckpt(struct ft_sched *s, struct ft_req *r) {
+    const int k = r->ckpt / FT_KV_BLOCK;
+    r->ckpt = 0;
+    prefix_keep(s, r, k * FT_KV_BLOCK);
+    if (ft_prefix_match(s->pc, r->hist, k, s->pc_tmp) != k) return;
+    void *buf = ft_prefix_state_put(s->pc, s->pc_tmp[k - 1]);
+    if (buf && ft_engine_state_save(s->e, r->blocks, buf) != FT_OK) {
+        ft_log_warn("prefix cache: no state checkpoint at position %d: %s", k * FT_KV_BLOCK, ft_error());
+        ft_prefix_state_drop(s->pc, s->pc_tmp[k - 1]);
+    }
+}
+
 static void finish(struct ft_sched *s, struct ft_req *r, enum ft_finish why, enum ft_status err,
                    const char *msg) {
     struct ft_event ev = {.n_prompt = r->n_prompt, .n_gen = r->n_gen, .finish = why,
@@ -274,6 +303,8 @@ static void finish(struct ft_sched *s, struct ft_req *r, enum ft_finish why, enu
     if (err == FT_OK && r->n_blocks) prefix_keep(s, r, r->n_past); /* the next turn may resend it */
     if (r->n_blocks) ft_engine_kv_free(s->e, r->blocks, r->n_blocks);
     r->n_blocks = 0;
+    if (r->bound) ft_engine_state_drop(s->e, r->blocks);
+    r->bound = 0;
     ft_sampler_free(r->smp); /* and the mask it holds */
     r->smp = NULL;
     if (r->p.mask.free) r->p.mask.free(r->p.mask.ctx); /* ended before it reached a sampler */
@@ -316,9 +347,11 @@ static void admit(struct ft_sched *s) {
         }
         /* the prompt's leading full blocks from the prefix cache (its last token is always
          * run: its logits start the answer), held before anything is evicted */
-        int hit = s->pc && !r->p.prompt_logprobs /* its every position is scored */
-                      ? ft_prefix_match(s->pc, r->prompt, (r->n_prompt - 1) / FT_KV_BLOCK, r->blocks)
-                      : 0;
+        const int max_hit = (r->n_prompt - 1) / FT_KV_BLOCK;
+        const void *state = NULL; /* hybrid: the checkpoint the hit ends on */
+        int hit = !s->pc || r->p.prompt_logprobs /* its every position is scored */ ? 0
+                  : s->hybrid ? ft_prefix_match_state(s->pc, r->prompt, max_hit, r->blocks, &state)
+                              : ft_prefix_match(s->pc, r->prompt, max_hit, r->blocks);
         ft_engine_kv_ref(s->e, r->blocks, hit);
         if (need - hit > kv_available(s)) {
             ft_engine_kv_free(s->e, r->blocks, hit);
@@ -332,11 +365,18 @@ static void admit(struct ft_sched *s) {
         if (st != FT_OK) ft_engine_kv_free(s->e, r->blocks, hit);
         if (st == FT_OK) {
             r->n_blocks = need; /* from here on finish() gives them back */
+            /* a hybrid sequence's state found by its own block table: its first blocks may
+             * be another running sequence's (the prefix cache) */
+            if (s->hybrid && s->pc) st = ft_engine_state_load(s->e, r->blocks, state);
+            r->bound = st == FT_OK && s->hybrid && s->pc; /* from here on finish() drops it */
+        }
+        if (st == FT_OK) {
             r->n_past = r->prefilled = r->n_cached = hit * FT_KV_BLOCK;
             s->prefix_hit += r->n_cached, s->prefix_query += s->pc ? r->n_prompt : 0;
             if (s->pc && !(r->hist = malloc((size_t)(r->n_prompt + r->max_tokens) * sizeof *r->hist)))
                 st = ft_fail(FT_ERR_OOM, "scheduler: out of memory");
             if (r->hist) memcpy(r->hist, r->prompt, (size_t)r->n_prompt * sizeof *r->hist);
+            r->ckpt = ckpt_at(s, r);
         }
         if (st == FT_OK) st = ft_sampler_init(&r->smp, &r->p.sampling, s->m->vocab);
         if (st == FT_OK && r->p.logprobs) st = ft_sampler_set_logprobs(r->smp, r->p.top_logprobs);
@@ -480,6 +520,7 @@ static void step(struct ft_sched *s) {
         if (r->prefilled < r->n_prompt) {
             if (budget <= 0 || (r->p.prompt_logprobs && plp_budget <= 0)) continue;
             int n = FT_MIN(r->n_prompt - r->prefilled, budget);
+            if (r->ckpt) n = FT_MIN(n, r->ckpt - r->prefilled); /* a chunk ends at the checkpoint */
             if (r->p.prompt_logprobs) n = FT_MIN(n, plp_budget), plp_budget -= n;
             budget -= n;
             const int last = r->prefilled + n == r->n_prompt;
@@ -534,6 +575,7 @@ static void step(struct ft_sched *s) {
         }
         r->n_past += g->n;
         if (g->ids != &r->last) r->prefilled += g->n;
+        if (r->ckpt && r->prefilled == r->ckpt) take_ckpt(s, r);
         if (g->ids != &r->last && r->prefilled == r->n_prompt) prefix_keep(s, r, r->n_past);
         if (g->ids != &r->last && r->prefilled == r->n_prompt && r->p.prompt_only) {
             finish(s, r, FT_FINISH_LENGTH, FT_OK, NULL); /* max_tokens 0: scored, not answered */
@@ -583,6 +625,13 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
+/* b bytes as "63.2 MiB" (K, M or G) into buf[32]. */
+static const char *size_str(double b, char *buf) {
+    const int u = b >= 1 << 30 ? 3 : b >= 1 << 20 ? 2 : 1;
+    snprintf(buf, 32, "%.1f %ciB", b / (double)(1ull << (10 * u)), "KMG"[u - 1]);
+    return buf;
+}
+
 enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
                              const struct ft_tok *tok, struct ft_pool *pool,
                              const struct ft_sched_opts *o) {
@@ -621,14 +670,30 @@ enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
     s->top1 = calloc((size_t)s->o.max_running, sizeof *s->top1);
     if (st == FT_OK && (!s->running || !s->segs || !s->seg_req || !s->logits || !s->top1))
         st = ft_fail(FT_ERR_OOM, "scheduler: out of memory");
-    if (st == FT_OK && s->o.prefix_cache >= 0 && !m->n_gdn && !m->v4) {
+    const size_t ckpt_bytes = st == FT_OK ? ft_engine_state_bytes(s->e) : 0;
+    const long long ckpt_mem = s->o.prefix_state_mem ? s->o.prefix_state_mem : FT_PREFIX_STATE_MEM;
+    s->hybrid = m->n_gdn > 0;
+    if (st == FT_OK && s->o.prefix_cache >= 0 && !m->v4 &&
+        (!s->hybrid || (ckpt_mem > 0 && (size_t)ckpt_mem >= ckpt_bytes))) {
         const int nb = ft_engine_kv_total_blocks(s->e);
         st = ft_prefix_init(&s->pc, nb);
         if (st == FT_OK && !(s->pc_tmp = malloc((size_t)nb * sizeof *s->pc_tmp)))
             st = ft_fail(FT_ERR_OOM, "scheduler: out of memory");
+        char b1[32], b2[32];
+        if (st == FT_OK && s->hybrid) {
+            ft_prefix_set_states(s->pc, ckpt_bytes, (size_t)ckpt_mem);
+            ft_log_info("prefix cache: on for %s (hybrid) with recurrent-state checkpoints of %s, "
+                        "%d at most in --prefix-state-mem %s", m->arch->name, size_str(ckpt_bytes, b1),
+                        ft_prefix_max_states(s->pc), size_str((double)ckpt_mem, b2));
+        }
+    } else if (st == FT_OK && s->o.prefix_cache >= 0 && m->v4) {
+        ft_log_info("prefix cache: off for %s (its sliding windows and compressors keep a state "
+                    "per sequence, not per KV block)", m->arch->name);
     } else if (st == FT_OK && s->o.prefix_cache >= 0) {
-        ft_log_info("prefix cache: off for %s (its %s keep a state per sequence, not per KV "
-                    "block)", m->arch->name, m->v4 ? "sliding windows and compressors" : "DeltaNet layers");
+        char b1[32], b2[32];
+        ft_log_info("prefix cache: off for %s (a recurrent-state checkpoint takes %s, "
+                    "--prefix-state-mem allows %s)", m->arch->name, size_str(ckpt_bytes, b1),
+                    size_str(ckpt_mem > 0 ? (double)ckpt_mem : 0, b2));
     }
     if (st == FT_OK && pthread_create(&s->thread, NULL, engine_main, s) != 0)
         st = ft_fail(FT_ERR_INTERNAL, "scheduler: cannot start the engine thread");

@@ -28,10 +28,17 @@ struct ft_sched_opts {
     double request_timeout_s; /* 0 = none: a request running longer is cancelled */
     int engine_draws;     /* 1: steps without penalties drawn by the engine on any backend;
                              0: on a GPU backend (unless FT_ENGINE_DRAW=0) */
-    int prefix_cache;     /* 0 (default): on, but for hybrid models; -1: off (--no-prefix-cache) */
+    int prefix_cache;     /* 0 (default): on (but for DeepSeek-V4); -1: off (--no-prefix-cache) */
+    long long prefix_state_mem; /* hybrid models: host bytes for the prefix cache's recurrent-
+                                   state checkpoints (0: FT_PREFIX_STATE_MEM; < 0: none, their
+                                   prefix cache off; --prefix-state-mem) */
     struct ft_engine_opts engine; /* backend fields only (backend, device, vram_limit, ...);
                                      the scheduler sets the sizes */
 };
+
+/* The default checkpoint budget: 1 GiB, 16 checkpoints of Qwen3.6-35B-A3B (30 DeltaNet layers,
+ * 63 MiB each): the latest turn of as many agent conversations. */
+#define FT_PREFIX_STATE_MEM (1LL << 30)
 
 struct ft_req_params {
     const int32_t *prompt;  /* copied at submit */
