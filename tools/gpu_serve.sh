@@ -36,7 +36,7 @@
 # (small.gguf: make_qwen3moe_gguf.py small.gguf --layers 2 --experts 8). Without LLAMA_SERVER
 # the llama sections are skipped. SERVE_BUDGET=S changes the total time budget (default 530 s).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/gpu-out}
 S=$OUT/serve
 mkdir -p "$S"
@@ -148,23 +148,25 @@ for i in 0 1 2 3; do
   log "== $name: estimated ${EST[i]} s, at most $cap s ($(left) s left in the budget)"
   t0=$SECONDS
   case $name in
-    ft-resident|ft-offload)
-      [ $name = ft-resident ] && be=$FT_RES || be=$FT_OFF
-      # shellcheck disable=SC2086
-      start_server "$S/$name.log" $((cap - 30 < LOAD_MAX ? cap - 30 : LOAD_MAX)) \
-        "$FT" serve --model "$GGUF" --chat-template chatml --served-model-name q3moe \
-        --host 127.0.0.1 --port $PORT $be --max-running-requests $NP -c $CTX --kv-tokens $KV \
-        --queue-size 256 -t "$NT" || continue
-      b_place=$([ $name = ft-resident ] && echo "$B_RES" || echo "$B_OFF") ;;
-    llama-resident|llama-offload)
-      [ $name = llama-resident ] && be=$LL_RES || be=$LL_OFF
-      # shellcheck disable=SC2086
-      start_server "$S/$name.log" $((cap - 30 < LOAD_MAX ? cap - 30 : LOAD_MAX)) \
-        "$LLAMA_SERVER" -m "$GGUF" -a q3moe --host 127.0.0.1 --port $PORT $be -np $NP -c $KV \
-        --kv-unified --kv-unified-per-slot $CTX --cont-batching -fa on -t "$NT" --fit off \
-        --override-kv qwen3moe.context_length=int:32768 || continue
-      b_place=$([ $name = llama-resident ] && echo "$B_RES" || echo "$B_OFF") ;;
+    ft-resident) be=$FT_RES b_place=$B_RES ;;
+    ft-offload) be=$FT_OFF b_place=$B_OFF ;;
+    llama-resident) be=$LL_RES b_place=$B_RES ;;
+    llama-offload) be=$LL_OFF b_place=$B_OFF ;;
   esac
+  bound=$((cap - 30 < LOAD_MAX ? cap - 30 : LOAD_MAX))
+  if [ "${name%%-*}" = ft ]; then
+    # shellcheck disable=SC2086
+    start_server "$S/$name.log" $bound \
+      "$FT" serve --model "$GGUF" --chat-template chatml --served-model-name q3moe \
+      --host 127.0.0.1 --port $PORT $be --max-running-requests $NP -c $CTX --kv-tokens $KV \
+      --queue-size 256 -t "$NT" || continue
+  else
+    # shellcheck disable=SC2086
+    start_server "$S/$name.log" $bound \
+      "$LLAMA_SERVER" -m "$GGUF" -a q3moe --host 127.0.0.1 --port $PORT $be -np $NP -c $KV \
+      --kv-unified --kv-unified-per-slot $CTX --cont-batching -fa on -t "$NT" --fit off \
+      --override-kv qwen3moe.context_length=int:32768 || continue
+  fi
   run_s=$((cap - (SECONDS - t0) - 8))
   if [ "$run_s" -lt 20 ]; then log "$name: loading used the section's time"; stop_server; continue; fi
   log "$name: serve_bench.py for at most $run_s s"
@@ -185,8 +187,10 @@ done
   echo
   echo "GGUF $GGUF; $NP slots, KV pool $KV tokens, at most $CTX per request"
   echo
-  ls "$S"/*.json >/dev/null 2>&1 && python3 bench/serve_bench.py --compare $(for n in "${NAMES[@]}"; do [ -s "$S/$n.json" ] && echo "$S/$n.json"; done)
+  J=()
+  for n in "${NAMES[@]}"; do [ -s "$S/$n.json" ] && J+=("$S/$n.json"); done
+  [ ${#J[@]} -gt 0 ] && python3 bench/serve_bench.py --compare "${J[@]}"
   for n in "${NAMES[@]}"; do [ -s "$S/$n.md" ] && { echo; cat "$S/$n.md"; }; done
 } >"$S/summary.md" 2>&1
 log "done in $((SECONDS - T_START)) s; $S/summary.md"
-head -8 "$S/summary.md"
+head -12 "$S/summary.md"
