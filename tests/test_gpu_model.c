@@ -669,6 +669,53 @@ TEST(prefetch_changes_no_result) {
     g_prefetch = 0, g_verify = 2;
 }
 
+/* The load check (#28): a weight zeroed on the device right after its upload
+ * (FT_TEST_UPLOAD_FAULT=K) changes the logits when nothing checks (the fault is real), and with
+ * --verify-copies the upload check finds it and copies it again: logits bit-identical to a
+ * clean engine's. */
+static void upload_fault_case(const char *name, int k) {
+    char dir[512], ref[512];
+    fixture(name, dir, sizeof dir, ref, sizeof ref);
+    struct ft_model *m = NULL;
+    EXPECT_OK(ft_model_load(dir, &m));
+    if (!m) return;
+    int T = 12, V = m->vocab;
+    int32_t ids[12];
+    for (int t = 0; t < T; t++) ids[t] = (t * 53 + 7) % V;
+    struct ft_engine_opts o = {.max_ctx = 32, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
+    float *ref_l = malloc((size_t)T * V * 4), *l = malloc((size_t)T * V * 4);
+    int differs = 0, same = 0;
+    for (int run = 0; run < 3; run++) { /* clean; fault unchecked; fault checked */
+        char kv[16];
+        snprintf(kv, sizeof kv, "%d", k);
+        if (run) setenv("FT_TEST_UPLOAD_FAULT", kv, 1);
+        ft_env_reload();
+        o.verify_copies = run == 2 ? 1 : 0;
+        struct ft_engine *e = NULL;
+        EXPECT_OK(ft_engine_init(&e, m, g_pool, &o));
+        unsetenv("FT_TEST_UPLOAD_FAULT");
+        ft_env_reload();
+        if (!e) continue;
+        EXPECT_OK(ft_engine_prefill(e, ids, T, run ? l : ref_l, 1));
+        if (run == 1) differs = memcmp(ref_l, l, (size_t)T * V * 4) != 0;
+        if (run == 2) same = !memcmp(ref_l, l, (size_t)T * V * 4);
+        ft_engine_free(e);
+    }
+    fprintf(stderr, "  %-16s upload %d zeroed: unchecked %s, checked %s\n", name, k,
+            differs ? "differs" : "SAME", same ? "identical" : "DIFFERENT");
+    CHECK_(differs, "%s: zeroing upload %d changed nothing (the fault hook did not fire)", name, k);
+    CHECK_(same, "%s: the upload check did not repair upload %d", name, k);
+    free(ref_l), free(l);
+    ft_model_free(m);
+}
+
+TEST(upload_check_repairs_a_zeroed_weight) {
+    upload_fault_case("qwen3_moe", 1);   /* the embedding */
+    upload_fault_case("qwen3_moe", 4);   /* a layer's norm */
+    upload_fault_case("qwen3_5_moe", 9); /* a DeltaNet layer's */
+    upload_fault_case("deepseek_v3", 7); /* an MLA layer's */
+}
+
 /* The hot set (moe/hotset.h): an offload engine with hot_set on saves its experts' uses when
  * freed; the next one warms its cache from that file before its first step (the warmed slots
  * must hold the right experts: its greedy tokens and logits are the resident backend's). */

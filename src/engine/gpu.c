@@ -20,6 +20,8 @@
 #include "moe/gpu_moe.h"
 #include "mem/platform.h"
 #include "mem/residency.h"
+#include "core/checksum.h"
+#include "core/env.h"
 #include "core/timer.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -57,6 +59,11 @@ struct ft_gpu {
     const struct ft_model *m;
     struct ft_gpu_opts o;
     cudaStream_t s;
+    /* the load check: each weight uploaded at load checksummed on the device against the host
+     * bytes (on where copies are verified: WSL2 by default, --verify-copies) */
+    int load_check, up_fault, up_seen;
+    long up_checked, up_repaired, up_unchecked;
+    uint64_t *d_sum;
     struct ft_blas *blas;
     size_t used, limit;
     struct gpu_layer *L;
@@ -137,6 +144,46 @@ static void *dalloc_cb(void *ctx, size_t bytes) {
     return dalloc((struct ft_gpu *)ctx, bytes, &st);
 }
 
+/* One synchronous upload at load. With the load check on, the device bytes' checksum is
+ * compared with the host bytes' (core/checksum.h, as the expert-copy guard does) and a copy that
+ * did not land intact is made again; a second failure is an error naming the weight. The
+ * silent no-op copies seen on WSL2 hit load-time uploads as well as expert copies. */
+static void h2d(struct ft_gpu *g, void *d, const void *h, size_t bytes, const char *what,
+                enum ft_status *st) {
+    if (cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+        *st = ft_cuda_check("GPU upload");
+        return;
+    }
+    if (g->up_fault && ++g->up_seen == g->up_fault) cudaMemset(d, 0, bytes); /* tests only */
+    if (!g->load_check) return;
+    if ((uintptr_t)d % 8 || !bytes) { /* a stacked part off the 8-byte grid: the kernel reads words */
+        g->up_unchecked++;
+        return;
+    }
+    const uint64_t want = ft_checksum(h, bytes);
+    for (int copy = 0; copy < 2; copy++) {
+        uint64_t got = 0;
+        const void *p = d;
+        ft_cuda_checksums(&p, &bytes, 1, g->d_sum, g->s);
+        if (cudaMemcpyAsync(&got, g->d_sum, 8, cudaMemcpyDeviceToHost, g->s) != cudaSuccess ||
+            cudaStreamSynchronize(g->s) != cudaSuccess) {
+            *st = ft_cuda_check("GPU upload check");
+            return;
+        }
+        if (got == want) {
+            g->up_checked++, g->up_repaired += copy;
+            return;
+        }
+        if (!copy) {
+            ft_log_warn("GPU upload: %s (%zu bytes) did not land intact (checksum mismatch); "
+                        "copying it again", what, bytes);
+            cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+        }
+    }
+    *st = ft_fail(FT_ERR_CUDA, "GPU upload: %s differs from the host's copy after two uploads: "
+                  "host-to-device copies are unreliable here (see docs/wsl.md)", what);
+}
+
 /* Uploads a host weight as bf16 (converting F32/F16 checkpoints) into d, or into a new
  * allocation when d is NULL. */
 static uint16_t *up_w_to(struct ft_gpu *g, uint16_t *d, const struct ft_weight *w, enum ft_status *st) {
@@ -145,7 +192,7 @@ static uint16_t *up_w_to(struct ft_gpu *g, uint16_t *d, const struct ft_weight *
     if (!d) d = dalloc(g, n * 2, st);
     if (!d) return NULL;
     if (w->dtype == FT_DTYPE_BF16) {
-        cudaMemcpy(d, w->data, n * 2, cudaMemcpyHostToDevice);
+        h2d(g, d, w->data, n * 2, "a weight matrix", st);
     } else { /* row by row: packed formats (GGML blocks, FP8_B128) convert whole rows */
         size_t K = (size_t)w->cols, rb = ft_dtype_row_bytes(w->dtype, w->cols);
         uint16_t *tmp = malloc(n * 2);
@@ -159,7 +206,7 @@ static uint16_t *up_w_to(struct ft_gpu *g, uint16_t *d, const struct ft_weight *
             ft_to_f32(f, (const uint8_t *)w->data + r * rb, w->dtype, K);
             for (size_t i = 0; i < K; i++) tmp[r * K + i] = ft_f32_to_bf16(f[i]);
         }
-        cudaMemcpy(d, tmp, n * 2, cudaMemcpyHostToDevice);
+        h2d(g, d, tmp, n * 2, "a converted weight matrix", st);
         free(tmp), free(f);
     }
     return d;
@@ -172,7 +219,7 @@ static uint16_t *up_w(struct ft_gpu *g, const struct ft_weight *w, enum ft_statu
 static float *up_f(struct ft_gpu *g, const float *h, size_t n, enum ft_status *st) {
     if (!h || *st != FT_OK) return NULL;
     float *d = dalloc(g, n * 4, st);
-    if (d) cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice);
+    if (d) h2d(g, d, h, n * 4, "a norm or bias vector", st);
     return d;
 }
 
@@ -285,6 +332,13 @@ static enum ft_status upload(struct ft_gpu *g) {
     const struct ft_model *m = g->m;
     enum ft_status st = FT_OK;
     int H = m->hidden;
+    struct ft_platform plat;
+    ft_platform_detect(&plat); /* the expert copies' default: verify on WSL2 */
+    g->load_check = g->o.verify > 0 || (g->o.verify < 0 && plat.kind == FT_PLATFORM_WSL2);
+#ifdef FT_TESTING
+    g->up_fault = ft_env_int(FT_ENV_TEST_UPLOAD_FAULT, 0);
+#endif
+    if (g->load_check) g->d_sum = dalloc(g, 8, &st);
     g->embed = up_w(g, &m->embed, &st);
     g->lm_head = m->lm_head.data == m->embed.data ? g->embed : up_w(g, &m->lm_head, &st);
     g->final_norm = up_f(g, m->final_norm, H, &st);
@@ -1119,6 +1173,9 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     st = ft_gpu_probe_init(&g->probe);
     if (st == FT_OK) st = ft_blas_init(&g->blas, g->s);
     if (st == FT_OK) st = upload(g);
+    if (st == FT_OK && g->load_check)
+        ft_log_info("GPU upload check: %ld weights matched their host checksums (%ld copied again, "
+                    "%ld off the 8-byte grid unchecked)", g->up_checked, g->up_repaired, g->up_unchecked);
     if (st == FT_OK) st = alloc_scratch(g);
     if (st == FT_OK && o->offload) {
         size_t headroom = (size_t)256 << 20, left = g->limit > g->used + headroom ? g->limit - g->used - headroom : 0;
@@ -1170,7 +1227,7 @@ void ft_gpu_free(struct ft_gpu *g) {
                   g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
                   g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,
                   g->att_part, g->d_att_tiles, g->gp, g->gate, g->d_state,
-                  g->m_qa, g->m_qa16, g->m_kva, g->m_ql, g->m_lat, g->router_pred};
+                  g->m_qa, g->m_qa16, g->m_kva, g->m_ql, g->m_lat, g->router_pred, g->d_sum};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
     void *hs[] = {g->h_in, g->h_top1, g->h_draw, g->h_logits, g->h_att_tiles};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
