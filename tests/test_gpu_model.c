@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "engine/forward.h"
 #include "engine/gpu.h"
+#include "engine/sched.h"
 #include "mem/residency.h"
 #include "format/safetensors.h"
 #include "model/model.h"
@@ -772,6 +773,110 @@ TEST(offload_warms_its_cache_from_the_hot_set) {
     EXPECT(system(cmd) == 0);
     unsetenv("FREETOKEN_CACHE");
     ft_env_reload();
+}
+
+/* One greedy request (logprobs on) to its end on s: generated ids and log-probabilities into
+ * ids/lp (n_gen of them), its cached prompt tokens returned (-1 on failure). */
+static int gpu_sched_run(struct ft_sched *s, const int32_t *prompt, int n, int32_t *ids, float *lp,
+                         int *n_gen) {
+    struct ft_req_params p = {.prompt = prompt, .n_prompt = n, .max_tokens = 10, .skip_special = 1,
+                              .logprobs = 1, .ignore_eos = 1};
+    p.sampling = ft_sampling_default();
+    p.sampling.temperature = 0;
+    struct ft_req *r = NULL;
+    struct ft_event ev;
+    int cached = -1;
+    *n_gen = 0;
+    EXPECT_OK(ft_sched_submit(s, &p, &r));
+    while (r && ft_req_next_event(r, &ev, 60000)) {
+        if (ev.type != FT_EV_TEXT) {
+            EXPECT_EQ(ev.type, FT_EV_DONE);
+            cached = ev.type == FT_EV_DONE ? ev.n_cached : -1;
+            break;
+        }
+        if (ev.lp && *n_gen < 10) ids[*n_gen] = ev.lp->id, lp[(*n_gen)++] = ev.lp->logprob;
+        free(ev.text), free(ev.lp);
+    }
+    if (r) ft_req_release(r);
+    return cached;
+}
+
+/* The hybrid prefix cache on a GPU backend: a state read from its device slot and written into
+ * another sequence's (sharing the first's KV blocks below it) continues exactly as the
+ * original; through the scheduler, a second turn restoring the first's checkpoint reports 48
+ * cached tokens and the greedy tokens of the same request without the cache. */
+static void gpu_prefix_case(const struct ft_model *m, const struct ft_tok *tok, enum ft_backend be) {
+    const char *bn = be == FT_BACKEND_CUDA ? "cuda" : "offload";
+    const int V = m->vocab;
+    struct ft_engine_opts eo = {.max_ctx = 96, .max_chunk = 64, .kv_tokens = 192, .backend = be,
+                                .no_graphs = 1};
+    struct ft_engine *e = NULL;
+    EXPECT_OK(ft_engine_init(&e, m, g_pool, &eo));
+    if (e) {
+        enum { P = 32, N = 16 };
+        int32_t ids[P + N], a[3], c[3];
+        for (int t = 0; t < P + N; t++) ids[t] = (t * 41 + 9) % V;
+        void *st = malloc(ft_engine_state_bytes(e));
+        float *la = malloc((size_t)N * V * 4), *lc = malloc((size_t)N * V * 4);
+        EXPECT_OK(ft_engine_kv_alloc(e, 3, a));
+        memcpy(c, a, 2 * sizeof *c);
+        ft_engine_kv_ref(e, a, 2);
+        EXPECT_OK(ft_engine_kv_alloc(e, 1, c + 2));
+        EXPECT_OK(ft_engine_state_load(e, a, NULL));
+        struct ft_seg g = {ids, P, 0, a, FT_LOGITS_NONE};
+        EXPECT_OK(ft_engine_forward_batch(e, &g, 1, NULL));
+        EXPECT_OK(ft_engine_state_save(e, a, st));
+        EXPECT_OK(ft_engine_state_load(e, c, st));
+        struct ft_seg ga = {ids + P, N, P, a, FT_LOGITS_ALL}, gc = {ids + P, N, P, c, FT_LOGITS_ALL};
+        EXPECT_OK(ft_engine_forward_batch(e, &ga, 1, la));
+        EXPECT_OK(ft_engine_forward_batch(e, &gc, 1, lc));
+        const double d = max_err(la, lc, (size_t)N * V);
+        fprintf(stderr, "  %-8s state slot read/write: restored sequence max |dlogit| %g\n", bn, d);
+        CHECK_(d <= 1e-5, "%s: a restored state continues %g off the original", bn, d);
+        ft_engine_state_drop(e, a), ft_engine_state_drop(e, c);
+        free(st), free(la), free(lc);
+        ft_engine_free(e);
+    }
+    struct ft_sched_opts off = {.max_running = 2, .max_prefill = 64, .ctx_size = 192, .prefix_cache = -1};
+    off.engine.backend = be;
+    struct ft_sched_opts on = off;
+    on.prefix_cache = 0;
+    struct ft_sched *s0 = NULL, *s1 = NULL;
+    EXPECT_OK(ft_sched_init(&s0, m, tok, g_pool, &off));
+    EXPECT_OK(ft_sched_init(&s1, m, tok, g_pool, &on));
+    if (s0 && s1) {
+        int32_t t1[70], t2[106], ga[10], gb[10];
+        float pa[10], pb[10];
+        int na = 0, nb = 0;
+        for (int t = 0; t < 106; t++) t2[t] = t < 66 ? (t * 37 + 5) % V : (t * 53 + 11) % V;
+        memcpy(t1, t2, 66 * sizeof *t1);
+        for (int t = 66; t < 70; t++) t1[t] = (t * 11 + 300) % V; /* turn 1's generation suffix */
+        EXPECT_EQ(gpu_sched_run(s1, t1, 70, ga, pa, &na), 0);
+        const int cached = gpu_sched_run(s1, t2, 106, ga, pa, &na);
+        EXPECT_EQ(gpu_sched_run(s0, t2, 106, gb, pb, &nb), 0);
+        int same = na == nb && na > 0;
+        float err = 0;
+        for (int i = 0; same && i < na; i++) same &= ga[i] == gb[i], err = fmaxf(err, fabsf(pa[i] - pb[i]));
+        fprintf(stderr, "  %-8s second turn: %d cached, tokens %s, max |dlogprob| %g\n", bn, cached,
+                same ? "identical" : "DIFFERENT", err);
+        CHECK_(cached == 48, "%s: the second turn cached %d tokens, expected 48", bn, cached);
+        CHECK_(same && err <= 5e-2, "%s: the cached second turn's tokens differ from the uncached", bn);
+    }
+    ft_sched_free(s0);
+    ft_sched_free(s1);
+}
+
+TEST(hybrid_prefix_cache_through_cuda_and_offload) {
+    struct ft_model *m = NULL;
+    struct ft_tok *tok = NULL;
+    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/qwen3_5_moe", &m));
+    EXPECT_OK(ft_tok_load(FT_TEST_DATA "/models/qwen3_5_moe", &tok));
+    if (m && tok) {
+        gpu_prefix_case(m, tok, FT_BACKEND_CUDA);
+        gpu_prefix_case(m, tok, FT_BACKEND_OFFLOAD);
+    }
+    ft_tok_free(tok);
+    ft_model_free(m);
 }
 
 int main(int argc, char **argv) {
