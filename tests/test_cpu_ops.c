@@ -359,7 +359,8 @@ TEST(silu_mul_and_add) {
 /* The gated activations on every ISA tier (vector e^x on AVX2 / AVX-512) against double:
  * within 1e-6 of each value plus the rounding of e^x's float argument a (|a| 2^-23 relative:
  * the scalar libm tier has it too), plus 1e-30 where e^x under- or overflows; g from -100 to
- * 100, a row length that leaves vector tails; gpt-oss's clamped form too; a NaN u stays NaN. */
+ * 100, a row length that leaves vector tails; gpt-oss's and DeepSeek-V4's clamped forms too; a
+ * NaN u stays NaN. */
 TEST(gated_activations_every_tier) {
     enum { T = 3, I = 37 };
     float gu[T * 2 * I], out[T * I];
@@ -368,8 +369,8 @@ TEST(gated_activations_every_tier) {
     enum ft_cpu_isa best = ft_cpu_isa();
     for (int tier = FT_ISA_SCALAR; tier <= (int)best; tier++) {
         if ((int)ft_cpu_set_isa((enum ft_cpu_isa)tier) != tier) continue;
-        for (int clamped = 0; clamped < 2; clamped++) {
-            if (clamped) ft_cpu_swiglu_clamped(out, gu, T, I, 7.0f, 1.702f);
+        for (int clamped = 0; clamped < 3; clamped++) { /* PLAIN, OAI, CLAMP */
+            if (clamped) ft_cpu_swiglu(out, gu, T, I, (enum ft_swiglu)clamped, 7.0f, 1.702f);
             else ft_cpu_silu_mul(out, gu, T, I);
             double worst = 0;
             int nan_ok = 1;
@@ -379,8 +380,8 @@ TEST(gated_activations_every_tier) {
                     if (clamped) {
                         g = g < 7.0 ? g : 7.0;
                         u = u < -7.0 ? -7.0 : u > 7.0 ? 7.0 : u;
-                        a = -(double)1.702f * g; /* alpha as the float it is */
-                        ref = (u + 1.0) * g / (1.0 + exp(a));
+                        a = clamped == FT_SWIGLU_CLAMP ? -g : -(double)1.702f * g; /* alpha as the float it is */
+                        ref = (u + (clamped == FT_SWIGLU_CLAMP ? 0.0 : 1.0)) * g / (1.0 + exp(a));
                     } else {
                         a = -g;
                         ref = g / (1.0 + exp(a)) * u;
@@ -394,7 +395,7 @@ TEST(gated_activations_every_tier) {
                     worst = fmax(worst, fabs(got - ref) / (rel * fabs(ref) + 1e-30));
                 }
             fprintf(stderr, "  %-11s %s: err/tol %.3f\n", ft_cpu_isa_name((enum ft_cpu_isa)tier),
-                    clamped ? "clamped SwiGLU" : "SiLU * up", worst);
+                    clamped == 2 ? "V4 clamped" : clamped ? "clamped SwiGLU" : "SiLU * up", worst);
             CHECK_(worst <= 1.0, "%s %s: %.2f x tolerance", ft_cpu_isa_name((enum ft_cpu_isa)tier),
                    clamped ? "clamped" : "silu", worst);
             CHECK_(nan_ok, "%s: a NaN up value did not stay NaN", ft_cpu_isa_name((enum ft_cpu_isa)tier));

@@ -295,11 +295,16 @@ TEST(gpt_oss_expert_ops) {
     enum { R = 9, I = 37, E = 5, N = 29 };
     float *gu = rnd((size_t)R * 2 * I), *ref = malloc((size_t)R * I * 4);
     for (int i = 0; i < R * 2 * I; i++) gu[i] *= 12.0f; /* beyond the limit on both sides */
-    ft_cpu_swiglu_clamped(ref, gu, R, I, 7.0f, 1.702f);
+    ft_cpu_swiglu(ref, gu, R, I, FT_SWIGLU_OAI, 7.0f, 1.702f);
     float *dgu = up(gu, (size_t)R * 2 * I * 4), *dout = up(NULL, (size_t)R * I * 4);
-    ft_cuda_swiglu_clamped(dout, dgu, R, I, 7.0f, 1.702f, 0);
+    ft_cuda_swiglu(dout, dgu, R, I, FT_SWIGLU_OAI, 7.0f, 1.702f, 0);
     float *got = down(dout, (size_t)R * I);
     EXPECT_NMSE(got, ref, (size_t)R * I, 1e-10, "clamped swiglu (limit 7, alpha 1.702)");
+    free(got);
+    ft_cpu_swiglu(ref, gu, R, I, FT_SWIGLU_CLAMP, 7.0f, 0.0f); /* DeepSeek-V4's */
+    ft_cuda_swiglu(dout, dgu, R, I, FT_SWIGLU_CLAMP, 7.0f, 0.0f, 0);
+    got = down(dout, (size_t)R * I);
+    EXPECT_NMSE(got, ref, (size_t)R * I, 1e-10, "V4 clamped swiglu (limit 7)");
     free(got);
     float *bias = rnd((size_t)E * N), *y = rnd((size_t)R * N), *want = malloc((size_t)R * N * 4);
     float *dbias = up(bias, (size_t)E * N * 4), *dy = up(y, (size_t)R * N * 4);

@@ -368,7 +368,7 @@ static enum ft_status upload(struct ft_gpu *g) {
         L->score_bias = up_f(g, hl->router_score_bias, (size_t)m->n_experts, &st);
         L->ex.gu_b = up_f(g, hl->act.gu_bias, (size_t)m->n_experts * 2 * m->expert_inter, &st);
         L->ex.dn_b = up_f(g, hl->act.down_bias, (size_t)m->n_experts * H, &st);
-        L->ex.act_limit = hl->act.limit, L->ex.act_alpha = hl->act.alpha;
+        L->ex.act_mode = hl->act.mode, L->ex.act_limit = hl->act.limit, L->ex.act_alpha = hl->act.alpha;
         if (!g->o.offload) { /* resident; the offload backend keeps them in the host banks */
             L->ex.gu = up_bank(g, &hl->bank[FT_BANK_GATE_UP], &st);
             L->ex.down = up_bank(g, &hl->bank[FT_BANK_DOWN], &st);

@@ -43,9 +43,7 @@ struct ft_bank {
  * clamped SwiGLU with per-expert biases, or DeepSeek-V4's clamped SwiGLU (mode says which; a
  * zeroed struct is plain). */
 struct ft_expert_act {
-    float limit, alpha;           /* the clamp (OAI, CLAMP) and the sigmoid's alpha (OAI); until
-                                     moe/cpu_exec.c reads mode, CLAMP also sets alpha to
-                                     FT_SWIGLU_V4 (backend/cpu/ops.h) for it */
+    float limit, alpha;           /* the clamp (OAI, CLAMP) and the sigmoid's alpha (OAI) */
     const float *gu_bias;         /* [E][2I] (gate then up, like the bank rows) or NULL */
     const float *down_bias;       /* [E][H] or NULL */
     enum ft_swiglu mode;          /* last: positional initialisers of the fields above stay valid */

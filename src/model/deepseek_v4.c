@@ -353,7 +353,6 @@ enum ft_status ft_v4_load_layer(struct ft_model *m, int l) {
         FT_TRY(ft_model_load_vec(m, b, m->n_experts, &L->router_score_bias));
     L->act.mode = FT_SWIGLU_CLAMP;
     L->act.limit = z->swiglu;
-    L->act.alpha = FT_SWIGLU_V4; /* what moe/cpu_exec.c reads until it passes the mode */
     FT_TRY(load_experts(m, l, L));
     const int Is = m->shared_inter;
     L->has_shared = 1;

@@ -267,24 +267,15 @@ static enum ft_status load_expert_bias(struct ft_model *m, const char *name, int
 }
 
 /* One [rows, K/32] MXFP4 matrix of gpt-oss (16 code bytes per block, element 2j in the low
- * nibble of byte j, and a separate E8M0 scale byte per block) as GGML MXFP4 rows (the scale,
- * then byte j holding element j low and j + 16 high); row r goes to dst row map(r). */
+ * nibble of byte j, and a separate E8M0 scale byte per block) as GGML MXFP4 rows; row r goes
+ * to dst row map(r). */
 static void mxfp4_rows(uint8_t *dst, const uint8_t *blocks, const uint8_t *scales, int rows, int K,
                        int interleaved) {
     int nb = K / 32;
     for (int r = 0; r < rows; r++) {
         int dr = interleaved ? (r % 2) * (rows / 2) + r / 2 : r;
-        for (int b = 0; b < nb; b++) {
-            const uint8_t *q = blocks + ((size_t)r * nb + b) * 16;
-            uint8_t *o = dst + ((size_t)dr * nb + b) * 17;
-            o[0] = scales[(size_t)r * nb + b];
-            for (int j = 0; j < 16; j++) {
-                int lo = j, hi = j + 16; /* element e sits in byte e / 2, nibble e % 2 */
-                uint8_t a = (uint8_t)((q[lo / 2] >> (4 * (lo % 2))) & 15);
-                uint8_t c = (uint8_t)((q[hi / 2] >> (4 * (hi % 2))) & 15);
-                o[1 + j] = (uint8_t)(a | c << 4);
-            }
-        }
+        ft_mxfp4_pack_ggml(dst + (size_t)dr * nb * 17, blocks + (size_t)r * nb * 16, scales + (size_t)r * nb, 1,
+                           (size_t)K);
     }
 }
 

@@ -726,7 +726,7 @@ static enum ft_status build_ffn(struct ft_model *m, struct ft_pool *pool, struct
     FT_TRY(weight(m, pool, &L->router, E, H, seed));
     if ((fl & FT_ARCH_SIGMOID_ROUTER) && !(L->router_score_bias = zeros(m, (size_t)E))) goto oom;
     if (L->v4) { /* DeepSeek-V4: its clamped SwiGLU; hash layers route by token id */
-        L->act.mode = FT_SWIGLU_CLAMP, L->act.limit = m->v4->swiglu, L->act.alpha = FT_SWIGLU_V4;
+        L->act.mode = FT_SWIGLU_CLAMP, L->act.limit = m->v4->swiglu;
         if (!L->v4->hash && !(L->router_score_bias = zeros(m, (size_t)E))) goto oom;
         if (L->v4->hash) {
             const int V = m->vocab, k = m->top_k;

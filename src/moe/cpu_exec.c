@@ -240,8 +240,8 @@ static void act_rows(const struct act_job *j, int r0, int r1) {
             const float *b = j->act->gu_bias + (size_t)x->row_e[r] * 2 * I;
             for (int i = 0; i < 2 * I; i++) gu[i] += b[i];
         }
-        if (j->act && j->act->limit > 0)
-            ft_cpu_swiglu_clamped(a, gu, 1, I, j->act->limit, j->act->alpha);
+        if (j->act && j->act->mode != FT_SWIGLU_PLAIN)
+            ft_cpu_swiglu(a, gu, 1, I, j->act->mode, j->act->limit, j->act->alpha);
         else
             ft_cpu_silu_mul(a, gu, 1, I);
         if (j->xq_bytes)

@@ -219,11 +219,10 @@ static size_t expert_stride(const struct ft_gpu_moe *gm, int l, int fam) {
     return gm->m->layers[l].bank[fam].row_bytes;
 }
 
-/* The experts' activation on [rows, 2I] gate/up rows: SiLU, or gpt-oss's clamped SwiGLU. */
+/* The experts' activation on [rows, 2I] gate/up rows (the layer's enum ft_swiglu mode). */
 static void expert_act(struct ft_gpu_moe *gm, const struct ft_gpu_experts *X, float *out,
                        const float *gu, int rows, int I) {
-    if (X->act_limit > 0) ft_cuda_swiglu_clamped(out, gu, rows, I, X->act_limit, X->act_alpha, gm->s);
-    else ft_cuda_silu_mul(out, gu, rows, I, gm->s);
+    ft_cuda_swiglu(out, gu, rows, I, X->act_mode, X->act_limit, X->act_alpha, gm->s);
 }
 
 /* --- prefill --- */

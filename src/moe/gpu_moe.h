@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/swiglu.h"
 #include "core/status.h"
 #include "moe/offload.h"
 
@@ -29,7 +30,8 @@ struct ft_gpu_experts {
     void *gu, *down;            /* [E][2I, H], [E][H, I] in the banks' formats (NULL: offloaded) */
     int gu_dt, dn_dt;           /* enum ft_dtype of gu / down (bf16 or a block format) */
     float *gu_b, *dn_b;         /* gpt-oss's expert biases [E][2I], [E][H], or NULL */
-    float act_limit, act_alpha; /* act_limit > 0: gpt-oss's clamped SwiGLU, else SiLU */
+    enum ft_swiglu act_mode;    /* the experts' activation (struct ft_expert_act's mode) */
+    float act_limit, act_alpha;
 };
 
 /* The forward pass's device buffers the MoE step reads and writes ([C, ...] rows). */

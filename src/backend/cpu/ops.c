@@ -241,10 +241,6 @@ void ft_cpu_swiglu(float *out, const float *gate_up, int T, int I, enum ft_swigl
     act_rows(out, gate_up, T, I, mode, limit, alpha);
 }
 
-void ft_cpu_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit, float alpha) {
-    act_rows(out, gate_up, T, I, alpha < 0 ? FT_SWIGLU_CLAMP : FT_SWIGLU_OAI, limit, alpha);
-}
-
 void ft_cpu_gelu_tanh_mul(float *out, const float *gate_up, int T, int I) {
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
     for (int t = 0; t < T; t++) {

@@ -123,10 +123,6 @@ void ft_cpu_silu_mul(float *out, const float *gate_up, int T, int I);
  * sigmoid(alpha * g); CLAMP DeepSeek-V4's, the same clamps, out = u * g * sigmoid(g). */
 void ft_cpu_swiglu(float *out, const float *gate_up, int T, int I, enum ft_swiglu mode, float limit,
                    float alpha);
-/* Transitional, for moe/cpu_exec.c until it passes struct ft_expert_act's mode: OAI, or CLAMP
- * when alpha < 0 (the CLAMP layers' alpha is FT_SWIGLU_V4 meanwhile). To be deleted with it. */
-#define FT_SWIGLU_V4 (-1.0f)
-void ft_cpu_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit, float alpha);
 /* The same with GELU (tanh approximation, torch's gelu(approximate="tanh")) on the gate. */
 void ft_cpu_gelu_tanh_mul(float *out, const float *gate_up, int T, int I);
 

@@ -61,9 +61,6 @@ void ft_cuda_silu_mul(float *out, const float *gate_up, int T, int I, cudaStream
 /* ft_cpu_swiglu's twin (the activation `mode` on [gate I | up I] rows) */
 void ft_cuda_swiglu(float *out, const float *gate_up, int T, int I, enum ft_swiglu mode,
                     float limit, float alpha, cudaStream_t s);
-/* Transitional, for moe/gpu_moe.c until it passes the layer's mode: ft_cuda_swiglu with OAI. */
-void ft_cuda_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit,
-                            float alpha, cudaStream_t s);
 /* Expert biases (gpt-oss). Decode pairs: y[p, :] += bias[eids[p], :] where mask[p] >= 0 (the
  * pairs the GPU computed; mask NULL: eids). Prefill rows sorted by expert (ft_cuda_moe_sort's
  * offsets, R rows): y[r, :] += bias[e(r), :] for the experts with slot_of[e] >= 0 (the batch

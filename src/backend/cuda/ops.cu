@@ -515,11 +515,6 @@ extern "C" void ft_cuda_swiglu(float *out, const float *gate_up, int T, int I, e
     else launch(swiglu_clamped_kernel, cdiv(n, 256), 256, 0, s, out, gate_up, I, n, (int)mode, limit, alpha);
 }
 
-extern "C" void ft_cuda_swiglu_clamped(float *out, const float *gate_up, int T, int I, float limit,
-                                       float alpha, cudaStream_t s) {
-    ft_cuda_swiglu(out, gate_up, T, I, FT_SWIGLU_OAI, limit, alpha, s);
-}
-
 /* y[p, :] += bias[eids[p], :] for the pairs the GPU computed (mask[p] >= 0) */
 __global__ void moe_add_bias_kernel(float *y, const float *bias, const int32_t *eids,
                                     const int32_t *mask, int N) {
