@@ -2,8 +2,10 @@
  *   #include "test.h"
  *   TEST(parses_header) { EXPECT(x == 1); EXPECT_NEAR(a, b, 1e-6); }
  *   TEST_MAIN("safetensors")
- * The last line printed is "test_<module>: N passed, N failed"; exit status 1 on any failure.
- * A test passes when it ran at least one check and none failed (an empty test fails). */
+ * The last line printed is "test_<module>: N passed, N failed[, N skipped]"; exit status 1 on
+ * any failure. A test passes when it ran at least one check and none failed (an empty test
+ * fails). A test this machine cannot run (an instruction set it lacks) calls SKIP(reason)
+ * before any check: it is reported as skipped with the reason, never counted as passed. */
 #ifndef FT_TEST_H
 #define FT_TEST_H
 
@@ -15,6 +17,7 @@
 typedef void (*test_fn)(void);
 static struct { const char *name; test_fn fn; } g_tests[512];
 static int g_n_tests, g_checks, g_failures;
+static const char *g_skip; /* the running test's SKIP reason */
 
 static void test_register(const char *name, test_fn fn) {
     g_tests[g_n_tests].name = name;
@@ -35,6 +38,12 @@ static void test_register(const char *name, test_fn fn) {
             fprintf(stderr, __VA_ARGS__);                                                 \
             fprintf(stderr, "\n");                                                        \
         }                                                                                 \
+    } while (0)
+
+#define SKIP(reason)                                                                      \
+    do {                                                                                  \
+        g_skip = (reason);                                                                \
+        return;                                                                           \
     } while (0)
 
 #define EXPECT(cond) CHECK_(cond, "%s", #cond)
@@ -70,17 +79,24 @@ static void test_register(const char *name, test_fn fn) {
 /* Runs the tests whose name contains argv[1] (all without it). A test file that needs set-up
  * around the run (a thread pool, a temp folder) writes its own main and calls this. */
 static int test_run(const char *module, int argc, char **argv) {
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < g_n_tests; i++) {
         if (argc > 1 && !strstr(g_tests[i].name, argv[1])) continue;
         int c0 = g_checks, f0 = g_failures;
+        g_skip = NULL;
         g_tests[i].fn();
-        int ok = g_failures == f0 && g_checks > c0;
+        if (g_skip && g_checks == c0) {
+            fprintf(stderr, "skip %s: %s\n", g_tests[i].name, g_skip);
+            skipped++;
+            continue;
+        }
+        int ok = g_failures == f0 && g_checks > c0 && !g_skip;
         if (g_checks == c0) fprintf(stderr, "  FAIL %s: no checks ran\n", g_tests[i].name);
         fprintf(stderr, "%s %s\n", ok ? "ok  " : "FAIL", g_tests[i].name);
         ok ? passed++ : failed++;
     }
-    printf("test_%s: %d passed, %d failed\n", module, passed, failed);
+    if (skipped) printf("test_%s: %d passed, %d failed, %d skipped\n", module, passed, failed, skipped);
+    else printf("test_%s: %d passed, %d failed\n", module, passed, failed);
     return failed ? 1 : 0;
 }
 
