@@ -12,6 +12,7 @@
 #include "cli/opts.h"
 #include "core/status.h"
 #include "core/sys.h"
+#include "engine/sched.h"
 #include "format/gguf.h"
 #include "format/hfconfig.h"
 #include "format/safetensors.h"
@@ -219,6 +220,10 @@ int ft_cmd_inspect(int argc, char **argv) {
         printf("; recurrent state %s per sequence (%d Gated DeltaNet layers)", size((double)state, b2, sizeof b2),
                n_linear);
     printf("\n");
+    if (n_linear && state > 0) /* ft serve's prefix cache keeps states at block boundaries */
+        printf("prefix cache  one recurrent-state checkpoint a cached prompt, %s each: %d fit the "
+               "default --prefix-state-mem (%s)\n", size((double)state, b1, sizeof b1),
+               (int)(FT_PREFIX_STATE_MEM / state), size((double)FT_PREFIX_STATE_MEM, b2, sizeof b2));
     }
     if (c.mtp_layers > 0)
         printf("mtp           %d multi-token-prediction layer%s in the checkpoint, not used (speculative "
