@@ -312,6 +312,9 @@ TEST(synthetic_inspect_prints_kv_and_state) {
     static const char *const want[][3] = {
         {"qwen3.6-35b-a3b", "34.66 B total", "kv cache      40.0 KiB per token (10 attention layers); "
          "recurrent state 62.81 MiB per sequence (30 Gated DeltaNet layers)"},
+        /* the prefix cache's checkpoints: one recurrent state each, 1 GiB / 62.81 MiB = 16.3 */
+        {"qwen3.6-35b-a3b", "prefix cache  one recurrent-state checkpoint a cached prompt",
+         "62.81 MiB each: 16 fit the default --prefix-state-mem (1.00 GiB)"},
         {"deepseek-v3", "671.54 B total", "kv cache      137.2 KiB per token (61 latent attention layers)"},
         {"glm-4.7-flash:q4_k@4", "experts       64 per layer in 3 MoE layers", "9.0 KiB per token"},
         /* GLM-5: the latent (512), the rope key (64) and the indexer key (128) in f32, 78 layers */
