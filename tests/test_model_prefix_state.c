@@ -227,9 +227,41 @@ TEST(hybrid_turns_restore_checkpoints_exactly) {
     turns_case(QNEXT);
 }
 
-/* A budget of one checkpoint: the second conversation's evicts the first's (whose KV blocks
- * stay indexed but cannot be used without it); a budget under one checkpoint, or none, turns
- * the hybrid prefix cache off. */
+/* An agent's next turn resends the model's answer: turn 1 (70 prompt tokens) runs 70 + 11
+ * tokens (its 12th is sampled, not run), so its answer's checkpoint sits at position 80, not
+ * at its prompt's 48; turn 2 (turn 1, its answer, 20 new tokens) restores it and prefills 22. */
+static void answer_case(const char *dir) {
+    struct rig g;
+    struct ft_sched *on = NULL;
+    struct ft_sched_opts o = {.max_running = 1, .max_prefill = 64, .ctx_size = 192};
+    EXPECT(rig_open(&g, dir) == 0);
+    if (g.off) EXPECT_OK(ft_sched_init(&on, g.m, g.tok, g.pool, &o));
+    if (!on) goto done;
+    const int V = g.m->vocab;
+    int32_t t1[80], t2[120];
+    const int n1 = turn(t1, 3, 70, 0, V);
+    struct out a;
+    run(on, t1, n1, &a);
+    EXPECT_EQ(a.n, MAX_GEN);
+    memcpy(t2, t1, (size_t)n1 * sizeof *t2);
+    int n2 = n1;
+    for (int i = 0; i < a.n; i++) t2[n2++] = a.lp[i].id;
+    for (int i = 0; i < 20; i++, n2++) t2[n2] = (n2 * 31 + 7) % V;
+    expect_turn(&g, on, t2, n2, 80, "turn 2 resending turn 1's answer");
+done:
+    ft_sched_free(on);
+    rig_close(&g);
+}
+
+TEST(hybrid_answer_checkpoint_serves_the_next_turn) {
+    answer_case(QWEN35);
+    answer_case(QNEXT);
+}
+
+/* A budget of two checkpoints (a request keeps two: at its prompt's end and at its answer's,
+ * here position 48 and 80 of 70 + 11 tokens run): the second conversation's evict the first's
+ * (whose KV blocks stay indexed but cannot be used without them); a budget under one
+ * checkpoint, or none, turns the hybrid prefix cache off. */
 TEST(hybrid_checkpoint_budget_evicts_and_disables) {
     struct rig g;
     struct ft_sched *on = NULL;
@@ -240,12 +272,13 @@ TEST(hybrid_checkpoint_budget_evicts_and_disables) {
     int32_t a1[80], a2[120], b1[80], b2[120];
     const int n1 = turn(a1, 1, 70, 0, V), n2 = turn(a2, 1, 70, 30, V);
     turn(b1, 2, 70, 0, V), turn(b2, 2, 70, 30, V);
-    struct ft_sched_opts o = {.max_running = 1, .max_prefill = 64, .ctx_size = 192, .prefix_state_mem = one};
+    struct ft_sched_opts o = {.max_running = 1, .max_prefill = 64, .ctx_size = 192,
+                              .prefix_state_mem = 2 * one};
     EXPECT_OK(ft_sched_init(&on, g.m, g.tok, g.pool, &o));
     if (!on) goto done;
     expect_turn(&g, on, a1, n1, 0, "a1");
-    expect_turn(&g, on, b1, n1, 0, "b1");          /* its checkpoint evicts a1's */
-    expect_turn(&g, on, b2, n2, 48, "b2");         /* b1's; then its own (80) evicts it */
+    expect_turn(&g, on, b1, n1, 0, "b1");          /* its checkpoints (48, 80) evict a1's */
+    expect_turn(&g, on, b2, n2, 48, "b2");         /* b1's; then its own (80, 96) evict them */
     expect_turn(&g, on, a2, n2, 0, "a2 evicted");  /* a1's blocks indexed, no checkpoint */
     expect_turn(&g, on, a2, n2, 80, "a2 again");   /* its own, just taken */
     ft_sched_free(on);

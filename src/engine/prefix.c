@@ -188,6 +188,19 @@ void *ft_prefix_state_put(struct ft_prefix *p, int32_t b) {
     return x->state;
 }
 
+void *ft_prefix_state_move(struct ft_prefix *p, int32_t from, int32_t to) {
+    if (from == to || from < 0 || from >= p->n_blocks || !p->e[from].state) return ft_prefix_state_put(p, to);
+    if (p->max_states <= 0 || to < 0 || to >= p->n_blocks || !p->e[to].valid || p->e[to].state) {
+        ft_prefix_state_drop(p, from);
+        return ft_prefix_state_put(p, to);
+    }
+    struct entry *x = &p->e[to];
+    x->state = p->e[from].state;
+    p->e[from].state = NULL;
+    x->state_used = ++p->clock;
+    return x->state;
+}
+
 int ft_prefix_match_state(struct ft_prefix *p, const int32_t *ids, int max_blocks, int32_t *blocks,
                           const void **state) {
     int k = ft_prefix_match(p, ids, max_blocks, blocks);

@@ -54,6 +54,11 @@ int ft_prefix_max_states(const struct ft_prefix *p);
  * not fill goes back with ft_prefix_state_drop. */
 void *ft_prefix_state_put(struct ft_prefix *p, int32_t b);
 void ft_prefix_state_drop(struct ft_prefix *p, int32_t b);
+/* A checkpoint moving along its chain (a decoding request's, from one block boundary to the
+ * next): ft_prefix_state_put(p, to), except that when `from` has a checkpoint and `to` none,
+ * from's buffer moves to `to` (no allocation, nothing else evicted); from's is dropped in any
+ * case (from < 0: none). NULL as ft_prefix_state_put. */
+void *ft_prefix_state_move(struct ft_prefix *p, int32_t from, int32_t to);
 /* Block b's checkpoint (NULL: none). */
 const void *ft_prefix_state(const struct ft_prefix *p, int32_t b);
 /* ft_prefix_match for a hybrid model: of the k leading blocks found, the first k' <= k where

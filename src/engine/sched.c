@@ -50,6 +50,8 @@ struct ft_req {
     int bound;             /* hybrid models: its recurrent state is bound to r->blocks */
     int ckpt;              /* hybrid models: the prompt position whose state the prefix cache
                               keeps (its prefill stops there once), 0: none */
+    int ackpt;             /* hybrid models: the position of the checkpoint its answer moves
+                              along (the last block boundary it ran through), 0: none */
     int stop_hit;          /* a stop string matched: text after it is dropped */
     int admitted;          /* moved from the queue to running */
     int32_t last;
@@ -283,6 +285,28 @@ static void take_ckpt(struct ft_sched *s, struct ft_req *r) {
         ft_log_warn("prefix cache: no state checkpoint at position %d: %s", k * FT_KV_BLOCK, ft_error());
         ft_prefix_state_drop(s->pc, s->pc_tmp[k - 1]);
     }
+}
+
+/* Hybrid models: r just ran through a block boundary after its prompt (n_past, a multiple of
+ * FT_KV_BLOCK): the blocks before it indexed and the state kept on the entry of the block
+ * ending there, in the buffer r kept at its previous boundary. So when r ends (done, stopped,
+ * cancelled) a checkpoint sits on the last boundary its KV blocks cover, exactly the state after
+ * those tokens: the next turn, which resends this answer, restores it and prefills only its new
+ * tokens. One copy of the state per FT_KV_BLOCK tokens decoded. */
+static void take_answer_ckpt(struct ft_sched *s, struct ft_req *r) {
+    const int k = r->n_past / FT_KV_BLOCK, k0 = r->ackpt / FT_KV_BLOCK;
+    prefix_keep(s, r, r->n_past);
+    if (ft_prefix_match(s->pc, r->hist, k, s->pc_tmp) != k) return;
+    const int32_t b = s->pc_tmp[k - 1];
+    void *buf = ft_prefix_state_move(s->pc, k0 > 0 && k0 < k ? s->pc_tmp[k0 - 1] : -1, b);
+    r->ackpt = 0;
+    if (!buf) return;
+    if (ft_engine_state_save(s->e, r->blocks, buf) != FT_OK) {
+        ft_log_warn("prefix cache: no state checkpoint at position %d: %s", r->n_past, ft_error());
+        ft_prefix_state_drop(s->pc, b);
+        return;
+    }
+    r->ackpt = r->n_past;
 }
 
 static void finish(struct ft_sched *s, struct ft_req *r, enum ft_finish why, enum ft_status err,
@@ -577,6 +601,9 @@ static void step(struct ft_sched *s) {
         if (g->ids != &r->last) r->prefilled += g->n;
         if (r->ckpt && r->prefilled == r->ckpt) take_ckpt(s, r);
         if (g->ids != &r->last && r->prefilled == r->n_prompt) prefix_keep(s, r, r->n_past);
+        if (s->hybrid && r->hist && !r->p.prompt_only && r->prefilled == r->n_prompt &&
+            r->n_past % FT_KV_BLOCK == 0)
+            take_answer_ckpt(s, r); /* before its token is taken: it may end r */
         if (g->ids != &r->last && r->prefilled == r->n_prompt && r->p.prompt_only) {
             finish(s, r, FT_FINISH_LENGTH, FT_OK, NULL); /* max_tokens 0: scored, not answered */
             continue;
