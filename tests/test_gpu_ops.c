@@ -985,6 +985,92 @@ TEST(block_format_experts) {
     EXPECT_OK(ft_cuda_check("block-format experts"));
 }
 
+/* The grouped GEMM reading block-format experts itself (ft_cuda_moe_gemm_q): for every format
+ * it takes, with 32- and 64-row tiles, through a slot map with a padded pitch and one absent
+ * expert, the output equals dequantise-then-GEMM (ft_cuda_dequant_experts + ft_cuda_moe_gemm)
+ * bit for bit, the absent expert's rows are left alone, and every row matches the double dot of
+ * the CPU's exact values rounded to bf16 (what both kernels multiply; only fp32 summation order
+ * differs: NMSE 1e-10). bf16 experts against ft_cuda_moe_gemm; odd NVFP4 widths not taken. */
+TEST(moe_gemm_block_formats) {
+    static const enum ft_dtype fmts[] = {FT_DTYPE_Q8_0, FT_DTYPE_Q4_0, FT_DTYPE_Q4_1,
+                                         FT_DTYPE_Q5_0, FT_DTYPE_Q5_1, FT_DTYPE_Q4_K,
+                                         FT_DTYPE_Q5_K, FT_DTYPE_Q6_K, FT_DTYPE_MXFP4,
+                                         FT_DTYPE_NVFP4, FT_DTYPE_FP8_B128, FT_DTYPE_NVFP4,
+                                         FT_DTYPE_FP8_B128, FT_DTYPE_BF16};
+    static const int widths[] = {512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 40, 40, 264};
+    const int E = 4, N = 72, T = 37, k = 2, R = T * k, S = 3;
+    const int32_t slot_of[4] = {2, 0, -1, 1}; /* expert 2 absent (another batch's) */
+    EXPECT(!ft_cuda_moe_gemm_takes(FT_DTYPE_NVFP4, 42) && ft_cuda_moe_gemm_takes(FT_DTYPE_Q6_K, 256));
+    int32_t ids[74], offs[5];
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < k; j++) ids[t * k + j] = (3 * t + 5 * j + t / 7) % E;
+    uint64_t rng = 11;
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
+        for (int tm = 32; tm <= 64; tm += 32) {
+            enum ft_dtype t = fmts[f];
+            const int K = widths[f];
+            EXPECT(ft_cuda_moe_gemm_takes(t, K));
+            ft_cuda_moe_set_tile_rows(tm);
+            size_t rb = ft_dtype_row_bytes(t, K), stride = rb * N + 64;
+            uint8_t *w = calloc((size_t)S, stride);
+            for (int e = 0; e < S; e++) fill_matrix(t, w + (size_t)e * stride, N, K, &rng);
+            uint16_t *x = rnd_bf16((size_t)R * K, 1.0f);
+            void *dw = up(w, (size_t)S * stride);
+            int32_t *dids = up(ids, sizeof ids), *dcnt = up(NULL, E * 4), *drtok = up(NULL, R * 4);
+            int32_t *doff = up(NULL, ft_cuda_moe_offsets_len(E, R) * 4), *dpd = up(NULL, R * 4);
+            int32_t *dslot = up(slot_of, sizeof slot_of), *dchunk = up(NULL, E * 4);
+            uint16_t *dx = up(x, (size_t)R * K * 2), *ddq = up(NULL, (size_t)E * N * K * 2);
+            float *dy = up(NULL, (size_t)R * N * 4), *dy2 = up(NULL, (size_t)R * N * 4);
+            cudaMemset(dy, 0xff, (size_t)R * N * 4), cudaMemset(dy2, 0xff, (size_t)R * N * 4);
+            ft_cuda_moe_sort(dcnt, doff, drtok, dpd, dids, T, k, E, 0);
+            ft_cuda_moe_gemm_q(dy, dx, dw, t, stride, doff, dslot, E, N, K, R, 0);
+            if (t == FT_DTYPE_BF16) {
+                ft_cuda_moe_gemm(dy2, dx, dw, doff, dslot, stride / 2, E, N, K, R, 0);
+            } else {
+                ft_cuda_chunk_slots(dchunk, dslot, 0, E, E, 0);
+                ft_cuda_dequant_experts(ddq, dw, stride, t, dslot, doff, 0, E, N, K, 0);
+                ft_cuda_moe_gemm(dy2, dx, ddq, doff, dchunk, (size_t)N * K, E, N, K, R, 0);
+            }
+            float *got = down(dy, (size_t)R * N), *want = down(dy2, (size_t)R * N);
+            cudaMemcpy(offs, doff, sizeof offs, cudaMemcpyDeviceToHost);
+            float *ref = malloc((size_t)R * N * 4), *gp = malloc((size_t)R * N * 4), *row = malloc((size_t)K * 4);
+            size_t n = 0;
+            long untouched = 0, absent = 0;
+            for (int e = 0; e < E; e++)
+                for (int i = offs[e]; i < offs[e + 1]; i++) {
+                    if (slot_of[e] < 0) {
+                        absent += N;
+                        for (int c = 0; c < N; c++) {
+                            uint32_t u;
+                            memcpy(&u, &got[(size_t)i * N + c], 4);
+                            untouched += u == 0xffffffffu;
+                        }
+                        continue;
+                    }
+                    for (int c = 0; c < N; c++) {
+                        const uint8_t *wr = w + (size_t)slot_of[e] * stride + (size_t)c * rb;
+                        if (t == FT_DTYPE_BF16) ft_to_f32(row, wr, FT_DTYPE_BF16, (size_t)K);
+                        else cpu_row(t, wr, row, K);
+                        double a = 0;
+                        for (int q = 0; q < K; q++)
+                            a += (double)ft_bf16_to_f32(ft_f32_to_bf16(row[q])) * ft_bf16_to_f32(x[(size_t)i * K + q]);
+                        ref[n] = (float)a, gp[n++] = got[(size_t)i * N + c];
+                    }
+                }
+            char what[80];
+            snprintf(what, sizeof what, "moe gemm %s K %d tile %d fused", ft_dtype_name(t), K, tm);
+            EXPECT_NMSE(gp, ref, n, 1e-10, what);
+            CHECK_(memcmp(got, want, (size_t)R * N * 4) == 0, "%s: differs from dequantise-then-GEMM", what);
+            CHECK_(absent > 0 && untouched == absent, "%s: %ld of %ld absent expert's outputs untouched",
+                   what, untouched, absent);
+            free(w), free(x), free(got), free(want), free(ref), free(gp), free(row);
+            cudaFree(dw), cudaFree(dids), cudaFree(dcnt), cudaFree(drtok), cudaFree(doff), cudaFree(dpd);
+            cudaFree(dslot), cudaFree(dchunk), cudaFree(dx), cudaFree(ddq), cudaFree(dy), cudaFree(dy2);
+        }
+    ft_cuda_moe_set_tile_rows(0);
+    EXPECT_OK(ft_cuda_check("moe gemm block formats"));
+}
+
 /* ---- int8-activation GEMV (ggml_mmv.cu) ----
  * References: (1) the CPU's quantiser ft_ggml_quant_x32: the GPU's codes, scales and half sums
  * must be the same bits; (2) the double-precision dot of the exactly dequantised weights with

@@ -19,7 +19,7 @@
 #include "moe/cpu_exec.h"
 
 #define MAX_T FT_GPU_MOE_MAX_T
-#define DEQ_CHUNK 16 /* experts per chunk when block-format experts are dequantised for prefill */
+#define DEQ_CHUNK 16 /* experts per chunk when experts the GEMM cannot read are dequantised */
 
 struct ft_gpu_moe {
     const struct ft_model *m;
@@ -90,11 +90,11 @@ enum ft_status ft_gpu_moe_init(struct ft_gpu_moe **out, const struct ft_model *m
         gm->offsets = dalloc(gm, ft_cuda_moe_offsets_len((int)E, (int)R) * 4, &st);
         gm->d_counts = dalloc(gm, (size_t)m->n_layers * E * 4, &st);
         gm->h_counts = ft_cuda_staging_alloc((size_t)m->n_layers * E * 4, &st);
-        int blocks = 0; /* block-format experts: prefill dequantises a chunk of them at a time */
+        int chunked = 0; /* experts the GEMM cannot read: prefill dequantises chunks of them */
         for (int l = 0; l < m->n_layers; l++)
-            blocks |= m->layers[l].is_moe && (m->layers[l].bank[0].schema->dtype != FT_DTYPE_BF16 ||
-                                              m->layers[l].bank[1].schema->dtype != FT_DTYPE_BF16);
-        if (blocks) {
+            chunked |= m->layers[l].is_moe && (!ft_cuda_moe_gemm_takes(m->layers[l].bank[0].schema->dtype, H) ||
+                                               !ft_cuda_moe_gemm_takes(m->layers[l].bank[1].schema->dtype, I));
+        if (chunked) {
             gm->deq = dalloc(gm, (size_t)DEQ_CHUNK * 2 * I * H * 2, &st);
             gm->chunk_slot_of = dalloc(gm, E * 4, &st);
         }
@@ -185,14 +185,15 @@ static inline void prof_mark(struct ft_gpu_moe *gm, enum ft_probe_op op) {
 }
 
 /* y = the grouped GEMM of the sorted rows x against one family of experts (w: the layer's
- * device bank, or with slot_of the offload slots, expert_stride bytes apart, format dt).
- * Block formats go through bf16 scratch a chunk of experts at a time. */
+ * device bank, or with slot_of the offload slots, expert_stride bytes apart, format dt). The
+ * GEMM reads bf16 and the block formats directly; the rest (NVFP4/FP8 rows of widths not a
+ * multiple of 8) go through bf16 scratch a chunk of experts at a time. */
 static void expert_gemm(struct ft_gpu_moe *gm, float *y, const uint16_t *x, const void *w, int dt,
                         size_t expert_stride, const int32_t *slot_of, int N, int K, int R) {
     int E = gm->m->n_experts;
     cudaStream_t s = gm->s;
-    if (dt == FT_DTYPE_BF16) {
-        ft_cuda_moe_gemm(y, x, w, gm->offsets, slot_of, expert_stride / 2, E, N, K, R, s);
+    if (ft_cuda_moe_gemm_takes(dt, K)) {
+        ft_cuda_moe_gemm_q(y, x, w, dt, expert_stride, gm->offsets, slot_of, E, N, K, R, s);
         return;
     }
     for (int e0 = 0; e0 < E; e0 += DEQ_CHUNK) {

@@ -299,6 +299,16 @@ void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *rtok, int32_t 
 void ft_cuda_moe_gemm(float *y, const uint16_t *x, const uint16_t *w, const int32_t *offsets,
                       const int32_t *slot_of, size_t w_stride, int E, int N, int K, int R,
                       cudaStream_t s);
+/* 1 when ft_cuda_moe_gemm_q takes experts of dtype with rows of K elements (bf16, or a block
+ * format with K % 8 == 0); otherwise dequantise chunks (ft_cuda_dequant_experts) first. */
+int ft_cuda_moe_gemm_takes(int dtype, int K);
+/* ft_cuda_moe_gemm with W in dtype (bf16 or a block format), each expert's [N] rows of K
+ * elements expert_stride bytes apart (slot_of[e] * expert_stride with slot_of), dequantised to
+ * bf16 as they are read: the result equals ft_cuda_dequant_experts then ft_cuda_moe_gemm bit
+ * for bit, without the scratch copy. */
+void ft_cuda_moe_gemm_q(float *y, const uint16_t *x, const void *w, int dtype, size_t expert_stride,
+                        const int32_t *offsets, const int32_t *slot_of, int E, int N, int K, int R,
+                        cudaStream_t s);
 /* out[t, :] = sum_j wts[t*k + j] * y[pair_dst[t*k + j], :] (deterministic order) */
 void ft_cuda_moe_unsort(float *out, const float *y, const int32_t *pair_dst, const float *wts,
                         int T, int k, int H, cudaStream_t s);

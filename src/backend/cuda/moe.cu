@@ -1,6 +1,7 @@
 /* moe.cu — MoE prefill on the device: a routing sort (count, scan, scatter) that needs no host
  * round trip, a tensor-core (WMMA bf16, fp32 accumulation) GEMM over every expert's group of
- * rows in one launch, and a deterministic weighted un-sort. Engine thread; launchers only
+ * rows in one launch (bf16 experts, or block-format ones dequantised to bf16 as the kernel
+ * fetches them), and a deterministic weighted un-sort. Engine thread; launchers only
  * enqueue on their stream. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -9,6 +10,8 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/ggml_dq.cuh"
+#include "format/quant.h"
 extern "C" {
 }
 
@@ -123,20 +126,41 @@ __device__ __forceinline__ uint4 load8(const __nv_bfloat16 *m, int r, int rows, 
     return v.u;
 }
 
+/* 8 weights of row r (< rows) from column kk of an expert whose rows are rb bytes apart, as
+ * bf16: format BT's values (ggml_dq.cuh) rounded to bf16, exactly what ft_cuda_dequant_experts
+ * writes, so the fused GEMM equals the dequantise-then-GEMM one bit for bit. Zeros outside. */
+template <int BT>
+__device__ __forceinline__ uint4 loadw8(const uint8_t *we, size_t rb, int r, int rows, int kk, int K,
+                                        int vec) {
+    if (BT == FT_DTYPE_BF16) return load8((const __nv_bfloat16 *)(we + (size_t)r * rb), 0, rows - r, kk, K, vec);
+    if (r >= rows || kk >= K) return make_uint4(0, 0, 0, 0);
+    float f[8];
+    dq8<BT>(we + (size_t)r * rb, kk, K, f); /* block formats: K % 8 == 0 (ft_cuda_moe_gemm_takes) */
+    union {
+        uint4 u;
+        __nv_bfloat16 h[8];
+    } v;
+#pragma unroll
+    for (int q = 0; q < 8; q++) v.h[q] = __float2bfloat16_rn(f[q]);
+    return v.u;
+}
+
 /* Block: 4 warps (2 x 2), a TM x 64 output tile of one expert (each warp TM/2 x 32: TM/32 x 2
  * fragments); the next K slice is fetched into registers while tensor cores work on the
- * current one. */
-template <int TM>
-__global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w,
+ * current one. The weights are bf16 or block format BT, dequantised as they are fetched (no
+ * scratch copy of the experts): expert e's matrix is w + slot_of[e] * w_stride bytes (w +
+ * e * w_stride without slot_of), rows rb bytes apart. */
+template <int TM, int BT>
+__global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const uint8_t *w,
                                const int32_t *offsets, const int32_t *slot_of, size_t w_stride,
-                               int E, int N, int K) {
+                               size_t rb, int E, int N, int K) {
     constexpr int FM = TM / 32, LA = TM / 32; /* fragments per warp in M; A loads per thread */
     const int32_t *tile = offsets + E + 2 + 2 * blockIdx.x;
     if ((int)blockIdx.x >= offsets[E + 1]) return;
     int e = tile[0], n0 = blockIdx.y * MG_TN, r0 = tile[1], r1 = offsets[e + 1];
     int slot = slot_of ? slot_of[e] : e;
     if (slot < 0) return; /* not in this batch */
-    const __nv_bfloat16 *we = w + (size_t)slot * (slot_of ? w_stride : (size_t)N * K);
+    const uint8_t *we = w + (size_t)slot * w_stride;
     __shared__ __align__(32) __nv_bfloat16 As[TM * MG_LD];
     __shared__ __align__(32) __nv_bfloat16 Bs[MG_TN * MG_LD];
     __shared__ __align__(32) float Cs[TM * (MG_TN + 4)];
@@ -149,7 +173,7 @@ __global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const __nv_bfl
     uint4 ra[LA];
 #pragma unroll
     for (int i = 0; i < LA; i++) ra[i] = load8(x, r0 + ar + 32 * i, r1, ac, K, vec);
-    uint4 rb0 = load8(we, n0 + ar, N, ac, K, vec), rb1 = load8(we, n0 + 32 + ar, N, ac, K, vec);
+    uint4 rb0 = loadw8<BT>(we, rb, n0 + ar, N, ac, K, vec), rb1 = loadw8<BT>(we, rb, n0 + 32 + ar, N, ac, K, vec);
     for (int k0 = 0; k0 < K; k0 += MG_TK) {
 #pragma unroll
         for (int i = 0; i < LA; i++) *(uint4 *)(As + (ar + 32 * i) * MG_LD + ac) = ra[i];
@@ -160,8 +184,8 @@ __global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const __nv_bfl
             int kk = k0 + MG_TK + ac;
 #pragma unroll
             for (int i = 0; i < LA; i++) ra[i] = load8(x, r0 + ar + 32 * i, r1, kk, K, vec);
-            rb0 = load8(we, n0 + ar, N, kk, K, vec);
-            rb1 = load8(we, n0 + 32 + ar, N, kk, K, vec);
+            rb0 = loadw8<BT>(we, rb, n0 + ar, N, kk, K, vec);
+            rb1 = loadw8<BT>(we, rb, n0 + 32 + ar, N, kk, K, vec);
         }
 #pragma unroll
         for (int ks = 0; ks < MG_TK; ks += 16) {
@@ -192,17 +216,48 @@ __global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const __nv_bfl
     }
 }
 
+template <int BT>
+static void moe_gemm_go(float *y, const uint16_t *x, const void *w, const int32_t *offsets,
+                        const int32_t *slot_of, size_t w_stride, size_t rb, int E, int N, int K, int R,
+                        cudaStream_t s) {
+    int tm = moe_tile_rows();
+    dim3 grid((unsigned)(R / tm + E), (N + MG_TN - 1) / MG_TN); /* bounds the tile count */
+    const __nv_bfloat16 *xb = (const __nv_bfloat16 *)x;
+    if (tm == 64)
+        moe_gemm_kernel<64, BT><<<grid, 128, 0, s>>>(y, xb, (const uint8_t *)w, offsets, slot_of, w_stride, rb, E, N, K);
+    else
+        moe_gemm_kernel<32, BT><<<grid, 128, 0, s>>>(y, xb, (const uint8_t *)w, offsets, slot_of, w_stride, rb, E, N, K);
+}
+
 extern "C" void ft_cuda_moe_gemm(float *y, const uint16_t *x, const uint16_t *w,
                                  const int32_t *offsets, const int32_t *slot_of, size_t w_stride,
                                  int E, int N, int K, int R, cudaStream_t s) {
-    int tm = moe_tile_rows();
-    dim3 grid((unsigned)(R / tm + E), (N + MG_TN - 1) / MG_TN); /* bounds the tile count */
-    if (tm == 64)
-        moe_gemm_kernel<64><<<grid, 128, 0, s>>>(y, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w,
-                                                 offsets, slot_of, w_stride, E, N, K);
-    else
-        moe_gemm_kernel<32><<<grid, 128, 0, s>>>(y, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w,
-                                                 offsets, slot_of, w_stride, E, N, K);
+    size_t stride = (slot_of ? w_stride : (size_t)N * K) * 2;
+    moe_gemm_go<FT_DTYPE_BF16>(y, x, w, offsets, slot_of, stride, (size_t)K * 2, E, N, K, R, s);
+}
+
+extern "C" int ft_cuda_moe_gemm_takes(int dtype, int K) {
+    if (dtype == FT_DTYPE_BF16) return 1;
+    if (K % 8) return 0;
+#define IS(t) if (dtype == t) return 1;
+    FT_BLOCK_TYPES(IS)
+#undef IS
+    return 0;
+}
+
+extern "C" void ft_cuda_moe_gemm_q(float *y, const uint16_t *x, const void *w, int dtype,
+                                   size_t expert_stride, const int32_t *offsets,
+                                   const int32_t *slot_of, int E, int N, int K, int R,
+                                   cudaStream_t s) {
+    size_t rb = ft_dtype_row_bytes((enum ft_dtype)dtype, K);
+#define GO(t)                                                                                       \
+    if (dtype == t) {                                                                               \
+        moe_gemm_go<t>(y, x, w, offsets, slot_of, expert_stride, rb, E, N, K, R, s);                \
+        return;                                                                                     \
+    }
+    GO(FT_DTYPE_BF16)
+    FT_BLOCK_TYPES(GO)
+#undef GO
 }
 
 __global__ void moe_unsort_kernel(float *out, const float *y, const int32_t *pair_dst,
