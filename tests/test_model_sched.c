@@ -7,7 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/env.h"
+#include "core/log.h"
 #include "core/threadpool.h"
+#include "core/timer.h"
 #include "engine/sched.h"
 #include "engine_draws.h"
 #include "model/model.h"
@@ -355,6 +358,79 @@ TEST(prefix_cache_reuses_blocks_and_changes_no_token) {
 done:
     ft_sched_free(s0);
     ft_sched_free(s1);
+    close_fixture(&f);
+}
+
+/* The CPU executor's watchdog (FT_TEST_EXEC_STALL, FT_TESTING builds): a worker of the 3rd
+ * executor call stalls 1.5 s and the floor is 200 ms. The request of that step fails with an
+ * error well before the stall ends (no hang), the hang is logged once; a request while the
+ * worker is still stuck fails fast too; once it is back, a request on the same scheduler gets
+ * exactly the text of a run without the fault. */
+static pthread_mutex_t g_wd_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_wd_hung, g_wd_back;
+
+static void wd_sink(void *ctx, enum ft_log_level lvl, const char *line) {
+    (void)ctx;
+    pthread_mutex_lock(&g_wd_mu);
+    if (lvl == FT_LOG_ERROR && strstr(line, "cpu executor") && strstr(line, "hung")) g_wd_hung++;
+    if (strstr(line, "cpu executor") && strstr(line, "came back")) g_wd_back++;
+    pthread_mutex_unlock(&g_wd_mu);
+}
+
+TEST(hung_executor_step_fails_its_request_and_the_next_one_is_served) {
+    struct fixture f;
+    EXPECT(open_fixture(&f) == 0);
+    int32_t ids[128];
+    int n = case_prompt(&f, 0, ids);
+    struct ft_sched_opts o = {.max_running = 2, .max_prefill = 64, .ctx_size = 128};
+    struct ft_sched *s = NULL;
+    EXPECT_OK(ft_sched_init(&s, f.m, f.tok, f.pool, &o));
+    char *clean = s ? run_one(s, ids, n, 12, NULL) : NULL;
+    ft_sched_free(s);
+
+    setenv("FT_TEST_EXEC_STALL", "3:1500:200", 1);
+    ft_env_reload();
+    ft_log_set_sink(wd_sink, NULL);
+    s = NULL;
+    EXPECT_OK(ft_sched_init(&s, f.m, f.tok, f.pool, &o));
+    if (!s) goto done;
+    int64_t t0 = ft_time_ns();
+    struct ft_req_params p = greedy(ids, n, 12);
+    struct ft_req *r = NULL;
+    struct ft_event last = {0};
+    EXPECT_OK(ft_sched_submit(s, &p, &r));
+    free(r ? collect(r, &last) : NULL);
+    double failed_s = (ft_time_ns() - t0) / 1e9;
+    EXPECT_EQ(last.type, FT_EV_ERROR);
+    EXPECT_EQ(last.status, FT_ERR_BUSY);
+    EXPECT_CONTAINS(last.message, "hung");
+    CHECK_(failed_s < 1.2, "the stalled step's request ended after %.2f s (stall 1.5 s, floor 0.2 s)", failed_s);
+    if (r) ft_req_release(r);
+
+    /* the worker is still asleep: the next step waits at most the floor, then fails */
+    r = NULL, last = (struct ft_event){0};
+    EXPECT_OK(ft_sched_submit(s, &p, &r));
+    free(r ? collect(r, &last) : NULL);
+    EXPECT_EQ(last.type, FT_EV_ERROR);
+    EXPECT_CONTAINS(last.message, "still stuck");
+    if (r) ft_req_release(r);
+    EXPECT((ft_time_ns() - t0) / 1e9 < 1.5);
+
+    usleep((useconds_t)FT_MAX(0, (int)(1700000 - (ft_time_ns() - t0) / 1000)));
+    char *after = run_one(s, ids, n, 12, NULL);
+    CHECK_(clean && !strcmp(after, clean), "after the hang: '%s', without the fault '%s'", after,
+           clean ? clean : "");
+    free(after);
+    ft_sched_free(s);
+    pthread_mutex_lock(&g_wd_mu);
+    EXPECT_EQ(g_wd_hung, 1);
+    EXPECT_EQ(g_wd_back, 1);
+    pthread_mutex_unlock(&g_wd_mu);
+done:
+    ft_log_set_sink(NULL, NULL);
+    unsetenv("FT_TEST_EXEC_STALL");
+    ft_env_reload();
+    free(clean);
     close_fixture(&f);
 }
 

@@ -10,11 +10,16 @@
  * INT8_REL. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cpu/ops.h"
+#include "core/env.h"
+#include "core/status.h"
 #include "core/threadpool.h"
+#include "core/timer.h"
 #include "format/ggml_quant.h"
 #include "ggml_fill.h"
 #include "moe/cpu_exec.h"
@@ -282,6 +287,74 @@ TEST(hook_runs_once_on_the_caller) {
     }
     ft_pool_free(pool);
     ft_moe_exec_free(ex);
+    ft_bank_free(&gu);
+    ft_bank_free(&dn);
+}
+
+/* The watchdog (FT_TEST_EXEC_STALL=32:1200:100: a worker of the 32nd call stalls 1.2 s, the
+ * floor is 100 ms), fused or as four pool jobs: the stalled call returns -1 at its limit (the
+ * floor, or 50x the warm steps' time in a slow build), long before the stall ends, with a
+ * message naming the hang; a call while the worker is still asleep fails within about the
+ * floor; once it is back the pool is free and a call gives the bits of the
+ * call before the fault. Without the watchdog the same stall only delays the call. */
+TEST(watchdog_abandons_a_stalled_step_and_recovers) {
+    enum { E = 6, H = 256, I = 256, k = 2, T = 8 };
+    struct ft_bank gu, dn;
+    random_banks(&gu, &dn, FT_DTYPE_BF16, FT_DTYPE_BF16, E, H, I);
+    static float x[T * H], a[T * H], b[T * H];
+    for (int i = 0; i < T * H; i++) x[i] = frand();
+    int ids[T * k];
+    float w[T * k];
+    for (int p = 0; p < T * k; p++) ids[p] = (p * 5 + p / k) % E, w[p] = 0.3f + 0.1f * (p % k);
+    struct ft_pool *pool = NULL;
+    EXPECT_OK(ft_pool_init(&pool, 2));
+    setenv("FT_TEST_EXEC_STALL", "32:1200:100", 1);
+    ft_env_reload();
+    for (int mode = 0; pool && mode < 3; mode++) { /* 0: four jobs, 1: fused, 2: watchdog off */
+        struct ft_moe_exec *ex = NULL;
+        EXPECT_OK(ft_moe_exec_init(&ex, T, k, E, H, I));
+        if (!ex) break;
+        ft_moe_exec_set_fused(ex, mode != 0);
+        ft_moe_exec_set_watchdog(ex, mode != 2);
+        for (int warm = 0; warm < 31; warm++) { /* the time learned: warm steps' (the first is cold) */
+            memset(a, 0, sizeof a);
+            EXPECT_EQ(ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, a), E);
+        }
+        double lim = ft_moe_exec_limit_ns(ex, T * k) / 1e9;
+        if (mode != 2 && lim > 0.8) { /* a slow build (TSan on a busy host): 50x its steps */
+            printf("  mode %d: the watchdog's limit is %.3f s, too near the 1.2 s stall: not tested\n", mode, lim);
+            ft_moe_exec_free(ex);
+            continue;
+        }
+        int64_t t0 = ft_time_ns();
+        memset(b, 0, sizeof b);
+        int d = ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, b);
+        double took = (ft_time_ns() - t0) / 1e9;
+        if (mode == 2) { /* no watchdog: it waits the stall out */
+            EXPECT_EQ(d, E);
+            CHECK_(took >= 1.15, "mode %d: the stalled call took %.3f s", mode, took);
+            EXPECT(!memcmp(a, b, sizeof a));
+            ft_moe_exec_free(ex);
+            continue;
+        }
+        EXPECT_EQ(d, -1);
+        EXPECT_CONTAINS(ft_error(), "hung");
+        CHECK_(took < lim + 0.2, "mode %d: the stalled call returned after %.3f s (limit %.3f s, stall 1.2 s)",
+               mode, took, lim);
+        EXPECT(ft_pool_busy(pool));
+        EXPECT_EQ(ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, b), -1);
+        EXPECT_CONTAINS(ft_error(), "still stuck");
+        EXPECT((ft_time_ns() - t0) / 1e9 < 1.15);
+        usleep((useconds_t)FT_MAX(0, (int)(1300000 - (ft_time_ns() - t0) / 1000)));
+        EXPECT(!ft_pool_busy(pool));
+        memset(b, 0, sizeof b);
+        EXPECT_EQ(ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, b), E);
+        CHECK_(!memcmp(a, b, sizeof a), "mode %d: the call after the hang differs", mode);
+        ft_moe_exec_free(ex);
+    }
+    unsetenv("FT_TEST_EXEC_STALL");
+    ft_env_reload();
+    ft_pool_free(pool);
     ft_bank_free(&gu);
     ft_bank_free(&dn);
 }

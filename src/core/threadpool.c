@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "core/sys.h"
+#include "core/timer.h"
 
 struct ft_pool {
     int n, pinned;
@@ -198,11 +199,55 @@ int ft_pool_worker_cpu(const struct ft_pool *p, int i) {
     return -1;
 }
 
+/* Waits until no task of an earlier job is still running (pending 0) or the clock passes
+ * deadline_ns (< 0: no limit); 1 when none is. */
+static int drained(struct ft_pool *p, int64_t deadline_ns) {
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < 4000) {
+            ft_sys_pause();
+            continue;
+        }
+        if (deadline_ns >= 0 && spins % 64 == 0 && ft_time_ns() > deadline_ns) return 0;
+        sched_yield();
+    }
+    return 1;
+}
+
+int ft_pool_busy(const struct ft_pool *p) {
+    return p && p->n > 1 && atomic_load_explicit(&((struct ft_pool *)p)->pending, memory_order_acquire) > 0;
+}
+
+enum ft_status ft_pool_drain(struct ft_pool *p, int64_t deadline_ns) {
+    if (!p || p->n == 1 || drained(p, deadline_ns)) return FT_OK;
+    return ft_fail(FT_ERR_BUSY, "thread pool: a task of an abandoned job is still running");
+}
+
+/* Ends job g's claims: its tasks not yet claimed are never run (and no longer pending). */
+static void stop_claims(struct ft_pool *p, unsigned g) {
+    unsigned long long c = atomic_load_explicit(&p->claim, memory_order_acquire);
+    for (;;) {
+        int next = (int)(c & 0xffffffffu);
+        if ((unsigned)(c >> 32) != g || next >= p->n) return;
+        if (atomic_compare_exchange_weak_explicit(&p->claim, &c, (unsigned long long)g << 32 | (unsigned)p->n,
+                                                  memory_order_acq_rel, memory_order_acquire)) {
+            atomic_fetch_sub_explicit(&p->pending, p->n - next, memory_order_release);
+            return;
+        }
+    }
+}
+
 void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx) {
+    (void)ft_pool_run_until(p, fn, ctx, -1);
+}
+
+enum ft_status ft_pool_run_until(struct ft_pool *p, ft_pool_fn fn, void *ctx, int64_t deadline_ns) {
     if (!p || p->n == 1) {
         fn(ctx, 0, 1);
-        return;
+        return FT_OK;
     }
+    /* a task of an abandoned job still running reads p->fn and p->ctx: never replace them under
+     * it (callers check ft_pool_busy first, so this waits only after a caller's bug) */
+    drained(p, -1);
     p->fn = fn;
     p->ctx = ctx;
     atomic_store(&p->pending, p->n - 1);
@@ -216,11 +261,7 @@ void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx) {
     run_claimed(p, g);
     /* spin briefly, then yield: on an oversubscribed host a spinning caller would otherwise
      * hold the core a descheduled worker needs for a whole time slice */
-    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
-        if (spins < 4000) {
-            ft_sys_pause();
-        } else {
-            sched_yield();
-        }
-    }
+    if (drained(p, deadline_ns)) return FT_OK;
+    stop_claims(p, g);
+    return ft_fail(FT_ERR_BUSY, "thread pool: a job's tasks did not finish in time");
 }

@@ -8,6 +8,8 @@
 #ifndef FT_CORE_THREADPOOL_H
 #define FT_CORE_THREADPOOL_H
 
+#include <stdint.h>
+
 #include "ft.h"
 
 struct ft_pool;
@@ -30,6 +32,17 @@ void ft_pool_hold_worker(struct ft_pool *p, int i, int hold);
 /* The one CPU worker thread i (1 <= i < n) may run on, or -1 (not pinned, or no such worker). */
 int ft_pool_worker_cpu(const struct ft_pool *p, int i);
 void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx);
+/* The same, but the caller stops waiting for the other threads' tasks once the clock
+ * (ft_time_ns) passes deadline_ns (< 0: never) and returns FT_ERR_BUSY: the job's unclaimed
+ * tasks are dropped; those already running go on, and the pool stays busy (ft_pool_busy) until
+ * they return. The tasks must bound their own waits on each other (the CPU executor's
+ * watchdog, moe/cpu_exec.c). A later ft_pool_run waits for them; check ft_pool_busy (or
+ * ft_pool_drain) first so that it never does. */
+enum ft_status ft_pool_run_until(struct ft_pool *p, ft_pool_fn fn, void *ctx, int64_t deadline_ns);
+/* 1 while a task of a job abandoned by ft_pool_run_until still runs. */
+int ft_pool_busy(const struct ft_pool *p);
+/* Waits until no such task runs (FT_OK) or the clock passes deadline_ns (FT_ERR_BUSY). */
+enum ft_status ft_pool_drain(struct ft_pool *p, int64_t deadline_ns);
 
 /* Splits [0, n) into `parts` near-equal ranges and gives range i as [*lo, *hi). */
 static inline void ft_split(long n, int i, int parts, long *lo, long *hi) {

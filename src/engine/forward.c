@@ -208,7 +208,8 @@ void ft_engine_route(struct ft_engine *e, int l, int T) {
     }
 }
 
-static void moe_block(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
+/* FT_OK, or the executor's watchdog error (the step abandoned, ft_error() set) */
+static enum ft_status moe_block(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
     const struct ft_model *m = e->m;
     int H = m->hidden;
     mm(e, e->router, m->n_experts, e->xn, &L->router, L->router_bias, T);
@@ -216,6 +217,7 @@ static void moe_block(struct ft_engine *e, const struct ft_layer *L, int l, int 
     memset(e->y, 0, (size_t)T * H * sizeof(float));
     int d = ft_moe_exec_run(e->moe, e->pool, &L->bank[FT_BANK_GATE_UP], &L->bank[FT_BANK_DOWN],
                             &L->act, e->xn, e->top_ids, e->top_w, T, m->top_k, e->y);
+    if (d < 0) return FT_ERR_BUSY;
     e->distinct_sum += d;
     e->distinct_n++;
     if (L->has_shared) {
@@ -232,6 +234,7 @@ static void moe_block(struct ft_engine *e, const struct ft_layer *L, int l, int 
             for (int h = 0; h < H; h++) e->y[(size_t)t * H + h] += g * sh[(size_t)t * H + h];
         }
     }
+    return FT_OK;
 }
 
 static void dense_mlp(struct ft_engine *e, const struct ft_layer *L, int T) {
@@ -620,12 +623,17 @@ static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs
                                   float *logits) {
     const struct ft_model *m = e->m;
     int H = m->hidden, T = e->step_tokens;
+    /* a worker of a step the executor's watchdog abandoned may still write into the pool's
+     * jobs and this engine's buffers: no step starts before it is back (moe/cpu_exec.c) */
+    enum ft_status ok = ft_moe_exec_check(e->moe, e->pool);
+    if (ok != FT_OK) return ok;
     if (m->n_gdn || m->v4) {
         enum ft_status st = state_slots(e, segs, n_segs);
         if (st != FT_OK) return st;
     }
     if (m->v4) { /* its own layers (forward_v4.c), the collapsed residual left in e->x */
-        ft_v4_forward(e, segs, n_segs);
+        enum ft_status st = ft_v4_forward(e, segs, n_segs);
+        if (st != FT_OK) return st;
         return logits ? cpu_head(e, segs, n_segs, logits) : FT_OK;
     }
     ft_cpu_embed(e->x, m->embed.data, m->embed.dtype, e->ids, T, H);
@@ -643,9 +651,10 @@ static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs
         if (L->post_attn_norm) ft_cpu_rmsnorm(e->y, e->y, L->post_attn_norm, T, H, m->rms_eps);
         ft_cpu_add(e->x, e->y, (size_t)T * H);
         ft_cpu_rmsnorm(e->xn, e->x, L->ffn_norm, T, H, m->rms_eps);
-        if (L->is_moe)
-            moe_block(e, L, l, T);
-        else
+        if (L->is_moe) {
+            enum ft_status st = moe_block(e, L, l, T);
+            if (st != FT_OK) return st;
+        } else
             dense_mlp(e, L, T);
         if (L->post_ffn_norm) ft_cpu_rmsnorm(e->y, e->y, L->post_ffn_norm, T, H, m->rms_eps);
         ft_cpu_add(e->x, e->y, (size_t)T * H);
@@ -1030,6 +1039,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     if (st == FT_OK && m->n_experts > 0) {
         st = ft_moe_exec_init(&e->moe, C, m->top_k, m->n_experts, H, m->expert_inter);
         if (st == FT_OK) ft_moe_exec_set_fast_act(e->moe, opts->cpu_act_fast);
+        if (st == FT_OK) ft_moe_exec_set_watchdog(e->moe, 1); /* a hung step fails its requests */
     }
     if (st == FT_OK && gpu) {
         struct ft_gpu_opts go = {.device = e->opts.device, .vram_limit = e->opts.vram_limit,

@@ -89,6 +89,7 @@ void ft_engine_route(struct ft_engine *e, int l, int T);
  * segment's state slot in e->seg_slot), leaving the collapsed residual in e->x for the head. */
 enum ft_status ft_v4_engine_init(struct ft_engine *e);
 void ft_v4_engine_free(struct ft_engine *e);
-void ft_v4_forward(struct ft_engine *e, const struct ft_seg *segs, int n_segs);
+/* FT_OK, or the CPU executor's watchdog error (ft_error() set) */
+enum ft_status ft_v4_forward(struct ft_engine *e, const struct ft_seg *segs, int n_segs);
 
 #endif

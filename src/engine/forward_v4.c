@@ -505,7 +505,8 @@ static void attention(struct ft_engine *e, const struct ft_layer *L, int l, cons
 
 /* ---- MoE ---- */
 
-static void moe(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
+/* FT_OK, or the executor's watchdog error (the step abandoned) */
+static enum ft_status moe(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
     const struct ft_model *m = e->m;
     const struct ft_v4 *z = m->v4;
     const struct ft_v4_layer *X = L->v4;
@@ -535,6 +536,7 @@ static void moe(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
     memset(e->y, 0, (size_t)T * H * sizeof(float));
     int d = ft_moe_exec_run(e->moe, e->pool, &L->bank[FT_BANK_GATE_UP], &L->bank[FT_BANK_DOWN], &L->act,
                             e->xn, e->top_ids, e->top_w, T, k, e->y);
+    if (d < 0) return FT_ERR_BUSY;
     e->distinct_sum += d;
     e->distinct_n++;
     mm(e, e->gu, 2 * Is, e->xn, &L->sh_gate, NULL, T);
@@ -542,9 +544,10 @@ static void moe(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
     ft_cpu_swiglu(e->act, e->gu, T, Is, FT_SWIGLU_CLAMP, z->swiglu, 0.0f);
     mm(e, e->att, H, e->act, &L->sh_down, NULL, T);
     ft_cpu_add(e->y, e->att, (size_t)T * H);
+    return FT_OK;
 }
 
-void ft_v4_forward(struct ft_engine *e, const struct ft_seg *segs, int n_segs) {
+enum ft_status ft_v4_forward(struct ft_engine *e, const struct ft_seg *segs, int n_segs) {
     const struct ft_model *m = e->m;
     struct ft_v4_scratch *v = e->v4;
     const int H = m->hidden, n = m->v4->hc, T = e->step_tokens;
@@ -564,8 +567,10 @@ void ft_v4_forward(struct ft_engine *e, const struct ft_seg *segs, int n_segs) {
         hc_post(e, T);
         hc_pre(e, L->v4, 1, T);
         ft_cpu_rmsnorm(e->xn, e->x, L->ffn_norm, T, H, m->rms_eps);
-        moe(e, L, l, T);
+        enum ft_status st = moe(e, L, l, T);
+        if (st != FT_OK) return st;
         hc_post(e, T);
     }
     hc_head(e, T);
+    return FT_OK;
 }

@@ -593,8 +593,8 @@ static void step(struct ft_sched *s) {
     for (int i = 0; i < n_segs; i++) {
         struct ft_req *r = s->seg_req[i];
         const struct ft_seg *g = &s->segs[i];
-        if (st != FT_OK) {
-            finish(s, r, FT_FINISH_STOP, FT_ERR_INTERNAL, ft_error());
+        if (st != FT_OK) { /* its status kept: a hung CPU step (FT_ERR_BUSY) is a 503, retry */
+            finish(s, r, FT_FINISH_STOP, st, ft_error());
             continue;
         }
         r->n_past += g->n;

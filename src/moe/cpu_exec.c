@@ -5,15 +5,43 @@
  * separate pool jobs): one pool job, the two passes' rows on one cursor, each expert's
  * activation run by the worker that finishes its gate/up rows and its down rows waiting only
  * for that, the combine after the last down row (no barrier between the passes: a step about
- * 5-10% shorter, bench/RESULTS.md). Engine thread only. */
+ * 5-10% shorter, bench/RESULTS.md). Engine thread only.
+ *
+ * Watchdog (ft_moe_exec_set_watchdog; off: a step waits as long as it takes). A step waits at most max(WATCHDOG_FLOOR_S, WATCHDOG_X x its learned time) (an
+ * average per size class of the step, learned from the steps that finished) for its workers:
+ * every wait of the step (a down stretch for its expert's gate/up rows, the combine for the
+ * last down row, the caller for the pool's tasks) watches the deadline. Past it the step is
+ * abandoned: one error line, the call returns -1 with ft_error() set, and the caller fails
+ * that step's requests. The worker that hung (a page fault on swapped-out banks, a starved
+ * or stopped thread) may finish later; what it does then is safe because:
+ *   - no work is left for it: claims return nothing once the step is abandoned, waits end,
+ *     and the combine (the only write outside the executor's own scratch, into the caller's
+ *     out) is skipped by every worker that reaches it afterwards;
+ *   - what it still touches lives in the executor (the job's state is kept in x, not on the
+ *     caller's stack; its scratch rows), or is the caller's out of the abandoned step;
+ *   - no new step starts while it runs: the pool stays busy (ft_pool_busy) until its task
+ *     returns, every call here first waits for that, bounded by the floor, and fails at once
+ *     when it does not come back (ft_moe_exec_check; the CPU forward calls it before anything
+ *     else of a step, as the pool and the out buffers are shared with the rest of the layer
+ *     loop). So nothing of a later step can be overwritten by a late write, and the executor
+ *     serves again by itself once the worker is back (one line says so).
+ * FT_TESTING builds: FT_TEST_EXEC_STALL=K:MS[:FLOOR_MS] makes a worker (not the caller) of the
+ * K-th call stall MS ms after its first claim, and sets the floor (ms) for the tests. */
+#define _GNU_SOURCE
 #include "moe/cpu_exec.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/cpu/ops.h"
+#include "core/env.h"
+#include "core/log.h"
 #include "core/status.h"
 #include "core/sys.h"
 #include "core/timer.h"
@@ -32,8 +60,35 @@ static int min_rows(size_t row_bytes) {
     return t < TILE_MIN ? TILE_MIN : t > TILE_MAX ? TILE_MAX : t;
 }
 
+/* Watchdog: a step waits at most max(floor, WATCHDOG_X x its learned time); the learned time
+ * is an average (weight 1/8 for the newest) per class of steps by log2 of their pairs. */
+enum { WATCHDOG_FLOOR_S = 10, WATCHDOG_X = 50, WATCHDOG_CLASSES = 16 };
+
+struct fused;
+struct pass;
+struct act_job;
+struct combine_job;
+
 struct ft_moe_exec {
     int max_tokens, max_rows, n_experts, H, I;
+    /* a step's pool jobs' state: here, not on the stack, as a worker of an abandoned step may
+     * still read it after the call returned (the watchdog, above) */
+    struct fused *fj;
+    struct pass *pj;
+    struct act_job *aj;
+    struct combine_job *cj;
+    int64_t *span;   /* [2 * TIMED_WORKERS] timing: worker spans of the current job */
+    int watchdog;     /* ft_moe_exec_set_watchdog */
+    int64_t deadline_ns, floor_ns, t0_ns;
+    atomic_int abort; /* the current step is abandoned */
+    double learned_ns[WATCHDOG_CLASSES];
+    int stuck;        /* a step was abandoned and its worker has not been seen back yet */
+    int64_t stuck_ns; /* when it was abandoned */
+    long steps;       /* calls so far */
+    long stall_step;  /* FT_TEST_EXEC_STALL: the call (from 1) a worker stalls in, or 0 */
+    int stall_ms;
+    atomic_int stall_armed, stall_taken;
+    pthread_t caller;
     int *count;      /* [E] tokens per expert this step */
     int *offset;     /* [E+1] first row of each expert in the gathered buffers */
     int *active;     /* [E] ids of active experts, in order */
@@ -108,6 +163,7 @@ static long stretch(const struct pass *p, long rem) {
 
 /* Claims the next rows [*g0, *g0 + return) of the pass; 0 when none are left. */
 static long claim(struct pass *p, long *g0) {
+    if (atomic_load_explicit(&p->x->abort, memory_order_relaxed)) return 0;
     long cur = atomic_load_explicit(&p->next, memory_order_relaxed);
     for (;;) {
         long rem = p->total - cur;
@@ -144,12 +200,33 @@ struct walk {
     void (*piece)(void *ctx, const struct pass *p, int a, int n0, int n1);
     void *ctx;
     atomic_int *tasks; /* timing: stretches counted, else NULL */
+    struct ft_moe_exec *x;
 };
+
+/* FT_TEST_EXEC_STALL: the first worker other than the caller to claim rows in the armed
+ * call sleeps, holding them */
+static void stall_point(struct ft_moe_exec *x) {
+    if (!x->stall_ms || !atomic_load_explicit(&x->stall_armed, memory_order_relaxed) ||
+        pthread_equal(pthread_self(), x->caller) || !atomic_exchange(&x->stall_armed, 0))
+        return;
+    atomic_store(&x->stall_taken, 1);
+    struct timespec ts = {x->stall_ms / 1000, (long)(x->stall_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
+/* The caller (task 0) of the armed call lets a worker claim first (up to 2 s), so that the
+ * stall lands on a worker whatever the OS's wake-up order. */
+static void stall_wait(struct ft_moe_exec *x) {
+    if (!x->stall_ms || !atomic_load(&x->stall_armed)) return;
+    for (int64_t t_end = ft_time_ns() + 2000000000LL; !atomic_load(&x->stall_taken) && ft_time_ns() < t_end;)
+        sched_yield();
+}
 
 static void walk(const struct walk *w) {
     long g0, base, c;
     const struct pass *p;
     while ((c = w->claim(w->ctx, &g0, &base, &p)) > 0) {
+        stall_point(w->x);
         if (w->tasks) atomic_fetch_add_explicit(w->tasks, 1, memory_order_relaxed);
         for (long g = g0 - base, end = g0 - base + c; g < end;) { /* the stretch, split at experts */
             int a = (int)(g / p->N), n0 = (int)(g % p->N);
@@ -174,8 +251,9 @@ static void pass_task(void *ctx, int i, int n) {
     struct pass *p = ctx;
     (void)n;
     if (i == 0 && p->hook) p->hook(p->hook_ctx);
+    if (i == 0) stall_wait(p->x);
     int64_t t_in = p->span ? ft_time_ns() : 0;
-    walk(&(struct walk){pass_claim, pass_piece, p, p->span ? &p->tasks : NULL});
+    walk(&(struct walk){pass_claim, pass_piece, p, p->span ? &p->tasks : NULL, p->x});
     if (p->span && i < TIMED_WORKERS) p->span[2 * i] = t_in, p->span[2 * i + 1] = ft_time_ns();
 }
 
@@ -202,23 +280,30 @@ static void add_spans(struct ft_moe_exec *x, struct pass *p, int workers, int wh
     x->tm.tasks[which] += atomic_load(&p->tasks);
 }
 
+/* One pool job of the step, watched: 0, or -1 when the step is abandoned (the deadline
+ * passed in it, or before). */
+static int job(struct ft_moe_exec *x, struct ft_pool *pool, ft_pool_fn fn, void *ctx) {
+    if (ft_pool_run_until(pool, fn, ctx, x->deadline_ns) != FT_OK) atomic_store(&x->abort, 1);
+    return atomic_load(&x->abort) ? -1 : 0;
+}
+
 /* out[rows, N] = the bank's experts applied to their gathered rows: from xq (rounded, bytes
- * per row xq_bytes) when given, else from in [rows, K]. */
-static void run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *bank,
-                     const float *in, const void *xq, size_t xq_bytes, float *out, int n_active,
-                     int which) {
-    struct pass p;
+ * per row xq_bytes) when given, else from in [rows, K]. 0, or -1: the step abandoned. */
+static int run_pass(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *bank,
+                    const float *in, const void *xq, size_t xq_bytes, float *out, int n_active,
+                    int which) {
+    struct pass *p = x->pj;
     int workers = ft_pool_size(pool);
-    pass_init(&p, x, bank, in, xq, xq_bytes, out, n_active, workers);
+    pass_init(p, x, bank, in, xq, xq_bytes, out, n_active, workers);
     int timed = FT_MIN(workers, TIMED_WORKERS);
-    int64_t span[2 * TIMED_WORKERS];
-    p.span = timing_spans(x, timed, span, &p.launch_ns);
-    if (which == 0) p.hook = x->hook, p.hook_ctx = x->hook_ctx, x->hook = NULL, p.xq_tok = x->xq_tok;
-    ft_pool_run(pool, pass_task, &p);
+    p->span = timing_spans(x, timed, x->span, &p->launch_ns);
+    if (which == 0) p->hook = x->hook, p->hook_ctx = x->hook_ctx, x->hook = NULL, p->xq_tok = x->xq_tok;
+    if (job(x, pool, pass_task, p)) return -1;
     if (x->timing) {
-        add_spans(x, &p, timed, which);
+        add_spans(x, p, timed, which);
         mark(x, which ? FT_EXEC_PASS2 : FT_EXEC_PASS1);
     }
+    return 0;
 }
 
 /* Between the passes, rows split over the workers: the gate/up bias, the activation, and (fast
@@ -324,7 +409,20 @@ static void wait_pause(int *spins) {
     else sched_yield();
 }
 
+/* A wait's pause, watched: 1 when the step is abandoned (the wait must end). Any waiter that
+ * sees the deadline pass marks it; the clock is read every 256th pause. */
+static int wait_watched(struct ft_moe_exec *x, int *spins) {
+    if (atomic_load_explicit(&x->abort, memory_order_relaxed)) return 1;
+    wait_pause(spins);
+    if (*spins % 256 == 0 && ft_time_ns() > x->deadline_ns) {
+        atomic_store(&x->abort, 1);
+        return 1;
+    }
+    return 0;
+}
+
 static long fused_claim(struct fused *f, long *g0) {
+    if (atomic_load_explicit(&f->x->abort, memory_order_relaxed)) return 0;
     long cur = atomic_load_explicit(&f->next, memory_order_relaxed);
     for (;;) {
         int ph = cur >= f->total1;
@@ -355,7 +453,7 @@ static void fused_piece(void *ctx, const struct pass *p, int a, int n0, int n1) 
     const int ph = p == &f->p[1];
     if (ph)
         for (int spins = 0; !atomic_load_explicit(&x->ready[a], memory_order_acquire);)
-            wait_pause(&spins);
+            if (wait_watched(x, &spins)) return; /* abandoned: its rows stay undone */
     pass_rows(p, a, n0, n1);
     if (!ph && atomic_fetch_add_explicit(&x->done1[a], n1 - n0, memory_order_acq_rel) + (n1 - n0) ==
                    p->N) { /* this expert's last gate/up rows */
@@ -370,43 +468,115 @@ static void fused_task(void *ctx, int i, int n) {
     struct fused *f = ctx;
     struct ft_moe_exec *x = f->x;
     if (i == 0 && f->hook) f->hook(f->hook_ctx);
+    if (i == 0) stall_wait(x);
     int64_t t_in = f->span ? ft_time_ns() : 0;
-    walk(&(struct walk){fused_walk_claim, fused_piece, f, f->span ? &f->tasks : NULL});
+    walk(&(struct walk){fused_walk_claim, fused_piece, f, f->span ? &f->tasks : NULL, x});
     if (f->split_combine || i == 0) {
-        for (int spins = 0; atomic_load_explicit(&f->done2, memory_order_acquire) < f->total - f->total1;)
-            wait_pause(&spins);
-        if (f->split_combine) combine_task(&f->cj, i, n);
+        int abandoned = 0;
+        for (int spins = 0; !abandoned && atomic_load_explicit(&f->done2, memory_order_acquire) < f->total - f->total1;)
+            abandoned = wait_watched(x, &spins);
+        /* abandoned (now, or while this worker was stalled): out is not written */
+        if (abandoned || atomic_load(&x->abort)) {
+        } else if (f->split_combine) combine_task(&f->cj, i, n);
         else combine_cols(&f->cj, 0, x->H);
     }
     if (f->span && i < TIMED_WORKERS) f->span[2 * i] = t_in, f->span[2 * i + 1] = ft_time_ns();
 }
 
-static void run_fused(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *gate_up,
-                      const struct ft_bank *down, const void *gxq, size_t gxb, const void *dxq,
-                      size_t dxb, int n_active, const struct act_job *aj, const struct combine_job *cj) {
+/* 0, or -1: the step abandoned */
+static int run_fused(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *gate_up,
+                     const struct ft_bank *down, const void *gxq, size_t gxb, const void *dxq,
+                     size_t dxb, int n_active, const struct act_job *aj, const struct combine_job *cj) {
     int workers = ft_pool_size(pool);
-    struct fused f = {.x = x, .aj = *aj, .cj = *cj, .hook = x->hook, .hook_ctx = x->hook_ctx};
+    struct fused *f = x->fj;
+    memset(f, 0, sizeof *f);
+    f->x = x, f->aj = *aj, f->cj = *cj, f->hook = x->hook, f->hook_ctx = x->hook_ctx;
     x->hook = NULL;
-    pass_init(&f.p[0], x, gate_up, x->xg, gxq, gxb, x->gu, n_active, workers);
-    f.p[0].xq_tok = x->xq_tok;
-    pass_init(&f.p[1], x, down, x->act, dxq, dxb, x->y, n_active, workers);
-    f.total1 = f.p[0].total;
-    f.total = f.total1 + f.p[1].total;
-    f.split_combine = (size_t)aj->R * x->H >= COMBINE_POOL_MIN && workers > 1;
-    atomic_init(&f.next, 0);
-    atomic_init(&f.done2, 0);
-    atomic_init(&f.tasks, 0);
+    pass_init(&f->p[0], x, gate_up, x->xg, gxq, gxb, x->gu, n_active, workers);
+    f->p[0].xq_tok = x->xq_tok;
+    pass_init(&f->p[1], x, down, x->act, dxq, dxb, x->y, n_active, workers);
+    f->total1 = f->p[0].total;
+    f->total = f->total1 + f->p[1].total;
+    f->split_combine = (size_t)aj->R * x->H >= COMBINE_POOL_MIN && workers > 1;
+    atomic_init(&f->next, 0);
+    atomic_init(&f->done2, 0);
+    atomic_init(&f->tasks, 0);
     for (int a = 0; a < n_active; a++) atomic_init(&x->done1[a], 0), atomic_init(&x->ready[a], 0);
     int timed = FT_MIN(workers, TIMED_WORKERS);
-    int64_t span[2 * TIMED_WORKERS];
-    f.span = timing_spans(x, timed, span, &f.launch_ns);
-    ft_pool_run(pool, fused_task, &f);
+    f->span = timing_spans(x, timed, x->span, &f->launch_ns);
+    if (job(x, pool, fused_task, f)) return -1;
     if (x->timing) { /* the whole job as the gate/up pass's figures */
-        struct pass tp = {.launch_ns = f.launch_ns, .span = span};
-        atomic_init(&tp.tasks, atomic_load(&f.tasks));
+        struct pass tp = {.launch_ns = f->launch_ns, .span = x->span};
+        atomic_init(&tp.tasks, atomic_load(&f->tasks));
         add_spans(x, &tp, timed, 0);
         mark(x, FT_EXEC_PASS1);
     }
+    return 0;
+}
+
+/* The floor, and FT_TEST_EXEC_STALL's call, stall and floor (FT_TESTING builds). */
+static void watchdog_init(struct ft_moe_exec *x) {
+    x->floor_ns = (int64_t)WATCHDOG_FLOOR_S * 1000000000LL;
+    const char *v = ft_env_str(FT_ENV_TEST_EXEC_STALL); /* "K:MS" or "K:MS:FLOOR_MS" */
+    long k = 0, ms = 0, floor_ms = 0;
+    int n = v ? sscanf(v, "%ld:%ld:%ld", &k, &ms, &floor_ms) : 0;
+    if (n >= 2 && k > 0 && ms > 0) x->stall_step = k, x->stall_ms = (int)ms;
+    if (n == 3 && floor_ms > 0) x->floor_ns = floor_ms * 1000000LL;
+    atomic_init(&x->abort, 0);
+    atomic_init(&x->stall_armed, 0);
+    atomic_init(&x->stall_taken, 0);
+}
+
+static int step_class(int n_pairs) {
+    int c = 0;
+    while (n_pairs > 1 && c < WATCHDOG_CLASSES - 1) n_pairs >>= 1, c++;
+    return c;
+}
+
+/* This step's limit: the floor, or WATCHDOG_X x the learned time of its class if longer. */
+static int64_t step_limit_ns(const struct ft_moe_exec *x, int n_pairs) {
+    double l = WATCHDOG_X * x->learned_ns[step_class(n_pairs)];
+    return l > (double)x->floor_ns ? (int64_t)l : x->floor_ns;
+}
+
+int64_t ft_moe_exec_limit_ns(const struct ft_moe_exec *x, int n_pairs) {
+    return x->watchdog ? step_limit_ns(x, n_pairs) : INT64_MAX;
+}
+
+enum ft_status ft_moe_exec_check(struct ft_moe_exec *x, struct ft_pool *pool) {
+    if (!x || !ft_pool_busy(pool)) {
+        if (x && x->stuck) {
+            x->stuck = 0;
+            ft_log_warn("cpu executor: the worker stuck in an abandoned step came back after %.1f s; "
+                        "serving again", (ft_time_ns() - x->stuck_ns) / 1e9);
+        }
+        return FT_OK;
+    }
+    if (ft_pool_drain(pool, ft_time_ns() + x->floor_ns) == FT_OK) return ft_moe_exec_check(x, pool);
+    return ft_fail(FT_ERR_BUSY,
+                   "cpu executor: a worker is still stuck in a step abandoned %.1f s ago, so no new "
+                   "step can start; retry later (if it does not come back, restart the server and "
+                   "look for swapping of the expert banks or an overloaded host)",
+                   (ft_time_ns() - x->stuck_ns) / 1e9);
+}
+
+/* The step of n_pairs pairs that began at x->t0_ns passed its deadline: reported, once. */
+static int abandoned(struct ft_moe_exec *x, struct ft_pool *pool, int n_pairs, int n_active) {
+    double waited = (ft_time_ns() - x->t0_ns) / 1e9, usual = x->learned_ns[step_class(n_pairs)] / 1e6;
+    x->stuck = ft_pool_busy(pool);
+    x->stuck_ns = ft_time_ns();
+    char usual_s[64] = "not learned yet";
+    if (usual > 0) snprintf(usual_s, sizeof usual_s, "usually %.2f ms", usual);
+    ft_log_error("cpu executor: a step of %d expert pairs (%d experts) hung: not finished after "
+                 "%.1f s (%s; the limit is the larger of %g s and %dx that); its requests fail%s",
+                 n_pairs, n_active, waited, usual_s, x->floor_ns / 1e9, WATCHDOG_X,
+                 x->stuck ? "; no new step starts until its stuck worker returns" : "");
+    ft_fail(FT_ERR_BUSY,
+            "cpu executor: a step of %d expert pairs hung (not finished after %.1f s, %s); the "
+            "request failed, retry it; if this repeats, look for swapping of the expert banks "
+            "(free RAM, ulimit -l for mlock, fewer --moe-cpu-layers) or an overloaded host",
+            n_pairs, waited, usual_s);
+    return -1;
 }
 
 enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int top_k,
@@ -436,7 +606,13 @@ enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int to
     x->ready = malloc((size_t)n_experts * sizeof *x->ready);
     x->fused = 1;
     x->xqt = malloc((size_t)max_tokens * 2 * (size_t)H);
-    if (!x->xq || !x->xqd || !x->done1 || !x->ready || !x->xqt || !x->count || !x->offset || !x->active || !x->row_token ||
+    x->fj = malloc(sizeof *x->fj);
+    x->pj = malloc(sizeof *x->pj);
+    x->aj = malloc(sizeof *x->aj);
+    x->cj = malloc(sizeof *x->cj);
+    x->span = malloc(2 * TIMED_WORKERS * sizeof *x->span);
+    watchdog_init(x);
+    if (!x->fj || !x->pj || !x->aj || !x->cj || !x->span || !x->xq || !x->xqd || !x->done1 || !x->ready || !x->xqt || !x->count || !x->offset || !x->active || !x->row_token ||
         !x->row_e || !x->row_w || !x->xg || !x->gu || !x->act || !x->y) {
         ft_moe_exec_free(x);
         return ft_fail(FT_ERR_OOM, "moe executor: out of memory for %d tokens", max_tokens);
@@ -462,12 +638,19 @@ void ft_moe_exec_free(struct ft_moe_exec *x) {
     free((void *)x->done1);
     free((void *)x->ready);
     free(x->xqt);
+    free(x->fj);
+    free(x->pj);
+    free(x->aj);
+    free(x->cj);
+    free(x->span);
     free(x);
 }
 
 void ft_moe_exec_set_fast_act(struct ft_moe_exec *x, int on) { x->fast = on; }
 
 void ft_moe_exec_set_fused(struct ft_moe_exec *x, int on) { x->fused = on != 0; }
+
+void ft_moe_exec_set_watchdog(struct ft_moe_exec *x, int on) { x->watchdog = on != 0; }
 
 void ft_moe_exec_set_timing(struct ft_moe_exec *x, int on) {
     x->timing = on != 0;
@@ -493,12 +676,36 @@ static int tokens_consecutive(const struct ft_moe_exec *x, int n_active) {
     return 1;
 }
 
+static int run_step(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *gate_up,
+                    const struct ft_bank *down, const struct ft_expert_act *act, const float *in,
+                    const int *tok, const int *ids, const float *w, int n_pairs, float *out);
+
 int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
                           const struct ft_bank *gate_up, const struct ft_bank *down,
                           const struct ft_expert_act *act, const float *in, const int *tok,
                           const int *ids, const float *w, int n_pairs, float *out) {
+    int R = n_pairs;
+    FT_ASSERT(R <= x->max_rows && gate_up->rows == 2 * x->I && down->cols == x->I);
+    if (ft_moe_exec_check(x, pool) != FT_OK) return -1;
+    x->t0_ns = ft_time_ns();
+    x->deadline_ns = x->watchdog ? x->t0_ns + step_limit_ns(x, R) : INT64_MAX;
+    atomic_store(&x->abort, 0);
+    x->caller = pthread_self();
+    if (++x->steps == x->stall_step && ft_pool_size(pool) > 1) /* a worker to stall */
+        atomic_store(&x->stall_armed, 1), atomic_store(&x->stall_taken, 0);
+    int n_active = run_step(x, pool, gate_up, down, act, in, tok, ids, w, R, out);
+    atomic_store(&x->stall_armed, 0);
+    if (n_active < 0) return abandoned(x, pool, R, -1 - n_active); /* (the watchdog on) */
+    double t = (double)(ft_time_ns() - x->t0_ns), *l = &x->learned_ns[step_class(R)];
+    *l = *l > 0 ? *l + (t - *l) / 8 : t;
+    return n_active;
+}
+
+/* The step; its distinct experts, or -1 - that when it was abandoned. */
+static int run_step(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *gate_up,
+                    const struct ft_bank *down, const struct ft_expert_act *act, const float *in,
+                    const int *tok, const int *ids, const float *w, int n_pairs, float *out) {
     int E = x->n_experts, H = x->H, I = x->I, R = n_pairs;
-    FT_ASSERT(R <= x->max_rows && gate_up->rows == 2 * I && down->cols == I);
     if (x->timing) x->t_mark = ft_time_ns(), x->tm.calls++;
     memset(x->count, 0, (size_t)E * sizeof *x->count);
     int n_tok = 0;
@@ -535,20 +742,23 @@ int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
             memcpy(x->xg + (size_t)r * H, in + (size_t)x->row_token[r] * H, (size_t)H * sizeof(float));
     }
     mark(x, FT_EXEC_GATHER);
-    struct act_job aj = {x, act, R, ddt, dxb};
-    struct combine_job cj = {x, act ? act->down_bias : NULL, out, R};
+    struct act_job *aj = x->aj;
+    struct combine_job *cj = x->cj;
+    *aj = (struct act_job){x, act, R, ddt, dxb};
+    *cj = (struct combine_job){x, act ? act->down_bias : NULL, out, R};
     const void *gxq = !gxb ? NULL : x->xq_tok ? x->xqt : x->xq;
-    if (x->fused) {
-        run_fused(x, pool, gate_up, down, gxq, gxb, dxb ? x->xqd : NULL, dxb, n_active, &aj, &cj);
-        return n_active;
-    }
-    run_pass(x, pool, gate_up, x->xg, gxq, gxb, x->gu, n_active, 0);
-    if ((size_t)R * I < ACT_POOL_MIN) act_rows(&aj, 0, R);
-    else ft_pool_run(pool, act_task, &aj);
+    if (x->fused)
+        return run_fused(x, pool, gate_up, down, gxq, gxb, dxb ? x->xqd : NULL, dxb, n_active, aj, cj)
+                   ? -1 - n_active : n_active;
+    if (run_pass(x, pool, gate_up, x->xg, gxq, gxb, x->gu, n_active, 0)) return -1 - n_active;
+    if ((size_t)R * I < ACT_POOL_MIN) act_rows(aj, 0, R);
+    else if (job(x, pool, act_task, aj)) return -1 - n_active;
     mark(x, FT_EXEC_ACT);
-    run_pass(x, pool, down, x->act, dxb ? x->xqd : NULL, dxb, x->y, n_active, 1);
-    if ((size_t)R * H < COMBINE_POOL_MIN) combine_cols(&cj, 0, H);
-    else ft_pool_run(pool, combine_task, &cj);
+    if (run_pass(x, pool, down, x->act, dxb ? x->xqd : NULL, dxb, x->y, n_active, 1)) return -1 - n_active;
+    /* a combine task of an abandoned job still running writes out: it is the abandoned
+     * step's, and no new step starts before it returns (the watchdog, above) */
+    if ((size_t)R * H < COMBINE_POOL_MIN) combine_cols(cj, 0, H);
+    else if (job(x, pool, combine_task, cj)) return -1 - n_active;
     mark(x, FT_EXEC_COMBINE);
     return n_active;
 }

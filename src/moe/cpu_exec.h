@@ -45,9 +45,23 @@ void ft_moe_exec_set_hook(struct ft_moe_exec *x, void (*fn)(void *), void *ctx);
  * FT_EXEC_FUSED (1). */
 void ft_moe_exec_set_fused(struct ft_moe_exec *x, int on);
 
+/* on: the watchdog (cpu_exec.c): a step not finished within max(10 s, 50x its learned time) is
+ * abandoned and the run returns -1; off (the default): runs wait as long as a step takes, and
+ * never return -1. Only for callers that handle -1 (the CPU engine: engine/forward.c). */
+void ft_moe_exec_set_watchdog(struct ft_moe_exec *x, int on);
+/* The watchdog's limit now for a step of n_pairs pairs (INT64_MAX when off): for tests. */
+int64_t ft_moe_exec_limit_ns(const struct ft_moe_exec *x, int n_pairs);
+/* The watchdog (cpu_exec.c): FT_OK when the executor can start a step on pool; FT_ERR_BUSY
+ * (ft_error() says why and what to do) when a worker of a step it abandoned is still running
+ * after a wait bounded by the watchdog's floor. A caller whose step shares pool or buffers
+ * with the executor calls it before the step's first job; the run calls check it too. */
+enum ft_status ft_moe_exec_check(struct ft_moe_exec *x, struct ft_pool *pool);
+
 /* out[T, H] += sum_j w[t, j] * expert_{ids[t, j]}(x[t]) with expert(x) = down(silu(gate x) * up x),
  * or with act (may be NULL: that plain form) its biases and clamped SwiGLU.
- * ids, w: [T, k]. Returns the number of distinct experts used. */
+ * ids, w: [T, k]. Returns the number of distinct experts used, or (the watchdog on) -1 with
+ * ft_error() set (and out undefined) when the step hung past the watchdog's limit and was abandoned (logged
+ * once), or could not start as a worker of such a step is still stuck (ft_moe_exec_check). */
 int ft_moe_exec_run(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *gate_up,
                     const struct ft_bank *down, const struct ft_expert_act *act, const float *in,
                     const int *ids, const float *w, int T, int k, float *out);
