@@ -1,7 +1,8 @@
 /* test_tool_parse.c — tool-call parsers (text/tool_parse.h): each family's output format into
  * (content, calls), the same when the text arrives one byte at a time, typed XML parameters,
- * blocks that do not parse given back as content, the JSON formats' calls shown live (their
- * arguments' pieces add up to the final ones), format names and detection. */
+ * blocks that do not parse given back as content, the calls shown live (their arguments'
+ * pieces add up to the final ones; qwen3_coder and harmony for every cut of the text into
+ * pushes), format names and detection. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,7 +213,7 @@ TEST(harmony_calls) {
  * arguments once the parser shows it live, then each new piece, then what the finished call has
  * beyond that. */
 struct streamed {
-    int n, hdr[4], pieces[4];
+    int n, hdr[4], pieces[4], early[4]; /* early: named while its block was still open */
     char name[4][64], args[4][512];
     size_t sent[4];
 };
@@ -241,7 +242,7 @@ static void stream_calls(struct ft_tool_parser *p, struct streamed *t) {
         const int i = p->n_calls + j;
         if (l->no_stream || !l->name_done) continue;
         if (!t->hdr[i]) {
-            t->hdr[i] = 1;
+            t->hdr[i] = t->early[i] = 1;
             snprintf(t->name[i], sizeof t->name[i], "%.*s", (int)l->n_name, l->name);
         }
         if (l->n_args > t->sent[i]) send_piece(t, i, l->args + t->sent[i], l->n_args - t->sent[i]);
@@ -316,6 +317,185 @@ TEST(arguments_streamed_in_pieces) {
     ft_tool_parser_finish(&p);
     EXPECT_EQ(p.n_calls, 0);
     ft_tool_parser_free(&p);
+}
+
+/* ---- qwen3_coder and harmony live: every cut of the text */
+
+static const char *k_tools2 =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+    "\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},"
+    "\"hot\":{\"type\":\"boolean\"},\"where\":{\"type\":\"object\"},\"tags\":{\"type\":"
+    "[\"array\",\"null\"]}}}}},{\"type\":\"function\",\"function\":{\"name\":\"get_time\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"tz\":{\"type\":\"string\"}}}}}]";
+
+struct cut_run {
+    struct streamed t;
+    char content[1024];
+    int n_calls;
+    char names[4][64], args[4][512];
+};
+
+/* The content the parser released, onto b (NUL-terminated). */
+static void take_out(struct ft_tool_parser *p, char *b, size_t cap, size_t *used) {
+    if (p->n_out && *used + p->n_out < cap) memcpy(b + *used, p->out, p->n_out), *used += p->n_out;
+    b[*used] = 0;
+    p->n_out = 0;
+}
+
+/* text[0..n) pushed in the pieces that cuts[0..k) (ascending) make, the stream read after each */
+static void cut_run(enum ft_tool_fmt fmt, const json_t *tools, const char *text, size_t n,
+                    const size_t *cuts, int k, struct cut_run *r) {
+    struct ft_tool_parser p;
+    size_t used = 0;
+    memset(r, 0, sizeof *r);
+    ft_tool_parser_init(&p, fmt, tools);
+    for (int i = 0; i <= k; i++) {
+        const size_t a = i ? cuts[i - 1] : 0, b = i < k ? cuts[i] : n;
+        ft_tool_parser_push(&p, text + a, b - a);
+        stream_calls(&p, &r->t);
+        take_out(&p, r->content, sizeof r->content, &used);
+    }
+    ft_tool_parser_finish(&p);
+    stream_calls(&p, &r->t);
+    take_out(&p, r->content, sizeof r->content, &used);
+    r->n_calls = p.n_calls;
+    for (int i = 0; i < p.n_calls && i < 4; i++) {
+        snprintf(r->names[i], sizeof r->names[i], "%s", p.calls[i].name);
+        snprintf(r->args[i], sizeof r->args[i], "%s", p.calls[i].args);
+    }
+    EXPECT(!p.oom);
+    ft_tool_parser_free(&p);
+}
+
+/* A cut run against the whole push (w): the same content, calls, names and argument texts,
+ * and the pieces streamed add up to them; returns 0 or -1 (reported once). */
+static int cut_same(const struct cut_run *r, const struct cut_run *w, const char *what) {
+    int bad = strcmp(r->content, w->content) || r->n_calls != w->n_calls;
+    for (int i = 0; !bad && i < w->n_calls && i < 4; i++)
+        bad = strcmp(r->names[i], w->names[i]) || strcmp(r->args[i], w->args[i]) ||
+              strcmp(r->t.name[i], w->names[i]) || strcmp(r->t.args[i], w->args[i]);
+    CHECK_(!bad, "%s: %d calls, call 0 %s %s streamed as %s (whole: %d calls, %s %s)", what,
+           r->n_calls, r->names[0], r->args[0], r->t.args[0], w->n_calls, w->names[0], w->args[0]);
+    return bad ? -1 : 0;
+}
+
+/* The text pushed whole, byte by byte, and cut in every way into two and three pieces: each
+ * cut gives the whole push's content and calls, the argument pieces it streams add up to the
+ * same text, byte for byte; the whole push's arguments are JSON equal to want[i] (parsed by
+ * jansson). Byte by byte, want_live calls were named while their block was still open and
+ * came in more than one piece. */
+static void expect_cuts(enum ft_tool_fmt fmt, const char *text, size_t n, const char *content,
+                        int n_calls, const char *const *names, const char *const *want,
+                        int want_live) {
+    json_t *tools = json_loads(k_tools2, 0, NULL);
+    struct cut_run *w = malloc(sizeof *w), *r = malloc(sizeof *r);
+    cut_run(fmt, tools, text, n, NULL, 0, w);
+    CHECK_(!strcmp(w->content, content), "%s: content \"%s\" (want \"%s\")", ft_tool_fmt_name(fmt),
+           w->content, content);
+    CHECK_(w->n_calls == n_calls, "%s: %d calls (want %d)", ft_tool_fmt_name(fmt), w->n_calls,
+           n_calls);
+    for (int i = 0; i < w->n_calls && i < n_calls; i++) {
+        EXPECT_STREQ(w->names[i], names[i]);
+        json_t *a = json_loads(w->args[i], 0, NULL), *b = json_loads(want[i], 0, NULL);
+        CHECK_(a && b && json_equal(a, b), "%s call %d: args %s (want %s)", ft_tool_fmt_name(fmt),
+               i, w->args[i], want[i]);
+        json_decref(a);
+        json_decref(b);
+    }
+    size_t *cuts = malloc(n * sizeof *cuts);
+    for (size_t i = 0; i + 1 < n; i++) cuts[i] = i + 1;
+    cut_run(fmt, tools, text, n, cuts, (int)n - 1, r);
+    cut_same(r, w, "byte by byte");
+    int live = 0;
+    for (int i = 0; i < r->n_calls && i < 4; i++) live += r->t.early[i] && r->t.pieces[i] > 1;
+    CHECK_(live >= want_live, "%s: %d calls live in pieces (want %d)", ft_tool_fmt_name(fmt), live,
+           want_live);
+    int bad = 0;
+    for (size_t i = 1; i < n && !bad; i++) {
+        cut_run(fmt, tools, text, n, &i, 1, r);
+        bad = cut_same(r, w, "two pieces");
+        for (size_t j = i + 1; j < n && !bad && n <= 400; j++) {
+            size_t c2[2] = {i, j};
+            cut_run(fmt, tools, text, n, c2, 2, r);
+            bad = cut_same(r, w, "three pieces");
+        }
+    }
+    free(cuts);
+    free(w);
+    free(r);
+    json_decref(tools);
+}
+
+#define CUTS(fmt, text, ...) expect_cuts(fmt, text, sizeof text - 1, __VA_ARGS__)
+
+TEST(qwen3_coder_streamed) {
+    const char *w1[] = {"get_weather"}, *t1[] = {"get_time"}, *wt[] = {"get_weather", "get_time"};
+    /* escapes, UTF-8, Python True, an object, a typed list, a property the schema lacks (a
+     * string), newlines kept but one each side */
+    CUTS(FT_TOOLS_QWEN3_CODER,
+         "Let me see.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nS\xc3\xa3o \"Paulo\""
+         "\\ \t\x01 \xf0\x9f\x98\x80\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+         "<parameter=hot>\nTrue\n</parameter>\n<parameter=where>\n{\"lat\": 1.50, \"lon\": [1, 2]}"
+         "\n</parameter>\n<parameter=tags>\n[\"a\", null]\n</parameter>\n<parameter=extra>\n\n\nx\n"
+         "\n\n</parameter>\n</function>\n</tool_call>\nDone.",
+         "Let me see.\n\nDone.", 1, w1,
+         (const char *[]){"{\"city\":\"S\xc3\xa3o \\\"Paulo\\\"\\\\ \\t\\u0001 \xf0\x9f\x98\x80\","
+                          "\"days\":3,\"hot\":true,\"where\":{\"lat\":1.5,\"lon\":[1,2]},"
+                          "\"tags\":[\"a\",null],\"extra\":\"\\n\\nx\\n\\n\"}"},
+         1);
+    /* the first bytes of markers inside a value; a typed value that does not parse stays text */
+    CUTS(FT_TOOLS_QWEN3_CODER,
+         "<tool_call>\n<function=get_weather>\n<parameter=city>\na</toolbox <parameter x </functio"
+         " </param <b> <\n</parameter>\n<parameter=days>\nthree\n</parameter>\n</function>\n"
+         "</tool_call>",
+         "", 1, w1,
+         (const char *[]){"{\"city\":\"a</toolbox <parameter x </functio </param <b> <\","
+                          "\"days\":\"three\"}"},
+         1);
+    /* no </parameter>, no </function>, no </tool_call>: parsed at the end of the text */
+    CUTS(FT_TOOLS_QWEN3_CODER,
+         "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n<parameter=days>\n2\n", "",
+         1, w1, (const char *[]){"{\"city\":\"Oslo\",\"days\":2}"}, 1);
+    CUTS(FT_TOOLS_QWEN3_CODER,
+         "<tool_call>\n<function=get_time>\n<parameter=tz>\nUTC\n\n", "", 1, t1,
+         (const char *[]){"{\"tz\":\"UTC\\n\"}"}, 1);
+    /* bytes that are not UTF-8 (and a NUL) become U+FFFD, one per byte */
+    CUTS(FT_TOOLS_QWEN3_CODER,
+         "<tool_call><function=get_weather><parameter=city>\xff\xe2\x82</parameter>"
+         "<parameter=n\xc3ote>\xe2\x82\xac\xed\xa0\x80 a\0b</parameter></function></tool_call>", "",
+         1, w1,
+         (const char *[]){"{\"city\":\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\",\"n\xef\xbf\xbdote\":"
+                          "\"\xe2\x82\xac\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd a\xef\xbf\xbd" "b\"}"},
+         1);
+    /* two blocks; a value ended by </function>; a parameter name cut by </function>; a
+     * parameter given twice (the last one counts); a call without parameters */
+    CUTS(FT_TOOLS_QWEN3_CODER,
+         "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome</function>\n</tool_call>\n"
+         "<tool_call>\n<function=get_time>\n<parameter=tz>\nA\n</parameter>\n<parameter=tz>\nB\n"
+         "</parameter>\n<parameter=bad</function>\n</tool_call>",
+         "\n", 2, wt, (const char *[]){"{\"city\":\"Rome\"}", "{\"tz\":\"B\"}"}, 2);
+    CUTS(FT_TOOLS_QWEN3_CODER, "Hi <tool_call>\n<function=get_time>\n</function>\n</tool_call>",
+         "Hi ", 1, t1, (const char *[]){"{}"}, 1);
+    /* not a call: given back as content, nothing live */
+    CUTS(FT_TOOLS_QWEN3_CODER, "a<tool_call>\n<function=get_time\n</tool_call>b",
+         "a<tool_call>\n<function=get_time\n</tool_call>b", 0, t1, NULL, 0);
+}
+
+TEST(harmony_streamed) {
+    const char *wt[] = {"get_weather", "get_time"}, *t1[] = {"get_time"};
+    CUTS(FT_TOOLS_HARMONY,
+         "Let me check.<|start|>assistant<|channel|>commentary to=functions.get_weather "
+         "<|constrain|>json<|message|> {\"city\": \"Paris \\\"N\\\"\", \"days\": [1, 2]}\n<|call|>"
+         "<|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{}<|call|>",
+         "Let me check.", 2, wt,
+         (const char *[]){"{\"city\":\"Paris \\\"N\\\"\",\"days\":[1,2]}", "{}"}, 2);
+    CUTS(FT_TOOLS_HARMONY,
+         "<|start|>assistant<|channel|>commentary to=functions.get_time<|message|>{\"tz\": \"UTC\"}",
+         "", 1, t1, (const char *[]){"{\"tz\":\"UTC\"}"}, 1);
+    CUTS(FT_TOOLS_HARMONY,
+         "<|start|>assistant<|channel|>commentary to=functions.f<|message|>oops<|call|>",
+         "<|start|>assistant<|channel|>commentary to=functions.f<|message|>oops<|call|>", 0, t1,
+         NULL, 0);
 }
 
 TEST(names_and_detection) {

@@ -3,6 +3,7 @@
  * the text), and one body parser per format turning a block into calls. */
 #include "text/tool_parse.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -287,6 +288,45 @@ static const char *param_type(const json_t *tools, const char *fn, const char *p
     return "";
 }
 
+/* The length of the valid UTF-8 sequence at s[0..n) (1 to 4; the rules jansson checks: no
+ * overlong forms, surrogates or code points past U+10FFFF); 0 when none starts there; -1 when
+ * the n bytes are a valid start too short to tell. */
+static int utf8_seq(const unsigned char *s, size_t n) {
+    const unsigned c = s[0];
+    unsigned lo = 0x80, hi = 0xbf;
+    int k;
+    if (c < 0x80) return 1;
+    if (c < 0xc2) return 0;
+    if (c < 0xe0) k = 2;
+    else if (c < 0xf0) k = 3, lo = c == 0xe0 ? 0xa0 : lo, hi = c == 0xed ? 0x9f : hi;
+    else if (c < 0xf5) k = 4, lo = c == 0xf0 ? 0x90 : lo, hi = c == 0xf4 ? 0x8f : hi;
+    else return 0;
+    for (int i = 1; i < k; i++) {
+        if ((size_t)i >= n) return -1;
+        if (s[i] < (i == 1 ? lo : 0x80u) || s[i] > (i == 1 ? hi : 0xbfu)) return 0;
+    }
+    return k;
+}
+
+#define FFFD "\xef\xbf\xbd"
+
+/* Raw parameter text as a valid UTF-8 C string (*m bytes): a NUL byte would leave as \u0000,
+ * which strict JSON readers (and ours) refuse, and a byte that is not UTF-8 cannot be a JSON
+ * string at all: each becomes U+FFFD. The live scanner below writes values by the same rule. */
+static char *clean_text(const char *s, size_t n, size_t *m) {
+    char *c = malloc(3 * n + 1);
+    if (!c) return NULL;
+    size_t j = 0;
+    for (size_t i = 0; i < n;) {
+        int k = s[i] ? utf8_seq((const unsigned char *)s + i, n - i) : 0;
+        if (k <= 0) memcpy(c + j, FFFD, 3), j += 3, i++;
+        else memcpy(c + j, s + i, (size_t)k), j += (size_t)k, i += (size_t)k;
+    }
+    c[j] = 0;
+    *m = j;
+    return c;
+}
+
 /* A parameter's text as JSON: a string for "string" (or unknown) properties; parsed for others
  * when it parses. */
 static json_t *typed_value(const json_t *tools, const char *fn, const char *param, const char *s,
@@ -298,15 +338,9 @@ static json_t *typed_value(const json_t *tools, const char *fn, const char *para
         if (!strcmp(ty, "boolean") && (n == 4 || n == 5)) /* Python-style True/False */
             return json_boolean(!memcmp(s, "True", n) || !memcmp(s, "true", n));
     }
-    if (!memchr(s, 0, n)) return json_stringn(s, n);
-    /* a NUL byte would leave as \u0000, which strict JSON readers (and ours) refuse: U+FFFD */
-    char *c = malloc(3 * n + 1);
-    if (!c) return NULL;
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (s[i]) c[m++] = s[i];
-        else c[m++] = (char)0xef, c[m++] = (char)0xbf, c[m++] = (char)0xbd;
-    json_t *v = json_stringn(c, m);
+    size_t m;
+    char *c = clean_text(s, n, &m);
+    json_t *v = c ? json_stringn(c, m) : NULL;
     free(c);
     return v;
 }
@@ -325,11 +359,13 @@ static void trim_nl(const char **s, const char **e) {
 
 static int set_param(struct ft_tool_parser *p, json_t *args, const char *fn, const char *k,
                      const char *ke, const char *v, const char *ve) {
-    char *key = dupn(k, (size_t)(ke - k));
-    if (!key) return -1;
-    json_object_set_new(args, key, typed_value(p->tools, fn, key, v, (size_t)(ve - v)));
+    size_t m;
+    char *key = clean_text(k, (size_t)(ke - k), &m);
+    json_t *val = key ? typed_value(p->tools, fn, key, v, (size_t)(ve - v)) : NULL;
+    int rc = val && !json_object_set_new(args, key, val) ? 0 : -1;
     free(key);
-    return 0;
+    if (rc) p->oom = 1;
+    return rc;
 }
 
 /* <function=N>\n<parameter=P>\nV\n</parameter>...</function> */
@@ -665,8 +701,259 @@ static void live_byte(struct ft_tool_parser *p, char c) {
     }
 }
 
-/* The open block's bytes [sc.pos, upto) through the scanner. */
-static void live_scan(struct ft_tool_parser *p, size_t upto) {
+/* The XML and harmony scanners read the held block in place: they stop at bytes that may begin
+ * a marker until the bytes after them tell (or the block ends), so what they write does not
+ * depend on how the text was cut into pushes. */
+enum { XS_START, XS_NAME, XS_BODY, XS_KEY, XS_VAL, XS_BRACE, XS_ARGS, XS_DONE };
+
+/* Which of the markers m begins at s[0..n): its index; -1 none; -2 s[0..n) is a proper prefix
+ * of one (more bytes tell). */
+static int at_marker(const char *s, size_t n, const char *const *m) {
+    int part = 0;
+    for (int i = 0; m[i]; i++) {
+        const size_t k = strlen(m[i]);
+        if (n >= k ? !memcmp(s, m[i], k) : (part |= !memcmp(s, m[i], n), 0)) return i;
+    }
+    return part ? -2 : -1;
+}
+
+static struct ft_tool_live *live_cur(struct ft_tool_parser *p) {
+    return p->n_live ? &p->live[p->n_live - 1] : NULL;
+}
+
+/* Valid UTF-8 s[0..n) into the live call's arguments as JSON string text (as jansson writes). */
+static void live_esc(struct ft_tool_parser *p, const char *s, size_t n) {
+    struct ft_tool_live *l = live_cur(p);
+    for (size_t i = 0; l && i < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        static const char k_c[] = "\"\\\b\f\n\r\t", k_e[] = "\"\\bfnrt";
+        char e[8];
+        const char *q = c ? strchr(k_c, c) : NULL;
+        if (q) e[0] = '\\', e[1] = k_e[q - k_c], e[2] = 0;
+        else if (c < 0x20) snprintf(e, sizeof e, "\\u%04X", c);
+        else e[0] = (char)c, e[1] = 0;
+        put(p, &l->args, &l->n_args, &l->cap_args, e, strlen(e));
+    }
+}
+
+static void live_args(struct ft_tool_parser *p, const char *s, size_t n) {
+    struct ft_tool_live *l = live_cur(p);
+    if (l) put(p, &l->args, &l->n_args, &l->cap_args, s, n);
+}
+
+/* The call's name hold[a, b) is read: it goes live, its arguments object opens. */
+static void live_named(struct ft_tool_parser *p, size_t a, size_t b) {
+    struct ft_tool_live *l = live_new(p);
+    if (!l) return;
+    put(p, &l->name, &l->n_name, &l->cap_name, p->hold + a, b - a);
+    l->name_done = 1, l->no_stream = a == b;
+    live_args(p, "{", 1);
+}
+
+static void live_close(struct ft_tool_parser *p) {
+    struct ft_tool_live *l = live_cur(p);
+    if (l && p->sc.xs != XS_DONE) live_args(p, "}", 1), l->args_done = 1;
+    p->sc.xs = XS_DONE;
+}
+
+/* ,"KEY": (the comma after the first parameter) for the parameter name hold[kstart, kend) */
+static void coder_key(struct ft_tool_parser *p, char **key) {
+    struct ft_tool_scan *s = &p->sc;
+    size_t m;
+    *key = clean_text(p->hold + s->kstart, s->kend - s->kstart, &m);
+    if (!*key) {
+        p->oom = 1;
+        return;
+    }
+    live_args(p, s->n_params ? ",\"" : "\"", s->n_params ? 2 : 1);
+    s->n_params++;
+    live_esc(p, *key, m);
+    live_args(p, "\":", 2);
+}
+
+/* The value hold[vstart, ve) ends: a string's closing quote, or the whole typed value. */
+static void coder_value_end(struct ft_tool_parser *p, size_t ve) {
+    struct ft_tool_scan *s = &p->sc;
+    struct ft_tool_live *l = live_cur(p);
+    if (s->vstr) {
+        live_args(p, "\"", 1);
+        return;
+    }
+    const char *vs = p->hold + s->vstart, *e = p->hold + ve;
+    trim_nl(&vs, &e);
+    char *key = NULL, *text = NULL;
+    coder_key(p, &key);
+    json_t *v = key ? typed_value(p->tools, l && l->name ? l->name : "", key, vs,
+                                  (size_t)(e - vs)) : NULL;
+    if (v) text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text) p->oom = 1;
+    else live_args(p, text, strlen(text));
+    free(text);
+    free(key);
+    json_decref(v);
+}
+
+/* The parameter's value starts after the '>' at hold[kend]. */
+static void coder_value_start(struct ft_tool_parser *p) {
+    struct ft_tool_scan *s = &p->sc;
+    struct ft_tool_live *l = live_cur(p);
+    s->vstart = s->kend + 1, s->vfirst = 1, s->vstr = 0;
+    char *key = NULL;
+    size_t m;
+    if (!(key = clean_text(p->hold + s->kstart, s->kend - s->kstart, &m))) {
+        p->oom = 1;
+        return;
+    }
+    const char *ty = param_type(p->tools, l && l->name ? l->name : "", key);
+    free(key);
+    if (*ty && strcmp(ty, "string")) return; /* typed once whole */
+    s->vstr = 1;
+    coder_key(p, &key);
+    free(key);
+    live_args(p, "\"", 1);
+}
+
+/* One step in a string value at hold[pos] (not a marker): 0, or 1 to wait for more bytes. The
+ * value as the whole-call parser writes it (trim_nl, clean_text), byte by byte. */
+static int coder_string_byte(struct ft_tool_parser *p, size_t upto, int final,
+                             const char *const *ends) {
+    struct ft_tool_scan *s = &p->sc;
+    const char *h = p->hold;
+    const unsigned char c = (unsigned char)h[s->pos];
+    if (c == '\n' && s->vfirst) { /* one leading newline off */
+        s->vfirst = 0, s->pos++;
+        return 0;
+    }
+    if (c == '\n') { /* and one trailing: the value ends after it */
+        const size_t q = s->pos + 1;
+        const int r = q < upto ? at_marker(h + q, upto - q, ends) : -2;
+        if (r == -2 && !final) return 1;
+        if (r >= 0 || q == upto) {
+            s->pos++;
+            return 0;
+        }
+    }
+    int k = c ? utf8_seq((const unsigned char *)h + s->pos, upto - s->pos) : 0;
+    if (k < 0 && !final) return 1;
+    s->vfirst = 0;
+    if (k <= 0) live_esc(p, FFFD, 3), s->pos++;
+    else live_esc(p, h + s->pos, (size_t)k), s->pos += (size_t)k;
+    return 0;
+}
+
+/* <function=N>\n<parameter=P>\nV\n</parameter>...</function> as qwen3_coder_body reads it: the
+ * name up to the first '>', parameters up to </function> (or the block's end), a value up to
+ * the first </parameter>, <parameter= or </function>. */
+static void coder_scan(struct ft_tool_parser *p, size_t upto, int final) {
+    static const char *const k_pre[] = {"<function=", NULL};
+    static const char *const k_body[] = {"<parameter=", "</function>", NULL};
+    /* the block's end marker too: a value waits at its first bytes (the block may end there) */
+    static const char *const k_val[] = {"</parameter>", "<parameter=", "</function>",
+                                        "</tool_call>", NULL};
+    struct ft_tool_scan *s = &p->sc;
+    const char *h = p->hold;
+    while (!p->oom && s->xs != XS_DONE) {
+        if (s->pos >= upto) {
+            if (!final) return;
+            if (s->xs == XS_VAL) coder_value_end(p, upto);
+            if (s->xs >= XS_BODY) live_close(p); /* parsed up to the end of the block */
+            s->xs = XS_DONE;
+            return;
+        }
+        int r;
+        switch (s->xs) {
+        case XS_START:
+            r = at_marker(h + s->pos, upto - s->pos, k_pre);
+            if (r == -2 && !final) return;
+            s->pos += r == 0 ? 10 : 1;
+            if (r == 0) s->xs = XS_NAME, s->mark = s->pos;
+            break;
+        case XS_NAME:
+            if (h[s->pos] == '>') live_named(p, s->mark, s->pos), s->xs = XS_BODY;
+            s->pos++;
+            break;
+        case XS_BODY:
+            r = at_marker(h + s->pos, upto - s->pos, k_body);
+            if (r == -2 && !final) return;
+            s->pos += r >= 0 ? 11 : 1;
+            if (r == 0) s->xs = XS_KEY, s->kstart = s->pos;
+            if (r == 1) live_close(p);
+            break;
+        case XS_KEY:
+            if (h[s->pos] != '>') {
+                s->pos++;
+                break;
+            }
+            s->kend = s->pos++;
+            if (s->kend - s->kstart >= 10 && !memcmp(h + s->kend - 10, "</function", 10)) {
+                live_close(p); /* </function> before the name's end: no such parameter */
+                break;
+            }
+            coder_value_start(p);
+            s->xs = XS_VAL;
+            break;
+        case XS_VAL:
+            r = at_marker(h + s->pos, upto - s->pos, k_val);
+            if (r >= 0) {
+                coder_value_end(p, s->pos);
+                s->pos += strlen(k_val[r]);
+                s->xs = r == 0 ? XS_BODY : XS_KEY;
+                s->kstart = s->pos;
+                if (r >= 2) live_close(p);
+            } else if (r == -2 && !final) {
+                return;
+            } else if (!s->vstr) {
+                s->pos++;
+            } else if (coder_string_byte(p, upto, final, k_val)) {
+                return;
+            }
+            break;
+        default: s->xs = XS_DONE; break;
+        }
+    }
+}
+
+/* [ to=functions.N]<|channel|>commentary[ to=functions.N]...<|message|>{...} as harmony_body
+ * reads it: the name from the first "to=functions." before the first <|message|>; the
+ * arguments through the JSON scanner once the body opens with '{'. */
+static void harmony_scan(struct ft_tool_parser *p, size_t upto) {
+    static const char *const k_msg[] = {"<|message|>", NULL};
+    struct ft_tool_scan *s = &p->sc;
+    const char *h = p->hold;
+    for (; !p->oom && s->xs != XS_DONE && s->pos < upto;) {
+        if (s->xs == XS_START) {
+            const int r = at_marker(h + s->pos, upto - s->pos, k_msg);
+            if (r == -2) return; /* the block's end tells nothing more: no body, no call */
+            if (r < 0) {
+                s->pos++;
+                continue;
+            }
+            const char *to = find(h, h + s->pos, "to=functions."), *e = to ? to + 13 : NULL;
+            while (e && e < h + s->pos && *e != ' ' && *e != '<' && *e != '\n') e++;
+            s->xs = to && e > to + 13 ? XS_BRACE : XS_DONE;
+            if (to) s->mark = (size_t)(to + 13 - h), s->kend = (size_t)(e - h);
+            s->pos += 11;
+        } else if (s->xs == XS_BRACE) {
+            const char c = h[s->pos++];
+            if (blank(c)) continue;
+            if (c != '{') {
+                s->xs = XS_DONE; /* not a JSON object: reported whole if at all */
+                continue;
+            }
+            live_named(p, s->mark, s->kend);
+            s->in_call = 1, s->in_args = 1, s->depth = 1, s->call_depth = 0;
+            s->xs = XS_ARGS;
+        } else {
+            live_byte(p, h[s->pos++]); /* copies the arguments, ends them at their '}' */
+            if (!s->in_args) s->xs = XS_DONE;
+        }
+    }
+}
+
+/* The open block's bytes [sc.pos, upto) through the scanner; final: the block ends at upto. */
+static void live_scan(struct ft_tool_parser *p, size_t upto, int final) {
+    if (p->fmt == FT_TOOLS_QWEN3_CODER) coder_scan(p, upto, final);
+    if (p->fmt == FT_TOOLS_HARMONY) harmony_scan(p, upto);
     if (!live_fmt(p)) return;
     for (; p->sc.pos < upto && !p->sc.off && !p->oom; p->sc.pos++) live_byte(p, p->hold[p->sc.pos]);
 }
@@ -736,15 +1023,15 @@ static void scan(struct ft_tool_parser *p) {
             continue;
         }
         if (!d->end) { /* to the end of the text */
-            live_scan(p, p->n_hold);
+            live_scan(p, p->n_hold, 0);
             return;
         }
         const char *m = find(p->hold, p->hold + p->n_hold, d->end);
         if (!m) {
-            live_scan(p, p->n_hold);
+            live_scan(p, p->n_hold, 0);
             return;
         }
-        live_scan(p, (size_t)(m - p->hold));
+        live_scan(p, (size_t)(m - p->hold), 1);
         if (parse_body(p, p->hold, m)) { /* not a call: give the block back as text */
             emit(p, d->start, strlen(d->start));
             emit(p, p->hold, (size_t)(m - p->hold) + strlen(d->end));
@@ -767,7 +1054,7 @@ void ft_tool_parser_push(struct ft_tool_parser *p, const char *s, size_t n) {
 void ft_tool_parser_finish(struct ft_tool_parser *p) {
     if (p->in_block) {
         const struct fmt_desc *d = &k_fmts[p->fmt];
-        live_scan(p, p->n_hold);
+        live_scan(p, p->n_hold, 1);
         if (parse_body(p, p->hold, p->hold + p->n_hold)) {
             if (p->in_block == 1) emit(p, d->start, strlen(d->start));
             emit(p, p->hold, p->n_hold);

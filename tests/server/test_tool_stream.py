@@ -13,9 +13,9 @@ block's input_json_delta pieces) and the Responses stream (function_call_argumen
 the arguments in pieces the same way: the official anthropic client's accumulated message has
 the blocking one's tool_use input, the openai client's accumulated Responses snapshot the
 blocking function_call arguments (and .done says the same), in more than one piece. The XML and
-harmony families (qwen3_coder, harmony: calls reported whole once their block closes) stream
-each call as one piece, and the accumulators again equal the blocking answers. The server must
-stay up.
+harmony families stream the same way (qwen3_coder: the name once read, then a string
+parameter's value as it comes, any other parameter whole when it closes; harmony: its JSON
+body), with the same checks. The server must stay up.
 
 Run by ctest (label server):
   test_tool_stream.py --ft build/ft --model tests/data/models/qwen3_moe
@@ -149,20 +149,15 @@ def responses(client, fam, choice, what, pieces_wanted):
     return split
 
 
-def family(fam, base, json_args=True):
+def family(fam, base):
     def run(client):
-        n = 0
-        if json_args:
-            n = one(client, fam, {"type": "function", "function": {"name": "get_weather"}},
-                    "named")
-            # one call (random weights would go on listing calls to the token limit)
-            one(client, fam, "required", "required", parallel_tool_calls=False)
-        a = messages(base, fam, {"type": "tool", "name": "get_weather"}, "named", json_args)
-        messages(base, fam, {"type": "any", "disable_parallel_tool_use": True}, "required",
-                 json_args)
-        r = responses(client, fam, {"type": "function", "name": "get_weather"}, "named",
-                      json_args)
-        responses(client, fam, "required", "required", json_args)
+        n = one(client, fam, {"type": "function", "function": {"name": "get_weather"}}, "named")
+        # one call (random weights would go on listing calls to the token limit)
+        one(client, fam, "required", "required", parallel_tool_calls=False)
+        a = messages(base, fam, {"type": "tool", "name": "get_weather"}, "named", True)
+        messages(base, fam, {"type": "any", "disable_parallel_tool_use": True}, "required", True)
+        r = responses(client, fam, {"type": "function", "name": "get_weather"}, "named", True)
+        responses(client, fam, "required", "required", True)
         print(f"  {fam}: named call's arguments in {n} chat / {a} messages / {r} responses "
               f"pieces", flush=True)
     return run
@@ -182,8 +177,7 @@ def main():
         proc, base = start_server(a.ft, a.model, args, "test_tool_stream", timeout=120)
         client = OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, timeout=300)
         try:
-            json_args = fam not in ("qwen3_coder", "harmony")
-            run_groups([(name, lambda: family(name, base, json_args)(client))])
+            run_groups([(name, lambda: family(name, base)(client))])
             r = client.chat.completions.create(model="m", messages=ASK, max_tokens=2)
             check(r.choices[0].finish_reason in ("stop", "length"), f"{name}: still up")
         finally:
