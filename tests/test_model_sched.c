@@ -404,7 +404,8 @@ TEST(hung_executor_step_fails_its_request_and_the_next_one_is_served) {
     EXPECT_EQ(last.type, FT_EV_ERROR);
     EXPECT_EQ(last.status, FT_ERR_BUSY);
     EXPECT_CONTAINS(last.message, "hung");
-    CHECK_(failed_s < 1.2, "the stalled step's request ended after %.2f s (stall 1.5 s, floor 0.2 s)", failed_s);
+    CHECK_(failed_s < 1.2, "the stalled step's request ended after %.2f s (stall 1.5 s, floor 0.2 s)",
+           failed_s);
     if (r) ft_req_release(r);
 
     /* the worker is still asleep: the next step waits at most the floor, then fails */

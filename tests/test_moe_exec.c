@@ -316,13 +316,14 @@ TEST(watchdog_abandons_a_stalled_step_and_recovers) {
         if (!ex) break;
         ft_moe_exec_set_fused(ex, mode != 0);
         ft_moe_exec_set_watchdog(ex, mode != 2);
-        for (int warm = 0; warm < 31; warm++) { /* the time learned: warm steps' (the first is cold) */
+        for (int warm = 0; warm < 31; warm++) { /* the time learned: warm steps' (1st is cold) */
             memset(a, 0, sizeof a);
             EXPECT_EQ(ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, a), E);
         }
         double lim = ft_moe_exec_limit_ns(ex, T * k) / 1e9;
         if (mode != 2 && lim > 0.8) { /* a slow build (TSan on a busy host): 50x its steps */
-            printf("  mode %d: the watchdog's limit is %.3f s, too near the 1.2 s stall: not tested\n", mode, lim);
+            printf("  mode %d: the watchdog's limit is %.3f s, too near the 1.2 s stall: not tested\n",
+                   mode, lim);
             ft_moe_exec_free(ex);
             continue;
         }
@@ -339,8 +340,8 @@ TEST(watchdog_abandons_a_stalled_step_and_recovers) {
         }
         EXPECT_EQ(d, -1);
         EXPECT_CONTAINS(ft_error(), "hung");
-        CHECK_(took < lim + 0.2, "mode %d: the stalled call returned after %.3f s (limit %.3f s, stall 1.2 s)",
-               mode, took, lim);
+        CHECK_(took < lim + 0.2, "mode %d: the stalled call returned after %.3f s (limit %.3f s)", mode,
+               took, lim);
         EXPECT(ft_pool_busy(pool));
         EXPECT_EQ(ft_moe_exec_run(ex, pool, &gu, &dn, NULL, x, ids, w, T, k, b), -1);
         EXPECT_CONTAINS(ft_error(), "still stuck");

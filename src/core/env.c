@@ -32,8 +32,8 @@ static const struct entry k_table[FT_ENV_N] = {
     [FT_ENV_TEST_UPLOAD_FAULT] = {"FT_TEST_UPLOAD_FAULT", "unset",
                                   "K: the K-th weight uploaded at load is zeroed on the device", 1},
     [FT_ENV_TEST_EXEC_STALL] = {"FT_TEST_EXEC_STALL", "unset",
-                                "K:MS[:FLOOR_MS]: a worker of the K-th CPU-executor call stalls MS ms; "
-                                "FLOOR_MS replaces the watchdog's 10 s floor", 1},
+                                "K:MS[:FLOOR_MS]: a worker of the K-th CPU-executor call stalls "
+                                "MS ms; FLOOR_MS replaces the watchdog's 10 s floor", 1},
 };
 
 static const char *g_val[FT_ENV_N];

@@ -214,7 +214,8 @@ static int drained(struct ft_pool *p, int64_t deadline_ns) {
 }
 
 int ft_pool_busy(const struct ft_pool *p) {
-    return p && p->n > 1 && atomic_load_explicit(&((struct ft_pool *)p)->pending, memory_order_acquire) > 0;
+    struct ft_pool *q = (struct ft_pool *)p; /* (an atomic load takes a non-const pointer) */
+    return q && q->n > 1 && atomic_load_explicit(&q->pending, memory_order_acquire) > 0;
 }
 
 enum ft_status ft_pool_drain(struct ft_pool *p, int64_t deadline_ns) {
@@ -228,8 +229,9 @@ static void stop_claims(struct ft_pool *p, unsigned g) {
     for (;;) {
         int next = (int)(c & 0xffffffffu);
         if ((unsigned)(c >> 32) != g || next >= p->n) return;
-        if (atomic_compare_exchange_weak_explicit(&p->claim, &c, (unsigned long long)g << 32 | (unsigned)p->n,
-                                                  memory_order_acq_rel, memory_order_acquire)) {
+        unsigned long long none = (unsigned long long)g << 32 | (unsigned)p->n;
+        if (atomic_compare_exchange_weak_explicit(&p->claim, &c, none, memory_order_acq_rel,
+                                                  memory_order_acquire)) {
             atomic_fetch_sub_explicit(&p->pending, p->n - next, memory_order_release);
             return;
         }

@@ -7,8 +7,9 @@
  * for that, the combine after the last down row (no barrier between the passes: a step about
  * 5-10% shorter, bench/RESULTS.md). Engine thread only.
  *
- * Watchdog (ft_moe_exec_set_watchdog; off: a step waits as long as it takes). A step waits at most max(WATCHDOG_FLOOR_S, WATCHDOG_X x its learned time) (an
- * average per size class of the step, learned from the steps that finished) for its workers:
+ * Watchdog (ft_moe_exec_set_watchdog; off: a step waits as long as it takes). A step waits at
+ * most max(WATCHDOG_FLOOR_S, WATCHDOG_X x its learned time) (an average per size class of the
+ * step, learned from the steps that finished) for its workers:
  * every wait of the step (a down stretch for its expert's gate/up rows, the combine for the
  * last down row, the caller for the pool's tasks) watches the deadline. Past it the step is
  * abandoned: one error line, the call returns -1 with ft_error() set, and the caller fails
@@ -218,8 +219,8 @@ static void stall_point(struct ft_moe_exec *x) {
  * stall lands on a worker whatever the OS's wake-up order. */
 static void stall_wait(struct ft_moe_exec *x) {
     if (!x->stall_ms || !atomic_load(&x->stall_armed)) return;
-    for (int64_t t_end = ft_time_ns() + 2000000000LL; !atomic_load(&x->stall_taken) && ft_time_ns() < t_end;)
-        sched_yield();
+    int64_t t_end = ft_time_ns() + 2000000000LL;
+    while (!atomic_load(&x->stall_taken) && ft_time_ns() < t_end) sched_yield();
 }
 
 static void walk(const struct walk *w) {
@@ -473,7 +474,8 @@ static void fused_task(void *ctx, int i, int n) {
     walk(&(struct walk){fused_walk_claim, fused_piece, f, f->span ? &f->tasks : NULL, x});
     if (f->split_combine || i == 0) {
         int abandoned = 0;
-        for (int spins = 0; !abandoned && atomic_load_explicit(&f->done2, memory_order_acquire) < f->total - f->total1;)
+        const long down_rows = f->total - f->total1;
+        for (int spins = 0; !abandoned && atomic_load_explicit(&f->done2, memory_order_acquire) < down_rows;)
             abandoned = wait_watched(x, &spins);
         /* abandoned (now, or while this worker was stalled): out is not written */
         if (abandoned || atomic_load(&x->abort)) {
@@ -547,22 +549,24 @@ enum ft_status ft_moe_exec_check(struct ft_moe_exec *x, struct ft_pool *pool) {
     if (!x || !ft_pool_busy(pool)) {
         if (x && x->stuck) {
             x->stuck = 0;
-            ft_log_warn("cpu executor: the worker stuck in an abandoned step came back after %.1f s; "
-                        "serving again", (ft_time_ns() - x->stuck_ns) / 1e9);
+            ft_log_warn("cpu executor: the worker stuck in an abandoned step came back after "
+                        "%.1f s; serving again", (ft_time_ns() - x->stuck_ns) / 1e9);
         }
         return FT_OK;
     }
     if (ft_pool_drain(pool, ft_time_ns() + x->floor_ns) == FT_OK) return ft_moe_exec_check(x, pool);
+    char ago[48] = ""; /* (a pool shared with another executor: its step, not this one's) */
+    if (x->stuck) snprintf(ago, sizeof ago, " %.1f s ago", (ft_time_ns() - x->stuck_ns) / 1e9);
     return ft_fail(FT_ERR_BUSY,
-                   "cpu executor: a worker is still stuck in a step abandoned %.1f s ago, so no new "
-                   "step can start; retry later (if it does not come back, restart the server and "
-                   "look for swapping of the expert banks or an overloaded host)",
-                   (ft_time_ns() - x->stuck_ns) / 1e9);
+                   "cpu executor: a worker is still stuck in a step abandoned%s, so no new step "
+                   "can start; retry later (if it does not come back, restart the server and look "
+                   "for swapping of the expert banks or an overloaded host)", ago);
 }
 
 /* The step of n_pairs pairs that began at x->t0_ns passed its deadline: reported, once. */
 static int abandoned(struct ft_moe_exec *x, struct ft_pool *pool, int n_pairs, int n_active) {
-    double waited = (ft_time_ns() - x->t0_ns) / 1e9, usual = x->learned_ns[step_class(n_pairs)] / 1e6;
+    double waited = (ft_time_ns() - x->t0_ns) / 1e9;
+    double usual = x->learned_ns[step_class(n_pairs)] / 1e6;
     x->stuck = ft_pool_busy(pool);
     x->stuck_ns = ft_time_ns();
     char usual_s[64] = "not learned yet";
@@ -754,7 +758,8 @@ static int run_step(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft
     if ((size_t)R * I < ACT_POOL_MIN) act_rows(aj, 0, R);
     else if (job(x, pool, act_task, aj)) return -1 - n_active;
     mark(x, FT_EXEC_ACT);
-    if (run_pass(x, pool, down, x->act, dxb ? x->xqd : NULL, dxb, x->y, n_active, 1)) return -1 - n_active;
+    if (run_pass(x, pool, down, x->act, dxb ? x->xqd : NULL, dxb, x->y, n_active, 1))
+        return -1 - n_active;
     /* a combine task of an abandoned job still running writes out: it is the abandoned
      * step's, and no new step starts before it returns (the watchdog, above) */
     if ((size_t)R * H < COMBINE_POOL_MIN) combine_cols(cj, 0, H);

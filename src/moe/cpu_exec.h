@@ -60,8 +60,9 @@ enum ft_status ft_moe_exec_check(struct ft_moe_exec *x, struct ft_pool *pool);
 /* out[T, H] += sum_j w[t, j] * expert_{ids[t, j]}(x[t]) with expert(x) = down(silu(gate x) * up x),
  * or with act (may be NULL: that plain form) its biases and clamped SwiGLU.
  * ids, w: [T, k]. Returns the number of distinct experts used, or (the watchdog on) -1 with
- * ft_error() set (and out undefined) when the step hung past the watchdog's limit and was abandoned (logged
- * once), or could not start as a worker of such a step is still stuck (ft_moe_exec_check). */
+ * ft_error() set (and out undefined) when the step hung past the watchdog's limit and was
+ * abandoned (logged once), or could not start as a worker of such a step is still stuck
+ * (ft_moe_exec_check). */
 int ft_moe_exec_run(struct ft_moe_exec *x, struct ft_pool *pool, const struct ft_bank *gate_up,
                     const struct ft_bank *down, const struct ft_expert_act *act, const float *in,
                     const int *ids, const float *w, int T, int k, float *out);
