@@ -109,7 +109,7 @@ extern "C" void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *rto
 }
 
 #define MG_TN 64
-#define MG_TK 32
+#define MG_TK 64 /* K per slice: 2 x 32 columns per thread in flight */
 #define MG_LD (MG_TK + 8) /* bf16 elements per smem row (multiple of 8, breaks bank conflicts) */
 
 /* 8 bf16 of row `r` (< rows) from column kk of a [rows, K] matrix; zeros outside. */
@@ -165,27 +165,37 @@ __global__ void moe_gemm_kernel(float *y, const __nv_bfloat16 *x, const uint8_t 
     __shared__ __align__(32) __nv_bfloat16 Bs[MG_TN * MG_LD];
     __shared__ __align__(32) float Cs[TM * (MG_TN + 4)];
     int tid = threadIdx.x, warp = tid / 32, wy = warp / 2, wx = warp % 2, vec = (K % 8) == 0;
-    /* thread's chunks: A rows tid/4 + 32 i, col (tid%4)*8; B rows tid/4 and 32 + tid/4 */
+    /* thread's chunks: A rows tid/4 + 32 i, B rows tid/4 and 32 + tid/4; cols (tid%4)*8 + 32 h */
     int ar = tid / 4, ac = (tid % 4) * 8;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> c[FM][2];
 #pragma unroll
     for (int i = 0; i < FM; i++) wmma::fill_fragment(c[i][0], 0.0f), wmma::fill_fragment(c[i][1], 0.0f);
-    uint4 ra[LA];
+    uint4 ra[LA][2], rbv[2][2];
 #pragma unroll
-    for (int i = 0; i < LA; i++) ra[i] = load8(x, r0 + ar + 32 * i, r1, ac, K, vec);
-    uint4 rb0 = loadw8<BT>(we, rb, n0 + ar, N, ac, K, vec), rb1 = loadw8<BT>(we, rb, n0 + 32 + ar, N, ac, K, vec);
+    for (int h = 0; h < 2; h++) {
+#pragma unroll
+        for (int i = 0; i < LA; i++) ra[i][h] = load8(x, r0 + ar + 32 * i, r1, ac + 32 * h, K, vec);
+#pragma unroll
+        for (int i = 0; i < 2; i++) rbv[i][h] = loadw8<BT>(we, rb, n0 + 32 * i + ar, N, ac + 32 * h, K, vec);
+    }
     for (int k0 = 0; k0 < K; k0 += MG_TK) {
 #pragma unroll
-        for (int i = 0; i < LA; i++) *(uint4 *)(As + (ar + 32 * i) * MG_LD + ac) = ra[i];
-        *(uint4 *)(Bs + ar * MG_LD + ac) = rb0;
-        *(uint4 *)(Bs + (32 + ar) * MG_LD + ac) = rb1;
+        for (int h = 0; h < 2; h++) {
+#pragma unroll
+            for (int i = 0; i < LA; i++) *(uint4 *)(As + (ar + 32 * i) * MG_LD + ac + 32 * h) = ra[i][h];
+#pragma unroll
+            for (int i = 0; i < 2; i++) *(uint4 *)(Bs + (32 * i + ar) * MG_LD + ac + 32 * h) = rbv[i][h];
+        }
         __syncthreads();
         if (k0 + MG_TK < K) { /* prefetch the next slice while the tensor cores run */
-            int kk = k0 + MG_TK + ac;
 #pragma unroll
-            for (int i = 0; i < LA; i++) ra[i] = load8(x, r0 + ar + 32 * i, r1, kk, K, vec);
-            rb0 = loadw8<BT>(we, rb, n0 + ar, N, kk, K, vec);
-            rb1 = loadw8<BT>(we, rb, n0 + 32 + ar, N, kk, K, vec);
+            for (int h = 0; h < 2; h++) {
+                int kk = k0 + MG_TK + ac + 32 * h;
+#pragma unroll
+                for (int i = 0; i < LA; i++) ra[i][h] = load8(x, r0 + ar + 32 * i, r1, kk, K, vec);
+#pragma unroll
+                for (int i = 0; i < 2; i++) rbv[i][h] = loadw8<BT>(we, rb, n0 + 32 * i + ar, N, kk, K, vec);
+            }
         }
 #pragma unroll
         for (int ks = 0; ks < MG_TK; ks += 16) {
