@@ -6,8 +6,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/status.h"
 #include "core/sys.h"
+#include "core/timer.h"
 #include "core/threadpool.h"
 #include "backend/cuda/cuda_ops.h"
 #include "engine/forward.h"
@@ -633,6 +636,71 @@ TEST(cpu_and_hybrid_match_resident) {
     offload_case("qwen3_moe", 3, 1, NULL);
     unsetenv("FT_PROFILE");
     ft_env_reload();
+}
+
+/* The CPU executor's watchdog on the offload backend (FT_TEST_EXEC_STALL, FT_TESTING builds):
+ * --moe-backend cpu sends every decode miss to the executor, and a worker of its 2nd call
+ * sleeps 1.5 s (the floor 200 ms). That step fails with FT_ERR_BUSY well before the stall ends,
+ * a step while the worker is still asleep fails too, and once it is back the same engine, reset,
+ * gives the resident backend's greedy tokens and logits again (max |dlogit| 1e-3, as
+ * split_case). */
+TEST(offload_hung_cpu_step_fails_the_step_not_the_process) {
+    char dir[512], ref[512];
+    fixture("qwen3_moe", dir, sizeof dir, ref, sizeof ref);
+    struct ft_model *m = NULL;
+    EXPECT_OK(ft_model_load(dir, &m));
+    if (!m) return;
+    const int T = 24, V = m->vocab, G = 6;
+    int32_t ids[24];
+    for (int t = 0; t < T; t++) ids[t] = (t * 53 + 7) % V;
+    struct ft_engine_opts ro = {.max_ctx = 48, .max_chunk = 64, .backend = FT_BACKEND_CUDA, .no_graphs = 1};
+    struct ft_engine_opts oo = ro;
+    oo.backend = FT_BACKEND_OFFLOAD, oo.moe_cache_slots = 4, oo.moe_mode = 1, oo.moe_cpu_threads = 4;
+    struct ft_engine *re = NULL, *oe = NULL;
+    EXPECT_OK(ft_engine_init(&re, m, g_pool, &ro));
+    setenv("FT_TEST_EXEC_STALL", "2:1500:200", 1);
+    ft_env_reload();
+    EXPECT_OK(ft_engine_init(&oe, m, g_pool, &oo)); /* the executor reads the hook here */
+    unsetenv("FT_TEST_EXEC_STALL");
+    ft_env_reload();
+    float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
+    if (re && oe) {
+        const int64_t t0 = ft_time_ns();
+        enum ft_status st = ft_engine_prefill(oe, ids, T, b, 0);
+        for (int g = 0; st == FT_OK && g < G; g++) {
+            int32_t y = ft_argmax(b, V);
+            st = ft_engine_forward(oe, &y, 1, b, 0);
+        }
+        const double failed_s = (ft_time_ns() - t0) / 1e9;
+        fprintf(stderr, "  stalled executor step: %s after %.2f s: %s\n", ft_status_str(st), failed_s,
+                st == FT_OK ? "" : ft_error());
+        EXPECT_EQ(st, FT_ERR_BUSY);
+        CHECK_(failed_s < 1.2, "the stalled step failed after %.2f s (stall 1.5 s, floor 0.2 s)", failed_s);
+        int32_t y = 1;
+        ft_engine_reset(oe);
+        st = ft_engine_prefill(oe, ids, T, b, 0);
+        if (st == FT_OK) st = ft_engine_forward(oe, &y, 1, b, 0);
+        EXPECT_EQ(st, FT_ERR_BUSY); /* the worker is still asleep */
+        usleep((useconds_t)FT_MAX(0, (int)(1800000 - (ft_time_ns() - t0) / 1000)));
+        ft_engine_reset(oe);
+        EXPECT_OK(ft_engine_prefill(re, ids, T, a, 0));
+        EXPECT_OK(ft_engine_prefill(oe, ids, T, b, 0));
+        int same = 1;
+        double err = 0;
+        for (int g = 0; g < G; g++) {
+            int32_t x = ft_argmax(a, V), z = ft_argmax(b, V);
+            same &= x == z;
+            err = fmax(err, max_err(a, b, V));
+            EXPECT_OK(ft_engine_forward(re, &x, 1, a, 0));
+            EXPECT_OK(ft_engine_forward(oe, &z, 1, b, 0));
+        }
+        fprintf(stderr, "  after the stall: greedy %s, max|dlogit| %.2e\n", same ? "same" : "DIFFERENT", err);
+        CHECK_(same && err <= 1e-3, "after the stall: tokens %s, max |dlogit| %g", same ? "same" : "differ", err);
+    }
+    free(a), free(b);
+    ft_engine_free(re);
+    ft_engine_free(oe);
+    ft_model_free(m);
 }
 
 TEST(offload_matches_resident) {
