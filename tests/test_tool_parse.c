@@ -465,7 +465,8 @@ TEST(qwen3_coder_streamed) {
          "<parameter=n\xc3ote>\xe2\x82\xac\xed\xa0\x80 a\0b</parameter></function></tool_call>", "",
          1, w1,
          (const char *[]){"{\"city\":\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\",\"n\xef\xbf\xbdote\":"
-                          "\"\xe2\x82\xac\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd a\xef\xbf\xbd" "b\"}"},
+                          "\"\xe2\x82\xac\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd a\xef\xbf\xbd"
+                          "b\"}"},
          1);
     /* two blocks; a value ended by </function>; a parameter name cut by </function>; a
      * parameter given twice (the last one counts); a call without parameters */
@@ -496,6 +497,108 @@ TEST(harmony_streamed) {
          "<|start|>assistant<|channel|>commentary to=functions.f<|message|>oops<|call|>",
          "<|start|>assistant<|channel|>commentary to=functions.f<|message|>oops<|call|>", 0, t1,
          NULL, 0);
+}
+
+TEST(glm_streamed) {
+    const char *w1[] = {"get_weather"}, *t1[] = {"get_time"}, *wt[] = {"get_weather", "get_time"};
+    /* escapes, UTF-8, Python True, an object, a typed list, a property the schema lacks; GLM
+     * keeps a value's newlines */
+    CUTS(FT_TOOLS_GLM,
+         "Let me see.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>S\xc3\xa3o "
+         "\"Paulo\"\\ \t\x01 \xf0\x9f\x98\x80\n</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3"
+         "</arg_value>\n<arg_key>hot</arg_key>\n<arg_value>True</arg_value>\n<arg_key>where"
+         "</arg_key>\n<arg_value>{\"lat\": 1.50, \"lon\": [1, 2]}</arg_value>\n<arg_key>tags"
+         "</arg_key>\n<arg_value>[\"a\", null]</arg_value>\n<arg_key>extra</arg_key>\n<arg_value>"
+         "\nx\n</arg_value>\n</tool_call>\nDone.",
+         "Let me see.\n\nDone.", 1, w1,
+         (const char *[]){"{\"city\":\"S\xc3\xa3o \\\"Paulo\\\"\\\\ \\t\\u0001 \xf0\x9f\x98\x80"
+                          "\\n\",\"days\":3,\"hot\":true,\"where\":{\"lat\":1.5,\"lon\":[1,2]},"
+                          "\"tags\":[\"a\",null],\"extra\":\"\\nx\\n\"}"},
+         1);
+    /* the first bytes of markers inside a value; a typed value that does not parse stays text */
+    CUTS(FT_TOOLS_GLM,
+         "<tool_call>get_weather<arg_key>city</arg_key><arg_value>a</arg_valu <arg_key> </tool <b>"
+         " <</arg_value><arg_key>days</arg_key><arg_value>three</arg_value></tool_call>",
+         "", 1, w1,
+         (const char *[]){"{\"city\":\"a</arg_valu <arg_key> </tool <b> <\",\"days\":\"three\"}"},
+         1);
+    /* bytes that are not UTF-8 (and a NUL) become U+FFFD, one per byte */
+    CUTS(FT_TOOLS_GLM,
+         "<tool_call>get_weather<arg_key>city</arg_key><arg_value>\xff\xe2\x82</arg_value>"
+         "<arg_key>n\xc3ote</arg_key><arg_value>\xe2\x82\xac\xed\xa0\x80 a\0b</arg_value>"
+         "</tool_call>", "", 1, w1,
+         (const char *[]){"{\"city\":\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\",\"n\xef\xbf\xbdote\":"
+                          "\"\xe2\x82\xac\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd a\xef\xbf\xbd"
+                          "b\"}"},
+         1);
+    /* two blocks, a parameter given twice (the last one counts), the second block unclosed */
+    CUTS(FT_TOOLS_GLM,
+         "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>A</arg_value>\n<arg_key>city"
+         "</arg_key>\n<arg_value>B</arg_value>\n</tool_call>\n<tool_call> get_time \n<arg_key>tz"
+         "</arg_key>\n<arg_value>UTC</arg_value>\n",
+         "\n", 2, wt, (const char *[]){"{\"city\":\"B\"}", "{\"tz\":\"UTC\"}"}, 2);
+    CUTS(FT_TOOLS_GLM, "Hi <tool_call>get_time\n</tool_call>", "Hi ", 1, t1,
+         (const char *[]){"{}"}, 0);
+    /* not a call (a value without its end tag; no name): given back as content */
+    CUTS(FT_TOOLS_GLM, "a<tool_call>get_time<arg_key>tz</arg_key><arg_value>UTC</tool_call>b",
+         "a<tool_call>get_time<arg_key>tz</arg_key><arg_value>UTC</tool_call>b", 0, t1, NULL, 0);
+    CUTS(FT_TOOLS_GLM, "a<tool_call>\n<arg_key>tz</arg_key></tool_call>b",
+         "a<tool_call>\n<arg_key>tz</arg_key></tool_call>b", 0, t1, NULL, 0);
+}
+
+TEST(minimax_streamed) {
+    const char *w1[] = {"get_weather"}, *t1[] = {"get_time"}, *wt[] = {"get_weather", "get_time"};
+    CUTS(FT_TOOLS_MINIMAX,
+         "Let me see.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter "
+         "name=\"city\">\nS\xc3\xa3o \"Paulo\"\\ \t\x01 \xf0\x9f\x98\x80\n</parameter>\n"
+         "<parameter name=\"days\">3</parameter>\n<parameter name=\"hot\">\nTrue\n</parameter>\n"
+         "<parameter name=\"where\">"
+         "{\"lat\": 1.50, \"lon\": [1, 2]}</parameter>\n<parameter name=\"tags\">[\"a\", null]"
+         "</parameter>\n<parameter name=\"extra\">\n\n\nx\n\n\n</parameter>\n</invoke>\n"
+         "<invoke name=\"get_time\">\n<parameter name=\"tz\" x=\"1\">UTC</parameter>\n</invoke>\n"
+         "</minimax:tool_call>\nDone.",
+         "Let me see.\n\nDone.", 2, wt,
+         (const char *[]){"{\"city\":\"S\xc3\xa3o \\\"Paulo\\\"\\\\ \\t\\u0001 \xf0\x9f\x98\x80\","
+                          "\"days\":3,\"hot\":true,\"where\":{\"lat\":1.5,\"lon\":[1,2]},"
+                          "\"tags\":[\"a\",null],\"extra\":\"\\n\\nx\\n\\n\"}",
+                          "{\"tz\":\"UTC\"}"},
+         2);
+    /* the first bytes of markers inside a value; a typed value that does not parse stays text */
+    CUTS(FT_TOOLS_MINIMAX,
+         "<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">a</paramete "
+         "<parameter name=\"x\"> </invok </minimax <\n</parameter><parameter name=\"days\">three"
+         "</parameter></invoke></minimax:tool_call>",
+         "", 1, w1,
+         (const char *[]){"{\"city\":\"a</paramete <parameter name=\\\"x\\\"> </invok "
+                          "</minimax <\",\"days\":\"three\"}"},
+         1);
+    /* bytes that are not UTF-8 (and a NUL) become U+FFFD, one per byte */
+    CUTS(FT_TOOLS_MINIMAX,
+         "<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">\xff\xe2\x82"
+         "</parameter><parameter name=\"n\xc3ote\">\xe2\x82\xac\xed\xa0\x80 a\0b</parameter>"
+         "</invoke></minimax:tool_call>", "", 1, w1,
+         (const char *[]){"{\"city\":\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\",\"n\xef\xbf\xbdote\":"
+                          "\"\xe2\x82\xac\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd a\xef\xbf\xbd"
+                          "b\"}"},
+         1);
+    /* a call without parameters; an unclosed block, parsed at the end of the text */
+    CUTS(FT_TOOLS_MINIMAX,
+         "Hi <minimax:tool_call>\n<invoke name=\"get_time\">\n</invoke>\n</minimax:tool_call>",
+         "Hi ", 1, t1, (const char *[]){"{}"}, 0);
+    CUTS(FT_TOOLS_MINIMAX,
+         "<minimax:tool_call>\n<invoke name=\"get_time\">\n<parameter name=\"tz\">\nUTC\n\n"
+         "</parameter>\n</invoke>\n", "", 1, t1, (const char *[]){"{\"tz\":\"UTC\\n\"}"}, 1);
+    /* not a call (</invoke> before </parameter>; no </invoke>): given back as content */
+    CUTS(FT_TOOLS_MINIMAX,
+         "a<minimax:tool_call><invoke name=\"get_time\"><parameter name=\"tz\">UTC</invoke>"
+         "</minimax:tool_call>b",
+         "a<minimax:tool_call><invoke name=\"get_time\"><parameter name=\"tz\">UTC</invoke>"
+         "</minimax:tool_call>b", 0, t1, NULL, 0);
+    CUTS(FT_TOOLS_MINIMAX,
+         "a<minimax:tool_call><invoke name=\"get_time\"><parameter name=\"tz\">UTC</parameter>"
+         "</minimax:tool_call>b",
+         "a<minimax:tool_call><invoke name=\"get_time\"><parameter name=\"tz\">UTC</parameter>"
+         "</minimax:tool_call>b", 0, t1, NULL, 0);
 }
 
 TEST(names_and_detection) {

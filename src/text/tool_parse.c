@@ -780,7 +780,7 @@ static void coder_value_end(struct ft_tool_parser *p, size_t ve) {
         return;
     }
     const char *vs = p->hold + s->vstart, *e = p->hold + ve;
-    trim_nl(&vs, &e);
+    if (p->fmt != FT_TOOLS_GLM) trim_nl(&vs, &e); /* GLM keeps its values as written */
     char *key = NULL, *text = NULL;
     coder_key(p, &key);
     json_t *v = key ? typed_value(p->tools, l && l->name ? l->name : "", key, vs,
@@ -793,11 +793,11 @@ static void coder_value_end(struct ft_tool_parser *p, size_t ve) {
     json_decref(v);
 }
 
-/* The parameter's value starts after the '>' at hold[kend]. */
-static void coder_value_start(struct ft_tool_parser *p) {
+/* The parameter hold[kstart, kend)'s value starts at hold[vstart]. */
+static void coder_value_start(struct ft_tool_parser *p, size_t vstart) {
     struct ft_tool_scan *s = &p->sc;
     struct ft_tool_live *l = live_cur(p);
-    s->vstart = s->kend + 1, s->vfirst = 1, s->vstr = 0;
+    s->vstart = vstart, s->vfirst = 1, s->vstr = 0;
     char *key = NULL;
     size_t m;
     if (!(key = clean_text(p->hold + s->kstart, s->kend - s->kstart, &m))) {
@@ -820,11 +820,12 @@ static int coder_string_byte(struct ft_tool_parser *p, size_t upto, int final,
     struct ft_tool_scan *s = &p->sc;
     const char *h = p->hold;
     const unsigned char c = (unsigned char)h[s->pos];
-    if (c == '\n' && s->vfirst) { /* one leading newline off */
+    const int trim = p->fmt != FT_TOOLS_GLM; /* GLM keeps its newlines */
+    if (c == '\n' && trim && s->vfirst) { /* one leading newline off */
         s->vfirst = 0, s->pos++;
         return 0;
     }
-    if (c == '\n') { /* and one trailing: the value ends after it */
+    if (c == '\n' && trim) { /* and one trailing: the value ends after it */
         const size_t q = s->pos + 1;
         const int r = q < upto ? at_marker(h + q, upto - q, ends) : -2;
         if (r == -2 && !final) return 1;
@@ -889,7 +890,7 @@ static void coder_scan(struct ft_tool_parser *p, size_t upto, int final) {
                 live_close(p); /* </function> before the name's end: no such parameter */
                 break;
             }
-            coder_value_start(p);
+            coder_value_start(p, s->kend + 1);
             s->xs = XS_VAL;
             break;
         case XS_VAL:
@@ -905,6 +906,162 @@ static void coder_scan(struct ft_tool_parser *p, size_t upto, int final) {
             } else if (!s->vstr) {
                 s->pos++;
             } else if (coder_string_byte(p, upto, final, k_val)) {
+                return;
+            }
+            break;
+        default: s->xs = XS_DONE; break;
+        }
+    }
+}
+
+/* A string value's byte at hold[pos] or a typed value's (skipped: written whole at its end);
+ * 1 to wait for more bytes. */
+static int value_byte(struct ft_tool_parser *p, size_t upto, int final, const char *const *ends) {
+    if (!p->sc.vstr) {
+        p->sc.pos++;
+        return 0;
+    }
+    return coder_string_byte(p, upto, final, ends);
+}
+
+/* N\n<arg_key>P</arg_key>\n<arg_value>V</arg_value>... as glm_body reads it: the name (blanks
+ * off each side) up to the first <arg_key> (or the block's end), a key up to the first
+ * </arg_key>, its value from the next <arg_value> to the first </arg_value>, as written. A
+ * parameter without its end tags fails the block (the live call stays open). */
+static void glm_scan(struct ft_tool_parser *p, size_t upto, int final) {
+    static const char *const k_name[] = {"<arg_key>", "</tool_call>", NULL};
+    static const char *const k_body[] = {"<arg_key>", NULL};
+    static const char *const k_key[] = {"</arg_key>", NULL};
+    static const char *const k_open[] = {"<arg_value>", NULL};
+    static const char *const k_val[] = {"</arg_value>", "</tool_call>", NULL};
+    struct ft_tool_scan *s = &p->sc;
+    const char *h = p->hold;
+    while (!p->oom && s->xs != XS_DONE) {
+        if (s->pos >= upto) {
+            if (!final) return;
+            if (s->xs == XS_NAME) { /* a call without parameters */
+                const size_t e = (size_t)(rskip_ws(h + s->mark, h + upto) - h);
+                if (e > s->mark) live_named(p, s->mark, e), live_close(p);
+            }
+            if (s->xs == XS_BODY) live_close(p);
+            s->xs = XS_DONE; /* elsewhere: the block does not parse */
+            return;
+        }
+        int r;
+        switch (s->xs) {
+        case XS_START:
+            if (blank(h[s->pos])) s->pos++;
+            else s->xs = XS_NAME, s->mark = s->pos;
+            break;
+        case XS_NAME:
+            r = at_marker(h + s->pos, upto - s->pos, k_name);
+            if (r == -2 && !final) return;
+            if (r == 0) {
+                const size_t e = (size_t)(rskip_ws(h + s->mark, h + s->pos) - h);
+                if (e == s->mark) {
+                    s->xs = XS_DONE; /* no name: not a call */
+                    break;
+                }
+                live_named(p, s->mark, e);
+                s->xs = XS_BODY;
+            } else {
+                s->pos++;
+            }
+            break;
+        case XS_BODY:
+            r = at_marker(h + s->pos, upto - s->pos, k_body);
+            if (r == -2 && !final) return;
+            s->pos += r == 0 ? 9 : 1;
+            if (r == 0) s->xs = XS_KEY, s->kstart = s->pos;
+            break;
+        case XS_KEY:
+            r = at_marker(h + s->pos, upto - s->pos, k_key);
+            if (r == -2 && !final) return;
+            if (r == 0) s->kend = s->pos, s->pos += 10, s->xs = XS_BRACE;
+            else s->pos++;
+            break;
+        case XS_BRACE: /* after </arg_key>: anything up to <arg_value> */
+            r = at_marker(h + s->pos, upto - s->pos, k_open);
+            if (r == -2 && !final) return;
+            s->pos += r == 0 ? 11 : 1;
+            if (r == 0) coder_value_start(p, s->pos), s->xs = XS_VAL;
+            break;
+        case XS_VAL:
+            r = at_marker(h + s->pos, upto - s->pos, k_val);
+            if (r == 0) {
+                coder_value_end(p, s->pos);
+                s->pos += 12;
+                s->xs = XS_BODY;
+            } else if (r == -2 && !final) {
+                return;
+            } else if (value_byte(p, upto, final, k_val)) {
+                return;
+            }
+            break;
+        default: s->xs = XS_DONE; break;
+        }
+    }
+}
+
+/* <invoke name="N"><parameter name="P">\nV\n</parameter>...</invoke>... as minimax_body reads
+ * it: each invoke's name up to its '"', a parameter's name up to its '"', its value from the
+ * next '>' to the first </parameter> (one newline off each side), all within the invoke's
+ * </invoke>; a parameter or invoke left open fails the block (the live call stays open). */
+static void minimax_scan(struct ft_tool_parser *p, size_t upto, int final) {
+    static const char *const k_pre[] = {"<invoke name=\"", NULL};
+    static const char *const k_body[] = {"<parameter name=\"", "</invoke>", NULL};
+    static const char *const k_end[] = {"</invoke>", NULL};
+    static const char *const k_val[] = {"</parameter>", "</invoke>", "</minimax:tool_call>", NULL};
+    struct ft_tool_scan *s = &p->sc;
+    const char *h = p->hold;
+    while (!p->oom && s->xs != XS_DONE) {
+        if (s->pos >= upto) {
+            if (final) s->xs = XS_DONE; /* an open invoke: the block does not parse */
+            return;
+        }
+        int r;
+        switch (s->xs) {
+        case XS_START:
+            r = at_marker(h + s->pos, upto - s->pos, k_pre);
+            if (r == -2 && !final) return;
+            s->pos += r == 0 ? 14 : 1;
+            if (r == 0) s->xs = XS_NAME, s->mark = s->pos;
+            break;
+        case XS_NAME:
+            if (h[s->pos] == '"') live_named(p, s->mark, s->pos), s->n_params = 0, s->xs = XS_BODY;
+            s->pos++;
+            break;
+        case XS_BODY:
+            r = at_marker(h + s->pos, upto - s->pos, k_body);
+            if (r == -2 && !final) return;
+            s->pos += r == 0 ? 17 : r == 1 ? 9 : 1;
+            if (r == 0) s->xs = XS_KEY, s->kstart = s->pos;
+            if (r == 1) live_close(p), s->xs = XS_START;
+            break;
+        case XS_KEY:
+        case XS_BRACE: /* the name up to '"', then anything up to '>' */
+            r = at_marker(h + s->pos, upto - s->pos, k_end);
+            if (r == -2 && !final) return;
+            if (r == 0) {
+                s->xs = XS_DONE; /* </invoke> inside the parameter's tag: not a call */
+                break;
+            }
+            if (s->xs == XS_KEY && h[s->pos] == '"') s->kend = s->pos, s->xs = XS_BRACE;
+            else if (s->xs == XS_BRACE && h[s->pos] == '>')
+                coder_value_start(p, s->pos + 1), s->xs = XS_VAL;
+            s->pos++;
+            break;
+        case XS_VAL:
+            r = at_marker(h + s->pos, upto - s->pos, k_val);
+            if (r == 0) {
+                coder_value_end(p, s->pos);
+                s->pos += 12;
+                s->xs = XS_BODY;
+            } else if (r == 1) {
+                s->xs = XS_DONE; /* </invoke> before </parameter>: not a call */
+            } else if (r == -2 && !final) {
+                return;
+            } else if (value_byte(p, upto, final, k_val)) {
                 return;
             }
             break;
@@ -954,6 +1111,8 @@ static void harmony_scan(struct ft_tool_parser *p, size_t upto) {
 static void live_scan(struct ft_tool_parser *p, size_t upto, int final) {
     if (p->fmt == FT_TOOLS_QWEN3_CODER) coder_scan(p, upto, final);
     if (p->fmt == FT_TOOLS_HARMONY) harmony_scan(p, upto);
+    if (p->fmt == FT_TOOLS_GLM) glm_scan(p, upto, final);
+    if (p->fmt == FT_TOOLS_MINIMAX) minimax_scan(p, upto, final);
     if (!live_fmt(p)) return;
     for (; p->sc.pos < upto && !p->sc.off && !p->oom; p->sc.pos++) live_byte(p, p->hold[p->sc.pos]);
 }

@@ -20,9 +20,10 @@
  * call marker; each call is reported once its block closes. The JSON formats (hermes, llama3,
  * mistral's list) and harmony also show the calls of the open block as they are written
  * (live[]): a call's name once read, then its arguments so far, the text as written less the
- * blanks outside strings. qwen3_coder shows its call too: the name once its '>' is read, then
- * the arguments object as compact JSON, a "string" (or unknown) parameter's value as it comes,
- * any other one whole when it closes (its type is known only then). A finished call takes that
+ * blanks outside strings. qwen3_coder, glm and minimax show their calls too: the name once read
+ * (glm's at its first <arg_key>), then the arguments object as compact JSON, a "string" (or
+ * unknown) parameter's value as it comes, any other one whole when it closes (its type is known
+ * only then). A finished call takes that
  * text as its args when it parses to the same value, so the pieces a stream sent add up to the
  * final arguments, however the text was cut into pushes.
  * Used by the server; one parser belongs to one request (one thread). */
@@ -89,7 +90,7 @@ struct ft_tool_scan {
     int key;             /* the call-level key last read: 0 other, 1 name, 2 arguments */
     char kbuf[12];
     int kn;
-    /* qwen3_coder and harmony: positions in the block (tool_parse.c: coder_scan, harmony_scan) */
+    /* the XML formats and harmony: positions in the block (tool_parse.c: coder_scan, ...) */
     int xs;              /* state: 0 before the name (harmony: in the header), ... */
     size_t mark, kstart, kend; /* where the name (harmony) or the parameter name starts, ends */
     size_t vstart;       /* where the parameter's value starts */
@@ -107,7 +108,7 @@ struct ft_tool_parser {
     size_t n_out, cap_out;
     struct ft_tool_call *calls; /* every call parsed so far */
     int n_calls, cap_calls;
-    struct ft_tool_live *live; /* calls of the open block so far (not glm, minimax, deepseek) */
+    struct ft_tool_live *live; /* calls of the open block so far (not deepseek) */
     int n_live, cap_live, live_base; /* live_base: n_calls when the block opened */
     struct ft_tool_scan sc;
     int oom;

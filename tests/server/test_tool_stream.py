@@ -13,9 +13,9 @@ block's input_json_delta pieces) and the Responses stream (function_call_argumen
 the arguments in pieces the same way: the official anthropic client's accumulated message has
 the blocking one's tool_use input, the openai client's accumulated Responses snapshot the
 blocking function_call arguments (and .done says the same), in more than one piece. The XML and
-harmony families stream the same way (qwen3_coder: the name once read, then a string
-parameter's value as it comes, any other parameter whole when it closes; harmony: its JSON
-body), with the same checks. The server must stay up.
+harmony families stream the same way (qwen3_coder, glm4, minimax: the name once read, then a
+string parameter's value as it comes, any other parameter whole when it closes; harmony: its
+JSON body), with the same checks. The server must stay up.
 
 Run by ctest (label server):
   test_tool_stream.py --ft build/ft --model tests/data/models/qwen3_moe
@@ -169,7 +169,8 @@ def main():
     ap.add_argument("--model", required=True)
     a = ap.parse_args()
     t0 = time.time()
-    for fam in (None, "llama3_1", "mistral", "qwen3_coder", "harmony"):
+    for fam in (None, "llama3_1", "mistral", "qwen3_coder", "harmony", "glm4",
+                "minimax"):
         args = ["--ctx-size", "2048", "--served-model-name", "m"]
         if fam:
             args += ["--chat-template", fam]
