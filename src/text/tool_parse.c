@@ -842,6 +842,16 @@ static int coder_string_byte(struct ft_tool_parser *p, size_t upto, int final,
     return 0;
 }
 
+/* A string value's byte at hold[pos] or a typed value's (skipped: written whole at its end);
+ * 1 to wait for more bytes. */
+static int value_byte(struct ft_tool_parser *p, size_t upto, int final, const char *const *ends) {
+    if (!p->sc.vstr) {
+        p->sc.pos++;
+        return 0;
+    }
+    return coder_string_byte(p, upto, final, ends);
+}
+
 /* <function=N>\n<parameter=P>\nV\n</parameter>...</function> as qwen3_coder_body reads it: the
  * name up to the first '>', parameters up to </function> (or the block's end), a value up to
  * the first </parameter>, <parameter= or </function>. */
@@ -866,7 +876,7 @@ static void coder_scan(struct ft_tool_parser *p, size_t upto, int final) {
         case XS_START:
             r = at_marker(h + s->pos, upto - s->pos, k_pre);
             if (r == -2 && !final) return;
-            s->pos += r == 0 ? 10 : 1;
+            s->pos += r == 0 ? strlen(k_pre[0]) : 1;
             if (r == 0) s->xs = XS_NAME, s->mark = s->pos;
             break;
         case XS_NAME:
@@ -876,7 +886,7 @@ static void coder_scan(struct ft_tool_parser *p, size_t upto, int final) {
         case XS_BODY:
             r = at_marker(h + s->pos, upto - s->pos, k_body);
             if (r == -2 && !final) return;
-            s->pos += r >= 0 ? 11 : 1;
+            s->pos += r >= 0 ? strlen(k_body[r]) : 1;
             if (r == 0) s->xs = XS_KEY, s->kstart = s->pos;
             if (r == 1) live_close(p);
             break;
@@ -903,25 +913,13 @@ static void coder_scan(struct ft_tool_parser *p, size_t upto, int final) {
                 if (r >= 2) live_close(p);
             } else if (r == -2 && !final) {
                 return;
-            } else if (!s->vstr) {
-                s->pos++;
-            } else if (coder_string_byte(p, upto, final, k_val)) {
+            } else if (value_byte(p, upto, final, k_val)) {
                 return;
             }
             break;
         default: s->xs = XS_DONE; break;
         }
     }
-}
-
-/* A string value's byte at hold[pos] or a typed value's (skipped: written whole at its end);
- * 1 to wait for more bytes. */
-static int value_byte(struct ft_tool_parser *p, size_t upto, int final, const char *const *ends) {
-    if (!p->sc.vstr) {
-        p->sc.pos++;
-        return 0;
-    }
-    return coder_string_byte(p, upto, final, ends);
 }
 
 /* N\n<arg_key>P</arg_key>\n<arg_value>V</arg_value>... as glm_body reads it: the name (blanks
@@ -971,26 +969,26 @@ static void glm_scan(struct ft_tool_parser *p, size_t upto, int final) {
         case XS_BODY:
             r = at_marker(h + s->pos, upto - s->pos, k_body);
             if (r == -2 && !final) return;
-            s->pos += r == 0 ? 9 : 1;
+            s->pos += r == 0 ? strlen(k_body[0]) : 1;
             if (r == 0) s->xs = XS_KEY, s->kstart = s->pos;
             break;
         case XS_KEY:
             r = at_marker(h + s->pos, upto - s->pos, k_key);
             if (r == -2 && !final) return;
-            if (r == 0) s->kend = s->pos, s->pos += 10, s->xs = XS_BRACE;
+            if (r == 0) s->kend = s->pos, s->pos += strlen(k_key[0]), s->xs = XS_BRACE;
             else s->pos++;
             break;
         case XS_BRACE: /* after </arg_key>: anything up to <arg_value> */
             r = at_marker(h + s->pos, upto - s->pos, k_open);
             if (r == -2 && !final) return;
-            s->pos += r == 0 ? 11 : 1;
+            s->pos += r == 0 ? strlen(k_open[0]) : 1;
             if (r == 0) coder_value_start(p, s->pos), s->xs = XS_VAL;
             break;
         case XS_VAL:
             r = at_marker(h + s->pos, upto - s->pos, k_val);
             if (r == 0) {
                 coder_value_end(p, s->pos);
-                s->pos += 12;
+                s->pos += strlen(k_val[0]);
                 s->xs = XS_BODY;
             } else if (r == -2 && !final) {
                 return;
@@ -1024,7 +1022,7 @@ static void minimax_scan(struct ft_tool_parser *p, size_t upto, int final) {
         case XS_START:
             r = at_marker(h + s->pos, upto - s->pos, k_pre);
             if (r == -2 && !final) return;
-            s->pos += r == 0 ? 14 : 1;
+            s->pos += r == 0 ? strlen(k_pre[0]) : 1;
             if (r == 0) s->xs = XS_NAME, s->mark = s->pos;
             break;
         case XS_NAME:
@@ -1034,7 +1032,7 @@ static void minimax_scan(struct ft_tool_parser *p, size_t upto, int final) {
         case XS_BODY:
             r = at_marker(h + s->pos, upto - s->pos, k_body);
             if (r == -2 && !final) return;
-            s->pos += r == 0 ? 17 : r == 1 ? 9 : 1;
+            s->pos += r >= 0 ? strlen(k_body[r]) : 1;
             if (r == 0) s->xs = XS_KEY, s->kstart = s->pos;
             if (r == 1) live_close(p), s->xs = XS_START;
             break;
@@ -1055,7 +1053,7 @@ static void minimax_scan(struct ft_tool_parser *p, size_t upto, int final) {
             r = at_marker(h + s->pos, upto - s->pos, k_val);
             if (r == 0) {
                 coder_value_end(p, s->pos);
-                s->pos += 12;
+                s->pos += strlen(k_val[0]);
                 s->xs = XS_BODY;
             } else if (r == 1) {
                 s->xs = XS_DONE; /* </invoke> before </parameter>: not a call */
@@ -1085,11 +1083,13 @@ static void harmony_scan(struct ft_tool_parser *p, size_t upto) {
                 s->pos++;
                 continue;
             }
-            const char *to = find(h, h + s->pos, "to=functions."), *e = to ? to + 13 : NULL;
+            static const char k_to[] = "to=functions.";
+            const char *to = find(h, h + s->pos, k_to);
+            const char *n = to ? to + sizeof k_to - 1 : NULL, *e = n; /* the name: [n, e) */
             while (e && e < h + s->pos && *e != ' ' && *e != '<' && *e != '\n') e++;
-            s->xs = to && e > to + 13 ? XS_BRACE : XS_DONE;
-            if (to) s->mark = (size_t)(to + 13 - h), s->kend = (size_t)(e - h);
-            s->pos += 11;
+            s->xs = to && e > n ? XS_BRACE : XS_DONE;
+            if (to) s->mark = (size_t)(n - h), s->kend = (size_t)(e - h);
+            s->pos += strlen(k_msg[0]);
         } else if (s->xs == XS_BRACE) {
             const char c = h[s->pos++];
             if (blank(c)) continue;
