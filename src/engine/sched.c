@@ -272,41 +272,41 @@ static int ckpt_at(const struct ft_sched *s, const struct ft_req *r) {
     return b > r->prefilled ? b : 0;
 }
 
-/* r's prefill just reached r->ckpt: the blocks before it indexed, and its recurrent state kept
- * on the entry of the block that ends there (which may be another request's with the same
- * tokens). Out of budget or memory: no checkpoint, nothing else changes. */
+/* Hybrid models: the blocks of r's first k * FT_KV_BLOCK positions indexed, and r's recurrent
+ * state (the state after those positions) kept on the entry of the block that ends there (which
+ * may be another request's with the same tokens), in the buffer of the checkpoint at block
+ * boundary from_k when it has one (ft_prefix_state_move; from_k 0: none). 1: kept; 0: out of
+ * budget or memory, no checkpoint and nothing else changed; -1: the blocks could not be
+ * indexed. */
+static int keep_state(struct ft_sched *s, struct ft_req *r, int k, int from_k) {
+    prefix_keep(s, r, k * FT_KV_BLOCK);
+    if (ft_prefix_match(s->pc, r->hist, k, s->pc_tmp) != k) return -1;
+    const int32_t b = s->pc_tmp[k - 1];
+    void *buf = ft_prefix_state_move(s->pc, from_k > 0 && from_k < k ? s->pc_tmp[from_k - 1] : -1, b);
+    if (!buf) return 0;
+    if (ft_engine_state_save(s->e, r->blocks, buf) != FT_OK) {
+        ft_log_warn("prefix cache: no state checkpoint at position %d: %s", k * FT_KV_BLOCK, ft_error());
+        ft_prefix_state_drop(s->pc, b);
+        return 0;
+    }
+    return 1;
+}
+
+/* r's prefill just reached r->ckpt: its state kept there for the next turn. */
 static void take_ckpt(struct ft_sched *s, struct ft_req *r) {
     const int k = r->ckpt / FT_KV_BLOCK;
     r->ckpt = 0;
-    prefix_keep(s, r, k * FT_KV_BLOCK);
-    if (ft_prefix_match(s->pc, r->hist, k, s->pc_tmp) != k) return;
-    void *buf = ft_prefix_state_put(s->pc, s->pc_tmp[k - 1]);
-    if (buf && ft_engine_state_save(s->e, r->blocks, buf) != FT_OK) {
-        ft_log_warn("prefix cache: no state checkpoint at position %d: %s", k * FT_KV_BLOCK, ft_error());
-        ft_prefix_state_drop(s->pc, s->pc_tmp[k - 1]);
-    }
+    keep_state(s, r, k, 0);
 }
 
-/* Hybrid models: r just ran through a block boundary after its prompt (n_past, a multiple of
- * FT_KV_BLOCK): the blocks before it indexed and the state kept on the entry of the block
- * ending there, in the buffer r kept at its previous boundary. So when r ends (done, stopped,
- * cancelled) a checkpoint sits on the last boundary its KV blocks cover, exactly the state after
- * those tokens: the next turn, which resends this answer, restores it and prefills only its new
- * tokens. One copy of the state per FT_KV_BLOCK tokens decoded. */
+/* r just ran through a block boundary after its prompt (n_past, a multiple of FT_KV_BLOCK):
+ * its state kept there, in the buffer r kept at its previous boundary. So when r ends (done,
+ * stopped, cancelled) a checkpoint sits on the last boundary its KV blocks cover, exactly the
+ * state after those tokens: the next turn, which resends this answer, restores it and prefills
+ * only its new tokens. One copy of the state per FT_KV_BLOCK tokens decoded. */
 static void take_answer_ckpt(struct ft_sched *s, struct ft_req *r) {
-    const int k = r->n_past / FT_KV_BLOCK, k0 = r->ackpt / FT_KV_BLOCK;
-    prefix_keep(s, r, r->n_past);
-    if (ft_prefix_match(s->pc, r->hist, k, s->pc_tmp) != k) return;
-    const int32_t b = s->pc_tmp[k - 1];
-    void *buf = ft_prefix_state_move(s->pc, k0 > 0 && k0 < k ? s->pc_tmp[k0 - 1] : -1, b);
-    r->ackpt = 0;
-    if (!buf) return;
-    if (ft_engine_state_save(s->e, r->blocks, buf) != FT_OK) {
-        ft_log_warn("prefix cache: no state checkpoint at position %d: %s", r->n_past, ft_error());
-        ft_prefix_state_drop(s->pc, b);
-        return;
-    }
-    r->ackpt = r->n_past;
+    const int kept = keep_state(s, r, r->n_past / FT_KV_BLOCK, r->ackpt / FT_KV_BLOCK);
+    if (kept >= 0) r->ackpt = kept ? r->n_past : 0;
 }
 
 static void finish(struct ft_sched *s, struct ft_req *r, enum ft_finish why, enum ft_status err,

@@ -412,9 +412,10 @@ static enum ft_status cpu_experts(struct ft_gpu_moe *gm, int l, int n_cpu, struc
                                    &m->layers[l].bank[FT_BANK_DOWN], &m->layers[l].act, gm->h_xn,
                                    gm->cpu_tok, gm->cpu_ids, gm->cpu_w, n_cpu, gm->h_cpu_out);
     if (!hook->ran) issue_hook(hook); /* the executor had no pass to run it in */
-    if (nd < 0) { /* the watchdog abandoned the step (ft_error says why): the GPU's share is
-                     finished (the cache's deferred copies closed) and nothing of this step is in
-                     flight when its requests fail */
+    if (nd < 0) { /* the watchdog abandoned the step, or a worker of an abandoned one is still
+                     stuck (ft_error says which): the GPU's share is finished (the cache's
+                     deferred copies closed) and nothing of this step is in flight when its
+                     requests fail */
         if (hook->st == FT_OK) finish_deferred(gm, hook->X, l, hook->T, hook->eids);
         cudaStreamSynchronize(gm->s);
         return FT_ERR_BUSY;
@@ -446,10 +447,6 @@ enum ft_status ft_gpu_moe_decode(struct ft_gpu_moe *gm, const struct ft_gpu_expe
     if (st == FT_OK && (!gm->exec || !n_cpu)) st = finish_deferred(gm, X, l, T, eids);
     ft_gpu_probe_phase(gm->probe, FT_PH_ISSUE);
     if (st != FT_OK) return st;
-    if (gm->exec && n_cpu) { /* a worker of an abandoned step still running: fail this one */
-        st = ft_moe_exec_check(gm->exec, gm->exec_pool);
-        if (st != FT_OK) return st;
-    }
     if (gm->exec) memset(gm->h_cpu_out, 0, (size_t)T * gm->m->hidden * sizeof(float)); /* joined later */
     if (!n_cpu) return FT_OK;
     struct issue_hook hook = {gm, X, l, T, 0, eids, FT_OK};
