@@ -247,12 +247,7 @@ extern "C" void ft_cuda_moe_gemm(float *y, const uint16_t *x, const uint16_t *w,
 }
 
 extern "C" int ft_cuda_moe_gemm_takes(int dtype, int K) {
-    if (dtype == FT_DTYPE_BF16) return 1;
-    if (K % 8) return 0;
-#define IS(t) if (dtype == t) return 1;
-    FT_BLOCK_TYPES(IS)
-#undef IS
-    return 0;
+    return dtype == FT_DTYPE_BF16 || (K % 8 == 0 && ft_cuda_block_format(dtype));
 }
 
 extern "C" void ft_cuda_moe_gemm_q(float *y, const uint16_t *x, const void *w, int dtype,
