@@ -1,8 +1,9 @@
 /* test_tool_parse.c — tool-call parsers (text/tool_parse.h): each family's output format into
  * (content, calls), the same when the text arrives one byte at a time, typed XML parameters,
  * blocks that do not parse given back as content, the calls shown live (their arguments'
- * pieces add up to the final ones; qwen3_coder and harmony for every cut of the text into
- * pushes), format names and detection. */
+ * pieces add up to the final ones; the XML families, deepseek and harmony for every cut of the
+ * text into pushes), a failed block's shown calls keeping their indices, format names and
+ * detection. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,13 +210,15 @@ TEST(harmony_calls) {
     expect_parse(FT_TOOLS_HARMONY, "plain answer", "plain answer", 0, NULL, NULL, NULL, NULL);
 }
 
-/* What a stream sends (server/openai_gen.c does the same): a call's name and the start of its
- * arguments once the parser shows it live, then each new piece, then what the finished call has
- * beyond that. */
+/* What a stream sends (server/openai_gen.c does the same), by tool_calls index: a call's name
+ * and the start of its arguments once the parser shows it live, then each new piece, then what
+ * the finished call has beyond that. */
+#define N_IDX 8
 struct streamed {
-    int n, hdr[4], pieces[4], early[4]; /* early: named while its block was still open */
-    char name[4][64], args[4][512];
-    size_t sent[4];
+    int n, hdr[N_IDX], pieces[N_IDX], early[N_IDX]; /* early: named while its block was open */
+    int named[N_IDX]; /* times a name went out under the index */
+    char name[N_IDX][64], args[N_IDX][512];
+    size_t sent[N_IDX];
 };
 
 static void send_piece(struct streamed *t, int i, const char *s, size_t n) {
@@ -227,22 +230,27 @@ static void send_piece(struct streamed *t, int i, const char *s, size_t n) {
 }
 
 static void stream_calls(struct ft_tool_parser *p, struct streamed *t) {
-    for (; t->n < p->n_calls && t->n < 4; t->n++) {
-        const int i = t->n;
-        const char *a = p->calls[i].args;
-        if (!t->hdr[i]) snprintf(t->name[i], sizeof t->name[i], "%s", p->calls[i].name);
+    for (; t->n < p->n_calls; t->n++) {
+        const int i = p->calls[t->n].index;
+        const char *a = p->calls[t->n].args;
+        if (i < 0 || i >= N_IDX) continue;
+        if (!t->hdr[i]) {
+            snprintf(t->name[i], sizeof t->name[i], "%s", p->calls[t->n].name);
+            t->named[i]++;
+        }
         if (!t->hdr[i] || !strncmp(a, t->args[i], t->sent[i]))
             send_piece(t, i, a + t->sent[i], strlen(a) - t->sent[i]);
         else
             t->sent[i] = (size_t)-1; /* what was sent is not the final text */
         t->hdr[i] = 1;
     }
-    for (int j = 0; j < p->n_live && p->n_calls + j < 4; j++) {
+    for (int j = 0; j < p->n_live && p->live_index + j < N_IDX; j++) {
         const struct ft_tool_live *l = &p->live[j];
-        const int i = p->n_calls + j;
-        if (l->no_stream || !l->name_done) continue;
+        const int i = p->live_index + j;
+        if (l->no_stream || !l->name_done) break;
         if (!t->hdr[i]) {
             t->hdr[i] = t->early[i] = 1;
+            t->named[i]++;
             snprintf(t->name[i], sizeof t->name[i], "%.*s", (int)l->n_name, l->name);
         }
         if (l->n_args > t->sent[i]) send_piece(t, i, l->args + t->sent[i], l->n_args - t->sent[i]);
@@ -266,14 +274,16 @@ static void expect_streamed(enum ft_tool_fmt fmt, const char *text, int n_calls,
     CHECK_(p.n_calls == n_calls, "%s: %d calls (want %d)", ft_tool_fmt_name(fmt), p.n_calls, n_calls);
     int live = 0;
     for (int i = 0; i < p.n_calls && i < 4; i++) {
-        EXPECT_STREQ(t.name[i], names[i]);
-        EXPECT_STREQ(t.args[i], p.calls[i].args);
+        const int x = p.calls[i].index;
+        EXPECT_EQ(x, i); /* no block failed: no index skipped */
+        EXPECT_STREQ(t.name[x], names[i]);
+        EXPECT_STREQ(t.args[x], p.calls[i].args);
         json_t *a = json_loads(p.calls[i].args, 0, NULL), *b = json_loads(want[i], 0, NULL);
         CHECK_(a && b && json_equal(a, b), "%s call %d: args %s (want %s)", ft_tool_fmt_name(fmt),
                i, p.calls[i].args, want[i]);
         json_decref(a);
         json_decref(b);
-        live += t.pieces[i] > 1;
+        live += t.pieces[x] > 1;
     }
     CHECK_(live >= want_live, "%s: %d calls streamed in pieces (want %d)", ft_tool_fmt_name(fmt),
            live, want_live);
@@ -333,6 +343,7 @@ struct cut_run {
     char content[1024];
     int n_calls;
     char names[4][64], args[4][512];
+    int index[4];
 };
 
 /* The content the parser released, onto b (NUL-terminated). */
@@ -362,20 +373,27 @@ static void cut_run(enum ft_tool_fmt fmt, const json_t *tools, const char *text,
     for (int i = 0; i < p.n_calls && i < 4; i++) {
         snprintf(r->names[i], sizeof r->names[i], "%s", p.calls[i].name);
         snprintf(r->args[i], sizeof r->args[i], "%s", p.calls[i].args);
+        r->index[i] = p.calls[i].index < N_IDX ? p.calls[i].index : 0;
     }
     EXPECT(!p.oom);
     ft_tool_parser_free(&p);
 }
 
 /* A cut run against the whole push (w): the same content, calls, names and argument texts,
- * and the pieces streamed add up to them; returns 0 or -1 (reported once). */
+ * and the pieces streamed (under each call's index) add up to them; every index named once,
+ * the calls' indices rising; returns 0 or -1 (reported once). */
 static int cut_same(const struct cut_run *r, const struct cut_run *w, const char *what) {
     int bad = strcmp(r->content, w->content) || r->n_calls != w->n_calls;
-    for (int i = 0; !bad && i < w->n_calls && i < 4; i++)
+    for (int i = 0; !bad && i < w->n_calls && i < 4; i++) {
+        const int x = r->index[i];
         bad = strcmp(r->names[i], w->names[i]) || strcmp(r->args[i], w->args[i]) ||
-              strcmp(r->t.name[i], w->names[i]) || strcmp(r->t.args[i], w->args[i]);
+              strcmp(r->t.name[x], w->names[i]) || strcmp(r->t.args[x], w->args[i]) ||
+              (i && x <= r->index[i - 1]);
+    }
+    for (int x = 0; !bad && x < N_IDX; x++) bad = r->t.named[x] > 1;
     CHECK_(!bad, "%s: %d calls, call 0 %s %s streamed as %s (whole: %d calls, %s %s)", what,
-           r->n_calls, r->names[0], r->args[0], r->t.args[0], w->n_calls, w->names[0], w->args[0]);
+           r->n_calls, r->names[0], r->args[0], r->t.args[r->index[0]], w->n_calls, w->names[0],
+           w->args[0]);
     return bad ? -1 : 0;
 }
 
@@ -407,7 +425,8 @@ static void expect_cuts(enum ft_tool_fmt fmt, const char *text, size_t n, const 
     cut_run(fmt, tools, text, n, cuts, (int)n - 1, r);
     cut_same(r, w, "byte by byte");
     int live = 0;
-    for (int i = 0; i < r->n_calls && i < 4; i++) live += r->t.early[i] && r->t.pieces[i] > 1;
+    for (int i = 0; i < r->n_calls && i < 4; i++)
+        live += r->t.early[r->index[i]] && r->t.pieces[r->index[i]] > 1;
     CHECK_(live >= want_live, "%s: %d calls live in pieces (want %d)", ft_tool_fmt_name(fmt), live,
            want_live);
     int bad = 0;
@@ -599,6 +618,136 @@ TEST(minimax_streamed) {
          "</minimax:tool_call>b",
          "a<minimax:tool_call><invoke name=\"get_time\"><parameter name=\"tz\">UTC</parameter>"
          "</minimax:tool_call>b", 0, t1, NULL, 0);
+}
+
+#define DS_M(x) "<" DS_BAR "tool" DS_SEP x DS_BAR ">"
+#define DS_B DS_M("calls" DS_SEP "begin")
+#define DS_E DS_M("calls" DS_SEP "end")
+#define DC_B DS_M("call" DS_SEP "begin")
+#define DC_E DS_M("call" DS_SEP "end")
+#define DS_S DS_M("sep")
+
+TEST(deepseek_streamed) {
+    const char *w1[] = {"get_weather"}, *t1[] = {"get_time"}, *wt[] = {"get_weather", "get_time"};
+    /* V3: two fenced calls; escapes, UTF-8, backticks and a marker's first bytes in a string */
+    CUTS(FT_TOOLS_DEEPSEEK,
+         "Sure." DS_B DC_B "function" DS_S "get_weather\n```json\n{\"city\": \"S\xc3\xa3o \\\"P\\\""
+         " `` <" DS_BAR "tool <" DS_BAR "\", \"days\": [1, 2],\n \"x\": {\"a\": 1.50}}\n```"
+         DC_E "\n" DC_B "function" DS_S "get_time\n```json\n{}\n```" DC_E DS_E "Done.",
+         "Sure.Done.", 2, wt,
+         (const char *[]){"{\"city\":\"S\xc3\xa3o \\\"P\\\" `` <" DS_BAR "tool <" DS_BAR "\","
+                          "\"days\":[1,2],\"x\":{\"a\":1.5}}", "{}"},
+         2);
+    /* V3.1: the bare object after the sep (``` in it is text); blanks around the fence */
+    CUTS(FT_TOOLS_DEEPSEEK, DS_B DC_B "get_time" DS_S "{\"tz\": \"```UTC\"}" DC_E DS_E, "", 1, t1,
+         (const char *[]){"{\"tz\":\"```UTC\"}"}, 1);
+    CUTS(FT_TOOLS_DEEPSEEK,
+         "ok " DS_B DC_B "get_time \n" DS_S " \n```json\n {\"tz\" : \"UTC\" } \n```\n" DC_E DS_E,
+         "ok ", 1, t1, (const char *[]){"{\"tz\":\"UTC\"}"}, 1);
+    /* no call end, no block end: parsed at the end of the text */
+    CUTS(FT_TOOLS_DEEPSEEK, DS_B DC_B "function" DS_S "get_weather\n```json\n{\"city\": \"Oslo\"}",
+         "", 1, w1, (const char *[]){"{\"city\":\"Oslo\"}"}, 1);
+    /* not calls, given back as content: ``` inside the fenced object, no sep, not an object, an
+     * object the call's end cuts short (the first and the last show their name first) */
+    CUTS(FT_TOOLS_DEEPSEEK,
+         "a" DS_B DC_B "function" DS_S "get_time\n```json\n{\"tz\": \"U```\"}\n```" DC_E DS_E "b",
+         "a" DS_B DC_B "function" DS_S "get_time\n```json\n{\"tz\": \"U```\"}\n```" DC_E DS_E "b",
+         0, t1, NULL, 0);
+    CUTS(FT_TOOLS_DEEPSEEK, "a" DS_B DC_B "get_time{}" DC_E DS_E "b",
+         "a" DS_B DC_B "get_time{}" DC_E DS_E "b", 0, t1, NULL, 0);
+    CUTS(FT_TOOLS_DEEPSEEK, DS_B DC_B "function" DS_S "get_time\n```json\n[1]\n```" DC_E DS_E,
+         DS_B DC_B "function" DS_S "get_time\n```json\n[1]\n```" DC_E DS_E, 0, t1, NULL, 0);
+    CUTS(FT_TOOLS_DEEPSEEK, DS_B DC_B "get_time" DS_S "{\"tz\": 1" DC_E DS_E,
+         DS_B DC_B "get_time" DS_S "{\"tz\": 1" DC_E DS_E, 0, t1, NULL, 0);
+}
+
+/* Byte by byte, a block that fails after it showed n_shown calls: they keep their indices
+ * (named once, their arguments as they went out: shown_args), its text goes to content, the
+ * next call gets index n_shown; pushed whole, nothing was shown and no index is skipped. */
+static void expect_kept_index(enum ft_tool_fmt fmt, const char *text, const char *content,
+                              int n_shown, const char *const *shown_names,
+                              const char *const *shown_args, const char *next_name,
+                              const char *next_args) {
+    json_t *tools = json_loads(k_tools2, 0, NULL);
+    struct cut_run *w = malloc(sizeof *w), *r = malloc(sizeof *r);
+    const size_t n = strlen(text);
+    size_t *cuts = malloc(n * sizeof *cuts);
+    for (size_t i = 0; i + 1 < n; i++) cuts[i] = i + 1;
+    cut_run(fmt, tools, text, n, cuts, (int)n - 1, r);
+    cut_run(fmt, tools, text, n, NULL, 0, w);
+    const char *f = ft_tool_fmt_name(fmt);
+    CHECK_(!strcmp(r->content, content), "%s: content \"%s\" (want \"%s\")", f, r->content,
+           content);
+    EXPECT_STREQ(w->content, content);
+    CHECK_(r->n_calls == 1 && r->index[0] == n_shown, "%s: %d calls, index %d (want 1, %d)", f,
+           r->n_calls, r->index[0], n_shown);
+    CHECK_(w->n_calls == 1 && w->index[0] == 0, "%s whole: %d calls, index %d (want 1, 0)", f,
+           w->n_calls, w->index[0]);
+    EXPECT_STREQ(r->names[0], next_name);
+    EXPECT_STREQ(r->args[0], next_args);
+    EXPECT_STREQ(r->t.name[n_shown], next_name);
+    EXPECT_STREQ(r->t.args[n_shown], next_args);
+    EXPECT_EQ(r->t.named[n_shown], 1);
+    for (int x = 0; x < n_shown; x++) {
+        EXPECT_EQ(r->t.named[x], 1);
+        EXPECT_STREQ(r->t.name[x], shown_names[x]);
+        EXPECT_STREQ(r->t.args[x], shown_args[x]);
+    }
+    free(cuts);
+    free(w);
+    free(r);
+    json_decref(tools);
+}
+
+TEST(failed_block_keeps_its_index) {
+    const char *w1[] = {"get_weather"}, *wt[] = {"get_weather", "get_time"};
+    /* hermes: text after the call object; arguments cut short; a list failing at its third */
+    expect_kept_index(
+        FT_TOOLS_HERMES,
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}} x\n"
+        "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}\n"
+        "</tool_call>",
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}} x\n"
+        "</tool_call>\n",
+        1, w1, (const char *[]){"{\"city\":\"Rome\"}"}, "get_time", "{\"tz\":\"UTC\"}");
+    expect_kept_index(
+        FT_TOOLS_HERMES,
+        "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Ro</tool_call>"
+        "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>",
+        "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Ro</tool_call>", 1,
+        w1, (const char *[]){"{\"city\":\"Ro"}, "get_time", "{}");
+    expect_kept_index(
+        FT_TOOLS_HERMES,
+        "<tool_call>[{\"name\": \"get_weather\", \"arguments\": {}}, {\"name\": \"get_time\", "
+        "\"arguments\": {\"tz\": \"A\"}}, 5]</tool_call>ok<tool_call>{\"name\": \"get_time\", "
+        "\"arguments\": {\"tz\": \"B\"}}</tool_call>",
+        "<tool_call>[{\"name\": \"get_weather\", \"arguments\": {}}, {\"name\": \"get_time\", "
+        "\"arguments\": {\"tz\": \"A\"}}, 5]</tool_call>ok",
+        2, wt, (const char *[]){"{}", "{\"tz\":\"A\"}"}, "get_time", "{\"tz\":\"B\"}");
+    /* harmony: a body that is more than its object */
+    expect_kept_index(
+        FT_TOOLS_HARMONY,
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather<|message|>"
+        "{\"city\": \"Rome\"} x<|call|><|start|>assistant<|channel|>commentary "
+        "to=functions.get_time<|message|>{}<|call|>",
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather<|message|>"
+        "{\"city\": \"Rome\"} x<|call|>",
+        1, w1, (const char *[]){"{\"city\":\"Rome\"}"}, "get_time", "{}");
+    /* deepseek: the second call of a block breaks it; the next block's call */
+    expect_kept_index(
+        FT_TOOLS_DEEPSEEK,
+        DS_B DC_B "get_weather" DS_S "{\"city\": \"Rome\"}" DC_E DC_B "get_time" DS_S "{\"tz\""
+        DC_E DS_E "\n" DS_B DC_B "get_time" DS_S "{}" DC_E DS_E,
+        DS_B DC_B "get_weather" DS_S "{\"city\": \"Rome\"}" DC_E DC_B "get_time" DS_S "{\"tz\""
+        DC_E DS_E "\n",
+        2, wt, (const char *[]){"{\"city\":\"Rome\"}", "{\"tz\""}, "get_time", "{}");
+    /* and every cut of a failed block before a good one gives the same content and call */
+    const char *t1[] = {"get_time"};
+    CUTS(FT_TOOLS_HERMES,
+         "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": 1}} x</tool_call>"
+         "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}</tool_call>",
+         "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": 1}} x</tool_call>", 1,
+         t1, (const char *[]){"{\"tz\":\"UTC\"}"}, 1);
 }
 
 TEST(names_and_detection) {

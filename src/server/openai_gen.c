@@ -171,8 +171,13 @@ static void pipe_push(struct pipe *p, const char *s, size_t n, struct ft_sbuf *r
     ft_sbuf_free(&cc);
 }
 
+/* The id of the call with tool_calls index `index` (text/tool_parse.h: ft_tool_call.index). */
+static void call_id(const struct pipe *p, int index, char *idbuf, size_t cap) {
+    snprintf(idbuf, cap, "call_%012lx%04x", p->id_base & 0xffffffffffffUL, (unsigned)index);
+}
+
 static void call_out(struct pipe *p, int i, struct ft_tool_call_out *o, char *idbuf, size_t cap) {
-    snprintf(idbuf, cap, "call_%012lx%04x", p->id_base & 0xffffffffffffUL, (unsigned)i);
+    call_id(p, p->tp.calls[i].index, idbuf, cap);
     o->id = idbuf;
     o->name = p->tp.calls[i].name;
     o->args = p->tp.calls[i].args;
@@ -462,17 +467,20 @@ static const struct ft_stream_api k_openai_stream = {oa_start, oa_text, oa_call,
  * pieces, else whole; then call_done), then, where the writer takes pieces, the open block's
  * calls as far as they are written (text/tool_parse.h: live). named_only: only the finished
  * calls that went out in pieces already (their blocks were open before this text, so they end
- * before it). */
+ * before it). Each goes under its parser index, rising: a live call goes out only after those
+ * before it in its block; a live call whose block did not parse keeps its index (it ended as it
+ * went out; the block's text follows as content), and the next call gets the next index, never
+ * one a client already merged a name into. */
 static void stream_calls(struct gen_stream *g, int named_only) {
     const struct ft_tool_parser *tp = &g->p.tp;
     const int pieces = g->api->call_piece != NULL;
     char id[32];
     for (; g->p.n_reported < tp->n_calls; g->p.n_reported++) {
-        const int i = g->p.n_reported;
+        const int i = tp->calls[g->p.n_reported].index;
         const int named = pieces && i < 64 && g->tc_named[i];
         if (named_only && !named) return;
         struct ft_tool_call_out o;
-        call_out(&g->p, i, &o, id, sizeof id);
+        call_out(&g->p, g->p.n_reported, &o, id, sizeof id);
         if (named) {
             const size_t n = strlen(o.args), k = g->tc_sent[i];
             if (k < n) g->api->call_piece(g, i, NULL, NULL, o.args + k, n - k);
@@ -485,16 +493,15 @@ static void stream_calls(struct gen_stream *g, int named_only) {
         }
         if (g->api->call_done) g->api->call_done(g, i, &o);
     }
-    for (int j = 0; !named_only && pieces && j < tp->n_live && tp->n_calls + j < 64; j++) {
+    for (int j = 0; !named_only && pieces && j < tp->n_live && tp->live_index + j < 64; j++) {
         const struct ft_tool_live *l = &tp->live[j];
-        const int i = tp->n_calls + j;
-        if (l->no_stream || !l->name_done) continue;
+        const int i = tp->live_index + j;
+        if (l->no_stream || !l->name_done) break; /* it and those after it: whole when done */
         if (!g->tc_named[i]) {
-            struct ft_tool_call_out o;
-            call_out(&g->p, i, &o, id, sizeof id);
+            call_id(&g->p, i, id, sizeof id);
             char *name = strndup(l->name ? l->name : "", l->n_name);
             if (!name) continue;
-            g->api->call_piece(g, i, o.id, name, l->args ? l->args : "", l->n_args);
+            g->api->call_piece(g, i, id, name, l->args ? l->args : "", l->n_args);
             free(name);
             g->tc_named[i] = 1, g->tc_sent[i] = l->n_args;
         } else if (l->n_args > g->tc_sent[i]) {

@@ -210,7 +210,7 @@ static void add_call(struct ft_tool_parser *p, const char *name, json_t *args) {
         p->oom = 1;
         return;
     }
-    p->calls[p->n_calls++] = (struct ft_tool_call){n, a};
+    p->calls[p->n_calls++] = (struct ft_tool_call){n, a, p->live_index + k};
 }
 
 /* ---------------------------------------------------------------- body parsers */
@@ -454,7 +454,10 @@ static int minimax_body(struct ft_tool_parser *p, const char *s, const char *e) 
     return n ? 0 : -1;
 }
 
-/* <｜tool▁call▁begin｜>[function<｜tool▁sep｜>]N[\n```json\n]ARGS[\n```]<｜tool▁call▁end｜> ... */
+/* <｜tool▁call▁begin｜>[function<｜tool▁sep｜>]N[\n]ARGS<｜tool▁call▁end｜> ...: V3's name after the
+ * sep up to the first newline, V3.1's before the sep; ARGS: blanks, then ```json and the object
+ * up to the next ```, or the bare object (a fence only where the arguments start: one met later
+ * would be text of a string, and the live scanner streams from the start) */
 static int deepseek_body(struct ft_tool_parser *p, const char *s, const char *e) {
     int n = 0;
     const size_t kb = strlen(DS_CALL_BEGIN), ks = strlen(DS_TOOL_SEP);
@@ -470,10 +473,10 @@ static int deepseek_body(struct ft_tool_parser *p, const char *s, const char *e)
             name_end = nl ? nl : ce;
             a = name_end;
         }
-        const char *fence = find(a, ce, "```json");
         const char *ae = ce;
-        if (fence) {
-            a = fence + 7;
+        a = skip_ws(a, ce);
+        if (ce - a >= 7 && !memcmp(a, "```json", 7)) {
+            a += 7;
             const char *close = find(a, ce, "```");
             if (close) ae = close;
         }
@@ -579,8 +582,13 @@ static int live_fmt(const struct ft_tool_parser *p) {
     return p->fmt == FT_TOOLS_HERMES || p->fmt == FT_TOOLS_LLAMA3 || p->fmt == FT_TOOLS_MISTRAL;
 }
 
-/* A block opens (or closed): no calls in it yet. */
+/* A block opens (or closed): no calls in it yet. The closed block spends the indices of its
+ * calls, or (it did not parse) of the calls it showed: a stream sent those names, and a client
+ * merges deltas by index, so a later call under one of them would be glued onto that call. */
 static void live_reset(struct ft_tool_parser *p) {
+    const int n = p->n_calls - p->live_base;
+    p->live_index += n > p->n_shown ? n : p->n_shown;
+    p->n_shown = 0;
     for (int i = 0; i < p->n_live; i++) free(p->live[i].name), free(p->live[i].args);
     p->n_live = 0;
     p->live_base = p->n_calls;
@@ -1107,12 +1115,112 @@ static void harmony_scan(struct ft_tool_parser *p, size_t upto) {
     }
 }
 
+/* <｜tool▁call▁begin｜>[function<｜tool▁sep｜>]N[\n]ARGS<｜tool▁call▁end｜>... as deepseek_body
+ * reads it: V3's name (after "function" and the sep) up to the first newline, V3.1's up to the
+ * sep; then blanks, an optional ```json fence and the arguments object through the JSON scanner,
+ * its bytes as they come except those that may begin what would end it (the fence's ```, the
+ * call's end marker, the block's). A call end before the sep or the name's newline, anything
+ * but '{' where the object starts, or an end met inside the object fails the block (nothing
+ * more goes live; a call already shown stays as it went out). */
+static void deepseek_scan(struct ft_tool_parser *p, size_t upto, int final) {
+    static const char *const k_begin[] = {DS_CALL_BEGIN, NULL};
+    static const char *const k_sep[] = {DS_TOOL_SEP, DS_CALL_END, NULL};
+    static const char *const k_name[] = {"\n", DS_CALL_END, NULL};
+    static const char *const k_fence[] = {"```json", NULL};
+    static const char *const k_fenced[] = {"```", DS_CALL_END, DS_CALLS_END, NULL};
+    static const char *const k_bare[] = {DS_CALL_END, DS_CALLS_END, NULL};
+    static const char *const k_end[] = {DS_CALL_END, NULL};
+    struct ft_tool_scan *s = &p->sc;
+    const char *h = p->hold;
+    while (!p->oom && s->xs != XS_DONE) {
+        if (s->pos >= upto) {
+            if (final) s->xs = XS_DONE; /* an object left open: the block does not parse */
+            return;
+        }
+        int r;
+        switch (s->xs) {
+        case XS_START: /* up to a call's begin marker */
+        case XS_BODY: { /* after the object: up to the call's end marker */
+            const char *const *m = s->xs == XS_START ? k_begin : k_end;
+            r = at_marker(h + s->pos, upto - s->pos, m);
+            if (r == -2 && !final) return;
+            s->pos += r == 0 ? strlen(m[0]) : 1;
+            if (r == 0) s->mark = s->pos, s->xs = s->xs == XS_START ? XS_KEY : XS_START;
+            break;
+        }
+        case XS_KEY: /* V3's "function" or V3.1's name, up to the sep */
+            r = at_marker(h + s->pos, upto - s->pos, k_sep);
+            if (r == -2 && !final) return;
+            if (r == 1) {
+                s->xs = XS_DONE; /* no sep in the call */
+                break;
+            }
+            if (r < 0) {
+                s->pos++;
+                break;
+            }
+            if (s->pos - s->mark == 8 && !memcmp(h + s->mark, "function", 8)) {
+                s->pos += strlen(DS_TOOL_SEP);
+                s->mark = s->pos, s->xs = XS_NAME;
+                break;
+            }
+            live_named(p, s->mark, (size_t)(rskip_ws(h + s->mark, h + s->pos) - h));
+            s->pos += strlen(DS_TOOL_SEP);
+            s->fenced = 0, s->xs = XS_BRACE;
+            break;
+        case XS_NAME: /* V3: the name up to its newline */
+            r = at_marker(h + s->pos, upto - s->pos, k_name);
+            if (r == -2 && !final) return;
+            if (r == 1) {
+                s->xs = XS_DONE; /* the call ends in its name: no arguments */
+                break;
+            }
+            if (r == 0) {
+                live_named(p, s->mark, (size_t)(rskip_ws(h + s->mark, h + s->pos) - h));
+                s->fenced = 0, s->xs = XS_BRACE;
+            }
+            s->pos++;
+            break;
+        case XS_BRACE: /* blanks, at most one ```json, then the object's '{' */
+            if (blank(h[s->pos])) {
+                s->pos++;
+                break;
+            }
+            r = s->fenced ? -1 : at_marker(h + s->pos, upto - s->pos, k_fence);
+            if (r == -2 && !final) return;
+            if (r == 0) {
+                s->pos += strlen(k_fence[0]), s->fenced = 1;
+            } else if (h[s->pos] == '{') {
+                s->pos++;
+                s->in_call = 1, s->in_args = 1, s->in_str = 0, s->esc = 0;
+                s->depth = 1, s->call_depth = 0;
+                s->xs = XS_ARGS; /* live_named wrote the '{' */
+            } else {
+                s->xs = XS_DONE; /* not a JSON object */
+            }
+            break;
+        case XS_ARGS:
+            r = at_marker(h + s->pos, upto - s->pos, s->fenced ? k_fenced : k_bare);
+            if (r == -2 && !final) return;
+            if (r >= 0) {
+                s->xs = XS_DONE; /* the arguments end before the object closes */
+                break;
+            }
+            live_byte(p, h[s->pos++]); /* copies the arguments, ends them at their '}' */
+            if (!s->in_args) s->xs = XS_BODY;
+            break;
+        default: s->xs = XS_DONE; break;
+        }
+    }
+}
+
 /* The open block's bytes [sc.pos, upto) through the scanner; final: the block ends at upto. */
 static void live_scan(struct ft_tool_parser *p, size_t upto, int final) {
     if (p->fmt == FT_TOOLS_QWEN3_CODER) coder_scan(p, upto, final);
     if (p->fmt == FT_TOOLS_HARMONY) harmony_scan(p, upto);
     if (p->fmt == FT_TOOLS_GLM) glm_scan(p, upto, final);
     if (p->fmt == FT_TOOLS_MINIMAX) minimax_scan(p, upto, final);
+    if (p->fmt == FT_TOOLS_DEEPSEEK) deepseek_scan(p, upto, final);
     if (!live_fmt(p)) return;
     for (; p->sc.pos < upto && !p->sc.off && !p->oom; p->sc.pos++) live_byte(p, p->hold[p->sc.pos]);
 }
@@ -1186,8 +1294,8 @@ static void scan(struct ft_tool_parser *p) {
             return;
         }
         const char *m = find(p->hold, p->hold + p->n_hold, d->end);
-        if (!m) {
-            live_scan(p, p->n_hold, 0);
+        if (!m) { /* not the first bytes of the end marker: they are no call's */
+            live_scan(p, p->n_hold - partial(p->hold, p->n_hold, d->end), 0);
             return;
         }
         live_scan(p, (size_t)(m - p->hold), 1);
@@ -1208,6 +1316,12 @@ void ft_tool_parser_push(struct ft_tool_parser *p, const char *s, size_t n) {
     }
     put(p, &p->hold, &p->n_hold, &p->cap_hold, s, n);
     scan(p);
+    /* a reader may show these now (in order: one that cannot be shown yet holds back those
+     * after it, so indices go out rising); only calls shown are worth an index if the block
+     * fails (a block that closed within this push showed nothing: none of it was read live) */
+    while (p->n_shown < p->n_live && p->live[p->n_shown].name_done &&
+           !p->live[p->n_shown].no_stream)
+        p->n_shown++;
 }
 
 void ft_tool_parser_finish(struct ft_tool_parser *p) {

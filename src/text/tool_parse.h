@@ -18,14 +18,19 @@
  * can be). A block that does not parse is given back as content, never dropped.
  * Streaming: push text as it comes; content is released at once except bytes that may begin a
  * call marker; each call is reported once its block closes. The JSON formats (hermes, llama3,
- * mistral's list) and harmony also show the calls of the open block as they are written
- * (live[]): a call's name once read, then its arguments so far, the text as written less the
- * blanks outside strings. qwen3_coder, glm and minimax show their calls too: the name once read
- * (glm's at its first <arg_key>), then the arguments object as compact JSON, a "string" (or
- * unknown) parameter's value as it comes, any other one whole when it closes (its type is known
- * only then). A finished call takes that
- * text as its args when it parses to the same value, so the pieces a stream sent add up to the
- * final arguments, however the text was cut into pushes.
+ * mistral's list), deepseek and harmony also show the calls of the open block as they are
+ * written (live[]): a call's name once read (deepseek V3's at the newline after it, V3.1's at
+ * its sep), then its arguments so far, the text as written less the blanks outside strings
+ * (deepseek holds back only bytes that may begin the ``` closing its fence or the call's end
+ * marker). qwen3_coder, glm and minimax show their calls too: the name once read (glm's at its
+ * first <arg_key>), then the arguments object as compact JSON, a "string" (or unknown)
+ * parameter's value as it comes, any other one whole when it closes (its type is known only
+ * then). A finished call takes that text as its args when it parses to the same value, so the
+ * pieces a stream sent add up to the final arguments, however the text was cut into pushes.
+ * A block that does not parse after it showed calls: a stream cannot take them back, so they
+ * end as they were shown (the server's writers close them when the block's text follows as
+ * content, as in a reply that is not streamed), and their indices stay spent: the next call
+ * gets the next index (live_index), never one a client already holds a name for.
  * Used by the server; one parser belongs to one request (one thread). */
 #ifndef FT_TEXT_TOOL_PARSE_H
 #define FT_TEXT_TOOL_PARSE_H
@@ -68,9 +73,12 @@ const char *const *ft_tool_fmt_markers(enum ft_tool_fmt f);
 struct ft_tool_call {
     char *name;
     char *args; /* compact JSON object text */
+    int index;  /* its tool_calls index in a stream (live_index below): never reused */
 };
 
-/* A call of the open block while it is written (call index n_calls + its place in live[]). */
+/* A call of the open block while it is written (call index live_index + its place in live[]).
+ * A stream shows it once it and every call before it in live[] are name_done and not
+ * no_stream (so the indices it sends rise). */
 struct ft_tool_live {
     char *name;          /* as read so far; complete once name_done */
     size_t n_name, cap_name;
@@ -94,6 +102,7 @@ struct ft_tool_scan {
     int xs;              /* state: 0 before the name (harmony: in the header), ... */
     size_t mark, kstart, kend; /* where the name (harmony) or the parameter name starts, ends */
     size_t vstart;       /* where the parameter's value starts */
+    int fenced;          /* deepseek: the arguments follow a ```json fence (``` ends them) */
     int vstr, vfirst, n_params; /* the value is a string (written as it comes); at its first
                                    byte; parameters written so far */
 };
@@ -108,8 +117,13 @@ struct ft_tool_parser {
     size_t n_out, cap_out;
     struct ft_tool_call *calls; /* every call parsed so far */
     int n_calls, cap_calls;
-    struct ft_tool_live *live; /* calls of the open block so far (not deepseek) */
+    struct ft_tool_live *live; /* calls of the open block so far */
     int n_live, cap_live, live_base; /* live_base: n_calls when the block opened */
+    int live_index;      /* the tool_calls index of live[0]: the next index not spent. A block
+                            spends one per call it gives, and when it does not parse, one per
+                            call it showed (n_shown): a client saw those */
+    int n_shown;         /* live[0..n_shown): the calls showable when a push returned (what a
+                            reader of live[] between pushes may have sent) */
     struct ft_tool_scan sc;
     int oom;
 };

@@ -12,13 +12,14 @@ than one piece; id and name come once per call. The Anthropic Messages stream (a
 block's input_json_delta pieces) and the Responses stream (function_call_arguments.delta) send
 the arguments in pieces the same way: the official anthropic client's accumulated message has
 the blocking one's tool_use input, the openai client's accumulated Responses snapshot the
-blocking function_call arguments (and .done says the same), in more than one piece. The XML and
-harmony families stream the same way (qwen3_coder, glm4, minimax: the name once read, then a
-string parameter's value as it comes, any other parameter whole when it closes; harmony: its
+blocking function_call arguments (and .done says the same), in more than one piece. The XML,
+DeepSeek and harmony families stream the same way (qwen3_coder, glm4, minimax: the name once
+read, then a string parameter's value as it comes, any other parameter whole when it closes;
+deepseek3: the name once read, then the fenced JSON object's bytes as they come; harmony: its
 JSON body), with the same checks. The server must stay up.
 
 Run by ctest (label server):
-  test_tool_stream.py --ft build/ft --model tests/data/models/qwen3_moe
+  test_tool_stream.py --ft build/ft --model tests/data/models/qwen3_moe [--family deepseek3 ...]
 """
 import argparse
 import json
@@ -167,10 +168,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ft", required=True)
     ap.add_argument("--model", required=True)
+    ap.add_argument("--family", action="append",
+                    help="only these --chat-template families (hermes: the model's own)")
     a = ap.parse_args()
     t0 = time.time()
     for fam in (None, "llama3_1", "mistral", "qwen3_coder", "harmony", "glm4",
-                "minimax"):
+                "minimax", "deepseek3"):
+        if a.family and (fam or "hermes") not in a.family:
+            continue
         args = ["--ctx-size", "2048", "--served-model-name", "m"]
         if fam:
             args += ["--chat-template", fam]
