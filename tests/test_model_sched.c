@@ -435,6 +435,85 @@ done:
     close_fixture(&f);
 }
 
+/* The CPU forward's watchdog over its own pool jobs (FT_TEST_POOL_STALL, FT_TESTING builds): a
+ * worker of the 3rd watched pool job after the engine's init (the first step's v projection
+ * of layer 0) holds its task 1.5 s, the floor is 200 ms. As with the executor's: the step's
+ * request fails with FT_ERR_BUSY well before the stall ends, the hang is logged once; a
+ * request while the worker is still stuck fails fast ("still stuck"); once it is back, the
+ * same scheduler gives exactly the text of a run without the fault, twice, and says the
+ * worker came back, once. */
+static int g_fw_hung, g_fw_back;
+
+static void fw_sink(void *ctx, enum ft_log_level lvl, const char *line) {
+    (void)ctx;
+    pthread_mutex_lock(&g_wd_mu);
+    if (lvl == FT_LOG_ERROR && strstr(line, "cpu forward") && strstr(line, "hung")) g_fw_hung++;
+    if (strstr(line, "cpu forward") && strstr(line, "came back")) g_fw_back++;
+    pthread_mutex_unlock(&g_wd_mu);
+}
+
+TEST(hung_forward_pool_job_fails_its_request_and_the_next_one_is_served) {
+    struct fixture f;
+    EXPECT(open_fixture(&f) == 0);
+    int32_t ids[128];
+    int n = case_prompt(&f, 0, ids);
+    struct ft_sched_opts o = {.max_running = 2, .max_prefill = 64, .ctx_size = 128};
+    struct ft_sched *s = NULL;
+    EXPECT_OK(ft_sched_init(&s, f.m, f.tok, f.pool, &o));
+    char *clean = s ? run_one(s, ids, n, 12, NULL) : NULL;
+    ft_sched_free(s);
+
+    setenv("FT_TEST_POOL_STALL", "3:1500:200", 1);
+    ft_env_reload();
+    ft_log_set_sink(fw_sink, NULL);
+    s = NULL;
+    EXPECT_OK(ft_sched_init(&s, f.m, f.tok, f.pool, &o));
+    if (!s) goto done;
+    int64_t t0 = ft_time_ns();
+    struct ft_req_params p = greedy(ids, n, 12);
+    struct ft_req *r = NULL;
+    struct ft_event last = {0};
+    EXPECT_OK(ft_sched_submit(s, &p, &r));
+    free(r ? collect(r, &last) : NULL);
+    double failed_s = (ft_time_ns() - t0) / 1e9;
+    EXPECT_EQ(last.type, FT_EV_ERROR);
+    EXPECT_EQ(last.status, FT_ERR_BUSY);
+    EXPECT_CONTAINS(last.message, "cpu forward");
+    EXPECT_CONTAINS(last.message, "hung");
+    CHECK_(failed_s < 1.2, "the stalled step's request ended after %.2f s (stall 1.5 s, floor 0.2 s)",
+           failed_s);
+    if (r) ft_req_release(r);
+
+    /* the worker is still asleep: the next step waits at most the floor, then fails */
+    r = NULL, last = (struct ft_event){0};
+    EXPECT_OK(ft_sched_submit(s, &p, &r));
+    free(r ? collect(r, &last) : NULL);
+    EXPECT_EQ(last.type, FT_EV_ERROR);
+    EXPECT_EQ(last.status, FT_ERR_BUSY);
+    EXPECT_CONTAINS(last.message, "still stuck");
+    if (r) ft_req_release(r);
+    EXPECT((ft_time_ns() - t0) / 1e9 < 1.5);
+
+    usleep((useconds_t)FT_MAX(0, (int)(1700000 - (ft_time_ns() - t0) / 1000)));
+    for (int rep = 0; rep < 2; rep++) {
+        char *after = run_one(s, ids, n, 12, NULL);
+        CHECK_(clean && !strcmp(after, clean), "after the hang (%d): '%s', without the fault '%s'", rep,
+               after, clean ? clean : "");
+        free(after);
+    }
+    ft_sched_free(s);
+    pthread_mutex_lock(&g_wd_mu);
+    EXPECT_EQ(g_fw_hung, 1);
+    EXPECT_EQ(g_fw_back, 1);
+    pthread_mutex_unlock(&g_wd_mu);
+done:
+    ft_log_set_sink(NULL, NULL);
+    unsetenv("FT_TEST_POOL_STALL");
+    ft_env_reload();
+    free(clean);
+    close_fixture(&f);
+}
+
 /* DeepSeek-V4 through the scheduler: prompts past its window and compressors, prefilled in
  * chunks of 5 beside other requests' decode steps (continuous batching), give each request the
  * text it gets alone. */

@@ -3,7 +3,9 @@
  * and the pinned pool (the offload backends' CPU executor) puts worker i on the i-th physical
  * core this process may use (core/sys.c: ft_sys_core_cpus), or, when fewer cores are allowed
  * than threads (checked in a child restricted by sched_setaffinity), stays unpinned with one
- * log line and still works. */
+ * log line and still works; the watch (the CPU forward's watchdog) abandons a job whose worker
+ * hangs and runs nothing more until it ends, and the watchdog's bookkeeping (core/watchdog.c)
+ * learns its limits and waits for a stuck worker at most its floor. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -17,6 +19,8 @@
 #include "core/log.h"
 #include "core/sys.h"
 #include "core/threadpool.h"
+#include "core/timer.h"
+#include "core/watchdog.h"
 #include "test.h"
 
 #define MAXW 64
@@ -82,6 +86,10 @@ TEST(env_table_prints_every_entry) {
     fclose(f);
     static const char *names[] = {"FREETOKEN_PIN_BUDGET_GB", "FREETOKEN_CACHE", "FT_PROFILE"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) EXPECT(strstr(buf, names[i]) != NULL);
+#ifdef FT_TESTING /* the fault hooks, test builds only */
+    EXPECT(strstr(buf, "FT_TEST_EXEC_STALL") != NULL);
+    EXPECT(strstr(buf, "FT_TEST_POOL_STALL") != NULL);
+#endif
     EXPECT(strstr(buf, "set now: 6") != NULL);
     free(buf);
     unsetenv("FREETOKEN_PIN_BUDGET_GB");
@@ -209,6 +217,156 @@ TEST(pinned_pool_with_too_few_cores_stays_unpinned) {
     EXPECT(waitpid(pid, &status, 0) == pid);
     CHECK_(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed at step %d",
            WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
+static int tally_sum(struct tally *t) {
+    int sum = 0;
+    for (int i = 0; i < MAXW; i++) sum += atomic_load(&t->count[i]);
+    return sum;
+}
+
+static double secs_since(int64_t t0) { return (ft_time_ns() - t0) / 1e9; }
+
+/* The watch (ft_pool_watch) with a 100 ms limit a job and the hook stalling a worker of the
+ * 2nd watched job 700 ms after its task (ft_pool_stall, as FT_TEST_POOL_STALL): the 1st job
+ * runs whole; the caller of the 2nd returns at the limit, long before the stall ends, with
+ * the watch tripped and the pool busy; later jobs (plain or ft_pool_run_until) run no task and
+ * do not wait; a job started while the worker is still stuck waits at most the limit. Once
+ * it is back, every job runs every task once again. Without the hook's stall reaching past the
+ * limit (a 10 s limit), the stalled job just takes longer. */
+TEST(watch_abandons_a_job_whose_worker_hangs) {
+    struct ft_pool *p = NULL;
+    EXPECT_OK(ft_pool_init(&p, 3));
+    if (!p) return;
+    struct tally t = {0};
+    ft_pool_stall(p, 2, 700);
+    ft_pool_watch(p, 100 * 1000000LL);
+    ft_pool_run(p, tally_task, &t);
+    EXPECT_EQ(tally_sum(&t), 3);
+    EXPECT_EQ(ft_pool_watch_tripped(p), 0);
+    int64_t t0 = ft_time_ns();
+    ft_pool_run(p, tally_task, &t); /* a worker holds its task 700 ms */
+    double took = secs_since(t0);
+    CHECK_(took >= 0.09 && took < 0.5, "the stalled job returned after %.3f s (limit 0.1 s)", took);
+    EXPECT_EQ(ft_pool_watch_tripped(p), 1);
+    EXPECT_EQ(ft_pool_busy(p), 1);
+    const int ran = tally_sum(&t); /* (the stalled task ran: its worker stalls after it) */
+    EXPECT(ran >= 4 && ran <= 6);
+    t0 = ft_time_ns();
+    for (int j = 0; j < 100; j++) ft_pool_run(p, tally_task, &t); /* tripped: no task runs */
+    EXPECT_EQ(ft_pool_run_until(p, tally_task, &t, -1), FT_ERR_BUSY);
+    CHECK_(secs_since(t0) < 0.05, "jobs after the trip took %.3f s", secs_since(t0));
+    EXPECT_EQ(tally_sum(&t), ran);
+    EXPECT_EQ(ft_pool_watch_end(p), 1);
+    EXPECT_EQ(ft_pool_watch_tripped(p), 0);
+    /* still stuck: a new watch's job waits at most its limit for it, then trips */
+    ft_pool_watch(p, 50 * 1000000LL);
+    t0 = ft_time_ns();
+    ft_pool_run(p, tally_task, &t);
+    took = secs_since(t0);
+    CHECK_(took >= 0.045 && took < 0.4, "a job behind the stuck worker returned after %.3f s", took);
+    EXPECT_EQ(ft_pool_watch_tripped(p), 1);
+    EXPECT_EQ(tally_sum(&t), ran);
+    EXPECT_EQ(ft_pool_watch_end(p), 1);
+    EXPECT_EQ(ft_pool_drain(p, ft_time_ns() + 2000000000LL), FT_OK); /* back after ~0.7 s */
+    EXPECT_EQ(ft_pool_busy(p), 0);
+    EXPECT_EQ(tally_sum(&t), ran);
+    /* back: every task of every job once, watched or not */
+    struct tally u = {0};
+    ft_pool_watch(p, 100 * 1000000LL);
+    for (int j = 0; j < 500; j++) ft_pool_run(p, tally_task, &u);
+    EXPECT_EQ(ft_pool_watch_end(p), 0);
+    for (int j = 0; j < 500; j++) ft_pool_run(p, tally_task, &u);
+    for (int i = 0; i < 3; i++) EXPECT_EQ(atomic_load(&u.count[i]), 1000);
+    /* a limit the stall stays within: the job waits the stall out, nothing trips */
+    ft_pool_stall(p, 1, 300);
+    ft_pool_watch(p, 10 * 1000000000LL);
+    t0 = ft_time_ns();
+    ft_pool_run(p, tally_task, &u);
+    took = secs_since(t0);
+    CHECK_(took >= 0.29, "the stalled job under a 10 s limit took %.3f s", took);
+    EXPECT_EQ(ft_pool_watch_end(p), 0);
+    EXPECT_EQ(ft_pool_busy(p), 0);
+    for (int i = 0; i < 3; i++) EXPECT_EQ(atomic_load(&u.count[i]), 1001);
+    ft_pool_free(p);
+}
+
+/* A one-thread pool has no worker to hang: watched jobs run on the caller, never trip. */
+TEST(watch_on_a_one_thread_pool_runs_every_job) {
+    struct ft_pool *p = NULL;
+    EXPECT_OK(ft_pool_init(&p, 1));
+    if (!p) return;
+    struct tally t = {0};
+    ft_pool_stall(p, 1, 500);
+    ft_pool_watch(p, 1000000LL);
+    for (int j = 0; j < 10; j++) ft_pool_run(p, tally_task, &t);
+    EXPECT_EQ(ft_pool_watch_end(p), 0);
+    EXPECT_EQ(atomic_load(&t.count[0]), 10);
+    ft_pool_free(p);
+}
+
+static char g_wd_line[512];
+static int g_wd_back;
+static void wd_sink(void *ctx, enum ft_log_level lvl, const char *line) {
+    (void)ctx, (void)lvl;
+    if (strstr(line, "came back")) g_wd_back++, snprintf(g_wd_line, sizeof g_wd_line, "%s", line);
+}
+
+/* The watchdog's bookkeeping: the hook's K:MS:FLOOR_MS read from its variable; the limit is the
+ * floor until a step of the size class (log2) is learned, then 50x its running mean; the check
+ * passes at once on an idle pool, waits at most the floor for a stuck worker and fails with
+ * FT_ERR_BUSY ("still stuck"), and once the worker is back passes and says so, once. */
+TEST(watchdog_learns_limits_and_waits_for_a_stuck_worker) {
+    setenv("FT_TEST_POOL_STALL", "3:400:150", 1);
+    ft_env_reload();
+    struct ft_watchdog w;
+    ft_watchdog_init(&w, "test pool", "nothing", FT_ENV_TEST_POOL_STALL);
+    unsetenv("FT_TEST_POOL_STALL");
+    ft_env_reload();
+    EXPECT_EQ(w.stall_k, 3);
+    EXPECT_EQ(w.stall_ms, 400);
+    EXPECT_EQ(w.floor_ns, 150 * 1000000LL);
+    EXPECT_EQ(ft_watchdog_limit_ns(&w, 8), 150 * 1000000LL);
+    ft_watchdog_learn(&w, 8, 10 * 1000000LL); /* 10 ms: 50x is 0.5 s */
+    EXPECT_EQ(ft_watchdog_limit_ns(&w, 15), 500 * 1000000LL); /* the same class */
+    EXPECT_EQ(ft_watchdog_limit_ns(&w, 16), 150 * 1000000LL); /* the next: not learned */
+    ft_watchdog_learn(&w, 8, 18 * 1000000LL);                 /* mean += (18 - 10) / 8 */
+    EXPECT_EQ(ft_watchdog_limit_ns(&w, 8), 550 * 1000000LL);
+    char usual[64];
+    ft_watchdog_usual(&w, 8, usual, sizeof usual);
+    EXPECT_STREQ(usual, "usually 11.00 ms");
+    ft_watchdog_usual(&w, 1, usual, sizeof usual);
+    EXPECT_STREQ(usual, "not learned yet");
+    struct ft_watchdog d;
+    ft_watchdog_init(&d, "test pool", "nothing", FT_ENV_TEST_POOL_STALL); /* unset: defaults */
+    EXPECT_EQ(d.stall_k, 0);
+    EXPECT_EQ(d.floor_ns, (int64_t)FT_WATCHDOG_FLOOR_S * 1000000000LL);
+
+    struct ft_pool *p = NULL;
+    EXPECT_OK(ft_pool_init(&p, 2));
+    if (!p) return;
+    EXPECT_OK(ft_watchdog_check(&w, p));
+    struct tally t = {0};
+    ft_pool_stall(p, 1, 600);
+    ft_pool_watch(p, 20 * 1000000LL);
+    ft_pool_run(p, tally_task, &t);
+    EXPECT_EQ(ft_pool_watch_end(p), 1);
+    EXPECT_EQ(ft_watchdog_abandoned(&w, p), 1);
+    ft_log_set_sink(wd_sink, NULL);
+    int64_t t0 = ft_time_ns();
+    EXPECT_EQ(ft_watchdog_check(&w, p), FT_ERR_BUSY);
+    double took = secs_since(t0);
+    CHECK_(took >= 0.14 && took < 0.45, "the check waited %.3f s (floor 0.15 s)", took);
+    EXPECT_CONTAINS(ft_error(), "test pool: a worker is still stuck");
+    EXPECT_EQ(g_wd_back, 0);
+    enum ft_status st = FT_ERR_BUSY;
+    for (int i = 0; i < 8 && st != FT_OK; i++) st = ft_watchdog_check(&w, p); /* back at ~0.6 s */
+    EXPECT_OK(st);
+    EXPECT_OK(ft_watchdog_check(&w, p));
+    ft_log_set_sink(NULL, NULL);
+    EXPECT_EQ(g_wd_back, 1);
+    EXPECT_CONTAINS(g_wd_line, "test pool: the worker stuck in an abandoned step came back");
+    ft_pool_free(p);
 }
 
 TEST_MAIN("threadpool")

@@ -34,6 +34,9 @@ static const struct entry k_table[FT_ENV_N] = {
     [FT_ENV_TEST_EXEC_STALL] = {"FT_TEST_EXEC_STALL", "unset",
                                 "K:MS[:FLOOR_MS]: a worker of the K-th CPU-executor call stalls "
                                 "MS ms; FLOOR_MS replaces the watchdog's 10 s floor", 1},
+    [FT_ENV_TEST_POOL_STALL] = {"FT_TEST_POOL_STALL", "unset",
+                                "K:MS[:FLOOR_MS]: a worker of the K-th pool job of the CPU forward "
+                                "stalls MS ms; FLOOR_MS replaces its watchdog's 10 s floor", 1},
 };
 
 static const char *g_val[FT_ENV_N];

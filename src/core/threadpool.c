@@ -4,7 +4,13 @@
  * started 70-300 us into a ~250 us step) finds its task taken instead of holding the job back.
  * Workers spin briefly on the counter (decode issues thousands of small jobs per token, so a
  * futex round trip per job would dominate), then sleep on a condition variable. While spinning
- * they yield the core every 1,024 polls (SPIN_POLLS in all, about 1 ms). */
+ * they yield the core every 1,024 polls (SPIN_POLLS in all, about 1 ms).
+ *
+ * The watch (ft_pool_watch, the CPU forward's watchdog: engine/forward.c) gives each plain
+ * ft_pool_run job a time limit: the caller stops waiting past it, the job is abandoned as
+ * ft_pool_run_until's are, and the watch trips: until it ends, every job returns at once
+ * without running (its caller fails the step), as a new job would otherwise wait for the
+ * stuck task. Only the caller reads or writes the watch's fields. */
 #define _GNU_SOURCE
 #include "core/threadpool.h"
 
@@ -14,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/log.h"
 #include "core/status.h"
@@ -36,6 +43,16 @@ struct ft_pool {
     void *ctx;
     _Alignas(64) _Atomic unsigned long long claim; /* the job's generation << 32 | its next unclaimed task */
     _Alignas(64) atomic_int pending; /* tasks 1..n-1 of the current job not yet finished */
+    /* the watch (the caller's): a job's limit (< 0: none), tripped, watched jobs so far */
+    int64_t watch_ns;
+    int tripped;
+    long watched;
+    long stall_k;       /* ft_pool_stall: the watched job (counted from 1) whose worker stalls */
+    int stall_ms;
+    /* the hook's flags, which every worker polls after each task: apart from what the caller
+     * writes each job */
+    _Alignas(64) atomic_int stall_armed;
+    atomic_int stall_taken;
 };
 
 enum { SPIN_POLLS = 20000, YIELD_POLLS = 1024 }; /* polls before sleeping; between yields */
@@ -45,11 +62,22 @@ struct worker_arg {
     int i;
 };
 
+/* ft_pool_stall: the first worker to finish a task of the armed job holds it stall_ms before
+ * reporting it done, as a wedged worker would. After its task, not before: a task's ctx may
+ * live on the caller's stack, gone once the job is abandoned. */
+static void stall_point(struct ft_pool *p) {
+    if (!atomic_load_explicit(&p->stall_armed, memory_order_acquire) || !atomic_exchange(&p->stall_armed, 0))
+        return;
+    atomic_store(&p->stall_taken, 1);
+    struct timespec ts = {p->stall_ms / 1000, (long)(p->stall_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
 /* Claims and runs job g's tasks until none is left (or job g is over: a thread that woke for
  * it late then finds the next job's generation and leaves that to its own wake-up). fn and
  * ctx are read after a claim succeeds: the job cannot end, and the caller cannot set the next
- * job's, before that task is finished. */
-static void run_claimed(struct ft_pool *p, unsigned g) {
+ * job's, before that task is finished. worker: not the caller (the stall hook's). */
+static void run_claimed(struct ft_pool *p, unsigned g, int worker) {
     unsigned long long c = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
         if ((unsigned)(c >> 32) != g || (int)(c & 0xffffffffu) >= p->n) return;
@@ -57,6 +85,7 @@ static void run_claimed(struct ft_pool *p, unsigned g) {
                                                    memory_order_acquire))
             continue;
         p->fn(p->ctx, (int)(c & 0xffffffffu), p->n);
+        if (worker) stall_point(p);
         atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
         c = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
@@ -88,7 +117,7 @@ static void *worker_main(void *arg) {
                             !atomic_load(&p->stop);)
             if (++spins % 1024 == 0) sched_yield();
             else ft_sys_pause();
-        run_claimed(p, g);
+        run_claimed(p, g, 1);
     }
 }
 
@@ -136,6 +165,7 @@ static enum ft_status pool_init(struct ft_pool **out, int n_threads, const int *
     if (!p) return ft_fail(FT_ERR_OOM, "thread pool: out of memory");
     memset(p, 0, sizeof *p);
     p->n = n_threads;
+    p->watch_ns = -1;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
@@ -200,18 +230,23 @@ int ft_pool_worker_cpu(const struct ft_pool *p, int i) {
 }
 
 /* Waits until no task of an earlier job is still running (pending 0) or the clock passes
- * deadline_ns (< 0: no limit); 1 when none is. */
-static int drained(struct ft_pool *p, int64_t deadline_ns) {
+ * deadline_ns (< 0: no limit); 1 when none is. limit_ns >= 0 (the watch) with deadline_ns < 0:
+ * the deadline is limit_ns after the first look at the clock, 4,000 polls in, so that the
+ * thousands of short jobs a decode step runs never read it. */
+static int drained_within(struct ft_pool *p, int64_t deadline_ns, int64_t limit_ns) {
     for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
         if (spins < 4000) {
             ft_sys_pause();
             continue;
         }
+        if (deadline_ns < 0 && limit_ns >= 0) deadline_ns = ft_time_ns() + limit_ns;
         if (deadline_ns >= 0 && spins % 64 == 0 && ft_time_ns() > deadline_ns) return 0;
         sched_yield();
     }
     return 1;
 }
+
+static int drained(struct ft_pool *p, int64_t deadline_ns) { return drained_within(p, deadline_ns, -1); }
 
 int ft_pool_busy(const struct ft_pool *p) {
     struct ft_pool *q = (struct ft_pool *)p; /* (an atomic load takes a non-const pointer) */
@@ -238,21 +273,28 @@ static void stop_claims(struct ft_pool *p, unsigned g) {
     }
 }
 
-void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx) {
-    (void)ft_pool_run_until(p, fn, ctx, -1);
-}
-
-enum ft_status ft_pool_run_until(struct ft_pool *p, ft_pool_fn fn, void *ctx, int64_t deadline_ns) {
+/* One job, waiting at most to deadline_ns (< 0: no limit); watched: a plain job under the
+ * watch, waiting at most the watch's limit (and tripping it past that). */
+static enum ft_status run_job(struct ft_pool *p, ft_pool_fn fn, void *ctx, int64_t deadline_ns,
+                              int watched) {
+    if (p && p->tripped) /* (no task runs: nothing waits for the stuck one) */
+        return ft_fail(FT_ERR_BUSY, "thread pool: a job of this step was abandoned");
     if (!p || p->n == 1) {
         fn(ctx, 0, 1);
         return FT_OK;
     }
     /* a task of an abandoned job still running reads p->fn and p->ctx: never replace them under
-     * it (callers check ft_pool_busy first, so this waits only after a caller's bug) */
-    drained(p, -1);
+     * it (callers check ft_pool_busy first; a watched job waits at most to its deadline) */
+    const int64_t limit_ns = watched ? p->watch_ns : -1;
+    if (!drained_within(p, deadline_ns, limit_ns)) {
+        p->tripped |= watched;
+        return ft_fail(FT_ERR_BUSY, "thread pool: a task of an abandoned job is still running");
+    }
+    int stall = watched && ++p->watched == p->stall_k;
     p->fn = fn;
     p->ctx = ctx;
     atomic_store(&p->pending, p->n - 1);
+    if (stall) atomic_store(&p->stall_taken, 0), atomic_store(&p->stall_armed, 1);
     const unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
     atomic_store_explicit(&p->claim, (unsigned long long)g << 32 | 1u, memory_order_release);
     pthread_mutex_lock(&p->mu);
@@ -260,10 +302,49 @@ enum ft_status ft_pool_run_until(struct ft_pool *p, ft_pool_fn fn, void *ctx, in
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     fn(ctx, 0, p->n); /* task 0 stays on the caller (the executor's hook makes CUDA calls) */
-    run_claimed(p, g);
+    /* the stall hook's job: a worker claims and stalls first (up to 2 s), whatever the OS's
+     * wake-up order */
+    if (stall) {
+        for (int64_t t_end = ft_time_ns() + 2000000000LL;
+             !atomic_load(&p->stall_taken) && ft_time_ns() < t_end;)
+            sched_yield();
+        atomic_store(&p->stall_armed, 0);
+    }
+    run_claimed(p, g, 0);
     /* spin briefly, then yield: on an oversubscribed host a spinning caller would otherwise
      * hold the core a descheduled worker needs for a whole time slice */
-    if (drained(p, deadline_ns)) return FT_OK;
+    if (drained_within(p, deadline_ns, limit_ns)) return FT_OK;
     stop_claims(p, g);
+    p->tripped |= watched;
     return ft_fail(FT_ERR_BUSY, "thread pool: a job's tasks did not finish in time");
+}
+
+void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx) {
+    (void)run_job(p, fn, ctx, -1, p && p->watch_ns >= 0);
+}
+
+enum ft_status ft_pool_run_until(struct ft_pool *p, ft_pool_fn fn, void *ctx, int64_t deadline_ns) {
+    return run_job(p, fn, ctx, deadline_ns, 0);
+}
+
+void ft_pool_watch(struct ft_pool *p, int64_t limit_ns) {
+    if (!p) return;
+    p->watch_ns = limit_ns < 0 ? -1 : limit_ns;
+    p->tripped = 0;
+}
+
+int ft_pool_watch_tripped(const struct ft_pool *p) { return p && p->tripped; }
+
+int ft_pool_watch_end(struct ft_pool *p) {
+    if (!p) return 0;
+    int t = p->tripped;
+    p->watch_ns = -1;
+    p->tripped = 0;
+    return t;
+}
+
+void ft_pool_stall(struct ft_pool *p, long k, int ms) {
+    if (!p) return;
+    p->stall_k = k > 0 && ms > 0 ? p->watched + k : 0;
+    p->stall_ms = ms;
 }

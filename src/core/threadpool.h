@@ -39,7 +39,25 @@ void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx);
  * watchdog, moe/cpu_exec.c). A later ft_pool_run waits for them; check ft_pool_busy (or
  * ft_pool_drain) first so that it never does. */
 enum ft_status ft_pool_run_until(struct ft_pool *p, ft_pool_fn fn, void *ctx, int64_t deadline_ns);
-/* 1 while a task of a job abandoned by ft_pool_run_until still runs. */
+/* The watch: the CPU forward's watchdog (engine/forward.c) over the jobs its ops run through
+ * plain ft_pool_run (backend/cpu and its own). Until ft_pool_watch_end, each such job's caller
+ * stops waiting for the other threads' tasks limit_ns after the job began (< 0: no watch) and
+ * abandons the job as ft_pool_run_until does; a job that finds a task of an abandoned job
+ * still running waits for it that long too. Either trips the watch: from then on every job
+ * (ft_pool_run_until's too, returning FT_ERR_BUSY) returns at once without running a task, as
+ * it would otherwise wait for the stuck one, and the caller, whose outputs are then left
+ * unwritten, checks ft_pool_watch_tripped and fails its step. Clears a trip; call it when
+ * ft_pool_busy is 0. */
+void ft_pool_watch(struct ft_pool *p, int64_t limit_ns);
+/* 1 when a job was abandoned (or not run) under the watch since ft_pool_watch. */
+int ft_pool_watch_tripped(const struct ft_pool *p);
+/* Ends the watch (plain jobs wait as long as they take again); returns ft_pool_watch_tripped. */
+int ft_pool_watch_end(struct ft_pool *p);
+/* Tests (the fault hook FT_TEST_POOL_STALL, engine/forward.c): the first worker other than the
+ * caller to finish a task of the k-th job run under a watch from now (k 1: the next) holds it
+ * ms ms before reporting it done, as a wedged worker would; k 0: off. */
+void ft_pool_stall(struct ft_pool *p, long k, int ms);
+/* 1 while a task of a job abandoned by ft_pool_run_until or under the watch still runs. */
 int ft_pool_busy(const struct ft_pool *p);
 /* Waits until no such task runs (FT_OK) or the clock passes deadline_ns (FT_ERR_BUSY). */
 enum ft_status ft_pool_drain(struct ft_pool *p, int64_t deadline_ns);

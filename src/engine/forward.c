@@ -1,6 +1,16 @@
 /* forward.c — one sequence's forward pass on the CPU backend. Activations are fp32; weights
  * are read in their checkpoint dtype. The KV cache is fp32, [L][max_ctx][n_kv*hd] for k and v.
- * Engine thread only. */
+ * Engine thread only.
+ *
+ * Watchdog (cpu_forward, core/watchdog.h): a step's pool jobs (the matmuls, attention, the
+ * DeltaNet passes) run under the pool's watch (ft_pool_watch), each allowed max(10 s, 50x the
+ * learned time of a whole step of its size class in tokens). A job past that is abandoned
+ * and the rest of the step's jobs do not run: the layer loop stops at the next check (before
+ * anything reads what they left unwritten as indices: the router), the step is logged once
+ * and fails with FT_ERR_BUSY (the scheduler fails its requests: 503), and no later step starts
+ * until the stuck worker is back (ft_watchdog_check). The CPU executor's steps have their own
+ * limits (moe/cpu_exec.c). FT_TESTING builds: FT_TEST_POOL_STALL=K:MS[:FLOOR_MS] stalls a
+ * worker of the K-th watched job after the engine's init. */
 #include "engine/forward.h"
 #include "engine/forward_impl.h"
 
@@ -13,6 +23,8 @@
 #include "core/rng.h"
 #include "core/status.h"
 #include "core/sys.h"
+#include "core/timer.h"
+#include "core/watchdog.h"
 #include "engine/gpu.h"
 #include "engine/sample.h"
 #include "moe/cpu_exec.h"
@@ -208,16 +220,21 @@ void ft_engine_route(struct ft_engine *e, int l, int T) {
     }
 }
 
-/* FT_OK, or the executor's watchdog error (the step abandoned, ft_error() set) */
+/* FT_OK, or the executor's watchdog error (the step abandoned, ft_error() set), or FT_ERR_BUSY
+ * alone: a pool job abandoned (cpu_forward reports it) */
 static enum ft_status moe_block(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
     const struct ft_model *m = e->m;
     int H = m->hidden;
     mm(e, e->router, m->n_experts, e->xn, &L->router, L->router_bias, T);
+    if (ft_pool_watch_tripped(e->pool)) return FT_ERR_BUSY; /* no router logits to route by */
     ft_engine_route(e, l, T);
     memset(e->y, 0, (size_t)T * H * sizeof(float));
     int d = ft_moe_exec_run(e->moe, e->pool, &L->bank[FT_BANK_GATE_UP], &L->bank[FT_BANK_DOWN],
                             &L->act, e->xn, e->top_ids, e->top_w, T, m->top_k, e->y);
-    if (d < 0) return FT_ERR_BUSY;
+    if (d < 0) {
+        e->exec_failed = 1;
+        return FT_ERR_BUSY;
+    }
     e->distinct_sum += d;
     e->distinct_n++;
     if (L->has_shared) {
@@ -619,14 +636,12 @@ static enum ft_status check_batch(struct ft_engine *e, const struct ft_seg *segs
 static enum ft_status cpu_head(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
                                float *logits);
 
-static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
-                                  float *logits) {
+/* The layers and head of a step, under the pool's watch: FT_OK, an error, or FT_ERR_BUSY as
+ * soon as a check finds the watch tripped. */
+static enum ft_status cpu_layers(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
+                                 float *logits) {
     const struct ft_model *m = e->m;
     int H = m->hidden, T = e->step_tokens;
-    /* a worker of a step the executor's watchdog abandoned may still write into the pool's
-     * jobs and this engine's buffers: no step starts before it is back (moe/cpu_exec.c) */
-    enum ft_status ok = ft_moe_exec_check(e->moe, e->pool);
-    if (ok != FT_OK) return ok;
     if (m->n_gdn || m->v4) {
         enum ft_status st = state_slots(e, segs, n_segs);
         if (st != FT_OK) return st;
@@ -648,6 +663,7 @@ static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs
             mla_attention(e, L, l, T);
         else
             attention(e, L, l, T);
+        if (ft_pool_watch_tripped(e->pool)) return FT_ERR_BUSY; /* a pool job abandoned */
         if (L->post_attn_norm) ft_cpu_rmsnorm(e->y, e->y, L->post_attn_norm, T, H, m->rms_eps);
         ft_cpu_add(e->x, e->y, (size_t)T * H);
         ft_cpu_rmsnorm(e->xn, e->x, L->ffn_norm, T, H, m->rms_eps);
@@ -656,11 +672,54 @@ static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs
             if (st != FT_OK) return st;
         } else
             dense_mlp(e, L, T);
+        if (ft_pool_watch_tripped(e->pool)) return FT_ERR_BUSY;
         if (L->post_ffn_norm) ft_cpu_rmsnorm(e->y, e->y, L->post_ffn_norm, T, H, m->rms_eps);
         ft_cpu_add(e->x, e->y, (size_t)T * H);
     }
     if (!logits) return FT_OK;
     return cpu_head(e, segs, n_segs, logits);
+}
+
+/* A pool job of the step that began at t0 was abandoned under the watch: logged once; the
+ * step fails with FT_ERR_BUSY. st: what the layers returned (the executor's error when its
+ * call was the one refused, which it has already reported). */
+static enum ft_status step_hung(struct ft_engine *e, int64_t t0, enum ft_status st) {
+    if (e->exec_failed) return st;
+    const int T = e->step_tokens;
+    const double waited = (ft_time_ns() - t0) / 1e9;
+    char usual[64];
+    ft_watchdog_usual(&e->wd, T, usual, sizeof usual);
+    int stuck = ft_watchdog_abandoned(&e->wd, e->pool);
+    ft_log_error("cpu forward: a step of %d tokens hung: a thread-pool job (matmul, attention) "
+                 "did not finish within %.1f s (such steps: %s; a job's limit is the larger of "
+                 "%g s and %dx that), given up after %.1f s; its requests fail%s",
+                 T, ft_watchdog_limit_ns(&e->wd, T) / 1e9, usual, e->wd.floor_ns / 1e9,
+                 FT_WATCHDOG_X, waited,
+                 stuck ? "; no new step starts until its stuck worker returns" : "");
+    return ft_fail(FT_ERR_BUSY,
+                   "cpu forward: a step of %d tokens hung (a thread-pool job not finished, given "
+                   "up after %.1f s; such steps: %s); the request failed, retry it; if this "
+                   "repeats, look for swapping of the model's weights (free RAM) or an overloaded "
+                   "host (fewer -t threads)", T, waited, usual);
+}
+
+static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
+                                  float *logits) {
+    /* a worker of a step a watchdog abandoned (this forward's, or the executor's:
+     * moe/cpu_exec.c) may still write into the pool's jobs and this engine's buffers: no step
+     * starts before it is back; the owner of the incident checks first (its lines) */
+    enum ft_status ok = e->wd.stuck ? ft_watchdog_check(&e->wd, e->pool) : FT_OK;
+    if (ok == FT_OK) ok = ft_moe_exec_check(e->moe, e->pool);
+    if (ok == FT_OK) ok = ft_watchdog_check(&e->wd, e->pool);
+    if (ok != FT_OK) return ok;
+    const int T = e->step_tokens;
+    const int64_t t0 = ft_time_ns();
+    e->exec_failed = 0;
+    ft_pool_watch(e->pool, ft_watchdog_limit_ns(&e->wd, T));
+    enum ft_status st = cpu_layers(e, segs, n_segs, logits);
+    if (ft_pool_watch_end(e->pool)) return step_hung(e, t0, st);
+    if (st == FT_OK) ft_watchdog_learn(&e->wd, T, ft_time_ns() - t0);
+    return st;
 }
 
 enum ft_status ft_engine_forward_batch(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
@@ -926,6 +985,9 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->pool = pool;
     e->opts = *opts;
     if (!gpu) e->opts.backend = FT_BACKEND_CPU;
+    ft_watchdog_init(&e->wd, "cpu forward", "swapping of the model's weights or an overloaded host",
+                     FT_ENV_TEST_POOL_STALL);
+    if (!gpu && e->wd.stall_k) ft_pool_stall(pool, e->wd.stall_k, e->wd.stall_ms);
     enum ft_status st = gpu ? pick_gpu_backend(m, &e->opts) : FT_OK;
     if (st != FT_OK) {
         free(e);

@@ -3,6 +3,7 @@
 #ifndef FT_ENGINE_FORWARD_IMPL_H
 #define FT_ENGINE_FORWARD_IMPL_H
 
+#include "core/watchdog.h"
 #include "engine/forward.h"
 
 struct ft_moe_exec;
@@ -75,6 +76,10 @@ struct ft_engine {
     int32_t *ix_sel, *ix_n;
     int ix_k;
     struct ft_v4_scratch *v4;   /* DeepSeek-V4's scratch and state layout (forward_v4.c), or NULL */
+    /* the CPU forward's watchdog over its pool jobs (cpu_forward): limits learned by step
+     * tokens, FT_TEST_POOL_STALL's job and stall */
+    struct ft_watchdog wd;
+    int exec_failed;            /* the step's CPU executor call failed (and logged why) */
 };
 
 /* y[T, ldy] = x[T, w->cols] . w^T (+ bias), rows over the pool (--cpu-act fast: x rounded). */
@@ -89,7 +94,8 @@ void ft_engine_route(struct ft_engine *e, int l, int T);
  * segment's state slot in e->seg_slot), leaving the collapsed residual in e->x for the head. */
 enum ft_status ft_v4_engine_init(struct ft_engine *e);
 void ft_v4_engine_free(struct ft_engine *e);
-/* FT_OK, or the CPU executor's watchdog error (ft_error() set) */
+/* FT_OK, or the CPU executor's watchdog error (ft_error() set), or FT_ERR_BUSY alone when a
+ * pool job was abandoned (ft_pool_watch_tripped: cpu_forward reports it) */
 enum ft_status ft_v4_forward(struct ft_engine *e, const struct ft_seg *segs, int n_segs);
 
 #endif

@@ -512,6 +512,7 @@ static enum ft_status moe(struct ft_engine *e, const struct ft_layer *L, int l, 
     const struct ft_v4_layer *X = L->v4;
     const int H = m->hidden, E = m->n_experts, k = m->top_k, Is = m->shared_inter;
     mm(e, e->router, E, e->xn, &L->router, NULL, T);
+    if (ft_pool_watch_tripped(e->pool)) return FT_ERR_BUSY; /* no router logits to route by */
     if (e->opts.routing != FT_ROUTING_MODEL) {
         ft_engine_route(e, l, T); /* benchmarks: synthetic ids */
     } else {
@@ -536,7 +537,10 @@ static enum ft_status moe(struct ft_engine *e, const struct ft_layer *L, int l, 
     memset(e->y, 0, (size_t)T * H * sizeof(float));
     int d = ft_moe_exec_run(e->moe, e->pool, &L->bank[FT_BANK_GATE_UP], &L->bank[FT_BANK_DOWN], &L->act,
                             e->xn, e->top_ids, e->top_w, T, k, e->y);
-    if (d < 0) return FT_ERR_BUSY;
+    if (d < 0) {
+        e->exec_failed = 1;
+        return FT_ERR_BUSY;
+    }
     e->distinct_sum += d;
     e->distinct_n++;
     mm(e, e->gu, 2 * Is, e->xn, &L->sh_gate, NULL, T);
@@ -564,11 +568,13 @@ enum ft_status ft_v4_forward(struct ft_engine *e, const struct ft_seg *segs, int
         hc_pre(e, L->v4, 0, T);
         ft_cpu_rmsnorm(e->xn, e->x, L->attn_norm, T, H, m->rms_eps);
         attention(e, L, l, segs, n_segs, T);
+        if (ft_pool_watch_tripped(e->pool)) return FT_ERR_BUSY; /* a pool job abandoned */
         hc_post(e, T);
         hc_pre(e, L->v4, 1, T);
         ft_cpu_rmsnorm(e->xn, e->x, L->ffn_norm, T, H, m->rms_eps);
         enum ft_status st = moe(e, L, l, T);
         if (st != FT_OK) return st;
+        if (ft_pool_watch_tripped(e->pool)) return FT_ERR_BUSY;
         hc_post(e, T);
     }
     hc_head(e, T);

@@ -8,8 +8,8 @@
  * 5-10% shorter, bench/RESULTS.md). Engine thread only.
  *
  * Watchdog (ft_moe_exec_set_watchdog; off: a step waits as long as it takes). A step waits at
- * most max(WATCHDOG_FLOOR_S, WATCHDOG_X x its learned time) (an average per size class of the
- * step, learned from the steps that finished) for its workers:
+ * most max(FT_WATCHDOG_FLOOR_S, FT_WATCHDOG_X x its learned time) (an average per size class of
+ * the step, learned from the steps that finished: core/watchdog.c) for its workers:
  * every wait of the step (a down stretch for its expert's gate/up rows, the combine for the
  * last down row, the caller for the pool's tasks) watches the deadline. Past it the step is
  * abandoned: one error line, the call returns -1 with ft_error() set, and the caller fails
@@ -46,6 +46,7 @@
 #include "core/status.h"
 #include "core/sys.h"
 #include "core/timer.h"
+#include "core/watchdog.h"
 #include "format/quant.h"
 
 /* Rows are handed out guided: a pass's rows (its active experts' rows one after another) are
@@ -60,10 +61,6 @@ static int min_rows(size_t row_bytes) {
     int t = (int)(TILE_BYTES / (row_bytes ? row_bytes : 1));
     return t < TILE_MIN ? TILE_MIN : t > TILE_MAX ? TILE_MAX : t;
 }
-
-/* Watchdog: a step waits at most max(floor, WATCHDOG_X x its learned time); the learned time
- * is an average (weight 1/8 for the newest) per class of steps by log2 of their pairs. */
-enum { WATCHDOG_FLOOR_S = 10, WATCHDOG_X = 50, WATCHDOG_CLASSES = 16 };
 
 struct fused;
 struct pass;
@@ -80,14 +77,11 @@ struct ft_moe_exec {
     struct combine_job *cj;
     int64_t *span;   /* [2 * TIMED_WORKERS] timing: worker spans of the current job */
     int watchdog;     /* ft_moe_exec_set_watchdog */
-    int64_t deadline_ns, floor_ns, t0_ns;
+    int64_t deadline_ns, t0_ns;
     atomic_int abort; /* the current step is abandoned */
-    double learned_ns[WATCHDOG_CLASSES];
-    int stuck;        /* a step was abandoned and its worker has not been seen back yet */
-    int64_t stuck_ns; /* when it was abandoned */
+    struct ft_watchdog wd; /* limits learned by step size (pairs); FT_TEST_EXEC_STALL's call
+                            * (from 1) a worker stalls in and for how long (wd.stall_k, _ms) */
     long steps;       /* calls so far */
-    long stall_step;  /* FT_TEST_EXEC_STALL: the call (from 1) a worker stalls in, or 0 */
-    int stall_ms;
     atomic_int stall_armed, stall_taken;
     pthread_t caller;
     int *count;      /* [E] tokens per expert this step */
@@ -207,18 +201,18 @@ struct walk {
 /* FT_TEST_EXEC_STALL: the first worker other than the caller to claim rows in the armed
  * call sleeps, holding them */
 static void stall_point(struct ft_moe_exec *x) {
-    if (!x->stall_ms || !atomic_load_explicit(&x->stall_armed, memory_order_relaxed) ||
+    if (!x->wd.stall_ms || !atomic_load_explicit(&x->stall_armed, memory_order_relaxed) ||
         pthread_equal(pthread_self(), x->caller) || !atomic_exchange(&x->stall_armed, 0))
         return;
     atomic_store(&x->stall_taken, 1);
-    struct timespec ts = {x->stall_ms / 1000, (long)(x->stall_ms % 1000) * 1000000L};
+    struct timespec ts = {x->wd.stall_ms / 1000, (long)(x->wd.stall_ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {}
 }
 
 /* The caller (task 0) of the armed call lets a worker claim first (up to 2 s), so that the
  * stall lands on a worker whatever the OS's wake-up order. */
 static void stall_wait(struct ft_moe_exec *x) {
-    if (!x->stall_ms || !atomic_load(&x->stall_armed)) return;
+    if (!x->wd.stall_ms || !atomic_load(&x->stall_armed)) return;
     int64_t t_end = ft_time_ns() + 2000000000LL;
     while (!atomic_load(&x->stall_taken) && ft_time_ns() < t_end) sched_yield();
 }
@@ -516,65 +510,24 @@ static int run_fused(struct ft_moe_exec *x, struct ft_pool *pool, const struct f
     return 0;
 }
 
-/* The floor, and FT_TEST_EXEC_STALL's call, stall and floor (FT_TESTING builds). */
-static void watchdog_init(struct ft_moe_exec *x) {
-    x->floor_ns = (int64_t)WATCHDOG_FLOOR_S * 1000000000LL;
-    const char *v = ft_env_str(FT_ENV_TEST_EXEC_STALL); /* "K:MS" or "K:MS:FLOOR_MS" */
-    long k = 0, ms = 0, floor_ms = 0;
-    int n = v ? sscanf(v, "%ld:%ld:%ld", &k, &ms, &floor_ms) : 0;
-    if (n >= 2 && k > 0 && ms > 0) x->stall_step = k, x->stall_ms = (int)ms;
-    if (n == 3 && floor_ms > 0) x->floor_ns = floor_ms * 1000000LL;
-    atomic_init(&x->abort, 0);
-    atomic_init(&x->stall_armed, 0);
-    atomic_init(&x->stall_taken, 0);
-}
-
-static int step_class(int n_pairs) {
-    int c = 0;
-    while (n_pairs > 1 && c < WATCHDOG_CLASSES - 1) n_pairs >>= 1, c++;
-    return c;
-}
-
-/* This step's limit: the floor, or WATCHDOG_X x the learned time of its class if longer. */
-static int64_t step_limit_ns(const struct ft_moe_exec *x, int n_pairs) {
-    double l = WATCHDOG_X * x->learned_ns[step_class(n_pairs)];
-    return l > (double)x->floor_ns ? (int64_t)l : x->floor_ns;
-}
-
 int64_t ft_moe_exec_limit_ns(const struct ft_moe_exec *x, int n_pairs) {
-    return x->watchdog ? step_limit_ns(x, n_pairs) : INT64_MAX;
+    return x->watchdog ? ft_watchdog_limit_ns(&x->wd, n_pairs) : INT64_MAX;
 }
 
 enum ft_status ft_moe_exec_check(struct ft_moe_exec *x, struct ft_pool *pool) {
-    if (!x || !ft_pool_busy(pool)) {
-        if (x && x->stuck) {
-            x->stuck = 0;
-            ft_log_warn("cpu executor: the worker stuck in an abandoned step came back after "
-                        "%.1f s; serving again", (ft_time_ns() - x->stuck_ns) / 1e9);
-        }
-        return FT_OK;
-    }
-    if (ft_pool_drain(pool, ft_time_ns() + x->floor_ns) == FT_OK) return ft_moe_exec_check(x, pool);
-    char ago[48] = ""; /* (a pool shared with another executor: its step, not this one's) */
-    if (x->stuck) snprintf(ago, sizeof ago, " %.1f s ago", (ft_time_ns() - x->stuck_ns) / 1e9);
-    return ft_fail(FT_ERR_BUSY,
-                   "cpu executor: a worker is still stuck in a step abandoned%s, so no new step "
-                   "can start; retry later (if it does not come back, restart the server and look "
-                   "for swapping of the expert banks or an overloaded host)", ago);
+    return x ? ft_watchdog_check(&x->wd, pool) : FT_OK;
 }
 
 /* The step of n_pairs pairs that began at x->t0_ns passed its deadline: reported, once. */
 static int abandoned(struct ft_moe_exec *x, struct ft_pool *pool, int n_pairs, int n_active) {
     double waited = (ft_time_ns() - x->t0_ns) / 1e9;
-    double usual = x->learned_ns[step_class(n_pairs)] / 1e6;
-    x->stuck = ft_pool_busy(pool);
-    x->stuck_ns = ft_time_ns();
-    char usual_s[64] = "not learned yet";
-    if (usual > 0) snprintf(usual_s, sizeof usual_s, "usually %.2f ms", usual);
+    char usual_s[64];
+    ft_watchdog_usual(&x->wd, n_pairs, usual_s, sizeof usual_s);
+    int stuck = ft_watchdog_abandoned(&x->wd, pool);
     ft_log_error("cpu executor: a step of %d expert pairs (%d experts) hung: not finished after "
                  "%.1f s (%s; the limit is the larger of %g s and %dx that); its requests fail%s",
-                 n_pairs, n_active, waited, usual_s, x->floor_ns / 1e9, WATCHDOG_X,
-                 x->stuck ? "; no new step starts until its stuck worker returns" : "");
+                 n_pairs, n_active, waited, usual_s, x->wd.floor_ns / 1e9, FT_WATCHDOG_X,
+                 stuck ? "; no new step starts until its stuck worker returns" : "");
     ft_fail(FT_ERR_BUSY,
             "cpu executor: a step of %d expert pairs hung (not finished after %.1f s, %s); the "
             "request failed, retry it; if this repeats, look for swapping of the expert banks "
@@ -615,7 +568,11 @@ enum ft_status ft_moe_exec_init(struct ft_moe_exec **out, int max_tokens, int to
     x->aj = malloc(sizeof *x->aj);
     x->cj = malloc(sizeof *x->cj);
     x->span = malloc(2 * TIMED_WORKERS * sizeof *x->span);
-    watchdog_init(x);
+    ft_watchdog_init(&x->wd, "cpu executor", "swapping of the expert banks or an overloaded host",
+                     FT_ENV_TEST_EXEC_STALL);
+    atomic_init(&x->abort, 0);
+    atomic_init(&x->stall_armed, 0);
+    atomic_init(&x->stall_taken, 0);
     if (!x->fj || !x->pj || !x->aj || !x->cj || !x->span || !x->xq || !x->xqd || !x->done1 || !x->ready || !x->xqt || !x->count || !x->offset || !x->active || !x->row_token ||
         !x->row_e || !x->row_w || !x->xg || !x->gu || !x->act || !x->y) {
         ft_moe_exec_free(x);
@@ -692,16 +649,15 @@ int ft_moe_exec_run_pairs(struct ft_moe_exec *x, struct ft_pool *pool,
     FT_ASSERT(R <= x->max_rows && gate_up->rows == 2 * x->I && down->cols == x->I);
     if (ft_moe_exec_check(x, pool) != FT_OK) return -1;
     x->t0_ns = ft_time_ns();
-    x->deadline_ns = x->watchdog ? x->t0_ns + step_limit_ns(x, R) : INT64_MAX;
+    x->deadline_ns = x->watchdog ? x->t0_ns + ft_watchdog_limit_ns(&x->wd, R) : INT64_MAX;
     atomic_store(&x->abort, 0);
     x->caller = pthread_self();
-    if (++x->steps == x->stall_step && ft_pool_size(pool) > 1) /* a worker to stall */
+    if (++x->steps == x->wd.stall_k && ft_pool_size(pool) > 1) /* a worker to stall */
         atomic_store(&x->stall_armed, 1), atomic_store(&x->stall_taken, 0);
     int n_active = run_step(x, pool, gate_up, down, act, in, tok, ids, w, R, out);
     atomic_store(&x->stall_armed, 0);
     if (n_active < 0) return abandoned(x, pool, R, -1 - n_active); /* (the watchdog on) */
-    double t = (double)(ft_time_ns() - x->t0_ns), *l = &x->learned_ns[step_class(R)];
-    *l = *l > 0 ? *l + (t - *l) / 8 : t;
+    ft_watchdog_learn(&x->wd, R, ft_time_ns() - x->t0_ns);
     return n_active;
 }
 
