@@ -415,6 +415,8 @@ static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int 
 
 /* ---- Gated DeltaNet (linear attention) ---- */
 
+/* Its tasks work from a copy: the job lives on the caller's stack, gone once the watchdog has
+ * abandoned it while a task still runs (cpu_forward). */
 struct gdn_job {
     struct ft_engine *e;
     const struct ft_layer *L;
@@ -430,7 +432,7 @@ static float *gdn_state(const struct ft_engine *e, int s, int gl) {
 /* Channels of the causal depthwise conv, in place over g_qkv, each token after the sequence's
  * last K-1 inputs (its state), then SiLU: out[t] = silu(sum_j w[j] u[t - (K-1) + j]). */
 static void gdn_conv_task(void *ctx, int i, int n) {
-    struct gdn_job *j = ctx;
+    const struct gdn_job jc = *(const struct gdn_job *)ctx, *j = &jc; /* (a copy: gdn_job) */
     const struct ft_model *m = j->e->m;
     const int K = m->gdn_kernel, Cc = 2 * m->gdn_hk * m->gdn_dk + m->gdn_hv * m->gdn_dv;
     long c0, c1;
@@ -462,7 +464,7 @@ static void l2norm(float *y, const float *x, int n, float scale) {
 /* Value heads [h0, h1) through every token of every segment: the gated delta rule (recurrent
  * form) from the sequence's state, then the gated RMSNorm, into g_o. */
 static void gdn_rule_task(void *ctx, int i, int n) {
-    struct gdn_job *j = ctx;
+    const struct gdn_job jc = *(const struct gdn_job *)ctx, *j = &jc; /* (a copy: gdn_job) */
     struct ft_engine *e = j->e;
     const struct ft_model *m = e->m;
     const struct ft_layer *L = j->L;

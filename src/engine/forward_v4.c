@@ -346,7 +346,9 @@ static int by_entry(const void *a, const void *b) {
 }
 
 static void index_task(void *ctx, int i, int nt) {
-    struct index_job *j = ctx;
+    /* copied: the job lives on the caller's stack, gone if a watchdog abandons it while this
+     * task runs on (forward.c: the watchdog) */
+    const struct index_job jc = *(const struct index_job *)ctx, *j = &jc;
     struct ft_engine *e = j->e;
     const struct ft_model *m = e->m;
     const struct ft_v4 *z = m->v4;
@@ -405,7 +407,7 @@ struct attn_job {
 };
 
 static void attn_task(void *ctx, int i, int nt) {
-    struct attn_job *j = ctx;
+    const struct attn_job jc = *(const struct attn_job *)ctx, *j = &jc; /* (copied: index_task) */
     struct ft_engine *e = j->e;
     const struct ft_model *m = e->m;
     const struct ft_v4 *z = m->v4;
