@@ -24,13 +24,15 @@ fuzz:
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
 	tools/run_fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
-# the thread pool and the CPU expert executor (whose fused step hands work between workers
-# through atomics) under ThreadSanitizer; any report fails
+# the thread pool, the CPU expert executor (whose fused step hands work between workers
+# through atomics) and the scheduler (its engine thread, the watchdogs' abandoned jobs) under
+# ThreadSanitizer; any report fails
 tsan:
 	cmake -S . -B build-tsan -DFT_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread
-	cmake --build build-tsan -j $(JOBS) --target test_threadpool test_moe_exec
+	cmake --build build-tsan -j $(JOBS) --target test_threadpool test_moe_exec test_model_sched
 	TSAN_OPTIONS=halt_on_error=1 build-tsan/test_threadpool
 	TSAN_OPTIONS=halt_on_error=1 build-tsan/test_moe_exec
+	TSAN_OPTIONS=halt_on_error=1 build-tsan/test_model_sched
 
 format:
 	clang-format -i include/*.h src/*/*.[ch] src/*/*/*.[ch] tests/*.[ch] fuzz/*.c
