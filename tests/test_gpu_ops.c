@@ -1083,6 +1083,114 @@ TEST(moe_gemm_block_formats) {
 #define Q8_EXACT_THR 1e-9
 #define Q8_THR 1e-4
 
+/* The int8 grouped GEMM (moe_q8.cu). References: (1) the GEMV's quantiser (ft_cuda_quant_q8,
+ * itself checked against the CPU's above) on the tokens the sorted rows come from: the same
+ * codes, scales and sums; (2) the double-precision dot of the exactly dequantised weights with
+ * those dequantised codes (d * c), Q8_EXACT_THR; (3) the fp32 dot on the unquantised x, Q8_THR.
+ * Every format it takes, K of one and of several stages (512, 768), a second, partial tile of
+ * weight rows (N = 200), experts of 1-3 row tiles, both tile sizes, and an absent expert. */
+TEST(moe_gemm_int8_formats) {
+    static const enum ft_dtype fmts[] = {FT_DTYPE_Q8_0, FT_DTYPE_Q4_0, FT_DTYPE_Q4_1, FT_DTYPE_Q5_0,
+                                         FT_DTYPE_Q5_1, FT_DTYPE_Q4_K, FT_DTYPE_Q5_K};
+    const int E = 4, N = 200, k = 2, S = 3;
+    const int32_t slot_of[4] = {2, 0, -1, 1}; /* expert 2 absent (another batch's) */
+    EXPECT(!ft_cuda_moe_gemm_q8_takes(FT_DTYPE_Q6_K, 512, NULL, 0));
+    EXPECT(!ft_cuda_moe_gemm_q8_takes(FT_DTYPE_Q8_0, 480, NULL, 0));
+    EXPECT(!ft_cuda_moe_gemm_q8_takes(FT_DTYPE_Q8_0, 512, (void *)8, 0));
+    uint64_t rng = 29;
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
+        for (int K = 512; K <= 768; K += 256)
+            for (int T = 37; T <= 150; T += 113)
+                for (int tm = 32; tm <= 64; tm += 32) {
+                    enum ft_dtype t = fmts[f];
+                    const int R = T * k, nb = K / 32;
+                    ft_cuda_moe_set_tile_rows(tm);
+                    int32_t *ids = malloc((size_t)R * 4), *offs = malloc((E + 1) * 4), *rtok = malloc((size_t)R * 4);
+                    for (int i = 0; i < T; i++)
+                        for (int j = 0; j < k; j++) ids[i * k + j] = (3 * i + 5 * j + i / 7) % E;
+                    size_t rb = ft_dtype_row_bytes(t, K), stride = rb * N + 64;
+                    uint8_t *w = calloc((size_t)S, stride);
+                    for (int e = 0; e < S; e++) fill_matrix(t, w + (size_t)e * stride, N, K, &rng);
+                    float *x = rnd((size_t)T * K);
+                    void *dw = up(w, (size_t)S * stride);
+                    EXPECT(ft_cuda_moe_gemm_q8_takes(t, K, dw, stride));
+                    int32_t *dids = up(ids, (size_t)R * 4), *dcnt = up(NULL, E * 4), *drtok = up(NULL, (size_t)R * 4);
+                    int32_t *doff = up(NULL, ft_cuda_moe_offsets_len(E, R) * 4), *dpd = up(NULL, (size_t)R * 4);
+                    int32_t *dslot = up(slot_of, sizeof slot_of);
+                    float *dx = up(x, (size_t)T * K * 4), *dy = up(NULL, (size_t)R * N * 4);
+                    int8_t *dq = up(NULL, (size_t)R * K), *dq1 = up(NULL, (size_t)T * K);
+                    uint8_t *dd = up(NULL, (size_t)R * nb * 8);
+                    float *dd1 = up(NULL, (size_t)T * nb * 4);
+                    int16_t *dh1 = up(NULL, (size_t)T * nb * 4);
+                    cudaMemset(dy, 0xff, (size_t)R * N * 4);
+                    ft_cuda_moe_sort(dcnt, doff, drtok, dpd, dids, T, k, E, 0);
+                    ft_cuda_moe_quant(dq, dd, dx, drtok, R, K, 0);
+                    ft_cuda_moe_gemm_q8(dy, dq, dd, dw, t, stride, doff, dslot, E, N, K, R, 0);
+                    ft_cuda_quant_q8(dq1, dd1, dh1, dx, T, K, NULL, 0.0f, NULL, 0);
+                    float *got = down(dy, (size_t)R * N);
+                    int8_t *q = malloc((size_t)R * K), *q1 = malloc((size_t)T * K);
+                    uint8_t *qd = malloc((size_t)R * nb * 8);
+                    float *d1 = malloc((size_t)T * nb * 4);
+                    int16_t *h1 = malloc((size_t)T * nb * 4);
+                    cudaMemcpy(offs, doff, (E + 1) * 4, cudaMemcpyDeviceToHost);
+                    cudaMemcpy(rtok, drtok, (size_t)R * 4, cudaMemcpyDeviceToHost);
+                    cudaMemcpy(q, dq, (size_t)R * K, cudaMemcpyDeviceToHost);
+                    cudaMemcpy(qd, dd, (size_t)R * nb * 8, cudaMemcpyDeviceToHost);
+                    cudaMemcpy(q1, dq1, (size_t)T * K, cudaMemcpyDeviceToHost);
+                    cudaMemcpy(d1, dd1, (size_t)T * nb * 4, cudaMemcpyDeviceToHost);
+                    cudaMemcpy(h1, dh1, (size_t)T * nb * 4, cudaMemcpyDeviceToHost);
+                    long bad_codes = 0;
+                    for (int r = 0; r < R; r++) {
+                        const int tk = rtok[r];
+                        bad_codes += memcmp(q + (size_t)r * K, q1 + (size_t)tk * K, (size_t)K) != 0;
+                        for (int b = 0; b < nb; b++) {
+                            float dv;
+                            int16_t hv[2];
+                            memcpy(&dv, qd + ((size_t)r * nb + b) * 8, 4), memcpy(hv, qd + ((size_t)r * nb + b) * 8 + 4, 4);
+                            bad_codes += dv != d1[(size_t)tk * nb + b] || hv[0] != h1[2 * ((size_t)tk * nb + b)] ||
+                                         hv[1] != h1[2 * ((size_t)tk * nb + b) + 1];
+                        }
+                    }
+                    char what[96];
+                    snprintf(what, sizeof what, "int8 moe gemm %s K %d T %d tile %d", ft_dtype_name(t), K, T, tm);
+                    CHECK_(bad_codes == 0, "%s: %ld rows' codes differ from the GEMV quantiser's", what, bad_codes);
+                    float *ref = malloc((size_t)R * N * 4), *reff = malloc((size_t)R * N * 4);
+                    float *gp = malloc((size_t)R * N * 4), *row = malloc((size_t)K * 4);
+                    size_t n = 0;
+                    long untouched = 0, absent = 0;
+                    for (int e = 0; e < E; e++)
+                        for (int i = offs[e]; i < offs[e + 1]; i++) {
+                            const int tk = rtok[i];
+                            for (int c = 0; c < N; c++) {
+                                if (slot_of[e] < 0) {
+                                    uint32_t u;
+                                    memcpy(&u, &got[(size_t)i * N + c], 4);
+                                    absent++, untouched += u == 0xffffffffu;
+                                    continue;
+                                }
+                                cpu_row(t, w + (size_t)slot_of[e] * stride + (size_t)c * rb, row, K);
+                                double a = 0, af = 0;
+                                for (int j = 0; j < K; j++) {
+                                    a += (double)row[j] * ((double)d1[(size_t)tk * nb + j / 32] * q1[(size_t)tk * K + j]);
+                                    af += (double)row[j] * x[(size_t)tk * K + j];
+                                }
+                                ref[n] = (float)a, reff[n] = (float)af, gp[n++] = got[(size_t)i * N + c];
+                            }
+                        }
+                    EXPECT_NMSE(gp, ref, n, Q8_EXACT_THR, what);
+                    EXPECT_NMSE(gp, reff, n, Q8_THR, what);
+                    CHECK_(absent > 0 && untouched == absent, "%s: %ld of %ld absent expert's outputs untouched",
+                           what, untouched, absent);
+                    free(ids), free(offs), free(rtok), free(w), free(x), free(got), free(q), free(q1), free(qd);
+                    free(d1), free(h1), free(ref), free(reff), free(gp), free(row);
+                    cudaFree(dw), cudaFree(dids), cudaFree(dcnt), cudaFree(drtok), cudaFree(doff), cudaFree(dpd);
+                    cudaFree(dslot), cudaFree(dx), cudaFree(dy), cudaFree(dq), cudaFree(dq1), cudaFree(dd);
+                    cudaFree(dd1), cudaFree(dh1);
+                }
+    ft_cuda_moe_set_tile_rows(0);
+    EXPECT_OK(ft_cuda_check("int8 moe gemm"));
+}
+
 /* Row x (K elements) as ft_ggml_quant_x32 quantises it, unpacked: codes c[K], scales d[K / 32],
  * half sums h[2 K / 32]. */
 static void cpu_q8_row(const float *x, int K, int8_t *c, float *d, int16_t *h) {

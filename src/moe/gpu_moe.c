@@ -33,6 +33,10 @@ struct ft_gpu_moe {
     /* prefill: the sorted rows, their expert outputs, the routing counts per layer */
     float *mgu, *mact, *my;
     uint16_t *xg16, *mact16;
+    /* the int8 grouped GEMM's inputs (rounded, experts in its formats): the sorted rows' codes
+     * [R, H] and the activations' [R, I], with their per-32 scales and sums */
+    int8_t *xq, *aq;
+    void *xqd, *aqd;
     uint16_t *deq;          /* block-format experts: DEQ_CHUNK of them dequantised */
     int32_t *chunk_slot_of; /* [E] the grouped GEMM's map onto deq */
     int32_t *rtok, *pair_dst, *offsets, *d_counts, *h_counts;
@@ -90,10 +94,17 @@ enum ft_status ft_gpu_moe_init(struct ft_gpu_moe **out, const struct ft_model *m
         gm->offsets = dalloc(gm, ft_cuda_moe_offsets_len((int)E, (int)R) * 4, &st);
         gm->d_counts = dalloc(gm, (size_t)m->n_layers * E * 4, &st);
         gm->h_counts = ft_cuda_staging_alloc((size_t)m->n_layers * E * 4, &st);
-        int chunked = 0; /* experts the GEMM cannot read: prefill dequantises chunks of them */
-        for (int l = 0; l < m->n_layers; l++)
-            chunked |= m->layers[l].is_moe && (!ft_cuda_moe_gemm_takes(m->layers[l].bank[0].schema->dtype, H) ||
-                                               !ft_cuda_moe_gemm_takes(m->layers[l].bank[1].schema->dtype, I));
+        int chunked = 0, int8 = 0; /* experts the GEMM cannot read: prefill dequantises chunks */
+        for (int l = 0; l < m->n_layers; l++) {
+            if (!m->layers[l].is_moe) continue;
+            int gu = m->layers[l].bank[0].schema->dtype, dn = m->layers[l].bank[1].schema->dtype;
+            chunked |= !ft_cuda_moe_gemm_takes(gu, H) || !ft_cuda_moe_gemm_takes(dn, I);
+            int8 |= rounded && (ft_cuda_moe_gemm_q8_takes(gu, H, NULL, 0) || ft_cuda_moe_gemm_q8_takes(dn, I, NULL, 0));
+        }
+        if (int8) {
+            gm->xq = dalloc(gm, R * H, &st), gm->xqd = dalloc(gm, R * H / 4, &st);
+            gm->aq = dalloc(gm, R * I, &st), gm->aqd = dalloc(gm, R * I / 4, &st);
+        }
         if (chunked) {
             gm->deq = dalloc(gm, (size_t)DEQ_CHUNK * 2 * I * H * 2, &st);
             gm->chunk_slot_of = dalloc(gm, E * 4, &st);
@@ -167,7 +178,7 @@ void ft_gpu_moe_free(struct ft_gpu_moe *gm) {
     }
     ft_moe_exec_free(gm->exec);
     ft_pool_free(gm->exec_pool);
-    void *ds[] = {gm->d_ids, gm->mgu, gm->mact, gm->my, gm->xg16, gm->mact16, gm->deq,
+    void *ds[] = {gm->d_ids, gm->mgu, gm->mact, gm->my, gm->xg16, gm->mact16, gm->deq, gm->xq, gm->xqd, gm->aq, gm->aqd,
                   gm->chunk_slot_of, gm->rtok, gm->pair_dst, gm->offsets, gm->d_counts,
                   gm->d_slots, gm->d_slot_of, gm->d_cpu_out, gm->d_pred, gm->d_predw};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
@@ -229,6 +240,15 @@ static void expert_act(struct ft_gpu_moe *gm, const struct ft_gpu_experts *X, fl
 
 /* --- prefill --- */
 
+/* 1 when family fam (0 gate_up, 1 down) of layer l's experts X goes through the int8 grouped
+ * GEMM: activations rounded, and a format, width and alignment it takes. */
+static int int8_gemm(const struct ft_gpu_moe *gm, const struct ft_gpu_experts *X, int l, int fam) {
+    if (!gm->xq) return 0;
+    const void *w = fam ? (gm->off ? ft_offload_down(gm->off) : X->down) : (gm->off ? ft_offload_gu(gm->off) : X->gu);
+    return ft_cuda_moe_gemm_q8_takes(fam ? X->dn_dt : X->gu_dt, fam ? gm->m->expert_inter : gm->m->hidden, w,
+                                     expert_stride(gm, l, fam));
+}
+
 struct prefill_batch {
     struct ft_gpu_moe *gm;
     const struct ft_gpu_experts *X;
@@ -247,11 +267,21 @@ static enum ft_status prefill_batch(void *ctx, int first, int last) {
     const void *gu = gm->off ? ft_offload_gu(gm->off) : X->gu;
     const void *dn = gm->off ? ft_offload_down(gm->off) : X->down;
     const int32_t *slot_of = gm->off ? gm->d_slot_of : NULL;
-    expert_gemm(gm, gm->mgu, gm->xg16, gu, X->gu_dt, expert_stride(gm, pb->l, 0), slot_of, 2 * I, H, R);
+    if (int8_gemm(gm, X, pb->l, 0))
+        ft_cuda_moe_gemm_q8(gm->mgu, gm->xq, gm->xqd, gu, X->gu_dt, expert_stride(gm, pb->l, 0), gm->offsets,
+                            slot_of, E, 2 * I, H, R, s);
+    else
+        expert_gemm(gm, gm->mgu, gm->xg16, gu, X->gu_dt, expert_stride(gm, pb->l, 0), slot_of, 2 * I, H, R);
     if (X->gu_b) ft_cuda_moe_add_bias_sorted(gm->mgu, X->gu_b, gm->offsets, slot_of, E, R, 2 * I, s);
     expert_act(gm, X, gm->mact, gm->mgu, R, I); /* rows of later batches are redone with them */
-    ft_cuda_to_bf16(gm->mact16, gm->mact, (size_t)R * I, s);
-    expert_gemm(gm, gm->my, gm->mact16, dn, X->dn_dt, expert_stride(gm, pb->l, 1), slot_of, H, I, R);
+    if (int8_gemm(gm, X, pb->l, 1)) {
+        ft_cuda_moe_quant(gm->aq, gm->aqd, gm->mact, NULL, R, I, s);
+        ft_cuda_moe_gemm_q8(gm->my, gm->aq, gm->aqd, dn, X->dn_dt, expert_stride(gm, pb->l, 1), gm->offsets,
+                            slot_of, E, H, I, R, s);
+    } else {
+        ft_cuda_to_bf16(gm->mact16, gm->mact, (size_t)R * I, s);
+        expert_gemm(gm, gm->my, gm->mact16, dn, X->dn_dt, expert_stride(gm, pb->l, 1), slot_of, H, I, R);
+    }
     if (X->dn_b) ft_cuda_moe_add_bias_sorted(gm->my, X->dn_b, gm->offsets, slot_of, E, R, H, s);
     return FT_OK;
 }
@@ -264,7 +294,8 @@ enum ft_status ft_gpu_moe_prefill(struct ft_gpu_moe *gm, const struct ft_gpu_exp
     cudaStream_t s = gm->s;
     int32_t *counts = gm->d_counts + (size_t)l * E;
     ft_cuda_moe_sort(counts, gm->offsets, gm->rtok, gm->pair_dst, gm->io.topk, T, k, E, s);
-    ft_cuda_gather_bf16(gm->xg16, gm->io.xn16, gm->rtok, R, H, s);
+    if (int8_gemm(gm, X, l, 0)) ft_cuda_moe_quant(gm->xq, gm->xqd, gm->io.xn, gm->rtok, R, H, s);
+    else ft_cuda_gather_bf16(gm->xg16, gm->io.xn16, gm->rtok, R, H, s);
     prof_mark(gm, FT_OP_SORT);
     struct prefill_batch pb = {gm, X, T, l};
     enum ft_status st = FT_OK;

@@ -286,8 +286,9 @@ void ft_cuda_quant_q8(int8_t *q, float *d, int16_t *sums, const float *x, int ro
  * row), pair_dst [R] (sorted row of each (token, slot) pair) from ids [R = T*k]; each
  * expert's rows in token order. */
 size_t ft_cuda_moe_offsets_len(int E, int R);
-/* Rows per tile of the grouped GEMM (32 or 64; 0: the default, 32 unless FT_MOE_TM=64 is in
- * the environment): set before the sort whose tile list the GEMM will use. Tests, A/B runs. */
+/* Rows per tile of the grouped GEMMs for E experts and R rows (32 or 64); set_tile_rows forces
+ * one (0: the default rule), before the sort whose tile list the GEMM will use. Tests. */
+int ft_cuda_moe_tile_rows(int E, int R);
 void ft_cuda_moe_set_tile_rows(int tm);
 void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *rtok, int32_t *pair_dst,
                       const int32_t *ids, int T, int k, int E, cudaStream_t s);
@@ -309,6 +310,19 @@ int ft_cuda_moe_gemm_takes(int dtype, int K);
 void ft_cuda_moe_gemm_q(float *y, const uint16_t *x, const void *w, int dtype, size_t expert_stride,
                         const int32_t *offsets, const int32_t *slot_of, int E, int N, int K, int R,
                         cudaStream_t s);
+/* The int8 grouped GEMM (moe_q8.cu): ft_cuda_moe_gemm_q's result for weights in Q8_0, Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q4_K or Q5_K with the activations quantised to int8 per 32 elements (as the
+ * decode GEMV does: the engine's --cpu-act fast), to f32 rounding of the exact integer sums.
+ * takes: 1 for those formats with K % 256 == 0 and w, expert_stride 16-byte aligned. quant:
+ * xq [R, K] codes and xd [R, K / 32] 8-byte scale-and-sums of rows x[rows[r]] (rows NULL: x[r]),
+ * the codes of ft_cuda_quant_q8. gemm_q8: y [R, N] from those and the experts as for
+ * ft_cuda_moe_gemm_q. */
+int ft_cuda_moe_gemm_q8_takes(int dtype, int K, const void *w, size_t expert_stride);
+void ft_cuda_moe_quant(int8_t *xq, void *xd, const float *x, const int32_t *rows, int R, int K,
+                       cudaStream_t s);
+void ft_cuda_moe_gemm_q8(float *y, const int8_t *xq, const void *xd, const void *w, int dtype,
+                         size_t expert_stride, const int32_t *offsets, const int32_t *slot_of,
+                         int E, int N, int K, int R, cudaStream_t s);
 /* out[t, :] = sum_j wts[t*k + j] * y[pair_dst[t*k + j], :] (deterministic order) */
 void ft_cuda_moe_unsort(float *out, const float *y, const int32_t *pair_dst, const float *wts,
                         int T, int k, int H, cudaStream_t s);

@@ -49,12 +49,6 @@
 #define MV_MAX_T 8    /* tokens per dense launch */
 #define MV_SMEM_MAX (200 * 1024) /* dynamic shared memory the launcher asks for at most */
 
-/* one 32-element activation block's scale and code sums (in shared memory) */
-struct __align__(8) q8ds {
-    float d;
-    int16_t s[2]; /* sums of codes 0..15 and 16..31 */
-};
-
 /* ------------------------------------------------------------------ loads */
 
 /* 4 / 16 / 2 bytes at p, p aligned to A bytes (A = 1, 2, 4, 8 or 16) */
@@ -368,15 +362,7 @@ __device__ void q8_rows(int8_t *q, q8ds *d, const float *x, int rows, int K, con
         float v = x[e];
         if (nw) v = __fmul_rn(__fmul_rn(v, r_s[t]), nw[32 * b + lane]);
         if (xn_out) xn_out[e] = v;
-        const float amax = warp_max(fabsf(v));
-        const float id = amax > 1e-30f ? __fdiv_rn(127.0f, amax) : 0.0f;
-        int c = __float2int_rn(__fmul_rn(v, id));
-        c = c > 127 ? 127 : c < -127 ? -127 : c;
-        q[e] = (int8_t)c;
-        int s = c; /* sums over each half warp */
-        for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0) d[i].d = __fdiv_rn(amax, 127.0f);
-        if (lane % 16 == 0) d[i].s[lane / 16] = (int16_t)s;
+        q8_quant32(v, lane, q + e - lane, d + i);
     }
     __syncthreads();
 }

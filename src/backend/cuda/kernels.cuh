@@ -39,6 +39,28 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/* One 32-element activation block's scale and code sums (int8 activations: the GEMV's shared
+ * memory, the grouped GEMM's input). */
+struct __align__(8) q8ds {
+    float d;
+    int16_t s[2]; /* sums of codes 0..15 and 16..31 */
+};
+
+/* A warp quantises one 32-element block, element `lane` = v, as the CPU's ft_ggml_quant_x32
+ * does with the same correctly rounded operations: d = max|x| / 127, codes round(x / d) (ties to
+ * even, clamped to +-127) into q[lane], the scale and half sums into *ds. */
+__device__ __forceinline__ void q8_quant32(float v, int lane, int8_t *q, q8ds *ds) {
+    const float amax = warp_max(fabsf(v));
+    const float id = amax > 1e-30f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    int c = __float2int_rn(__fmul_rn(v, id));
+    c = c > 127 ? 127 : c < -127 ? -127 : c;
+    q[lane] = (int8_t)c;
+    int s = c; /* sums over each half warp */
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) ds->d = __fdiv_rn(amax, 127.0f);
+    if (lane % 16 == 0) ds->s[lane / 16] = (int16_t)s;
+}
+
 /* Sum over the block (blockDim.x a multiple of 32, <= 1024): every thread gets the same value,
  * added in the same order (deterministic). */
 template <typename T>

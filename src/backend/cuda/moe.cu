@@ -12,9 +12,6 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/ggml_dq.cuh"
 #include "format/quant.h"
-extern "C" {
-}
-
 using namespace nvcuda;
 
 __global__ void moe_count_kernel(int32_t *counts, const int32_t *ids, int R) {
@@ -24,16 +21,17 @@ __global__ void moe_count_kernel(int32_t *counts, const int32_t *ids, int R) {
 
 #define MG_TM 32 /* the smallest row tile (the tile list's bound is R / MG_TM + E) */
 
-/* Rows (tokens) per tile of the grouped GEMM: 32, or 64 (ft_cuda_moe_set_tile_rows; the tests
- * run both): with 64 an expert with 33-64 rows reads its weights once, not twice, but at pp512
- * (~32 rows per expert) 32 was no slower. The sort's tile list and the GEMM use the same. */
+/* Rows (tokens) per tile of the grouped GEMMs: 32, or 64 once the experts average 64 rows or
+ * more (an expert with 33-64 rows then reads its weights once, not twice; at pp512, ~32 rows
+ * an expert, 64 was no faster); ft_cuda_moe_set_tile_rows forces one (tests run both). The
+ * sort's tile list and the GEMMs use the same. */
 static int g_tile_rows;
 
 extern "C" void ft_cuda_moe_set_tile_rows(int tm) { g_tile_rows = tm == 64 || tm == 32 ? tm : 0; }
 
-static int moe_tile_rows(void) {
-    if (!g_tile_rows) g_tile_rows = 32;
-    return g_tile_rows;
+extern "C" int ft_cuda_moe_tile_rows(int E, int R) {
+    if (g_tile_rows) return g_tile_rows;
+    return R >= 64 * E ? 64 : 32;
 }
 
 /* Inclusive scan of buf[0..1024) by one block of 1024 threads (Hillis-Steele). */
@@ -104,7 +102,7 @@ extern "C" void ft_cuda_moe_sort(int32_t *counts, int32_t *offsets, int32_t *rto
     int R = T * k;
     cudaMemsetAsync(counts, 0, (size_t)E * sizeof(int32_t), s);
     moe_count_kernel<<<(R + 255) / 256, 256, 0, s>>>(counts, ids, R);
-    moe_scan_kernel<<<1, 1024, 0, s>>>(offsets, counts, E, moe_tile_rows());
+    moe_scan_kernel<<<1, 1024, 0, s>>>(offsets, counts, E, ft_cuda_moe_tile_rows(E, R));
     moe_place_kernel<<<E, 256, 0, s>>>(rtok, pair_dst, offsets, ids, R, k);
 }
 
@@ -230,7 +228,7 @@ template <int BT>
 static void moe_gemm_go(float *y, const uint16_t *x, const void *w, const int32_t *offsets,
                         const int32_t *slot_of, size_t w_stride, size_t rb, int E, int N, int K, int R,
                         cudaStream_t s) {
-    int tm = moe_tile_rows();
+    int tm = ft_cuda_moe_tile_rows(E, R);
     dim3 grid((unsigned)(R / tm + E), (N + MG_TN - 1) / MG_TN); /* bounds the tile count */
     const __nv_bfloat16 *xb = (const __nv_bfloat16 *)x;
     if (tm == 64)
