@@ -405,11 +405,13 @@ static void wait_pause(int *spins) {
 }
 
 /* A wait's pause, watched: 1 when the step is abandoned (the wait must end). Any waiter that
- * sees the deadline pass marks it; the clock is read every 256th pause. */
+ * sees the deadline pass marks it; the clock is read every 256th pause, and at every pause once
+ * they yield (on a busy host one yield can take a time slice: 256 of them overran the limit by
+ * most of a second). */
 static int wait_watched(struct ft_moe_exec *x, int *spins) {
     if (atomic_load_explicit(&x->abort, memory_order_relaxed)) return 1;
     wait_pause(spins);
-    if (*spins % 256 == 0 && ft_time_ns() > x->deadline_ns) {
+    if ((*spins % 256 == 0 || *spins >= 4000) && ft_time_ns() > x->deadline_ns) {
         atomic_store(&x->abort, 1);
         return 1;
     }
