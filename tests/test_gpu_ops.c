@@ -1087,14 +1087,16 @@ TEST(moe_gemm_block_formats) {
  * itself checked against the CPU's above) on the tokens the sorted rows come from: the same
  * codes, scales and sums; (2) the double-precision dot of the exactly dequantised weights with
  * those dequantised codes (d * c), Q8_EXACT_THR; (3) the fp32 dot on the unquantised x, Q8_THR.
- * Every format it takes, K of one and of several stages (512, 768), a second, partial tile of
- * weight rows (N = 200), experts of 1-3 row tiles, both tile sizes, and an absent expert. */
+ * Every format it takes, K of one and of several stages (512, 768: Q6_K rows of 630 bytes, only
+ * 2-byte aligned), a second, partial tile of weight rows (N = 200), experts of 1-3 row tiles,
+ * both tile sizes, and an absent expert. */
 TEST(moe_gemm_int8_formats) {
     static const enum ft_dtype fmts[] = {FT_DTYPE_Q8_0, FT_DTYPE_Q4_0, FT_DTYPE_Q4_1, FT_DTYPE_Q5_0,
-                                         FT_DTYPE_Q5_1, FT_DTYPE_Q4_K, FT_DTYPE_Q5_K};
+                                         FT_DTYPE_Q5_1, FT_DTYPE_Q4_K, FT_DTYPE_Q5_K, FT_DTYPE_Q6_K};
     const int E = 4, N = 200, k = 2, S = 3;
     const int32_t slot_of[4] = {2, 0, -1, 1}; /* expert 2 absent (another batch's) */
-    EXPECT(!ft_cuda_moe_gemm_q8_takes(FT_DTYPE_Q6_K, 512, NULL, 0));
+    EXPECT(!ft_cuda_moe_gemm_q8_takes(FT_DTYPE_MXFP4, 512, NULL, 0));
+    EXPECT(ft_cuda_moe_gemm_q8_takes(FT_DTYPE_Q6_K, 768, (void *)2, 630 * 3));
     EXPECT(!ft_cuda_moe_gemm_q8_takes(FT_DTYPE_Q8_0, 480, NULL, 0));
     EXPECT(!ft_cuda_moe_gemm_q8_takes(FT_DTYPE_Q8_0, 512, (void *)8, 0));
     uint64_t rng = 29;

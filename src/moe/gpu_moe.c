@@ -99,7 +99,8 @@ enum ft_status ft_gpu_moe_init(struct ft_gpu_moe **out, const struct ft_model *m
             if (!m->layers[l].is_moe) continue;
             int gu = m->layers[l].bank[0].schema->dtype, dn = m->layers[l].bank[1].schema->dtype;
             chunked |= !ft_cuda_moe_gemm_takes(gu, H) || !ft_cuda_moe_gemm_takes(dn, I);
-            int8 |= rounded && (ft_cuda_moe_gemm_q8_takes(gu, H, NULL, 0) || ft_cuda_moe_gemm_q8_takes(dn, I, NULL, 0));
+            int8 |= rounded && (ft_cuda_moe_gemm_q8_takes(gu, H, NULL, 0) ||
+                                ft_cuda_moe_gemm_q8_takes(dn, I, NULL, 0));
         }
         if (int8) {
             gm->xq = dalloc(gm, R * H, &st), gm->xqd = dalloc(gm, R * H / 4, &st);
@@ -178,7 +179,8 @@ void ft_gpu_moe_free(struct ft_gpu_moe *gm) {
     }
     ft_moe_exec_free(gm->exec);
     ft_pool_free(gm->exec_pool);
-    void *ds[] = {gm->d_ids, gm->mgu, gm->mact, gm->my, gm->xg16, gm->mact16, gm->deq, gm->xq, gm->xqd, gm->aq, gm->aqd,
+    void *ds[] = {gm->d_ids, gm->mgu, gm->mact, gm->my, gm->xg16, gm->mact16, gm->deq,
+                  gm->xq, gm->xqd, gm->aq, gm->aqd,
                   gm->chunk_slot_of, gm->rtok, gm->pair_dst, gm->offsets, gm->d_counts,
                   gm->d_slots, gm->d_slot_of, gm->d_cpu_out, gm->d_pred, gm->d_predw};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
@@ -244,9 +246,10 @@ static void expert_act(struct ft_gpu_moe *gm, const struct ft_gpu_experts *X, fl
  * GEMM: activations rounded, and a format, width and alignment it takes. */
 static int int8_gemm(const struct ft_gpu_moe *gm, const struct ft_gpu_experts *X, int l, int fam) {
     if (!gm->xq) return 0;
-    const void *w = fam ? (gm->off ? ft_offload_down(gm->off) : X->down) : (gm->off ? ft_offload_gu(gm->off) : X->gu);
-    return ft_cuda_moe_gemm_q8_takes(fam ? X->dn_dt : X->gu_dt, fam ? gm->m->expert_inter : gm->m->hidden, w,
-                                     expert_stride(gm, l, fam));
+    const void *w = fam ? (gm->off ? ft_offload_down(gm->off) : X->down)
+                        : (gm->off ? ft_offload_gu(gm->off) : X->gu);
+    const int K = fam ? gm->m->expert_inter : gm->m->hidden;
+    return ft_cuda_moe_gemm_q8_takes(fam ? X->dn_dt : X->gu_dt, K, w, expert_stride(gm, l, fam));
 }
 
 struct prefill_batch {

@@ -1,8 +1,9 @@
 /* moe_q8.cu — the int8 tensor-core grouped expert GEMM of MoE prefill (the llama.cpp MMQ idea,
  * written for this engine's sorted rows): activations quantised once per 32 elements (the
  * GEMV's codes, kernels.cuh q8_quant32), weights in a GGML block format whose values are small
- * integers times a per-32 scale (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K), multiplied as int8
- * by mma.sync m16n8k32 with int32 sums that are exact, then scaled in f32 per 32-element group:
+ * integers times a per-32 scale (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K; Q6_K per 16),
+ * multiplied as int8 by mma.sync m16n8k32 (Q6_K: two m16n8k16) with int32 sums that are exact,
+ * then scaled in f32 per 32-element group (Q6_K: per 16):
  *   y[r, n] = sum_g dx[r, g] (ws[n, g] I[r, n, g] + wm[n, g] S[r, g])
  * where I is the integer dot of the codes, S the activation codes' sum, and w = ws q + wm the
  * format's value (wm: the min of Q4_1/Q5_1/Q4_K/Q5_K; zero for the others). The result is the
@@ -11,8 +12,9 @@
  *
  * One block: 8 warps, a tile of TM sorted rows (32 or 64, the sort's tile list) x 128 weight
  * rows of one expert. K advances 256 elements a stage (one super-block, 8 blocks of 32): the
- * stage's raw weight bytes (the rows' 256-element chunks, 16-byte aligned for every format
- * here), the activations' codes and their scales are copied into shared memory by cp.async, the
+ * stage's raw weight bytes (the rows' 256-element chunks: 16-byte aligned for every format but
+ * Q6_K, whose 210-byte chunks are copied as the 4-byte-aligned span around them), the
+ * activations' codes and their scales are copied into shared memory by cp.async, the
  * next stage in flight while the tensor cores work on this one; fragments are decoded from the
  * raw bytes in shared memory (the row pitch an odd multiple of 16 bytes, so a warp's fragment
  * loads hit 32 different banks). Deterministic; engine thread; the launcher only enqueues. */
@@ -40,12 +42,17 @@ __host__ __device__ constexpr int qg_chunk(int T) {
            : T == FT_DTYPE_Q5_1 ? 192
            : T == FT_DTYPE_Q4_K ? 144
            : T == FT_DTYPE_Q5_K ? 176
+           : T == FT_DTYPE_Q6_K ? 210
                                 : 0;
 }
 
-/* Shared-memory pitch of a weight row's chunk: 16-byte multiple, odd in 16-byte units. */
+/* Q6_K: chunks 2-byte aligned; each is copied as the 53 aligned words around it */
+#define QG_SPAN_WORDS 53
+
+/* Shared-memory pitch of a weight row's chunk: 16-byte multiple, odd in 16-byte units (Q6_K's
+ * 212-byte span: 240, 60 words, also 4 mod 8 words). */
 __host__ __device__ constexpr int qg_pitch(int T) {
-    return (qg_chunk(T) / 16) % 2 ? qg_chunk(T) : qg_chunk(T) + 16;
+    return T == FT_DTYPE_Q6_K ? 240 : (qg_chunk(T) / 16) % 2 ? qg_chunk(T) : qg_chunk(T) + 16;
 }
 
 __host__ __device__ constexpr bool qg_has_min(int T) {
@@ -53,11 +60,14 @@ __host__ __device__ constexpr bool qg_has_min(int T) {
 }
 
 /* K-quants: their 6-bit scales and mins are decoded once a stage into a table (ws, wm) */
-__host__ __device__ constexpr bool qg_kquant(int T) { return T == FT_DTYPE_Q4_K || T == FT_DTYPE_Q5_K; }
+__host__ __device__ constexpr bool qg_kquant(int T) {
+    return T == FT_DTYPE_Q4_K || T == FT_DTYPE_Q5_K;
+}
 #define QG_SPITCH 9 /* table entries per weight row: 8 groups + 1 (bank spread) */
 
 __host__ __device__ constexpr size_t qg_smem(int T, int tm) {
-    return (size_t)QG_STAGES * ((size_t)QG_TN * qg_pitch(T) + (size_t)tm * (QG_APITCH + QG_DPITCH)) +
+    return (size_t)QG_STAGES *
+               ((size_t)QG_TN * qg_pitch(T) + (size_t)tm * (QG_APITCH + QG_DPITCH)) +
            (qg_kquant(T) ? (size_t)QG_TN * QG_SPITCH * sizeof(float2) : 0);
 }
 
@@ -70,15 +80,20 @@ __device__ __forceinline__ uint32_t lds32(const uint8_t *p) {
     return u & 3 ? __funnelshift_r(w[0], w[1], (unsigned)(u & 3) * 8) : w[0];
 }
 
-__device__ __forceinline__ float ldh(const uint8_t *p) { return __half2float(*(const __half *)p); }
+__device__ __forceinline__ float ldh(const uint8_t *p) {
+    return __half2float(*(const __half *)p);
+}
 
 /* bits 0..3 of b to bit 0 of bytes 0..3 */
-__device__ __forceinline__ uint32_t spread4(uint32_t b) { return ((b & 15u) * 0x00204081u) & 0x01010101u; }
+__device__ __forceinline__ uint32_t spread4(uint32_t b) {
+    return ((b & 15u) * 0x00204081u) & 0x01010101u;
+}
 
 /* The int8 codes of elements 32g + 4c .. +3 (b0) and 32g + 16 + 4c .. +3 (b1) of a row's stage
  * chunk ch (format T; offsets folded in where they are constant: Q4_0 q - 8, Q5_0 q - 16). */
 template <int T>
-__device__ __forceinline__ void qg_codes(const uint8_t *ch, int g, int c, uint32_t &b0, uint32_t &b1) {
+__device__ __forceinline__ void qg_codes(const uint8_t *ch, int g, int c, uint32_t &b0,
+                                         uint32_t &b1) {
     if (T == FT_DTYPE_Q8_0) {
         const uint8_t *q = ch + 34 * g + 2 + 4 * c;
         b0 = lds32(q), b1 = lds32(q + 16);
@@ -93,6 +108,13 @@ __device__ __forceinline__ void qg_codes(const uint8_t *ch, int g, int c, uint32
         b0 = (v & 0x0f0f0f0fu) | spread4(qh >> (4 * c)) << 4;
         b1 = ((v >> 4) & 0x0f0f0f0fu) | spread4(qh >> (16 + 4 * c)) << 4;
         if (T == FT_DTYPE_Q5_0) b0 = __vsub4(b0, 0x10101010u), b1 = __vsub4(b1, 0x10101010u);
+    } else if (T == FT_DTYPE_Q6_K) { /* 128-element half g / 4, its quarter g % 4 */
+        const int n = g / 4, qq = g % 4, sh = 4 * (qq >> 1);
+        const uint8_t *ql = ch + 64 * n + 32 * (qq & 1) + 4 * c, *qh = ch + 128 + 32 * n + 4 * c;
+        b0 = ((lds32(ql) >> sh) & 0x0f0f0f0fu) | ((lds32(qh) >> (2 * qq)) & 0x03030303u) << 4;
+        b1 = ((lds32(ql + 16) >> sh) & 0x0f0f0f0fu) | ((lds32(qh + 16) >> (2 * qq)) & 0x03030303u)
+                                                          << 4;
+        b0 = __vsub4(b0, 0x20202020u), b1 = __vsub4(b1, 0x20202020u);
     } else { /* Q4_K, Q5_K: chunk g / 2 of qs, low nibbles for even g */
         const uint8_t *q = ch + (T == FT_DTYPE_Q4_K ? 16 : 48) + 32 * (g / 2) + 4 * c;
         const int sh = 4 * (g & 1);
@@ -108,46 +130,72 @@ __device__ __forceinline__ void qg_codes(const uint8_t *ch, int g, int c, uint32
 template <int T>
 __device__ __forceinline__ void qg_scale(const uint8_t *ch, int g, float &ws, float &wm) {
     wm = 0.0f;
-    if (T == FT_DTYPE_Q8_0) ws = ldh(ch + 34 * g);
-    else if (T == FT_DTYPE_Q4_0) ws = ldh(ch + 18 * g);
-    else if (T == FT_DTYPE_Q5_0) ws = ldh(ch + 22 * g);
+    if (T == FT_DTYPE_Q8_0)
+        ws = ldh(ch + 34 * g);
+    else if (T == FT_DTYPE_Q4_0)
+        ws = ldh(ch + 18 * g);
+    else if (T == FT_DTYPE_Q5_0)
+        ws = ldh(ch + 22 * g);
     else if (T == FT_DTYPE_Q4_1 || T == FT_DTYPE_Q5_1) {
         const uint8_t *b = ch + (T == FT_DTYPE_Q4_1 ? 20 : 24) * g;
         ws = ldh(b), wm = ldh(b + 2);
     } else { /* get_scale_min_k4 */
         const uint8_t *q = ch + 4;
         int sc, m;
-        if (g < 4) sc = q[g] & 63, m = q[g + 4] & 63;
-        else sc = (q[g + 4] & 0x0f) | ((q[g - 4] >> 6) << 4), m = (q[g + 4] >> 4) | ((q[g] >> 6) << 4);
+        if (g < 4)
+            sc = q[g] & 63, m = q[g + 4] & 63;
+        else
+            sc = (q[g + 4] & 0x0f) | ((q[g - 4] >> 6) << 4),
+            m = (q[g + 4] >> 4) | ((q[g] >> 6) << 4);
         ws = __fmul_rn(ldh(ch), (float)sc), wm = -__fmul_rn(ldh(ch + 2), (float)m);
     }
 }
 
 __device__ __forceinline__ void cp16(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(dst)),
                  "l"(src));
 }
 __device__ __forceinline__ void cp8(void *dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
-                 "l"(src));
+    asm volatile(
+        "cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+        "l"(src));
 }
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void cp4(void *dst, const void *src) {
+    asm volatile(
+        "cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+        "l"(src));
+}
+__device__ __forceinline__ void cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
-__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
                  "{%8,%9}, {%10,%11,%12,%13};\n"
                  : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0),
-                   "r"(0));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0),
+                   "r"(0), "r"(0));
+}
+
+__device__ __forceinline__ void mma_s8_k16(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%7,%8,%9,%10};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b), "r"(0), "r"(0), "r"(0), "r"(0));
 }
 
 /* Warps 2 (rows) x 4 (weight rows): each TM/2 x 32, MI = TM/32 fragments of 16 rows by four of
  * 8 weight rows. xq [R, K] codes, xd [R, K/32] their scales and sums (sorted rows). */
 template <int TM, int T>
-__global__ void __launch_bounds__(QG_THREADS) moe_gemm_q8_kernel(
-    float *y, const int8_t *xq, const q8ds *xd, const uint8_t *w, const int32_t *offsets,
-    const int32_t *slot_of, size_t w_stride, size_t rb, int E, int N, int K) {
+__global__ void __launch_bounds__(QG_THREADS)
+    moe_gemm_q8_kernel(float *y, const int8_t *xq, const q8ds *xd, const uint8_t *w,
+                       const int32_t *offsets, const int32_t *slot_of, size_t w_stride, size_t rb,
+                       int E, int N, int K) {
     constexpr int MI = TM / 32, CH = qg_chunk(T), BP = qg_pitch(T), C16 = CH / 16;
     constexpr int SB = QG_TN * BP, SA = TM * QG_APITCH, STAGE = SB + SA + TM * QG_DPITCH;
     if ((int)blockIdx.x >= offsets[E + 1]) return;
@@ -161,11 +209,24 @@ __global__ void __launch_bounds__(QG_THREADS) moe_gemm_q8_kernel(
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wr = warp / 4, wn = warp % 4;
     const int gid = lane / 4, tig = lane % 4, nk = K / QG_KS, nb = K / 32;
 
+    /* where weight row r's chunk of stage kt starts in global memory */
+    auto wsrc = [&](int r, int kt) {
+        return we + (size_t)min(n0 + r, N - 1) * rb + (size_t)kt * CH;
+    };
     auto load = [&](int buf, int kt) {
         uint8_t *sb = qg_sm + (size_t)buf * STAGE, *sa = sb + SB, *sd = sa + SA;
-        for (int i = tid; i < QG_TN * C16; i += QG_THREADS) {
-            const int r = i / C16, c = i % C16, n = min(n0 + r, N - 1);
-            cp16(sb + r * BP + 16 * c, we + (size_t)n * rb + (size_t)kt * CH + 16 * c);
+        if (T == FT_DTYPE_Q6_K) { /* the aligned span: the chunk sits at wsrc & 3 in the row (the
+                                   * span's last word may hold 2 bytes past it: same word) */
+            for (int i = tid; i < QG_TN * QG_SPAN_WORDS; i += QG_THREADS) {
+                const int r = i / QG_SPAN_WORDS, c = i % QG_SPAN_WORDS;
+                const uint8_t *a = (const uint8_t *)((uintptr_t)wsrc(r, kt) & ~(uintptr_t)3);
+                cp4(sb + r * BP + 4 * c, a + 4 * c);
+            }
+        } else {
+            for (int i = tid; i < QG_TN * C16; i += QG_THREADS) {
+                const int r = i / C16, c = i % C16;
+                cp16(sb + r * BP + 16 * c, wsrc(r, kt) + 16 * c);
+            }
         }
         for (int i = tid; i < TM * 16; i += QG_THREADS) {
             const int r = i / 16, c = i % 16, row = min(r0 + r, r1 - 1);
@@ -183,7 +244,8 @@ __global__ void __launch_bounds__(QG_THREADS) moe_gemm_q8_kernel(
 #pragma unroll
         for (int j = 0; j < 4; j++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+            for (int q = 0; q < 4; q++)
+                acc[i][j][q] = 0.0f;
 
 #pragma unroll
     for (int s = 0; s < QG_STAGES - 1; s++) {
@@ -196,10 +258,14 @@ __global__ void __launch_bounds__(QG_THREADS) moe_gemm_q8_kernel(
         if (kt + QG_STAGES - 1 < nk) load((kt + QG_STAGES - 1) % QG_STAGES, kt + QG_STAGES - 1);
         cp_commit();
         const uint8_t *sb = qg_sm + (size_t)(kt % QG_STAGES) * STAGE, *sa = sb + SB, *sd = sa + SA;
+        /* weight row r's chunk in shared memory */
+        auto wch = [&](int r) {
+            return sb + r * BP + (T == FT_DTYPE_Q6_K ? (int)((uintptr_t)wsrc(r, kt) & 3) : 0);
+        };
         if (qg_kquant(T)) {
             for (int i = tid; i < QG_TN * 8; i += QG_THREADS) {
                 float ws, wm;
-                qg_scale<T>(sb + (i / 8) * BP, i % 8, ws, wm);
+                qg_scale<T>(wch(i / 8), i % 8, ws, wm);
                 stab[(i / 8) * QG_SPITCH + i % 8] = make_float2(ws, wm);
             }
             __syncthreads();
@@ -226,26 +292,50 @@ __global__ void __launch_bounds__(QG_THREADS) moe_gemm_q8_kernel(
             for (int j = 0; j < 4; j++) {
                 const int nr = wn * 32 + 8 * j;
                 uint32_t b0, b1;
-                qg_codes<T>(sb + (nr + gid) * BP, g, tig, b0, b1);
-                float ws[2], wm[2];
+                qg_codes<T>(wch(nr + gid), g, tig, b0, b1);
+                if constexpr (T ==
+                              FT_DTYPE_Q6_K) { /* scales d * sc of elements 16 (2g + u) .. +15 */
+                    float ws[2][2];
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    if (qg_kquant(T)) {
-                        const float2 v = stab[(nr + 2 * tig + h) * QG_SPITCH + g];
-                        ws[h] = v.x, wm[h] = v.y;
-                    } else {
-                        qg_scale<T>(sb + (nr + 2 * tig + h) * BP, g, ws[h], wm[h]);
+                    for (int h = 0; h < 2; h++) {
+                        const uint8_t *ch = wch(nr + 2 * tig + h);
+                        const float d = ldh(ch + 208);
+                        ws[h][0] = __fmul_rn(d, (float)(int8_t)ch[192 + 2 * g]);
+                        ws[h][1] = __fmul_rn(d, (float)(int8_t)ch[193 + 2 * g]);
                     }
-                }
 #pragma unroll
-                for (int i = 0; i < MI; i++) {
-                    int d[4];
-                    mma_s8(d, a[i], b0, b1);
+                    for (int i = 0; i < MI; i++) {
+                        int d0[4], d1[4];
+                        mma_s8_k16(d0, a[i][0], a[i][1], b0);
+                        mma_s8_k16(d1, a[i][2], a[i][3], b1);
 #pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        float t = __fmul_rn(ws[q & 1], (float)d[q]);
-                        if (qg_has_min(T)) t = __fmaf_rn(wm[q & 1], sx[i][q >> 1], t);
-                        acc[i][j][q] = __fmaf_rn(dx[i][q >> 1], t, acc[i][j][q]);
+                        for (int q = 0; q < 4; q++) {
+                            const float t = __fmaf_rn(ws[q & 1][1], (float)d1[q],
+                                                      __fmul_rn(ws[q & 1][0], (float)d0[q]));
+                            acc[i][j][q] = __fmaf_rn(dx[i][q >> 1], t, acc[i][j][q]);
+                        }
+                    }
+                } else {
+                    float ws[2], wm[2];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        if (qg_kquant(T)) {
+                            const float2 v = stab[(nr + 2 * tig + h) * QG_SPITCH + g];
+                            ws[h] = v.x, wm[h] = v.y;
+                        } else {
+                            qg_scale<T>(wch(nr + 2 * tig + h), g, ws[h], wm[h]);
+                        }
+                    }
+#pragma unroll
+                    for (int i = 0; i < MI; i++) {
+                        int d[4];
+                        mma_s8(d, a[i], b0, b1);
+#pragma unroll
+                        for (int q = 0; q < 4; q++) {
+                            float t = __fmul_rn(ws[q & 1], (float)d[q]);
+                            if (qg_has_min(T)) t = __fmaf_rn(wm[q & 1], sx[i][q >> 1], t);
+                            acc[i][j][q] = __fmaf_rn(dx[i][q >> 1], t, acc[i][j][q]);
+                        }
                     }
                 }
             }
@@ -269,7 +359,8 @@ __global__ void __launch_bounds__(QG_THREADS) moe_gemm_q8_kernel(
 }
 
 extern "C" int ft_cuda_moe_gemm_q8_takes(int dtype, int K, const void *w, size_t expert_stride) {
-    return qg_chunk(dtype) && K % QG_KS == 0 && (uintptr_t)w % 16 == 0 && expert_stride % 16 == 0;
+    const size_t a = dtype == FT_DTYPE_Q6_K ? 2 : 16; /* Q6_K: the spans align themselves */
+    return qg_chunk(dtype) && K % QG_KS == 0 && (uintptr_t)w % a == 0 && expert_stride % a == 0;
 }
 
 template <int TM, int T>
@@ -279,32 +370,38 @@ static void qg_go(float *y, const int8_t *xq, const void *xd, const void *w, siz
     static int attr_set; /* engine thread: one launcher at a time */
     const size_t smem = qg_smem(T, TM);
     if (!attr_set) {
-        cudaFuncSetAttribute(moe_gemm_q8_kernel<TM, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(moe_gemm_q8_kernel<TM, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem);
         attr_set = 1;
     }
     dim3 grid((unsigned)(R / TM + E), (N + QG_TN - 1) / QG_TN); /* bounds the tile count */
-    moe_gemm_q8_kernel<TM, T><<<grid, QG_THREADS, smem, s>>>(y, xq, (const q8ds *)xd, (const uint8_t *)w,
-                                                            offsets, slot_of, stride,
-                                                            ft_dtype_row_bytes((enum ft_dtype)T, K), E, N, K);
+    moe_gemm_q8_kernel<TM, T><<<grid, QG_THREADS, smem, s>>>(
+        y, xq, (const q8ds *)xd, (const uint8_t *)w, offsets, slot_of, stride,
+        ft_dtype_row_bytes((enum ft_dtype)T, K), E, N, K);
 }
 
-extern "C" void ft_cuda_moe_gemm_q8(float *y, const int8_t *xq, const void *xd, const void *w, int dtype,
-                                    size_t expert_stride, const int32_t *offsets, const int32_t *slot_of,
-                                    int E, int N, int K, int R, cudaStream_t s) {
+extern "C" void ft_cuda_moe_gemm_q8(float *y, const int8_t *xq, const void *xd, const void *w,
+                                    int dtype, size_t expert_stride, const int32_t *offsets,
+                                    const int32_t *slot_of, int E, int N, int K, int R,
+                                    cudaStream_t s) {
     const int tm = ft_cuda_moe_tile_rows(E, R);
-#define GO(t)                                                                                       \
-    if (dtype == t) {                                                                               \
-        if (tm == 64) qg_go<64, t>(y, xq, xd, w, expert_stride, offsets, slot_of, E, N, K, R, s);    \
-        else qg_go<32, t>(y, xq, xd, w, expert_stride, offsets, slot_of, E, N, K, R, s);             \
-        return;                                                                                     \
+#define GO(t)                                                                                      \
+    if (dtype == t) {                                                                              \
+        if (tm == 64)                                                                              \
+            qg_go<64, t>(y, xq, xd, w, expert_stride, offsets, slot_of, E, N, K, R, s);            \
+        else                                                                                       \
+            qg_go<32, t>(y, xq, xd, w, expert_stride, offsets, slot_of, E, N, K, R, s);            \
+        return;                                                                                    \
     }
-    GO(FT_DTYPE_Q8_0) GO(FT_DTYPE_Q4_0) GO(FT_DTYPE_Q4_1) GO(FT_DTYPE_Q5_0) GO(FT_DTYPE_Q5_1)
-    GO(FT_DTYPE_Q4_K) GO(FT_DTYPE_Q5_K)
+    GO(FT_DTYPE_Q8_0)
+    GO(FT_DTYPE_Q4_0) GO(FT_DTYPE_Q4_1) GO(FT_DTYPE_Q5_0) GO(FT_DTYPE_Q5_1) GO(FT_DTYPE_Q4_K)
+        GO(FT_DTYPE_Q5_K) GO(FT_DTYPE_Q6_K)
 #undef GO
 }
 
 /* One warp per 32-element block of a row: xq[r] = the codes of x[rows ? rows[r] : r]. */
-__global__ void moe_quant_kernel(int8_t *xq, q8ds *xd, const float *x, const int32_t *rows, int R, int K) {
+__global__ void moe_quant_kernel(int8_t *xq, q8ds *xd, const float *x, const int32_t *rows, int R,
+                                 int K) {
     const int nb = K / 32;
     const long b = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (b >= (long)R * nb) return;
@@ -313,8 +410,9 @@ __global__ void moe_quant_kernel(int8_t *xq, q8ds *xd, const float *x, const int
     q8_quant32(v, lane, xq + (size_t)r * K + 32 * j, xd + b);
 }
 
-extern "C" void ft_cuda_moe_quant(int8_t *xq, void *xd, const float *x, const int32_t *rows, int R, int K,
-                                  cudaStream_t s) {
+extern "C" void ft_cuda_moe_quant(int8_t *xq, void *xd, const float *x, const int32_t *rows, int R,
+                                  int K, cudaStream_t s) {
     const long warps = (long)R * (K / 32);
-    if (warps) moe_quant_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(xq, (q8ds *)xd, x, rows, R, K);
+    if (warps)
+        moe_quant_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(xq, (q8ds *)xd, x, rows, R, K);
 }
