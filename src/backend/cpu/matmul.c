@@ -501,7 +501,7 @@ struct xq_ctx {
 };
 
 static void xq_worker(void *arg, int i, int n) {
-    const struct xq_ctx *c = arg;
+    const struct xq_ctx cc = *(const struct xq_ctx *)arg, *c = &cc; /* POOL_COPY (ops.h) */
     long lo, hi;
     ft_split(c->T, i, n, &lo, &hi);
     if (hi > lo)
@@ -534,7 +534,7 @@ struct matmul_ctx {
 };
 
 static void matmul_worker(void *arg, int i, int n) {
-    const struct matmul_ctx *c = arg;
+    const struct matmul_ctx cc = *(const struct matmul_ctx *)arg, *c = &cc; /* POOL_COPY (ops.h) */
     long lo, hi;
     ft_split((c->N + ROW_CHUNK - 1) / ROW_CHUNK, i, n, &lo, &hi);
     int n0 = (int)(lo * ROW_CHUNK), n1 = (int)FT_MIN(hi * ROW_CHUNK, (long)c->N);

@@ -611,7 +611,7 @@ static void attn_one_rows(const struct attn_ctx *c, int t, int h0, int nr) {
 /* Units of (token, up to R heads of one KV group) dealt round-robin, so causal prefill (later
  * tokens cost more) stays balanced; the tier's kernel decides R (1 for the generic one). */
 static void attn_worker(void *arg, int i, int n) {
-    const struct attn_ctx *c = arg;
+    const struct attn_ctx cc = *(const struct attn_ctx *)arg, *c = &cc; /* POOL_COPY (ops.h) */
     void (*rows)(const struct attn_ctx *, int, int, int) = attn_one_rows;
     int R = 1;
 #ifdef FT_X86
@@ -664,7 +664,7 @@ struct latent_ctx {
 };
 
 static void latent_worker(void *ctx, int i, int n) {
-    const struct latent_ctx *c = ctx;
+    const struct latent_ctx cc = *(const struct latent_ctx *)ctx, *c = &cc; /* POOL_COPY (ops.h) */
     long lo, hi;
     ft_split((long)c->T * c->n_heads, i, n, &lo, &hi);
     int cap = 0;
@@ -757,7 +757,7 @@ static int cmp_i32(const void *a, const void *b) {
 }
 
 static void index_worker(void *ctx, int i, int n) {
-    const struct index_ctx *c = ctx;
+    const struct index_ctx cc = *(const struct index_ctx *)ctx, *c = &cc; /* POOL_COPY (ops.h) */
     long lo, hi;
     ft_split(c->T, i, n, &lo, &hi);
     float *hs = lo < hi ? malloc((size_t)c->k * sizeof *hs) : NULL;

@@ -3,7 +3,10 @@
  * the CUDA ops are tested against (docs/ARCHITECTURE.md section 7: ft_cpu_<op>, same argument order as
  * ft_cuda_<op>).
  * Threading: functions taking a pool run on it and must be called from one thread at a time
- * (the engine thread); the others are single-threaded and reentrant.
+ * (the engine thread); the others are single-threaded and reentrant. POOL_COPY: every pool task
+ * here works from a copy of its job context taken at entry, because the CPU forward's watchdog
+ * (core/threadpool.h, ft_pool_watch) may abandon a job whose context is on the caller's stack
+ * while a wedged task still runs; a late task then reads only the engine's buffers.
  * Layouts are row-major; shapes are given in the comments as [rows, cols]. */
 #ifndef FT_BACKEND_CPU_OPS_H
 #define FT_BACKEND_CPU_OPS_H
