@@ -705,6 +705,31 @@ static enum ft_status step_hung(struct ft_engine *e, int64_t t0, enum ft_status 
                    "host (fewer -t threads)", T, waited, usual);
 }
 
+/* The step's block tables into the engine's memory, e->tok_blocks pointing there: a pool task
+ * the watch abandons may still read them after the failed step's requests, who own the
+ * originals, are released. Grown only when no abandoned task runs (cpu_forward's checks). */
+static enum ft_status own_block_tables(struct ft_engine *e, const struct ft_seg *segs, int n_segs) {
+    size_t need = 0;
+    for (int i = 0; i < n_segs; i++)
+        if (segs[i].blocks) need += (size_t)(segs[i].pos0 + segs[i].n + FT_KV_BLOCK - 1) / FT_KV_BLOCK;
+    if (need > e->blk_cap) {
+        int32_t *p = realloc(e->blk_copy, need * sizeof *p);
+        if (!p) return ft_fail(FT_ERR_OOM, "engine: out of memory for %zu block ids", need);
+        e->blk_copy = p, e->blk_cap = need;
+    }
+    size_t off = 0;
+    for (int i = 0, T = 0; i < n_segs; i++) {
+        const int32_t *own = NULL;
+        if (segs[i].blocks) {
+            const size_t nb = (size_t)(segs[i].pos0 + segs[i].n + FT_KV_BLOCK - 1) / FT_KV_BLOCK;
+            memcpy(e->blk_copy + off, segs[i].blocks, nb * sizeof(int32_t));
+            own = e->blk_copy + off, off += nb;
+        }
+        for (int t = 0; t < segs[i].n; t++) e->tok_blocks[T++] = own;
+    }
+    return FT_OK;
+}
+
 static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
                                   float *logits) {
     /* a worker of a step a watchdog abandoned (this forward's, or the executor's:
@@ -713,6 +738,7 @@ static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs
     enum ft_status ok = e->wd.stuck ? ft_watchdog_check(&e->wd, e->pool) : FT_OK;
     if (ok == FT_OK) ok = ft_moe_exec_check(e->moe, e->pool);
     if (ok == FT_OK) ok = ft_watchdog_check(&e->wd, e->pool);
+    if (ok == FT_OK) ok = own_block_tables(e, segs, n_segs);
     if (ok != FT_OK) return ok;
     const int T = e->step_tokens;
     const int64_t t0 = ft_time_ns();
@@ -1167,6 +1193,7 @@ void ft_engine_free(struct ft_engine *e) {
     free(e->refs);
     free(e->seq0_blocks);
     free(e->tok_blocks);
+    free(e->blk_copy);
     free(e->ids);
     free(e->xl);
     free(e->kv_of), free(e->gdn_of), free(e->seg_slot), free(e->qg);

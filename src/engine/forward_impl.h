@@ -24,6 +24,8 @@ struct ft_engine {
     int32_t *seq0_blocks;       /* blocks of the built-in sequence (ft_engine_forward) */
     int seq0_n_blocks, seq0_ready;
     const int32_t **tok_blocks; /* [chunk] block table of each token's sequence */
+    int32_t *blk_copy;          /* CPU steps: their block tables, copied (own_block_tables) */
+    size_t blk_cap;
     int32_t *ids;               /* [chunk] token ids of the step */
     float *xl;                  /* [chunk, H] final-norm rows that want logits */
     float *x, *xn, *y;          /* [chunk, H] */
