@@ -361,23 +361,25 @@ done:
     close_fixture(&f);
 }
 
-/* The CPU executor's watchdog (FT_TEST_EXEC_STALL, FT_TESTING builds): a worker of the 3rd
- * executor call stalls 1.5 s and the floor is 200 ms. The request of that step fails with an
- * error well before the stall ends (no hang), the hang is logged once; a request while the
- * worker is still stuck fails fast too; once it is back, a request on the same scheduler gets
- * exactly the text of a run without the fault. */
+/* A watchdog's fault hook (FT_TESTING builds): env = "3:1500:200" stalls a worker of the 3rd
+ * watched call 1.5 s, the floor 200 ms. The request of that step fails with FT_ERR_BUSY well
+ * before the stall ends (no hang), the hang is logged once; a request while the worker is
+ * still stuck fails fast ("still stuck"); once it is back, the same scheduler gives exactly the
+ * text of a run without the fault, twice, and says the worker came back, once. who: the log
+ * lines' and errors' subject. */
 static pthread_mutex_t g_wd_mu = PTHREAD_MUTEX_INITIALIZER;
+static const char *g_wd_who;
 static int g_wd_hung, g_wd_back;
 
 static void wd_sink(void *ctx, enum ft_log_level lvl, const char *line) {
     (void)ctx;
     pthread_mutex_lock(&g_wd_mu);
-    if (lvl == FT_LOG_ERROR && strstr(line, "cpu executor") && strstr(line, "hung")) g_wd_hung++;
-    if (strstr(line, "cpu executor") && strstr(line, "came back")) g_wd_back++;
+    if (lvl == FT_LOG_ERROR && strstr(line, g_wd_who) && strstr(line, "hung")) g_wd_hung++;
+    if (strstr(line, g_wd_who) && strstr(line, "came back")) g_wd_back++;
     pthread_mutex_unlock(&g_wd_mu);
 }
 
-TEST(hung_executor_step_fails_its_request_and_the_next_one_is_served) {
+static void hung_step_case(const char *env, const char *who) {
     struct fixture f;
     EXPECT(open_fixture(&f) == 0);
     int32_t ids[128];
@@ -388,7 +390,10 @@ TEST(hung_executor_step_fails_its_request_and_the_next_one_is_served) {
     char *clean = s ? run_one(s, ids, n, 12, NULL) : NULL;
     ft_sched_free(s);
 
-    setenv("FT_TEST_EXEC_STALL", "3:1500:200", 1);
+    pthread_mutex_lock(&g_wd_mu);
+    g_wd_who = who, g_wd_hung = g_wd_back = 0;
+    pthread_mutex_unlock(&g_wd_mu);
+    setenv(env, "3:1500:200", 1);
     ft_env_reload();
     ft_log_set_sink(wd_sink, NULL);
     s = NULL;
@@ -403,85 +408,10 @@ TEST(hung_executor_step_fails_its_request_and_the_next_one_is_served) {
     double failed_s = (ft_time_ns() - t0) / 1e9;
     EXPECT_EQ(last.type, FT_EV_ERROR);
     EXPECT_EQ(last.status, FT_ERR_BUSY);
+    EXPECT_CONTAINS(last.message, who);
     EXPECT_CONTAINS(last.message, "hung");
-    CHECK_(failed_s < 1.2, "the stalled step's request ended after %.2f s (stall 1.5 s, floor 0.2 s)",
-           failed_s);
-    if (r) ft_req_release(r);
-
-    /* the worker is still asleep: the next step waits at most the floor, then fails */
-    r = NULL, last = (struct ft_event){0};
-    EXPECT_OK(ft_sched_submit(s, &p, &r));
-    free(r ? collect(r, &last) : NULL);
-    EXPECT_EQ(last.type, FT_EV_ERROR);
-    EXPECT_CONTAINS(last.message, "still stuck");
-    if (r) ft_req_release(r);
-    EXPECT((ft_time_ns() - t0) / 1e9 < 1.5);
-
-    usleep((useconds_t)FT_MAX(0, (int)(1700000 - (ft_time_ns() - t0) / 1000)));
-    char *after = run_one(s, ids, n, 12, NULL);
-    CHECK_(clean && !strcmp(after, clean), "after the hang: '%s', without the fault '%s'", after,
-           clean ? clean : "");
-    free(after);
-    ft_sched_free(s);
-    pthread_mutex_lock(&g_wd_mu);
-    EXPECT_EQ(g_wd_hung, 1);
-    EXPECT_EQ(g_wd_back, 1);
-    pthread_mutex_unlock(&g_wd_mu);
-done:
-    ft_log_set_sink(NULL, NULL);
-    unsetenv("FT_TEST_EXEC_STALL");
-    ft_env_reload();
-    free(clean);
-    close_fixture(&f);
-}
-
-/* The CPU forward's watchdog over its own pool jobs (FT_TEST_POOL_STALL, FT_TESTING builds): a
- * worker of the 3rd watched pool job after the engine's init (the first step's v projection
- * of layer 0) holds its task 1.5 s, the floor is 200 ms. As with the executor's: the step's
- * request fails with FT_ERR_BUSY well before the stall ends, the hang is logged once; a
- * request while the worker is still stuck fails fast ("still stuck"); once it is back, the
- * same scheduler gives exactly the text of a run without the fault, twice, and says the
- * worker came back, once. */
-static int g_fw_hung, g_fw_back;
-
-static void fw_sink(void *ctx, enum ft_log_level lvl, const char *line) {
-    (void)ctx;
-    pthread_mutex_lock(&g_wd_mu);
-    if (lvl == FT_LOG_ERROR && strstr(line, "cpu forward") && strstr(line, "hung")) g_fw_hung++;
-    if (strstr(line, "cpu forward") && strstr(line, "came back")) g_fw_back++;
-    pthread_mutex_unlock(&g_wd_mu);
-}
-
-TEST(hung_forward_pool_job_fails_its_request_and_the_next_one_is_served) {
-    struct fixture f;
-    EXPECT(open_fixture(&f) == 0);
-    int32_t ids[128];
-    int n = case_prompt(&f, 0, ids);
-    struct ft_sched_opts o = {.max_running = 2, .max_prefill = 64, .ctx_size = 128};
-    struct ft_sched *s = NULL;
-    EXPECT_OK(ft_sched_init(&s, f.m, f.tok, f.pool, &o));
-    char *clean = s ? run_one(s, ids, n, 12, NULL) : NULL;
-    ft_sched_free(s);
-
-    setenv("FT_TEST_POOL_STALL", "3:1500:200", 1);
-    ft_env_reload();
-    ft_log_set_sink(fw_sink, NULL);
-    s = NULL;
-    EXPECT_OK(ft_sched_init(&s, f.m, f.tok, f.pool, &o));
-    if (!s) goto done;
-    int64_t t0 = ft_time_ns();
-    struct ft_req_params p = greedy(ids, n, 12);
-    struct ft_req *r = NULL;
-    struct ft_event last = {0};
-    EXPECT_OK(ft_sched_submit(s, &p, &r));
-    free(r ? collect(r, &last) : NULL);
-    double failed_s = (ft_time_ns() - t0) / 1e9;
-    EXPECT_EQ(last.type, FT_EV_ERROR);
-    EXPECT_EQ(last.status, FT_ERR_BUSY);
-    EXPECT_CONTAINS(last.message, "cpu forward");
-    EXPECT_CONTAINS(last.message, "hung");
-    CHECK_(failed_s < 1.2, "the stalled step's request ended after %.2f s (stall 1.5 s, floor 0.2 s)",
-           failed_s);
+    CHECK_(failed_s < 1.2, "%s: the stalled step's request ended after %.2f s (stall 1.5 s, floor "
+           "0.2 s)", env, failed_s);
     if (r) ft_req_release(r);
 
     /* the worker is still asleep: the next step waits at most the floor, then fails */
@@ -497,21 +427,32 @@ TEST(hung_forward_pool_job_fails_its_request_and_the_next_one_is_served) {
     usleep((useconds_t)FT_MAX(0, (int)(1700000 - (ft_time_ns() - t0) / 1000)));
     for (int rep = 0; rep < 2; rep++) {
         char *after = run_one(s, ids, n, 12, NULL);
-        CHECK_(clean && !strcmp(after, clean), "after the hang (%d): '%s', without the fault '%s'", rep,
-               after, clean ? clean : "");
+        CHECK_(clean && !strcmp(after, clean), "%s: after the hang (%d): '%s', without the fault "
+               "'%s'", env, rep, after, clean ? clean : "");
         free(after);
     }
     ft_sched_free(s);
     pthread_mutex_lock(&g_wd_mu);
-    EXPECT_EQ(g_fw_hung, 1);
-    EXPECT_EQ(g_fw_back, 1);
+    EXPECT_EQ(g_wd_hung, 1);
+    EXPECT_EQ(g_wd_back, 1);
     pthread_mutex_unlock(&g_wd_mu);
 done:
     ft_log_set_sink(NULL, NULL);
-    unsetenv("FT_TEST_POOL_STALL");
+    unsetenv(env);
     ft_env_reload();
     free(clean);
     close_fixture(&f);
+}
+
+/* The CPU executor's watchdog: a worker of the 3rd executor call stalls. */
+TEST(hung_executor_step_fails_its_request_and_the_next_one_is_served) {
+    hung_step_case("FT_TEST_EXEC_STALL", "cpu executor");
+}
+
+/* The CPU forward's watchdog over its own pool jobs: a worker of the 3rd watched pool job after
+ * the engine's init (the first step's v projection of layer 0) holds its task. */
+TEST(hung_forward_pool_job_fails_its_request_and_the_next_one_is_served) {
+    hung_step_case("FT_TEST_POOL_STALL", "cpu forward");
 }
 
 /* DeepSeek-V4 through the scheduler: prompts past its window and compressors, prefilled in
