@@ -329,7 +329,7 @@ static int fd_gone(int fd) {
     return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-int ft_http_client_gone(const struct ft_http_conn *c) { return fd_gone(c->fd); }
+int ft_http_client_gone(const struct ft_http_conn *c) { return c && fd_gone(c->fd); }
 
 void ft_http_set_max_body(struct ft_http *h, size_t bytes) {
     if (h && bytes) atomic_store(&h->max_body, bytes);

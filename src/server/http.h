@@ -92,7 +92,8 @@ size_t ft_http_max_body(const struct ft_http *h);
 /* The counts of the server this request came to. */
 void ft_http_counts(const struct ft_http_conn *c, struct ft_http_counts *out);
 
-/* 1 when the client of this request has closed its connection. */
+/* 1 when the client of this request has closed its connection (0 for a request with no
+ * connection, as fuzz_server hands the handler). */
 int ft_http_client_gone(const struct ft_http_conn *c);
 /* Sets resp to an OpenAI-shaped error: {"error": {"message", "type", "param", "code"}}. The type
  * follows the status (invalid_request_error, authentication_error, not_found_error, ...). */
