@@ -242,12 +242,18 @@ static void expert_act(struct ft_gpu_moe *gm, const struct ft_gpu_experts *X, fl
 
 /* --- prefill --- */
 
-/* 1 when family fam (0 gate_up, 1 down) of layer l's experts X goes through the int8 grouped
- * GEMM: activations rounded, and a format, width and alignment it takes. */
+/* Family fam's (0 gate_up, 1 down) expert matrices in prefill: the layer's device bank, or the
+ * offload slots. */
+static const void *family_w(const struct ft_gpu_moe *gm, const struct ft_gpu_experts *X, int fam) {
+    if (gm->off) return fam ? ft_offload_down(gm->off) : ft_offload_gu(gm->off);
+    return fam ? X->down : X->gu;
+}
+
+/* 1 when family fam of layer l's experts X goes through the int8 grouped GEMM: activations
+ * rounded, and a format, width and alignment it takes. */
 static int int8_gemm(const struct ft_gpu_moe *gm, const struct ft_gpu_experts *X, int l, int fam) {
     if (!gm->xq) return 0;
-    const void *w = fam ? (gm->off ? ft_offload_down(gm->off) : X->down)
-                        : (gm->off ? ft_offload_gu(gm->off) : X->gu);
+    const void *w = family_w(gm, X, fam);
     const int K = fam ? gm->m->expert_inter : gm->m->hidden;
     return ft_cuda_moe_gemm_q8_takes(fam ? X->dn_dt : X->gu_dt, K, w, expert_stride(gm, l, fam));
 }
@@ -267,8 +273,7 @@ static enum ft_status prefill_batch(void *ctx, int first, int last) {
     int k = m->top_k, H = m->hidden, I = m->expert_inter, R = pb->T * k, E = m->n_experts;
     cudaStream_t s = gm->s;
     (void)first, (void)last;
-    const void *gu = gm->off ? ft_offload_gu(gm->off) : X->gu;
-    const void *dn = gm->off ? ft_offload_down(gm->off) : X->down;
+    const void *gu = family_w(gm, X, 0), *dn = family_w(gm, X, 1);
     const int32_t *slot_of = gm->off ? gm->d_slot_of : NULL;
     if (int8_gemm(gm, X, pb->l, 0))
         ft_cuda_moe_gemm_q8(gm->mgu, gm->xq, gm->xqd, gu, X->gu_dt, expert_stride(gm, pb->l, 0), gm->offsets,
