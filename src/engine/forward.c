@@ -708,10 +708,13 @@ static enum ft_status step_hung(struct ft_engine *e, int64_t t0, enum ft_status 
 /* The step's block tables into the engine's memory, e->tok_blocks pointing there: a pool task
  * the watch abandons may still read them after the failed step's requests, who own the
  * originals, are released. Grown only when no abandoned task runs (cpu_forward's checks). */
+static size_t seg_blocks(const struct ft_seg *g) { /* the KV blocks its positions reach */
+    return g->blocks ? (size_t)(g->pos0 + g->n + FT_KV_BLOCK - 1) / FT_KV_BLOCK : 0;
+}
+
 static enum ft_status own_block_tables(struct ft_engine *e, const struct ft_seg *segs, int n_segs) {
     size_t need = 0;
-    for (int i = 0; i < n_segs; i++)
-        if (segs[i].blocks) need += (size_t)(segs[i].pos0 + segs[i].n + FT_KV_BLOCK - 1) / FT_KV_BLOCK;
+    for (int i = 0; i < n_segs; i++) need += seg_blocks(&segs[i]);
     if (need > e->blk_cap) {
         int32_t *p = realloc(e->blk_copy, need * sizeof *p);
         if (!p) return ft_fail(FT_ERR_OOM, "engine: out of memory for %zu block ids", need);
@@ -721,7 +724,7 @@ static enum ft_status own_block_tables(struct ft_engine *e, const struct ft_seg 
     for (int i = 0, T = 0; i < n_segs; i++) {
         const int32_t *own = NULL;
         if (segs[i].blocks) {
-            const size_t nb = (size_t)(segs[i].pos0 + segs[i].n + FT_KV_BLOCK - 1) / FT_KV_BLOCK;
+            const size_t nb = seg_blocks(&segs[i]);
             memcpy(e->blk_copy + off, segs[i].blocks, nb * sizeof(int32_t));
             own = e->blk_copy + off, off += nb;
         }
