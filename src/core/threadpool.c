@@ -10,7 +10,14 @@
  * ft_pool_run job a time limit: the caller stops waiting past it, the job is abandoned as
  * ft_pool_run_until's are, and the watch trips: until it ends, every job returns at once
  * without running (its caller fails the step), as a new job would otherwise wait for the
- * stuck task. Only the caller reads or writes the watch's fields. */
+ * stuck task. Only the caller reads or writes the watch's fields.
+ *
+ * A job's context: ft_pool_run copies *ctx into the pool's ctx_buf when the job starts and
+ * hands the tasks that copy, so a task of an abandoned job, however late it starts (claimed,
+ * then descheduled before its first line), reads the pool's copy and never the caller's frame.
+ * ctx_buf is rewritten only when no task of an earlier job runs (pending 0), like fn and ctx:
+ * a later job first waits for the stuck task (or gives up without touching them). The copy
+ * goes back into *ctx once every task is done (tasks may count or leave results there). */
 #define _GNU_SOURCE
 #include "core/threadpool.h"
 
@@ -48,7 +55,11 @@ struct ft_pool {
     int tripped;
     long watched;
     long stall_k;       /* ft_pool_stall: the watched job (counted from 1) whose worker stalls */
-    int stall_ms;
+    int stall_ms;       /* its ms (< 0: before the task) */
+    int stall_next;     /* ft_pool_stall_next: the next job's (0: none) */
+    int stall_cur;      /* the armed job's: > 0 after a task, < 0 before one */
+    unsigned char *ctx_buf; /* the current job's copy of its context [ctx_cap] (64-aligned) */
+    size_t ctx_cap;
     /* the hook's flags, which every worker polls after each task: apart from what the caller
      * writes each job */
     _Alignas(64) atomic_int stall_armed;
@@ -62,14 +73,17 @@ struct worker_arg {
     int i;
 };
 
-/* ft_pool_stall: the first worker to finish a task of the armed job holds it stall_ms before
- * reporting it done, as a wedged worker would. After its task, not before: a task's ctx may
- * live on the caller's stack, gone once the job is abandoned. */
-static void stall_point(struct ft_pool *p) {
-    if (!atomic_load_explicit(&p->stall_armed, memory_order_acquire) || !atomic_exchange(&p->stall_armed, 0))
+/* ft_pool_stall: the first worker to finish a task of the armed job holds it stall_cur ms
+ * before reporting it done, as a wedged worker would; stall_cur < 0: the first to claim one
+ * holds it -stall_cur ms before calling it (its context is the pool's copy: ctx_buf). before:
+ * the point before the task (1) or after it (0). */
+static void stall_point(struct ft_pool *p, int before) {
+    if (!atomic_load_explicit(&p->stall_armed, memory_order_acquire) || (p->stall_cur < 0) != before ||
+        !atomic_exchange(&p->stall_armed, 0))
         return;
     atomic_store(&p->stall_taken, 1);
-    struct timespec ts = {p->stall_ms / 1000, (long)(p->stall_ms % 1000) * 1000000L};
+    const int ms = p->stall_cur < 0 ? -p->stall_cur : p->stall_cur;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {}
 }
 
@@ -84,8 +98,9 @@ static void run_claimed(struct ft_pool *p, unsigned g, int worker) {
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acquire,
                                                    memory_order_acquire))
             continue;
+        if (worker) stall_point(p, 1);
         p->fn(p->ctx, (int)(c & 0xffffffffu), p->n);
-        if (worker) stall_point(p);
+        if (worker) stall_point(p, 0);
         atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
         c = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
@@ -210,6 +225,7 @@ void ft_pool_free(struct ft_pool *p) {
     pthread_cond_destroy(&p->cv);
     free(p->threads);
     free(p->held);
+    free(p->ctx_buf);
     free(p);
 }
 
@@ -274,10 +290,27 @@ static void stop_claims(struct ft_pool *p, unsigned g) {
     }
 }
 
+/* The tasks' context for a job whose caller's is ctx_bytes at ctx: the pool's copy in ctx_buf
+ * (grown here: no task of an earlier job runs), or ctx itself when ctx_bytes is 0 or the copy
+ * cannot be allocated. */
+static void *job_ctx(struct ft_pool *p, void *ctx, size_t ctx_bytes) {
+    if (!ctx || !ctx_bytes) return ctx;
+    if (ctx_bytes > p->ctx_cap) {
+        const size_t cap = (ctx_bytes + 255) & ~(size_t)255; /* (a multiple of 64) */
+        unsigned char *b = aligned_alloc(64, cap);
+        if (!b) return ctx; /* out of memory: the caller's, as before the copies */
+        free(p->ctx_buf);
+        p->ctx_buf = b, p->ctx_cap = cap;
+    }
+    memcpy(p->ctx_buf, ctx, ctx_bytes);
+    return p->ctx_buf;
+}
+
 /* One job, waiting at most to deadline_ns (< 0: no limit); watched: a plain job under the
- * watch, waiting at most the watch's limit (and tripping it past that). */
-static enum ft_status run_job(struct ft_pool *p, ft_pool_fn fn, void *ctx, int64_t deadline_ns,
-                              int watched) {
+ * watch, waiting at most the watch's limit (and tripping it past that). ctx_bytes > 0: the
+ * tasks run on the pool's copy of ctx (job_ctx), copied back once all are done. */
+static enum ft_status run_job(struct ft_pool *p, ft_pool_fn fn, void *ctx, size_t ctx_bytes,
+                              int64_t deadline_ns, int watched) {
     if (p && p->tripped) /* (no task runs: nothing waits for the stuck one) */
         return ft_fail(FT_ERR_BUSY, "thread pool: a job of this step was abandoned");
     if (!p || p->n == 1) {
@@ -291,18 +324,19 @@ static enum ft_status run_job(struct ft_pool *p, ft_pool_fn fn, void *ctx, int64
         p->tripped |= watched;
         return ft_fail(FT_ERR_BUSY, "thread pool: a task of an abandoned job is still running");
     }
-    int stall = watched && ++p->watched == p->stall_k;
+    int stall = watched && ++p->watched == p->stall_k ? p->stall_ms : 0;
+    if (p->stall_next) stall = p->stall_next, p->stall_next = 0;
     p->fn = fn;
-    p->ctx = ctx;
+    void *const run_ctx = p->ctx = job_ctx(p, ctx, ctx_bytes);
     atomic_store(&p->pending, p->n - 1);
-    if (stall) atomic_store(&p->stall_taken, 0), atomic_store(&p->stall_armed, 1);
+    if (stall) p->stall_cur = stall, atomic_store(&p->stall_taken, 0), atomic_store(&p->stall_armed, 1);
     const unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
     atomic_store_explicit(&p->claim, (unsigned long long)g << 32 | 1u, memory_order_release);
     pthread_mutex_lock(&p->mu);
     atomic_store_explicit(&p->gen, g, memory_order_release);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    fn(ctx, 0, p->n); /* task 0 stays on the caller (the executor's hook makes CUDA calls) */
+    fn(run_ctx, 0, p->n); /* task 0 stays on the caller (the executor's hook makes CUDA calls) */
     /* the stall hook's job: a worker claims and stalls first (up to 2 s), whatever the OS's
      * wake-up order */
     if (stall) {
@@ -314,18 +348,21 @@ static enum ft_status run_job(struct ft_pool *p, ft_pool_fn fn, void *ctx, int64
     run_claimed(p, g, 0);
     /* spin briefly, then yield: on an oversubscribed host a spinning caller would otherwise
      * hold the core a descheduled worker needs for a whole time slice */
-    if (drained_within(p, deadline_ns, limit_ns)) return FT_OK;
-    stop_claims(p, g);
+    if (drained_within(p, deadline_ns, limit_ns)) {
+        if (run_ctx != ctx) memcpy(ctx, run_ctx, ctx_bytes); /* every task done: their writes */
+        return FT_OK;
+    }
+    stop_claims(p, g); /* (the copy stays the late tasks': ctx_buf is kept until they are back) */
     p->tripped |= watched;
     return ft_fail(FT_ERR_BUSY, "thread pool: a job's tasks did not finish in time");
 }
 
-void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx) {
-    (void)run_job(p, fn, ctx, -1, p && p->watch_ns >= 0);
+void ft_pool_run_ctx(struct ft_pool *p, ft_pool_fn fn, void *ctx, size_t ctx_bytes) {
+    (void)run_job(p, fn, ctx, ctx_bytes, -1, p && p->watch_ns >= 0);
 }
 
 enum ft_status ft_pool_run_until(struct ft_pool *p, ft_pool_fn fn, void *ctx, int64_t deadline_ns) {
-    return run_job(p, fn, ctx, deadline_ns, 0);
+    return run_job(p, fn, ctx, 0, deadline_ns, 0);
 }
 
 void ft_pool_watch(struct ft_pool *p, int64_t limit_ns) {
@@ -346,6 +383,10 @@ int ft_pool_watch_end(struct ft_pool *p) {
 
 void ft_pool_stall(struct ft_pool *p, long k, int ms) {
     if (!p) return;
-    p->stall_k = k > 0 && ms > 0 ? p->watched + k : 0;
+    p->stall_k = k > 0 && ms != 0 ? p->watched + k : 0;
     p->stall_ms = ms;
+}
+
+void ft_pool_stall_next(struct ft_pool *p, int ms) {
+    if (p) p->stall_next = ms;
 }

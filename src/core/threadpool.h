@@ -1,13 +1,14 @@
 /* threadpool.h — a persistent pthread pool for data-parallel loops.
  * One caller at a time (the engine thread); the caller takes part as worker 0.
- * ft_pool_run(p, fn, ctx) calls fn(ctx, i, n) once for each task i in [0, n) and returns when
- * all are done: task 0 on the caller, the others on whichever thread claims them first (the
+ * ft_pool_run(p, fn, ctx) calls fn(copy of ctx, i, n) once for each task i in [0, n) and
+ * returns when all are done (the copy: see ft_pool_run_ctx): task 0 on the caller, the others on whichever thread claims them first (the
  * caller too, after task 0), so a worker woken late does not hold the job back. A task may
  * wait for work another running task has claimed, never for a task to start (no barriers).
  * Work is split by the callee (fixed ranges by i, or an atomic counter). */
 #ifndef FT_CORE_THREADPOOL_H
 #define FT_CORE_THREADPOOL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ft.h"
@@ -31,7 +32,21 @@ int ft_pool_size(const struct ft_pool *p);
 void ft_pool_hold_worker(struct ft_pool *p, int i, int hold);
 /* The one CPU worker thread i (1 <= i < n) may run on, or -1 (not pinned, or no such worker). */
 int ft_pool_worker_cpu(const struct ft_pool *p, int i);
-void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx);
+/* ft_pool_run(p, fn, ctx): the job's tasks run on the pool's own copy of *ctx (its
+ * sizeof *ctx bytes, copied in when the job starts and back into *ctx once every task is done,
+ * not when the job is abandoned), so that a task of a job the watch abandons, even one wedged
+ * before its first line, never reads the caller's frame, gone by then: only what the context
+ * points to, which must outlive the job (the engine's buffers). ctx is untyped (void *, NULL):
+ * no copy, the tasks get ctx itself. A context that points into itself would point into the
+ * caller's copy; a task may write its context (counters, results): those writes come back. */
+void ft_pool_run_ctx(struct ft_pool *p, ft_pool_fn fn, void *ctx, size_t ctx_bytes);
+#ifndef __cplusplus
+#define FT_POOL_CTX_BYTES(ctx)                                                                 \
+    _Generic((ctx), void *: (size_t)0, const void *: (size_t)0,                                \
+             default: sizeof *_Generic((ctx), void *: (char *)0, const void *: (char *)0,      \
+                                       default: (ctx)))
+#define ft_pool_run(p, fn, ctx) ft_pool_run_ctx((p), (fn), (ctx), FT_POOL_CTX_BYTES(ctx))
+#endif
 /* The same, but the caller stops waiting for the other threads' tasks once the clock
  * (ft_time_ns) passes deadline_ns (< 0: never) and returns FT_ERR_BUSY: the job's unclaimed
  * tasks are dropped; those already running go on, and the pool stays busy (ft_pool_busy) until
@@ -39,6 +54,8 @@ void ft_pool_run(struct ft_pool *p, ft_pool_fn fn, void *ctx);
  * watchdog, moe/cpu_exec.c). A later ft_pool_run waits for them; check ft_pool_busy (or
  * ft_pool_drain) first so that it never does. */
 enum ft_status ft_pool_run_until(struct ft_pool *p, ft_pool_fn fn, void *ctx, int64_t deadline_ns);
+/* (Its ctx is not copied: it must outlive the job's tasks, abandoned ones too: the executor's
+ * pass jobs and the scheduler's sampling job are their owners' heap objects.) */
 /* The watch: the CPU forward's watchdog (engine/forward.c) over the jobs its ops run through
  * plain ft_pool_run (backend/cpu and its own). Until ft_pool_watch_end, each such job's caller
  * stops waiting for the other threads' tasks limit_ns after the job began (< 0: no watch) and
@@ -55,8 +72,13 @@ int ft_pool_watch_tripped(const struct ft_pool *p);
 int ft_pool_watch_end(struct ft_pool *p);
 /* Tests (the fault hook FT_TEST_POOL_STALL, engine/forward.c): the first worker other than the
  * caller to finish a task of the k-th job run under a watch from now (k 1: the next) holds it
- * ms ms before reporting it done, as a wedged worker would; k 0: off. */
+ * ms ms before reporting it done, as a wedged worker would; k 0: off. ms < 0: the first worker
+ * to claim a task of that job holds it -ms ms before it calls the task (a worker wedged before
+ * its task's first line, which has read nothing of its context yet). */
 void ft_pool_stall(struct ft_pool *p, long k, int ms);
+/* Tests (FT_TEST_SAMPLE_STALL, engine/sched.c): the same for the next job of any kind (plain,
+ * watched or ft_pool_run_until); ms 0: off. */
+void ft_pool_stall_next(struct ft_pool *p, int ms);
 /* 1 while a task of a job abandoned by ft_pool_run_until or under the watch still runs. */
 int ft_pool_busy(const struct ft_pool *p);
 /* Waits until no such task runs (FT_OK) or the clock passes deadline_ns (FT_ERR_BUSY). */
