@@ -175,6 +175,58 @@ static enum ft_status decode_step(struct ft_engine *e, struct ft_sampler *smp, i
     return st;
 }
 
+/* A hybrid model's recurrent-state checkpoint, as the prefix cache takes one (a pageable host
+ * buffer it reuses; one save per 16 decoded tokens of a request, a restore per cached turn):
+ * the save and restore times on this backend, measured on a sequence of its own before the
+ * single-sequence tests claim the KV blocks. *ms stays 0 when the model keeps no state. */
+struct state_cost {
+    size_t bytes;
+    double save_ms, load_ms;
+    char why[160]; /* set when it could not be measured */
+};
+
+static void state_measure(struct bench *b, struct state_cost *c) {
+    struct ft_engine *e = b->s.engine;
+    memset(c, 0, sizeof *c);
+    if (!(c->bytes = ft_engine_state_bytes(e))) return;
+    int32_t blk[1], tok = 1;
+    void *buf = malloc(c->bytes);
+    if (!buf || ft_engine_kv_alloc(e, 1, blk) != FT_OK) {
+        free(buf);
+        snprintf(c->why, sizeof c->why, "no memory or KV block free");
+        return;
+    }
+    struct ft_seg g = {&tok, 1, 0, blk, FT_LOGITS_NONE};
+    enum ft_status st = ft_engine_state_load(e, blk, NULL);
+    if (st == FT_OK) st = ft_engine_forward_batch(e, &g, 1, NULL);
+    if (st == FT_OK) st = ft_engine_state_save(e, blk, buf); /* the buffer's pages, touched */
+    enum { K = 8 };
+    int64_t t0 = ft_time_us();
+    for (int i = 0; i < K && st == FT_OK; i++) st = ft_engine_state_save(e, blk, buf);
+    int64_t t1 = ft_time_us();
+    for (int i = 0; i < K && st == FT_OK; i++) st = ft_engine_state_load(e, blk, buf);
+    int64_t t2 = ft_time_us();
+    ft_engine_state_drop(e, blk);
+    ft_engine_kv_free(e, blk, 1);
+    free(buf);
+    if (st != FT_OK) snprintf(c->why, sizeof c->why, "%s", ft_error());
+    else c->save_ms = (t1 - t0) / 1e3 / K, c->load_ms = (t2 - t1) / 1e3 / K;
+}
+
+/* Under the tgN row (tps tok/s): the checkpoint's cost and its share of a decode step. */
+static void state_line(const struct state_cost *c, double tps) {
+    if (!c->bytes || tps <= 0) return;
+    if (c->why[0]) {
+        printf("  state checkpoint: not measured (%s)\n", c->why);
+        return;
+    }
+    const double mb = c->bytes / 1e6, step_ms = 1e3 / tps;
+    printf("  state checkpoint (prefix cache): %.1f MB a sequence; save %.2f ms (%.1f GB/s), restore "
+           "%.2f ms (%.1f GB/s); one save per 16 decoded tokens adds %.1f%% to a %.2f ms decode step\n",
+           mb, c->save_ms, mb / c->save_ms, c->load_ms, mb / c->load_ms, 100.0 * c->save_ms / (16 * step_ms),
+           step_ms);
+}
+
 static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed) {
     const struct ft_model *m = b->s.model;
     struct ft_engine *e = b->s.engine;
@@ -190,6 +242,8 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
     for (int i = 0; i < p; i++) ids[i] = (int32_t)((seed * 2654435761u + (uint64_t)i * 40503u) % (uint64_t)m->vocab);
     /* warm-up, as llama-bench does: one full-size prefill (first kernel loads, cuBLAS plans)
      * and three decode steps (a GPU backend captures its decode graph on the second) */
+    struct state_cost sc;
+    if (n > 0) state_measure(b, &sc);
     ft_engine_reset(e);
     int32_t w0[4] = {1, 2, 3, 4};
     if ((st = ft_engine_prefill(e, p > 0 ? ids : w0, p > 0 ? p : 4, logits, 0)) != FT_OK) goto done;
@@ -256,6 +310,9 @@ static enum ft_status run(struct bench *b, int p, int n, int reps, uint64_t seed
         /* the snapshot's tokens: each repetition's first token and its n steps, and the
          * warm-up's 3 steps when no prefill row came first */
         offload_line(b, test, 0, distinct, 0, n, (long)reps * (n + 1) + (p > 0 ? 0 : 3));
+        double mean, sd;
+        stats(tps, reps, &mean, &sd);
+        state_line(&sc, mean);
     }
 done:
     ft_sampler_free(smp);
