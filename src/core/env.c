@@ -36,7 +36,12 @@ static const struct entry k_table[FT_ENV_N] = {
                                 "MS ms; FLOOR_MS replaces the watchdog's 10 s floor", 1},
     [FT_ENV_TEST_POOL_STALL] = {"FT_TEST_POOL_STALL", "unset",
                                 "K:MS[:FLOOR_MS]: a worker of the K-th pool job of the CPU forward "
-                                "stalls MS ms; FLOOR_MS replaces its watchdog's 10 s floor", 1},
+                                "stalls MS ms after its task (-MS: before it); FLOOR_MS replaces "
+                                "its watchdog's 10 s floor", 1},
+    [FT_ENV_TEST_SAMPLE_STALL] = {"FT_TEST_SAMPLE_STALL", "unset",
+                                  "K:MS[:FLOOR_MS]: a worker of the scheduler's K-th pool sampling "
+                                  "job stalls MS ms after its rows (-MS: before it draws them); "
+                                  "FLOOR_MS replaces its watchdog's 10 s floor", 1},
 };
 
 static const char *g_val[FT_ENV_N];

@@ -16,7 +16,7 @@ void ft_watchdog_init(struct ft_watchdog *w, const char *name, const char *cause
     const char *v = ft_env_str(hook); /* "K:MS" or "K:MS:FLOOR_MS" (NULL unless FT_TESTING) */
     long k = 0, ms = 0, floor_ms = 0;
     int n = v ? sscanf(v, "%ld:%ld:%ld", &k, &ms, &floor_ms) : 0;
-    if (n >= 2 && k > 0 && ms > 0) w->stall_k = k, w->stall_ms = (int)ms;
+    if (n >= 2 && k > 0 && ms != 0) w->stall_k = k, w->stall_ms = (int)ms; /* < 0: before */
     if (n == 3 && floor_ms > 0) w->floor_ns = floor_ms * 1000000LL;
 }
 

@@ -6,7 +6,9 @@
  * is abandoned, calls ft_watchdog_abandoned; before its next step, ft_watchdog_check waits (at
  * most the floor) for the stuck worker and fails the step when it is not back, so that nothing
  * of a new step runs beside it. The fault hook (FT_TESTING builds) is read here too: "K:MS" or
- * "K:MS:FLOOR_MS" in the owner's variable. One owner thread (the engine thread). */
+ * "K:MS:FLOOR_MS" in the owner's variable (MS < 0: the worker stalls before its task, not
+ * after: ft_pool_stall). One owner thread (the engine thread). The scheduler's sampling job
+ * (engine/sched.c) is a third owner, on the CPU pool. */
 #ifndef FT_CORE_WATCHDOG_H
 #define FT_CORE_WATCHDOG_H
 
@@ -28,7 +30,7 @@ struct ft_watchdog {
     int stuck;          /* a step was abandoned with a task still running, not seen back yet */
     int64_t stuck_ns;   /* when */
     long stall_k;       /* the hook: K (0: no hook) */
-    int stall_ms;       /* and MS */
+    int stall_ms;       /* and MS (< 0: before the task) */
 };
 
 /* Sets the floor to FT_WATCHDOG_FLOOR_S and reads the hook from variable hook (FT_TESTING

@@ -18,6 +18,7 @@
 #include "core/sys.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "core/watchdog.h"
 #include "engine/prefix.h"
 
 #define N_WINDOW 256 /* requests kept for latency percentiles */
@@ -81,6 +82,11 @@ struct ft_sched {
     float *logits;          /* [logit_rows, vocab] */
     int logit_rows;         /* max_running; + PLP_ROWS once a prompt_logprobs request came */
     int32_t *top1;          /* [max_running] greedy ids (steps whose tokens are all greedy) */
+    /* engine thread: the sampling job's (see sample_rows) */
+    struct sample_set *ss;   /* its context (NULL while lent) */
+    struct sample_set *lent; /* lent to an abandoned job whose worker is not back, or NULL */
+    struct ft_watchdog swd;  /* its limits and hook (FT_TEST_SAMPLE_STALL) */
+    long sample_jobs;        /* pool sampling jobs so far (the hook's K) */
     int32_t eos[FT_MAX_EOS + 1];
     int n_eos;
     /* stats (s->mu) */
@@ -431,35 +437,132 @@ static void admit(struct ft_sched *s) {
 /* The step's tokens drawn from their logits rows, the rows split over the pool: each request
  * has its own sampler (and RNG), so the draws are those of one thread; a 152k vocab costs
  * ~0.25 ms a row with top-k/top-p (bench_sample), a 1 ms step for 4 sampled requests on one
- * thread. */
-struct sample_job {
-    struct ft_sched *s;
-    struct ft_req **req; /* [rows] */
-    const int *lrow;     /* [rows] each one's logits row */
-    int rows;
+ * thread.
+ *
+ * Watchdog ("sampling", core/watchdog.h): the pool job runs under ft_pool_run_until, allowed
+ * max(10 s, 50x the learned time of draws of as many rows). Past that it is abandoned: the
+ * step fails with FT_ERR_BUSY (its requests: 503), the hang is logged once, and no step starts
+ * until the stuck worker is back (sample_ready waits at most the floor, then fails the running
+ * requests the same way): the server neither hangs nor dies.
+ * Ownership: the job's context is the scheduler's sample set, a heap object holding every
+ * pointer its tasks read or write: the logits buffer, each row's sampler and logits row, the
+ * tokens drawn. The tasks read nothing else (not s, not the requests). When the job is
+ * abandoned with a task still running, the set is lent to that task with the logits buffer
+ * (s->logits NULL until it is back; admit may allocate another) and the samplers of its rows
+ * (taken from their requests, r->smp NULL, before the requests fail and are freed): the
+ * scheduler takes them back, and frees the samplers, only once the pool says no task of the
+ * job runs (ft_pool_busy 0: the late task has returned). A set still lent when the scheduler
+ * is freed is left allocated rather than freed under the task. */
+struct sample_set {
+    float *logits;           /* [rows, vocab] f32 (the draws rewrite their rows): s->logits */
+    float *own;              /* the logits buffer it holds while lent (NULL otherwise) */
+    int vocab, rows;
+    struct ft_sampler **smp; /* [max_running] each row's request's sampler */
+    int *lrow;               /* [max_running] each row's logits row */
+    int32_t *out;            /* [max_running] the tokens drawn */
 };
 
+static struct sample_set *sample_set_new(int max_rows) {
+    struct sample_set *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->smp = calloc((size_t)max_rows, sizeof *j->smp);
+    j->lrow = calloc((size_t)max_rows, sizeof *j->lrow);
+    j->out = calloc((size_t)max_rows, sizeof *j->out);
+    if (j->smp && j->lrow && j->out) return j;
+    free(j->smp), free(j->lrow), free(j->out), free(j);
+    return NULL;
+}
+
+static void sample_set_free(struct sample_set *j) {
+    if (!j) return;
+    free(j->own);
+    free(j->smp), free(j->lrow), free(j->out), free(j);
+}
+
 static void sample_task(void *ctx, int i, int n) {
-    const struct sample_job *j = ctx;
+    const struct sample_set *j = ctx;
     long lo, hi;
     ft_split(j->rows, i, n, &lo, &hi);
     for (long r = lo; r < hi; r++)
-        j->s->top1[r] = ft_sampler_sample(j->req[r]->smp, j->s->logits + (size_t)j->lrow[r] * j->s->m->vocab);
+        j->out[r] = ft_sampler_sample(j->smp[r], j->logits + (size_t)j->lrow[r] * j->vocab);
+}
+
+/* The lent set back from a job whose late task has returned: its samplers (their requests
+ * long failed) freed, its logits buffer s->logits again unless admit made another. */
+static void sample_take_back(struct ft_sched *s) {
+    struct sample_set *j = s->lent;
+    for (int r = 0; r < j->rows; r++) ft_sampler_free(j->smp[r]);
+    if (!s->logits) s->logits = j->own, j->own = NULL;
+    free(j->own);
+    j->own = NULL, j->rows = 0;
+    s->ss = j, s->lent = NULL;
+}
+
+/* The sampling job of the step that began at t0 was abandoned: logged once, the set lent when
+ * a task still runs; FT_ERR_BUSY. */
+static enum ft_status sample_hung(struct ft_sched *s, int64_t t0, int n_segs, const int *samp) {
+    struct sample_set *j = s->ss;
+    const double waited = (ft_time_ns() - t0) / 1e9;
+    char usual[64];
+    ft_watchdog_usual(&s->swd, j->rows, usual, sizeof usual);
+    const int stuck = ft_watchdog_abandoned(&s->swd, s->pool);
+    if (stuck) { /* (the task still runs: what it reads is its own until it is back) */
+        for (int i = 0; i < n_segs; i++)
+            if (samp[i]) s->seg_req[i]->smp = NULL; /* in j->smp */
+        j->own = s->logits;
+        s->logits = NULL;
+        s->lent = j, s->ss = NULL;
+    }
+    ft_log_error("sampling: a step's draws of %d rows hung: a thread-pool task did not finish "
+                 "within %.1f s (such draws: %s; the limit is the larger of %g s and %dx that), "
+                 "given up after %.1f s; its requests fail%s", j->rows,
+                 ft_watchdog_limit_ns(&s->swd, j->rows) / 1e9, usual, s->swd.floor_ns / 1e9,
+                 FT_WATCHDOG_X, waited, stuck ? "; no new step starts until its stuck worker returns" : "");
+    return ft_fail(FT_ERR_BUSY, "sampling: a step's draws of %d rows hung (a thread-pool task not "
+                   "finished, given up after %.1f s; such draws: %s); the request failed, retry "
+                   "it; if this repeats, look for an overloaded host (fewer -t threads)",
+                   j->rows, waited, usual);
 }
 
 /* samp[i]: segment i draws its request's next token from its last logits row; row0[i]: its
- * first row in s->logits */
-static void sample_rows(struct ft_sched *s, int n_segs, const int *samp, const int *row0) {
-    struct ft_req *req[n_segs];
-    int lrow[n_segs], rows = 0;
+ * first row in s->logits. The tokens go to s->top1; FT_ERR_BUSY: the job hung (above). */
+static enum ft_status sample_rows(struct ft_sched *s, int n_segs, const int *samp, const int *row0) {
+    struct sample_set *j = s->ss; /* (not lent: sample_ready took it back before this step) */
+    int rows = 0;
     for (int i = 0; i < n_segs; i++) {
         if (!samp[i]) continue;
-        lrow[rows] = row0[i] + (s->segs[i].want == FT_LOGITS_ALL ? s->segs[i].n - 1 : 0);
-        req[rows++] = s->seg_req[i];
+        j->lrow[rows] = row0[i] + (s->segs[i].want == FT_LOGITS_ALL ? s->segs[i].n - 1 : 0);
+        j->smp[rows++] = s->seg_req[i]->smp;
     }
-    struct sample_job j = {s, req, lrow, rows};
-    if (s->pool && rows > 1) ft_pool_run(s->pool, sample_task, &j);
-    else sample_task(&j, 0, 1);
+    j->logits = s->logits, j->vocab = s->m->vocab, j->rows = rows;
+    if (s->pool && rows > 1) {
+        if (s->swd.stall_k && ++s->sample_jobs == s->swd.stall_k)
+            ft_pool_stall_next(s->pool, s->swd.stall_ms); /* the hook (FT_TESTING builds) */
+        const int64_t t0 = ft_time_ns();
+        if (ft_pool_run_until(s->pool, sample_task, j, t0 + ft_watchdog_limit_ns(&s->swd, rows)) != FT_OK)
+            return sample_hung(s, t0, n_segs, samp);
+        ft_watchdog_learn(&s->swd, rows, ft_time_ns() - t0);
+    } else {
+        sample_task(j, 0, 1);
+    }
+    memcpy(s->top1, j->out, (size_t)rows * sizeof *j->out);
+    return FT_OK;
+}
+
+/* Before a step: 1 when no abandoned sampling task still runs (a lent set is taken back), else,
+ * after waiting at most the floor for it, 0 with the running requests failed (FT_ERR_BUSY,
+ * "still stuck") and no step run: nothing of a new step may write the buffers it reads. */
+static int sample_ready(struct ft_sched *s) {
+    if (!s->lent) return 1;
+    if (ft_watchdog_check(&s->swd, s->pool) == FT_OK) {
+        sample_take_back(s);
+        return 1;
+    }
+    char msg[sizeof ((struct ft_event *)0)->message];
+    snprintf(msg, sizeof msg, "%s", ft_error());
+    for (int i = 0; i < s->n_running; i++) finish(s, s->running[i], FT_FINISH_STOP, FT_ERR_BUSY, msg);
+    s->n_running = 0;
+    return 0;
 }
 
 /* A new token id for r (drawn by sample_rows, or the greedy id the engine found); returns 1
@@ -585,7 +688,7 @@ static void step(struct ft_sched *s) {
         /* the prompt rows scored before sampling, which rewrites its rows in place */
         for (int i = 0; st == FT_OK && any_all && i < n_segs; i++)
             if (s->segs[i].want == FT_LOGITS_ALL) prompt_logprobs(s, s->seg_req[i], &s->segs[i], row0[i]);
-        if (st == FT_OK && !ids_only) sample_rows(s, n_segs, samp, row0); /* tokens into s->top1 */
+        if (st == FT_OK && !ids_only) st = sample_rows(s, n_segs, samp, row0); /* into s->top1 */
     }
     struct ft_req *keep[s->o.max_running];
     k = 0;
@@ -632,7 +735,7 @@ static void *engine_main(void *arg) {
             continue;
         }
         pthread_mutex_unlock(&s->mu);
-        step(s);
+        if (sample_ready(s)) step(s);
         struct ft_gpu_offload_stats cs;
         ft_engine_offload_stats(s->e, &cs);
         pthread_mutex_lock(&s->mu);
@@ -695,7 +798,9 @@ enum ft_status ft_sched_init(struct ft_sched **out, const struct ft_model *m,
     s->logits = malloc((size_t)s->o.max_running * m->vocab * sizeof(float));
     s->logit_rows = s->o.max_running;
     s->top1 = calloc((size_t)s->o.max_running, sizeof *s->top1);
-    if (st == FT_OK && (!s->running || !s->segs || !s->seg_req || !s->logits || !s->top1))
+    s->ss = sample_set_new(s->o.max_running);
+    ft_watchdog_init(&s->swd, "sampling", "an overloaded host (fewer -t threads)", FT_ENV_TEST_SAMPLE_STALL);
+    if (st == FT_OK && (!s->running || !s->segs || !s->seg_req || !s->logits || !s->top1 || !s->ss))
         st = ft_fail(FT_ERR_OOM, "scheduler: out of memory");
     const size_t ckpt_bytes = st == FT_OK ? ft_engine_state_bytes(s->e) : 0;
     const long long ckpt_mem = s->o.prefix_state_mem ? s->o.prefix_state_mem : FT_PREFIX_STATE_MEM;
@@ -759,6 +864,17 @@ void ft_sched_free(struct ft_sched *s) {
     free(s->seg_req);
     free(s->logits);
     free(s->top1);
+    /* a sampling task of an abandoned step still running reads the lent set: freed only once
+     * it is back (a last wait of at most the floor), else left allocated */
+    if (s->lent && ft_pool_drain(s->pool, ft_time_ns() + s->swd.floor_ns) == FT_OK) {
+        s->logits = NULL;
+        sample_take_back(s);
+        free(s->logits);
+    }
+    if (s->lent)
+        ft_log_warn("sampling: a worker is still stuck in an abandoned step; its buffers are left "
+                    "allocated");
+    sample_set_free(s->ss);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
