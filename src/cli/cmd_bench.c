@@ -33,6 +33,8 @@ static const char k_usage[] =
     "                       --max-prefill-length; offload streams the uncached experts\n"
     "                       once per pass, so larger passes copy less)\n"
     "  -t, --threads N      CPU threads (default: physical cores)\n"
+    "  -c, --ctx-size N     KV cache positions (default: -p + -n + 8; e.g. 32768 to hold a\n"
+    "                       long context's cache beside the weights while measuring)\n"
     "  --synthetic PRESET[:FMT][@N]  random weights of a real shape: qwen3-30b-a3b,\n"
     "                       qwen3.6-35b-a3b, qwen3.5-122b-a10b, deepseek-v3, kimi-k2,\n"
     "                       glm-4.7-flash, glm-4.5-air, minimax-m2, mixtral-8x7b, gpt-oss-20b,\n"
@@ -333,6 +335,12 @@ static enum ft_status bench_table(struct bench *b, long p, long n, long reps, lo
     else
         printf("ceiling: host DRAM read %.1f GB/s (measured now, %d threads, 1 GiB buffer)\n\n",
                b->dram_gbps, b->threads);
+    const struct ft_model *m = b->s.model;
+    const uint64_t kv_tok = ft_model_kv_token_bytes(m);
+    if (kv_tok) /* what a long context costs beside the weights */
+        printf("kv cache: %d positions, %.2f GiB (%.1f KiB a position, f32)%s\n\n",
+               ft_engine_max_ctx(b->s.engine), (double)kv_tok * ft_engine_max_ctx(b->s.engine) / 1073741824.0,
+               kv_tok / 1024.0, gpu ? ", in the device memory above" : "");
     printf("| model | backend | threads | routing | test | t/s | weights/token | GB/s | of ceiling | "
            "experts/layer/step |\n|---|---|---:|---|---|---:|---:|---:|---:|---:|\n");
     b->notes[0] = 0, b->offload_notes = 0;
@@ -393,7 +401,7 @@ int ft_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *synthetic = NULL, *routing = NULL, *record = NULL;
     struct ft_trace trace;
     ft_trace_init(&trace, 0, 0);
-    long p = 512, n = 128, reps = 3, threads = 0, seed = 1, batch = 2048, top_k = 0, cycles = 1;
+    long p = 512, n = 128, reps = 3, threads = 0, seed = 1, batch = 2048, top_k = 0, cycles = 1, ctx = 0;
     struct ft_sampling smp = ft_sampling_default();
     smp.temperature = 0; /* greedy unless --temp */
     enum { N_LISTS = 3 };
@@ -432,6 +440,8 @@ int ft_cmd_bench(int argc, char **argv) {
             target = &n;
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
             target = &batch, lo = 1, hi = 1 << 16;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            target = &ctx, lo = 1, hi = 1 << 24;
         } else if (!strcmp(a, "-r")) {
             target = &reps, lo = 1, hi = 1000;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -464,7 +474,10 @@ int ft_cmd_bench(int argc, char **argv) {
     if (!!model == !!synthetic)
         return ft_cli_usage_error("bench", "give exactly one of --model DIR or --synthetic PRESET");
     if (!routing) routing = synthetic ? "uniform" : "model";
-    struct ft_engine_opts eo = {.max_ctx = (int)(p + n + 8), .max_chunk = (int)batch,
+    if (ctx && ctx < p + n + 8)
+        return ft_cli_usage_error("bench", "-c %ld: the tests need %ld positions (-p + -n + 8); "
+                                  "give at least that", ctx, p + n + 8);
+    struct ft_engine_opts eo = {.max_ctx = (int)(ctx ? ctx : p + n + 8), .max_chunk = (int)batch,
                               .seed = (uint64_t)seed};
     if (parse_routing(routing, &eo))
         return ft_cli_usage_error("bench", "--synthetic-routing: '%s' is not uniform, model, "

@@ -243,6 +243,9 @@ uint64_t ft_model_bytes_per_token(const struct ft_model *m);
 /* Bytes of recurrent state one sequence keeps (the Gated DeltaNet layers' conv windows and
  * delta-rule states, f32); 0 for a model without such layers. */
 uint64_t ft_model_state_bytes(const struct ft_model *m);
+/* KV cache bytes one position takes over every attention layer (f32, as the engines keep it);
+ * DeepSeek-V4's per-layer compressed entries and windows are not counted (0 for it). */
+uint64_t ft_model_kv_token_bytes(const struct ft_model *m);
 /* The same from a config alone (ft inspect): bytes per sequence, and the DeltaNet layers. */
 uint64_t ft_config_state_bytes(const struct ft_config *c, const struct ft_arch *a, int *n_linear);
 
