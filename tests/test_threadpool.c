@@ -298,7 +298,7 @@ TEST(watch_abandons_a_job_whose_worker_hangs) {
  * abandoned reads, when it wakes, the context the caller gave, though the caller has freed
  * (and scribbled over) its own since: before the copy it read freed memory (ASan: heap use
  * after free; otherwise the scribbled value). Writes to the context come back once every task
- * is done, as before; untyped contexts (void *, NULL) are not copied. */
+ * is done, as before; untyped contexts (void *, NULL) and unwatched jobs' are not copied. */
 struct late_ctx {
     int magic;
     atomic_int *seen; /* [4]: the magic each task saw, + 1 */
@@ -339,14 +339,19 @@ TEST(task_wedged_before_its_first_line_reads_the_pools_copy) {
     free(c);
     EXPECT_EQ(ft_pool_drain(p, ft_time_ns() + 2000000000LL), FT_OK);
     for (int i = 0; i < 3; i++) CHECK_(atomic_load(&seen[i]) == 4243, "task %d saw %d", i, atomic_load(&seen[i]) - 1);
-    /* writes come back once the job is whole; an untyped context is passed as it is */
+    /* writes come back once a watched job is whole; an untyped context, or an unwatched
+     * job's, is passed as it is */
     struct tally t = {0};
+    ft_pool_watch(p, 1000 * 1000000LL);
     ft_pool_run(p, tally_task, &t);
     EXPECT_EQ(tally_sum(&t), 3);
     int x;
     void *vx = &x;
     ft_pool_run(p, void_task, vx);
     EXPECT(atomic_load(&g_void_seen) == vx);
+    EXPECT_EQ(ft_pool_watch_end(p), 0);
+    ft_pool_run(p, void_task, &x);
+    EXPECT(atomic_load(&g_void_seen) == (void *)&x);
     ft_pool_free(p);
 }
 

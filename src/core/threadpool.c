@@ -12,12 +12,14 @@
  * without running (its caller fails the step), as a new job would otherwise wait for the
  * stuck task. Only the caller reads or writes the watch's fields.
  *
- * A job's context: ft_pool_run copies *ctx into the pool's ctx_buf when the job starts and
- * hands the tasks that copy, so a task of an abandoned job, however late it starts (claimed,
+ * A job's context: under the watch, ft_pool_run copies *ctx into the pool's ctx_buf when the
+ * job starts and hands the tasks that copy, so a task of an abandoned job, however late it starts (claimed,
  * then descheduled before its first line), reads the pool's copy and never the caller's frame.
  * ctx_buf is rewritten only when no task of an earlier job runs (pending 0), like fn and ctx:
  * a later job first waits for the stuck task (or gives up without touching them). The copy
- * goes back into *ctx once every task is done (tasks may count or leave results there). */
+ * goes back into *ctx once every task is done (tasks may count or leave results there).
+ * Unwatched jobs, never abandoned, get ctx itself: another thread may change it under them
+ * (bench_latency stops its background job through a flag there). */
 #define _GNU_SOURCE
 #include "core/threadpool.h"
 
@@ -358,7 +360,8 @@ static enum ft_status run_job(struct ft_pool *p, ft_pool_fn fn, void *ctx, size_
 }
 
 void ft_pool_run_ctx(struct ft_pool *p, ft_pool_fn fn, void *ctx, size_t ctx_bytes) {
-    (void)run_job(p, fn, ctx, ctx_bytes, -1, p && p->watch_ns >= 0);
+    const int watched = p && p->watch_ns >= 0; /* (only those can be abandoned: copied) */
+    (void)run_job(p, fn, ctx, watched ? ctx_bytes : 0, -1, watched);
 }
 
 enum ft_status ft_pool_run_until(struct ft_pool *p, ft_pool_fn fn, void *ctx, int64_t deadline_ns) {

@@ -1,8 +1,9 @@
 /* threadpool.h — a persistent pthread pool for data-parallel loops.
  * One caller at a time (the engine thread); the caller takes part as worker 0.
- * ft_pool_run(p, fn, ctx) calls fn(copy of ctx, i, n) once for each task i in [0, n) and
- * returns when all are done (the copy: see ft_pool_run_ctx): task 0 on the caller, the others on whichever thread claims them first (the
- * caller too, after task 0), so a worker woken late does not hold the job back. A task may
+ * ft_pool_run(p, fn, ctx) calls fn(ctx, i, n) (under the watch: fn(the pool's copy of ctx, i,
+ * n), see ft_pool_run_ctx) once for each task i in [0, n) and returns when all are done: task 0
+ * on the caller, the others on whichever thread claims them first (the caller too, after task
+ * 0), so a worker woken late does not hold the job back. A task may
  * wait for work another running task has claimed, never for a task to start (no barriers).
  * Work is split by the callee (fixed ranges by i, or an atomic counter). */
 #ifndef FT_CORE_THREADPOOL_H
@@ -32,13 +33,14 @@ int ft_pool_size(const struct ft_pool *p);
 void ft_pool_hold_worker(struct ft_pool *p, int i, int hold);
 /* The one CPU worker thread i (1 <= i < n) may run on, or -1 (not pinned, or no such worker). */
 int ft_pool_worker_cpu(const struct ft_pool *p, int i);
-/* ft_pool_run(p, fn, ctx): the job's tasks run on the pool's own copy of *ctx (its
- * sizeof *ctx bytes, copied in when the job starts and back into *ctx once every task is done,
- * not when the job is abandoned), so that a task of a job the watch abandons, even one wedged
- * before its first line, never reads the caller's frame, gone by then: only what the context
- * points to, which must outlive the job (the engine's buffers). ctx is untyped (void *, NULL):
- * no copy, the tasks get ctx itself. A context that points into itself would point into the
- * caller's copy; a task may write its context (counters, results): those writes come back. */
+/* ft_pool_run(p, fn, ctx): under the watch (ft_pool_watch), the job's tasks run on the pool's
+ * own copy of *ctx (its sizeof *ctx bytes, copied in when the job starts and back into *ctx
+ * once every task is done, not when the job is abandoned), so that a task of a job the watch
+ * abandons, even one wedged before its first line, never reads the caller's frame, gone by
+ * then: only what the context points to, which must outlive the job (the engine's buffers).
+ * A task may write its context (counters, results): those writes come back; a watched job's
+ * context must not point into itself, nor be changed by another thread while the job runs.
+ * Unwatched jobs (never abandoned), and an untyped ctx (void *, NULL): the tasks get ctx. */
 void ft_pool_run_ctx(struct ft_pool *p, ft_pool_fn fn, void *ctx, size_t ctx_bytes);
 #ifndef __cplusplus
 #define FT_POOL_CTX_BYTES(ctx)                                                                 \

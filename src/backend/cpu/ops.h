@@ -5,8 +5,8 @@
  * Threading: functions taking a pool run on it and must be called from one thread at a time
  * (the engine thread); the others are single-threaded and reentrant. POOL_COPY: the CPU
  * forward's watchdog (core/threadpool.h, ft_pool_watch) may abandon a job whose context is on
- * the caller's stack while a wedged task still runs. ft_pool_run hands the tasks the pool's own
- * copy of that context, taken when the job starts (so even a task wedged before its first line
+ * the caller's stack while a wedged task still runs. A watched ft_pool_run hands the tasks the
+ * pool's own copy of that context, taken when the job starts (so even a task wedged before its first line
  * reads a live one), and every pool task here also copies it at entry; a late task then reads
  * only that copy and the engine's buffers it points to, never the caller's frame.
  * Layouts are row-major; shapes are given in the comments as [rows, cols]. */
