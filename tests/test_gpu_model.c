@@ -19,6 +19,9 @@
 #include "mem/residency.h"
 #include "format/safetensors.h"
 #include "model/model.h"
+#include "text/tok_bytes.h"
+#include "text/tokenizer.h"
+#define ENGINE_DRAWS_GRAMMAR
 #include "engine_draws.h"
 #include "core/env.h"
 #include "test.h"
@@ -282,6 +285,73 @@ TEST(device_draws_match_host_draws) {
         ft_engine_free(e);
     }
     ft_cuda_sample_draw_set_cap(0);
+    ft_model_free(m);
+}
+
+static const char *jg_bytes_of(void *ctx, int32_t id, size_t *len, int *special) {
+    return ft_tok_bytes(ctx, id, len, special);
+}
+
+/* Grammar-constrained draws on the device (the mask applied there, no logits back): rows masked
+ * by allow bitmasks (about half the tokens without the argmax, one token, five under top-k 20,
+ * a third under top-p with min-p; engine_draws.h) equal ft_sampler_draw_row on the same logits
+ * masked on the host, graphs on; a JSON-schema request drawn by the engine, greedy and seeded
+ * top-k/top-p, gives exactly the tokens of the host sampler masking the logits itself (the
+ * same engine, logits back); and not one of the engine's rows went to the host. */
+TEST(device_masked_draws_match_host_masking) {
+    struct ft_model *m = NULL;
+    struct ft_tok *tok = NULL;
+    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/qwen3_moe", &m));
+    EXPECT_OK(ft_tok_load(FT_TEST_DATA "/models/qwen3_moe", &tok));
+    struct ft_engine *e = m ? gpu_engine(m, 128, 1) : NULL;
+    struct ft_jg_vocab v = {0};
+    struct ft_jg *g = NULL;
+    if (!e || !tok) goto done;
+    long rows0, host0, rows1, host1;
+    ft_engine_draw_stats(e, &rows0, &host0);
+    const int steps = 8;
+    int fills = 0;
+    const int same = engine_masked_draws_agree(e, m->vocab, steps, &fills);
+    fprintf(stderr, "  masked device draws equal the host's at %d of %d steps\n", same, steps);
+    CHECK_(same >= steps - 1, "masked device draws equal the host's at %d of %d steps", same, steps);
+    EXPECT_EQ(fills, 4 * steps);
+    EXPECT_OK(ft_jg_vocab_init(&v, ft_tok_n_vocab(tok), jg_bytes_of, tok));
+    json_error_t je;
+    json_t *sch = json_loads("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\","
+                             "\"maxLength\":6},\"kind\":{\"enum\":[\"cat\",\"dog\"]},\"n\":{\"type\":"
+                             "\"integer\"}},\"required\":[\"name\",\"kind\"]}", 0, &je);
+    EXPECT(sch != NULL);
+    if (sch) EXPECT_OK(ft_jg_compile_schema(sch, 1, &g));
+    json_decref(sch);
+    const int32_t end = ft_tok_find(tok, "<|im_end|>"), prompt[6] = {11, 42, 7, 99, 3, 250};
+    int drawn = 0;
+    for (int mode = 0; g && mode < 2; mode++) {
+        struct ft_sampling sp = ft_sampling_default();
+        if (mode == 0) sp.temperature = 0;
+        else sp.temperature = 0.8f, sp.top_k = 20, sp.top_p = 0.9f, sp.seed = 5;
+        int32_t a[48], b[48];
+        int ok_a = 0, ok_b = 0;
+        long r0, h0, r1, h1;
+        ft_engine_draw_stats(e, &r0, &h0);
+        const int na = engine_grammar_run(e, m->vocab, g, &v, end, &sp, prompt, 6, 1, a, 48, &ok_a);
+        ft_engine_draw_stats(e, &r1, &h1);
+        const int nb = engine_grammar_run(e, m->vocab, g, &v, end, &sp, prompt, 6, 0, b, 48, &ok_b);
+        fprintf(stderr, "  %s: %d tokens drawn on the device (%ld rows, %ld to the host), %d by the "
+                "host sampler\n", mode ? "sampled" : "greedy", na, r1 - r0, h1 - h0, nb);
+        CHECK_(na > 0 && na == nb && !memcmp(a, b, (size_t)na * 4), "%s: device and host tokens differ",
+               mode ? "sampled" : "greedy");
+        EXPECT(ok_a && ok_b);
+        EXPECT_EQ(r1 - r0, (long)na);
+        drawn += na > 0 ? na : 0;
+    }
+    ft_engine_draw_stats(e, &rows1, &host1);
+    EXPECT_EQ(rows1 - rows0, (long)(4 * steps + drawn));
+    EXPECT_EQ(host1 - host0, 0L);
+done:
+    ft_jg_free(g);
+    if (v.bytes) ft_jg_vocab_free(&v);
+    ft_engine_free(e);
+    ft_tok_free(tok);
     ft_model_free(m);
 }
 

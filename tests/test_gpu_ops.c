@@ -536,11 +536,11 @@ TEST(sample_draw_matches_definition) {
         lg[3] = -INFINITY;
         for (int r = 0; r < R; r++)
             draws[r] = (struct ft_draw){r % 4 == 0 ? 0.0f : 0.5f + 0.25f * (float)(r % 5),
-                                        (float)((r * 7919 + vi * 131) % 1000) / 1000.0f, 1.0f, 0.0f, 0};
+                                        (float)((r * 7919 + vi * 131) % 1000) / 1000.0f, 1.0f, 0.0f, 0, 0};
         float *dlg = up(lg, (size_t)R * V * 4);
         struct ft_draw *dd = up(draws, sizeof draws);
         int32_t *dout = up(NULL, R * 4), out[16];
-        ft_cuda_sample_draw(dlg, R, V, dd, dout, 0);
+        ft_cuda_sample_draw(dlg, R, V, dd, NULL, dout, 0);
         cudaDeviceSynchronize();
         cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost);
         for (int r = 0; r < R; r++) {
@@ -583,9 +583,9 @@ TEST(sample_draw_matches_definition) {
 TEST(filtered_draws_match_host) {
     const int Vs[3] = {151936, 1000, 1001}; /* 1001: rows not 16-byte aligned (one value a load) */
     const struct ft_draw cfg[8] = {
-        {0.7f, 0.0f, 0.8f, 0.0f, 20}, {1.0f, 0.0f, 1.0f, 0.0f, 1},  {0.8f, 0.0f, 1.0f, 0.0f, 50},
-        {1.0f, 0.0f, 0.9f, 0.0f, 0},  {1.0f, 0.0f, 1.0f, 0.1f, 0},  {1.1f, 0.0f, 0.7f, 0.05f, 0},
-        {0.6f, 0.0f, 0.95f, 0.02f, 40}, {1.0f, 0.0f, 0.95f, 0.0f, 0}, /* the last on a flat row */
+        {0.7f, 0.0f, 0.8f, 0.0f, 20, 0}, {1.0f, 0.0f, 1.0f, 0.0f, 1, 0},  {0.8f, 0.0f, 1.0f, 0.0f, 50, 0},
+        {1.0f, 0.0f, 0.9f, 0.0f, 0, 0},  {1.0f, 0.0f, 1.0f, 0.1f, 0, 0},  {1.1f, 0.0f, 0.7f, 0.05f, 0, 0},
+        {0.6f, 0.0f, 0.95f, 0.02f, 40, 0}, {1.0f, 0.0f, 0.95f, 0.0f, 0, 0}, /* the last on a flat row */
     };
     const struct ft_sampling def = ft_sampling_default();
     int differ = 0, total = 0, overflow_ok = 0, capped_ok = 0, capped_sent = 0, bad = 0;
@@ -607,11 +607,11 @@ TEST(filtered_draws_match_host) {
         float *dlg = up(lg, (size_t)R * V * 4);
         struct ft_draw *dd = up(draws, sizeof draws);
         int32_t *dout = up(NULL, R * 4), out[32], capped[32];
-        ft_cuda_sample_draw(dlg, R, V, dd, dout, 0);
+        ft_cuda_sample_draw(dlg, R, V, dd, NULL, dout, 0);
         cudaDeviceSynchronize();
         cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost);
         ft_cuda_sample_draw_set_cap(8);
-        ft_cuda_sample_draw(dlg, R, V, dd, dout, 0);
+        ft_cuda_sample_draw(dlg, R, V, dd, NULL, dout, 0);
         cudaDeviceSynchronize();
         cudaMemcpy(capped, dout, sizeof capped, cudaMemcpyDeviceToHost);
         ft_cuda_sample_draw_set_cap(0);
@@ -645,6 +645,99 @@ TEST(filtered_draws_match_host) {
     EXPECT_EQ(capped_ok, 96);
     EXPECT(capped_sent >= 24); /* at least the top-k 20, 40 and 50 rows */
     EXPECT_OK(ft_cuda_check("filtered sample draw"));
+}
+
+/* Masked draws on the device (grammar-constrained decoding: ft_cuda_sample_draw with allow
+ * bitmasks) against the host's definition, ft_sampler_draw_row on the row masked first
+ * (ft_mask_apply_bits), on a real vocab (151,936), one not a multiple of 32 whose rows are read
+ * a value at a time (1,001) and one smaller than a warp's word (37): the masked argmax (its
+ * unmasked argmax forbidden), temperature alone, top-k 20 with top-p 0.8, top-p, min-p, top-p
+ * with min-p and top-k 50, each with about half the tokens allowed, with a single token
+ * allowed (which must come out), with 5 (fewer than k) and with a third. Every drawn token is
+ * allowed; rounding may move a boundary in at most 2 rows; rows not marked masked ignore the
+ * masks (the unmasked draw). */
+TEST(masked_draws_match_host) {
+    const int Vs[3] = {151936, 1001, 37};
+    const struct ft_draw cfg[8] = {
+        {0.0f, 0.0f, 1.0f, 0.0f, 0, 1},  {0.9f, 0.0f, 1.0f, 0.0f, 0, 1},   {0.7f, 0.0f, 0.8f, 0.0f, 20, 1},
+        {1.0f, 0.0f, 0.9f, 0.0f, 0, 1},  {1.0f, 0.0f, 1.0f, 0.1f, 0, 1},   {1.1f, 0.0f, 0.7f, 0.05f, 0, 1},
+        {0.8f, 0.0f, 1.0f, 0.0f, 50, 1}, {0.6f, 0.0f, 0.95f, 0.02f, 40, 1},
+    };
+    const struct ft_sampling def = ft_sampling_default();
+    int differ = 0, total = 0, bad = 0, single = 0, single_ok = 0, unmasked_same = 0;
+    for (int vi = 0; vi < 3; vi++) {
+        const int V = Vs[vi], R = 32, W = (V + 31) / 32;
+        struct ft_sampler *scratch = NULL;
+        EXPECT_OK(ft_sampler_init(&scratch, &def, V));
+        float *lg = malloc((size_t)R * V * 4), *y = malloc((size_t)V * 4);
+        uint32_t *mk = calloc((size_t)R * W, 4);
+        struct ft_draw draws[32], plain[32];
+        for (int r = 0; r < R; r++) {
+            float *x = lg + (size_t)r * V;
+            uint32_t *w = mk + (size_t)r * W;
+            for (int i = 0; i < V; i++) x[i] = 1.5f * frand() - 6.5f;
+            int strong[12];
+            for (int j = 0; j < 12; j++) x[strong[j] = (r * 7919 + j * 104729) % V] = 6.0f + (float)(j % 5);
+            const int kind = (r / 8) % 4; /* half; one token; five; a third */
+            if (kind == 1 || kind == 2)
+                for (int k = 0; k < (kind == 1 ? 1 : 5); k++) {
+                    const int id = (r * 389 + k * 1013 + V - 1) % V; /* V - 1 too: the last word */
+                    w[id >> 5] |= 1u << (id & 31);
+                }
+            else
+                for (int i = 0; i < V; i++)
+                    if ((unsigned)(i * 2654435761u + r) % (kind == 0 ? 2 : 3) == 0) w[i >> 5] |= 1u << (i & 31);
+            if (kind == 0 || kind == 3) /* the strong tokens allowed but the strongest */
+                for (int j = 0; j < 12; j++) {
+                    const int top = ft_argmax(x, V);
+                    if (strong[j] == top) w[top >> 5] &= ~(1u << (top & 31));
+                    else w[strong[j] >> 5] |= 1u << (strong[j] & 31);
+                }
+            draws[r] = cfg[r % 8];
+            draws[r].u = (float)((r * 7919 + vi * 131) % 1000) / 1000.0f;
+            plain[r] = draws[r], plain[r].masked = 0;
+        }
+        float *dlg = up(lg, (size_t)R * V * 4);
+        struct ft_draw *dd = up(draws, sizeof draws), *dp = up(plain, sizeof plain);
+        uint32_t *dmk = up(mk, (size_t)R * W * 4);
+        int32_t *dout = up(NULL, R * 4), out[32], pout[32], nout[32];
+        ft_cuda_sample_draw(dlg, R, V, dd, dmk, dout, 0);
+        cudaDeviceSynchronize();
+        cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost);
+        ft_cuda_sample_draw(dlg, R, V, dp, dmk, dout, 0); /* masks given, rows not masked */
+        cudaDeviceSynchronize();
+        cudaMemcpy(pout, dout, sizeof pout, cudaMemcpyDeviceToHost);
+        ft_cuda_sample_draw(dlg, R, V, dp, NULL, dout, 0);
+        cudaDeviceSynchronize();
+        cudaMemcpy(nout, dout, sizeof nout, cudaMemcpyDeviceToHost);
+        for (int r = 0; r < R; r++) {
+            const uint32_t *w = mk + (size_t)r * W;
+            memcpy(y, lg + (size_t)r * V, (size_t)V * 4);
+            ft_mask_apply_bits(y, V, w);
+            const int32_t want = ft_sampler_draw_row(scratch, &draws[r], y);
+            unmasked_same += pout[r] == nout[r];
+            total++;
+            const int allowed = out[r] >= 0 && out[r] < V && (w[out[r] >> 5] >> (out[r] & 31) & 1);
+            bad += !allowed;
+            if ((r / 8) % 4 == 1) single++, single_ok += out[r] == want;
+            if (draws[r].temperature <= 0) bad += out[r] != want; /* the argmax: exact */
+            if (out[r] != want)
+                fprintf(stderr, "  V %d row %d (t %.2f k %d p %.2f min-p %.2f u %.3f): device %d, host %d\n",
+                        V, r, draws[r].temperature, draws[r].top_k, draws[r].top_p, draws[r].min_p,
+                        draws[r].u, out[r], want);
+            differ += out[r] != want;
+        }
+        free(lg), free(y), free(mk);
+        ft_sampler_free(scratch);
+        cudaFree(dlg), cudaFree(dd), cudaFree(dp), cudaFree(dmk), cudaFree(dout);
+    }
+    fprintf(stderr, "  masked device draws: %d of %d differ from the host's, %d not allowed; single-token "
+            "rows %d of %d\n", differ, total, bad, single_ok, single);
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(single_ok, single);
+    EXPECT_EQ(unmasked_same, total);
+    CHECK_(differ <= 2, "%d of %d masked device draws differ from the host's", differ, total);
+    EXPECT_OK(ft_cuda_check("masked sample draw"));
 }
 
 /* Uniform synthetic routing: 8 distinct ids of 64 per token, every

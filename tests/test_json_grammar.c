@@ -5,7 +5,10 @@
  * text always goes through the server's text pipeline (the <think>/harmony splitter, then the
  * family's own parser, text/tool_parse.h) into calls whose arguments fit the tool's schema (a
  * small JSON Schema checker here); and token masks over a real tokenizer (the qwen3_moe
- * fixture's): random walks through the mask always end in a document that parses and fits. */
+ * fixture's): random walks through the mask always end in a document that parses and fits; the
+ * allow bitmask (ft_jg_allow) against the mask's -inf set and a token-by-token reference along
+ * real documents over Qwen3's 151k vocabulary; and the engine's masked draws (the GPU backends'
+ * path, here on the CPU backend) against the host sampler's masking. */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -20,6 +23,11 @@
 #include "text/tokenizer.h"
 #include "text/tool_parse.h"
 #include "server/sse.h"
+#include "core/threadpool.h"
+#include "engine/forward.h"
+#include "model/model.h"
+#define ENGINE_DRAWS_GRAMMAR
+#include "engine_draws.h"
 
 static struct ft_jg *schema(const char *text, int strict) {
     json_error_t e;
@@ -614,6 +622,172 @@ TEST(calls_grammar_errors_name_the_problem) {
               FT_ERR_INVALID_ARG);
     EXPECT_CONTAINS(ft_error(), "my tool");
     json_decref(t);
+}
+
+/* --- the allow bitmask over a real vocabulary --- */
+
+/* As server/constrain.c: special tokens out of reach but the families' tool-call markers. */
+static const char *bytes_of_markers(void *ctx, int32_t id, size_t *len, int *special) {
+    const char *b = ft_tok_bytes(ctx, id, len, special);
+    if (b && *special)
+        for (int f = 0; f < FT_TOOLS_N; f++)
+            for (const char *const *m = ft_tool_fmt_markers(f); *m; m++)
+                if (strlen(*m) == *len && !memcmp(*m, b, *len)) *special = 0;
+    return b;
+}
+
+/* Along text tokenised by tok, at every state: ft_jg_allow's bits equal the -inf set ft_jg_mask
+ * leaves and a token-by-token reference (ft_jg_token_ok; the end ids allowed exactly when the
+ * match is complete or nothing else fits), and the next token of the text is allowed. Returns
+ * the states checked (-1: a mismatch); *us: microseconds spent in ft_jg_allow. */
+static int bits_along(const struct ft_tok *tok, const struct ft_jg_vocab *v, const struct ft_jg *g,
+                      const char *text, const int32_t *end, int n_end, double *us) {
+    const int V = v->n_vocab, nw = ft_mask_words(V);
+    int32_t *ids = NULL;
+    int n = 0, states = 0, bad = 0;
+    if (ft_tok_encode(tok, text, strlen(text), 0, &ids, &n) != FT_OK) return -1;
+    uint32_t *w = malloc((size_t)nw * 4);
+    float *lg = malloc((size_t)V * 4);
+    struct ft_jg_state st;
+    ft_jg_start(g, &st);
+    for (int t = 0; t <= n && !bad; t++) {
+        const int64_t t0 = ft_time_us();
+        ft_jg_allow(g, &st, v, end, n_end, w);
+        *us += (double)(ft_time_us() - t0);
+        for (int i = 0; i < V; i++) lg[i] = 1.0f;
+        ft_jg_mask(g, &st, v, end, n_end, lg);
+        int any = 0;
+        for (int i = 0; i < V; i++) any |= ft_jg_token_ok(g, &st, v, i);
+        const int ends = ft_jg_accepting(g, &st) || !any;
+        for (int i = 0; i < V && bad < 5; i++) {
+            int is_end = 0;
+            for (int k = 0; k < n_end; k++) is_end |= end[k] == i;
+            const int bit = (int)(w[i >> 5] >> (i & 31) & 1), ref = is_end ? ends : ft_jg_token_ok(g, &st, v, i);
+            if (bit != (lg[i] != -INFINITY) || bit != ref) {
+                fprintf(stderr, "  state %d of \"%.40s\": token %d bit %d, mask %d, reference %d\n", t,
+                        text, i, bit, lg[i] != -INFINITY, ref);
+                bad++;
+            }
+        }
+        for (int i = V; i < 32 * nw; i++) bad += (int)(w[i >> 5] >> (i & 31) & 1); /* past V: 0 */
+        states++;
+        if (t == n) break;
+        CHECK_(w[ids[t] >> 5] >> (ids[t] & 31) & 1, "\"%.40s\": its token %d (%d) is not allowed", text, t, ids[t]);
+        if (!v->bytes[ids[t]] || ft_jg_feed(g, &st, v->bytes[ids[t]], v->len[ids[t]])) break;
+    }
+    CHECK_(ft_jg_accepting(g, &st), "\"%.60s\" ends accepted", text);
+    free(ids), free(w), free(lg);
+    return bad ? -1 : states;
+}
+
+TEST(allow_bits_equal_the_mask_on_a_real_vocab) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "mkdir -p jgtok/qwen3 && xz -dc '%s/tok/qwen3/tokenizer.json.xz' > "
+             "jgtok/qwen3/tokenizer.json && cp '%s/tok/qwen3/tokenizer_config.json' jgtok/qwen3/",
+             FT_TEST_DATA, FT_TEST_DATA);
+    struct ft_tok *tok = NULL;
+    EXPECT(system(cmd) == 0);
+    EXPECT_OK(ft_tok_load("jgtok/qwen3", &tok));
+    if (!tok) return;
+    struct ft_jg_vocab v;
+    EXPECT_OK(ft_jg_vocab_init(&v, ft_tok_n_vocab(tok), bytes_of_markers, tok));
+    const int32_t end[2] = {ft_tok_find(tok, "<|im_end|>"), ft_tok_find(tok, "<|endoftext|>")};
+    EXPECT(end[0] >= 0 && end[1] >= 0 && v.n_vocab > 150000);
+    int states = 0, bad = 0;
+    double us = 0;
+    struct ft_jg *g = schema("{\"type\":\"object\",\"properties\":{"
+                             "\"name\":{\"type\":\"string\",\"maxLength\":12},"
+                             "\"age\":{\"type\":\"integer\"},"
+                             "\"kind\":{\"enum\":[\"cat\",\"dog\"]},"
+                             "\"pets\":{\"type\":\"array\",\"maxItems\":2,\"items\":{\"type\":"
+                             "\"boolean\"}}},"
+                             "\"required\":[\"name\",\"age\",\"kind\",\"pets\"]}", 1);
+    const char *docs[] = {"{\"name\": \"Ada Lovelace\", \"age\": 36, \"kind\": \"cat\", \"pets\": [true, false]}",
+                          "{\n  \"name\": \"\\u00e9t\u00e9\",\n  \"age\": -7,\n  \"kind\": \"dog\",\n  \"pets\": []\n}"};
+    for (int d = 0; g && d < 2; d++) {
+        const int k = bits_along(tok, &v, g, docs[d], end, 2, &us);
+        CHECK_(k > 0, "schema document %d", d);
+        states += k > 0 ? k : 0, bad += k < 0;
+    }
+    ft_jg_free(g);
+    g = NULL;
+    EXPECT_OK(ft_jg_compile_object(&g));
+    if (g) {
+        const int k = bits_along(tok, &v, g, "{\"a\": [1, 2.5e3, {\"b\": null}], \"c\": \"x y\", \"d\": true}", end, 2, &us);
+        CHECK_(k > 0, "json_object document");
+        states += k > 0 ? k : 0, bad += k < 0;
+    }
+    ft_jg_free(g);
+    json_t *tools = json_loads(k_tools, 0, NULL);
+    for (size_t ci = 0; tools && ci < sizeof k_cases / sizeof k_cases[0]; ci++) {
+        const struct fam_case *c = &k_cases[ci];
+        if (c->fmt == FT_TOOLS_DEEPSEEK || c->fmt == FT_TOOLS_HARMONY || c->fmt == FT_TOOLS_MISTRAL)
+            continue; /* their markers are not Qwen3 tokens */
+        g = fam_grammar(c, tools, NULL, 0);
+        for (int i = 0; g && i < 3 && c->good[i]; i++) {
+            const int k = bits_along(tok, &v, g, c->good[i], end, 2, &us);
+            CHECK_(k > 0, "%s document %d", ft_tool_fmt_name(c->fmt), i);
+            states += k > 0 ? k : 0, bad += k < 0;
+        }
+        ft_jg_free(g);
+    }
+    json_decref(tools);
+    fprintf(stderr, "  %d grammar states: bits = mask = reference; %.2f ms a bitmask over %d tokens\n",
+            states, us / 1000.0 / (states ? states : 1), v.n_vocab);
+    EXPECT_EQ(bad, 0);
+    EXPECT(states > 150);
+    ft_jg_vocab_free(&v);
+    ft_tok_free(tok);
+}
+
+/* --- the engine's masked draws, on the CPU backend (the GPU backends' path) --- */
+
+/* ft_engine_forward_batch_draw with masked rows equals ft_sampler_draw_row on the masked logits,
+ * and a JSON-schema request drawn by the engine (greedy, then seeded top-k/top-p sampling)
+ * gives exactly the tokens of the host sampler masking the logits itself. */
+TEST(engine_masked_draws_follow_the_grammar) {
+    struct ft_pool *pool = NULL;
+    struct ft_model *m = NULL;
+    struct ft_tok *tok = NULL;
+    EXPECT_OK(ft_pool_init(&pool, 2));
+    EXPECT_OK(ft_model_load(FT_TEST_DATA "/models/qwen3_moe", &m));
+    EXPECT_OK(ft_tok_load(FT_TEST_DATA "/models/qwen3_moe", &tok));
+    struct ft_engine_opts eo = {.max_ctx = 128, .max_chunk = 64, .kv_tokens = 512};
+    struct ft_engine *e = NULL;
+    if (m) EXPECT_OK(ft_engine_init(&e, m, pool, &eo));
+    struct ft_jg_vocab v = {0};
+    struct ft_jg *g = NULL;
+    if (!e || !tok) goto done;
+    int fills = 0;
+    EXPECT_EQ(engine_masked_draws_agree(e, m->vocab, 6, &fills), 6);
+    EXPECT_EQ(fills, 24);
+    EXPECT_OK(ft_jg_vocab_init(&v, ft_tok_n_vocab(tok), bytes_of, tok));
+    g = schema("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":6},"
+               "\"kind\":{\"enum\":[\"cat\",\"dog\"]},\"n\":{\"type\":\"integer\"}},"
+               "\"required\":[\"name\",\"kind\"]}", 1);
+    const int32_t end = ft_tok_find(tok, "<|im_end|>");
+    const int32_t prompt[6] = {11, 42, 7, 99, 3, 250};
+    for (int mode = 0; g && mode < 2; mode++) {
+        struct ft_sampling sp = ft_sampling_default();
+        if (mode == 0) sp.temperature = 0;
+        else sp.temperature = 0.8f, sp.top_k = 20, sp.top_p = 0.9f, sp.seed = 5;
+        int32_t a[48], b[48];
+        int ok_a = 0, ok_b = 0;
+        const int na = engine_grammar_run(e, m->vocab, g, &v, end, &sp, prompt, 6, 1, a, 48, &ok_a);
+        const int nb = engine_grammar_run(e, m->vocab, g, &v, end, &sp, prompt, 6, 0, b, 48, &ok_b);
+        fprintf(stderr, "  %s: %d tokens drawn by the engine, %d by the host sampler\n",
+                mode ? "sampled" : "greedy", na, nb);
+        CHECK_(na > 0 && na == nb && !memcmp(a, b, (size_t)na * 4), "%s: engine and host tokens differ",
+               mode ? "sampled" : "greedy");
+        EXPECT(ok_a && ok_b);
+    }
+done:
+    ft_jg_free(g);
+    if (v.bytes) ft_jg_vocab_free(&v);
+    ft_engine_free(e);
+    ft_tok_free(tok);
+    ft_model_free(m);
+    ft_pool_free(pool);
 }
 
 TEST_MAIN("json_grammar")

@@ -328,6 +328,97 @@ TEST(engine_draw_row_equals_sampler) {
     ft_sampler_free(c), ft_sampler_free(scratch);
 }
 
+/* A fixed allow bitmask as a sampler's mask (what server/constrain.c gives a grammar): apply
+ * and bits agree by construction; accept counts the tokens it is told. */
+struct fixed_mask {
+    const uint32_t *words;
+    int accepted, last;
+};
+static void fm_apply(void *ctx, float *logits, int V) {
+    ft_mask_apply_bits(logits, V, ((struct fixed_mask *)ctx)->words);
+}
+static void fm_bits(void *ctx, uint32_t *words, int V) {
+    memcpy(words, ((struct fixed_mask *)ctx)->words, (size_t)ft_mask_words(V) * 4);
+}
+static void fm_accept(void *ctx, int32_t id) {
+    struct fixed_mask *m = ctx;
+    m->accepted++, m->last = id;
+}
+static void fm_free(void *ctx) { (void)ctx; }
+
+/* A masked sampler's host draw (ft_sampler_sample: the mask's apply first) equals the engine's
+ * draw with its parameters (ft_sampler_engine_draw: masked) on logits masked by the bits
+ * (ft_mask_apply_bits, then ft_sampler_draw_row): greedy, temperature, top-k with fewer
+ * allowed tokens than k, top-p, min-p, on a vocab that is not a multiple of 32, with masks
+ * keeping half, a handful and a single token. A mask with bits lets the engine draw (not a
+ * plain greedy step), one without does not; accept still reaches the mask. */
+TEST(masked_draws_equal_host_masking) {
+    enum { V = 3001, NW = (V + 31) / 32 };
+    static float x[V], y[V];
+    static uint32_t words[NW], got[NW];
+    const struct ft_sampling def = ft_sampling_default();
+    struct ft_sampler *scratch;
+    EXPECT_OK(ft_sampler_init(&scratch, &def, V));
+    const float cfg[6][4] = {/* temperature, top_k, top_p, min_p */
+                             {0, 0, 1, 0}, {0.9f, 0, 1, 0}, {0.7f, 20, 0.8f, 0},
+                             {1.0f, 0, 0.9f, 0}, {1.1f, 0, 0.7f, 0.05f}, {1.0f, 50, 1, 0}};
+    uint64_t r = 11;
+    int bad = 0, n = 0, outside = 0;
+    for (int c = 0; c < 6; c++) {
+        for (int keep = 0; keep < 3; keep++) { /* half; 7 tokens; 1 token */
+            struct ft_sampling sp = ft_sampling_default();
+            sp.temperature = cfg[c][0], sp.top_k = (int)cfg[c][1], sp.top_p = cfg[c][2];
+            sp.min_p = cfg[c][3], sp.seed = 70 + 3 * c + keep;
+            struct fixed_mask ma = {words, 0, -1}, mb = {words, 0, -1};
+            struct ft_sampler *a, *b;
+            EXPECT_OK(ft_sampler_init(&a, &sp, V));
+            EXPECT_OK(ft_sampler_init(&b, &sp, V));
+            ft_sampler_set_mask(a, &(struct ft_logit_mask){fm_apply, fm_accept, fm_free, &ma, fm_bits});
+            ft_sampler_set_mask(b, &(struct ft_logit_mask){fm_apply, fm_accept, fm_free, &mb, fm_bits});
+            EXPECT(ft_sampler_engine_drawable(b) && !ft_sampler_plain_greedy(b));
+            for (int t = 0; t < 20; t++, n++) {
+                memset(words, 0, sizeof words);
+                for (int i = 0; i < V; i++) {
+                    r = r * 6364136223846793005ull + 1442695040888963407ull;
+                    x[i] = (t % 2 ? 1.0f : 8.0f) * (float)((double)(r >> 11) / 9007199254740992.0 - 0.5);
+                    if (keep == 0 && (r >> 7) % 2) words[i >> 5] |= 1u << (i & 31);
+                }
+                for (int k = 0; keep && k < (keep == 1 ? 7 : 1); k++) {
+                    const int id = (t * 389 + k * 1013 + c * 97 + V - 7) % V; /* the last word too */
+                    words[id >> 5] |= 1u << (id & 31);
+                }
+                memcpy(y, x, sizeof x);
+                const int32_t ia = ft_sampler_sample(a, y);
+                struct ft_draw d;
+                ft_sampler_engine_draw(b, &d);
+                EXPECT(d.masked == 1);
+                ft_sampler_mask_bits(b, got);
+                bad += memcmp(got, words, sizeof words) != 0;
+                memcpy(y, x, sizeof x);
+                ft_mask_apply_bits(y, V, got);
+                const int32_t ib = ft_sampler_draw_row(scratch, &d, y);
+                bad += ia != ib;
+                outside += !(words[ia >> 5] >> (ia & 31) & 1);
+                ft_sampler_accept(a, ia), ft_sampler_accept(b, ib);
+            }
+            EXPECT(ma.accepted == 20 && mb.accepted == 20 && ma.last == mb.last);
+            ft_sampler_free(a), ft_sampler_free(b);
+        }
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(outside, 0);
+    EXPECT(n == 360);
+    /* no bits: the logits must come back; no mask: every token */
+    struct ft_sampler *c;
+    EXPECT_OK(ft_sampler_init(&c, &def, V));
+    ft_sampler_mask_bits(c, got);
+    EXPECT(got[0] == ~0u && got[NW - 1] == (1u << (V & 31)) - 1);
+    struct fixed_mask mc = {words, 0, -1};
+    ft_sampler_set_mask(c, &(struct ft_logit_mask){fm_apply, fm_accept, fm_free, &mc, NULL});
+    EXPECT(!ft_sampler_engine_drawable(c));
+    ft_sampler_free(c), ft_sampler_free(scratch);
+}
+
 /* 200k draws at temperature 1 from 5 logits: each frequency within 4 sigma of softmax. */
 TEST(draws_follow_softmax) {
     const float logits[5] = {1.0f, 0.0f, -1.0f, 2.0f, 0.5f};

@@ -773,57 +773,77 @@ static enum ft_status top1_scratch(struct ft_engine *e, int rows, int draws) {
     return FT_OK;
 }
 
+/* Row r of logits masked by its allow bitmask (masks->fill) on the host: the CPU backend's
+ * masked draws, and a GPU row the device left to the host. words: [ft_mask_words(V)]. */
+static void mask_row(const struct ft_draw_masks *masks, int r, uint32_t *words, float *row, int V) {
+    masks->fill(masks->ctx, r, words);
+    ft_mask_apply_bits(row, V, words);
+}
+
 /* The batch forward: logits as ft_engine_forward_batch's; top1: each row's token, the argmax
- * or (draws) ft_sampler_draw_row's draw. */
+ * or (draws) ft_sampler_draw_row's draw, masked rows by masks' bits. */
 static enum ft_status forward_rows(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
-                                   float *logits, int32_t *top1, const struct ft_draw *draws) {
+                                   float *logits, int32_t *top1, const struct ft_draw *draws,
+                                   const struct ft_draw_masks *masks) {
     enum ft_status st = check_batch(e, segs, n_segs);
     if (st != FT_OK) return st;
     const int V = e->m->vocab;
-    int rows = 0;
+    int rows = 0, n_masked = 0;
     for (int i = 0; i < n_segs; i++)
         rows += segs[i].want == FT_LOGITS_ALL ? segs[i].n : segs[i].want == FT_LOGITS_LAST;
+    for (int r = 0; draws && top1 && r < rows; r++) n_masked += draws[r].masked != 0;
+    if (n_masked && (!masks || !masks->fill))
+        return ft_fail(FT_ERR_INVALID_ARG, "engine draw: %d masked rows but no allow bitmasks", n_masked);
+    uint32_t *words = NULL; /* [ft_mask_words(V)]: a masked row's bits on the host */
+    if (n_masked && !(words = malloc((size_t)ft_mask_words(V) * sizeof *words)))
+        return ft_fail(FT_ERR_OOM, "engine: out of memory for a token mask");
     if (top1 && rows > 0) { /* scratch rows: the CPU backend's logits when the caller wants ids
                              * only; a GPU row the device leaves to the host sampler */
         const int need = e->gpu ? draws != NULL : logits ? 0 : rows;
-        if ((need || draws) && (st = top1_scratch(e, need, draws != NULL)) != FT_OK) return st;
+        if ((need || draws) && (st = top1_scratch(e, need, draws != NULL)) != FT_OK) goto done;
     }
     if (!e->gpu) {
         float *l = logits ? logits : e->top1_logits; /* ids only: logits into scratch */
         st = cpu_forward(e, segs, n_segs, top1 && rows > 0 ? l : logits);
-        for (int r = 0; st == FT_OK && top1 && r < rows; r++)
-            top1[r] = draws ? ft_sampler_draw_row(e->draw_smp, &draws[r], l + (size_t)r * V)
-                            : ft_argmax(l + (size_t)r * V, V);
-        return st;
+        for (int r = 0; st == FT_OK && top1 && r < rows; r++) {
+            float *row = l + (size_t)r * V;
+            if (draws && draws[r].masked) mask_row(masks, r, words, row, V);
+            top1[r] = draws ? ft_sampler_draw_row(e->draw_smp, &draws[r], row) : ft_argmax(row, V);
+        }
+        goto done;
     }
-    if (e->m->n_gdn && (st = state_slots(e, segs, n_segs)) != FT_OK) return st;
+    if (e->m->n_gdn && (st = state_slots(e, segs, n_segs)) != FT_OK) goto done;
     double distinct = 0;
     st = ft_gpu_forward(e->gpu, segs, n_segs, e->m->n_gdn ? e->seg_slot : NULL, logits, top1, draws,
-                        &distinct);
+                        n_masked ? masks : NULL, &distinct);
     if (st == FT_OK && e->m->n_experts) {
         e->distinct_sum += distinct;
         e->distinct_n++;
     }
     /* a row the device could not draw (more candidates than its on-chip sort holds: a flat
-     * distribution under top-p or min-p): its logits to the host sampler */
+     * distribution under top-p or min-p): its logits to the host sampler, masked again */
     for (int r = 0; st == FT_OK && draws && r < rows; r++) {
         e->draw_rows++;
         if (top1[r] < 0 && (st = ft_gpu_row_logits(e->gpu, r, e->top1_logits)) == FT_OK) {
+            if (draws[r].masked) mask_row(masks, r, words, e->top1_logits, V);
             top1[r] = ft_sampler_draw_row(e->draw_smp, &draws[r], e->top1_logits);
             e->draw_host++;
         }
     }
+done:
+    free(words);
     return st;
 }
 
 enum ft_status ft_engine_forward_batch_ex(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
                                           float *logits, int32_t *top1) {
-    return forward_rows(e, segs, n_segs, logits, top1, NULL);
+    return forward_rows(e, segs, n_segs, logits, top1, NULL, NULL);
 }
 
 enum ft_status ft_engine_forward_batch_draw(struct ft_engine *e, const struct ft_seg *segs,
-                                            int n_segs, const struct ft_draw *draws, int32_t *ids) {
-    return forward_rows(e, segs, n_segs, NULL, ids, draws);
+                                            int n_segs, const struct ft_draw *draws,
+                                            const struct ft_draw_masks *masks, int32_t *ids) {
+    return forward_rows(e, segs, n_segs, NULL, ids, draws, masks);
 }
 
 static enum ft_status cpu_head(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
@@ -851,7 +871,7 @@ static enum ft_status seq0_forward(struct ft_engine *e, const int32_t *ids, int 
     }
     struct ft_seg g = {ids, T, e->n_past, e->seq0_blocks,
                        !logits && !top1 ? FT_LOGITS_NONE : all_logits ? FT_LOGITS_ALL : FT_LOGITS_LAST};
-    enum ft_status st = draws ? ft_engine_forward_batch_draw(e, &g, 1, draws, top1)
+    enum ft_status st = draws ? ft_engine_forward_batch_draw(e, &g, 1, draws, NULL, top1)
                               : ft_engine_forward_batch_ex(e, &g, 1, logits, top1);
     if (st == FT_OK) e->n_past += T;
     return st;

@@ -88,11 +88,16 @@ enum ft_status ft_engine_forward_batch_ex(struct ft_engine *e, const struct ft_s
                                           float *logits, int32_t *top1);
 /* The same with each row's token drawn by the engine: row r's by draws[r]
  * (ft_sampler_draw_row: temperature, top-k, top-p, min-p; temperature <= 0: the argmax), the
- * ids into ids. On the GPU backend the draw runs on the device and only the ids come back
- * (a row with more candidates than the device sorts on chip brings its logits back). */
+ * ids into ids. A masked row draws only among the tokens masks->fill gives it (may be NULL
+ * when no row is masked), as ft_sampler_draw_row on logits masked first. On the GPU backend
+ * the draw (and the mask) runs on the device and only the ids come back; the host fills the
+ * masks while the device runs the layers (a row with more candidates than the device sorts on
+ * chip brings its logits back, and is masked again on the host). */
 struct ft_draw;
+struct ft_draw_masks;
 enum ft_status ft_engine_forward_batch_draw(struct ft_engine *e, const struct ft_seg *segs,
-                                            int n_segs, const struct ft_draw *draws, int32_t *ids);
+                                            int n_segs, const struct ft_draw *draws,
+                                            const struct ft_draw_masks *masks, int32_t *ids);
 /* Paged KV pool blocks: take n (FT_ERR_BUSY if fewer are free) / give back. The built-in
  * sequence of ft_engine_forward holds its own blocks from init. */
 enum ft_status ft_engine_kv_alloc(struct ft_engine *e, int n, int32_t *blocks);

@@ -89,6 +89,10 @@ struct ft_gpu {
     int32_t *d_seg_t0, *d_seg_slot, *h_seg_t0, *h_seg_slot; /* segments' first tokens, state slots */
     int32_t *d_top1, *h_top1;          /* greedy ids per logit row (ft_gpu_forward's top1) */
     struct ft_draw *d_draw, *h_draw;   /* [logit_rows] ft_gpu_forward's draws */
+    /* [logit_rows, mask_words] the masked rows' allow bitmasks (struct ft_draw_masks), in the
+     * same allocations as the draws, after them */
+    uint32_t *d_mask, *h_mask;
+    int mask_words;
     int n_att_tiles; /* prefill attention's query tiles this step */
     uint32_t *d_step;
     /* activations */
@@ -481,8 +485,14 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
     g->h_logits = ft_cuda_staging_alloc((size_t)g->logit_rows * V * 4, &st);
     g->d_top1 = dalloc(g, (size_t)g->logit_rows * 4, &st);
     g->h_top1 = ft_cuda_staging_alloc((size_t)g->logit_rows * 4, &st);
-    g->d_draw = dalloc(g, (size_t)g->logit_rows * sizeof(struct ft_draw), &st);
-    g->h_draw = ft_cuda_staging_alloc((size_t)g->logit_rows * sizeof(struct ft_draw), &st);
+    /* the draws, then (16-byte aligned) each row's allow bitmask for masked draws */
+    g->mask_words = (int)((V + 31) / 32);
+    const size_t draw_bytes = ((size_t)g->logit_rows * sizeof(struct ft_draw) + 15) & ~(size_t)15;
+    const size_t mask_bytes = (size_t)g->logit_rows * g->mask_words * 4;
+    g->d_draw = dalloc(g, draw_bytes + mask_bytes, &st);
+    g->h_draw = ft_cuda_staging_alloc(draw_bytes + mask_bytes, &st);
+    g->d_mask = g->d_draw ? (uint32_t *)((char *)g->d_draw + draw_bytes) : NULL;
+    g->h_mask = g->h_draw ? (uint32_t *)((char *)g->h_draw + draw_bytes) : NULL;
     if (E) {
         g->router = dalloc(g, C * E * 4, &st);
         g->topk = dalloc(g, R * 4, &st);
@@ -997,15 +1007,19 @@ enum ft_status ft_gpu_state_write(struct ft_gpu *g, int slot, const float *in) {
     return state_copy(g, slot, (void *)in, 0);
 }
 
-/* The step's tokens on the device from its logit rows: argmax, or d_draw's draws. */
-static void pick_tokens(struct ft_gpu *g, int rows, int draw) {
-    if (draw) ft_cuda_sample_draw(g->logits, rows, g->m->vocab, g->d_draw, g->d_top1, g->s);
+/* The step's tokens on the device from its logit rows: argmax, or d_draw's draws (masked rows
+ * by d_mask's words when masked). */
+static void pick_tokens(struct ft_gpu *g, int rows, int draw, int masked) {
+    if (draw)
+        ft_cuda_sample_draw(g->logits, rows, g->m->vocab, g->d_draw, masked ? g->d_mask : NULL,
+                            g->d_top1, g->s);
     else ft_cuda_argmax(g->logits, rows, g->m->vocab, g->d_top1, g->s);
 }
 
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
                               const int *slots, float *logits, int32_t *top1,
-                              const struct ft_draw *draws, double *distinct_out) {
+                              const struct ft_draw *draws, const struct ft_draw_masks *masks,
+                              double *distinct_out) {
     const struct ft_model *m = g->m;
     int T = 0, rows = 0, decode = n_segs <= g->o.max_seqs, max_pos = 1;
     if (n_segs > g->o.max_seqs)
@@ -1056,7 +1070,12 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
                     !ft_gpu_moe_offloading(g->moe);
     /* greedy ids on the device: after the head, unless the lm_head runs in passes (then from
      * the copied logits below) */
-    int dev_top1 = top1 && rows <= g->logit_rows && rows > 0, gi = dev_top1 ? (draws ? 2 : 1) : 0;
+    int dev_top1 = top1 && rows <= g->logit_rows && rows > 0;
+    /* masked draws: the layers (logits-only graph 0) go first, the host fills the masks while
+     * the device runs them, then the masks' copy and the draw follow on the stream */
+    int masked = 0;
+    for (int r = 0; dev_top1 && draws && masks && r < rows; r++) masked |= draws[r].masked != 0;
+    const int pick = dev_top1 && !masked, gi = pick ? (draws ? 2 : 1) : 0;
     if (dev_top1 && draws) { /* each row's parameters and uniform for the draw kernel */
         memcpy(g->h_draw, draws, (size_t)rows * sizeof *draws);
         cudaMemcpyAsync(g->d_draw, g->h_draw, (size_t)rows * sizeof *draws, cudaMemcpyHostToDevice, s);
@@ -1069,7 +1088,7 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
             return ft_cuda_check("cudaStreamBeginCapture");
         st = layers(g, T, max_pos, rows);
-        if (st == FT_OK && dev_top1) pick_tokens(g, rows, draws != NULL);
+        if (st == FT_OK && pick) pick_tokens(g, rows, draws != NULL, 0);
         cudaError_t e = cudaStreamEndCapture(s, &graph);
         if (st == FT_OK && e == cudaSuccess &&
             cudaGraphInstantiate(&g->graph[gi][T], graph, 0) == cudaSuccess) {
@@ -1081,9 +1100,16 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
     } else {
         if (use_graph) g->graph_seen[gi][T] = 1;
         st = layers(g, T, max_pos, rows);
-        if (st == FT_OK && dev_top1) pick_tokens(g, rows, draws != NULL);
+        if (st == FT_OK && pick) pick_tokens(g, rows, draws != NULL, 0);
     }
     if (st != FT_OK) return st;
+    if (masked) {
+        int last = 0;
+        for (int r = 0; r < rows; r++)
+            if (draws[r].masked) masks->fill(masks->ctx, r, g->h_mask + (size_t)r * g->mask_words), last = r + 1;
+        cudaMemcpyAsync(g->d_mask, g->h_mask, (size_t)last * g->mask_words * 4, cudaMemcpyHostToDevice, s);
+        pick_tokens(g, rows, 1, 1);
+    }
     ft_gpu_probe_step_issued(g->probe, s);
     if (logits && rows > g->logit_rows) { /* all-position logits: lm_head in passes */
         for (int r0 = 0; r0 < rows && st == FT_OK; r0 += g->logit_rows) {
@@ -1270,7 +1296,8 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
 void ft_gpu_free(struct ft_gpu *g) { (void)g; }
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
                               const int *slots, float *logits, int32_t *top1,
-                              const struct ft_draw *draws, double *distinct_out) {
+                              const struct ft_draw *draws, const struct ft_draw_masks *masks,
+                              double *distinct_out) {
     (void)g, (void)segs, (void)n_segs, (void)slots, (void)logits, (void)top1, (void)draws, (void)distinct_out;
     return ft_fail(FT_ERR_UNSUPPORTED, "no CUDA backend in this build");
 }

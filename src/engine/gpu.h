@@ -62,11 +62,16 @@ void ft_gpu_free(struct ft_gpu *g);
  * its slot from zeros); top1 (may be NULL): each logit
  * row's token found on the device (only ids cross back when logits is NULL): the argmax, or
  * with draws ([rows]) ft_sampler_draw_row's draw, or -1 for a row whose candidates are more
- * than the device sorts (ft_gpu_row_logits then brings its logits to the host). */
+ * than the device sorts (ft_gpu_row_logits then brings its logits to the host). Masked draws
+ * take their rows' allow bitmasks from masks (NULL: no row masked), filled into pinned
+ * memory after the step's layers are enqueued (so while the device runs them), then copied
+ * and applied by the draw on the device: no logits cross back for them either. */
 struct ft_draw;
+struct ft_draw_masks;
 enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n_segs,
                               const int *slots, float *logits, int32_t *top1,
-                              const struct ft_draw *draws, double *distinct_out);
+                              const struct ft_draw *draws, const struct ft_draw_masks *masks,
+                              double *distinct_out);
 /* Logit row r of the last ft_gpu_forward into out ([vocab] floats). */
 enum ft_status ft_gpu_row_logits(struct ft_gpu *g, int r, float *out);
 /* Hybrid models: state slot `slot` (< state_slots; st_floats of ft_model_state_bytes) copied

@@ -437,7 +437,27 @@ int32_t ft_draw_softmax(float *x, int V, float T, double u, float *scratch) {
 }
 
 int ft_sampler_engine_drawable(const struct ft_sampler *s) {
-    return !has_penalties(&s->p) && !s->mask.apply && s->lp_top < 0;
+    return !has_penalties(&s->p) && (!s->mask.apply || s->mask.bits) && s->lp_top < 0;
+}
+
+void ft_mask_apply_bits(float *logits, int V, const uint32_t *words) {
+    for (int base = 0; base < V; base += 32) {
+        const uint32_t w = words[base >> 5];
+        if (w == ~0u) continue;
+        const int n = V - base < 32 ? V - base : 32;
+        for (int j = 0; j < n; j++)
+            if (!(w >> j & 1)) logits[base + j] = -INFINITY;
+    }
+}
+
+void ft_sampler_mask_bits(struct ft_sampler *s, uint32_t *words) {
+    const int nw = ft_mask_words(s->vocab);
+    if (s->mask.bits) {
+        s->mask.bits(s->mask.ctx, words, s->vocab);
+        return;
+    }
+    memset(words, 0xff, (size_t)nw * sizeof *words);
+    if (s->vocab & 31) words[nw - 1] = (1u << (s->vocab & 31)) - 1;
 }
 
 void ft_sampler_engine_draw(struct ft_sampler *s, struct ft_draw *d) {
@@ -446,4 +466,5 @@ void ft_sampler_engine_draw(struct ft_sampler *s, struct ft_draw *d) {
     d->u = d->temperature > 0 ? next_u(s) : 0.0f;
     d->top_k = p->top_k > 0 && p->top_k < s->vocab ? p->top_k : 0;
     d->top_p = p->top_p, d->min_p = p->min_p;
+    d->masked = s->mask.apply != NULL;
 }

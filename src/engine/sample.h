@@ -31,14 +31,23 @@ struct ft_sampler;
 
 /* A constraint on the next token (a grammar: text/json_grammar.h): apply sets the logits of the
  * tokens it forbids to -INFINITY, accept advances it by the token chosen, free releases ctx.
- * A sampler holding one never lets the engine pick the token on its own (plain greedy or device
- * draws): the logits always come back to be masked on the host. */
+ * bits (optional) writes the tokens apply leaves alone as a bitmask (words [(vocab + 31) / 32],
+ * bit (id & 31) of words[id >> 5] set: allowed; bits past vocab 0), the same set apply keeps.
+ * A sampler holding a mask never lets the engine pick the token on its own through a plain
+ * greedy step; with bits it may still have the engine draw it (ft_sampler_engine_drawable:
+ * the GPU backends mask on the device), else the logits come back to be masked on the host. */
 struct ft_logit_mask {
     void (*apply)(void *ctx, float *logits, int vocab);
     void (*accept)(void *ctx, int32_t id);
     void (*free)(void *ctx);
     void *ctx;
+    void (*bits)(void *ctx, uint32_t *words, int vocab);
 };
+
+/* Words of an allow bitmask over vocab tokens. */
+static inline int ft_mask_words(int vocab) { return (vocab + 31) / 32; }
+/* logits[id] = -INFINITY for every id < vocab whose bit in words is clear. */
+void ft_mask_apply_bits(float *logits, int vocab, const uint32_t *words);
 
 /* A token's log-probability under the model: log_softmax of the logits the model gave (before a
  * mask, the penalties and the temperature, as vLLM reports them by default), and the n_top most
@@ -80,14 +89,19 @@ int ft_sampler_plain_greedy(const struct ft_sampler *s);
  * and what the GPU backend's draw kernel does on the device. */
 int32_t ft_draw_softmax(float *x, int V, float T, double u, float *scratch);
 /* 1 for a request the engine can draw itself: no penalty (greedy, or any temperature, top-k,
- * top-p and min-p). */
+ * top-p and min-p), no logprobs, and no mask or one with bits. */
 int ft_sampler_engine_drawable(const struct ft_sampler *s);
 /* Such a request's next draw: its parameters and, for temperature > 0, the next uniform from its
- * RNG (one a token, as ft_sampler_sample takes it). */
+ * RNG (one a token, as ft_sampler_sample takes it); masked when it holds a mask, whose words
+ * the engine then asks for (ft_sampler_mask_bits, through struct ft_draw_masks). */
 void ft_sampler_engine_draw(struct ft_sampler *s, struct ft_draw *d);
+/* The allow bitmask of s's next token into words [ft_mask_words(vocab)]: its mask's bits, or
+ * every token when it holds none. The grammar advances only in ft_sampler_accept. */
+void ft_sampler_mask_bits(struct ft_sampler *s, uint32_t *words);
 /* The token d draws from logits (processed in place): what ft_sampler_sample returns for a
- * request with d's parameters and no penalty whose RNG gives d->u. scratch: any sampler of this
- * vocabulary, for its buffers (its own parameters, RNG and counts are left as they were). */
+ * request with d's parameters and no penalty whose RNG gives d->u. A masked d expects logits
+ * masked already (ft_mask_apply_bits). scratch: any sampler of this vocabulary, for its
+ * buffers (its own parameters, RNG and counts are left as they were). */
 int32_t ft_sampler_draw_row(struct ft_sampler *scratch, const struct ft_draw *d, float *logits);
 /* Processes logits (in place) and draws a token. */
 int32_t ft_sampler_sample(struct ft_sampler *s, float *logits);

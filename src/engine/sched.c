@@ -616,6 +616,14 @@ static void prompt_logprobs(struct ft_sched *s, struct ft_req *r, const struct f
     }
 }
 
+/* struct ft_draw_masks' fill for a step's draws (ctx: each row's sampler): the allow bitmask of
+ * a constrained request, which the engine then applies where it draws (on the GPU: on the
+ * device, no logits back). */
+static void draw_mask(void *ctx, int row, uint32_t *words) {
+    struct ft_sampler *const *smp = ctx;
+    ft_sampler_mask_bits(smp[row], words);
+}
+
 /* One engine step over every running request. */
 static void step(struct ft_sched *s) {
     int64_t now = ft_time_us();
@@ -671,17 +679,24 @@ static void step(struct ft_sched *s) {
     int ids_only = !any_all;
     for (int i = 0; i < n_segs; i++)
         if (samp[i]) ids_only &= ft_sampler_plain_greedy(s->seg_req[i]->smp);
-    /* on a GPU backend, steps whose requests have no penalty are drawn on the device too */
+    /* on a GPU backend, steps whose requests have no penalty are drawn on the device too, the
+     * grammar-constrained ones among them masked there */
     int draw = !ids_only && !any_all && (s->o.engine_draws > 0 || ft_engine_draws_on_device(s->e));
     for (int i = 0; draw && i < n_segs; i++)
         if (samp[i]) draw &= ft_sampler_engine_drawable(s->seg_req[i]->smp);
     enum ft_status st;
     if (draw) {
         struct ft_draw draws[n_segs];
+        struct ft_sampler *row_smp[n_segs];
         int n_draws = 0;
         for (int i = 0; i < n_segs; i++)
-            if (samp[i]) ft_sampler_engine_draw(s->seg_req[i]->smp, &draws[n_draws++]);
-        st = ft_engine_forward_batch_draw(s->e, s->segs, n_segs, draws, s->top1);
+            if (samp[i]) {
+                row_smp[n_draws] = s->seg_req[i]->smp;
+                ft_sampler_engine_draw(row_smp[n_draws], &draws[n_draws]);
+                n_draws++;
+            }
+        const struct ft_draw_masks masks = {draw_mask, row_smp};
+        st = ft_engine_forward_batch_draw(s->e, s->segs, n_segs, draws, &masks, s->top1);
     } else {
         st = ft_engine_forward_batch_ex(s->e, s->segs, n_segs, ids_only ? NULL : s->logits,
                                         ids_only ? s->top1 : NULL);

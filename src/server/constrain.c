@@ -49,6 +49,20 @@ static void m_apply(void *ctx, float *logits, int n) {
     ft_jg_mask(m->g, &m->st, m->v, m->end, m->n_end, logits);
 }
 
+/* The same set as m_apply's, as the engine's allow bitmask (padding ids never allowed). */
+static void m_bits(void *ctx, uint32_t *words, int n) {
+    struct mask_ctx *m = ctx;
+    const int nv = m->v->n_vocab, nw = (n + 31) / 32;
+    if (n < nv) { /* cannot happen (m_apply then masks nothing either) */
+        memset(words, 0xff, (size_t)nw * sizeof *words);
+        if (n & 31) words[nw - 1] = (1u << (n & 31)) - 1;
+        return;
+    }
+    ft_jg_allow(m->g, &m->st, m->v, m->end, m->n_end, words); /* its words, the rest zero */
+    const int used = (nv + 31) / 32;
+    memset(words + used, 0, (size_t)(nw - used) * sizeof *words);
+}
+
 static void m_accept(void *ctx, int32_t id) {
     struct mask_ctx *m = ctx;
     for (int i = 0; i < m->n_end; i++)
@@ -80,7 +94,7 @@ int ft_srv_mask(struct ft_server *s, struct ft_jg *g, struct ft_logit_mask *out,
     const int32_t *eos;
     int n = ft_sched_eos(s->sched, &eos);
     for (int i = 0; i < n && i < FT_MAX_EOS + 1; i++) m->end[m->n_end++] = eos[i];
-    *out = (struct ft_logit_mask){m_apply, m_accept, m_free, m};
+    *out = (struct ft_logit_mask){m_apply, m_accept, m_free, m, m_bits};
     return 0;
 }
 

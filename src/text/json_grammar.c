@@ -1491,26 +1491,77 @@ static int in_free_string(const struct ft_jg *g, const struct ft_jg_state *st) {
     return n->k == NK_STRING && f->phase == S_IN && n->max_len == NO_LIMIT;
 }
 
-void ft_jg_mask(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
-                const int32_t *end, int n_end, float *logits) {
-    float saved[16];
-    int ne = n_end < 16 ? n_end : 16, any = 0;
-    for (int i = 0; i < ne; i++) saved[i] = end[i] >= 0 && end[i] < v->n_vocab ? logits[end[i]] : 0;
+/* The walk ft_jg_allow and ft_jg_mask share, so that the two can never disagree: which first
+ * bytes fit at all (ok1), and whether plain tokens fit whole without a feed (fast). */
+struct walk {
     uint8_t ok1[256];
-    for (int c = 0; c < 256; c++) { /* which first bytes can fit at all */
+    int fast;
+};
+
+static void walk_init(const struct ft_jg *g, const struct ft_jg_state *st, struct walk *w) {
+    for (int c = 0; c < 256; c++) {
         struct ft_jg_state t;
         t.depth = st->depth, t.dead = st->dead;
         memcpy(t.f, st->f, (size_t)st->depth * sizeof t.f[0]);
         char ch = (char)c;
-        ok1[c] = ft_jg_feed(g, &t, &ch, 1) == 0;
+        w->ok1[c] = ft_jg_feed(g, &t, &ch, 1) == 0;
     }
-    const int fast = in_free_string(g, st);
-    for (int32_t id = 0; id < v->n_vocab; id++) {
-        if (logits[id] == -INFINITY) continue;
-        if (!st->dead && token_ok(g, st, v, id, ok1, fast)) any = 1;
-        else logits[id] = -INFINITY;
+    w->fast = in_free_string(g, st);
+}
+
+/* Bits of the tokens base .. base+31 (below n_vocab) that fit in st; end ids as any token. */
+static uint32_t walk_word(const struct ft_jg *g, const struct ft_jg_state *st,
+                          const struct ft_jg_vocab *v, const struct walk *w, int32_t base) {
+    const int32_t n = v->n_vocab - base < 32 ? v->n_vocab - base : 32;
+    uint32_t bits = 0;
+    for (int32_t j = 0; j < n; j++)
+        if (token_ok(g, st, v, base + j, w->ok1, w->fast)) bits |= 1u << j;
+    return bits;
+}
+
+/* Whether the end ids are allowed: the match is complete, or nothing else fits (any: some
+ * token fits). */
+static int ends_allowed(const struct ft_jg *g, const struct ft_jg_state *st, int any) {
+    return ft_jg_accepting(g, st) || !any;
+}
+
+void ft_jg_allow(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
+                 const int32_t *end, int n_end, uint32_t *words) {
+    const int nw = (v->n_vocab + 31) / 32, ne = n_end < FT_JG_MAX_END ? n_end : FT_JG_MAX_END;
+    uint32_t any = 0;
+    if (st->dead) {
+        memset(words, 0, (size_t)nw * sizeof *words);
+    } else {
+        struct walk w;
+        walk_init(g, st, &w);
+        for (int i = 0; i < nw; i++) any |= words[i] = walk_word(g, st, v, &w, 32 * i);
     }
-    const int done = ft_jg_accepting(g, st);
+    const int on = ends_allowed(g, st, any != 0);
+    for (int i = 0; i < ne; i++) {
+        const int32_t id = end[i];
+        if (id < 0 || id >= v->n_vocab) continue;
+        if (on) words[id >> 5] |= 1u << (id & 31);
+        else words[id >> 5] &= ~(1u << (id & 31));
+    }
+}
+
+void ft_jg_mask(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
+                const int32_t *end, int n_end, float *logits) {
+    const int ne = n_end < FT_JG_MAX_END ? n_end : FT_JG_MAX_END;
+    float saved[FT_JG_MAX_END];
+    for (int i = 0; i < ne; i++) saved[i] = end[i] >= 0 && end[i] < v->n_vocab ? logits[end[i]] : 0;
+    struct walk w;
+    if (!st->dead) walk_init(g, st, &w);
+    uint32_t any = 0;
+    for (int32_t base = 0; base < v->n_vocab; base += 32) { /* ft_jg_allow's words, one at a time */
+        const uint32_t bits = st->dead ? 0 : walk_word(g, st, v, &w, base);
+        any |= bits;
+        if (bits == ~0u) continue;
+        const int32_t n = v->n_vocab - base < 32 ? v->n_vocab - base : 32;
+        for (int32_t j = 0; j < n; j++)
+            if (!(bits >> j & 1)) logits[base + j] = -INFINITY;
+    }
+    const int on = ends_allowed(g, st, any != 0);
     for (int i = 0; i < ne; i++)
-        if (end[i] >= 0 && end[i] < v->n_vocab) logits[end[i]] = done || !any ? saved[i] : -INFINITY;
+        if (end[i] >= 0 && end[i] < v->n_vocab) logits[end[i]] = on ? saved[i] : -INFINITY;
 }

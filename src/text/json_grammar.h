@@ -118,9 +118,18 @@ enum ft_status ft_jg_vocab_init(struct ft_jg_vocab *v, int n_vocab,
                                 void *ctx);
 void ft_jg_vocab_free(struct ft_jg_vocab *v);
 
-/* Sets logits[id] = -INFINITY for every token that may not come next in st; end: the stop
- * token ids. When no token at all fits (cannot happen for a well-formed grammar) the end ids are
- * left allowed. The server wraps it into engine/sample.h's struct ft_logit_mask. */
+/* The tokens that may come next in st as a bitmask: bit (id & 31) of words[id >> 5] is set
+ * when token id is allowed (words: [(n_vocab + 31) / 32]; bits past n_vocab are left 0). end:
+ * the stop token ids (the first FT_JG_MAX_END; later ones count as ordinary tokens), allowed
+ * only when the match is complete, or when no other token at all fits (cannot happen for a
+ * well-formed grammar). One walk over the vocabulary; the engine sends these words to the GPU
+ * backend's draw (engine/sample.h's struct ft_logit_mask bits). */
+#define FT_JG_MAX_END 16
+void ft_jg_allow(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
+                 const int32_t *end, int n_end, uint32_t *words);
+/* Sets logits[id] = -INFINITY for every token ft_jg_allow leaves out (the same walk: the two
+ * never disagree) and leaves the others as they were. The server wraps it into
+ * engine/sample.h's struct ft_logit_mask. */
 void ft_jg_mask(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
                 const int32_t *end, int n_end, float *logits);
 /* 1 when token id may come next in state st (end ids excluded: see ft_jg_mask). */

@@ -144,10 +144,13 @@ void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *out, cudaStre
  * temperature alone, from softmax(logits / T) with the uniform u (the first position whose
  * running sum of e^(x/T - max) passes u times the total); with top-k / top-p / min-p, what
  * ft_sampler_draw_row gives, or -1 for a row with more candidates than the device sorts on
- * chip (2048); T <= 0: the argmax. The host's definitions up to rounding. */
+ * chip (2048); T <= 0: the argmax. The host's definitions up to rounding. masks (NULL: none):
+ * [rows, (V + 31) / 32] allow bitmasks (bit (id & 31) of word id >> 5), read for the rows whose
+ * draw is masked: their forbidden tokens count as -inf before anything else, as
+ * ft_sampler_draw_row on logits masked by ft_mask_apply_bits. */
 struct ft_draw;
 void ft_cuda_sample_draw(const float *logits, int rows, int V, const struct ft_draw *draws,
-                         int32_t *out, cudaStream_t s);
+                         const uint32_t *masks, int32_t *out, cudaStream_t s);
 /* Lowers that on-chip limit (tests: the host fallback on a small vocabulary); <= 0: 2048.
  * Launches read it when issued: a decode graph keeps the value it was captured with. */
 void ft_cuda_sample_draw_set_cap(int cap);

@@ -1209,16 +1209,27 @@ __device__ void block_sort_keys(unsigned long long *key, int n) {
         }
 }
 
-/* f(i, x) for every i of row l over V, x = l[i] / T: 16 values a thread in flight (four float4
- * loads) where the row is 16-byte aligned; a block's single pass over a 152k row otherwise waits
- * an L2 latency per value. */
+/* 1 when token i is allowed by the row's bitmask mk (NULL: every token). */
+__device__ __forceinline__ int draw_allowed(const uint32_t *mk, int i) {
+    return !mk || (__ldg(mk + (i >> 5)) >> (i & 31) & 1u);
+}
+
+/* f(i, x) for every i of row l over V, x = l[i] / T, or -inf for a token its mask mk forbids:
+ * 16 values a thread in flight (four float4 loads) where the row is 16-byte aligned; a block's
+ * single pass over a 152k row otherwise waits an L2 latency per value. */
 template <typename F>
-__device__ __forceinline__ void row_each(const float *l, int V, float T, F &&f) {
+__device__ __forceinline__ void row_each(const float *l, int V, float T, const uint32_t *mk, F &&f) {
     const int tid = threadIdx.x, nt = blockDim.x;
     if ((V & 3) || ((uintptr_t)l & 15)) {
-        for (int i = tid; i < V; i += nt) f(i, l[i] / T);
+        for (int i = tid; i < V; i += nt) f(i, draw_allowed(mk, i) ? l[i] / T : -INFINITY);
         return;
     }
+    /* four values from b (a multiple of 4: their mask bits lie in one word) */
+    auto four = [&](int b, float4 a) {
+        const uint32_t w = mk ? __ldg(mk + (b >> 5)) >> (b & 31) : 0xfu;
+        f(b, w & 1u ? a.x / T : -INFINITY), f(b + 1, w & 2u ? a.y / T : -INFINITY);
+        f(b + 2, w & 4u ? a.z / T : -INFINITY), f(b + 3, w & 8u ? a.w / T : -INFINITY);
+    };
     const float4 *l4 = (const float4 *)l;
     const int V4 = V >> 2;
     int i = tid;
@@ -1227,26 +1238,21 @@ __device__ __forceinline__ void row_each(const float *l, int V, float T, F &&f) 
 #pragma unroll
         for (int u = 0; u < 4; u++) a[u] = __ldg(l4 + i + u * nt);
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int b = 4 * (i + u * nt);
-            f(b, a[u].x / T), f(b + 1, a[u].y / T), f(b + 2, a[u].z / T), f(b + 3, a[u].w / T);
-        }
+        for (int u = 0; u < 4; u++) four(4 * (i + u * nt), a[u]);
     }
-    for (; i < V4; i += nt) {
-        const float4 a = __ldg(l4 + i);
-        f(4 * i, a.x / T), f(4 * i + 1, a.y / T), f(4 * i + 2, a.z / T), f(4 * i + 3, a.w / T);
-    }
+    for (; i < V4; i += nt) four(4 * i, __ldg(l4 + i));
 }
 
 /* The token the filters of d leave drawn with d.u, from row l over V (x = l / T, its maximum
- * mx); -1 when more than cap tokens are candidates, or (top-k) fewer than k lie within 32 of
- * the maximum. Every thread of the block calls it. The candidates' bound comes from passes that
+ * mx; -inf where the mask mk forbids, and never a candidate); -1 when more than cap tokens are
+ * candidates, or (top-k) fewer than k lie within 32 of the maximum. Every thread of the block
+ * calls it. The candidates' bound comes from passes that
  * count and weigh the tokens above 8 thresholds each: 4 apart below mx, then 0.5 apart in the
  * first 4-wide band that holds top_p of the mass (top-p; two more 0.5-wide bands for margin, as
  * the host's bands) or k tokens (top-k: that band split in 8 again, up to 3 more times, until
  * the tokens above it fit the cap). */
 __device__ int draw_filtered(const float *l, int V, float T, float mx, const struct ft_draw &d,
-                             int cap, struct draw_shared &sh) {
+                             const uint32_t *mk, int cap, struct draw_shared &sh) {
     const int tid = threadIdx.x, nt = blockDim.x;
     const int k_on = d.top_k > 0 && d.top_k < V, p_on = d.top_p < 1.0f, m_on = d.min_p > 0.0f;
     float tau;         /* the candidates: x >= tau */
@@ -1259,7 +1265,7 @@ __device__ int draw_filtered(const float *l, int V, float T, float mx, const str
             int cn[8];
 #pragma unroll
             for (int j = 0; j < 8; j++) c[j] = 0.0f, cn[j] = 0;
-            row_each(l, V, T, [&](int, float v) {
+            row_each(l, V, T, mk, [&](int, float v) {
                 if (v != v) return;
                 const float w = expf(v - mx);
                 zt += w;
@@ -1293,10 +1299,12 @@ __device__ int draw_filtered(const float *l, int V, float T, float mx, const str
     } else {
         tau = mx + logf(d.min_p) - 1.0f;
     }
-    /* count the candidates; the mass of the others */
+    /* count the candidates; the mass of the others. A masked row's -inf tokens are none: the
+     * host keeps them only while tau is -inf, and its top-p then drops them (no mass) */
+    if (mk && tau == -INFINITY) tau = nextafterf(-INFINITY, 0.0f); /* the lowest finite */
     int cnt = 0;
     double tl = 0.0;
-    row_each(l, V, T, [&](int, float v) {
+    row_each(l, V, T, mk, [&](int, float v) {
         if (v >= tau) cnt++;
         else if (v == v) tl += (double)expf(v - mx);
     });
@@ -1305,7 +1313,7 @@ __device__ int draw_filtered(const float *l, int V, float T, float mx, const str
     if (!k_on) tail = block_sum<double>(tl);
     if (tid == 0) sh.n = 0;
     __syncthreads();
-    row_each(l, V, T, [&](int i, float v) {
+    row_each(l, V, T, mk, [&](int i, float v) {
         if (v >= tau) sh.key[atomicAdd(&sh.n, 1)] = (unsigned long long)draw_key(v) << 32 | (uint32_t)i;
     });
     __syncthreads();
@@ -1373,24 +1381,29 @@ __device__ int draw_filtered(const float *l, int V, float T, float mx, const str
  * then each warp's contiguous segment summed by its lanes, the segment totals scanned, and the
  * warp whose segment holds the target walks it 32 positions at a time (a warp scan each).
  * draws: [rows] (temperature, u, and a filter: draw_filtered); NULL: every row's argmax
- * (ft_cuda_argmax). */
+ * (ft_cuda_argmax). masks: [rows, (V + 31) / 32] allow bitmasks, read for the rows drawn
+ * masked (a forbidden token is -inf before the temperature and the filters, as the host
+ * sampler masks first); NULL: no row masked. */
 __global__ void __launch_bounds__(DRAW_THREADS) sample_draw_kernel(const float *logits, int V, const struct ft_draw *draws,
-                                   int32_t *out, int cap) {
+                                   const uint32_t *masks, int32_t *out, int cap) {
     pdl_enter();
     __shared__ struct draw_shared sh;
     __shared__ float s_val[DRAW_THREADS / WARP];
     __shared__ int s_idx[DRAW_THREADS / WARP];
     __shared__ int s_found;
     const float *l = logits + (size_t)blockIdx.x * V;
-    const struct ft_draw d = draws ? draws[blockIdx.x] : ft_draw{0.0f, 0.0f, 1.0f, 0.0f, 0};
+    struct ft_draw d = draws ? draws[blockIdx.x] : ft_draw{0.0f, 0.0f, 1.0f, 0.0f, 0, 0};
+    const uint32_t *mk = masks && d.masked ? masks + (size_t)blockIdx.x * ((V + 31) / 32) : NULL;
     const float T = d.temperature, u = d.u;
     const int tid = threadIdx.x, lane = tid % WARP, w = tid / WARP, nw = blockDim.x / WARP;
-    /* the largest x / T and its first position (NaN never; -inf can win, as ft_argmax) */
+    /* the largest x / T and its first position (NaN never; -inf can win, as ft_argmax), and
+     * how many tokens are above -inf */
     float best = -INFINITY;
-    int bi = 0x7fffffff;
+    int bi = 0x7fffffff, n_fin = 0;
     for (int i = tid; i < V; i += blockDim.x) {
-        const float v = T > 0 ? l[i] / T : l[i];
+        const float v = !draw_allowed(mk, i) ? -INFINITY : T > 0 ? l[i] / T : l[i];
         if (v > best || (bi == 0x7fffffff && v == best)) best = v, bi = i;
+        n_fin += v > -INFINITY;
     }
     for (int o = 16; o > 0; o >>= 1) {
         const float ob = __shfl_xor_sync(0xffffffffu, best, o);
@@ -1408,8 +1421,10 @@ __global__ void __launch_bounds__(DRAW_THREADS) sample_draw_kernel(const float *
         if (tid == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
         return;
     }
+    /* a masked row with at most k tokens above -inf: the host's top-k keeps them all */
+    if (mk && d.top_k > 0 && d.top_k < V && block_sum<double>((double)n_fin) <= (double)d.top_k) d.top_k = 0;
     if ((d.top_k > 0 && d.top_k < V) || d.top_p < 1.0f || d.min_p > 0.0f) {
-        const int id = draw_filtered(l, V, T, mx, d, cap, sh);
+        const int id = draw_filtered(l, V, T, mx, d, mk, cap, sh);
         if (tid == 0) out[blockIdx.x] = id;
         return;
     }
@@ -1418,7 +1433,7 @@ __global__ void __launch_bounds__(DRAW_THREADS) sample_draw_kernel(const float *
     float sum = 0.0f;
     int last = -1;
     for (int i = s0 + lane; i < s1; i += WARP) {
-        const float v = l[i] / T, e = v == -INFINITY ? 0.0f : __expf(v - mx);
+        const float v = draw_allowed(mk, i) ? l[i] / T : -INFINITY, e = v == -INFINITY ? 0.0f : __expf(v - mx);
         if (e > 0.0f) sum += e, last = i;
     }
     sum = warp_sum(sum);
@@ -1439,7 +1454,7 @@ __global__ void __launch_bounds__(DRAW_THREADS) sample_draw_kernel(const float *
             const int i = r + lane;
             float e = 0.0f;
             if (i < s1) {
-                const float v = l[i] / T;
+                const float v = draw_allowed(mk, i) ? l[i] / T : -INFINITY;
                 e = v == -INFINITY ? 0.0f : __expf(v - mx);
             }
             const float c = warp_scan(e, lane); /* the 32 weights' running sums */
@@ -1458,13 +1473,13 @@ __global__ void __launch_bounds__(DRAW_THREADS) sample_draw_kernel(const float *
 }
 
 extern "C" void ft_cuda_sample_draw(const float *logits, int rows, int V, const struct ft_draw *draws,
-                                    int32_t *out, cudaStream_t s) {
-    launch(sample_draw_kernel, rows, DRAW_THREADS, 0, s, logits, V, draws, out, g_draw_cap);
+                                    const uint32_t *masks, int32_t *out, cudaStream_t s) {
+    launch(sample_draw_kernel, rows, DRAW_THREADS, 0, s, logits, V, draws, masks, out, g_draw_cap);
 }
 
 extern "C" void ft_cuda_argmax(const float *logits, int rows, int V, int32_t *out, cudaStream_t s) {
-    launch(sample_draw_kernel, rows, DRAW_THREADS, 0, s, logits, V, (const struct ft_draw *)NULL, out,
-           g_draw_cap);
+    launch(sample_draw_kernel, rows, DRAW_THREADS, 0, s, logits, V, (const struct ft_draw *)NULL,
+           (const uint32_t *)NULL, out, g_draw_cap);
 }
 
 __global__ void gather_bf16_kernel(uint16_t *y, const uint16_t *x, const int32_t *src, int H) {
