@@ -374,6 +374,121 @@ TEST(lfru_sampled_keeps_the_scans_gain_on_large_pools) {
     ft_trace_free(&st);
 }
 
+/* markov by its definition, independently (no sampling below 4 x FT_CACHE_MARKOV_SAMPLE
+ * slots): each key's uses, uses right after a use and last lookup; each layer's lookups, ids
+ * and repeats; the victim is a free slot (lowest index), else the least probability of use at
+ * its layer's next lookup, ties to the least recent. */
+struct ref_markov {
+    int S, E;
+    int32_t key[64];
+    uint64_t last[64], stepv[64], tick, step;
+    float use[4096], rep[4096], look[16], ids[16], reps[16];
+    uint32_t stamp[4096], lsteps[16], seen[4096];
+};
+
+static float ref_markov_p(const struct ref_markov *r, int key) {
+    const int l = key / r->E;
+    const float m = FT_CACHE_MARKOV_PRIOR, u = r->use[key], n = r->look[l];
+    if (r->seen[key] && r->stamp[key] == r->lsteps[l]) {
+        const float prior = r->ids[l] > 0 ? r->reps[l] / r->ids[l] : 0.0f;
+        return (r->rep[key] + m * prior) / ((u > 1 ? u - 1 : 0) + m);
+    }
+    const float N = n * (float)r->E;
+    const float prior = N > r->ids[l] ? (r->ids[l] - r->reps[l]) / (N - r->ids[l]) : 0.0f;
+    return (u - r->rep[key] + m * prior) / ((n > u ? n - u : 0) + m);
+}
+
+TEST(markov_matches_its_definition_on_random_traces) {
+    for (int trial = 0; trial < 6; trial++) {
+        const int L = 3, E = 24, k = 4, S = 10 + trial * 3;
+        struct ft_trace t;
+        ft_trace_synthetic(&t, L, E, k, 400, trial % 3 ? 0.5 + 0.3 * trial : 0.0,
+                           trial % 2 ? 0.7 : 0.0, 31 + trial);
+        struct ft_cache *c = NULL;
+        EXPECT_OK(ft_cache_init(&c, S, L, E, &ft_cache_markov));
+        static struct ref_markov r;
+        memset(&r, 0, sizeof r);
+        r.S = S, r.E = E;
+        for (int s = 0; s < S; s++) r.key[s] = -1;
+        long differ = 0, hits = 0;
+        for (size_t i = 0; c && i < t.len; i += 2 + (size_t)t.data[i + 1]) {
+            const int layer = t.data[i], n = t.data[i + 1];
+            const int32_t *ids = t.data + i + 2;
+            int32_t slots[8];
+            struct ft_cache_fill f[8];
+            int nf = 0;
+            EXPECT_OK(ft_cache_lookup(c, layer, ids, n, slots, f, &nf));
+            r.step++;
+            const uint32_t now = ++r.lsteps[layer];
+            r.look[layer] += 1;
+            for (int j = 0; j < n; j++) {
+                const int key = layer * E + ids[j];
+                int s = -1;
+                for (int q = 0; q < S; q++) s = r.key[q] == key ? q : s;
+                const float rep = r.seen[key] && r.stamp[key] == now - 1;
+                r.use[key] += 1, r.rep[key] += rep, r.ids[layer] += 1, r.reps[layer] += rep;
+                r.seen[key] = 1, r.stamp[key] = now;
+                if (s >= 0) r.last[s] = ++r.tick, r.stepv[s] = r.step, hits++;
+            }
+            int q = 0;
+            for (int j = 0; j < n; j++) {
+                const int key = layer * E + ids[j];
+                int s = -1, best = -1;
+                for (int z = 0; z < S; z++) s = r.key[z] == key ? z : s;
+                if (s >= 0) continue;
+                for (int z = 0; z < S && best < 0; z++)
+                    if (r.key[z] < 0 && r.stepv[z] != r.step) best = z;
+                float bp = 0;
+                for (int z = 0; best < 0 || r.key[best] >= 0 ? z < S : 0; z++) {
+                    if (r.stepv[z] == r.step || r.key[z] < 0) continue;
+                    const float p = ref_markov_p(&r, r.key[z]);
+                    if (best < 0 || r.key[best] < 0 || p < bp || (p == bp && r.last[z] < r.last[best]))
+                        best = z, bp = p;
+                }
+                differ += q >= nf || f[q].slot != best || f[q].expert != ids[j];
+                q++;
+                r.key[best] = key, r.last[best] = ++r.tick, r.stepv[best] = r.step;
+            }
+            differ += q != nf;
+        }
+        uint64_t h = 0, lk = 0, ho = 0;
+        EXPECT_OK(ft_trace_simulate(&t, S, &ft_cache_markov, &h, &lk));
+        EXPECT_OK(ft_trace_oracle(&t, S, &ho, &lk));
+        CHECK_(differ == 0, "trial %d: %ld fills differ from the definition", trial, differ);
+        CHECK_((long)h == hits && h <= ho, "trial %d: replay %llu hits, reference %ld, oracle %llu",
+               trial, (unsigned long long)h, hits, (unsigned long long)ho);
+        ft_cache_free(c);
+        ft_trace_free(&t);
+    }
+}
+
+/* Sampled markov on a large pool: on zipf it closes more of LRU's gap to the oracle than LFRU
+ * (bench/RESULTS.md), on sticky routing it stays within noise of LRU, and the oracle bounds it. */
+TEST(markov_sampled_beats_lfru_on_zipf_and_holds_lru_on_sticky) {
+    const int L = 12, E = 128, k = 8, S = 4 * FT_CACHE_MARKOV_SAMPLE + 1;
+    struct ft_trace z, st;
+    ft_trace_synthetic(&z, L, E, k, 400, 1.2, 0.0, 5);
+    ft_trace_synthetic(&st, L, E, k, 400, 0.0, 0.8, 6);
+    uint64_t hl = 0, hf = 0, hm = 0, ho = 0, lk = 0, sl = 0, sm = 0, so = 0;
+    EXPECT_OK(ft_trace_simulate(&z, S, &ft_cache_lru, &hl, &lk));
+    EXPECT_OK(ft_trace_simulate(&z, S, &ft_cache_lfru, &hf, &lk));
+    EXPECT_OK(ft_trace_simulate(&z, S, &ft_cache_markov, &hm, &lk));
+    EXPECT_OK(ft_trace_oracle(&z, S, &ho, &lk));
+    EXPECT_OK(ft_trace_simulate(&st, S, &ft_cache_lru, &sl, &lk));
+    EXPECT_OK(ft_trace_simulate(&st, S, &ft_cache_markov, &sm, &lk));
+    EXPECT_OK(ft_trace_oracle(&st, S, &so, &lk));
+    printf("  zipf:1.2 at %d slots: LRU %llu, LFRU %llu, markov %llu, oracle %llu hits; sticky:0.8 "
+           "LRU %llu, markov %llu, oracle %llu\n", S, (unsigned long long)hl, (unsigned long long)hf,
+           (unsigned long long)hm, (unsigned long long)ho, (unsigned long long)sl,
+           (unsigned long long)sm, (unsigned long long)so);
+    CHECK_(hm >= hf && hm <= ho, "zipf: markov %llu, LFRU %llu, oracle %llu", (unsigned long long)hm,
+           (unsigned long long)hf, (unsigned long long)ho);
+    CHECK_((double)sm >= 0.995 * (double)sl && sm <= so, "sticky: markov %llu hits, LRU %llu",
+           (unsigned long long)sm, (unsigned long long)sl);
+    ft_trace_free(&z);
+    ft_trace_free(&st);
+}
+
 /* The most hits by exhaustive search (single-id steps, a few keys). */
 static int best_hits(const int *seq, int n, int i, int S, int *res, int n_res) {
     if (i == n) return 0;
@@ -422,6 +537,10 @@ TEST(oracle_is_optimal_and_bounds_every_policy) {
         EXPECT_OK(ft_trace_oracle(&t, S, &ho, &lk));
         EXPECT_OK(ft_trace_simulate(&t, S, &ft_cache_lru, &hl, &lk));
         EXPECT_OK(ft_trace_simulate(&t, S, &ft_cache_lfru, &hf, &lk));
+        uint64_t hm = 0;
+        EXPECT_OK(ft_trace_simulate(&t, S, &ft_cache_markov, &hm, &lk));
+        CHECK_(ho >= hm, "trial %d: oracle %llu below markov %llu", trial, (unsigned long long)ho,
+               (unsigned long long)hm);
         CHECK_(ho >= hl && ho >= hf, "trial %d: oracle %llu below lru %llu or lfru %llu", trial,
                (unsigned long long)ho, (unsigned long long)hl, (unsigned long long)hf);
         ft_trace_free(&t);

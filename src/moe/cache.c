@@ -100,31 +100,65 @@ static uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
     return x ^ (x >> 31);
 }
 
-static int lfru_victim(const struct ft_cache *c, uint64_t step) {
+/* Free slots first, then the best victim by `better` (1 when slot a beats b, b < 0: none yet):
+ * over pools of more than 4 x sample slots the best of `sample` slots drawn from the access
+ * counter, else (or when no drawn slot may be evicted) over the whole pool. */
+static int sampled_victim(const struct ft_cache *c, uint64_t step, int sample,
+                          int (*better)(const struct ft_cache *, int, int)) {
     int best = -1;
-    if (c->n_slots > FT_CACHE_LFRU_SAMPLE * 4) {
+    if (c->n_slots > sample * 4) {
         for (int w = 0; w < (c->n_slots + 63) / 64; w++) /* never-used slots first */
             for (uint64_t b = c->unused[w]; b; b &= b - 1) {
                 int s = w * 64 + __builtin_ctzll(b);
                 if (c->step_of[s] != step && c->key_of[s] < 0) return s;
             }
-        for (int i = 0; i < FT_CACHE_LFRU_SAMPLE; i++) {
-            int s = (int)(mix64(c->tick * FT_CACHE_LFRU_SAMPLE + (uint64_t)i) % (uint64_t)c->n_slots);
+        for (int i = 0; i < sample; i++) {
+            int s = (int)(mix64(c->tick * (uint64_t)sample + (uint64_t)i) % (uint64_t)c->n_slots);
             if (c->step_of[s] == step || c->held[s]) continue;
             if (c->key_of[s] < 0) return s;
-            if (lfru_better(c, s, best)) best = s;
+            if (better(c, s, best)) best = s;
         } /* the best of a sample drawn from the access counter */
         if (best >= 0) return best;
     }
     for (int s = 0; s < c->n_slots; s++) { /* the whole pool */
         if (c->step_of[s] == step || c->held[s]) continue;
         if (c->key_of[s] < 0) return s; /* free */
-        if (lfru_better(c, s, best)) best = s;
+        if (better(c, s, best)) best = s;
     }
     return best;
 }
 
+static int lfru_victim(const struct ft_cache *c, uint64_t step) {
+    return sampled_victim(c, step, FT_CACHE_LFRU_SAMPLE, lfru_better);
+}
+
 const struct ft_cache_policy ft_cache_lfru = {"lfru", lfru_victim, NULL, NULL};
+
+/* markov: the probability that key is used at its layer's next lookup (cache.h) */
+static float markov_score(const struct ft_cache *c, int32_t key) {
+    const int l = key / c->n_experts;
+    const float n = c->mlook[l], u = c->muse[key], r = c->mrep[key], m = FT_CACHE_MARKOV_PRIOR;
+    const float U = c->mids[l], R = c->mreps[l], N = n * (float)c->n_experts;
+    const int last = c->freq[key] && c->fstamp[key] == c->lsteps[l];
+    if (last) { /* the prior: the layer's pooled P(used | used before) */
+        const float d = u - 1.0f > 0 ? u - 1.0f : 0.0f; /* uses with a next lookup */
+        return (r + m * (U > 0 ? R / U : 0.0f)) / (d + m);
+    }
+    const float d = n - u > 0 ? n - u : 0.0f;
+    return (u - r + m * (N > U ? (U - R) / (N - U) : 0.0f)) / (d + m);
+}
+
+static int markov_better(const struct ft_cache *c, int a, int b) {
+    if (b < 0) return 1;
+    const float pa = markov_score(c, c->key_of[a]), pb = markov_score(c, c->key_of[b]);
+    return pa < pb || (pa == pb && c->last_use[a] < c->last_use[b]);
+}
+
+static int markov_victim(const struct ft_cache *c, uint64_t step) {
+    return sampled_victim(c, step, FT_CACHE_MARKOV_SAMPLE, markov_better);
+}
+
+const struct ft_cache_policy ft_cache_markov = {"markov", markov_victim, NULL, NULL};
 
 /* SLRU: never-used slots first, then the recency list from its least recent: the first on
  * probation, else the first of any, skipping the current step's */
@@ -161,7 +195,8 @@ static void slru_fill(struct ft_cache *c, int slot) {
 const struct ft_cache_policy ft_cache_slru = {"slru", slru_victim, slru_hit, slru_fill};
 
 const struct ft_cache_policy *ft_cache_policy_find(const char *name) {
-    const struct ft_cache_policy *all[] = {&ft_cache_lru, &ft_cache_lfru, &ft_cache_slru};
+    const struct ft_cache_policy *all[] = {&ft_cache_lru, &ft_cache_lfru, &ft_cache_slru,
+                                           &ft_cache_markov};
     for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
         if (!strcmp(name, all[i]->name)) return all[i];
     return NULL;
@@ -198,9 +233,14 @@ enum ft_status ft_cache_init(struct ft_cache **out, int n_slots, int n_layers, i
     c->lsteps = calloc((size_t)n_layers, sizeof *c->lsteps);
     c->decay = malloc(FT_CACHE_DECAY_LEN * sizeof *c->decay);
     c->prot = calloc((size_t)n_slots, 1);
+    c->muse = calloc(keys, sizeof *c->muse);
+    c->mrep = calloc(keys, sizeof *c->mrep);
+    c->mlook = calloc((size_t)n_layers, sizeof *c->mlook);
+    c->mids = calloc((size_t)n_layers, sizeof *c->mids);
+    c->mreps = calloc((size_t)n_layers, sizeof *c->mreps);
     if (!c->slot_of || !c->key_of || !c->last_use || !c->step_of || !c->freq || !c->hits || !c->misses ||
         !c->held || !c->prev || !c->next || !c->unused || !c->fcount || !c->fstamp || !c->lsteps ||
-        !c->decay || !c->prot) {
+        !c->decay || !c->prot || !c->muse || !c->mrep || !c->mlook || !c->mids || !c->mreps) {
         ft_cache_free(c);
         return ft_fail(FT_ERR_OOM, "expert cache: out of memory");
     }
@@ -231,6 +271,11 @@ void ft_cache_free(struct ft_cache *c) {
     free(c->lsteps);
     free(c->decay);
     free(c->prot);
+    free(c->muse);
+    free(c->mrep);
+    free(c->mlook);
+    free(c->mids);
+    free(c->mreps);
     free(c);
 }
 
@@ -238,10 +283,21 @@ void ft_cache_probe(struct ft_cache *c, int layer, const int32_t *ids, int n, in
     uint64_t step = ++c->step;
     const uint32_t now = ++c->lsteps[layer];
     if (c->trace) ft_trace_add(c->trace, layer, ids, n);
+    const size_t base = (size_t)layer * c->n_experts;
+    if (now % FT_CACHE_MARKOV_HALVE == 0) { /* markov's counts follow a drifting router */
+        for (int e = 0; e < c->n_experts; e++) c->muse[base + e] *= 0.5f, c->mrep[base + e] *= 0.5f;
+        c->mlook[layer] *= 0.5f, c->mids[layer] *= 0.5f, c->mreps[layer] *= 0.5f;
+    }
+    c->mlook[layer] += 1.0f;
     for (int i = 0; i < n; i++) {
-        size_t key = (size_t)layer * c->n_experts + ids[i];
+        size_t key = base + ids[i];
         int32_t s = c->slot_of[key];
         slots[i] = s;
+        if (!c->freq[key] || c->fstamp[key] != now) { /* the first of repeats in a step */
+            const float rep = c->freq[key] && c->fstamp[key] == now - 1;
+            c->mrep[key] += rep, c->mreps[layer] += rep;
+            c->muse[key] += 1.0f, c->mids[layer] += 1.0f;
+        }
         c->freq[key]++;
         c->fcount[key] = lfru_count(c, (int32_t)key) + 1.0f, c->fstamp[key] = now;
         if (s >= 0) {

@@ -41,7 +41,21 @@ extern const struct ft_cache_policy ft_cache_lfru;
  * back on probation); the victim is the least recent on probation (else of the protected). */
 #define FT_CACHE_PROTECTED_PCT 80
 extern const struct ft_cache_policy ft_cache_slru;
-/* The policy called name ("lru", "lfru"), or NULL. */
+/* Next-use (markov): evicts the expert least likely to be used at its layer's next lookup, by a
+ * two-state model learnt per expert from its own lookups: a = P(used | used at the layer's
+ * previous lookup), b = P(used | not used at it), each a ratio of counts (uses, uses right after
+ * a use, the layer's lookups) with a prior of FT_CACHE_MARKOV_PRIOR pseudo-lookups at k / E,
+ * every count halved each FT_CACHE_MARKOV_HALVE lookups of its layer (the model follows a
+ * drifting router). An expert used at its layer's last lookup scores a, any other b; ties go to
+ * the least recent. On iid (zipf) routing a = b = the expert's frequency: LFU with the slots
+ * split across layers by frequency; on sticky routing a >> b: LRU's keep-the-last-step. Free
+ * slots first; pools of more than 4 x FT_CACHE_MARKOV_SAMPLE slots take the best of
+ * FT_CACHE_MARKOV_SAMPLE drawn slots, as LFRU does. */
+#define FT_CACHE_MARKOV_PRIOR 2.0f
+#define FT_CACHE_MARKOV_HALVE 1024
+#define FT_CACHE_MARKOV_SAMPLE 64
+extern const struct ft_cache_policy ft_cache_markov;
+/* The policy called name ("lru", "lfru", "slru", "markov"), or NULL. */
 const struct ft_cache_policy *ft_cache_policy_find(const char *name);
 /* LRU's victim by its definition, a scan of every slot (O(slots); ft_cache_lru keeps a recency
  * order instead): the reference for tests and bench_cache. */
@@ -75,6 +89,11 @@ struct ft_cache {
     struct ft_trace *trace; /* every probe recorded into it, or NULL (ft_cache_record) */
     uint8_t *prot;          /* [n_slots] SLRU: protected */
     int n_prot;
+    /* markov: per key its uses and the uses that followed a use at the layer's previous
+     * lookup; per layer its lookups and the mean distinct ids a lookup (k); all halved each
+     * FT_CACHE_MARKOV_HALVE lookups of the layer */
+    float *muse, *mrep;     /* [n_layers * n_experts] */
+    float *mlook, *mids, *mreps; /* [n_layers]; mreps: the sum of the layer's mrep */
 };
 #define FT_CACHE_DECAY_LEN (24 * FT_CACHE_HALF_LIFE)
 
