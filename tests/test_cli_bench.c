@@ -97,4 +97,36 @@ TEST(bench_list_errors_name_the_flag_and_value) {
     }
 }
 
+/* --emulate-pin-cap SIZE (issue 28): listed in one line of the help, and every impossible use is
+ * one line naming the flag, exit 2, before anything loads: a bad size, the cpu backend (given
+ * before or after it), a build or host with no GPU to pin for. */
+TEST(emulate_pin_cap_flag_and_its_errors) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' bench --help 2>&1", FT_BIN);
+    EXPECT_EQ(run(cmd, g_out, sizeof g_out), 0);
+    EXPECT_EQ(count(g_out, "--emulate-pin-cap SIZE  refuse pins past SIZE, as WSL2's driver does "
+                           "(docs/wsl.md)\n"), 1);
+    static const char *cases[][2] = {
+        {"--emulate-pin-cap lots", "ft bench: --emulate-pin-cap: 'lots' is not a size of at least 256M (e.g. 1G, 8G)\n"},
+        {"--emulate-pin-cap 1K", "ft bench: --emulate-pin-cap: '1K' is not a size of at least 256M"},
+        {"--emulate-pin-cap -1G", "ft bench: --emulate-pin-cap: '-1G' is not a size"},
+        {"--backend cpu --emulate-pin-cap 8G", "ft bench: --emulate-pin-cap: the cpu backend pins nothing; "
+                                               "use --backend offload (or drop --emulate-pin-cap)\n"},
+#ifndef FT_HAVE_CUDA
+        {"--backend offload --emulate-pin-cap 8G", "ft bench: --emulate-pin-cap: this build has no CUDA, "
+                                                   "so nothing is pinned; build with -DFT_CUDA=ON (or drop the flag)\n"},
+        {"--emulate-pin-cap 8G --backend cpu", "ft bench: --emulate-pin-cap: this build has no CUDA"},
+#else
+        {"--emulate-pin-cap 8G --backend cpu", "ft bench: --emulate-pin-cap: "},
+#endif
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' bench --synthetic tiny -p 4 -n 4 -r 1 %s 2>&1", FT_BIN, cases[i][0]);
+        EXPECT_EQ(run(cmd, g_out, sizeof g_out), 2);
+        CHECK_(strstr(g_out, cases[i][1]) != NULL, "%s: no '%s' in: %s", cases[i][0], cases[i][1], g_out);
+        CHECK_(count(g_out, "\n") == 1, "%s: not one line: %s", cases[i][0], g_out);
+        CHECK_(strstr(g_out, "loaded") == NULL, "%s: loaded a model", cases[i][0]);
+    }
+}
+
 TEST_MAIN("cli_bench")

@@ -552,7 +552,7 @@ TEST(chain_refuse_after_n_bytes) {
     EXPECT_OK(ft_residency_plan(m, &o, &p));
     EXPECT_OK(ft_residency_apply(p, m));
     /* MoE layers 0,2,3 pinned; 4's second bank is refused, the first is undone; the rest
-     * are refused too and locked */
+     * are never offered to the driver (no pin past a refusal) and locked */
     for (int l = 0; l < 10; l++) {
         if (!m->layers[l].is_moe) continue;
         enum ft_residency want = l <= 3 ? FT_RES_PINNED : FT_RES_LOCKED;
@@ -563,10 +563,17 @@ TEST(chain_refuse_after_n_bytes) {
     EXPECT_EQ(pinned_sum(p, m), 3 * lb);
     EXPECT_EQ(ft_residency_budget(p)->used_bytes, 3 * lb);
     EXPECT(f.n_clears >= 1);
+    EXPECT_EQ(f.n_pin_calls, 8);
+    EXPECT_EQ(f.n_pin_refused, 1);
+    EXPECT_EQ(f.n_pin_after_refusal, 0);
+    EXPECT_EQ(ft_residency_budget(p)->limit_bytes, 3 * lb); /* the wall: nothing else asks */
+    EXPECT_EQ(ft_pin_budget_charge(ft_residency_budget(p), 256, "the expert staging ring"), FT_ERR_OOM);
     EXPECT_EQ(log_count(FT_LOG_INFO, "pinning 0.00 GiB refused (cudaHostRegister(0.00 GiB): out "
-                                     "of memory (fake"), 6);
+                                     "of memory (fake"), 1);
     EXPECT(log_has("layer 4: pinning 0.00 GiB refused (cudaHostRegister(0.00 GiB): out of memory "
-                   "(fake, call 8)); the layer moves to the CPU (mlock)"));
+                   "(fake, call 8)); the layer moves to the CPU (mlock). No pin is asked past a "
+                   "refusal: the pin budget is now the 0.00 GiB pinned, and 5 later layers are "
+                   "locked for the CPU without asking"));
     EXPECT(log_has("  locked      6 layers      0.00 GiB  layers 4-9"));
     EXPECT(ft_residency_is_cpu_layer(p, 4));
     EXPECT(!ft_residency_is_cpu_layer(p, 3));
@@ -580,7 +587,8 @@ TEST(chain_fail_on_kth_call) {
     struct ft_model *m = fake_model(10, LAYOUT, 8, 64, 64, 1);
     uint64_t lb = layer_bytes(m, 0);
     struct ft_pin_fake f;
-    /* call 4 = layer 2's second bank: layer 2 moves down, the others pin */
+    /* call 4 = layer 2's second bank: layer 2 and every later layer move down (a refusal is
+     * the driver's wall: nothing past it is asked) */
     struct ft_residency_opts o = {.backend = ft_pin_fake_init(&f, 0, 4), .platform = &k_wsl,
                                   .pin_budget = "1G", .budget.env = ""};
     struct ft_residency_plan *p = NULL;
@@ -589,13 +597,17 @@ TEST(chain_fail_on_kth_call) {
     EXPECT_OK(ft_residency_apply(p, m));
     for (int l = 0; l < 10; l++)
         if (m->layers[l].is_moe)
-            EXPECT_EQ(ft_residency_layer(p, l)->got, l == 2 ? FT_RES_LOCKED : FT_RES_PINNED);
-    EXPECT_EQ(f.pinned_bytes, 8 * lb);
-    EXPECT_EQ(ft_residency_budget(p)->used_bytes, 8 * lb);
+            EXPECT_EQ(ft_residency_layer(p, l)->got, l >= 2 ? FT_RES_LOCKED : FT_RES_PINNED);
+    EXPECT_EQ(f.pinned_bytes, 1 * lb);
+    EXPECT_EQ(ft_residency_budget(p)->used_bytes, 1 * lb);
     EXPECT_EQ(f.sticky, 0);
+    EXPECT_EQ(f.n_pin_calls, 4);
+    EXPECT_EQ(f.n_pin_after_refusal, 0);
     EXPECT(log_has("layer 2: pinning 0.00 GiB refused (cudaHostRegister(0.00 GiB): out of memory "
-                   "(fake, call 4)); the layer moves to the CPU (mlock)"));
-    EXPECT(log_has("  locked      1 layers      0.00 GiB  layers 2"));
+                   "(fake, call 4)); the layer moves to the CPU (mlock). No pin is asked past a "
+                   "refusal: the pin budget is now the 0.00 GiB pinned, and 7 later layers are "
+                   "locked for the CPU without asking"));
+    EXPECT(log_has("  locked      8 layers      0.00 GiB  layers 2-9"));
     ft_residency_plan_free(p);
     EXPECT_EQ(f.pinned_bytes, 0);
     /* explicit ids that do not fit the budget: the budget refuses, the chain locks */
@@ -613,6 +625,122 @@ TEST(chain_fail_on_kth_call) {
     EXPECT_EQ(log_count(FT_LOG_INFO, "the layer moves to the CPU (mlock)"), 5);
     ft_residency_plan_free(p);
     log_stop();
+    fake_model_free(m);
+}
+
+/* --emulate-pin-cap (issue 28) on native Linux: the budget is chosen as on WSL2, so the probe
+ * meets the emulated wall, keeps 80% and remembers it under the cap's own file; the plan then
+ * never registers past the cap and the driver never refuses a registration. */
+TEST(emulated_cap_probed_and_never_crossed) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/pinwall-emu-test.txt", g_cache);
+    remove(path);
+    struct ft_model *m = fake_model(10, LAYOUT, 8, 64, 64, 1);
+    const uint64_t cap = 400 * KIB;
+    struct ft_pin_fake f;
+    struct ft_residency_opts o = {.backend = ft_pin_fake_init(&f, cap, 0), .platform = &k_linux,
+                                  .budget = {.env = "", .ram_bytes = 100 * GIB_, .wall_file = path,
+                                             .probe_step_bytes = 16 * KIB, .emulated_cap_bytes = cap}};
+    struct ft_residency_plan *p = NULL;
+    log_start();
+    EXPECT_OK(ft_residency_plan(m, &o, &p));
+    EXPECT(log_has("--emulate-pin-cap 0.00 GiB: the fake pinner refuses past 0.00 GiB pinned, as a "
+                   "WSL2 driver's wall; the pin budget is chosen as on WSL2"));
+    struct ft_pin_budget *b = ft_residency_budget(p);
+    EXPECT_EQ(b->source, FT_PIN_SRC_PROBE);
+    EXPECT_EQ(b->probe_ok_bytes, cap);
+    EXPECT_EQ(b->limit_bytes, cap / 10 * 8);
+    EXPECT_EQ(f.n_refused, 1); /* the probe's, which found the wall */
+    EXPECT_OK(ft_residency_apply(p, m));
+    EXPECT(pinned_sum(p, m) <= cap / 10 * 8);
+    EXPECT_EQ(pinned_sum(p, m), 3 * LAYER_KIB * KIB); /* 320 KiB hold 3 layers of 96 */
+    EXPECT(f.peak_pinned_bytes <= cap);
+    EXPECT_EQ(f.n_pin_refused, 0);
+    EXPECT_EQ(f.n_refused, 1);
+    ft_residency_plan_free(p);
+    /* the next start: the wall is remembered, nothing is probed */
+    o.backend = ft_pin_fake_init(&f, cap, 0);
+    EXPECT_OK(ft_residency_plan(m, &o, &p));
+    EXPECT_EQ(f.probe_bytes, 0);
+    EXPECT_EQ(f.n_refused, 0);
+    EXPECT_EQ(ft_residency_budget(p)->source, FT_PIN_SRC_PROBE);
+    EXPECT_OK(ft_residency_apply(p, m));
+    EXPECT(f.peak_pinned_bytes <= cap);
+    EXPECT_EQ(f.n_pin_refused, 0);
+    ft_residency_plan_free(p);
+    /* no emulated cap: native Linux stays uncapped and unprobed */
+    o.budget.emulated_cap_bytes = 0;
+    o.backend = ft_pin_fake_init(&f, 0, 0);
+    EXPECT_OK(ft_residency_plan(m, &o, &p));
+    EXPECT_EQ(ft_residency_budget(p)->source, FT_PIN_SRC_UNCAPPED);
+    EXPECT_EQ(f.n_pin_calls, 0);
+    ft_residency_plan_free(p);
+    /* the emulated wall has a file of its own, never the real wall's */
+    char w0[1024], w1[1024];
+    ft_pin_wall_path(&k_linux, 100 * GIB_, 0, w0, sizeof w0);
+    ft_pin_wall_path(&k_linux, 100 * GIB_, 8 * GIB_, w1, sizeof w1);
+    EXPECT_CONTAINS(w0, "/pinwall-6-1-0-102400.txt");
+    EXPECT_CONTAINS(w1, "/pinwall-6-1-0-102400-emu8192.txt");
+    log_stop();
+    remove(path);
+    fake_model_free(m);
+}
+
+/* A budget above the emulated wall (--pin-budget skips the probe): registration meets the wall,
+ * and that refusal is the last pin asked; a probed budget whose wall moved (the driver refuses
+ * below it) remembers the lower wall for the next start. */
+TEST(emulated_cap_no_pin_past_a_refusal) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/pinwall-emu-test2.txt", g_cache);
+    remove(path);
+    struct ft_model *m = fake_model(10, LAYOUT, 8, 64, 64, 1);
+    const uint64_t cap = 400 * KIB, lb = layer_bytes(m, 0);
+    struct ft_pin_fake f;
+    struct ft_residency_opts o = {.backend = ft_pin_fake_init(&f, cap, 0), .platform = &k_linux,
+                                  .pin_budget = "1G",
+                                  .budget = {.env = "", .wall_file = path, .emulated_cap_bytes = cap}};
+    struct ft_residency_plan *p = NULL;
+    log_start();
+    EXPECT_OK(ft_residency_plan(m, &o, &p));
+    EXPECT_EQ(f.n_pin_calls, 0); /* the flag: no probe */
+    EXPECT_OK(ft_residency_apply(p, m));
+    uint64_t sum = pinned_sum(p, m);
+    EXPECT(sum <= cap);
+    EXPECT_EQ(sum, 4 * lb);         /* 384 KiB; the fifth layer's gate_up would cross 400 */
+    EXPECT(f.peak_pinned_bytes <= cap);
+    EXPECT_EQ(f.n_pin_refused, 1);
+    EXPECT_EQ(f.n_pin_after_refusal, 0);
+    EXPECT_EQ(f.n_pin_calls, 9);    /* 4 layers of 2 banks, then the refused one */
+    EXPECT_EQ(ft_residency_budget(p)->limit_bytes, 4 * lb);
+    EXPECT_EQ(log_count(FT_LOG_INFO, "No pin is asked past a refusal"), 1);
+    FILE *wf = fopen(path, "r");
+    EXPECT(wf == NULL); /* a flag's budget was not probed: nothing to remember */
+    if (wf) fclose(wf);
+    ft_residency_plan_free(p);
+    EXPECT_EQ(f.pinned_bytes, 0);
+    /* probed on a faked WSL2 without a wall, then the driver refuses below the budget */
+    o.pin_budget = NULL;
+    o.platform = &k_wsl;
+    o.budget.ram_bytes = 100 * GIB_;
+    o.budget.probe_step_bytes = 16 * GIB_;
+    o.budget.emulated_cap_bytes = 0;
+    o.backend = ft_pin_fake_init(&f, 0, 0);
+    EXPECT_OK(ft_residency_plan(m, &o, &p));
+    EXPECT_EQ(ft_residency_budget(p)->source, FT_PIN_SRC_DEFAULT);
+    f.refuse_after_bytes = 2 * lb + 10 * KIB;
+    EXPECT_OK(ft_residency_apply(p, m));
+    EXPECT_EQ(pinned_sum(p, m), 2 * lb);
+    EXPECT_EQ(f.n_pin_after_refusal, 0);
+    ft_residency_plan_free(p);
+    o.backend = ft_pin_fake_init(&f, 0, 0);
+    g_log.n = 0;
+    EXPECT_OK(ft_residency_plan(m, &o, &p)); /* remembered: no probe, 80% below it */
+    EXPECT_EQ(f.probe_bytes, 0);
+    EXPECT_EQ(ft_residency_budget(p)->source, FT_PIN_SRC_PROBE);
+    EXPECT_EQ(log_count(FT_LOG_INFO, "refused at 0.00 GiB before"), 1);
+    ft_residency_plan_free(p);
+    log_stop();
+    remove(path);
     fake_model_free(m);
 }
 

@@ -13,6 +13,7 @@
 #include "server/sse.h"
 #include "engine/gpu.h"
 #include "format/hfconfig.h"
+#include "mem/residency.h"
 #include "moe/cache.h"
 
 int ft_cli_exit_code(enum ft_status st) {
@@ -225,6 +226,7 @@ const char ft_cli_backend_usage[] =
     "  --moe-cpu-threads N  the CPU executor's threads, pinned one per core (default: cores)\n"
     "  --pin-budget SIZE|probe:SIZE / --moe-cpu-layers auto|IDS|N|F|0   host pinning (README:\n"
     "                      Host memory; probe:SIZE probes the driver up to SIZE)\n"
+    "  --emulate-pin-cap SIZE  refuse pins past SIZE, as WSL2's driver does (docs/wsl.md)\n"
     "  --cpu-act fast|f32  activations rounded as llama.cpp does (default): int8 for GGML\n"
     "                      blocks (CPU; GPU: some expert formats), bf16 for bf16 weights\n"
     "                      (CPU); f32: exact\n";
@@ -255,6 +257,37 @@ int ft_cli_cpu_act(const char *cmd, const char *v) {
     return -1;
 }
 
+/* --emulate-pin-cap SIZE: the CUDA pinner's wall, set at once (process-wide, as a driver's
+ * wall is; the residency manager reads it when the model loads). 1 taken, -1 a one-line error
+ * naming the flag: a bad size, the cpu backend (either flag may come first), no GPU to pin for. */
+static int emulate_pin_cap(const char *cmd, const char *v, const struct ft_engine_opts *eo,
+                           int backend_auto) {
+    size_t b = 0;
+    if (ft_cli_size(v, &b) || b < ((size_t)1 << 28)) {
+        fprintf(stderr, "ft %s: --emulate-pin-cap: '%s' is not a size of at least 256M (e.g. 1G, "
+                "8G)\n", cmd, v);
+        return -1;
+    }
+    if (!backend_auto && eo->backend == FT_BACKEND_CPU) {
+        fprintf(stderr, "ft %s: --emulate-pin-cap: the cpu backend pins nothing; use --backend "
+                "offload (or drop --emulate-pin-cap)\n", cmd);
+        return -1;
+    }
+#ifndef FT_HAVE_CUDA
+    fprintf(stderr, "ft %s: --emulate-pin-cap: this build has no CUDA, so nothing is pinned; "
+            "build with -DFT_CUDA=ON (or drop the flag)\n", cmd);
+    return -1;
+#else
+    if (!ft_gpu_available()) {
+        fprintf(stderr, "ft %s: --emulate-pin-cap: no CUDA device here, so nothing is pinned "
+                "(drop the flag)\n", cmd);
+        return -1;
+    }
+    ft_pin_set_emulated_cap((uint64_t)b);
+    return 1;
+#endif
+}
+
 int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct ft_engine_opts *eo,
                         int *backend_auto) {
     const char *a = argv[*i], *v;
@@ -270,11 +303,18 @@ int ft_cli_backend_flag(const char *cmd, int argc, char **argv, int *i, struct f
         strcmp(a, "--moe-cache-size") && strcmp(a, "--moe-cache-rate") &&
         strcmp(a, "--verify-copies") && strcmp(a, "--copy-path") && strcmp(a, "--moe-backend") &&
         strcmp(a, "--pin-budget") && strcmp(a, "--moe-cpu-layers") && strcmp(a, "--cpu-act") &&
-        strcmp(a, "--moe-cpu-threads") && strcmp(a, "--moe-cache-policy") && strcmp(a, "--moe-prefetch"))
+        strcmp(a, "--moe-cpu-threads") && strcmp(a, "--moe-cache-policy") && strcmp(a, "--moe-prefetch") &&
+        strcmp(a, "--emulate-pin-cap"))
         return 0;
     if (!(v = ft_cli_value(argc, argv, i))) return -1;
+    if (!strcmp(a, "--emulate-pin-cap")) return emulate_pin_cap(cmd, v, eo, *backend_auto);
     if (!strcmp(a, "--backend")) {
         *backend_auto = !strcmp(v, "auto");
+        if (!strcmp(v, "cpu") && ft_pin_emulated_cap()) {
+            fprintf(stderr, "ft %s: --emulate-pin-cap: the cpu backend pins nothing; use --backend "
+                    "offload (or drop --emulate-pin-cap)\n", cmd);
+            return -1;
+        }
         if (!strcmp(v, "cpu")) eo->backend = FT_BACKEND_CPU;
         else if (!strcmp(v, "cuda") || !strcmp(v, "gpu")) eo->backend = FT_BACKEND_CUDA;
         else if (!strcmp(v, "offload")) eo->backend = FT_BACKEND_OFFLOAD;
@@ -369,6 +409,7 @@ void ft_cli_backend_resolve(struct ft_engine_opts *eo, int backend_auto) {
 
 void ft_cli_backend_init(struct ft_engine_opts *be, int *backend_auto) {
     memset(be, 0, sizeof *be);
+    ft_pin_set_emulated_cap(0); /* until --emulate-pin-cap */
     be->verify_copies = -1;
     be->moe_mode = 2;     /* hybrid */
     be->hot_set = 1;      /* ft bench turns it off: its runs must not depend on earlier ones */

@@ -27,8 +27,6 @@ static const struct entry k_table[FT_ENV_N] = {
                                     "a kernel release (or /proc/version file) to detect", 1},
     [FT_ENV_TEST_SLOW_EMIT_MS] = {"FT_TEST_SLOW_EMIT_MS", "unset",
                                   "ft chat waits this long per printed piece", 1},
-    [FT_ENV_TEST_PIN_WALL_MB] = {"FT_TEST_PIN_WALL_MB", "unset",
-                                 "the CUDA pinner refuses past this many MiB pinned (a WSL2 wall)", 1},
     [FT_ENV_TEST_UPLOAD_FAULT] = {"FT_TEST_UPLOAD_FAULT", "unset",
                                   "K: the K-th weight uploaded at load is zeroed on the device", 1},
     [FT_ENV_TEST_EXEC_STALL] = {"FT_TEST_EXEC_STALL", "unset",

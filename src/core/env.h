@@ -16,7 +16,6 @@ enum ft_env {
     FT_ENV_TEST_COPY_FAULT,     /* FT_TESTING builds only: fault-injection hooks for the tests */
     FT_ENV_TEST_KERNEL_RELEASE,
     FT_ENV_TEST_SLOW_EMIT_MS,
-    FT_ENV_TEST_PIN_WALL_MB,
     FT_ENV_TEST_UPLOAD_FAULT,
     FT_ENV_TEST_EXEC_STALL,
     FT_ENV_TEST_POOL_STALL,

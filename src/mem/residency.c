@@ -169,44 +169,35 @@ static const struct ft_pin_backend k_none = {
 
 const struct ft_pin_backend *ft_pin_backend_none(void) { return &k_none; }
 
+/* --emulate-pin-cap: the wall the CUDA pinner (backend/cuda/pin.cu) enforces, and what the
+ * budget's policy keys on. Process-wide, as a driver's wall is. */
+static _Atomic uint64_t g_emulated_cap;
+
+void ft_pin_set_emulated_cap(uint64_t bytes) {
+    atomic_store(&g_emulated_cap, bytes);
 #ifdef FT_HAVE_CUDA
-/* FT_TESTING builds: FT_TEST_PIN_WALL_MB makes the CUDA pinner refuse past that many MiB pinned
- * at once (registrations and probe allocations together), as a WSL2 wall does, so the GPU tests
- * can prove nothing asks past a refusal. 0: no wall. */
-static _Atomic uint64_t g_pinned_now;
-static int wall_refuses(size_t bytes) {
-#ifdef FT_TESTING
-    const uint64_t wall = (uint64_t)ft_env_int(FT_ENV_TEST_PIN_WALL_MB, 0) << 20;
-    if (wall && atomic_load(&g_pinned_now) + bytes > wall) return 1;
+    ft_cuda_pin_set_cap(bytes);
 #endif
-    atomic_fetch_add(&g_pinned_now, bytes);
-    return 0;
 }
+
+uint64_t ft_pin_emulated_cap(void) { return atomic_load(&g_emulated_cap); }
+
+#ifdef FT_HAVE_CUDA
 static enum ft_status cuda_pin(void *ctx, void *ptr, size_t bytes) {
     (void)ctx;
-    if (wall_refuses(bytes))
-        return ft_fail(FT_ERR_CUDA, "cudaHostRegister of %.1f MiB refused (FT_TEST_PIN_WALL_MB)",
-                       bytes / 1048576.0);
-    enum ft_status st = ft_cuda_host_register(ptr, bytes);
-    if (st != FT_OK) atomic_fetch_sub(&g_pinned_now, bytes);
-    return st;
+    return ft_cuda_host_register(ptr, bytes);
 }
 static void cuda_unpin(void *ctx, void *ptr, size_t bytes) {
-    (void)ctx;
+    (void)ctx, (void)bytes;
     ft_cuda_host_unregister(ptr);
-    atomic_fetch_sub(&g_pinned_now, bytes);
 }
 static void *cuda_probe_alloc(void *ctx, size_t bytes) {
     (void)ctx;
-    if (wall_refuses(bytes)) return NULL;
-    void *p = ft_cuda_host_alloc_pinned(bytes);
-    if (!p) atomic_fetch_sub(&g_pinned_now, bytes);
-    return p;
+    return ft_cuda_host_alloc_pinned(bytes);
 }
 static void cuda_probe_free(void *ctx, void *ptr, size_t bytes) {
-    (void)ctx;
+    (void)ctx, (void)bytes;
     ft_cuda_free_host(ptr);
-    atomic_fetch_sub(&g_pinned_now, bytes);
 }
 static void cuda_clear(void *ctx) {
     (void)ctx;
@@ -244,7 +235,8 @@ static int fake_refuses(struct ft_pin_fake *f, uint64_t bytes) {
 static enum ft_status fake_pin(void *ctx, void *ptr, size_t bytes) {
     struct ft_pin_fake *f = ctx;
     if (*(const unsigned char *)ptr == 0) f->n_pin_saw_zero++;
-    if (fake_refuses(f, bytes))
+    if (f->n_pin_refused) f->n_pin_after_refusal++;
+    if (fake_refuses(f, bytes) && ++f->n_pin_refused)
         return ft_fail(FT_ERR_CUDA, "cudaHostRegister(%.2f GiB): out of memory (fake, call %d)",
                        gib(bytes), f->n_pin_calls);
     f->pinned_bytes += bytes;
@@ -323,11 +315,14 @@ uint64_t ft_pin_probe(const struct ft_pin_backend *be, uint64_t limit, uint64_t 
     return ok;
 }
 
-void ft_pin_wall_path(const struct ft_platform *p, uint64_t ram_bytes, char *buf, size_t cap) {
-    char dir[512], k[160];
+void ft_pin_wall_path(const struct ft_platform *p, uint64_t ram_bytes, uint64_t emulated_cap_bytes,
+                      char *buf, size_t cap) {
+    char dir[512], k[160], emu[40] = "";
     ft_env_cache_dir(dir, sizeof dir);
     ft_env_file_word(p->kernel[0] ? p->kernel : ft_platform_name(p->kind), k, sizeof k);
-    snprintf(buf, cap, "%s/pinwall-%s-%llu.txt", dir, k, (unsigned long long)(ram_bytes >> 20));
+    if (emulated_cap_bytes)
+        snprintf(emu, sizeof emu, "-emu%llu", (unsigned long long)(emulated_cap_bytes >> 20));
+    snprintf(buf, cap, "%s/pinwall-%s-%llu%s.txt", dir, k, (unsigned long long)(ram_bytes >> 20), emu);
 }
 
 /* The remembered wall in bytes, 0 when none (or unreadable) */
@@ -365,10 +360,12 @@ static void probe_budget(struct ft_pin_budget *b, const struct ft_pin_backend *b
         b->limit_bytes = FT_MIN(keep, safe / 10 * 8);
         b->probe_ok_bytes = safe, b->probe_refused = 1;
         b->source = FT_PIN_SRC_PROBE;
+        snprintf(b->wall_file, sizeof b->wall_file, "%s", wall_path);
         ft_log_info("pin probe: this machine's driver refused at %.2f GiB before (%s); keeping 80%% "
                     "of what stays below it, without probing", gib(wall), wall_path);
         return;
     }
+    snprintf(b->wall_file, sizeof b->wall_file, "%s", wall_path ? wall_path : "");
     b->probe_ok_bytes = ft_pin_probe(be, ceiling, step, &b->probe_refused);
     if (b->probe_refused) {
         b->limit_bytes = b->probe_ok_bytes / 10 * 8;
@@ -393,13 +390,20 @@ enum ft_status ft_pin_budget_init(struct ft_pin_budget *b, const struct ft_platf
     const char *env = o->env ? o->env : ft_env_str(FT_ENV_PIN_BUDGET_GB);
     enum ft_status st = FT_OK;
     const uint64_t ram = o->ram_bytes ? o->ram_bytes : ft_sys_ram_bytes();
+    const uint64_t emu = be->can_pin ? (o->emulated_cap_bytes ? o->emulated_cap_bytes
+                                                              : ft_pin_emulated_cap()) : 0;
+    b->emulated_cap_bytes = emu;
     char wall_path[1024];
     if (o->wall_file) snprintf(wall_path, sizeof wall_path, "%s", o->wall_file);
-    else ft_pin_wall_path(p, ram, wall_path, sizeof wall_path);
+    else ft_pin_wall_path(p, ram, emu, wall_path, sizeof wall_path);
+    if (emu)
+        ft_log_info("--emulate-pin-cap %.2f GiB: the %s pinner refuses past %.2f GiB pinned, as a "
+                    "WSL2 driver's wall; the pin budget is chosen as on WSL2", gib(emu), be->name,
+                    gib(emu));
     if (o->flag && !strncmp(o->flag, "probe:", 6)) { /* the user's ceiling, above the default */
         uint64_t ceiling = 0;
         FT_TRY(ft_parse_size(o->flag + 6, "--pin-budget probe:", &ceiling));
-        b->default_bytes = p->kind == FT_PLATFORM_WSL2 ? ram / 10 * 4 : 0;
+        b->default_bytes = p->kind == FT_PLATFORM_WSL2 || emu ? ram / 10 * 4 : 0;
         b->source = FT_PIN_SRC_FLAG;
         if (be->can_pin && !o->skip_probe) probe_budget(b, be, o, wall_path, ceiling, ceiling);
         else b->limit_bytes = ceiling;
@@ -409,7 +413,7 @@ enum ft_status ft_pin_budget_init(struct ft_pin_budget *b, const struct ft_platf
     } else if (env && *env) {
         FT_TRY(ft_parse_size(env, "FREETOKEN_PIN_BUDGET_GB", &b->limit_bytes));
         b->source = FT_PIN_SRC_ENV;
-    } else if (p->kind == FT_PLATFORM_WSL2) {
+    } else if (p->kind == FT_PLATFORM_WSL2 || emu) {
         b->default_bytes = ram / 10 * 4;
         b->limit_bytes = b->default_bytes;
         b->source = FT_PIN_SRC_DEFAULT;
@@ -468,6 +472,7 @@ struct ft_residency_plan {
     pthread_cond_t cv;
     int closing, stop;                   /* wait() called / free() called */
     int mlock_failed;
+    int wall_met;                        /* the driver refused a pin: none is asked again */
     int64_t reg_ns, wait_ns; /* pinning and locking the banks; the loader's wait for it at the end */
 };
 
@@ -672,6 +677,31 @@ static void memlock_limit_text(char *buf, size_t cap, uint64_t *limit) {
     if (limit) *limit = (uint64_t)r.rlim_cur;
 }
 
+/* Layer l's pin was refused below the budget: the driver's wall is at most what was charged
+ * with it. Nothing past it is asked again: the budget becomes what is pinned now (the staging
+ * ring and other buffers then fit or stay off), the later GPU layers are locked without asking,
+ * and a probed budget remembers the wall (the lower of it and the one on file) for the next
+ * start. */
+static void wall_met(struct ft_residency_plan *p, int l) {
+    struct ft_pin_budget *b = &p->budget;
+    const uint64_t at = atomic_load(&b->used_bytes); /* with this layer's charge */
+    char why[512];
+    snprintf(why, sizeof why, "%s", ft_error());
+    ft_pin_budget_release(b, p->layers[l].bytes);
+    p->wall_met = 1;
+    b->limit_bytes = atomic_load(&b->used_bytes);
+    int later = 0;
+    for (int k = l + 1; k < p->n_layers; k++) later += p->layers[k].is_moe && p->layers[k].want == FT_RES_PINNED;
+    ft_log_info("layer %d: pinning %.2f GiB refused (%s); the layer moves to the CPU (mlock). No "
+                "pin is asked past a refusal: the pin budget is now the %.2f GiB pinned, and %d "
+                "later layers are locked for the CPU without asking", l, gib(p->layers[l].bytes),
+                why, gib(b->limit_bytes), later);
+    if (b->wall_file[0] && (b->source == FT_PIN_SRC_PROBE || b->source == FT_PIN_SRC_DEFAULT)) {
+        const uint64_t known = wall_read(b->wall_file);
+        if (!known || at < known) wall_write(b->wall_file, at);
+    }
+}
+
 static void register_layer(struct ft_residency_plan *p, int l) {
     struct ft_residency_layer *y = &p->layers[l];
     const struct ft_pin_backend *be = p->be;
@@ -683,16 +713,14 @@ static void register_layer(struct ft_residency_plan *p, int l) {
         y->got = FT_RES_PAGEABLE;
         return;
     }
-    if (y->want == FT_RES_PINNED) {
+    if (y->want == FT_RES_PINNED && !p->wall_met) { /* (past a refusal: never asked again) */
         char what[64];
         snprintf(what, sizeof what, "layer %d expert banks", l);
         if (ft_pin_budget_charge(&p->budget, y->bytes, what) != FT_OK) {
             ft_log_info("layer %d: %s; the layer moves to the CPU (mlock)", l, ft_error());
         } else if (lock_banks(p, l, 1) != FT_OK) {
-            ft_pin_budget_release(&p->budget, y->bytes);
+            wall_met(p, l);
             if (be->clear_error) be->clear_error(be->ctx);
-            ft_log_info("layer %d: pinning %.2f GiB refused (%s); the layer moves to the CPU "
-                        "(mlock)", l, gib(y->bytes), ft_error());
         } else {
             y->got = FT_RES_PINNED;
             return;

@@ -99,6 +99,8 @@ struct ft_pin_fake {
     _Atomic uint64_t pinned_bytes, peak_pinned_bytes, probe_bytes;
     _Atomic int n_pin_calls, n_refused, n_clears, sticky;
     _Atomic int n_pin_saw_zero;  /* pins of a bank whose first byte was 0 (not filled yet) */
+    _Atomic int n_pin_refused;   /* pin (registration, not probe) calls refused */
+    _Atomic int n_pin_after_refusal; /* pin calls made after a pin call was refused */
     struct ft_pin_backend be;
 };
 /* Initialises f (zeroing counters) and returns &f->be. */
@@ -115,6 +117,14 @@ const char *ft_pin_source_name(enum ft_pin_source s); /* "uncapped", "default", 
 #define FT_PIN_UNLIMITED UINT64_MAX
 #define FT_PIN_PROBE_STEP ((uint64_t)256 << 20)
 
+/* --emulate-pin-cap SIZE (every build; 0 = off): the CUDA pinner of this process refuses a
+ * registration or pinned allocation that would hold more than SIZE pinned at once, as a WSL2
+ * driver's wall does, and the budget is chosen as on WSL2 (40% of RAM, probed; the wall is
+ * remembered under its own name). Process-wide, like the driver's wall; set before the model
+ * loads (cli/opts.c). Nothing else of WSL2 (copy verification, VRAM margin) is emulated. */
+void ft_pin_set_emulated_cap(uint64_t bytes);
+uint64_t ft_pin_emulated_cap(void);
+
 /* Every pinned byte of one engine. limit_bytes == FT_PIN_UNLIMITED when uncapped. */
 struct ft_pin_budget {
     uint64_t limit_bytes;
@@ -122,6 +132,9 @@ struct ft_pin_budget {
     uint64_t default_bytes;       /* 40% of RAM on WSL2 (0 on native) */
     uint64_t probe_ok_bytes;      /* what the probe pinned before its first refusal */
     int probe_refused;            /* 1 if the probe met a refusal */
+    uint64_t emulated_cap_bytes;  /* --emulate-pin-cap in force, 0 = none */
+    char wall_file[1024];         /* where a wall met is remembered ("" = nowhere, or the budget
+                                     was not probed: flag, env, native Linux) */
     _Atomic uint64_t used_bytes;  /* charged now */
 };
 
@@ -133,17 +146,22 @@ struct ft_pin_budget_opts {
     int skip_probe;           /* 1: never probe (ft inspect) */
     uint64_t probe_step_bytes;/* 0 = FT_PIN_PROBE_STEP */
     const char *wall_file;    /* where the machine's pin wall is remembered: NULL = the profile
-                                 directory's pinwall-<kernel>-<RAM>.txt (ft_pin_wall_path), "" =
-                                 nowhere */
+                                 directory's pinwall-<kernel>-<RAM>[-emu<cap>].txt
+                                 (ft_pin_wall_path), "" = nowhere */
+    uint64_t emulated_cap_bytes; /* the pinner's emulated wall; 0 = ft_pin_emulated_cap() */
 };
 /* The file this machine's pin wall (the pinned bytes at which the driver first refused) is
- * kept in: keyed by the kernel release and the RAM, so a new .wslconfig probes afresh. */
-void ft_pin_wall_path(const struct ft_platform *p, uint64_t ram_bytes, char *buf, size_t cap);
-/* Chooses the budget: flag > env > platform (WSL2: 40% of RAM, refined by the probe when the
- * backend can pin; Linux: uncapped). The probe pins in small steps up to the default (or the
- * ceiling of --pin-budget probe:SIZE, on any platform) and never up to a wall a probe met before
- * on this machine: a remembered wall W gives 80% of W less a step without probing; a refusal
- * is remembered. Logs "pin budget X GiB (source: S)" once. */
+ * kept in: keyed by the kernel release and the RAM, so a new .wslconfig probes afresh, and by
+ * an emulated cap (emulated_cap_bytes > 0: "-emu<MiB>"), so an emulated wall never stands for
+ * the real one. */
+void ft_pin_wall_path(const struct ft_platform *p, uint64_t ram_bytes, uint64_t emulated_cap_bytes,
+                      char *buf, size_t cap);
+/* Chooses the budget: flag > env > platform (WSL2, or any host under an emulated cap: 40% of
+ * RAM, refined by the probe when the backend can pin; Linux: uncapped). The probe pins in small
+ * steps up to the default (or the ceiling of --pin-budget probe:SIZE, on any platform) and
+ * never up to a wall a probe met before on this machine: a remembered wall W gives 80% of W
+ * less a step without probing; a refusal is remembered. Logs "pin budget X GiB (source: S)"
+ * once. */
 enum ft_status ft_pin_budget_init(struct ft_pin_budget *b, const struct ft_platform *p,
                                   const struct ft_pin_backend *be,
                                   const struct ft_pin_budget_opts *o);
@@ -200,7 +218,10 @@ enum ft_status ft_residency_apply_async(struct ft_residency_plan *p, struct ft_m
 void ft_residency_layer_filled(struct ft_residency_plan *p, int layer);
 void ft_residency_all_filled(struct ft_residency_plan *p);
 /* Waits for every MoE layer (call after all were marked filled), verifies pinned bytes <=
- * budget, logs the table. A layer never marked filled is left pageable. */
+ * budget, logs the table. A layer never marked filled is left pageable. The first pin the
+ * driver refuses is the last one asked: the budget is lowered to what is pinned then (so
+ * nothing else, the staging ring neither, asks past the wall), the later layers are locked
+ * without asking, and a probed budget remembers the wall for the next start. */
 enum ft_status ft_residency_wait(struct ft_residency_plan *p);
 /* async + all_filled + wait, for banks already filled. */
 enum ft_status ft_residency_apply(struct ft_residency_plan *p, struct ft_model *m);

@@ -33,8 +33,14 @@
  * pinned layers, at most FT_STAGING_BYTES, in FT_STAGING_CHUNKS chunks (a multiple of 256 bytes)
  * so that a memcpy into one overlaps the DMA out of the one before; none below 256-byte chunks. */
 #define FT_STAGING_CHUNKS 8
-#define FT_STAGING_THREADS 4 /* prefill's memcpy threads: one thread reads DRAM at ~10-16 GB/s */
 #define FT_STAGING_BYTES ((uint64_t)32 << 20)
+/* Prefill's memcpy threads: one per physical core, at most this many. The CPU executor's pool
+ * is idle while a prefill step streams its experts, so the ring's memcpy may have the cores:
+ * with 4 threads it fed 18.5 GB/s against 53.8 GB/s of pinned DMA (bench/RESULTS.md, issue 28);
+ * one thread reads DRAM at ~10 GB/s, 16 at ~90 GB/s (docs/DESIGN.md section 9). Decode's copies
+ * stay on their one thread (the engine's or the stager's), beside the executor. */
+#define FT_STAGING_THREADS_MAX 16
+#define RING_SEGS 32 /* pieces of expert matrices in one chunk's memcpy job */
 
 enum { PATH_DMA = 1, PATH_GATHER = 2 };
 
@@ -86,7 +92,7 @@ struct ft_offload {
     uint8_t *ring;                  /* FT_STAGING_CHUNKS x FT_STAGING_CHUNK bytes, pinned */
     cudaEvent_t ev_ring[FT_STAGING_CHUNKS]; /* chunk r's DMA is done */
     size_t chunk;                   /* bytes of a chunk */
-    struct ft_pool *stage_pool;     /* prefill's memcpy into a chunk, split over a few threads */
+    struct ft_pool *stage_pool;     /* prefill's memcpy into a chunk, split over the cores */
     /* decode with a CPU executor: a staged layer's copies run on the stager thread (the whole
      * copy_fills of the plan's fills, on the copy stream), while the engine thread computes the
      * CPU's experts; ft_offload_decode_finish waits for it */
@@ -126,20 +132,8 @@ struct ft_offload {
 
 static int prefetch_landed(struct ft_offload *f, int layer, const int32_t *ids, int n);
 
-struct memcpy_job {
-    uint8_t *dst;
-    const uint8_t *src;
-    long n;
-};
-
-static void memcpy_task(void *ctx, int i, int n) {
-    const struct memcpy_job *j = ctx;
-    long lo, hi;
-    ft_split(j->n, i, n, &lo, &hi);
-    memcpy(j->dst + lo, j->src + lo, (size_t)(hi - lo));
-}
-
-/* Copies bytes from pageable src to device dst on the copy stream through the staging ring. */
+/* Copies bytes from pageable src to device dst on the copy stream through the staging ring
+ * (decode: one thread). */
 static enum ft_status ring_copy(struct ft_offload *f, uint8_t *dst, const uint8_t *src, size_t bytes) {
     for (size_t off = 0; off < bytes; off += f->chunk) {
         const size_t n = bytes - off < f->chunk ? bytes - off : f->chunk;
@@ -147,15 +141,65 @@ static enum ft_status ring_copy(struct ft_offload *f, uint8_t *dst, const uint8_
         f->ring_next = (r + 1) % FT_STAGING_CHUNKS;
         uint8_t *chunk = f->ring + (size_t)r * f->chunk;
         if (cudaEventSynchronize(f->ev_ring[r]) != cudaSuccess) return ft_cuda_check("staging ring");
-        if (f->pf_copying && f->stage_pool) {
-            struct memcpy_job j = {chunk, src + off, (long)n};
-            ft_pool_run(f->stage_pool, memcpy_task, &j);
-        } else {
-            memcpy(chunk, src + off, n);
-        }
+        memcpy(chunk, src + off, n);
         if (cudaMemcpyAsync(dst + off, chunk, n, cudaMemcpyHostToDevice, f->cs) != cudaSuccess ||
             cudaEventRecord(f->ev_ring[r], f->cs) != cudaSuccess)
             return ft_cuda_check("staged expert copy");
+    }
+    return FT_OK;
+}
+
+/* Prefill's staged copies: expert matrices (pageable src -> device dst) packed back to back
+ * into whole chunks, each chunk's memcpy one job of the stage pool, its bytes split evenly
+ * over the threads in 4 KiB units, then one DMA per piece out of the chunk. Packing keeps the
+ * jobs few and full (a Q8_0 30B expert's down matrix alone is 1.7 MB of a 4 MiB chunk). */
+struct ring_piece {
+    uint8_t *dst; /* device (a piece) / the chunk (a job's segment) */
+    const uint8_t *src;
+    size_t n;
+};
+struct ring_job {
+    struct ring_piece seg[RING_SEGS]; /* dst: where in the chunk */
+    int n;
+    size_t total;
+};
+
+static void ring_task(void *ctx, int i, int n) {
+    const struct ring_job *j = ctx;
+    long lo, hi;
+    ft_split((long)((j->total + 4095) >> 12), i, n, &lo, &hi);
+    size_t a = (size_t)lo << 12, b = (size_t)hi << 12, off = 0;
+    if (b > j->total) b = j->total;
+    for (int s = 0; s < j->n && off < b; off += j->seg[s].n, s++) {
+        const size_t x = a > off ? a : off, y = b < off + j->seg[s].n ? b : off + j->seg[s].n;
+        if (x < y) memcpy(j->seg[s].dst + (x - off), j->seg[s].src + (x - off), y - x);
+    }
+}
+
+static enum ft_status ring_stage(struct ft_offload *f, const struct ring_piece *pc, int n) {
+    int i = 0;
+    size_t done = 0; /* of piece i */
+    while (i < n && !pc[i].n) i++;
+    while (i < n) {
+        const int r = f->ring_next;
+        f->ring_next = (r + 1) % FT_STAGING_CHUNKS;
+        uint8_t *chunk = f->ring + (size_t)r * f->chunk;
+        if (cudaEventSynchronize(f->ev_ring[r]) != cudaSuccess) return ft_cuda_check("staging ring");
+        struct ring_job j = {.n = 0};
+        uint8_t *to[RING_SEGS];
+        while (i < n && j.n < RING_SEGS && j.total < f->chunk) {
+            const size_t take = pc[i].n - done < f->chunk - j.total ? pc[i].n - done : f->chunk - j.total;
+            j.seg[j.n] = (struct ring_piece){chunk + j.total, pc[i].src + done, take};
+            to[j.n++] = pc[i].dst + done;
+            j.total += take, done += take;
+            if (done == pc[i].n)
+                for (i++, done = 0; i < n && !pc[i].n;) i++;
+        }
+        ft_pool_run(f->stage_pool, ring_task, &j);
+        for (int k = 0; k < j.n; k++)
+            if (cudaMemcpyAsync(to[k], j.seg[k].dst, j.seg[k].n, cudaMemcpyHostToDevice, f->cs) != cudaSuccess)
+                return ft_cuda_check("staged expert copy");
+        if (cudaEventRecord(f->ev_ring[r], f->cs) != cudaSuccess) return ft_cuda_check("staged expert copy");
     }
     return FT_OK;
 }
@@ -169,7 +213,9 @@ static const uint8_t *bank_src(const struct ft_offload *f, int l, int fam, int e
 
 /* Issues the copies of n fills through `path` on the copy stream (2 matrices each). */
 static enum ft_status issue(struct ft_offload *f, const struct ft_cache_fill *fl, int n, int path) {
-    int c = 0;
+    int c = 0, np = 0;
+    struct ring_piece pc[RING_SEGS]; /* prefill's staged matrices, packed by ring_stage */
+    const int pack = f->pf_copying && f->stage_pool;
     for (int i = 0; i < n; i++) {
         int l = fl[i].layer, e = fl[i].expert, sl = fl[i].slot;
         int fault = 0;
@@ -182,6 +228,13 @@ static enum ft_status issue(struct ft_offload *f, const struct ft_cache_fill *fl
             if (fault == 1) continue; /* the copy silently does nothing (the WSL2 failure mode) */
             if (fault == 2) {
                 cudaMemsetAsync(dst[fam], 0, bytes[fam], f->cs);
+                continue;
+            }
+            if (f->staged[l] && pack) { /* an unpinned bank: through the ring, packed */
+                pc[np++] = (struct ring_piece){dst[fam], bank_src(f, l, fam, e, 0), bytes[fam]};
+                enum ft_status st = np == RING_SEGS ? ring_stage(f, pc, np) : FT_OK;
+                if (st != FT_OK) return st;
+                if (np == RING_SEGS) np = 0;
                 continue;
             }
             if (f->staged[l]) { /* an unpinned bank: through the ring */
@@ -204,6 +257,10 @@ static enum ft_status issue(struct ft_offload *f, const struct ft_cache_fill *fl
         f->bytes += (double)(bytes[0] + bytes[1]);
         f->copies++;
         f->staged_copies += f->staged[l];
+    }
+    if (np) {
+        enum ft_status st = ring_stage(f, pc, np);
+        if (st != FT_OK) return st;
     }
     return ft_cuda_copy_dma(f->cp_dst, f->cp_src, f->cp_bytes, c, f->cs);
 }
@@ -838,7 +895,9 @@ static enum ft_status register_banks(struct ft_offload *f, const struct ft_offlo
         for (int r = 0; stage && r < FT_STAGING_CHUNKS; r++)
             if (cudaEventCreateWithFlags(&f->ev_ring[r], cudaEventDisableTiming) != cudaSuccess)
                 return ft_cuda_check("staging ring events");
-        if (stage && ft_pool_init(&f->stage_pool, FT_STAGING_THREADS) != FT_OK) {
+        const int nt = ft_sys_physical_cores() < FT_STAGING_THREADS_MAX ? ft_sys_physical_cores()
+                                                                         : FT_STAGING_THREADS_MAX;
+        if (stage && nt > 1 && ft_pool_init(&f->stage_pool, nt) != FT_OK) {
             ft_error_clear(); /* one thread copies then, only slower */
             f->stage_pool = NULL;
         }
@@ -863,8 +922,9 @@ static enum ft_status register_banks(struct ft_offload *f, const struct ft_offlo
     if (f->n_staged && o->moe_mode != FT_MOE_OFFLOAD) stager_start(f, o->device);
     if (f->n_staged)
         ft_log_info("pin budget: %d MoE layers over it stay unpinned and fill their cache slots "
-                    "through a pinned staging ring of %d x %.2f MiB", f->n_staged, FT_STAGING_CHUNKS,
-                    f->chunk / 1048576.0);
+                    "through a pinned staging ring of %d x %.2f MiB (prefill's memcpy on %d "
+                    "threads)", f->n_staged, FT_STAGING_CHUNKS, f->chunk / 1048576.0,
+                    f->stage_pool ? ft_pool_size(f->stage_pool) : 1);
     return FT_OK;
 }
 
@@ -1098,7 +1158,7 @@ void ft_offload_free(struct ft_offload *f) {
         if (f->ev_ring[r]) cudaEventDestroy(f->ev_ring[r]);
     ft_pool_free(f->stage_pool);
     if (f->ring) { /* before the plan, whose budget it was charged to */
-        cudaFreeHost(f->ring);
+        ft_cuda_free_host(f->ring);
         ft_pin_budget_release(ft_residency_budget(f->plan), (uint64_t)FT_STAGING_CHUNKS * f->chunk);
     }
     if (f->own_plan) ft_residency_plan_free(f->plan); /* unpins and unlocks the banks */
