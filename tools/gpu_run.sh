@@ -9,7 +9,7 @@
 #   tests    test_gpu_ops, test_gpu_model, test_gpu_residency                 -> tests.log
 #   bench    resident tg/pp (bf16); the CPU backend on MXFP4/NVFP4/Q4_K; bench_ggml (CPU, then
 #            --gpu: the GPU's int8 block GEMVs)                              -> bench.log
-#   staged   issue 28: 8 GiB pin budget at 17G, Q8_0 experts: uncapped / staged / as before
+#   staged   issue 28: Q8_0 experts at 17G: uncapped, 8 GiB budget, --emulate-pin-cap 16G/8G/1G
 #   ggml     issue 32: bench_ggml --gpu; resident Q4_K experts, int8 vs fp32 kernels -> ggml.log
 #   fam      issues 26/27: Qwen3.6 at 30G and NVFP4, GLM-4.7-Flash at 24G/12G, MiniMax-M2@16 -> fam.log
 #   gdn      issue 26: Qwen3.6 resident tg/pp and FT_PROFILE=2 prefill split  -> gdn.log
@@ -112,7 +112,10 @@ for part in "$@"; do
         Q="$Q --synthetic-routing zipf:1.2" # hot experts: where losing the slots of a layer shows
         step staged.log 200 $G/ft bench $Q
         FREETOKEN_PIN_BUDGET_GB=8 step staged.log 200 $G/ft bench $Q
-        [ -x $G/ft_old ] && FREETOKEN_PIN_BUDGET_GB=8 step staged.log 200 $G/ft_old bench $Q
+        # the emulated WSL2 wall (--emulate-pin-cap): probed, 80% kept, the rest staged
+        for c in 16G 8G 1G; do
+            step staged.log 200 $G/ft bench $Q --emulate-pin-cap $c
+        done
         ;;
     fam)
         # issues 26/27: the new families offloaded and in their published formats
