@@ -4,6 +4,7 @@
  * fp32 arithmetic (only summation order differs), 1e-8 for bf16-input GEMMs compared against
  * the CPU on the same bf16-rounded inputs. */
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1817,6 +1818,111 @@ TEST(gdn_chunked_at_qwen36_shape) {
         cudaFree(dseg), cudaFree(dx0), cudaFree(dx), cudaFree(dst0), cudaFree(dst), cudaFree(dw),
             cudaFree(dA), cudaFree(ddt), cudaFree(dout), cudaFree(dscr);
     }
+}
+
+/* DSA's top-k (ft_cuda_dsa_topk) against a host reference: (score desc, position asc), the first
+ * k, ascending. Scores random, or drawn from 5 values (ties everywhere), or all equal; n up to
+ * 40,000; k < n and k >= n. The first differing position is printed. */
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+static const float *g_sc;
+static int cmp_rank(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    if (g_sc[x] != g_sc[y]) return g_sc[x] > g_sc[y] ? -1 : 1;
+    return x - y;
+}
+TEST(dsa_topk_matches_host) {
+    const int ns[] = {1, 5, 6, 7, 100, 1000, 2049, 40000}, ks[] = {1, 6, 2048};
+    for (int kind = 0; kind < 3; kind++)
+        for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+            for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++) {
+                const int n = ns[a], k = ks[b], rows = 3;
+                float *sc = malloc((size_t)rows * n * 4);
+                int32_t pos[3];
+                for (int r = 0; r < rows; r++) {
+                    pos[r] = n - 1 - r * (n / 4); /* each row's context shorter than the last */
+                    for (int p = 0; p < n; p++) {
+                        float v = frand();
+                        sc[(size_t)r * n + p] = kind == 0 ? v : kind == 1 ? (float)((int)(v * 2.5f + 2.5f)) * 0.5f : 0.25f;
+                    }
+                    if (kind == 1 && n > 3) sc[(size_t)r * n + 2] = -0.0f, sc[(size_t)r * n + 3] = 0.0f;
+                }
+                float *dsc = up(sc, (size_t)rows * n * 4);
+                int32_t *dpos = up(pos, sizeof pos), *dsel = up(NULL, (size_t)rows * k * 4), *dn = up(NULL, rows * 4);
+                ft_cuda_dsa_topk(dsel, dn, k, dsc, n, dpos, 0, rows, NULL);
+                int32_t *sel = malloc((size_t)rows * k * 4), nsel[3];
+                cudaDeviceSynchronize();
+                cudaMemcpy(sel, dsel, (size_t)rows * k * 4, cudaMemcpyDeviceToHost);
+                cudaMemcpy(nsel, dn, sizeof nsel, cudaMemcpyDeviceToHost);
+                int *ord = malloc((size_t)n * sizeof *ord), ok = cudaGetLastError() == cudaSuccess;
+                for (int r = 0; r < rows && ok; r++) {
+                    const int m = pos[r] + 1, want = m < k ? m : k;
+                    for (int p = 0; p < m; p++) ord[p] = p;
+                    g_sc = sc + (size_t)r * n;
+                    qsort(ord, (size_t)m, sizeof *ord, cmp_rank);
+                    qsort(ord, (size_t)want, sizeof *ord, cmp_int);
+                    if (nsel[r] != want) {
+                        fprintf(stderr, "  kind %d n %d k %d row %d: %d kept, want %d\n", kind, n, k, r, nsel[r], want);
+                        ok = 0;
+                    }
+                    for (int i = 0; i < want && ok; i++)
+                        if (sel[(size_t)r * k + i] != ord[i]) {
+                            fprintf(stderr, "  kind %d n %d k %d row %d: kept[%d] = %d, want %d\n", kind, n, k, r, i,
+                                    sel[(size_t)r * k + i], ord[i]);
+                            ok = 0;
+                        }
+                }
+                CHECK_(ok, "dsa top-k: kind %d n %d k %d differs from the host", kind, n, k);
+                free(sc), free(sel), free(ord);
+                cudaFree(dsc), cudaFree(dpos), cudaFree(dsel), cudaFree(dn);
+            }
+}
+
+/* The latent attention over selected positions (ft_cuda_mla_attention with sel; rows ld wide
+ * as DSA's, paged through a permuted block table) against ft_cpu_attention_latent_sel, and the
+ * same with sel NULL against the full ft_cpu_attention_latent_sel. */
+TEST(mla_attention_selected_matches_cpu) {
+    const int nh = 5, Lr = 64, dr = 16, D = Lr + dr, ld = D + 24, T = 4, bs = 16, nb = 8, k = 9;
+    const int32_t pos[4] = {0, 8, 37, 120};
+    int32_t table[8], tok_seq[4] = {0, 0, 0, 0}, sel[4 * 9], nsel[4];
+    for (int i = 0; i < nb; i++) table[i] = (i * 5 + 3) % nb;
+    const int32_t *blocks[4] = {table, table, table, table};
+    float *cache = rnd((size_t)nb * bs * ld), *q = rnd((size_t)T * nh * D);
+    for (int t = 0; t < T; t++) { /* every 3rd position from the last, at most k, ascending */
+        int c = 0;
+        for (int p = pos[t]; p >= 0 && c < k; p -= 3) sel[t * k + c++] = p;
+        nsel[t] = c;
+        for (int i = 0; i < c / 2; i++) {
+            int32_t x = sel[t * k + i];
+            sel[t * k + i] = sel[t * k + c - 1 - i], sel[t * k + c - 1 - i] = x;
+        }
+    }
+    float *dc = up(cache, (size_t)nb * bs * ld * 4), *dq = up(q, (size_t)T * nh * D * 4);
+    float *dout = up(NULL, (size_t)T * nh * Lr * 4);
+    int32_t *dpos = up(pos, sizeof pos), *dts = up(tok_seq, sizeof tok_seq), *dtab = up(table, sizeof table);
+    int32_t *dsel = up(sel, sizeof sel), *dn = up(nsel, sizeof nsel);
+    float *ref = malloc((size_t)T * nh * Lr * 4), *got_t = malloc((size_t)T * nh * Lr * 4);
+    for (int pass = 0; pass < 2; pass++) {
+        const int use = pass == 0;
+        ft_cpu_attention_latent_sel(g_pool, ref, q, cache, ld, pos, blocks, bs, T, nh, D, Lr, 0.11f,
+                                    use ? sel : NULL, use ? nsel : NULL, use ? k : 0);
+        ft_cuda_mla_attention(dout, dq, dc, ld, dpos, dts, dtab, nb, bs, T, nh, Lr, dr, 0.11f,
+                              use ? dsel : NULL, dn, k, NULL);
+        float *got = down(dout, (size_t)T * nh * Lr); /* [T, nh, Lr] -> the CPU's [nh, T, Lr] */
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < nh; h++)
+                memcpy(got_t + ((size_t)h * T + t) * Lr, got + ((size_t)t * nh + h) * Lr, (size_t)Lr * 4);
+        for (int i = 0; i < T * nh * Lr; i++)
+            if (fabsf(got_t[i] - ref[i]) > 1e-4f) {
+                fprintf(stderr, "  %s: first mismatch head %d token %d dim %d: %g vs %g\n",
+                        use ? "selected" : "full", i / (T * Lr), i / Lr % T, i % Lr, got_t[i], ref[i]);
+                break;
+            }
+        EXPECT_NMSE(got_t, ref, (size_t)T * nh * Lr, 1e-10, use ? "MLA attention, selected" : "MLA attention, full (ld)");
+        free(got);
+    }
+    free(cache), free(q), free(ref), free(got_t);
+    cudaFree(dc), cudaFree(dq), cudaFree(dout), cudaFree(dpos), cudaFree(dts), cudaFree(dtab),
+        cudaFree(dsel), cudaFree(dn);
 }
 
 int main(int argc, char **argv) {

@@ -53,6 +53,12 @@ struct gpu_layer {
     int mla;
     uint16_t *q_a, *q_b, *kv_a, *uk, *uv;
     float *q_a_norm, *kv_a_norm, *bq_a, *bkv_a;
+    /* DeepSeek sparse attention's indexer (dsa 1: this layer runs it; 2: the previous layer's
+     * choice stands): ix_wq [nI dI, q_lora], ix_wkw [dI + nI, H] (wk rows, then weights_proj),
+     * the key's LayerNorm ix_kn, ix_kb [dI] */
+    int dsa;
+    uint16_t *ix_wq, *ix_wkw;
+    float *ix_kn, *ix_kb;
 };
 
 struct ft_gpu {
@@ -78,6 +84,11 @@ struct ft_gpu {
      * outputs [C, nh, Lr] */
     float *m_qa, *m_kva, *m_ql, *m_lat;
     uint16_t *m_qa16;
+    /* DSA: the indexer's queries [C, nI dI], keys and weights [C, dI + nI], scores of ix_rows
+     * tokens at a time [ix_rows, max_ctx], each token's ix_k kept positions [C, ix_k] and count */
+    float *ix_q, *ix_kw, *ix_score;
+    int32_t *ix_sel, *ix_n;
+    int ix_k, ix_rows;
     int gdn_ld, n_slots, seg_grid; /* seg_grid: segments the DeltaNet kernels launch for */
     size_t st_floats;
     int max_blocks, kv_dim, q_dim, max_i, C, logit_rows;
@@ -315,6 +326,14 @@ static void upload_mla(struct ft_gpu *g, const struct ft_layer *hl, struct gpu_l
     L->uv = up_cat(g, ws, nh, st);
     L->wo = up_w(g, &hl->wo, st);
     L->bo = up_f(g, hl->bo, m->hidden, st);
+    L->dsa = hl->dsa;
+    if (hl->dsa == 1) {
+        const struct ft_weight *kw[2] = {&hl->idx_wk, &hl->idx_w};
+        L->ix_wq = up_w(g, &hl->idx_wq, st);
+        L->ix_wkw = up_cat(g, kw, 2, st);
+        L->ix_kn = up_f(g, hl->idx_k_norm, (size_t)m->dsa_dim, st);
+        L->ix_kb = up_f(g, hl->idx_k_bias, (size_t)m->dsa_dim, st);
+    }
 }
 
 /* A Gated DeltaNet layer: its four input projections stacked, the conv, decay and norm. */
@@ -455,6 +474,19 @@ static enum ft_status alloc_scratch(struct ft_gpu *g) {
         g->m_kva = dalloc(g, C * D * 4, &st);
         g->m_ql = dalloc(g, C * nh * D * 4, &st);
         g->m_lat = dalloc(g, C * nh * m->mla_kv_lora * 4, &st);
+    }
+    if (m->mla && m->dsa_topk > 0) { /* the indexer's scratch: scores for ix_rows tokens a pass */
+        const size_t nI = (size_t)m->dsa_heads, dI = (size_t)m->dsa_dim, ctx = (size_t)g->o.max_ctx;
+        g->ix_k = m->dsa_topk < g->o.max_ctx ? m->dsa_topk : g->o.max_ctx;
+        size_t rows = ((size_t)64 << 20) / (ctx * 4); /* 64 MiB of scores */
+        if (rows < MAX_GRAPH_T) rows = MAX_GRAPH_T;
+        if (rows > C) rows = C;
+        g->ix_rows = (int)rows;
+        g->ix_q = dalloc(g, C * nI * dI * 4, &st);
+        g->ix_kw = dalloc(g, C * (dI + nI) * 4, &st);
+        g->ix_score = dalloc(g, rows * ctx * 4, &st);
+        g->ix_sel = dalloc(g, C * (size_t)(g->ix_k > 0 ? g->ix_k : 1) * 4, &st);
+        g->ix_n = dalloc(g, C * 4, &st);
     }
     for (int l = 0; l < m->n_layers && !g->gate; l++)
         if (m->layers[l].attn_gate) g->gate = dalloc(g, C * g->q_dim * 4, &st);
@@ -726,6 +758,41 @@ static enum ft_status gdn_block(struct ft_gpu *g, const struct gpu_layer *L, int
     return st;
 }
 
+/* DeepSeek sparse attention's lightning indexer for a layer that runs it (the CPU's dsa_index):
+ * its queries from the normalised q LoRA (m_qa), its key and head weights from xn, the key
+ * (LayerNorm, RoPE) into the cache rows at offset Lr + dr, then each token's ix_k best cached
+ * positions into ix_sel / ix_n, scored ix_rows tokens at a time. max_n bounds every token's
+ * context (decode: the context size, for graphs). */
+static enum ft_status dsa_index(struct ft_gpu *g, const struct gpu_layer *L, int T, int max_n,
+                                float *cache) {
+    const struct ft_model *m = g->m;
+    const int H = m->hidden, nI = m->dsa_heads, dI = m->dsa_dim, ql = m->mla_q_lora;
+    const int dec = T <= MAX_GRAPH_T, off = m->mla_kv_lora + m->mla_rope;
+    cudaStream_t s = g->s;
+    enum ft_status st = FT_OK;
+    if (dec) {
+        ft_cuda_gemv(g->ix_q, nI * dI, g->m_qa, L->ix_wq, NULL, T, nI * dI, ql, s);
+        ft_cuda_gemv(g->ix_kw, dI + nI, g->xn, L->ix_wkw, NULL, T, dI + nI, H, s);
+    } else {
+        st = mm(g, g->ix_q, nI * dI, g->m_qa, g->m_qa16, L->ix_wq, NULL, T, nI * dI, ql);
+        if (st == FT_OK) st = mm(g, g->ix_kw, dI + nI, g->xn, g->xn16, L->ix_wkw, NULL, T, dI + nI, H);
+    }
+    if (st != FT_OK) return st;
+    ft_cuda_dsa_prep(g->ix_q, g->ix_kw, dI + nI, L->ix_kn, L->ix_kb, cache, g->kv_dim, off, g->d_pos,
+                     g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, T, nI, dI, m->mla_rope,
+                     g->inv_freq, m->rope_mscale, s);
+    if (max_n > g->o.max_ctx) max_n = g->o.max_ctx;
+    if (!dec && max_n <= g->ix_k) return FT_OK; /* every token keeps its whole context */
+    for (int t0 = 0; t0 < T; t0 += g->ix_rows) {
+        const int rows = T - t0 < g->ix_rows ? T - t0 : g->ix_rows;
+        ft_cuda_dsa_scores(g->ix_score, g->o.max_ctx, g->ix_q, g->ix_kw, dI + nI, cache, g->kv_dim, off,
+                           g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks, FT_KV_BLOCK, t0, rows,
+                           max_n, nI, dI, 1.0f / sqrtf((float)dI), 1.0f / sqrtf((float)nI), g->ix_k, s);
+        ft_cuda_dsa_topk(g->ix_sel, g->ix_n, g->ix_k, g->ix_score, g->o.max_ctx, g->d_pos, t0, rows, s);
+    }
+    return FT_OK;
+}
+
 /* An MLA layer in the absorbed form (the CPU's mla_attention): decode-sized steps from the
  * residual x, the norm fused into the first projection (which leaves the normalised rows in xn
  * for kv_a) and the output added to x; prefill from xn / xn16 into y. */
@@ -755,15 +822,29 @@ static enum ft_status mla_block(struct ft_gpu *g, const struct gpu_layer *L, int
     if (st != FT_OK) return st;
     prof_mark(g, FT_OP_QKV);
     float *cache = g->k_cache + kv_layer_off(g, L);
-    ft_cuda_mla_kv(g->m_kva, L->kv_a_norm, cache, g->d_pos, g->d_tok_seq, g->d_tables, g->max_blocks,
-                   FT_KV_BLOCK, T, Lr, dr, g->inv_freq, m->rope_mscale, m->rope_pairs, s);
+    ft_cuda_mla_kv(g->m_kva, L->kv_a_norm, cache, g->kv_dim, g->d_pos, g->d_tok_seq, g->d_tables,
+                   g->max_blocks, FT_KV_BLOCK, T, Lr, dr, g->inv_freq, m->rope_mscale, m->rope_pairs, s);
+    /* DSA: decode-sized steps always through the selection (a graph serves every context);
+     * prefill only when some token's context exceeds ix_k (else it is every position) */
+    int use_sel = 0;
+    if (L->dsa) {
+        int max_n = g->o.max_ctx;
+        if (!dec) {
+            max_n = 1;
+            for (int t = 0; t < T; t++) max_n = g->h_pos[t] + 1 > max_n ? g->h_pos[t] + 1 : max_n;
+        }
+        use_sel = dec || max_n > g->ix_k;
+        if (L->dsa == 1) st = dsa_index(g, L, T, max_n, cache);
+        if (st != FT_OK) return st;
+    }
     if (dn == 0) cudaMemsetAsync(g->m_ql, 0, (size_t)T * nh * D * 4, s);
     ft_cuda_mla_q_pe(g->q, g->m_ql, g->d_pos, T, nh, dn, dr, Lr, g->inv_freq, m->rope_mscale,
                      m->rope_pairs, s);
     if (dn > 0) ft_cuda_bgemv(g->m_ql, D, g->q, dn + dr, L->uk, (size_t)Lr * dn, Lr, dn, T, nh, s);
     prof_mark(g, FT_OP_ROPE_KV);
-    ft_cuda_mla_attention(g->m_lat, g->m_ql, cache, g->d_pos, g->d_tok_seq, g->d_tables,
-                          g->max_blocks, FT_KV_BLOCK, T, nh, Lr, dr, m->attn_scale, s);
+    ft_cuda_mla_attention(g->m_lat, g->m_ql, cache, g->kv_dim, g->d_pos, g->d_tok_seq, g->d_tables,
+                          g->max_blocks, FT_KV_BLOCK, T, nh, Lr, dr, m->attn_scale,
+                          use_sel ? g->ix_sel : NULL, g->ix_n, g->ix_k, s);
     ft_cuda_bgemv(g->att, dv, g->m_lat, Lr, L->uv, (size_t)dv * Lr, dv, Lr, T, nh, s);
     prof_mark(g, FT_OP_ATTN);
     if (dec) {
@@ -1170,7 +1251,8 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     g->o = *o;
     g->limit = vram_budget(&d, o->vram_limit);
     g->q_dim = m->n_heads * m->head_dim;
-    g->kv_dim = m->mla ? m->mla_kv_lora + m->mla_rope : m->n_kv_heads * m->head_dim;
+    /* MLA rows [latent | rotated key], DSA's indexer key after them */
+    g->kv_dim = m->mla ? m->mla_kv_lora + m->mla_rope + m->dsa_dim : m->n_kv_heads * m->head_dim;
     g->max_i = m->cfg.intermediate_size > m->shared_inter ? m->cfg.intermediate_size : m->shared_inter;
     g->max_blocks = (o->max_ctx + FT_KV_BLOCK - 1) / FT_KV_BLOCK;
     g->C = o->max_chunk > MAX_GRAPH_T ? o->max_chunk : MAX_GRAPH_T;
@@ -1181,6 +1263,14 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     }
     const int mla_big = m->mla && (m->mla_kv_lora > FT_CUDA_MLA_MAX_L || m->mla_nope > FT_CUDA_BGEMV_MAX_K ||
                                    m->mla_kv_lora + m->mla_rope > FT_CUDA_MLA_MAX_D);
+    if (m->mla && m->dsa_topk > 0 &&
+        (m->dsa_dim > FT_CUDA_DSA_MAX_DIM || m->dsa_heads > FT_CUDA_DSA_MAX_HEADS || m->dsa_heads < 1 ||
+         m->mla_rope > m->dsa_dim || m->mla_rope % 2 || m->mla_q_lora <= 0)) {
+        free(g);
+        return ft_fail(FT_ERR_UNSUPPORTED, "GPU backend: a DSA indexer of %d heads of %d (at most %d "
+                       "of %d, a q LoRA, an even rotated part within the head); use --backend cpu",
+                       m->dsa_heads, m->dsa_dim, FT_CUDA_DSA_MAX_HEADS, FT_CUDA_DSA_MAX_DIM);
+    }
     if (mla_big || (m->n_gdn && (m->gdn_dk > FT_CUDA_GDN_MAX_DK || m->gdn_kernel > FT_CUDA_GDN_MAX_K ||
                                  m->gdn_kernel < 1)) || (m->router_sigmoid && m->n_group > 32)) {
         free(g);
@@ -1244,7 +1334,8 @@ void ft_gpu_free(struct ft_gpu *g) {
                       L->wqkv, L->wo, L->w_gu, L->w_down, L->router, L->ex.gu, L->ex.down, L->sh_gu,
                       L->sh_down, L->sh_score, L->sinks, L->router_b, L->ex.gu_b, L->ex.dn_b, L->wgate,
                       L->score_bias, L->wgdn, L->gdn_out, L->gdn_conv, L->gdn_A, L->gdn_dt, L->gdn_norm,
-                      L->q_a, L->q_b, L->kv_a, L->uk, L->uv, L->q_a_norm, L->kv_a_norm, L->bq_a, L->bkv_a};
+                      L->q_a, L->q_b, L->kv_a, L->uk, L->uv, L->q_a_norm, L->kv_a_norm, L->bq_a, L->bkv_a,
+                      L->ix_wq, L->ix_wkw, L->ix_kn, L->ix_kb};
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) dfree(ps[i]);
     }
     if (g->lm_head != g->embed) dfree(g->lm_head);
@@ -1253,7 +1344,8 @@ void ft_gpu_free(struct ft_gpu *g) {
                   g->q, g->k, g->v, g->att, g->y, g->gu, g->act, g->router, g->topw, g->xl,
                   g->logits, g->sh, g->score, g->xn16, g->att16, g->act16, g->xl16, g->topk,
                   g->att_part, g->d_att_tiles, g->gp, g->gate, g->d_state,
-                  g->m_qa, g->m_qa16, g->m_kva, g->m_ql, g->m_lat, g->router_pred, g->d_sum};
+                  g->m_qa, g->m_qa16, g->m_kva, g->m_ql, g->m_lat, g->router_pred, g->d_sum,
+                  g->ix_q, g->ix_kw, g->ix_score, g->ix_sel, g->ix_n};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
     void *hs[] = {g->h_in, g->h_top1, g->h_draw, g->h_logits, g->h_att_tiles};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)

@@ -215,8 +215,9 @@ void ft_cuda_router_sigmoid(const float *logits, const float *bias, int T, int E
 #define FT_CUDA_MLA_MAX_D 640 /* Lr + dr */
 #define FT_CUDA_BGEMV_MAX_K 512
 /* kva [T, Lr + dr] (the kv_a projection): RMSNorm of the latent (eps 1e-6) times norm_w, RoPE
- * of the shared key (adjacent pairs when pairs, else rotate-half), the row into the cache. */
-void ft_cuda_mla_kv(const float *kva, const float *norm_w, float *cache, const int32_t *pos,
+ * of the shared key (adjacent pairs when pairs, else rotate-half), the row into the cache (rows
+ * ld >= Lr + dr floats apart: DSA's indexer key follows). */
+void ft_cuda_mla_kv(const float *kva, const float *norm_w, float *cache, int ld, const int32_t *pos,
                     const int32_t *tok_seq, const int32_t *tables, int max_blocks, int block_size,
                     int T, int Lr, int dr, const float *inv_freq, float mscale, int pairs,
                     cudaStream_t s);
@@ -227,11 +228,41 @@ void ft_cuda_mla_q_pe(const float *q, float *q_lat, const int32_t *pos, int T, i
  * for n < N, K <= FT_CUDA_BGEMV_MAX_K (bf16 w) */
 void ft_cuda_bgemv(float *y, int ldy, const float *x, int ldx, const uint16_t *w, size_t w_stride,
                    int N, int K, int T, int nh, cudaStream_t s);
-/* out [T, nh, Lr] = softmax(scale q_lat . rows) . c_kv over each token's positions 0..pos[t] */
-void ft_cuda_mla_attention(float *out, const float *q_lat, const float *cache, const int32_t *pos,
-                           const int32_t *tok_seq, const int32_t *tables, int max_blocks,
-                           int block_size, int T, int nh, int Lr, int dr, float scale,
+/* out [T, nh, Lr] = softmax(scale q_lat . rows) . c_kv over each token's positions 0..pos[t]
+ * (cache rows ld floats apart), or, when sel is not NULL, over its positions sel[t k_sel + i],
+ * i < n_sel[t] (ft_cuda_dsa_topk's choice; the twin of ft_cpu_attention_latent_sel) */
+void ft_cuda_mla_attention(float *out, const float *q_lat, const float *cache, int ld,
+                           const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
+                           int max_blocks, int block_size, int T, int nh, int Lr, int dr,
+                           float scale, const int32_t *sel, const int32_t *n_sel, int k_sel,
                            cudaStream_t s);
+
+/* --- DeepSeek sparse attention's lightning indexer (dsa.cu; the CPU's dsa_index and
+ * ft_cpu_index_topk): nI heads of dI, the first dr dims rotated in adjacent pairs; the key of a
+ * position at offset off of its cache row (rows ld floats apart) --- */
+#define FT_CUDA_DSA_MAX_DIM 128 /* dI */
+#define FT_CUDA_DSA_MAX_HEADS 64 /* nI */
+/* kw [T, kw_ld]: each token's key projection (dI), then its nI head weights. The key
+ * LayerNorm-ed (eps 1e-6, k_norm and k_bias), rotated, into the cache; q [T, nI, dI] (the
+ * queries) rotated in place. */
+void ft_cuda_dsa_prep(float *q, const float *kw, int kw_ld, const float *k_norm,
+                      const float *k_bias, float *cache, int ld, int off, const int32_t *pos,
+                      const int32_t *tok_seq, const int32_t *tables, int max_blocks,
+                      int block_size, int T, int nI, int dI, int dr, const float *inv_freq,
+                      float mscale, cudaStream_t s);
+/* scores [rows, ld_s]: row r of token t = t0 + r, positions p <= pos[t]: sum_h (w_scale
+ * kw[t, dI + h]) relu(scale q[t, h] . key_p). Rows with pos[t] + 1 <= k are left alone (the
+ * top-k keeps all their positions); max_n bounds pos[t] + 1 (a graph passes the context size). */
+void ft_cuda_dsa_scores(float *scores, int ld_s, const float *q, const float *kw, int kw_ld,
+                        const float *cache, int ld, int off, const int32_t *pos,
+                        const int32_t *tok_seq, const int32_t *tables, int max_blocks,
+                        int block_size, int t0, int rows, int max_n, int nI, int dI, float scale,
+                        float w_scale, int k, cudaStream_t s);
+/* Token t = t0 + r's k best of scores[r, 0..pos[t]] into sel[t k ..], ascending, n_sel[t] their
+ * count (ties: the lower position; NaN ranks lowest; every position while pos[t] < k): exact,
+ * the choice of ft_cpu_index_topk on the same scores. */
+void ft_cuda_dsa_topk(int32_t *sel, int32_t *n_sel, int k, const float *scores, int ld_s,
+                      const int32_t *pos, int t0, int rows, cudaStream_t s);
 
 /* --- experts in GGML block formats (ggml.cu): dtype is an enum ft_dtype block format; each
  * expert's matrix is expert_stride bytes apart, its rows ft_dtype_row_bytes(dtype, K) --- */

@@ -21,7 +21,7 @@ __device__ __forceinline__ void rope_pair(float *o0, float *o1, float x0, float 
 
 /* Block per token: the latent's RMSNorm (eps 1e-6, as transformers), the shared key's RoPE,
  * the row into the paged cache. */
-__global__ void mla_kv_kernel(const float *kva, const float *norm_w, float *cache, const int32_t *pos,
+__global__ void mla_kv_kernel(const float *kva, const float *norm_w, float *cache, int ld, const int32_t *pos,
                               const int32_t *tok_seq, const int32_t *tables, int max_blocks, int bs,
                               int Lr, int dr, const float *inv_freq, float msc, int pairs) {
     pdl_enter();
@@ -30,7 +30,7 @@ __global__ void mla_kv_kernel(const float *kva, const float *norm_w, float *cach
     float ss = 0.0f;
     for (int i = threadIdx.x; i < Lr; i += blockDim.x) ss += row[i] * row[i];
     const float r = rsqrtf(block_sum(ss) / (float)Lr + 1e-6f);
-    float *dst = cache + cache_row(tables, max_blocks, tok_seq[t], pos[t], bs) * D;
+    float *dst = cache + cache_row(tables, max_blocks, tok_seq[t], pos[t], bs) * ld;
     for (int i = threadIdx.x; i < Lr; i += blockDim.x) dst[i] = row[i] * r * norm_w[i];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         const int i0 = pairs ? 2 * i : i, i1 = pairs ? 2 * i + 1 : i + half;
@@ -38,11 +38,11 @@ __global__ void mla_kv_kernel(const float *kva, const float *norm_w, float *cach
     }
 }
 
-extern "C" void ft_cuda_mla_kv(const float *kva, const float *norm_w, float *cache,
+extern "C" void ft_cuda_mla_kv(const float *kva, const float *norm_w, float *cache, int ld,
                                const int32_t *pos, const int32_t *tok_seq, const int32_t *tables,
                                int max_blocks, int block_size, int T, int Lr, int dr,
                                const float *inv_freq, float mscale, int pairs, cudaStream_t s) {
-    launch(mla_kv_kernel, T, 256, 0, s, kva, norm_w, cache, pos, tok_seq, tables, max_blocks,
+    launch(mla_kv_kernel, T, 256, 0, s, kva, norm_w, cache, ld, pos, tok_seq, tables, max_blocks,
            block_size, Lr, dr, inv_freq, mscale, pairs);
 }
 
@@ -103,18 +103,24 @@ extern "C" void ft_cuda_bgemv(float *y, int ldy, const float *x, int ldx, const 
            w_stride, N, K, T, nh);
 }
 
-/* Block per (token, MLA_HG heads), a warp per head: the token's causal positions in tiles of
- * MLA_TP cache rows staged in shared memory, an online softmax per head, each lane holding
- * Lr / 32 of the head's weighted latent sum. */
+/* Block per (token, MLA_HG heads), a warp per head: the token's causal positions (or, with
+ * sel, its n_sel[t] selected ones in their order) in tiles of MLA_TP cache rows (ld floats
+ * apart) staged in shared memory, an online softmax per head, each lane holding Lr / 32 of the
+ * head's weighted latent sum. A selected position outside 0..pos[t] is skipped. */
 #define MLA_HG 8
 #define MLA_TP 8
 __global__ void __launch_bounds__(MLA_HG *WARP) mla_attention_kernel(
-    float *out, const float *q_lat, const float *cache, const int32_t *pos, const int32_t *tok_seq,
-    const int32_t *tables, int max_blocks, int bs, int nh, int Lr, int dr, float scale) {
+    float *out, const float *q_lat, const float *cache, int ld, const int32_t *pos,
+    const int32_t *tok_seq, const int32_t *tables, int max_blocks, int bs, int nh, int Lr, int dr,
+    float scale, const int32_t *sel, const int32_t *n_sel, int k_sel) {
     pdl_enter();
     __shared__ float qs[MLA_HG][FT_CUDA_MLA_MAX_D], ks[MLA_TP][FT_CUDA_MLA_MAX_D];
+    __shared__ int ok[MLA_TP];
     const int D = Lr + dr, t = blockIdx.x, w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const int h = blockIdx.y * MLA_HG + w, n = pos[t] + 1, seq = tok_seq[t];
+    const int h = blockIdx.y * MLA_HG + w, last = pos[t], seq = tok_seq[t];
+    const int32_t *at = sel ? sel + (size_t)t * k_sel : NULL;
+    int n = sel ? n_sel[t] : last + 1;
+    if (sel && n > k_sel) n = k_sel;
     for (int i = threadIdx.x; i < MLA_HG * D; i += blockDim.x) {
         const int hw = i / D, d = i % D, hh = blockIdx.y * MLA_HG + hw;
         qs[hw][d] = hh < nh ? q_lat[((size_t)t * nh + hh) * D + d] : 0.0f;
@@ -126,12 +132,15 @@ __global__ void __launch_bounds__(MLA_HG *WARP) mla_attention_kernel(
     for (int p0 = 0; p0 < n; p0 += MLA_TP) {
         __syncthreads(); /* the previous tile is read (and qs written) */
         for (int i = threadIdx.x; i < MLA_TP * D; i += blockDim.x) {
-            const int pi = i / D, d = i % D, p = p0 + pi;
-            ks[pi][d] = p < n ? cache[cache_row(tables, max_blocks, seq, p, bs) * D + d] : 0.0f;
+            const int pi = i / D, d = i % D, j = p0 + pi;
+            const int p = j < n ? (at ? at[j] : j) : -1, valid = p >= 0 && p <= last;
+            ks[pi][d] = valid ? cache[cache_row(tables, max_blocks, seq, p, bs) * ld + d] : 0.0f;
+            if (d == 0) ok[pi] = valid;
         }
         __syncthreads();
         const int np = n - p0 < MLA_TP ? n - p0 : MLA_TP;
         for (int pi = 0; pi < np; pi++) {
+            if (!ok[pi]) continue; /* the same for the whole warp */
             float sc = 0.0f;
             for (int d = lane; d < D; d += WARP) sc += qs[w][d] * ks[pi][d];
             sc = warp_sum(sc) * scale;
@@ -149,14 +158,15 @@ __global__ void __launch_bounds__(MLA_HG *WARP) mla_attention_kernel(
 #pragma unroll
     for (int j = 0; j < FT_CUDA_MLA_MAX_L / WARP; j++) {
         const int c = lane + j * WARP;
-        if (c < Lr) out[((size_t)t * nh + h) * Lr + c] = acc[j] / sum;
+        if (c < Lr) out[((size_t)t * nh + h) * Lr + c] = sum > 0.0f ? acc[j] / sum : 0.0f;
     }
 }
 
-extern "C" void ft_cuda_mla_attention(float *out, const float *q_lat, const float *cache,
+extern "C" void ft_cuda_mla_attention(float *out, const float *q_lat, const float *cache, int ld,
                                       const int32_t *pos, const int32_t *tok_seq,
                                       const int32_t *tables, int max_blocks, int block_size, int T,
-                                      int nh, int Lr, int dr, float scale, cudaStream_t s) {
+                                      int nh, int Lr, int dr, float scale, const int32_t *sel,
+                                      const int32_t *n_sel, int k_sel, cudaStream_t s) {
     launch(mla_attention_kernel, dim3(T, cdiv(nh, MLA_HG)), MLA_HG * WARP, 0, s, out, q_lat, cache,
-           pos, tok_seq, tables, max_blocks, block_size, nh, Lr, dr, scale);
+           ld, pos, tok_seq, tables, max_blocks, block_size, nh, Lr, dr, scale, sel, n_sel, k_sel);
 }
