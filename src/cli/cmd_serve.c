@@ -56,7 +56,8 @@ static const char k_usage[] =
     "  --max-connections N         open at once (default 512); past it the oldest idle one closes\n"
     "  --max-body SIZE             largest request body, e.g. 16M (default: 32 bytes per\n"
     "                              context token, at least 1M; larger: 413)\n"
-    "  --backend B / --device N / --vram-limit SIZE / --no-graphs   as in ft run --help\n";
+    "  --backend B / --device N / --vram-limit SIZE / --no-graphs / --emulate-pin-cap SIZE\n"
+    "                              and the other engine flags: as in ft run --help\n";
 
 struct serve_opts {
     const char *model, *host, *api_key, *cors, *name, *tmpl, *tool_parser;

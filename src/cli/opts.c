@@ -215,7 +215,7 @@ const char ft_cli_backend_usage[] =
     "  --no-graphs         run GPU decode steps eagerly instead of replaying CUDA graphs\n"
     "  --backend offload   experts stay in host RAM; a GPU cache of slots holds the hot ones:\n"
     "  --moe-cache-size N / --moe-cache-rate F   slots (default: what fits --vram-limit)\n"
-    "  --moe-cache-policy lru|lfru|slru  eviction (default lru; bench/RESULTS.md compares them)\n"
+    "  --moe-cache-policy lru|lfru|slru|markov  eviction (default lru; bench/RESULTS.md)\n"
     "  --moe-prefetch N    decode: copy up to N experts a layer ahead, those the next layer's\n"
     "                      router predicts from the current hidden state (default 0: off)\n"
     "  --no-hot-set        start the cache empty, not from the experts earlier runs used most\n"
