@@ -774,8 +774,10 @@ static enum ft_status dsa_index(struct ft_gpu *g, const struct gpu_layer *L, int
         ft_cuda_gemv(g->ix_q, nI * dI, g->m_qa, L->ix_wq, NULL, T, nI * dI, ql, s);
         ft_cuda_gemv(g->ix_kw, dI + nI, g->xn, L->ix_wkw, NULL, T, dI + nI, H, s);
     } else {
-        st = mm(g, g->ix_q, nI * dI, g->m_qa, g->m_qa16, L->ix_wq, NULL, T, nI * dI, ql);
-        if (st == FT_OK) st = mm(g, g->ix_kw, dI + nI, g->xn, g->xn16, L->ix_wkw, NULL, T, dI + nI, H);
+        /* fp32 GEMVs, not bf16 GEMMs: the selection must be the CPU's, and bf16 inputs move
+         * scores across the top-k's ties (the test fixture's prefill went 1.37 off) */
+        st = mm(g, g->ix_q, nI * dI, g->m_qa, NULL, L->ix_wq, NULL, T, nI * dI, ql);
+        if (st == FT_OK) st = mm(g, g->ix_kw, dI + nI, g->xn, NULL, L->ix_wkw, NULL, T, dI + nI, H);
     }
     if (st != FT_OK) return st;
     ft_cuda_dsa_prep(g->ix_q, g->ix_kw, dI + nI, L->ix_kn, L->ix_kb, cache, g->kv_dim, off, g->d_pos,
@@ -812,7 +814,8 @@ static enum ft_status mla_block(struct ft_gpu *g, const struct gpu_layer *L, int
         ft_cuda_gemv_ex(&a, s);
         ft_cuda_gemv(g->m_kva, D, g->xn, L->kv_a, L->bkv_a, T, D, H, s);
     } else {
-        st = mm(g, y1, n1, g->xn, g->xn16, w1, L->bq_a, T, n1, H);
+        /* DSA: the q LoRA feeds the indexer's queries, so it stays fp32 (dsa_index) */
+        st = mm(g, y1, n1, g->xn, L->dsa == 1 && L->q_a ? NULL : g->xn16, w1, L->bq_a, T, n1, H);
         if (st == FT_OK) st = mm(g, g->m_kva, D, g->xn, g->xn16, L->kv_a, L->bkv_a, T, D, H);
     }
     if (st == FT_OK && L->q_a) { /* the q LoRA's norm: eps 1e-6 fixed, as transformers */
