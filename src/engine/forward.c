@@ -1051,7 +1051,7 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
     e->rng = opts->seed ? opts->seed : 0x9e3779b97f4a7c15ull;
     int C = e->opts.max_chunk, H = m->hidden, k = m->top_k > 0 ? m->top_k : 1;
     e->q_dim = m->n_heads * m->head_dim;
-    e->kv_dim = m->mla ? m->mla_kv_lora + m->mla_rope + m->dsa_dim : m->n_kv_heads * m->head_dim;
+    e->kv_dim = ft_model_kv_dim(m);
     e->max_i = FT_MAX(m->cfg.intermediate_size, m->shared_inter);
     int seq_blocks = (e->opts.max_ctx + FT_KV_BLOCK - 1) / FT_KV_BLOCK;
     if (e->opts.kv_tokens <= 0) e->opts.kv_tokens = e->opts.max_ctx;

@@ -1255,7 +1255,7 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
     g->limit = vram_budget(&d, o->vram_limit);
     g->q_dim = m->n_heads * m->head_dim;
     /* MLA rows [latent | rotated key], DSA's indexer key after them */
-    g->kv_dim = m->mla ? m->mla_kv_lora + m->mla_rope + m->dsa_dim : m->n_kv_heads * m->head_dim;
+    g->kv_dim = ft_model_kv_dim(m);
     g->max_i = m->cfg.intermediate_size > m->shared_inter ? m->cfg.intermediate_size : m->shared_inter;
     g->max_blocks = (o->max_ctx + FT_KV_BLOCK - 1) / FT_KV_BLOCK;
     g->C = o->max_chunk > MAX_GRAPH_T ? o->max_chunk : MAX_GRAPH_T;

@@ -910,13 +910,15 @@ static enum ft_status mla_router_shapes(struct ft_model *m) {
     return FT_OK;
 }
 
+int ft_model_kv_dim(const struct ft_model *m) {
+    return m->mla ? m->mla_kv_lora + m->mla_rope + m->dsa_dim : m->n_kv_heads * m->head_dim;
+}
+
 uint64_t ft_model_kv_token_bytes(const struct ft_model *m) {
     uint64_t n = 0;
     for (int l = 0; l < m->n_layers; l++) n += !m->layers[l].gdn && !m->layers[l].v4;
-    /* f32 rows: MLA's latent and rope key (and GLM-5's indexer key), else keys and values */
-    const uint64_t w = m->mla ? (uint64_t)m->mla_kv_lora + m->mla_rope + m->dsa_dim
-                              : 2ull * m->n_kv_heads * m->head_dim;
-    return 4 * n * w;
+    /* f32 rows: MLA's one (latent, rope key, GLM-5's indexer key), else a key row and a value row */
+    return 4 * n * (uint64_t)ft_model_kv_dim(m) * (m->mla ? 1 : 2);
 }
 
 uint64_t ft_model_state_bytes(const struct ft_model *m) {

@@ -243,6 +243,9 @@ uint64_t ft_model_bytes_per_token(const struct ft_model *m);
 /* Bytes of recurrent state one sequence keeps (the Gated DeltaNet layers' conv windows and
  * delta-rule states, f32); 0 for a model without such layers. */
 uint64_t ft_model_state_bytes(const struct ft_model *m);
+/* The width of a position's KV cache row in one layer (floats): MLA's latent + rope key (+ the
+ * DSA indexer key), else n_kv_heads x head_dim (keys and values each). */
+int ft_model_kv_dim(const struct ft_model *m);
 /* KV cache bytes one position takes over every attention layer (f32, as the engines keep it);
  * DeepSeek-V4's per-layer compressed entries and windows are not counted (0 for it). */
 uint64_t ft_model_kv_token_bytes(const struct ft_model *m);
