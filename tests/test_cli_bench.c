@@ -81,6 +81,8 @@ TEST(bench_list_errors_name_the_flag_and_value) {
         {"--vram-limit 12G,1K", "--vram-limit: '1K' is not a size of at least 256M"},
         {"--vram-limit 1G,2G,3G,4G,5G,6G,7G,8G,9G", "--vram-limit: give 1 to 8 comma-separated values"},
         {"--cycles 0", "--cycles"},
+        {"-p 32 -n 16 -c 40", "-c 40: the tests need 56 positions (-p + -n + 8)"},
+        {"-c many", "-c"},
     };
     /* oversized: a list of 8 values over 255 characters (not truncated) */
     static char long_list[400], long_args[1][1300];
