@@ -5,12 +5,15 @@
  * Watchdog (cpu_forward, core/watchdog.h): a step's pool jobs (the matmuls, attention, the
  * DeltaNet passes) run under the pool's watch (ft_pool_watch), each allowed max(10 s, 50x the
  * learned time of a whole step of its size class in tokens). A job past that is abandoned
- * and the rest of the step's jobs do not run: the layer loop stops at the next check (before
- * anything reads what they left unwritten as indices: the router), the step is logged once
- * and fails with FT_ERR_BUSY (the scheduler fails its requests: 503), and no later step starts
- * until the stuck worker is back (ft_watchdog_check). The CPU executor's steps have their own
- * limits (moe/cpu_exec.c). FT_TESTING builds: FT_TEST_POOL_STALL=K:MS[:FLOOR_MS] stalls a
- * worker of the K-th watched job after the engine's init. */
+ * and the rest of the step's jobs do not run. Each op returns FT_ERR_BUSY right after the
+ * abandoned job (WATCHED below): a task of that job may still run, reading the job's inputs
+ * and writing its outputs, so nothing of the step touches either again (no bias add, KV write
+ * or norm after it). The step is logged once and fails with FT_ERR_BUSY (the scheduler fails
+ * its requests: 503), and no later step starts until the stuck worker is back
+ * (ft_watchdog_check), so the late task's writes land in scratch no one reads. The CPU
+ * executor's steps have their own limits (moe/cpu_exec.c). FT_TESTING builds:
+ * FT_TEST_POOL_STALL=K:MS[:FLOOR_MS] stalls a worker of the K-th watched job after the
+ * engine's init. */
 #include "engine/forward.h"
 #include "engine/forward_impl.h"
 
@@ -61,13 +64,23 @@ void ft_engine_mm(struct ft_engine *e, float *y, int ldy, const float *x, const 
         ft_cpu_xq_quant_pool(e->pool, w->dtype, x, w->cols, w->cols, T, e->xq);
         j.xq = e->xq;
     }
+    if (ft_pool_watch_tripped(e->pool)) return; /* (a late task may still write e->xq) */
     ft_pool_run(e->pool, mm_task, &j);
+    if (ft_pool_watch_tripped(e->pool)) return; /* y may still be written: left alone */
     if (bias)
         for (int t = 0; t < T; t++)
             for (int n = 0; n < w->rows; n++) y[(size_t)t * ldy + n] += bias[n];
 }
 
 #define mm ft_engine_mm
+
+/* After a pool job of the step (mm, attention, ...): under the watch, a tripped watch means a
+ * job was abandoned with a task that may still read its inputs and write its outputs, so the
+ * op stops there, before it reads those outputs or writes those inputs. */
+#define WATCHED(e)                                                                             \
+    do {                                                                                       \
+        if (ft_pool_watch_tripped((e)->pool)) return FT_ERR_BUSY;                              \
+    } while (0)
 
 void ft_zipf_sums(int E, double param, double *cum) {
     double s = param > 0 ? param : 1.0, acc = 0;
@@ -226,7 +239,7 @@ static enum ft_status moe_block(struct ft_engine *e, const struct ft_layer *L, i
     const struct ft_model *m = e->m;
     int H = m->hidden;
     mm(e, e->router, m->n_experts, e->xn, &L->router, L->router_bias, T);
-    if (ft_pool_watch_tripped(e->pool)) return FT_ERR_BUSY; /* no router logits to route by */
+    WATCHED(e); /* no router logits to route by */
     ft_engine_route(e, l, T);
     memset(e->y, 0, (size_t)T * H * sizeof(float));
     int d = ft_moe_exec_run(e->moe, e->pool, &L->bank[FT_BANK_GATE_UP], &L->bank[FT_BANK_DOWN],
@@ -240,12 +253,18 @@ static enum ft_status moe_block(struct ft_engine *e, const struct ft_layer *L, i
     if (L->has_shared) {
         int Is = m->shared_inter;
         mm(e, e->gu, 2 * Is, e->xn, &L->sh_gate, NULL, T);
+        WATCHED(e);
         mm(e, e->gu + Is, 2 * Is, e->xn, &L->sh_up, NULL, T);
+        WATCHED(e);
         ft_cpu_silu_mul(e->act, e->gu, T, Is);
-        float score[T > 0 ? T : 1];
+        /* (the score's job must not write a frame the op leaves: engine scratch, the router's
+         * logits, read by now: [T, E] >= [T]) */
+        float *score = e->router;
         if (L->sh_score.data) mm(e, score, 1, e->xn, &L->sh_score, NULL, T);
+        WATCHED(e);
         float *sh = e->att; /* free at this point; [T, H] fits in [T, q_dim >= ...] checked at init */
         mm(e, sh, H, e->act, &L->sh_down, NULL, T);
+        WATCHED(e);
         for (int t = 0; t < T; t++) {
             float g = L->sh_score.data ? ft_sigmoid(score[t]) : 1.0f; /* plain shared experts */
             for (int h = 0; h < H; h++) e->y[(size_t)t * H + h] += g * sh[(size_t)t * H + h];
@@ -254,13 +273,17 @@ static enum ft_status moe_block(struct ft_engine *e, const struct ft_layer *L, i
     return FT_OK;
 }
 
-static void dense_mlp(struct ft_engine *e, const struct ft_layer *L, int T) {
+static enum ft_status dense_mlp(struct ft_engine *e, const struct ft_layer *L, int T) {
     int I = L->w_gate.rows;
     mm(e, e->gu, 2 * I, e->xn, &L->w_gate, NULL, T);
+    WATCHED(e);
     mm(e, e->gu + I, 2 * I, e->xn, &L->w_up, NULL, T);
+    WATCHED(e);
     if (e->m->gelu_tanh) ft_cpu_gelu_tanh_mul(e->act, e->gu, T, I);
     else ft_cpu_silu_mul(e->act, e->gu, T, I);
     mm(e, e->y, e->m->hidden, e->act, &L->w_down, NULL, T);
+    WATCHED(e);
+    return FT_OK;
 }
 
 /* RoPE on dim dims at offset off of each of n_heads heads (hstride apart, rows ld apart):
@@ -288,13 +311,16 @@ static void rope_at(float *x, int ld, int n_heads, int hstride, int off, int dim
  * queries from the normalised q LoRA (m_qa), its key from xn (LayerNorm, eps 1e-6), both rotated
  * on their first dr dims in pairs, the key stored at offset L + dr of the token's cache row kc
  * (kv_dim wide); then each token's ix_k best cached positions into ix_sel / ix_n. */
-static void dsa_index(struct ft_engine *e, const struct ft_layer *L, float *kc, int T) {
+static enum ft_status dsa_index(struct ft_engine *e, const struct ft_layer *L, float *kc, int T) {
     const struct ft_model *m = e->m;
     const int nI = m->dsa_heads, dI = m->dsa_dim, dr = m->mla_rope, W = e->kv_dim;
     const int off = m->mla_kv_lora + dr;
     mm(e, e->ix_q, nI * dI, e->m_qa, &L->idx_wq, NULL, T);
+    WATCHED(e);
     mm(e, e->ix_key, dI, e->xn, &L->idx_wk, NULL, T);
+    WATCHED(e);
     mm(e, e->ix_w, nI, e->xn, &L->idx_w, NULL, T);
+    WATCHED(e);
     const float hs = 1.0f / sqrtf((float)nI);
     for (int t = 0; t < T; t++) {
         float *k = e->ix_key + (size_t)t * dI, mean = 0, var = 0;
@@ -314,24 +340,29 @@ static void dsa_index(struct ft_engine *e, const struct ft_layer *L, float *kc, 
     }
     ft_cpu_index_topk(e->pool, e->ix_sel, e->ix_n, e->ix_k, e->ix_q, e->ix_w, kc, W, off, e->pos,
                       e->tok_blocks, FT_KV_BLOCK, T, nI, dI, 1.0f / sqrtf((float)dI));
+    WATCHED(e);
+    return FT_OK;
 }
 
 /* Multi-head latent attention, absorbed: the cache row of a position is [c_kv (L) | k_pe (dr)],
  * c_kv the normalised latent and k_pe the rotated shared key; each head's q_nope is carried
  * into the latent space by its k_nope rows of kv_b (uk_t), so score = q_lat . c_kv + q_pe .
  * k_pe, and the head's value is its v rows of kv_b times the weighted sum of the c_kv. */
-static void mla_attention(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
+static enum ft_status mla_attention(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
     const struct ft_model *m = e->m;
     const int nh = m->n_heads, dn = m->mla_nope, dr = m->mla_rope, dv = m->mla_v;
     const int Lr = m->mla_kv_lora, D = Lr + dr, qd = nh * (dn + dr);
     if (L->q_a.data) {
         mm(e, e->m_qa, m->mla_q_lora, e->xn, &L->q_a, L->bq_a, T);
+        WATCHED(e);
         ft_cpu_rmsnorm(e->m_qa, e->m_qa, L->q_a_norm, T, m->mla_q_lora, 1e-6f); /* fixed, as HF */
         mm(e, e->q, qd, e->m_qa, &L->q_b, NULL, T);
     } else {
         mm(e, e->q, qd, e->xn, &L->wq, NULL, T);
     }
+    WATCHED(e);
     mm(e, e->m_kva, D, e->xn, &L->kv_a, L->bkv_a, T);
+    WATCHED(e);
     for (int t = 0; t < T; t++)
         ft_cpu_rmsnorm(e->m_kva + (size_t)t * D, e->m_kva + (size_t)t * D, L->kv_a_norm, 1, Lr, 1e-6f);
     rope_at(e->q, qd, nh, dn + dr, dn, dr, e->pos, T, m->inv_freq, m->rope_mscale, m->rope_pairs);
@@ -343,7 +374,10 @@ static void mla_attention(struct ft_engine *e, const struct ft_layer *L, int l, 
         size_t row = (size_t)e->tok_blocks[t][p / FT_KV_BLOCK] * FT_KV_BLOCK + p % FT_KV_BLOCK;
         memcpy(kc + row * W, e->m_kva + (size_t)t * D, (size_t)D * sizeof(float));
     }
-    if (L->dsa == 1) dsa_index(e, L, kc, T); /* 2: the previous layer's choice stands */
+    if (L->dsa == 1) { /* 2: the previous layer's choice stands */
+        enum ft_status st = dsa_index(e, L, kc, T);
+        if (st != FT_OK) return st;
+    }
     for (int h = 0; h < nh; h++) /* q_nope per head, contiguous; q_pe beside each q_lat */
         for (int t = 0; t < T; t++) {
             const float *qh = e->q + (size_t)t * qd + (size_t)h * (dn + dr);
@@ -355,31 +389,40 @@ static void mla_attention(struct ft_engine *e, const struct ft_layer *L, int l, 
         if (dn > 0) mm(e, e->m_ql + (size_t)h * D, nh * D, e->m_qn + (size_t)h * T * dn, &uk, NULL, T);
         else
             for (int t = 0; t < T; t++) memset(e->m_ql + ((size_t)t * nh + h) * D, 0, (size_t)Lr * sizeof(float));
+        WATCHED(e);
     }
     ft_cpu_attention_latent_sel(e->pool, e->m_lat, e->m_ql, kc, W, e->pos, e->tok_blocks, FT_KV_BLOCK,
                                 T, nh, D, Lr, m->attn_scale, L->dsa ? e->ix_sel : NULL, e->ix_n,
                                 e->ix_k);
+    WATCHED(e);
     for (int h = 0; h < nh; h++) {
         struct ft_weight uv = ft_weight_rows(&L->kv_b, h * (dn + dv) + dn, dv);
         mm(e, e->att + (size_t)h * dv, nh * dv, e->m_lat + (size_t)h * T * Lr, &uv, NULL, T);
+        WATCHED(e);
     }
     mm(e, e->y, m->hidden, e->att, &L->wo, L->bo, T);
+    WATCHED(e);
+    return FT_OK;
 }
 
-static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
+static enum ft_status attention(struct ft_engine *e, const struct ft_layer *L, int l, int T) {
     const struct ft_model *m = e->m;
     int hd = m->head_dim, qd = e->q_dim, kd = e->kv_dim;
     if (L->attn_gate) { /* [q_h | gate_h] per head: q out of it, the gate stays in qg */
         mm(e, e->qg, 2 * qd, e->xn, &L->wq, L->bq, T);
+        WATCHED(e);
         for (int t = 0; t < T; t++)
             for (int h = 0; h < m->n_heads; h++)
                 memcpy(e->q + (size_t)t * qd + (size_t)h * hd, e->qg + (size_t)t * 2 * qd + (size_t)h * 2 * hd,
                        (size_t)hd * sizeof(float));
     } else {
         mm(e, e->q, qd, e->xn, &L->wq, L->bq, T);
+        WATCHED(e);
     }
     mm(e, e->k, kd, e->xn, &L->wk, L->bk, T);
+    WATCHED(e);
     mm(e, e->v, kd, e->xn, &L->wv, L->bv, T);
+    WATCHED(e); /* (the KV write below reads e->v) */
     if (L->q_norm && L->qk_norm_all) { /* over all heads at once (MiniMax-M2) */
         ft_cpu_rmsnorm(e->q, e->q, L->q_norm, T, qd, m->rms_eps);
         ft_cpu_rmsnorm(e->k, e->k, L->k_norm, T, kd, m->rms_eps);
@@ -403,6 +446,7 @@ static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int 
                            m->n_heads, m->n_kv_heads, hd,
                            m->attn_scale > 0 ? m->attn_scale : 1.0f / sqrtf((float)hd), L->window,
                            L->sinks);
+    WATCHED(e);
     if (L->attn_gate) /* the output times sigmoid(gate), per head and element */
         for (int t = 0; t < T; t++)
             for (int h = 0; h < m->n_heads; h++) {
@@ -411,6 +455,8 @@ static void attention(struct ft_engine *e, const struct ft_layer *L, int l, int 
                 for (int d = 0; d < hd; d++) o[d] *= ft_sigmoid(gt[d]);
             }
     mm(e, e->y, m->hidden, e->att, &L->wo, L->bo, T);
+    WATCHED(e);
+    return FT_OK;
 }
 
 /* ---- Gated DeltaNet (linear attention) ---- */
@@ -516,18 +562,26 @@ static void gdn_rule_task(void *ctx, int i, int n) {
     }
 }
 
-static void gdn(struct ft_engine *e, const struct ft_layer *L, int l, const struct ft_seg *segs,
-                int n_segs, int T) {
+static enum ft_status gdn(struct ft_engine *e, const struct ft_layer *L, int l,
+                          const struct ft_seg *segs, int n_segs, int T) {
     const struct ft_model *m = e->m;
     const int Dk = m->gdn_hk * m->gdn_dk, Dv = m->gdn_hv * m->gdn_dv;
     mm(e, e->g_qkv, 2 * Dk + Dv, e->xn, &L->gdn_qkv, NULL, T);
+    WATCHED(e);
     mm(e, e->g_z, Dv, e->xn, &L->gdn_z, NULL, T);
+    WATCHED(e);
     mm(e, e->g_b, m->gdn_hv, e->xn, &L->gdn_b, NULL, T);
+    WATCHED(e);
     mm(e, e->g_a, m->gdn_hv, e->xn, &L->gdn_a, NULL, T);
+    WATCHED(e);
     struct gdn_job j = {e, L, segs, n_segs, e->gdn_of[l]};
     ft_pool_run(e->pool, gdn_conv_task, &j);
+    WATCHED(e);
     ft_pool_run(e->pool, gdn_rule_task, &j);
+    WATCHED(e);
     mm(e, e->y, m->hidden, e->g_o, &L->gdn_out, NULL, T);
+    WATCHED(e);
+    return FT_OK;
 }
 
 /* The recurrent-state slot of the sequence with block table `blocks` into *out: the one bound
@@ -659,22 +713,16 @@ static enum ft_status cpu_layers(struct ft_engine *e, const struct ft_seg *segs,
     for (int l = 0; l < m->n_layers; l++) {
         const struct ft_layer *L = &m->layers[l];
         ft_cpu_rmsnorm(e->xn, e->x, L->attn_norm, T, H, m->rms_eps);
-        if (L->gdn)
-            gdn(e, L, l, segs, n_segs, T);
-        else if (L->mla)
-            mla_attention(e, L, l, T);
-        else
-            attention(e, L, l, T);
-        if (ft_pool_watch_tripped(e->pool)) return FT_ERR_BUSY; /* a pool job abandoned */
+        enum ft_status st = L->gdn   ? gdn(e, L, l, segs, n_segs, T)
+                            : L->mla ? mla_attention(e, L, l, T)
+                                     : attention(e, L, l, T);
+        if (st != FT_OK) return st; /* FT_ERR_BUSY: a pool job abandoned (WATCHED) */
         if (L->post_attn_norm) ft_cpu_rmsnorm(e->y, e->y, L->post_attn_norm, T, H, m->rms_eps);
         ft_cpu_add(e->x, e->y, (size_t)T * H);
         ft_cpu_rmsnorm(e->xn, e->x, L->ffn_norm, T, H, m->rms_eps);
-        if (L->is_moe) {
-            enum ft_status st = moe_block(e, L, l, T);
-            if (st != FT_OK) return st;
-        } else
-            dense_mlp(e, L, T);
-        if (ft_pool_watch_tripped(e->pool)) return FT_ERR_BUSY;
+        st = L->is_moe ? moe_block(e, L, l, T) : dense_mlp(e, L, T);
+        if (st != FT_OK) return st;
+        if (ft_pool_watch_tripped(e->pool)) return FT_ERR_BUSY; /* (the executor's quant job) */
         if (L->post_ffn_norm) ft_cpu_rmsnorm(e->y, e->y, L->post_ffn_norm, T, H, m->rms_eps);
         ft_cpu_add(e->x, e->y, (size_t)T * H);
     }
@@ -733,14 +781,20 @@ static enum ft_status own_block_tables(struct ft_engine *e, const struct ft_seg 
     return FT_OK;
 }
 
-static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
-                                  float *logits) {
-    /* a worker of a step a watchdog abandoned (this forward's, or the executor's:
-     * moe/cpu_exec.c) may still write into the pool's jobs and this engine's buffers: no step
-     * starts before it is back; the owner of the incident checks first (its lines) */
+/* FT_OK when a CPU step may start: a worker of a step a watchdog abandoned (this forward's,
+ * or the executor's: moe/cpu_exec.c) may still write into the pool's jobs and this engine's
+ * buffers (the logits scratch too: checked before it may grow), so no step starts before it
+ * is back; the owner of the incident checks first (its lines). */
+static enum ft_status cpu_ready(struct ft_engine *e) {
     enum ft_status ok = e->wd.stuck ? ft_watchdog_check(&e->wd, e->pool) : FT_OK;
     if (ok == FT_OK) ok = ft_moe_exec_check(e->moe, e->pool);
     if (ok == FT_OK) ok = ft_watchdog_check(&e->wd, e->pool);
+    return ok;
+}
+
+static enum ft_status cpu_forward(struct ft_engine *e, const struct ft_seg *segs, int n_segs,
+                                  float *logits) {
+    enum ft_status ok = cpu_ready(e);
     if (ok == FT_OK) ok = own_block_tables(e, segs, n_segs);
     if (ok != FT_OK) return ok;
     const int T = e->step_tokens;
@@ -797,6 +851,7 @@ static enum ft_status forward_rows(struct ft_engine *e, const struct ft_seg *seg
     uint32_t *words = NULL; /* [ft_mask_words(V)]: a masked row's bits on the host */
     if (n_masked && !(words = malloc((size_t)ft_mask_words(V) * sizeof *words)))
         return ft_fail(FT_ERR_OOM, "engine: out of memory for a token mask");
+    if (!e->gpu && (st = cpu_ready(e)) != FT_OK) goto done; /* (before top1_scratch) */
     if (top1 && rows > 0) { /* scratch rows: the CPU backend's logits when the caller wants ids
                              * only; a GPU row the device leaves to the host sampler */
         const int need = e->gpu ? draws != NULL : logits ? 0 : rows;
@@ -859,6 +914,7 @@ static enum ft_status cpu_head(struct ft_engine *e, const struct ft_seg *segs, i
     if (n_rows == 0) return FT_OK;
     ft_cpu_rmsnorm(e->xl, e->xl, m->final_norm, n_rows, H, m->rms_eps);
     mm(e, logits, m->vocab, e->xl, &m->lm_head, NULL, n_rows);
+    WATCHED(e);
     return FT_OK;
 }
 
