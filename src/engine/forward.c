@@ -1065,13 +1065,6 @@ enum ft_status ft_engine_init(struct ft_engine **out, const struct ft_model *m,
         ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
         gpu = 0;
     }
-    if (gpu && (m->arch->flags & FT_ARCH_DSA)) { /* the CUDA indexer is not right yet */
-        if (!opts->backend_auto)
-            return ft_fail(FT_ERR_UNSUPPORTED, "%s: the cuda and offload backends do not run it "
-                           "yet (DeepSeek sparse attention's indexer); use --backend cpu", m->arch->name);
-        ft_log_info("%s: the GPU backends do not run it yet; running on the CPU", m->arch->name);
-        gpu = 0;
-    }
     for (int l = 0; gpu && l < m->n_layers; l++) { /* expert formats without GPU kernels yet */
         const struct ft_layer *L = &m->layers[l];
         if (!L->is_moe) continue;
