@@ -293,6 +293,38 @@ static int match_added(const struct ft_tok *t, const char *text, size_t len, siz
     return best;
 }
 
+/* Added tokens (longest match) and the segments between them. */
+static enum ft_status encode_text(struct enc *e, const char *text, size_t len) {
+    const struct ft_tok *t = e->t;
+    enum ft_status st = FT_OK;
+    size_t seg = 0, i = 0;
+    while (i < len) {
+        size_t end = 0;
+        int k = t->first_byte[(unsigned char)text[i]] ? match_added(t, text, len, i, &end) : -1;
+        if (k < 0) {
+            i++;
+            continue;
+        }
+        const struct ft_added *a = &t->added[k];
+        if (a->single_word && ((i > 0 && is_word((unsigned char)text[i - 1])) ||
+                               (end < len && is_word((unsigned char)text[end])))) {
+            i++;
+            continue;
+        }
+        size_t s = i;
+        if (a->lstrip)
+            while (s > seg && is_space((unsigned char)text[s - 1])) s--;
+        if (a->rstrip)
+            while (end < len && is_space((unsigned char)text[end])) end++;
+        FT_TRY(encode_segment(e, text + seg, s - seg));
+        FT_TRY(emit(e, a->id));
+        seg = i = end;
+    }
+    FT_TRY(encode_segment(e, text + seg, len - seg));
+fail:
+    return st;
+}
+
 static void enc_free(struct enc *e) {
     free(e->norm.p);
     free(e->tmpbuf.p);
@@ -334,30 +366,14 @@ enum ft_status ft_tok_encode(const struct ft_tok *t, const char *text, size_t le
     }
     if (add_special)
         for (int i = 0; i < t->n_prefix; i++) FT_TRY(emit(&e, t->prefix[i]));
-    size_t seg = 0, i = 0;
-    while (i < len) {
-        size_t end = 0;
-        int k = t->first_byte[(unsigned char)text[i]] ? match_added(t, text, len, i, &end) : -1;
-        if (k < 0) {
-            i++;
-            continue;
+    if (t->tiktoken_chunks) { /* tokenization_kimi.py encodes each piece on its own */
+        for (size_t at = 0, end; at < len; at = end) {
+            end = at + ft_tiktoken_chunk_end(text + at, len - at);
+            FT_TRY(encode_text(&e, text + at, end - at));
         }
-        const struct ft_added *a = &t->added[k];
-        if (a->single_word && ((i > 0 && is_word((unsigned char)text[i - 1])) ||
-                               (end < len && is_word((unsigned char)text[end])))) {
-            i++;
-            continue;
-        }
-        size_t s = i;
-        if (a->lstrip)
-            while (s > seg && is_space((unsigned char)text[s - 1])) s--;
-        if (a->rstrip)
-            while (end < len && is_space((unsigned char)text[end])) end++;
-        FT_TRY(encode_segment(&e, text + seg, s - seg));
-        FT_TRY(emit(&e, a->id));
-        seg = i = end;
+    } else {
+        FT_TRY(encode_text(&e, text, len));
     }
-    FT_TRY(encode_segment(&e, text + seg, len - seg));
     if (add_special)
         for (int i = 0; i < t->n_suffix; i++) FT_TRY(emit(&e, t->suffix[i]));
     if (e.n_ids > 0x7fffffff) {

@@ -122,6 +122,9 @@ struct ft_tok {
     /* tokenizer_config.json (GGUF: tokenizer.ggml.*_token_id, tokenizer.chat_template) */
     int32_t bos_id, eos_id;
     char *chat_template;
+    /* tiktoken.model (tok_tiktoken.c): the text is cut as tokenization_kimi.py's encode cuts it
+     * before tiktoken sees it (bpe.c) */
+    int tiktoken_chunks;
 };
 
 int32_t ft_tok_lookup(const struct ft_tok *t, const char *s, size_t n);
@@ -200,6 +203,15 @@ enum ft_status ft_tok_finish(struct ft_tok *t);
 /* tok_gguf.c: the Split regexes a byte-level GGUF's tokenizer.ggml.pre stands for (NULL when
  * unknown), for tests that compare them with tokenizer.json files. */
 const char *const *ft_tok_gguf_pre_regexes(const char *pre, int *n);
+/* tokenizer.c: tokenizer_config.json at path: bos_token, eos_token, chat_template and, unless
+ * have_template (a post-processor decided), add_bos_token / add_eos_token. */
+enum ft_status ft_tok_load_config(struct ft_tok *t, const char *path, int have_template);
+/* tok_tiktoken.c: dir/tiktoken.model + dir/tokenizer_config.json (Kimi-K2's tokenization_kimi.py). */
+enum ft_status ft_tok_load_tiktoken(const char *dir, struct ft_tok **out);
+/* tok_tiktoken.c: the end of the first piece of text[0..len) that tokenization_kimi.py's encode
+ * gives tiktoken (at most 400,000 characters, no run of more than 25,000 whitespace or
+ * non-whitespace characters); len when it is all one piece. */
+size_t ft_tiktoken_chunk_end(const char *text, size_t len);
 /* Appends id to a prefix/suffix list. */
 enum ft_status ft_tok_push_id(const struct ft_tok *t, int32_t **arr, int *n, int32_t id);
 

@@ -332,7 +332,7 @@ static int32_t config_token(const struct ft_tok *t, const json_t *v) {
     return s ? ft_tok_lookup(t, s, strlen(s)) : -1;
 }
 
-static enum ft_status load_config(struct ft_tok *t, const char *path, int have_template) {
+enum ft_status ft_tok_load_config(struct ft_tok *t, const char *path, int have_template) {
     enum ft_status st = FT_OK;
     json_error_t jerr;
     json_t *c = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr);
@@ -434,7 +434,7 @@ enum ft_status ft_tok_load_files(const char *json_path, const char *config_path,
     const json_t *pp = json_object_get(root, "post_processor");
     if (json_is_object(pp)) FT_TRY(load_post(t, pp, &have_template));
     if (have_template && t->n_prefix == 1 && t->is_special[t->prefix[0]]) t->bos_id = t->prefix[0];
-    if (config_path) FT_TRY(load_config(t, config_path, have_template));
+    if (config_path) FT_TRY(ft_tok_load_config(t, config_path, have_template));
     json_decref(root);
     *out = t;
     return FT_OK;
@@ -460,9 +460,13 @@ enum ft_status ft_tok_load(const char *dir, struct ft_tok **out) {
     ft_path_join(jp, sizeof jp, dir, "tokenizer.json");
     ft_path_join(cp, sizeof cp, dir, "tokenizer_config.json");
     *out = NULL;
-    if (!ft_file_exists(jp))
-        return ft_fail(FT_ERR_IO, "%s: no tokenizer.json in this directory (give --model the "
-                       "directory holding the model's tokenizer.json)", dir);
+    if (!ft_file_exists(jp)) {
+        char tp[4096];
+        ft_path_join(tp, sizeof tp, dir, "tiktoken.model"); /* Kimi-K2: tokenization_kimi.py */
+        if (ft_file_exists(tp)) return ft_tok_load_tiktoken(dir, out);
+        return ft_fail(FT_ERR_IO, "%s: no tokenizer.json (nor tiktoken.model) in this directory "
+                       "(give --model the directory holding the model's tokenizer files)", dir);
+    }
     return ft_tok_load_files(jp, ft_file_exists(cp) ? cp : NULL, out);
 }
 
