@@ -211,10 +211,21 @@ TEST(long_texts_cut_like_kimi) {
     size_t i;
     EXPECT(json_array_size(longs) >= 5);
     json_array_foreach(longs, i, c) {
-        const char *unit = ft_jstr(c, "unit");
-        size_t lu = strlen(unit), rep = (size_t)json_integer_value(json_object_get(c, "repeat"));
+        /* parts: [[text, count], ...], the whole repeated */
+        json_t *parts = json_object_get(c, "parts"), *pt;
+        size_t rep = (size_t)json_integer_value(json_object_get(c, "repeat")), lu = 0, k, o = 0;
+        json_array_foreach(parts, k, pt)
+            lu += json_string_length(json_array_get(pt, 0)) *
+                  (size_t)json_integer_value(json_array_get(pt, 1));
         char *s = malloc(lu * rep + 1);
-        for (size_t k = 0; k < rep; k++) memcpy(s + k * lu, unit, lu);
+        for (size_t r = 0; r < rep; r++)
+            json_array_foreach(parts, k, pt) {
+                const char *u = json_string_value(json_array_get(pt, 0));
+                size_t l = strlen(u);
+                for (json_int_t m = 0; m < json_integer_value(json_array_get(pt, 1)); m++, o += l)
+                    memcpy(s + o, u, l);
+            }
+        const char *unit = json_string_value(json_array_get(json_array_get(parts, 0), 0));
         int32_t *ids = NULL;
         int n = 0;
         EXPECT_OK(ft_tok_encode(t, s, lu * rep, 0, &ids, &n));
@@ -227,11 +238,17 @@ TEST(long_texts_cut_like_kimi) {
         free(ids);
         free(s);
     }
-    /* the cut itself: 25,000 characters of a run per piece, 400,000 characters at most */
-    char *s = malloc(25001 * 3);
+    /* the cut itself: no run of more than 25,000 characters, 400,000 characters at most */
+    char *s = malloc(400001 * 3);
     for (int k = 0; k < 25001; k++) memcpy(s + 3 * k, "\xE4\xB8\xAD", 3); /* 中 */
-    EXPECT_EQ(ft_tiktoken_chunk_end(s, 25000 * 3), 25000 * 3);
-    EXPECT_EQ(ft_tiktoken_chunk_end(s, 25001 * 3), 25000 * 3);
+    EXPECT_EQ(ft_tiktoken_cut(s, 25000 * 3, 1), 25000 * 3);
+    EXPECT_EQ(ft_tiktoken_cut(s, 25001 * 3, 1), 25000 * 3);
+    EXPECT_EQ(ft_tiktoken_cut(s, 25001 * 3, 0), 25001 * 3);
+    memset(s, 'a', 400001);
+    s[25000] = ' ';
+    EXPECT_EQ(ft_tiktoken_cut(s, 50001, 1), 50001); /* 25,000 + 1 + 25,000 */
+    EXPECT_EQ(ft_tiktoken_cut(s, 50002, 1), 50001);
+    EXPECT_EQ(ft_tiktoken_cut(s, 400001, 0), 400000);
     free(s);
     ft_tok_free(t);
 }

@@ -313,12 +313,13 @@ def main():
     ref["corpus"] = hashes
     # long texts, rebuilt by the test: unit repeated; 25k-character runs and the 400k cut
     longs = []
-    for unit, rep in [("a", 25_001), ("ab", 30_000), (" ", 25_003), ("中", 26_000),
-                      ("x" * 24_999 + "  \n", 3), ("Hello, world! 你好 ", 25_000),
-                      ("tokenizers", 45_000)]:
-        s = unit * rep
+    for parts, rep in [([("a", 25_001)], 1), ([("ab", 30_000)], 1), ([(" ", 25_003)], 1),
+                       ([("中", 26_000)], 1), ([("x", 24_999), ("  \n", 1)], 3),
+                       ([("Hello, world! 你好 ", 1)], 25_000), ([("tokenizers", 45_000)], 1),
+                       ([("a", 30_000), (" ", 1)], 14)]:
+        s = "".join(u * n for u, n in parts) * rep
         ids = encode(s)
-        longs.append({"unit": unit, "repeat": rep, "n_ids": len(ids), "fnv": fnv(ids)})
+        longs.append({"parts": parts, "repeat": rep, "n_ids": len(ids), "fnv": fnv(ids)})
     ref["long"] = longs
     with open(os.path.join(args.out, "ref.json"), "w") as f:
         json.dump(ref, f, ensure_ascii=False, separators=(",", ":"))

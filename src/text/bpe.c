@@ -368,8 +368,11 @@ enum ft_status ft_tok_encode(const struct ft_tok *t, const char *text, size_t le
         for (int i = 0; i < t->n_prefix; i++) FT_TRY(emit(&e, t->prefix[i]));
     if (t->tiktoken_chunks) { /* tokenization_kimi.py encodes each piece on its own */
         for (size_t at = 0, end; at < len; at = end) {
-            end = at + ft_tiktoken_chunk_end(text + at, len - at);
-            FT_TRY(encode_text(&e, text + at, end - at));
+            end = at + ft_tiktoken_cut(text + at, len - at, 0);
+            for (size_t p = at, q; p < end; p = q) {
+                q = p + ft_tiktoken_cut(text + p, end - p, 1);
+                FT_TRY(encode_text(&e, text + p, q - p));
+            }
         }
     } else {
         FT_TRY(encode_text(&e, text, len));

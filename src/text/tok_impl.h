@@ -208,10 +208,11 @@ const char *const *ft_tok_gguf_pre_regexes(const char *pre, int *n);
 enum ft_status ft_tok_load_config(struct ft_tok *t, const char *path, int have_template);
 /* tok_tiktoken.c: dir/tiktoken.model + dir/tokenizer_config.json (Kimi-K2's tokenization_kimi.py). */
 enum ft_status ft_tok_load_tiktoken(const char *dir, struct ft_tok **out);
-/* tok_tiktoken.c: the end of the first piece of text[0..len) that tokenization_kimi.py's encode
- * gives tiktoken (at most 400,000 characters, no run of more than 25,000 whitespace or
- * non-whitespace characters); len when it is all one piece. */
-size_t ft_tiktoken_chunk_end(const char *text, size_t len);
+/* tok_tiktoken.c: where tokenization_kimi.py's encode cuts text[0..len) before tiktoken sees it:
+ * the end of its first 400,000 characters (runs 0), or, within such a piece, the end of the first
+ * piece with no run of more than 25,000 whitespace or non-whitespace characters (runs 1); len
+ * when there is no cut. */
+size_t ft_tiktoken_cut(const char *text, size_t len, int runs);
 /* Appends id to a prefix/suffix list. */
 enum ft_status ft_tok_push_id(const struct ft_tok *t, int32_t **arr, int *n, int32_t id);
 

@@ -13,7 +13,7 @@
  * "abc" even when "abc" was trained as "ab"+"c"). Pieces are stored GPT-2-mapped, as
  * tokenization_kimi.py's decoder spells them (ft_tok_piece), and decode to the raw bytes.
  * The pre-tokenizer is tokenization_kimi.py's pat_str in PCRE2 (see KIMI_RE); the text is cut
- * as its encode cuts it (ft_tiktoken_chunk_end, used by bpe.c).
+ * as its encode cuts it (ft_tiktoken_cut, used by bpe.c).
  * Called by ft_tok_load. Threading: built on the calling thread, then read-only. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,22 +68,21 @@ static int py_isspace(uint32_t c) {
 /* encode() takes 400,000 characters at a time and cuts each where a run of whitespace or of
  * non-whitespace would pass 25,000 characters (_split_whitespaces_or_nonwhitespaces). Valid UTF-8
  * assumed (ft_tok_encode checks). */
-size_t ft_tiktoken_chunk_end(const char *text, size_t len) {
+size_t ft_tiktoken_cut(const char *text, size_t len, int runs) {
     const unsigned char *s = (const unsigned char *)text;
     size_t i = 0, n_chars = 0, run = 0;
     int run_space = 0;
     while (i < len) {
         uint32_t cp;
         int k = ft_utf8_dec(s + i, &cp);
-        int sp = py_isspace(cp);
-        if (n_chars == 400000) return i;
-        if (n_chars == 0 || sp != run_space) {
+        if (!runs) {
+            if (n_chars++ == 400000) return i;
+        } else if (n_chars++ == 0 || py_isspace(cp) != run_space) {
             run = 1;
-            run_space = sp;
+            run_space = py_isspace(cp);
         } else if (++run > 25000) {
             return i;
         }
-        n_chars++;
         i += (size_t)k;
     }
     return len;

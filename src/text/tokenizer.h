@@ -1,5 +1,5 @@
-/* tokenizer.h — text <-> token ids from a Hugging Face tokenizer.json (+ tokenizer_config.json)
- * or a GGUF file's tokenizer metadata.
+/* tokenizer.h — text <-> token ids from a Hugging Face tokenizer.json (+ tokenizer_config.json),
+ * a tiktoken.model (Kimi-K2) or a GGUF file's tokenizer metadata.
  * Byte-level BPE (GPT-2 byte mapping: Qwen, Llama-3, DeepSeek, ...) and SentencePiece-style BPE
  * (Llama-2: "▁" metaspace, <0xNN> byte fallback), with the normalizers, pre-tokenizers, added
  * tokens, post-processor (BOS/EOS) and decoders those files declare.
@@ -16,8 +16,11 @@
 
 struct ft_tok;
 
-/* Loads dir/tokenizer.json and, when present, dir/tokenizer_config.json; or, when dir names a
- * GGUF model (ft_gguf_model_path), that file's tokenizer metadata. Errors name the file, the
+/* Loads dir/tokenizer.json and, when present, dir/tokenizer_config.json; or, without a
+ * tokenizer.json, dir/tiktoken.model + tokenizer_config.json as Kimi-K2 ships them
+ * (tokenization_kimi.py's TikTokenTokenizer: its pre-split regex, rank-ordered byte merges,
+ * added_tokens_decoder as special tokens); or, when dir names a GGUF model
+ * (ft_gguf_model_path), that file's tokenizer metadata. Errors name the file (and line), the
  * field and what to do. */
 enum ft_status ft_tok_load(const char *dir, struct ft_tok **out);
 /* Same, from an explicit tokenizer.json path and an optional (NULL) tokenizer_config.json path. */
