@@ -7,8 +7,10 @@
  * small JSON Schema checker here); and token masks over a real tokenizer (the qwen3_moe
  * fixture's): random walks through the mask always end in a document that parses and fits; the
  * allow bitmask (ft_jg_allow) against the mask's -inf set and a token-by-token reference along
- * real documents over Qwen3's 151k vocabulary; and the engine's masked draws (the GPU backends'
- * path, here on the CPU backend) against the host sampler's masking. */
+ * real documents over Qwen3's 151k vocabulary; the trie walk (ft_jg_allow) against the per-token
+ * walk (ft_jg_allow_ref) at every byte of documents in every family's format; and the engine's
+ * masked draws (the GPU backends' path, here on the CPU backend) against the host sampler's
+ * masking. */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -736,6 +738,176 @@ TEST(allow_bits_equal_the_mask_on_a_real_vocab) {
             states, us / 1000.0 / (states ? states : 1), v.n_vocab);
     EXPECT_EQ(bad, 0);
     EXPECT(states > 150);
+    ft_jg_vocab_free(&v);
+    ft_tok_free(tok);
+}
+
+/* --- the trie walk (ft_jg_allow) against the per-token walk, at every byte --- */
+
+/* At every byte prefix of text (mid-character, mid-marker, at and past a maxLength, and the dead
+ * state after a refused byte): ft_jg_allow's words equal ft_jg_allow_ref's (the per-token walk)
+ * and the -inf set of ft_jg_mask, and every ref_every-th state also the token-by-token
+ * reference (ft_jg_token_ok, the end rule of json_grammar.h). Returns the states (-1: a
+ * mismatch); *fast_us / *ref_us: time in the two walks. */
+static int walk_equal_along(const struct ft_jg_vocab *v, const struct ft_jg *g, const int32_t *end,
+                            const char *text, int ref_every, double *fast_us, double *ref_us) {
+    const int V = v->n_vocab, nw = (V + 31) / 32;
+    uint32_t *a = malloc((size_t)nw * 4), *b = malloc((size_t)nw * 4);
+    float *lg = malloc((size_t)V * 4);
+    struct ft_jg_state st;
+    ft_jg_start(g, &st);
+    const size_t n = strlen(text);
+    int states = 0, bad = 0;
+    for (size_t k = 0; k <= n && !bad; k++) {
+        memset(a, 0xa5, (size_t)nw * 4), memset(b, 0x5a, (size_t)nw * 4);
+        int64_t t0 = ft_time_us();
+        ft_jg_allow(g, &st, v, end, 3, a);
+        int64_t t1 = ft_time_us();
+        ft_jg_allow_ref(g, &st, v, end, 3, b);
+        *fast_us += (double)(t1 - t0), *ref_us += (double)(ft_time_us() - t1);
+        for (int i = 0; i < V; i++) lg[i] = 0.5f;
+        ft_jg_mask(g, &st, v, end, 3, lg);
+        for (int i = 0; i < nw && bad < 3; i++)
+            if (a[i] != b[i]) {
+                fprintf(stderr, "  byte %zu of \"%.50s\": word %d: trie %08x, per-token %08x\n", k,
+                        text, i, a[i], b[i]);
+                bad++;
+            }
+        int any = 0;
+        if (states % ref_every == 0)
+            for (int i = 0; i < V; i++) any |= ft_jg_token_ok(g, &st, v, i);
+        const int ends = ft_jg_accepting(g, &st) || !any;
+        for (int i = 0; i < V && bad < 3; i++) {
+            const int bit = (int)(a[i >> 5] >> (i & 31) & 1);
+            int ref = bit;
+            if (states % ref_every == 0)
+                ref = i == end[0] || i == end[1] ? ends : ft_jg_token_ok(g, &st, v, i);
+            if (bit != (lg[i] != -INFINITY) || bit != ref) {
+                fprintf(stderr, "  byte %zu of \"%.50s\": token %d: bit %d, mask %d, reference %d\n",
+                        k, text, i, bit, lg[i] != -INFINITY, ref);
+                bad++;
+            }
+        }
+        states++;
+        if (k == n || st.dead) break;
+        ft_jg_feed(g, &st, text + k, 1); /* a refused byte: the dead state is checked next */
+    }
+    free(a), free(b), free(lg);
+    return bad ? -1 : states;
+}
+
+TEST(trie_walk_equals_the_per_token_walk) {
+    struct ft_tok *tok = NULL;
+    EXPECT_OK(ft_tok_load("jgtok/qwen3", &tok)); /* written by the test above */
+    if (!tok) return;
+    struct ft_jg_vocab v;
+    EXPECT_OK(ft_jg_vocab_init(&v, ft_tok_n_vocab(tok), bytes_of_markers, tok));
+    /* the stop ids, one repeated */
+    const int32_t end[3] = {ft_tok_find(tok, "<|im_end|>"), ft_tok_find(tok, "<|endoftext|>"),
+                            ft_tok_find(tok, "<|im_end|>")};
+    int states = 0, bad = 0, docs = 0;
+    double fast_us = 0, ref_us = 0;
+    struct { const char *schema, *text; } k_docs[] = {
+        /* nested objects, arrays, enums, strings near their maxLength, numbers, a union */
+        {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":5},"
+         "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":40},\"maxItems\":3},"
+         "\"loc\":{\"type\":\"object\",\"properties\":{\"lat\":{\"type\":\"number\"},"
+         "\"city\":{\"type\":\"string\",\"minLength\":2}},\"required\":[\"lat\"]},"
+         "\"kind\":{\"enum\":[\"cat\",\"dog\",3,null]},"
+         "\"opt\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]},\"n\":{\"type\":\"integer\"},"
+         "\"ok\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"kind\"],\"additionalProperties\":false}",
+         "{\"name\": \"\xc3\xa9t\xc3\xa9\xe6\x97\xa5\", \"tags\": [\"a\\\"b\\\\n\\u00e9 x\", "
+         "\"a long one, here with words: forty max\", \"\"], \"loc\": {\"lat\": -12.5e3, "
+         "\"city\": \"Z\xc3\xbcrich \xf0\x9f\x98\x80\"}, \"kind\": \"dog\", \"opt\": null, "
+         "\"n\": 42, \"ok\": true}"},
+        {"{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":40}}}",
+         "{\"s\": \"0123456789012345678901234567890123456789\"}"},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"number\"}}", "[0, -1.5E+10, 3e2, 18]"},
+        {NULL, /* json_object: free keys */
+         "{\"a\": [1, 2.5e3, {\"b\": null}], \"\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87\": "
+         "\"\xe6\x97\xa5\xe6\x9c\xac \\t\", \"c\": {\"d e\": false}}"},
+        {NULL, "{\"a\": tru}"}, /* refused: the dead state */
+    };
+    for (size_t d = 0; d < sizeof k_docs / sizeof k_docs[0]; d++) {
+        struct ft_jg *g = NULL;
+        if (k_docs[d].schema) g = schema(k_docs[d].schema, 1);
+        else EXPECT_OK(ft_jg_compile_object(&g));
+        if (!g) continue;
+        CHECK_(d == 4 || match(g, k_docs[d].text), "document %zu matches", d);
+        const int k = walk_equal_along(&v, g, end, k_docs[d].text, 16, &fast_us, &ref_us);
+        CHECK_(k > 0, "document %zu", d);
+        states += k > 0 ? k : 0, bad += k < 0, docs++;
+        ft_jg_free(g);
+    }
+    /* tool calls: JSON (forbidden texts' partial matches inside strings), tagged, XML (raw
+     * values with partial ends and forbidden texts, value_no_nl) */
+    json_t *tools = json_loads(k_tools, 0, NULL);
+    struct { enum ft_tool_fmt fmt; int in_think; const char *text; } k_calls[] = {
+        {FT_TOOLS_HERMES, 0,
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a</tool_ca\", "
+         "\"days\": 3, \"units\": \"metric\", \"note\": {\"k\": \"<b> \\u00e9</to\"}, "
+         "\"tags\": [\"x<\", \"</\"]}}\n</tool_call>"},
+        {FT_TOOLS_QWEN3_CODER, 0,
+         "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew\n</par Yo\n</parameter>\n"
+         "<parameter=days>\n-2\n</parameter>\n<parameter=units>\nmetric\n</parameter>\n"
+         "<parameter=note>\n<b>\xe6\x97\xa5 \"q\" \\ </functio\n</parameter>\n</function>\n"
+         "</tool_call>"},
+        {FT_TOOLS_GLM, 0,
+         "<tool_call>get_timezone\n<arg_key>tz</arg_key>\n<arg_value>\xc3\xa9</arg_v"
+         "</arg_value>\n</tool_call>"},
+        {FT_TOOLS_MINIMAX, 1,
+         "</think>\n\n<minimax:tool_call>\n<invoke name=\"get_timezone\">\n<parameter name=\"tz\">"
+         "a\nb</para</parameter>\n</invoke>\n</minimax:tool_call>"},
+        {FT_TOOLS_DEEPSEEK, 0,
+         "<\xef\xbd\x9c" "tool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c><\xef\xbd\x9c"
+         "tool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>function<\xef\xbd\x9c"
+         "tool\xe2\x96\x81" "sep\xef\xbd\x9c>get_timezone\n```json\n{\"tz\": \"``a`\"}\n```"
+         "<\xef\xbd\x9c" "tool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c><\xef\xbd\x9c"
+         "tool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"},
+        {FT_TOOLS_HARMONY, 0,
+         "<|channel|>commentary to=functions.get_timezone <|constrain|>json<|message|>"
+         "{\"tz\": \"<|en\"}"},
+        {FT_TOOLS_LLAMA3, 0, "{\"name\": \"get_time\", \"parameters\": {}}; {\"name\": "
+         "\"get_timezone\", \"parameters\": {\"tz\": null}}"},
+    };
+    for (size_t ci = 0; tools && ci < sizeof k_calls / sizeof k_calls[0]; ci++) {
+        const struct fam_case c = {k_calls[ci].fmt, k_calls[ci].in_think, {NULL}, {NULL}};
+        struct ft_jg *g = fam_grammar(&c, tools, NULL, 0);
+        if (!g) continue;
+        const char *name = ft_tool_fmt_name(c.fmt);
+        CHECK_(match(g, k_calls[ci].text), "%s: the document matches", name);
+        const int k = walk_equal_along(&v, g, end, k_calls[ci].text, 16, &fast_us, &ref_us);
+        CHECK_(k > 0, "%s document", name);
+        states += k > 0 ? k : 0, bad += k < 0, docs++;
+        ft_jg_free(g);
+        g = fam_grammar(&c, tools, "get_timezone", 1); /* named, one call: the start state */
+        if (g) {
+            const int k2 = walk_equal_along(&v, g, end, "", 1, &fast_us, &ref_us);
+            states += k2 > 0 ? k2 : 0, bad += k2 < 0;
+        }
+        ft_jg_free(g);
+    }
+    /* a forbidden text beginning with a letter (no list of the tokens holding it: walked) */
+    static const char *const forbid_bye[] = {"</tool_call>", "bye", NULL};
+    struct ft_jg_calls_fmt f = *ft_tool_fmt_grammar(FT_TOOLS_HERMES);
+    f.forbid = forbid_bye;
+    struct ft_jg *g = NULL;
+    if (tools) EXPECT_OK(ft_jg_compile_calls(tools, NULL, &f, &g));
+    if (g) {
+        const char *t = "<tool_call>\n{\"name\": \"get_timezone\", \"arguments\": {\"tz\": \"a by x\"}}"
+                        "\n</tool_call>";
+        CHECK_(match(g, t), "forbidden \"bye\": the document matches");
+        const int k = walk_equal_along(&v, g, end, t, 16, &fast_us, &ref_us);
+        CHECK_(k > 0, "forbidden \"bye\" document");
+        states += k > 0 ? k : 0, bad += k < 0, docs++;
+    }
+    ft_jg_free(g);
+    json_decref(tools);
+    fprintf(stderr, "  %d states of %d documents, every byte: trie walk = per-token walk; "
+            "%.3f ms a mask against %.3f ms\n", states, docs, fast_us / 1000.0 / (states ? states : 1),
+            ref_us / 1000.0 / (states ? states : 1));
+    EXPECT_EQ(bad, 0);
+    EXPECT(states > 700);
     ft_jg_vocab_free(&v);
     ft_tok_free(tok);
 }

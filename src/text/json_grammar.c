@@ -1425,6 +1425,214 @@ int ft_jg_match(const struct ft_jg *g, const char *s, size_t n) {
 
 /* ---------------------------------------------------------------- tokens */
 
+/* The mask walk. Feeding every token's bytes from the state, one token at a time, is exact but
+ * costs ~151k state copies and ~1M byte feeds a mask on Qwen3's vocabulary. The vocabulary's
+ * tables (struct ft_jg_vtab, built once by ft_jg_vocab_init) make the same answer cheap:
+ *   - a byte trie of the token strings (preorder, each node's subtree end), walked with one
+ *     working state whose changes are undone byte by byte (only the frames a byte touches are
+ *     saved), so a shared prefix is fed once and a refused byte skips every token below it;
+ *   - string content: "string-class" tokens (bytes >= 0x20 but '"' and '\\', UTF-8 valid from a
+ *     character boundary, a last character possibly incomplete) inside a JSON string, a raw XML
+ *     value or a free object key all fit exactly when their characters fit the maxLength left
+ *     (none mid-character), unless one holds a first byte of the grammar's forbidden texts (or
+ *     begins one a pending partial match continues): those, and the tokens that are not
+ *     string-class (a trie of their own), are walked; the rest come from precomputed bitmasks
+ *     (string-class tokens of at most c characters).
+ * ft_jg_allow_ref keeps the per-token walk: the tests and bench/bench_grammar.c hold the two
+ * equal. */
+#define TRIE_MAX 255 /* longer tokens are not in the tries: fed one by one */
+#define CUM_N 32     /* bitmasks of string-class tokens with at most c < CUM_N characters */
+
+struct trie {
+    int n;               /* nodes, in preorder; node i's subtree is [i, end[i]) */
+    uint8_t *byte, *depth; /* the node's byte and its depth (1 = a first byte) */
+    int32_t *end;
+    int32_t *tok;        /* [n + 1]: node i's own tokens are ids[tok[i] .. tok[i + 1]), its
+                            subtree's ids[tok[i] .. tok[end[i]]) */
+    int32_t *ids;
+};
+
+struct ft_jg_vtab {
+    struct trie all, rest;   /* every token (<= TRIE_MAX bytes); those not string-class */
+    int32_t root[256];       /* all's node of each first byte, -1 none */
+    uint32_t *scls;          /* [nw] string-class tokens */
+    uint32_t *cum;           /* [CUM_N][nw] string-class tokens of at most c characters */
+    int32_t *wide;           /* string-class ids of >= CUM_N characters, by characters */
+    uint8_t *wide_chars;
+    int n_wide, max_chars;
+    int32_t post_off[257];   /* string-class ids holding byte b (ASCII punctuation and space) */
+    int32_t *post;
+    uint8_t has_post[256];
+    int32_t *longs;          /* tokens over TRIE_MAX bytes */
+    int n_longs;
+};
+
+struct ent {
+    const char *s;
+    uint32_t len;
+    int32_t id;
+};
+
+static int ent_cmp(const void *a, const void *b) {
+    const struct ent *x = a, *y = b;
+    const uint32_t n = x->len < y->len ? x->len : y->len;
+    const int c = memcmp(x->s, y->s, n);
+    if (c) return c;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static uint32_t lcp(const struct ent *a, const struct ent *b) {
+    uint32_t k = 0;
+    const uint32_t n = a->len < b->len ? a->len : b->len;
+    while (k < n && a->s[k] == b->s[k]) k++;
+    return k;
+}
+
+static void trie_free(struct trie *t) {
+    free(t->byte), free(t->depth), free(t->end), free(t->tok), free(t->ids);
+    memset(t, 0, sizeof *t);
+}
+
+/* The trie of the sorted entries e[0..n) with pick[i] (NULL: all). */
+static int trie_build(struct trie *t, const struct ent *e, int n, const uint8_t *pick) {
+    memset(t, 0, sizeof *t);
+    size_t nodes = 0, n_ids = 0;
+    const struct ent *prev = NULL;
+    for (int i = 0; i < n; i++) {
+        if (pick && !pick[i]) continue;
+        nodes += e[i].len - (prev ? lcp(prev, &e[i]) : 0);
+        n_ids++, prev = &e[i];
+    }
+    t->byte = malloc(nodes + 1), t->depth = malloc(nodes + 1);
+    t->end = malloc((nodes + 1) * sizeof *t->end);
+    t->tok = malloc((nodes + 1) * sizeof *t->tok);
+    t->ids = malloc((n_ids + 1) * sizeof *t->ids);
+    if (!t->byte || !t->depth || !t->end || !t->tok || !t->ids) {
+        trie_free(t);
+        return -1;
+    }
+    int32_t stack[TRIE_MAX + 1];
+    int sd = 0, nn = 0, ni = 0;
+    prev = NULL;
+    for (int i = 0; i < n; i++) {
+        if (pick && !pick[i]) continue;
+        const uint32_t l = prev ? lcp(prev, &e[i]) : 0;
+        while ((uint32_t)sd > l) t->end[stack[--sd]] = nn;
+        for (uint32_t k = l; k < e[i].len; k++) {
+            t->byte[nn] = (uint8_t)e[i].s[k];
+            t->depth[nn] = (uint8_t)(k + 1);
+            t->tok[nn] = ni;
+            stack[sd++] = nn++;
+        }
+        t->ids[ni++] = e[i].id;
+        prev = &e[i];
+    }
+    while (sd) t->end[stack[--sd]] = nn;
+    t->tok[nn] = ni;
+    t->n = nn;
+    return 0;
+}
+
+static void vtab_free(struct ft_jg_vtab *t) {
+    if (!t) return;
+    trie_free(&t->all), trie_free(&t->rest);
+    free(t->scls), free(t->cum), free(t->wide), free(t->wide_chars), free(t->post);
+    free(t->longs);
+    free(t);
+}
+
+/* String-class (see above) and its characters. */
+static int string_class(const char *s, size_t n, int *chars) {
+    struct ft_jg_frame f = {0};
+    int c = 0;
+    if (n > TRIE_MAX) return 0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char b = (unsigned char)s[i];
+        if (b < 0x20 || b == '"' || b == '\\' || !utf8_ok(&f, b)) return 0;
+        c += (b & 0xc0) != 0x80;
+    }
+    *chars = c;
+    return 1;
+}
+
+static int post_byte(int b) {
+    return b >= 0x20 && b < 0x7f && !(b >= '0' && b <= '9') && !((b | 0x20) >= 'a' && (b | 0x20) <= 'z');
+}
+
+static struct ft_jg_vtab *vtab_build(const struct ft_jg_vocab *v) {
+    const int V = v->n_vocab, nw = (V + 31) / 32;
+    struct ft_jg_vtab *t = calloc(1, sizeof *t);
+    struct ent *e = malloc(((size_t)V + 1) * sizeof *e);
+    uint8_t *chars = calloc((size_t)V + 1, 1), *pick = malloc((size_t)V + 1);
+    if (!t || !e || !chars || !pick) goto fail;
+    t->scls = calloc((size_t)nw + 1, 4);
+    t->cum = calloc((size_t)CUM_N * nw + 1, 4);
+    t->longs = malloc(((size_t)V + 1) * sizeof *t->longs);
+    if (!t->scls || !t->cum || !t->longs) goto fail;
+    int n = 0, n_wide = 0;
+    size_t n_post = 0;
+    for (int32_t id = 0; id < V; id++) {
+        if (!v->bytes[id]) continue;
+        if (v->len[id] > TRIE_MAX) {
+            t->longs[t->n_longs++] = id;
+            continue;
+        }
+        e[n++] = (struct ent){v->bytes[id], v->len[id], id};
+        int c = 0;
+        if (!string_class(v->bytes[id], v->len[id], &c)) continue;
+        chars[id] = (uint8_t)c; /* >= 1: a first byte is never a continuation */
+        t->scls[id >> 5] |= 1u << (id & 31);
+        for (int k = c; k < CUM_N; k++) t->cum[(size_t)k * nw + (id >> 5)] |= 1u << (id & 31);
+        if (c >= CUM_N) n_wide++;
+        if (c > t->max_chars) t->max_chars = c;
+        uint8_t seen[256] = {0};
+        for (uint32_t i = 0; i < v->len[id]; i++) {
+            const unsigned char b = (unsigned char)v->bytes[id][i];
+            if (post_byte(b) && !seen[b]) seen[b] = 1, t->post_off[b + 1]++, n_post++;
+        }
+    }
+    qsort(e, (size_t)n, sizeof *e, ent_cmp);
+    if (trie_build(&t->all, e, n, NULL)) goto fail;
+    for (int i = 0; i < n; i++) pick[i] = !(t->scls[e[i].id >> 5] >> (e[i].id & 31) & 1);
+    if (trie_build(&t->rest, e, n, pick)) goto fail;
+    for (int b = 0; b < 256; b++) t->root[b] = -1;
+    for (int i = 0; i < t->all.n; i = t->all.end[i]) t->root[t->all.byte[i]] = i;
+    /* wide: string-class ids of >= CUM_N characters, fewest first (a counting sort) */
+    t->wide = malloc(((size_t)n_wide + 1) * sizeof *t->wide);
+    t->wide_chars = malloc((size_t)n_wide + 1);
+    t->post = malloc((n_post + 1) * sizeof *t->post);
+    if (!t->wide || !t->wide_chars || !t->post) goto fail;
+    int32_t at[257] = {0};
+    for (int32_t id = 0; id < V; id++)
+        if (chars[id] >= CUM_N) at[chars[id] + 1]++;
+    for (int c = 1; c < 257; c++) at[c] += at[c - 1];
+    for (int32_t id = 0; id < V; id++)
+        if (chars[id] >= CUM_N) t->wide_chars[at[chars[id]]] = chars[id], t->wide[at[chars[id]]++] = id;
+    t->n_wide = n_wide;
+    for (int b = 0; b < 256; b++) {
+        /* a byte no string-class token holds needs no list */
+        t->has_post[b] = (uint8_t)(post_byte(b) || b < 0x20);
+        t->post_off[b + 1] += t->post_off[b];
+    }
+    int32_t fill[256];
+    memcpy(fill, t->post_off, sizeof fill);
+    for (int32_t id = 0; id < V; id++) {
+        if (!chars[id]) continue;
+        uint8_t seen[256] = {0};
+        for (uint32_t i = 0; i < v->len[id]; i++) {
+            const unsigned char b = (unsigned char)v->bytes[id][i];
+            if (post_byte(b) && !seen[b]) seen[b] = 1, t->post[fill[b]++] = id;
+        }
+    }
+    free(e), free(chars), free(pick);
+    return t;
+fail:
+    free(e), free(chars), free(pick);
+    vtab_free(t);
+    return NULL;
+}
+
 enum ft_status ft_jg_vocab_init(struct ft_jg_vocab *v, int n_vocab,
                                 const char *(*bytes_of)(void *ctx, int32_t id, size_t *len,
                                                         int *special),
@@ -1454,6 +1662,10 @@ enum ft_status ft_jg_vocab_init(struct ft_jg_vocab *v, int n_vocab,
         plain[id] = (uint8_t)(p && !f.count);
     }
     v->n_vocab = n_vocab, v->bytes = b, v->len = len, v->plain = plain;
+    if (!(v->tab = vtab_build(v))) {
+        ft_jg_vocab_free(v);
+        return ft_fail(FT_ERR_OOM, "grammar vocabulary: out of memory (token trie)");
+    }
     return FT_OK;
 }
 
@@ -1461,6 +1673,7 @@ void ft_jg_vocab_free(struct ft_jg_vocab *v) {
     free((void *)v->bytes);
     free((void *)v->len);
     free((void *)v->plain);
+    vtab_free((struct ft_jg_vtab *)v->tab);
     memset(v, 0, sizeof *v);
 }
 
@@ -1482,6 +1695,8 @@ int ft_jg_token_ok(const struct ft_jg *g, const struct ft_jg_state *st, const st
     return token_ok(g, st, v, id, NULL, 0);
 }
 
+/* --- the reference walk: every token fed from the state --- */
+
 /* 1 when the top frame is inside a string of unbounded length: plain bytes all fit. */
 static int in_free_string(const struct ft_jg *g, const struct ft_jg_state *st) {
     const struct ft_jg_frame *f = &st->f[st->depth - 1];
@@ -1491,8 +1706,7 @@ static int in_free_string(const struct ft_jg *g, const struct ft_jg_state *st) {
     return n->k == NK_STRING && f->phase == S_IN && n->max_len == NO_LIMIT;
 }
 
-/* The walk ft_jg_allow and ft_jg_mask share, so that the two can never disagree: which first
- * bytes fit at all (ok1), and whether plain tokens fit whole without a feed (fast). */
+/* Which first bytes fit at all (ok1), and whether plain tokens fit whole without a feed (fast). */
 struct walk {
     uint8_t ok1[256];
     int fast;
@@ -1519,23 +1733,212 @@ static uint32_t walk_word(const struct ft_jg *g, const struct ft_jg_state *st,
     return bits;
 }
 
+static void ref_words(const struct ft_jg *g, const struct ft_jg_state *st,
+                      const struct ft_jg_vocab *v, uint32_t *words) {
+    const int nw = (v->n_vocab + 31) / 32;
+    struct walk w;
+    walk_init(g, st, &w);
+    for (int i = 0; i < nw; i++) words[i] = walk_word(g, st, v, &w, 32 * i);
+}
+
+/* --- the trie walk --- */
+
+/* The working state and, per byte fed (a level), the frames that byte may have changed. */
+struct wk {
+    const struct ft_jg *g;
+    struct ft_jg_state s;
+    struct lv { int depth, lo, base; } lv[TRIE_MAX + 2];
+    int level;
+    struct ft_jg_frame *buf; /* saved frames, each level's from frame depth-1 down to lo */
+    int n, cap, oom;
+    struct ft_jg_frame sbuf[256];
+};
+
+static void wk_init(struct wk *w, const struct ft_jg *g, const struct ft_jg_state *st) {
+    w->g = g;
+    w->s.depth = st->depth, w->s.dead = 0;
+    memcpy(w->s.f, st->f, (size_t)st->depth * sizeof st->f[0]);
+    w->level = 0, w->buf = w->sbuf, w->n = 0, w->cap = 256, w->oom = 0;
+}
+
+static void wk_done(struct wk *w) {
+    if (w->buf != w->sbuf) free(w->buf);
+}
+
+static int wk_save(struct wk *w, const struct ft_jg_frame *f) {
+    if (w->n == w->cap) {
+        struct ft_jg_frame *p = w->buf == w->sbuf ? malloc(2 * (size_t)w->cap * sizeof *p)
+                                                   : realloc(w->buf, 2 * (size_t)w->cap * sizeof *p);
+        if (!p) return w->oom = 1, -1;
+        if (w->buf == w->sbuf) memcpy(p, w->sbuf, sizeof w->sbuf);
+        w->buf = p, w->cap *= 2;
+    }
+    w->buf[w->n++] = *f;
+    return 0;
+}
+
+/* feed_byte on the working state, as a new level: a call of feed_top at depth d changes only
+ * frames d-1 and above (frames above the level's starting depth are scratch), so frame d-1 is
+ * saved before each. 0: accepted; -1: refused (the level stays, for wk_undo). */
+static int wk_feed(struct wk *w, unsigned char b) {
+    struct ft_jg_state *st = &w->s;
+    struct lv *l = &w->lv[++w->level];
+    l->depth = l->lo = st->depth, l->base = w->n;
+    for (;;) {
+        const int d = st->depth;
+        if (d - 1 < l->lo) {
+            if (wk_save(w, &st->f[d - 1])) return -1;
+            l->lo = d - 1;
+        }
+        enum res r = feed_top(w->g, st, b);
+        if (r == REJECT) return -1;
+        if (r == ACCEPT) return 0;
+        if (st->depth != d) return r == ACCEPT_POP ? (st->depth--, 0) : -1;
+        st->depth--;
+        if (st->depth <= 0) return -1;
+        if (r == ACCEPT_POP) return 0;
+    }
+}
+
+static void wk_undo(struct wk *w) {
+    const struct lv *l = &w->lv[w->level--];
+    for (int i = l->depth - 1, k = l->base; i >= l->lo; i--, k++) w->s.f[i] = w->buf[k];
+    w->s.depth = l->depth;
+    w->n = l->base;
+}
+
+static inline void set_bit(uint32_t *words, int32_t id) { words[id >> 5] |= 1u << (id & 31); }
+static inline void clear_bit(uint32_t *words, int32_t id) { words[id >> 5] &= ~(1u << (id & 31)); }
+
+/* The tokens of t's nodes [lo, hi) (whole subtrees of first bytes) that fit, from the working
+ * state at level 0: their bits set. -1: out of memory. */
+static int trie_walk(struct wk *w, const struct trie *t, int lo, int hi, uint32_t *words) {
+    for (int i = lo; i < hi;) {
+        const int d = t->depth[i];
+        while (w->level >= d) wk_undo(w);
+        if (wk_feed(w, t->byte[i]) == 0) {
+            for (int32_t k = t->tok[i]; k < t->tok[i + 1]; k++) set_bit(words, t->ids[k]);
+            i++;
+        } else {
+            wk_undo(w);
+            if (w->oom) return -1;
+            i = t->end[i];
+        }
+    }
+    while (w->level > 0) wk_undo(w);
+    return 0;
+}
+
+/* The state's string content, when its top frame is inside one (see above): a JSON string, a
+ * raw XML value or an object key any name may take. *budget: the characters left (-1 none fit,
+ * INT64_MAX no limit); x[b]: a pending partial match of a forbidden text (or of the raw value's
+ * end) continues with b. 0: not content. */
+static int content_state(const struct ft_jg *g, const struct ft_jg_state *st, int64_t *budget,
+                         int *mid, uint8_t x[256]) {
+    const struct ft_jg_frame *f = &st->f[st->depth - 1];
+    if (f->node == ROOT) return 0;
+    const struct node *n = &g->nodes[f->node];
+    int at = 0; /* slot of the first forbidden text in f->alive */
+    if (n->k == NK_STRING && f->phase == S_IN) {
+        at = 0;
+    } else if (n->k == NK_RAW) {
+        at = 1;
+        const uint8_t m = (uint8_t)f->alive;
+        for (int b = 0; m && b < 256; b++)
+            x[b] |= kmp_next(g->xs[XS_VALUE_END], g->xs_len[XS_VALUE_END], m, (unsigned char)b) != 0;
+    } else if (n->k == NK_OBJECT && f->phase == O_KEY && n->addl >= 0) {
+        *budget = INT64_MAX, *mid = f->count != 0; /* alive: the names still matched */
+        return 1;
+    } else {
+        return 0;
+    }
+    *mid = f->count != 0;
+    *budget = n->max_len == NO_LIMIT ? INT64_MAX : (int64_t)n->max_len - (int64_t)f->pos;
+    for (int i = 0; i < g->n_forbid; i++) {
+        const uint8_t m = (uint8_t)(f->alive >> (8 * (i + at)));
+        for (int b = 0; m && b < 256; b++)
+            x[b] |= kmp_next(g->forbid[i], g->forbid_len[i], m, (unsigned char)b) != 0;
+    }
+    return 1;
+}
+
+/* String-class tokens of at most budget characters. */
+static void fast_words(const struct ft_jg_vtab *t, int nw, int64_t budget, uint32_t *words) {
+    if (budget < 0) {
+        memset(words, 0, (size_t)nw * sizeof *words);
+    } else if (budget >= t->max_chars) {
+        memcpy(words, t->scls, (size_t)nw * sizeof *words);
+    } else if (budget < CUM_N) {
+        memcpy(words, t->cum + (size_t)budget * nw, (size_t)nw * sizeof *words);
+    } else {
+        memcpy(words, t->scls, (size_t)nw * sizeof *words);
+        for (int i = t->n_wide - 1; i >= 0 && t->wide_chars[i] > budget; i--)
+            clear_bit(words, t->wide[i]);
+    }
+}
+
+/* ft_jg_allow's bits but the end rule (st not dead), by the trie walk; -1: no tables or out of
+ * memory (words then undefined). */
+static int fast_allow(const struct ft_jg *g, const struct ft_jg_state *st,
+                      const struct ft_jg_vocab *v, uint32_t *words) {
+    const struct ft_jg_vtab *t = v->tab;
+    const int nw = (v->n_vocab + 31) / 32;
+    if (!t) return -1;
+    struct wk *w = malloc(sizeof *w);
+    if (!w) return -1;
+    wk_init(w, g, st);
+    int64_t budget = 0;
+    int mid = 0, rc = 0;
+    uint8_t x[256] = {0};
+    int fast = content_state(g, st, &budget, &mid, x);
+    for (int b = 0; fast && !mid && g->any_first && b < 256; b++)
+        if (g->first[b] && !t->has_post[b]) fast = 0; /* no list of the tokens holding it */
+    if (!fast) {
+        memset(words, 0, (size_t)nw * sizeof *words);
+        rc = trie_walk(w, &t->all, 0, t->all.n, words);
+    } else if (mid) { /* no string-class token continues a character */
+        memset(words, 0, (size_t)nw * sizeof *words);
+        rc = trie_walk(w, &t->rest, 0, t->rest.n, words);
+    } else {
+        fast_words(t, nw, budget, words);
+        /* the exceptions: cleared, then walked */
+        for (int b = 0; g->any_first && b < 256; b++)
+            for (int32_t k = g->first[b] ? t->post_off[b] : 0; g->first[b] && k < t->post_off[b + 1]; k++)
+                clear_bit(words, t->post[k]);
+        for (int b = 0; b < 256; b++) {
+            const int r = t->root[b];
+            if (!x[b] || r < 0) continue;
+            for (int32_t k = t->all.tok[r]; k < t->all.tok[t->all.end[r]]; k++)
+                clear_bit(words, t->all.ids[k]);
+        }
+        for (int b = 0; b < 256 && !rc; b++)
+            if (x[b] && t->root[b] >= 0)
+                rc = trie_walk(w, &t->all, t->root[b], t->all.end[t->root[b]], words);
+        if (!rc) rc = trie_walk(w, &t->rest, 0, t->rest.n, words);
+        for (int b = 0; g->any_first && b < 256; b++)
+            for (int32_t k = g->first[b] ? t->post_off[b] : 0; g->first[b] && k < t->post_off[b + 1]; k++)
+                if (token_ok(g, st, v, t->post[k], NULL, 0)) set_bit(words, t->post[k]);
+    }
+    for (int i = 0; i < t->n_longs; i++)
+        if (token_ok(g, st, v, t->longs[i], NULL, 0)) set_bit(words, t->longs[i]);
+    wk_done(w);
+    free(w);
+    return rc;
+}
+
 /* Whether the end ids are allowed: the match is complete, or nothing else fits (any: some
  * token fits). */
 static int ends_allowed(const struct ft_jg *g, const struct ft_jg_state *st, int any) {
     return ft_jg_accepting(g, st) || !any;
 }
 
-void ft_jg_allow(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
-                 const int32_t *end, int n_end, uint32_t *words) {
+static void allow(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
+                  const int32_t *end, int n_end, uint32_t *words, int ref) {
     const int nw = (v->n_vocab + 31) / 32, ne = n_end < FT_JG_MAX_END ? n_end : FT_JG_MAX_END;
     uint32_t any = 0;
-    if (st->dead) {
-        memset(words, 0, (size_t)nw * sizeof *words);
-    } else {
-        struct walk w;
-        walk_init(g, st, &w);
-        for (int i = 0; i < nw; i++) any |= words[i] = walk_word(g, st, v, &w, 32 * i);
-    }
+    if (st->dead) memset(words, 0, (size_t)nw * sizeof *words);
+    else if (ref || fast_allow(g, st, v, words)) ref_words(g, st, v, words);
+    for (int i = 0; i < nw; i++) any |= words[i];
     const int on = ends_allowed(g, st, any != 0);
     for (int i = 0; i < ne; i++) {
         const int32_t id = end[i];
@@ -1545,15 +1948,40 @@ void ft_jg_allow(const struct ft_jg *g, const struct ft_jg_state *st, const stru
     }
 }
 
+void ft_jg_allow(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
+                 const int32_t *end, int n_end, uint32_t *words) {
+    allow(g, st, v, end, n_end, words, 0);
+}
+
+void ft_jg_allow_ref(const struct ft_jg *g, const struct ft_jg_state *st,
+                     const struct ft_jg_vocab *v, const int32_t *end, int n_end, uint32_t *words) {
+    allow(g, st, v, end, n_end, words, 1);
+}
+
 void ft_jg_mask(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
                 const int32_t *end, int n_end, float *logits) {
+    const int nw = (v->n_vocab + 31) / 32;
+    uint32_t *words = malloc(((size_t)nw + 1) * sizeof *words);
+    if (words) { /* ft_jg_allow's bits: every token it leaves out to -inf, the others kept */
+        ft_jg_allow(g, st, v, end, n_end, words);
+        for (int i = 0; i < nw; i++) {
+            const uint32_t bits = words[i];
+            if (bits == ~0u) continue;
+            const int32_t base = 32 * i, n = v->n_vocab - base < 32 ? v->n_vocab - base : 32;
+            for (int32_t j = 0; j < n; j++)
+                if (!(bits >> j & 1)) logits[base + j] = -INFINITY;
+        }
+        free(words);
+        return;
+    }
+    /* out of memory: the reference walk, a word at a time */
     const int ne = n_end < FT_JG_MAX_END ? n_end : FT_JG_MAX_END;
     float saved[FT_JG_MAX_END];
     for (int i = 0; i < ne; i++) saved[i] = end[i] >= 0 && end[i] < v->n_vocab ? logits[end[i]] : 0;
     struct walk w;
     if (!st->dead) walk_init(g, st, &w);
     uint32_t any = 0;
-    for (int32_t base = 0; base < v->n_vocab; base += 32) { /* ft_jg_allow's words, one at a time */
+    for (int32_t base = 0; base < v->n_vocab; base += 32) {
         const uint32_t bits = st->dead ? 0 : walk_word(g, st, v, &w, base);
         any |= bits;
         if (bits == ~0u) continue;

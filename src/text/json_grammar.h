@@ -29,6 +29,7 @@
 #define FT_JG_MAX_WS 8     /* whitespace bytes in a row between JSON tokens */
 
 struct ft_jg;
+struct ft_jg_vtab;
 
 /* How a family writes tool calls: open CALL (sep CALL)* close (sep NULL: one call only), where
  * CALL is, by kind:
@@ -110,6 +111,9 @@ struct ft_jg_vocab {
     const char *const *bytes; /* [n_vocab] decoded bytes, NULL = never allowed */
     const uint32_t *len;      /* [n_vocab] */
     const uint8_t *plain;     /* [n_vocab] 1: bytes are plain string content (no '"', '\\', < 0x20) */
+    const struct ft_jg_vtab *tab; /* the mask walk's tables (a byte trie of the tokens, string
+                                     content bitmasks), built by ft_jg_vocab_init; NULL: the
+                                     per-token walk */
 };
 /* Builds the table from a token -> bytes function (special ids excluded). */
 enum ft_status ft_jg_vocab_init(struct ft_jg_vocab *v, int n_vocab,
@@ -122,11 +126,18 @@ void ft_jg_vocab_free(struct ft_jg_vocab *v);
  * when token id is allowed (words: [(n_vocab + 31) / 32]; bits past n_vocab are left 0). end:
  * the stop token ids (the first FT_JG_MAX_END; later ones count as ordinary tokens), allowed
  * only when the match is complete, or when no other token at all fits (cannot happen for a
- * well-formed grammar). One walk over the vocabulary; the engine sends these words to the GPU
- * backend's draw (engine/sample.h's struct ft_logit_mask bits). */
+ * well-formed grammar). One walk over the vocabulary's byte trie (shared prefixes fed once, a
+ * refused byte skipping every token under it; string content mostly from precomputed
+ * bitmasks), exact: bit for bit the per-token walk's (ft_jg_allow_ref). The engine sends these
+ * words to the GPU backend's draw (engine/sample.h's struct ft_logit_mask bits). */
 #define FT_JG_MAX_END 16
 void ft_jg_allow(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
                  const int32_t *end, int n_end, uint32_t *words);
+/* The same bits as ft_jg_allow by the per-token walk (each token's bytes fed from st, plain
+ * tokens inside an unbounded string taken whole): the reference ft_jg_allow is held equal to
+ * (tests/test_json_grammar.c, bench/bench_grammar.c); about 10-100x slower. */
+void ft_jg_allow_ref(const struct ft_jg *g, const struct ft_jg_state *st,
+                     const struct ft_jg_vocab *v, const int32_t *end, int n_end, uint32_t *words);
 /* Sets logits[id] = -INFINITY for every token ft_jg_allow leaves out (the same walk: the two
  * never disagree) and leaves the others as they were. The server wraps it into
  * engine/sample.h's struct ft_logit_mask. */
