@@ -1041,11 +1041,17 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     f->dp_rng = 0x9e3779b97f4a7c15ull;
     f->sums = calloc(total ? (size_t)f->n_layers * f->E * 2 : 1, sizeof *f->sums);
     if (!f->fills || !f->miss || !f->slots_tmp || !f->pf_slot_of || !f->cp_dst || !f->cp_src || !f->cp_bytes || !f->map_gu ||
-        !f->map_dn || !f->cpu_layer || !f->staged || !f->sums ||
-        cudaMallocHost((void **)&f->h_slots, (size_t)2 * nf * 4) != cudaSuccess ||
-        cudaMallocHost((void **)&f->h_dsums, (size_t)2 * nf * 8) != cudaSuccess ||
-        !(f->d_sums = dalloc(dctx, (size_t)2 * nf * 8))) {
+        !f->map_dn || !f->cpu_layer || !f->staged || !f->sums) {
         st = ft_fail(FT_ERR_OOM, "offload: out of memory for its staging buffers");
+        goto fail;
+    }
+    /* pinned through the counted allocator (backend/cuda/pin.h), so that --emulate-pin-cap's
+     * wall and the pin stats see them, and freed by ft_cuda_free_host */
+    f->h_slots = ft_cuda_staging_alloc((size_t)2 * nf * 4, &st);
+    f->h_dsums = ft_cuda_staging_alloc((size_t)2 * nf * 8, &st);
+    if (st != FT_OK) goto fail;
+    if (!(f->d_sums = dalloc(dctx, (size_t)2 * nf * 8))) {
+        st = FT_ERR_OOM; /* dalloc set the message */
         goto fail;
     }
     if (cudaStreamCreateWithFlags(&f->cs, cudaStreamNonBlocking) != cudaSuccess ||
@@ -1175,8 +1181,8 @@ void ft_offload_free(struct ft_offload *f) {
         if (f->ev_stage[i]) cudaEventDestroy(f->ev_stage[i]);
         if (f->ev_free[i]) cudaEventDestroy(f->ev_free[i]);
     }
-    if (f->h_slots) cudaFreeHost(f->h_slots);
-    if (f->h_dsums) cudaFreeHost(f->h_dsums);
+    ft_cuda_free_host(f->h_slots);
+    ft_cuda_free_host(f->h_dsums);
     ft_cache_free(f->cache);
     ft_split_free(&f->split);
     free(f->fills), free(f->miss), free(f->slots_tmp), free(f->pf_slot_of), free(f->cp_dst), free(f->cp_src), free(f->cp_bytes);
