@@ -40,6 +40,9 @@ static const struct entry k_table[FT_ENV_N] = {
                                   "K:MS[:FLOOR_MS]: a worker of the scheduler's K-th pool sampling "
                                   "job stalls MS ms after its rows (-MS: before it draws them); "
                                   "FLOOR_MS replaces its watchdog's 10 s floor", 1},
+    [FT_ENV_TEST_ALLOC_FAULT] = {"FT_TEST_ALLOC_FAULT", "unset",
+                                 "K: the K-th GPU allocation after load (a CUDA graph's "
+                                 "instantiation, a buffer) fails as out of memory", 1},
 };
 
 static const char *g_val[FT_ENV_N];

@@ -128,9 +128,37 @@ struct ft_gpu {
     cudaGraphExec_t *span_graph;
     uint8_t *span_seen;
     int *span_end;
+    /* after load (ft_gpu_init done): the GPU allocations made since (late_alloc_refused), and
+     * FT_TEST_ALLOC_FAULT's K (test builds; 0: none), the one refused */
+    int loaded, alloc_fault;
+    long late_allocs;
 };
 
+/* A graph (a decode batch size, or a span: graph_seen, span_seen) is captured at its second
+ * step and replayed after. A capture whose instantiation fails (out of memory after load:
+ * cudaGraphInstantiate allocates on the device) runs that step kernel by kernel instead, and
+ * is tried again at the next such step, GRAPH_TRIES times in all; then never. seen: 0 never
+ * run, 1..GRAPH_TRIES capture next time, above: eager for good. */
+enum { GRAPH_TRIES = 3 };
+
 int ft_gpu_available(void) { return ft_cuda_device_count() > 0; }
+
+/* An allocation on the device after load: 1 when FT_TEST_ALLOC_FAULT (test builds) refuses
+ * this one, as the driver would when out of memory. Load's own allocations are not counted. */
+static int late_alloc_refused(struct ft_gpu *g) {
+    if (!g->loaded) return 0;
+    return ++g->late_allocs == g->alloc_fault;
+}
+
+/* cudaGraphInstantiate, which allocates the graph's device memory: counted as an allocation
+ * after load. */
+static cudaError_t instantiate(struct ft_gpu *g, cudaGraphExec_t *exec, cudaGraph_t graph) {
+    if (late_alloc_refused(g)) {
+        *exec = NULL;
+        return cudaErrorMemoryAllocation;
+    }
+    return cudaGraphInstantiate(exec, graph, 0);
+}
 
 static void *dalloc(struct ft_gpu *g, size_t bytes, enum ft_status *st) {
     if (*st != FT_OK) return NULL;
@@ -142,7 +170,7 @@ static void *dalloc(struct ft_gpu *g, size_t bytes, enum ft_status *st) {
                       g->limit / 1073741824.0, g->used / 1073741824.0);
         return NULL;
     }
-    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    if (late_alloc_refused(g) || cudaMalloc(&p, bytes) != cudaSuccess) {
         cudaGetLastError();
         *st = ft_fail(FT_ERR_OOM, "GPU: cudaMalloc of %.1f MiB failed after %.1f GiB (lower "
                       "--vram-limit, --ctx-size or the model size)", bytes / 1048576.0,
@@ -949,23 +977,26 @@ static enum ft_status span(struct ft_gpu *g, int T, int l0, int *moe_l) {
     size_t key = span_key(g, T, l0);
     if (g->span_graph[key]) {
         *moe_l = g->span_end[l0];
-    } else if (g->span_seen[key] != 1) { /* first time (lazy module loads), or no graph: one by one */
+    } else if (!g->span_seen[key] || g->span_seen[key] > GRAPH_TRIES) {
+        /* first time (lazy module loads), or no graph: one by one */
         if (!g->span_seen[key]) g->span_seen[key] = 1;
         *moe_l = decode_span(g, T, l0);
         return FT_OK;
-    } else { /* second time: capture, then launch */
+    } else { /* second time (or again after a failure: GRAPH_TRIES): capture, then launch */
         cudaGraph_t graph = NULL;
         if (cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
             return ft_cuda_check("span graph capture");
         *moe_l = g->span_end[l0] = decode_span(g, T, l0);
         cudaError_t e = cudaStreamEndCapture(g->s, &graph);
-        if (e == cudaSuccess) e = cudaGraphInstantiate(&g->span_graph[key], graph, 0);
+        if (e == cudaSuccess) e = instantiate(g, &g->span_graph[key], graph);
         if (graph) cudaGraphDestroy(graph);
-        if (e != cudaSuccess) { /* nothing was launched: this span goes one by one from now on */
+        if (e != cudaSuccess) { /* nothing was launched: this span goes one by one this time */
             cudaGetLastError();
-            g->span_graph[key] = NULL, g->span_seen[key] = 2;
-            ft_log_warn("decode span graph (batch %d, layer %d) failed to capture (%s); that span "
-                        "is launched kernel by kernel", T, l0, cudaGetErrorString(e));
+            g->span_graph[key] = NULL;
+            if (g->span_seen[key]++ == 1)
+                ft_log_warn("decode span graph (batch %d, layer %d) failed to capture (%s); that "
+                            "span is launched kernel by kernel (captured again at its next %d "
+                            "steps at most)", T, l0, cudaGetErrorString(e), GRAPH_TRIES - 1);
             *moe_l = decode_span(g, T, l0);
             return FT_OK;
         }
@@ -1165,24 +1196,36 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         cudaMemcpyAsync(g->d_draw, g->h_draw, (size_t)rows * sizeof *draws, cudaMemcpyHostToDevice, s);
     }
     ft_gpu_probe_step_begin(g->probe, T > MAX_GRAPH_T, decode && T <= MAX_GRAPH_T, s);
+    int *seen = use_graph ? &g->graph_seen[gi][T] : NULL;
     if (use_graph && g->graph[gi][T]) {
         if (cudaGraphLaunch(g->graph[gi][T], s) != cudaSuccess) st = ft_cuda_check("cudaGraphLaunch");
-    } else if (use_graph && g->graph_seen[gi][T]) { /* second time at this size: capture, then replay */
-        cudaGraph_t graph;
+    } else if (seen && *seen >= 1 && *seen <= GRAPH_TRIES) { /* second time at this size (or
+                                                               * again: GRAPH_TRIES): capture */
+        cudaGraph_t graph = NULL;
         if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
             return ft_cuda_check("cudaStreamBeginCapture");
         st = layers(g, T, max_pos, rows);
         if (st == FT_OK && pick) pick_tokens(g, rows, draws != NULL, 0);
         cudaError_t e = cudaStreamEndCapture(s, &graph);
-        if (st == FT_OK && e == cudaSuccess &&
-            cudaGraphInstantiate(&g->graph[gi][T], graph, 0) == cudaSuccess) {
-            cudaGraphDestroy(graph);
+        if (st == FT_OK && e == cudaSuccess) e = instantiate(g, &g->graph[gi][T], graph);
+        if (graph) cudaGraphDestroy(graph);
+        if (st == FT_OK && e == cudaSuccess) {
             if (cudaGraphLaunch(g->graph[gi][T], s) != cudaSuccess) st = ft_cuda_check("cudaGraphLaunch");
         } else if (st == FT_OK) {
-            st = ft_cuda_check("CUDA graph capture");
+            /* no graph (out of memory for its instantiation after load): nothing of the step
+             * ran, so it runs kernel by kernel now and its requests are served as without
+             * graphs; this size is captured again at its next steps (GRAPH_TRIES in all) */
+            cudaGetLastError();
+            g->graph[gi][T] = NULL;
+            if ((*seen)++ == 1)
+                ft_log_warn("decode graph (batch %d) failed to capture (%s); the step runs kernel "
+                            "by kernel (captured again at its next %d steps at most, then never)",
+                            T, cudaGetErrorString(e), GRAPH_TRIES - 1);
+            st = layers(g, T, max_pos, rows);
+            if (st == FT_OK && pick) pick_tokens(g, rows, draws != NULL, 0);
         }
     } else {
-        if (use_graph) g->graph_seen[gi][T] = 1;
+        if (seen && !*seen) *seen = 1;
         st = layers(g, T, max_pos, rows);
         if (st == FT_OK && pick) pick_tokens(g, rows, draws != NULL, 0);
     }
@@ -1311,6 +1354,10 @@ enum ft_status ft_gpu_init(struct ft_gpu **out, const struct ft_model *m,
                 "(limit %.1f GiB), decode graphs %s", d.name, d.cc_major, d.cc_minor, d.n_sms,
                 d.free_bytes / 1073741824.0, d.total_bytes / 1073741824.0, g->used / 1073741824.0,
                 g->limit / 1073741824.0, o->graphs ? "on" : "off");
+#ifdef FT_TESTING
+    g->alloc_fault = ft_env_int(FT_ENV_TEST_ALLOC_FAULT, 0);
+#endif
+    g->loaded = 1; /* from here on an allocation can fail a step, never the load */
     *out = g;
     return FT_OK;
 }
@@ -1350,9 +1397,8 @@ void ft_gpu_free(struct ft_gpu *g) {
                   g->m_qa, g->m_qa16, g->m_kva, g->m_ql, g->m_lat, g->router_pred, g->d_sum,
                   g->ix_q, g->ix_kw, g->ix_score, g->ix_sel, g->ix_n};
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dfree(ds[i]);
-    void *hs[] = {g->h_in, g->h_top1, g->h_draw, g->h_logits, g->h_att_tiles};
-    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
-        if (hs[i]) cudaFreeHost(hs[i]);
+    void *hs[] = {g->h_in, g->h_top1, g->h_draw, g->h_logits, g->h_att_tiles}; /* (pin.h's) */
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) ft_cuda_free_host(hs[i]);
     ft_blas_free(g->blas);
     if (g->s) cudaStreamDestroy(g->s);
     free(g->L);
