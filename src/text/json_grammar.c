@@ -1431,13 +1431,14 @@ int ft_jg_match(const struct ft_jg *g, const char *s, size_t n) {
  *   - a byte trie of the token strings (preorder, each node's subtree end), walked with one
  *     working state whose changes are undone byte by byte (only the frames a byte touches are
  *     saved), so a shared prefix is fed once and a refused byte skips every token below it;
- *   - string content: "string-class" tokens (bytes >= 0x20 but '"' and '\\', UTF-8 valid from a
- *     character boundary, a last character possibly incomplete) inside a JSON string, a raw XML
- *     value or a free object key all fit exactly when their characters fit the maxLength left
- *     (none mid-character), unless one holds a first byte of the grammar's forbidden texts (or
- *     begins one a pending partial match continues): those, and the tokens that are not
- *     string-class (a trie of their own), are walked; the rest come from precomputed bitmasks
- *     (string-class tokens of at most c characters).
+ *   - string content: inside a JSON string or an object key any name may take, "string-class"
+ *     tokens (bytes >= 0x20 but '"' and '\\', UTF-8 valid from a character boundary, a last
+ *     character possibly incomplete), inside a raw XML value (or where one begins) "raw-class"
+ *     tokens (no NUL, no '\n', the same UTF-8) all fit exactly when their characters fit the
+ *     maxLength left (none mid-character), unless one holds a first byte of the grammar's
+ *     forbidden texts or raw value end (or begins with a byte a pending partial match
+ *     continues): those, and the tokens outside the class (a trie of their own), are walked;
+ *     the rest come from precomputed bitmasks (the class's tokens of at most c characters).
  * ft_jg_allow_ref keeps the per-token walk: the tests and bench/bench_grammar.c hold the two
  * equal. */
 #define TRIE_MAX 255 /* longer tokens are not in the tries: fed one by one */
@@ -1452,17 +1453,24 @@ struct trie {
     int32_t *ids;
 };
 
-struct ft_jg_vtab {
-    struct trie all, rest;   /* every token (<= TRIE_MAX bytes); those not string-class */
-    int32_t root[256];       /* all's node of each first byte, -1 none */
-    uint32_t *scls;          /* [nw] string-class tokens */
-    uint32_t *cum;           /* [CUM_N][nw] string-class tokens of at most c characters */
-    int32_t *wide;           /* string-class ids of >= CUM_N characters, by characters */
+/* A class of tokens that fit string content exactly by their characters. */
+struct cls {
+    uint32_t *all;           /* [nw] the class's tokens */
+    uint32_t *cum;           /* [CUM_N][nw] those of at most c characters */
+    int32_t *wide;           /* ids of >= CUM_N characters, fewest first */
     uint8_t *wide_chars;
     int n_wide, max_chars;
-    int32_t post_off[257];   /* string-class ids holding byte b (ASCII punctuation and space) */
+    struct trie rest;        /* the tokens outside the class */
+};
+enum { CLS_STR, CLS_RAW };
+
+struct ft_jg_vtab {
+    struct trie all;         /* every token (<= TRIE_MAX bytes) */
+    int32_t root[256];       /* all's node of each first byte, -1 none */
+    struct cls cls[2];       /* string-class, raw-class */
+    int32_t post_off[257];   /* raw-class ids holding byte b (ASCII but letters and digits) */
     int32_t *post;
-    uint8_t has_post[256];
+    uint8_t has_post[256];   /* 1: post lists every raw-class token holding b */
     int32_t *longs;          /* tokens over TRIE_MAX bytes */
     int n_longs;
 };
@@ -1536,95 +1544,116 @@ static int trie_build(struct trie *t, const struct ent *e, int n, const uint8_t 
 
 static void vtab_free(struct ft_jg_vtab *t) {
     if (!t) return;
-    trie_free(&t->all), trie_free(&t->rest);
-    free(t->scls), free(t->cum), free(t->wide), free(t->wide_chars), free(t->post);
-    free(t->longs);
+    trie_free(&t->all);
+    for (int k = 0; k < 2; k++) {
+        struct cls *c = &t->cls[k];
+        free(c->all), free(c->cum), free(c->wide), free(c->wide_chars);
+        trie_free(&c->rest);
+    }
+    free(t->post), free(t->longs);
     free(t);
 }
 
-/* String-class (see above) and its characters. */
-static int string_class(const char *s, size_t n, int *chars) {
+/* The classes (see above) s[0..n) is in (bit CLS_STR, bit CLS_RAW) and its characters. */
+static int token_class(const char *s, size_t n, int *chars) {
     struct ft_jg_frame f = {0};
-    int c = 0;
+    int c = 0, in = 1 << CLS_STR | 1 << CLS_RAW;
     if (n > TRIE_MAX) return 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && in; i++) {
         const unsigned char b = (unsigned char)s[i];
-        if (b < 0x20 || b == '"' || b == '\\' || !utf8_ok(&f, b)) return 0;
+        if (!utf8_ok(&f, b)) return 0;
+        if (b < 0x20 || b == '"' || b == '\\') in &= ~(1 << CLS_STR);
+        if (!b || b == '\n') in &= ~(1 << CLS_RAW);
         c += (b & 0xc0) != 0x80;
     }
     *chars = c;
-    return 1;
+    return in;
 }
 
+/* Bytes with lists of the raw-class tokens holding them: ASCII but letters and digits. */
 static int post_byte(int b) {
-    return b >= 0x20 && b < 0x7f && !(b >= '0' && b <= '9') && !((b | 0x20) >= 'a' && (b | 0x20) <= 'z');
+    return b > 0 && b < 0x80 && b != '\n' && !(b >= '0' && b <= '9') &&
+           !((b | 0x20) >= 'a' && (b | 0x20) <= 'z');
+}
+
+/* Class k's tables from the characters of its tokens (chars[id]: 0 = not in it). */
+static int cls_build(struct cls *c, const uint8_t *chars, int V, const struct ent *e, int n,
+                     uint8_t *pick) {
+    const int nw = (V + 31) / 32;
+    c->all = calloc((size_t)nw + 1, 4);
+    c->cum = calloc((size_t)CUM_N * nw + 1, 4);
+    if (!c->all || !c->cum) return -1;
+    int32_t at[257] = {0};
+    for (int32_t id = 0; id < V; id++) {
+        const int k = chars[id];
+        if (!k) continue;
+        c->all[id >> 5] |= 1u << (id & 31);
+        for (int j = k; j < CUM_N; j++) c->cum[(size_t)j * nw + (id >> 5)] |= 1u << (id & 31);
+        if (k >= CUM_N) at[k + 1]++, c->n_wide++;
+        if (k > c->max_chars) c->max_chars = k;
+    }
+    /* wide: a counting sort by characters */
+    c->wide = malloc(((size_t)c->n_wide + 1) * sizeof *c->wide);
+    c->wide_chars = malloc((size_t)c->n_wide + 1);
+    if (!c->wide || !c->wide_chars) return -1;
+    for (int k = 1; k < 257; k++) at[k] += at[k - 1];
+    for (int32_t id = 0; id < V; id++)
+        if (chars[id] >= CUM_N) c->wide_chars[at[chars[id]]] = chars[id], c->wide[at[chars[id]]++] = id;
+    for (int i = 0; i < n; i++) pick[i] = !chars[e[i].id];
+    return trie_build(&c->rest, e, n, pick);
 }
 
 static struct ft_jg_vtab *vtab_build(const struct ft_jg_vocab *v) {
-    const int V = v->n_vocab, nw = (V + 31) / 32;
+    const int V = v->n_vocab;
     struct ft_jg_vtab *t = calloc(1, sizeof *t);
     struct ent *e = malloc(((size_t)V + 1) * sizeof *e);
-    uint8_t *chars = calloc((size_t)V + 1, 1), *pick = malloc((size_t)V + 1);
+    uint8_t *chars = calloc(2 * (size_t)V + 1, 1), *pick = malloc((size_t)V + 1);
     if (!t || !e || !chars || !pick) goto fail;
-    t->scls = calloc((size_t)nw + 1, 4);
-    t->cum = calloc((size_t)CUM_N * nw + 1, 4);
     t->longs = malloc(((size_t)V + 1) * sizeof *t->longs);
-    if (!t->scls || !t->cum || !t->longs) goto fail;
-    int n = 0, n_wide = 0;
+    if (!t->longs) goto fail;
+    int n = 0;
     size_t n_post = 0;
-    for (int32_t id = 0; id < V; id++) {
-        if (!v->bytes[id]) continue;
-        if (v->len[id] > TRIE_MAX) {
-            t->longs[t->n_longs++] = id;
-            continue;
+    for (int pass = 0; pass < 2; pass++) { /* the posting lists: counted, then filled */
+        int32_t fill[256];
+        memcpy(fill, t->post_off, sizeof fill);
+        for (int32_t id = 0; id < V; id++) {
+            if (!v->bytes[id]) continue;
+            if (pass == 0 && v->len[id] > TRIE_MAX) {
+                t->longs[t->n_longs++] = id;
+                continue;
+            }
+            int c = 0, in = 0;
+            if (pass == 0) {
+                e[n++] = (struct ent){v->bytes[id], v->len[id], id};
+                in = token_class(v->bytes[id], v->len[id], &c);
+                /* c >= 1: a first byte is never a continuation */
+                if (in >> CLS_STR & 1) chars[id] = (uint8_t)c;
+                if (in >> CLS_RAW & 1) chars[V + id] = (uint8_t)c;
+            }
+            if (!chars[V + id]) continue;
+            uint8_t seen[256] = {0};
+            for (uint32_t i = 0; i < v->len[id]; i++) {
+                const unsigned char b = (unsigned char)v->bytes[id][i];
+                if (!post_byte(b) || seen[b]) continue;
+                seen[b] = 1;
+                if (pass == 0) t->post_off[b + 1]++, n_post++;
+                else t->post[fill[b]++] = id;
+            }
         }
-        e[n++] = (struct ent){v->bytes[id], v->len[id], id};
-        int c = 0;
-        if (!string_class(v->bytes[id], v->len[id], &c)) continue;
-        chars[id] = (uint8_t)c; /* >= 1: a first byte is never a continuation */
-        t->scls[id >> 5] |= 1u << (id & 31);
-        for (int k = c; k < CUM_N; k++) t->cum[(size_t)k * nw + (id >> 5)] |= 1u << (id & 31);
-        if (c >= CUM_N) n_wide++;
-        if (c > t->max_chars) t->max_chars = c;
-        uint8_t seen[256] = {0};
-        for (uint32_t i = 0; i < v->len[id]; i++) {
-            const unsigned char b = (unsigned char)v->bytes[id][i];
-            if (post_byte(b) && !seen[b]) seen[b] = 1, t->post_off[b + 1]++, n_post++;
+        if (pass == 0) {
+            for (int b = 0; b < 256; b++) t->post_off[b + 1] += t->post_off[b];
+            if (!(t->post = malloc((n_post + 1) * sizeof *t->post))) goto fail;
         }
     }
+    for (int b = 0; b < 256; b++) /* no raw-class token holds NUL or '\n' */
+        t->has_post[b] = (uint8_t)(post_byte(b) || b == 0 || b == '\n');
     qsort(e, (size_t)n, sizeof *e, ent_cmp);
     if (trie_build(&t->all, e, n, NULL)) goto fail;
-    for (int i = 0; i < n; i++) pick[i] = !(t->scls[e[i].id >> 5] >> (e[i].id & 31) & 1);
-    if (trie_build(&t->rest, e, n, pick)) goto fail;
     for (int b = 0; b < 256; b++) t->root[b] = -1;
     for (int i = 0; i < t->all.n; i = t->all.end[i]) t->root[t->all.byte[i]] = i;
-    /* wide: string-class ids of >= CUM_N characters, fewest first (a counting sort) */
-    t->wide = malloc(((size_t)n_wide + 1) * sizeof *t->wide);
-    t->wide_chars = malloc((size_t)n_wide + 1);
-    t->post = malloc((n_post + 1) * sizeof *t->post);
-    if (!t->wide || !t->wide_chars || !t->post) goto fail;
-    int32_t at[257] = {0};
-    for (int32_t id = 0; id < V; id++)
-        if (chars[id] >= CUM_N) at[chars[id] + 1]++;
-    for (int c = 1; c < 257; c++) at[c] += at[c - 1];
-    for (int32_t id = 0; id < V; id++)
-        if (chars[id] >= CUM_N) t->wide_chars[at[chars[id]]] = chars[id], t->wide[at[chars[id]]++] = id;
-    t->n_wide = n_wide;
-    for (int b = 0; b < 256; b++) {
-        /* a byte no string-class token holds needs no list */
-        t->has_post[b] = (uint8_t)(post_byte(b) || b < 0x20);
-        t->post_off[b + 1] += t->post_off[b];
-    }
-    int32_t fill[256];
-    memcpy(fill, t->post_off, sizeof fill);
-    for (int32_t id = 0; id < V; id++) {
-        if (!chars[id]) continue;
-        uint8_t seen[256] = {0};
-        for (uint32_t i = 0; i < v->len[id]; i++) {
-            const unsigned char b = (unsigned char)v->bytes[id][i];
-            if (post_byte(b) && !seen[b]) seen[b] = 1, t->post[fill[b]++] = id;
-        }
-    }
+    if (cls_build(&t->cls[CLS_STR], chars, V, e, n, pick) ||
+        cls_build(&t->cls[CLS_RAW], chars + V, V, e, n, pick))
+        goto fail;
     free(e), free(chars), free(pick);
     return t;
 fail:
@@ -1829,26 +1858,33 @@ static int trie_walk(struct wk *w, const struct trie *t, int lo, int hi, uint32_
     return 0;
 }
 
-/* The state's string content, when its top frame is inside one (see above): a JSON string, a
- * raw XML value or an object key any name may take. *budget: the characters left (-1 none fit,
- * INT64_MAX no limit); x[b]: a pending partial match of a forbidden text (or of the raw value's
- * end) continues with b. 0: not content. */
+/* The state's string content, when its top frame is inside one (see above): a JSON string, an
+ * object key any name may take (the string class), a raw XML value or an XML parameter's raw
+ * value about to begin (the raw class). *budget: the characters left (-1 none fit, INT64_MAX
+ * no limit); x[b]: a pending partial match of a forbidden text (or of the raw value's end)
+ * continues with b. 1 + the class, 0: not content. */
 static int content_state(const struct ft_jg *g, const struct ft_jg_state *st, int64_t *budget,
                          int *mid, uint8_t x[256]) {
     const struct ft_jg_frame *f = &st->f[st->depth - 1];
     if (f->node == ROOT) return 0;
     const struct node *n = &g->nodes[f->node];
-    int at = 0; /* slot of the first forbidden text in f->alive */
+    int at = 0, cls = CLS_STR; /* at: slot of the first forbidden text in f->alive */
     if (n->k == NK_STRING && f->phase == S_IN) {
         at = 0;
     } else if (n->k == NK_RAW) {
-        at = 1;
+        at = 1, cls = CLS_RAW;
         const uint8_t m = (uint8_t)f->alive;
         for (int b = 0; m && b < 256; b++)
             x[b] |= kmp_next(g->xs[XS_VALUE_END], g->xs_len[XS_VALUE_END], m, (unsigned char)b) != 0;
     } else if (n->k == NK_OBJECT && f->phase == O_KEY && n->addl >= 0) {
         *budget = INT64_MAX, *mid = f->count != 0; /* alive: the names still matched */
-        return 1;
+        return 1 + CLS_STR;
+    } else if (n->k == NK_XCALL && f->phase == X_VAL) { /* the first byte pushes the value */
+        const struct node *val = &g->nodes[g->nodes[n->args[f->sel]].props[f->count].node];
+        if (val->k != NK_RAW) return 0;
+        *mid = 0;
+        *budget = val->max_len == NO_LIMIT ? INT64_MAX : (int64_t)val->max_len;
+        return 1 + CLS_RAW;
     } else {
         return 0;
     }
@@ -1859,19 +1895,19 @@ static int content_state(const struct ft_jg *g, const struct ft_jg_state *st, in
         for (int b = 0; m && b < 256; b++)
             x[b] |= kmp_next(g->forbid[i], g->forbid_len[i], m, (unsigned char)b) != 0;
     }
-    return 1;
+    return 1 + cls;
 }
 
-/* String-class tokens of at most budget characters. */
-static void fast_words(const struct ft_jg_vtab *t, int nw, int64_t budget, uint32_t *words) {
+/* The class's tokens of at most budget characters. */
+static void fast_words(const struct cls *t, int nw, int64_t budget, uint32_t *words) {
     if (budget < 0) {
         memset(words, 0, (size_t)nw * sizeof *words);
     } else if (budget >= t->max_chars) {
-        memcpy(words, t->scls, (size_t)nw * sizeof *words);
+        memcpy(words, t->all, (size_t)nw * sizeof *words);
     } else if (budget < CUM_N) {
         memcpy(words, t->cum + (size_t)budget * nw, (size_t)nw * sizeof *words);
     } else {
-        memcpy(words, t->scls, (size_t)nw * sizeof *words);
+        memcpy(words, t->all, (size_t)nw * sizeof *words);
         for (int i = t->n_wide - 1; i >= 0 && t->wide_chars[i] > budget; i--)
             clear_bit(words, t->wide[i]);
     }
@@ -1893,14 +1929,15 @@ static int fast_allow(const struct ft_jg *g, const struct ft_jg_state *st,
     int fast = content_state(g, st, &budget, &mid, x);
     for (int b = 0; fast && !mid && g->any_first && b < 256; b++)
         if (g->first[b] && !t->has_post[b]) fast = 0; /* no list of the tokens holding it */
+    const struct cls *c = fast ? &t->cls[fast - 1] : NULL;
     if (!fast) {
         memset(words, 0, (size_t)nw * sizeof *words);
         rc = trie_walk(w, &t->all, 0, t->all.n, words);
-    } else if (mid) { /* no string-class token continues a character */
+    } else if (mid) { /* no token of the class continues a character */
         memset(words, 0, (size_t)nw * sizeof *words);
-        rc = trie_walk(w, &t->rest, 0, t->rest.n, words);
+        rc = trie_walk(w, &c->rest, 0, c->rest.n, words);
     } else {
-        fast_words(t, nw, budget, words);
+        fast_words(c, nw, budget, words);
         /* the exceptions: cleared, then walked */
         for (int b = 0; g->any_first && b < 256; b++)
             for (int32_t k = g->first[b] ? t->post_off[b] : 0; g->first[b] && k < t->post_off[b + 1]; k++)
@@ -1914,7 +1951,7 @@ static int fast_allow(const struct ft_jg *g, const struct ft_jg_state *st,
         for (int b = 0; b < 256 && !rc; b++)
             if (x[b] && t->root[b] >= 0)
                 rc = trie_walk(w, &t->all, t->root[b], t->all.end[t->root[b]], words);
-        if (!rc) rc = trie_walk(w, &t->rest, 0, t->rest.n, words);
+        if (!rc) rc = trie_walk(w, &c->rest, 0, c->rest.n, words);
         for (int b = 0; g->any_first && b < 256; b++)
             for (int32_t k = g->first[b] ? t->post_off[b] : 0; g->first[b] && k < t->post_off[b + 1]; k++)
                 if (token_ok(g, st, v, t->post[k], NULL, 0)) set_bit(words, t->post[k]);
@@ -1958,6 +1995,12 @@ void ft_jg_allow_ref(const struct ft_jg *g, const struct ft_jg_state *st,
     allow(g, st, v, end, n_end, words, 1);
 }
 
+static const uint32_t k_lane[32] = {
+    1u << 0, 1u << 1, 1u << 2, 1u << 3, 1u << 4, 1u << 5, 1u << 6, 1u << 7, 1u << 8, 1u << 9,
+    1u << 10, 1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15, 1u << 16, 1u << 17, 1u << 18,
+    1u << 19, 1u << 20, 1u << 21, 1u << 22, 1u << 23, 1u << 24, 1u << 25, 1u << 26, 1u << 27,
+    1u << 28, 1u << 29, 1u << 30, 1u << 31};
+
 void ft_jg_mask(const struct ft_jg *g, const struct ft_jg_state *st, const struct ft_jg_vocab *v,
                 const int32_t *end, int n_end, float *logits) {
     const int nw = (v->n_vocab + 31) / 32;
@@ -1967,9 +2010,20 @@ void ft_jg_mask(const struct ft_jg *g, const struct ft_jg_state *st, const struc
         for (int i = 0; i < nw; i++) {
             const uint32_t bits = words[i];
             if (bits == ~0u) continue;
-            const int32_t base = 32 * i, n = v->n_vocab - base < 32 ? v->n_vocab - base : 32;
-            for (int32_t j = 0; j < n; j++)
-                if (!(bits >> j & 1)) logits[base + j] = -INFINITY;
+            float *l = logits + 32 * i;
+            const int32_t n = v->n_vocab - 32 * i < 32 ? v->n_vocab - 32 * i : 32;
+            if (n == 32 && !bits)
+                for (int j = 0; j < 32; j++) l[j] = -INFINITY;
+            else if (n == 32) /* branch-free, on the bits: a vector select */
+                for (int j = 0; j < 32; j++) {
+                    uint32_t u, m = (bits & k_lane[j]) ? ~0u : 0u;
+                    memcpy(&u, &l[j], 4);
+                    u = (u & m) | (0xff800000u & ~m); /* -inf */
+                    memcpy(&l[j], &u, 4);
+                }
+            else
+                for (int32_t j = 0; j < n; j++)
+                    if (!(bits >> j & 1)) l[j] = -INFINITY;
         }
         free(words);
         return;
