@@ -72,9 +72,10 @@ size_t ft_tiktoken_cut(const char *text, size_t len, int runs) {
     const unsigned char *s = (const unsigned char *)text;
     size_t i = 0, n_chars = 0, run = 0;
     int run_space = 0;
+    if (len <= 25000) return len; /* no more characters than bytes */
     while (i < len) {
-        uint32_t cp;
-        int k = ft_utf8_dec(s + i, &cp);
+        uint32_t cp = s[i];
+        int k = cp < 0x80 ? 1 : ft_utf8_dec(s + i, &cp);
         if (!runs) {
             if (n_chars++ == 400000) return i;
         } else if (n_chars++ == 0 || py_isspace(cp) != run_space) {
