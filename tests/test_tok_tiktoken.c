@@ -350,7 +350,11 @@ TEST(damaged_models_fail_with_line) {
     /* a gap: 256 tokens, then rank 300 */
     strcpy(s, m);
     strcpy(strstr(s, "YWI= 256"), "YWI= 300\n");
-    expect_err("gap", s, "rank 256 is missing", NULL);
+    expect_err("gap", s, "can hold ranks 0 to", "tiktoken.model:257: rank 300");
+    /* a gap hidden by a blank line: 257 tokens on 258 lines, rank 257 for 256 */
+    strcpy(s, m);
+    strcpy(strstr(s, "YWI= 256"), "\nYWI= 257\n");
+    expect_err("gap2", s, "rank 256 is missing", "tiktoken.model:258: rank 257");
     /* an empty file, and one of empty lines */
     expect_err("empty", "", "no tokens", NULL);
     expect_err("blank", "\n\n", "no tokens", NULL);

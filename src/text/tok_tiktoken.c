@@ -126,6 +126,7 @@ static int b64dec(const char *s, size_t n, unsigned char *out, size_t cap) {
 
 struct base {
     uint32_t off, len; /* raw bytes in the arena */
+    uint32_t line;     /* in tiktoken.model, for messages */
 };
 
 #define FIX "(the file is damaged or not a tiktoken vocabulary: download the model's tiktoken.model again)"
@@ -148,7 +149,8 @@ static enum ft_status read_model(const char *path, struct base **out, unsigned c
         st = ft_fail(FT_ERR_OOM, "%s: out of memory", path);
         goto fail;
     }
-    size_t line = 0;
+    size_t line = 0, n_lines = 1; /* ranks are ids: below the number of lines */
+    for (const char *q = text; (q = memchr(q, '\n', size - (size_t)(q - text))); q++) n_lines++;
     for (size_t p = 0; p < size;) {
         const char *s = text + p, *nl = memchr(s, '\n', size - p);
         size_t len = nl ? (size_t)(nl - s) : size - p;
@@ -171,9 +173,9 @@ static enum ft_status read_model(const char *path, struct base **out, unsigned c
             }
             rank = rank * 10 + (*q - '0');
         }
-        if (rank > (1 << 24)) {
-            st = ft_fail(FT_ERR_FORMAT, "%s:%zu: rank %lld is larger than 2^24 %s", path, line,
-                         rank, FIX);
+        if (rank > (1 << 24) || (size_t)rank >= n_lines) {
+            st = ft_fail(FT_ERR_FORMAT, "%s:%zu: rank %lld, but the file's %zu lines can hold "
+                         "ranks 0 to %zu only %s", path, line, rank, n_lines, n_lines - 1, FIX);
             goto fail;
         }
         int nb = b64dec(s, lb, a + n_arena, MAX_TOKEN_BYTES);
@@ -199,7 +201,7 @@ static enum ft_status read_model(const char *path, struct base **out, unsigned c
                          "once) %s", path, line, rank, FIX);
             goto fail;
         }
-        b[rank] = (struct base){(uint32_t)n_arena, (uint32_t)nb};
+        b[rank] = (struct base){(uint32_t)n_arena, (uint32_t)nb, (uint32_t)line};
         n_arena += (size_t)nb;
         n++;
     }
@@ -208,9 +210,12 @@ static enum ft_status read_model(const char *path, struct base **out, unsigned c
         goto fail;
     }
     for (int r = 0; r < n; r++)
-        if (b[r].len == UINT32_MAX) {
-            st = ft_fail(FT_ERR_FORMAT, "%s: rank %d is missing (%d tokens should have ranks 0 to "
-                         "%d) %s", path, r, n, n - 1, FIX);
+        if (b[r].len == UINT32_MAX) { /* then some line holds a rank >= n */
+            int big = n;
+            while (big < cap && b[big].len == UINT32_MAX) big++;
+            st = ft_fail(FT_ERR_FORMAT, "%s:%u: rank %d, but rank %d is missing (the %d tokens "
+                         "should have ranks 0 to %d) %s", path, big < cap ? b[big].line : 0, big,
+                         r, n, n - 1, FIX);
             goto fail;
         }
     *out = b;
