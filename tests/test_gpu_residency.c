@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <math.h>
 
@@ -288,6 +289,96 @@ TEST(gpu_alloc_fault_after_load_serves_the_step) {
         }
         fprintf(stderr, "  %s: the refused graph's step ran eagerly; tokens as unfaulted\n", names[b]);
     }
+    ft_model_free(m);
+    ft_pool_free(pool);
+}
+
+/* The copy watchdog (issue 28): FT_TEST_COPY_STALL=3:1500:200 holds the copy stream 1.5 s
+ * before the 3rd decode copy batch of an offloaded engine (16 slots for 2 x 128 experts: a
+ * decode step copies its misses), with the watchdog's floor at 0.2 s. The step waiting on it
+ * fails with FT_ERR_BUSY ("expert copy ... hung") well before the stall ends, logged once; a
+ * step while the copy is still held fails after the floor ("has not completed"); once it is
+ * done the same engine gives the whole request again with exactly the tokens of an engine
+ * without the fault, twice, and says it serves again, once. */
+static _Atomic int g_copy_hung, g_copy_back;
+
+static void copy_sink(void *ctx, enum ft_log_level lvl, const char *line) {
+    (void)ctx;
+    if (lvl == FT_LOG_ERROR && strstr(line, "expert copy") && strstr(line, "hung")) g_copy_hung++;
+    if (strstr(line, "expert copy") && strstr(line, "serving again")) g_copy_back++;
+}
+
+/* One request (12 greedy tokens after a 32-token prompt) on e: 0, or the failing status. */
+static enum ft_status copy_request(struct ft_engine *e, int V, int32_t tok[12]) {
+    int32_t ids[32], next = 0;
+    for (int t = 0; t < 32; t++) ids[t] = (t * 97 + 5) % V;
+    ft_engine_reset(e);
+    enum ft_status st = ft_engine_forward_greedy(e, ids, 32, &next);
+    for (int g = 0; g < 12 && st == FT_OK; g++) {
+        tok[g] = next;
+        st = ft_engine_forward_greedy(e, &tok[g], 1, &next);
+    }
+    return st;
+}
+
+TEST(gpu_stalled_copy_fails_its_request_and_the_next_is_served) {
+    if (!ft_cuda_pin_available()) {
+        CHECK_(0, "no CUDA device: this GPU test cannot run here (it runs on the GPU machine)");
+        return;
+    }
+    struct ft_pool *pool = NULL;
+    struct ft_model *m = NULL;
+    EXPECT_OK(ft_pool_init(&pool, 4));
+    EXPECT_OK(ft_model_synthetic("qwen3-30b-a3b:q8_0@2", pool, 1, &m));
+    if (!m || !pool) return;
+    struct ft_engine_opts eo = {.max_ctx = 64, .max_chunk = 64, .backend = FT_BACKEND_OFFLOAD,
+                                .moe_cache_slots = 16, .moe_mode = 0};
+    struct ft_residency_opts ro = {.budget.wall_file = ""};
+    int32_t clean[12] = {0}, tok[12] = {0};
+    struct ft_engine *e = NULL;
+    for (int faulted = 0; faulted < 2; faulted++) {
+        if (faulted) setenv("FT_TEST_COPY_STALL", "3:1500:200", 1);
+        ft_env_reload();
+        EXPECT_OK(ft_residency_plan(m, &ro, &m->residency));
+        EXPECT_OK(ft_residency_apply(m->residency, m));
+        EXPECT_OK(ft_engine_init(&e, m, pool, &eo));
+        if (!e) break;
+        if (!faulted) {
+            EXPECT_OK(copy_request(e, m->vocab, clean));
+        } else {
+            g_copy_hung = g_copy_back = 0;
+            ft_log_set_sink(copy_sink, NULL);
+            const double t0 = now_s();
+            enum ft_status st = copy_request(e, m->vocab, tok);
+            const double failed_s = now_s() - t0;
+            EXPECT_EQ(st, FT_ERR_BUSY);
+            EXPECT_CONTAINS(ft_error(), "expert copy");
+            EXPECT_CONTAINS(ft_error(), "hung");
+            CHECK_(failed_s < 1.2, "the stalled copy's request ended after %.2f s (stall 1.5 s, "
+                   "floor 0.2 s)", failed_s);
+            /* still held: the next step waits at most the floor, then fails */
+            st = copy_request(e, m->vocab, tok);
+            EXPECT_EQ(st, FT_ERR_BUSY);
+            EXPECT_CONTAINS(ft_error(), "has not completed");
+            EXPECT(now_s() - t0 < 1.5);
+            while (now_s() - t0 < 1.7) usleep(10000);
+            for (int rep = 0; rep < 2; rep++) {
+                memset(tok, 0, sizeof tok);
+                CHECK_(copy_request(e, m->vocab, tok) == FT_OK, "after the stall (%d): %s", rep,
+                       ft_error());
+                CHECK_(!memcmp(tok, clean, sizeof tok), "after the stall (%d): the tokens differ "
+                       "from an engine's without the fault", rep);
+            }
+            ft_log_set_sink(NULL, NULL);
+            EXPECT_EQ((int)g_copy_hung, 1);
+            EXPECT_EQ((int)g_copy_back, 1);
+        }
+        ft_engine_free(e), e = NULL;
+        ft_residency_plan_free(m->residency);
+        m->residency = NULL;
+    }
+    unsetenv("FT_TEST_COPY_STALL");
+    ft_env_reload();
     ft_model_free(m);
     ft_pool_free(pool);
 }

@@ -43,6 +43,10 @@ static const struct entry k_table[FT_ENV_N] = {
     [FT_ENV_TEST_ALLOC_FAULT] = {"FT_TEST_ALLOC_FAULT", "unset",
                                  "K: the K-th GPU allocation after load (a CUDA graph's "
                                  "instantiation, a buffer) fails as out of memory", 1},
+    [FT_ENV_TEST_COPY_STALL] = {"FT_TEST_COPY_STALL", "unset",
+                                "K:MS[:FLOOR_MS]: the copy stream stalls MS ms before the K-th "
+                                "decode copy batch; FLOOR_MS replaces the copy watchdog's 10 s "
+                                "floor", 1},
 };
 
 static const char *g_val[FT_ENV_N];

@@ -1137,6 +1137,10 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
                               double *distinct_out) {
     const struct ft_model *m = g->m;
     int T = 0, rows = 0, decode = n_segs <= g->o.max_seqs, max_pos = 1;
+    /* a step the copy watchdog gave up may still run on the GPU, reading the pinned inputs
+     * written below: none starts before it is done */
+    enum ft_status st = ft_gpu_moe_check(g->moe);
+    if (st != FT_OK) return st;
     if (n_segs > g->o.max_seqs)
         return ft_fail(FT_ERR_INVALID_ARG, "GPU forward: %d sequences in one step (max %d)", n_segs,
                        g->o.max_seqs);
@@ -1180,7 +1184,6 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
         g->n_att_tiles = ft_cuda_attention_tiles(g->h_att_tiles, len, n_segs);
         cudaMemcpyAsync(g->d_att_tiles, g->h_att_tiles, (size_t)g->n_att_tiles * 8, cudaMemcpyHostToDevice, s);
     }
-    enum ft_status st = FT_OK;
     int use_graph = decode && g->o.graphs && T <= MAX_GRAPH_T && !ft_gpu_probe_eager(g->probe) &&
                     !ft_gpu_moe_offloading(g->moe);
     /* greedy ids on the device: after the head, unless the lm_head runs in passes (then from
@@ -1253,7 +1256,11 @@ enum ft_status ft_gpu_forward(struct ft_gpu *g, const struct ft_seg *segs, int n
     if (logits) cudaMemcpyAsync(g->h_logits, g->logits, (size_t)rows * m->vocab * 4, cudaMemcpyDeviceToHost, s);
     if (dev_top1) cudaMemcpyAsync(g->h_top1, g->d_top1, (size_t)rows * 4, cudaMemcpyDeviceToHost, s);
     ft_gpu_moe_step_copies(g->moe, T);
-    if (cudaStreamSynchronize(s) != cudaSuccess) return ft_cuda_check("GPU forward");
+    if (T <= MAX_GRAPH_T) { /* decode-sized: offloaded, under the copy watchdog */
+        if ((st = ft_gpu_moe_sync(g->moe, s, T)) != FT_OK) return st;
+    } else if (cudaStreamSynchronize(s) != cudaSuccess) {
+        return ft_cuda_check("GPU forward");
+    }
     ft_gpu_probe_step_synced(g->probe);
     if (logits) memcpy(logits, g->h_logits, (size_t)rows * m->vocab * 4);
     if (dev_top1) memcpy(top1, g->h_top1, (size_t)rows * 4);

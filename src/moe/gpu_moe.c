@@ -475,11 +475,12 @@ enum ft_status ft_gpu_moe_decode(struct ft_gpu_moe *gm, const struct ft_gpu_expe
         return FT_OK;
     }
     ft_gpu_probe_phase(gm->probe, FT_PH_LAUNCH);
-    if (cudaStreamSynchronize(gm->s) != cudaSuccess) return ft_cuda_check("router ids");
+    enum ft_status st = ft_offload_sync(gm->off, gm->s, T); /* router ids; the copy watchdog */
+    if (st != FT_OK) return st;
     ft_gpu_probe_phase(gm->probe, FT_PH_WAIT);
     int n_cpu = 0;
-    enum ft_status st = ft_offload_decode_plan(gm->off, l, host_ids(gm, l), T * gm->m->top_k,
-                                               gm->cpu_pairs, &n_cpu);
+    st = ft_offload_decode_plan(gm->off, l, host_ids(gm, l), T * gm->m->top_k, gm->cpu_pairs,
+                                &n_cpu);
     if (st != FT_OK) return st;
     ft_gpu_probe_phase(gm->probe, FT_PH_PLAN);
     if (!gm->exec || !n_cpu) st = offload_experts(gm, X, l, T, eids);
@@ -492,6 +493,15 @@ enum ft_status ft_gpu_moe_decode(struct ft_gpu_moe *gm, const struct ft_gpu_expe
     st = cpu_experts(gm, l, n_cpu, &hook);
     ft_gpu_probe_phase(gm->probe, FT_PH_CPU);
     return st;
+}
+
+enum ft_status ft_gpu_moe_sync(struct ft_gpu_moe *gm, cudaStream_t s, int T) {
+    if (gm && gm->off) return ft_offload_sync(gm->off, s, T);
+    return cudaStreamSynchronize(s) == cudaSuccess ? FT_OK : ft_cuda_check("GPU forward");
+}
+
+enum ft_status ft_gpu_moe_check(struct ft_gpu_moe *gm) {
+    return gm && gm->off ? ft_offload_check(gm->off, gm->s) : FT_OK;
 }
 
 void ft_gpu_moe_join(struct ft_gpu_moe *gm, int T) {

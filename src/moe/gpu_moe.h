@@ -79,6 +79,12 @@ enum ft_status ft_gpu_moe_decode(struct ft_gpu_moe *gm, const struct ft_gpu_expe
 /* Decode, at the start of the next span: x += the CPU executor's output of the last layer
  * (from zeros when it had none, so that a span graph holds one shape). */
 void ft_gpu_moe_join(struct ft_gpu_moe *gm, int T);
+/* The host's wait for a decode step's stream s (T tokens): offloading, under the copy
+ * watchdog (ft_offload_sync: FT_ERR_BUSY when given up); else cudaStreamSynchronize. */
+enum ft_status ft_gpu_moe_sync(struct ft_gpu_moe *gm, cudaStream_t s, int T);
+/* Before a step: FT_OK, or FT_ERR_BUSY while a step the copy watchdog gave up still runs on
+ * the GPU (ft_offload_check). */
+enum ft_status ft_gpu_moe_check(struct ft_gpu_moe *gm);
 
 /* Prefill: layer l's routed experts for io->topk / topw into io->y; then, after the last
  * layer, ft_gpu_moe_prefill_end. */

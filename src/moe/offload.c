@@ -19,6 +19,7 @@
 #include "core/sys.h"
 #include "core/threadpool.h"
 #include "core/timer.h"
+#include "core/watchdog.h"
 #include "core/checksum.h"
 #include "moe/policy.h"
 #include "mem/platform.h"
@@ -125,6 +126,10 @@ struct ft_offload {
     long dp_issued, dp_used, dp_late;
     int64_t plan_us;                /* when the last decode plan ran */
     double layer_s;                 /* running mean of the time between two decode plans */
+    /* the copy watchdog (ft_offload_sync): limits learnt per step size, the incident; the
+     * decode copy batches so far (FT_TEST_COPY_STALL's count) */
+    struct ft_watchdog wd;
+    long copy_batches;
     int32_t *miss;                  /* [max_fills] distinct misses of a step */
     long cpu_experts, steps;
     double cpu_s;
@@ -455,6 +460,8 @@ enum ft_status ft_offload_decode_copies(struct ft_offload *f, cudaStream_t s) {
         f->stg_pending = 1;
         return FT_OK;
     }
+    if (f->plan_nf && f->wd.stall_k && ++f->copy_batches == f->wd.stall_k) /* FT_TEST_COPY_STALL */
+        ft_cuda_stall_stream(f->cs, f->wd.stall_ms < 0 ? -f->wd.stall_ms : f->wd.stall_ms);
     enum ft_status st = copy_fills(f, f->fills, f->plan_nf);
     if (st != FT_OK) return st;
     if (f->plan_nf) cudaStreamWaitEvent(s, f->ev_copied, 0);
@@ -973,6 +980,49 @@ static void save_hot(struct ft_offload *f) {
     ft_hotset_free(&h);
 }
 
+enum ft_status ft_offload_sync(struct ft_offload *f, cudaStream_t s, int T) {
+    const int64_t t0 = ft_time_ns(), limit = ft_watchdog_limit_ns(&f->wd, T);
+    enum ft_status st = ft_cuda_stream_wait(s, t0 + limit);
+    if (st == FT_OK) ft_watchdog_learn(&f->wd, T, ft_time_ns() - t0);
+    if (st != FT_ERR_BUSY) return st;
+    /* given up: what is still running, the stall kept out of the copy costs */
+    const int copying = cudaStreamQuery(f->cs) == cudaErrorNotReady;
+    cudaGetLastError();
+    f->timing_pending = 0, f->t2_pending = 0;
+    const double waited = (ft_time_ns() - t0) / 1e9;
+    char usual[64];
+    ft_watchdog_usual(&f->wd, T, usual, sizeof usual);
+    const char *what = copying ? "a host-to-device expert copy has not completed"
+                               : "the GPU's work behind the expert copies has not completed";
+    if (!f->wd.stuck)
+        ft_log_error("expert copy: a decode step of %d tokens hung: %s within %.1f s (such waits: "
+                     "%s; the limit is the larger of %g s and %dx that); its requests fail and no "
+                     "new step starts until the GPU is done", T, what, waited, usual,
+                     f->wd.floor_ns / 1e9, FT_WATCHDOG_X);
+    f->wd.stuck = 1, f->wd.stuck_ns = ft_time_ns();
+    return ft_fail(FT_ERR_BUSY, "expert copy: a decode step of %d tokens hung (%s, given up after "
+                   "%.1f s; such waits: %s); the request failed, retry it; if this repeats, look "
+                   "for a PCIe or driver fault (docs/wsl.md)", T, what, waited, usual);
+}
+
+enum ft_status ft_offload_check(struct ft_offload *f, cudaStream_t s) {
+    if (!f || !f->wd.stuck) return FT_OK;
+    const int64_t deadline = ft_time_ns() + f->wd.floor_ns;
+    enum ft_status st = ft_cuda_stream_wait(f->cs, deadline);
+    if (st == FT_OK) st = ft_cuda_stream_wait(s, deadline);
+    if (st == FT_OK) {
+        f->wd.stuck = 0;
+        ft_log_warn("expert copy: the GPU work of the abandoned step completed after %.1f s; "
+                    "serving again", (ft_time_ns() - f->wd.stuck_ns) / 1e9);
+        return FT_OK;
+    }
+    if (st != FT_ERR_BUSY) return st;
+    return ft_fail(FT_ERR_BUSY, "expert copy: the GPU work of a step abandoned %.1f s ago has not "
+                   "completed, so no new step can start; retry later (if it never completes, "
+                   "restart the server and look for a PCIe or driver fault)",
+                   (ft_time_ns() - f->wd.stuck_ns) / 1e9);
+}
+
 enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m,
                                const struct ft_offload_opts *o, size_t avail_bytes, int max_pairs,
                                ft_dalloc_fn dalloc, void *dctx) {
@@ -982,6 +1032,7 @@ enum ft_status ft_offload_init(struct ft_offload **out, const struct ft_model *m
     f->m = m;
     f->n_layers = m->n_layers;
     f->E = m->n_experts;
+    ft_watchdog_init(&f->wd, "expert copy", "a PCIe or driver fault", FT_ENV_TEST_COPY_STALL);
     int l0 = -1, n_moe = 0;
     for (int l = 0; l < m->n_layers; l++)
         if (m->layers[l].is_moe) n_moe++, l0 = l0 < 0 ? l : l0;

@@ -87,6 +87,18 @@ enum ft_status ft_offload_decode_copies(struct ft_offload *f, cudaStream_t s);
 /* s's work on this step's fetched experts is issued: its end marks the copy side's end for
  * the split (after ft_offload_decode_copies). */
 void ft_offload_decode_done(struct ft_offload *f, cudaStream_t s);
+/* The copy watchdog: the host's wait for stream s (the compute stream, behind the expert
+ * copies it waits on: a decode layer's router sync, a decode step's end) for a step of T
+ * tokens, allowed max(10 s, 50x the learned time of such waits). Past that the step is given
+ * up: logged once (a host-to-device copy not completed, or the GPU's own work), FT_ERR_BUSY
+ * (its requests fail with the message: 503), and no step starts until the GPU is done
+ * (ft_offload_check). FT_TESTING builds: FT_TEST_COPY_STALL=K:MS[:FLOOR_MS] holds the copy
+ * stream MS ms before the K-th decode copy batch. */
+enum ft_status ft_offload_sync(struct ft_offload *f, cudaStream_t s, int T);
+/* FT_OK when a step may start on s: no work of a step ft_offload_sync gave up is still queued
+ * (after waiting at most the floor for it; the first call that finds it done logs so), else
+ * FT_ERR_BUSY. */
+enum ft_status ft_offload_check(struct ft_offload *f, cudaStream_t s);
 /* With staged layers beside a CPU executor, ft_offload_decode_copies may hand a staged layer's
  * copies to the stager thread and return at once (deferred: 1); ft_offload_decode_finish then
  * waits for them and makes s wait for their end, before the fetched experts' work; it must
