@@ -374,18 +374,18 @@ static enum ft_status routing_report(const struct bench *b, const char *path, st
     t->n_layers = b->s.model->n_layers, t->n_experts = b->s.model->n_experts;
     if (t->oom) return ft_fail(FT_ERR_OOM, "--record-routing: out of memory for the trace");
     FT_TRY(ft_trace_save(t, path));
-    uint64_t h[4] = {0}, lk = 0;
-    const struct ft_cache_policy *p[3] = {&ft_cache_lru, &ft_cache_lfru, &ft_cache_slru};
-    for (int i = 0; i < 3; i++) FT_TRY(ft_trace_simulate(t, os.n_slots, p[i], &h[i], &lk));
-    FT_TRY(ft_trace_oracle(t, os.n_slots, &h[3], &lk));
+    uint64_t h[5] = {0}, lk = 0;
+    const struct ft_cache_policy *p[4] = {&ft_cache_lru, &ft_cache_lfru, &ft_cache_slru, &ft_cache_markov};
+    for (int i = 0; i < 4; i++) FT_TRY(ft_trace_simulate(t, os.n_slots, p[i], &h[i], &lk));
+    FT_TRY(ft_trace_oracle(t, os.n_slots, &h[4], &lk));
     struct ft_trace_stats ts;
     ft_trace_stats(t, &ts);
     const double n = lk ? (double)lk : 1;
     printf("routing trace %s: %zu layer steps, %zu lookups; with %d slots (every miss fetched) "
-           "LRU %.1f%%, LFRU %.1f%%, SLRU %.1f%%, Belady's oracle %.1f%%; routing entropy %.3f of "
-           "uniform, %.1f experts per layer serve 90%% of lookups\n", path, t->n_steps,
+           "LRU %.1f%%, LFRU %.1f%%, SLRU %.1f%%, markov %.1f%%, Belady's oracle %.1f%%; routing "
+           "entropy %.3f of uniform, %.1f experts per layer serve 90%% of lookups\n", path, t->n_steps,
            t->n_lookups, os.n_slots, 100 * h[0] / n, 100 * h[1] / n, 100 * h[2] / n, 100 * h[3] / n,
-           ts.entropy, ts.experts90);
+           100 * h[4] / n, ts.entropy, ts.experts90);
     return FT_OK;
 fail:
     return st;
