@@ -1442,7 +1442,7 @@ int ft_jg_match(const struct ft_jg *g, const char *s, size_t n) {
  * ft_jg_allow_ref keeps the per-token walk: the tests and bench/bench_grammar.c hold the two
  * equal. */
 #define TRIE_MAX 255 /* longer tokens are not in the tries: fed one by one */
-#define CUM_N 32     /* bitmasks of string-class tokens with at most c < CUM_N characters */
+#define CUM_N 32     /* bitmasks of a class's tokens of at most c < CUM_N characters */
 
 struct trie {
     int n;               /* nodes, in preorder; node i's subtree is [i, end[i]) */
