@@ -158,6 +158,31 @@ TEST(minimax_tools_match_transformers) {
     EXPECT(run_file("tools_minimax_m2", "minimax") >= 40);
 }
 
+TEST(kimi_k2_tools_match_transformers) {
+    EXPECT(run_file("tools_kimi_k2", "kimi_k2") >= 46);
+}
+
+/* Kimi-K2-Thinking / K2.5 write <think> in every assistant turn: a near miss, not rendered as
+ * K2-Instruct; the tokenizer fixture's small template (tests/data/tiktoken) is K2's shape. */
+TEST(kimi_detection) {
+    struct ft_chat_template *t = NULL;
+    EXPECT_EQ(ft_chat_template_detect("<|im_assistant|>assistant<|im_middle|><think></think>",
+                                      NULL, &t), FT_ERR_UNSUPPORTED);
+    EXPECT_CONTAINS(ft_error(), "Kimi-K2-Thinking");
+    EXPECT_CONTAINS(ft_error(), "kimi_k2");
+    char path[512], *text = NULL;
+    size_t size = 0;
+    snprintf(path, sizeof path, "%s/tiktoken/tokenizer_config.json", FT_TEST_DATA);
+    EXPECT_OK(ft_file_read(path, &text, &size));
+    json_t *cfg = text ? json_loads(text, 0, NULL) : NULL;
+    EXPECT_OK(ft_chat_template_detect(str_or_null(cfg, "chat_template"), NULL, &t));
+    EXPECT_STREQ(ft_chat_template_name(t), "kimi_k2");
+    EXPECT(ft_chat_supports_tools(t));
+    ft_chat_template_free(t);
+    json_decref(cfg);
+    free(text);
+}
+
 /* Each template that writes tool calls is paired with the output parser of its format. */
 static void detect_fmt(const char *file, enum ft_tool_fmt want) {
     char path[512];
@@ -182,6 +207,7 @@ TEST(tool_templates_pick_their_parser) {
     detect_fmt("tools_glm4_7", FT_TOOLS_GLM);
     detect_fmt("tools_minimax_m2", FT_TOOLS_MINIMAX);
     detect_fmt("tools_harmony", FT_TOOLS_HARMONY);
+    detect_fmt("tools_kimi_k2", FT_TOOLS_KIMI);
 }
 
 /* What a template writes for an assistant's calls is what its format's parser reads back (the
@@ -189,9 +215,12 @@ TEST(tool_templates_pick_their_parser) {
 static void calls_round_trip(const char *family, enum ft_tool_fmt fmt) {
     struct ft_chat_template *t = NULL;
     EXPECT_OK(ft_chat_template_detect(NULL, family, &t));
+    /* Kimi writes the call's id, not its name: the name travels in its functions.NAME:IDX */
+    const int kimi = fmt == FT_TOOLS_KIMI;
     const struct ft_chat_tool_call calls[2] = {
-        {"call00001", "get_weather", "{\"city\": \"Z\u00fcrich\", \"days\": 2}"},
-        {"call00002", "get_time", "{}"}};
+        {kimi ? "functions.get_weather:0" : "call00001", "get_weather",
+         "{\"city\": \"Z\u00fcrich\", \"days\": 2}"},
+        {kimi ? "functions.get_time:1" : "call00002", "get_time", "{}"}};
     struct ft_chat_msg m[2] = {{.role = FT_ROLE_USER, .content = "QUERY-TEXT"},
                                {.role = FT_ROLE_ASSISTANT, .tool_calls = calls, .n_tool_calls = 2}};
     struct ft_chat_opts o = {.enable_thinking = -1,
@@ -213,6 +242,7 @@ static void calls_round_trip(const char *family, enum ft_tool_fmt fmt) {
         EXPECT_STREQ(p.calls[0].args, "{\"city\":\"Z\u00fcrich\",\"days\":2}");
         EXPECT_STREQ(p.calls[1].name, "get_time");
         EXPECT_STREQ(p.calls[1].args, "{}");
+        if (kimi) EXPECT_STREQ(p.calls[1].id, "functions.get_time:1");
     }
     ft_tool_parser_free(&p);
     json_decref(tools);
@@ -228,6 +258,7 @@ TEST(rendered_calls_parse_back) {
     calls_round_trip("qwen3_coder", FT_TOOLS_QWEN3_CODER);
     calls_round_trip("glm4", FT_TOOLS_GLM);
     calls_round_trip("minimax", FT_TOOLS_MINIMAX);
+    calls_round_trip("kimi_k2", FT_TOOLS_KIMI);
 }
 
 /* Python's json.dumps text (the templates' tojson), including float repr */
@@ -327,6 +358,7 @@ TEST(detects_stored_template_files) {
     detect_file("glm4_6/chat_template.jinja", "glm4");
     detect_file("glm4_7/chat_template.jinja", "glm4");
     detect_file("minimax_m2/chat_template.jinja", "minimax");
+    detect_file("kimi_k2/chat_template.jinja", "kimi_k2");
 }
 
 TEST(unrecognised_template_lists_names) {
@@ -350,9 +382,9 @@ TEST(override_names) {
     EXPECT_EQ(ft_chat_template_detect("whatever", "vicuna", &t), FT_ERR_UNSUPPORTED);
     EXPECT_CONTAINS(ft_error(), "'vicuna'");
     EXPECT_CONTAINS(ft_error(), ft_chat_template_names());
-    const char *names[] = {"chatml",  "qwen3",     "llama3",  "llama2",
-                           "mistral", "deepseek3", "harmony", "qwen2"};
-    for (int i = 0; i < 8; i++) {
+    const char *names[] = {"chatml",  "qwen3",     "llama3",  "llama2", "mistral",
+                           "deepseek3", "harmony", "qwen2", "kimi_k2"};
+    for (int i = 0; i < 9; i++) {
         EXPECT_OK(ft_chat_template_detect(NULL, names[i], &t));
         EXPECT_STREQ(ft_chat_template_name(t), names[i]);
         struct ft_chat_msg m = {.role = FT_ROLE_USER, .content = "hi"};

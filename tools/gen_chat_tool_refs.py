@@ -20,11 +20,13 @@ Where a template raises on content null (`"x" in None`: Qwen3, gpt-oss), the cas
 again with "" and marked null_as_empty: the C renderers treat null content as "" throughout.
 strftime_now is pinned to options.date (gpt-oss "Current date:").
 
-Usage: /tmp/h4-venv/bin/python tools/gen_chat_tool_refs.py   (needs transformers + jinja2)
+Usage: /tmp/h4-venv/bin/python tools/gen_chat_tool_refs.py [FAMILY...]   (needs transformers +
+jinja2; FAMILY names limit the run to those outputs, e.g. kimi_k2)
 """
 import datetime as _dt
 import json
 import os
+import sys
 
 from transformers.utils import chat_template_utils as ctu
 
@@ -156,6 +158,14 @@ CONVS = [
 # Llama-3.3-70B-Instruct), meta-llama/Llama-3.2-3B-Instruct, Qwen3-Coder.jinja
 # (Qwen/Qwen3-Coder-30B-A3B-Instruct), GLM-4.6.jinja (zai-org/GLM-4.6), GLM-4.7-Flash.jinja
 # (zai-org/GLM-4.7-Flash), MiniMax-M2.jinja (MiniMaxAI/MiniMax-M2).
+# tests/data/chat/kimi_k2/chat_template.jinja is moonshotai/Kimi-K2-Instruct's chat_template.jinja
+# (the tool-call revision: tool_declare turn, "## Return of" tool turns), taken from the copy of
+# that checkpoint's tokenizer files in alibaba/rtp-llm
+# (rtp_llm/test/model_test/fake_test/testdata/kimi_k2/tokenizer/chat_template.jinja, 1881 bytes);
+# the same text as the Kimi-K2 template in llama.cpp's Kimi-K2 json_schema regression test and as
+# moonshotai/Kimi-K2-Instruct-0905's (whose last lines also close the final turn only when it is
+# followed by one). Its tool-call arguments are written as text when they are a string, which is
+# what a client sends: rendered here as text (arguments as text: True).
 FAMILIES = [
     ("qwen2", os.path.join(OUT, "qwen2", "tokenizer_config.json"), None, None, False),
     ("qwen3", os.path.join(SHARED, "qwen3", "tokenizer_config.json"), None, None, False),
@@ -172,11 +182,12 @@ FAMILIES = [
     ("glm4_6", os.path.join(OUT, "glm4_6", "chat_template.jinja"), None, None, False),
     ("glm4_7", os.path.join(OUT, "glm4_7", "chat_template.jinja"), None, None, False),
     ("minimax_m2", os.path.join(OUT, "minimax_m2", "chat_template.jinja"), None, None, False),
+    ("kimi_k2", os.path.join(OUT, "kimi_k2", "chat_template.jinja"), "[BOS]", "[EOS]", True),
 ]
 # Templates that print a null content as the text "None" (GLM's and MiniMax's visible_text
 # macro writes `{{ content }}`): rendered with "" instead, marked null_as_empty, as the C
 # renderers treat null as "" throughout.
-NONE_AS_TEXT = {"glm4_6", "glm4_7", "minimax_m2"}
+NONE_AS_TEXT = {"glm4_6", "glm4_7", "minimax_m2", "kimi_k2"}  # Kimi: a tool turn's {{ content }}
 # Extra conversations for the families with a thinking switch or a single-call rule.
 EXTRA = {
     "glm4_6": [("no_think", [U("hi")], [TIME], 0), ("no_think_tools", [U("Paris?")], [WEATHER], 0),
@@ -196,6 +207,22 @@ EXTRA = {
         "none": None})]), T("ok", 5)], [WEATHER], -1),
                     ("tool_first", [T("orphan", 1), U("q")], [TIME], -1)],
     "llama3_2": [],
+    # Kimi's own call ids (functions.NAME:IDX), named turns, a call with text before it
+    "kimi_k2": [("kimi_ids", [S("Use tools."), U("Paris and time?"),
+                              A("Checking both.", [
+                                  {"id": "functions.get_weather:0", "type": "function",
+                                   "function": {"name": "get_weather",
+                                                "arguments": {"city": "Paris", "days": 2}}},
+                                  {"id": "functions.get_time:1", "type": "function",
+                                   "function": {"name": "get_time", "arguments": {}}}]),
+                              {"role": "tool", "content": '{"temp": 20}',
+                               "name": "functions.get_weather:0"},
+                              {"role": "tool", "content": "12:00\nCET",
+                               "name": "functions.get_time:1"},
+                              A("20 °C, noon."), U("Thanks")], [WEATHER, TIME], -1),
+                ("named_turns", [dict(S("sys"), name="policy"), dict(U("hi"), name="alice"),
+                                 dict(A("hello"), name="kimi"), U("bye")], [], -1),
+                ("tool_first", [T("orphan", 1), U("q")], [TIME], -1)],
     "llama3_1": [("calls_mixed_args", [U("w"), A(None, [call(5, "get_weather", {
         "city": "Bern", "days": 3, "nested": {"k": [1, "ü"]}})]), T('{"t": 1}', 5)],
                   [WEATHER], -1),
@@ -220,6 +247,8 @@ def to_template(msgs, family, args_text):
                 d["thinking"] = m["reasoning"]
         if "name" in m:
             d["tool_call_id"] = m["name"]
+            if family == "kimi_k2" and m["role"] != "tool":  # its header writes a message's name
+                d["name"] = m["name"]
         if "tool_calls" in m:
             d["tool_calls"] = [dict(c, function=dict(c["function"], arguments=json.dumps(
                 c["function"]["arguments"], ensure_ascii=False)) if args_text else c["function"])
@@ -229,7 +258,10 @@ def to_template(msgs, family, args_text):
 
 
 def main():
+    only = set(sys.argv[1:])  # family names: regenerate just those
     for family, path, bos, eos, args_text in FAMILIES:
+        if only and family not in only:
+            continue
         template = load_template(path)
         cases = []
         convs = [(n, m, t, -1) for n, m, t in CONVS] + EXTRA.get(family, [])

@@ -15,11 +15,12 @@ static const char *const k_names[CHAT_N_FAMILIES] = {
     [CHAT_LLAMA2] = "llama2",   [CHAT_MISTRAL] = "mistral", [CHAT_DEEPSEEK3] = "deepseek3",
     [CHAT_HARMONY] = "harmony", [CHAT_QWEN2] = "qwen2",     [CHAT_LLAMA31] = "llama3_1",
     [CHAT_QWEN3_CODER] = "qwen3_coder", [CHAT_GLM4] = "glm4", [CHAT_MINIMAX] = "minimax",
+    [CHAT_KIMI] = "kimi_k2",
 };
 
 const char *ft_chat_template_names(void) {
     return "chatml, qwen2, qwen3, qwen3_coder, llama3, llama3_1, llama2, mistral, deepseek3, "
-           "harmony, glm4, minimax";
+           "harmony, glm4, minimax, kimi_k2";
 }
 
 const char *ft_chat_template_name(const struct ft_chat_template *t) {
@@ -46,6 +47,13 @@ static int detect_family(const char *src, const char **why) {
     if (has(src, "<|channel|>") && has(src, "<|start|>")) return CHAT_HARMONY;
     if (has(src, "]~b]") && has(src, "<minimax:tool_call>")) return CHAT_MINIMAX;
     if (has(src, "[gMASK]<sop>") && has(src, "<arg_key>")) return CHAT_GLM4;
+    if (has(src, "<|im_assistant|>") && has(src, "<|im_middle|>")) {
+        if (has(src, "<think>")) { /* K2-Thinking, K2.5: <think> in every assistant turn */
+            *why = "a Kimi-K2-Thinking/K2.5 template (thinking)";
+            return -1;
+        }
+        return CHAT_KIMI;
+    }
     if (has(src, "<|im_start|>")) {
         if (has(src, "enable_thinking") || has(src, "reasoning_content")) return CHAT_QWEN3;
         if (has(src, "<function=") && has(src, "<parameter=")) return CHAT_QWEN3_CODER;

@@ -52,7 +52,7 @@ struct ft_chat_template;
 enum ft_status ft_chat_template_detect(const char *template_src, const char *override_name,
                                        struct ft_chat_template **out);
 const char *ft_chat_template_name(const struct ft_chat_template *t);
-/* "chatml, qwen3, llama3, llama2, mistral, deepseek3, harmony" */
+/* "chatml, qwen2, qwen3, ..., minimax, kimi_k2" */
 const char *ft_chat_template_names(void);
 
 /* Renders msgs[0..n) into a malloc'd NUL-terminated string (*out; the caller frees it).
@@ -64,7 +64,7 @@ enum ft_status ft_chat_render(const struct ft_chat_template *t, const struct ft_
 void ft_chat_template_free(struct ft_chat_template *t);
 /* 1 when the family's renderer writes tools and assistant tool calls (else ft_chat_render
  * fails on them with a message naming the family): qwen2, qwen3, qwen3_coder, llama3_1, glm4,
- * minimax, mistral (v0.3), deepseek3 (its
+ * minimax, kimi_k2, mistral (v0.3), deepseek3 (its
  * template writes calls but never lists the tools), harmony. */
 int ft_chat_supports_tools(const struct ft_chat_template *t);
 /* Appends Python's json.dumps(v, ensure_ascii=False) text of a JSON document (what the

@@ -21,6 +21,7 @@ enum chat_family {
     CHAT_QWEN3_CODER, /* Qwen3-Coder: XML tool calls */
     CHAT_GLM4,        /* GLM-4.5/4.6/4.7: <arg_key>/<arg_value> tool calls */
     CHAT_MINIMAX,     /* MiniMax-M2: <minimax:tool_call> */
+    CHAT_KIMI,        /* Kimi-K2: <|im_user|>..<|im_middle|>, <|tool_calls_section_begin|> */
     CHAT_N_FAMILIES,
 };
 
@@ -72,6 +73,8 @@ enum ft_status chat_render_glm4(const struct ft_chat_template *t, const struct f
                                 int n, const struct ft_chat_opts *o, struct chat_out *out);
 enum ft_status chat_render_minimax(const struct ft_chat_msg *m, int n,
                                    const struct ft_chat_opts *o, struct chat_out *out);
+enum ft_status chat_render_kimi(const struct ft_chat_msg *m, int n, const struct ft_chat_opts *o,
+                                struct chat_out *out);
 
 enum ft_status chat_render_family(const struct ft_chat_template *t, const struct ft_chat_msg *m,
                                   int n, const struct ft_chat_opts *o, struct chat_out *out);

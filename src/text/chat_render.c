@@ -884,7 +884,7 @@ static enum ft_status render_harmony(const struct ft_chat_template *t, const str
 int ft_chat_supports_tools(const struct ft_chat_template *t) {
     return t && (t->family == CHAT_QWEN2 || t->family == CHAT_QWEN3 ||
                  t->family == CHAT_LLAMA31 || t->family == CHAT_QWEN3_CODER ||
-                 t->family == CHAT_GLM4 || t->family == CHAT_MINIMAX ||
+                 t->family == CHAT_GLM4 || t->family == CHAT_MINIMAX || t->family == CHAT_KIMI ||
                  (t->family == CHAT_MISTRAL && !t->mistral_v01) || t->family == CHAT_DEEPSEEK3 ||
                  t->family == CHAT_HARMONY);
 }
@@ -898,7 +898,7 @@ enum ft_status chat_render_family(const struct ft_chat_template *t, const struct
     if ((tools || calls) && !ft_chat_supports_tools(t))
         return ft_fail(FT_ERR_UNSUPPORTED, "chat template %s: tools and assistant tool_calls are "
                        "not rendered for this family yet (they are for qwen2, qwen3, qwen3_coder, "
-                       "llama3_1, mistral v0.3, deepseek3, harmony, glm4, minimax); send the request without tools, or start the server "
+                       "llama3_1, mistral v0.3, deepseek3, harmony, glm4, minimax, kimi_k2); send the request without tools, or start the server "
                        "with --chat-template NAME "
                        "if the model was trained on that format", ft_chat_template_name(t));
     switch (t->family) {
@@ -915,6 +915,7 @@ enum ft_status chat_render_family(const struct ft_chat_template *t, const struct
     case CHAT_QWEN3_CODER: return chat_render_qwen3_coder(m, n, o, out);
     case CHAT_GLM4: return chat_render_glm4(t, m, n, o, out);
     case CHAT_MINIMAX: return chat_render_minimax(m, n, o, out);
+    case CHAT_KIMI: return chat_render_kimi(m, n, o, out);
     case CHAT_N_FAMILIES: break;
     }
     return ft_fail(FT_ERR_INTERNAL, "chat render: bad family %d", (int)t->family);

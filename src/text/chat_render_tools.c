@@ -1,9 +1,10 @@
 /* chat_render_tools.c — the renderers of the families added for their tool calls: Llama 3.1/3.2/
  * 3.3 (JSON calls, "ipython" results), Qwen3-Coder (XML <function=...> calls), GLM-4.5/4.6/4.7
- * (<arg_key>/<arg_value> calls) and MiniMax-M2 (<minimax:tool_call>). Like chat_render.c, each
- * function follows one real template statement by statement (the templates are stored under
- * tests/data/chat/{llama3_1,llama3_2,qwen3_coder,glm4_6,glm4_7,minimax_m2}; where they come from
- * is in tools/gen_chat_tool_refs.py), so the output equals transformers' apply_chat_template.
+ * (<arg_key>/<arg_value> calls), MiniMax-M2 (<minimax:tool_call>) and Kimi-K2
+ * (<|tool_calls_section_begin|>). Like chat_render.c, each function follows one real template
+ * statement by statement (the templates are stored under tests/data/chat/{llama3_1,llama3_2,
+ * qwen3_coder,glm4_6,glm4_7,minimax_m2,kimi_k2}; where they come from is in
+ * tools/gen_chat_tool_refs.py), so the output equals transformers' apply_chat_template.
  * Called only by chat_render_family (chat_render.c); no shared state. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -500,5 +501,65 @@ enum ft_status chat_render_minimax(const struct ft_chat_msg *m, int n,
         } /* a later system message is not written by the template */
     }
     if (o->add_generation_prompt) co_put(out, "]~b]ai\n<think>\n");
+    return FT_OK;
+}
+
+/* ---- Kimi-K2 (moonshotai/Kimi-K2-Instruct, tests/data/chat/kimi_k2/chat_template.jinja) ---- */
+
+#define KIMI_SYS "<|im_system|>"
+#define KIMI_MID "<|im_middle|>"
+#define KIMI_END "<|im_end|>"
+
+/* A turn's header: <|im_user|> / <|im_assistant|> / <|im_system|> (system and tool) and the
+ * role name, `message.get('name') or message['role']`. A tool message's name field holds its
+ * tool_call_id (chat.h), so a tool turn is always named "tool". */
+static void kimi_header(struct chat_out *out, const struct ft_chat_msg *msg) {
+    const char *name = msg->role != FT_ROLE_TOOL && msg->name && *msg->name
+                           ? msg->name : ft_chat_role_name(msg->role);
+    co_put(out, msg->role == FT_ROLE_USER        ? "<|im_user|>"
+                : msg->role == FT_ROLE_ASSISTANT ? "<|im_assistant|>"
+                                                 : KIMI_SYS);
+    co_put(out, name);
+    co_put(out, KIMI_MID);
+}
+
+enum ft_status chat_render_kimi(const struct ft_chat_msg *m, int n, const struct ft_chat_opts *o,
+                                struct chat_out *out) {
+    json_t *tools = tools_list(o);
+    if (tools) { /* the template's text between the tags is kept as indented there */
+        co_put(out, KIMI_SYS "tool_declare" KIMI_MID "\n  # Tools\n  ");
+        co_pyjson(out, tools);
+        co_put(out, KIMI_END);
+        json_decref(tools);
+    }
+    if (m[0].role != FT_ROLE_SYSTEM)
+        co_put(out, KIMI_SYS "system" KIMI_MID
+                    "You are Kimi, an AI assistant created by Moonshot AI." KIMI_END);
+    for (int i = 0; i < n; i++) {
+        const struct ft_chat_msg *msg = &m[i];
+        kimi_header(out, msg);
+        if (msg->role == FT_ROLE_ASSISTANT && msg->n_tool_calls) {
+            co_put(out, msg->content);
+            co_put(out, "<|tool_calls_section_begin|>");
+            for (int k = 0; k < msg->n_tool_calls; k++) {
+                /* arguments arrive as text: `is string`, written as they are */
+                co_put(out, "<|tool_call_begin|>");
+                co_put(out, msg->tool_calls[k].id);
+                co_put(out, "<|tool_call_argument_begin|>");
+                co_put(out, msg->tool_calls[k].arguments);
+                co_put(out, "<|tool_call_end|>");
+            }
+            co_put(out, "<|tool_calls_section_end|>");
+        } else if (msg->role == FT_ROLE_TOOL) {
+            co_put(out, "## Return of ");
+            co_put(out, msg->name);
+            co_put(out, "\n    "); /* the indent of the template's next line */
+            co_put(out, msg->content);
+        } else {
+            co_put(out, msg->content);
+        }
+        co_put(out, KIMI_END);
+    }
+    if (o->add_generation_prompt) co_put(out, "<|im_assistant|>assistant" KIMI_MID);
     return FT_OK;
 }

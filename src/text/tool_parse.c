@@ -14,6 +14,11 @@
 #define DS_CALL_BEGIN "<" DS_BAR "tool" DS_SEP "call" DS_SEP "begin" DS_BAR ">"
 #define DS_CALL_END "<" DS_BAR "tool" DS_SEP "call" DS_SEP "end" DS_BAR ">"
 #define DS_TOOL_SEP "<" DS_BAR "tool" DS_SEP "sep" DS_BAR ">"
+#define KM_CALLS_BEGIN "<|tool_calls_section_begin|>"
+#define KM_CALLS_END "<|tool_calls_section_end|>"
+#define KM_CALL_BEGIN "<|tool_call_begin|>"
+#define KM_ARGS_BEGIN "<|tool_call_argument_begin|>"
+#define KM_CALL_END "<|tool_call_end|>"
 
 struct fmt_desc {
     const char *name;
@@ -31,6 +36,8 @@ static const char *const k_m_glm[] = {"<tool_call>", "</tool_call>", "<arg_key>"
 static const char *const k_m_minimax[] = {"<minimax:tool_call>", "</minimax:tool_call>", NULL};
 static const char *const k_m_harmony[] = {"<|start|>", "<|channel|>", "<|constrain|>",
                                           "<|message|>", "<|call|>", NULL};
+static const char *const k_m_kimi[] = {KM_CALLS_BEGIN, KM_CALLS_END, KM_CALL_BEGIN, KM_ARGS_BEGIN,
+                                       KM_CALL_END, NULL};
 static const char *const k_m_none[] = {NULL};
 
 static const struct fmt_desc k_fmts[FT_TOOLS_N] = {
@@ -43,6 +50,7 @@ static const struct fmt_desc k_fmts[FT_TOOLS_N] = {
     [FT_TOOLS_GLM] = {"glm", "<tool_call>", "</tool_call>", k_m_glm},
     [FT_TOOLS_MINIMAX] = {"minimax", "<minimax:tool_call>", "</minimax:tool_call>", k_m_minimax},
     [FT_TOOLS_HARMONY] = {"harmony", "<|start|>assistant", "<|call|>", k_m_harmony},
+    [FT_TOOLS_KIMI] = {"kimi_k2", KM_CALLS_BEGIN, KM_CALLS_END, k_m_kimi},
 };
 
 /* The grammars forcing calls (json_grammar.h), as each family's template writes them; forbid:
@@ -55,6 +63,7 @@ static const char *const k_f_minimax[] = {"</parameter>", "</invoke>", "</minima
 static const char *const k_f_deepseek[] = {"```", DS_CALL_END, DS_CALLS_END, NULL};
 /* the harmony splitter (server/sse.c) ends a message body at these */
 static const char *const k_f_harmony[] = {"<|end|>", "<|return|>", "<|call|>", NULL};
+static const char *const k_f_kimi[] = {KM_CALL_END, KM_CALLS_END, NULL};
 
 static const struct ft_jg_calls_fmt k_g_hermes = {
     .name = "hermes", .open = "<tool_call>\n", .sep = "\n</tool_call>\n<tool_call>\n",
@@ -100,6 +109,14 @@ static const struct ft_jg_calls_fmt k_g_harmony = {
     .kind = FT_JG_CALLS_TAGGED, .name_end = " <|constrain|>json<|message|>", .call_end = "",
     .forbid = k_f_harmony};
 
+/* Kimi-K2: section begin, then per call its begin marker, the id functions.N:IDX, the argument
+ * marker, the JSON object and the call's end marker. A grammar cannot count, so every forced
+ * call is numbered 0 (the parser reads the name; the index only makes the id). */
+static const struct ft_jg_calls_fmt k_g_kimi = {
+    .name = "kimi_k2", .open = KM_CALLS_BEGIN KM_CALL_BEGIN "functions.",
+    .sep = KM_CALL_BEGIN "functions.", .close = KM_CALLS_END, .kind = FT_JG_CALLS_TAGGED,
+    .name_end = ":0" KM_ARGS_BEGIN, .call_end = KM_CALL_END, .forbid = k_f_kimi};
+
 const char *ft_tool_fmt_name(enum ft_tool_fmt f) {
     return f >= 0 && f < FT_TOOLS_N ? k_fmts[f].name : "?";
 }
@@ -111,13 +128,14 @@ int ft_tool_fmt_from_name(const char *name) {
 }
 
 const char *ft_tool_fmt_names(void) {
-    return "hermes, qwen3_coder, llama3, mistral, deepseek, glm, minimax, harmony, none";
+    return "hermes, qwen3_coder, llama3, mistral, deepseek, glm, minimax, harmony, kimi_k2, none";
 }
 
 enum ft_tool_fmt ft_tool_fmt_detect(const char *src) {
     if (!src) return FT_TOOLS_NONE;
     if (strstr(src, "<|call|>") && strstr(src, "<|channel|>") && strstr(src, "assistant to="))
         return FT_TOOLS_HARMONY; /* gpt-oss: "<|start|>assistant to=" + "functions." + name */
+    if (strstr(src, KM_CALLS_BEGIN)) return FT_TOOLS_KIMI;
     if (strstr(src, "<minimax:tool_call>")) return FT_TOOLS_MINIMAX;
     if (strstr(src, "<arg_key>")) return FT_TOOLS_GLM;
     if (strstr(src, "<function=") && strstr(src, "<parameter=")) return FT_TOOLS_QWEN3_CODER;
@@ -134,7 +152,7 @@ enum ft_tool_fmt ft_tool_fmt_of_family(const char *family) {
         {"qwen3_coder", FT_TOOLS_QWEN3_CODER}, {"llama3_1", FT_TOOLS_LLAMA3},
         {"mistral", FT_TOOLS_MISTRAL},    {"deepseek3", FT_TOOLS_DEEPSEEK},
         {"glm4", FT_TOOLS_GLM},           {"minimax", FT_TOOLS_MINIMAX},
-        {"harmony", FT_TOOLS_HARMONY},
+        {"harmony", FT_TOOLS_HARMONY},    {"kimi_k2", FT_TOOLS_KIMI},
     };
     for (size_t i = 0; family && i < sizeof k_map / sizeof k_map[0]; i++)
         if (!strcmp(family, k_map[i].family)) return k_map[i].fmt;
@@ -151,6 +169,7 @@ const struct ft_jg_calls_fmt *ft_tool_fmt_grammar(enum ft_tool_fmt f) {
     case FT_TOOLS_MINIMAX: return &k_g_minimax;
     case FT_TOOLS_DEEPSEEK: return &k_g_deepseek;
     case FT_TOOLS_HARMONY: return &k_g_harmony;
+    case FT_TOOLS_KIMI: return &k_g_kimi;
     default: return NULL;
     }
 }
@@ -185,7 +204,9 @@ static void emit(struct ft_tool_parser *p, const char *s, size_t k) {
         p->seen_text = s[i] != ' ' && s[i] != '\n' && s[i] != '\t' && s[i] != '\r';
 }
 
-static void add_call(struct ft_tool_parser *p, const char *name, json_t *args) {
+/* A parsed call; id: the id the model wrote (NULL: none). */
+static void add_call_id(struct ft_tool_parser *p, const char *id, const char *name,
+                        json_t *args) {
     if (p->n_calls == p->cap_calls) {
         int c = p->cap_calls ? p->cap_calls * 2 : 4;
         struct ft_tool_call *q = realloc(p->calls, (size_t)c * sizeof *q);
@@ -204,13 +225,17 @@ static void add_call(struct ft_tool_parser *p, const char *name, json_t *args) {
         json_decref(v);
     }
     if (!a) a = json_dumps(args, JSON_COMPACT);
-    char *n = strdup(name);
-    if (!a || !n) {
-        free(a), free(n);
+    char *n = strdup(name), *d = id ? strdup(id) : NULL;
+    if (!a || !n || (id && !d)) {
+        free(a), free(n), free(d);
         p->oom = 1;
         return;
     }
-    p->calls[p->n_calls++] = (struct ft_tool_call){n, a, p->live_index + k};
+    p->calls[p->n_calls++] = (struct ft_tool_call){n, a, p->live_index + k, d};
+}
+
+static void add_call(struct ft_tool_parser *p, const char *name, json_t *args) {
+    add_call_id(p, NULL, name, args);
 }
 
 /* ---------------------------------------------------------------- body parsers */
@@ -493,6 +518,43 @@ static int deepseek_body(struct ft_tool_parser *p, const char *s, const char *e)
     return n ? 0 : -1;
 }
 
+/* The name in a Kimi call id [s, e) (blanks off): after a leading "functions." and before a
+ * trailing ":IDX" (digits), as vLLM's kimi_k2 parser reads functions.N:IDX; *ne == *ns: none. */
+static void kimi_name(const char *s, const char *e, const char **ns, const char **ne) {
+    s = skip_ws(s, e), e = rskip_ws(s, e);
+    if (e - s > 10 && !memcmp(s, "functions.", 10)) s += 10;
+    const char *c = e;
+    while (c > s && c[-1] >= '0' && c[-1] <= '9') c--;
+    if (c < e && c > s && c[-1] == ':') e = c - 1;
+    *ns = s, *ne = e;
+}
+
+/* <|tool_call_begin|>functions.N:IDX<|tool_call_argument_begin|>{...}<|tool_call_end|> ...: the
+ * id up to the argument marker, the object (blanks around it) up to the call's end marker (or
+ * the block's end) */
+static int kimi_body(struct ft_tool_parser *p, const char *s, const char *e) {
+    int n = 0;
+    const size_t kb = strlen(KM_CALL_BEGIN), ka = strlen(KM_ARGS_BEGIN);
+    for (const char *q = s; (q = find(q, e, KM_CALL_BEGIN)) != NULL; n++) {
+        const char *b = q + kb, *ce = find(b, e, KM_CALL_END);
+        if (!ce) ce = e;
+        const char *am = find(b, ce, KM_ARGS_BEGIN);
+        if (!am) return -1;
+        const char *ns, *ne, *is = skip_ws(b, am), *ie = rskip_ws(is, am);
+        kimi_name(b, am, &ns, &ne);
+        const char *a = skip_ws(am + ka, ce), *ae = rskip_ws(a, ce);
+        char *fn = dupn(ns, (size_t)(ne - ns)), *id = dupn(is, (size_t)(ie - is));
+        json_t *args = json_loadb(a, (size_t)(ae - a), 0, NULL);
+        int ok = fn && id && *fn && json_is_object(args);
+        if (ok) add_call_id(p, id, fn, args);
+        free(fn), free(id);
+        json_decref(args);
+        if (!ok) return -1;
+        q = ce;
+    }
+    return n ? 0 : -1;
+}
+
 /* [{...}, ...] or {...}, or N[ARGS]{...}[TOOL_CALLS]N2[ARGS]{...} (v11 tokenizers) */
 static int mistral_body(struct ft_tool_parser *p, const char *s, const char *e) {
     s = skip_ws(s, e), e = rskip_ws(s, e);
@@ -567,10 +629,12 @@ static int parse_body(struct ft_tool_parser *p, const char *s, const char *e) {
     case FT_TOOLS_GLM: rc = glm_body(p, s, e); break;
     case FT_TOOLS_MINIMAX: rc = minimax_body(p, s, e); break;
     case FT_TOOLS_HARMONY: rc = harmony_body(p, s, e); break;
+    case FT_TOOLS_KIMI: rc = kimi_body(p, s, e); break;
     default: break;
     }
     if (rc) { /* all or nothing: calls of a bad block are dropped, its text kept */
-        for (int i = n0; i < p->n_calls; i++) free(p->calls[i].name), free(p->calls[i].args);
+        for (int i = n0; i < p->n_calls; i++)
+            free(p->calls[i].name), free(p->calls[i].args), free(p->calls[i].id);
         p->n_calls = n0;
     }
     return rc;
@@ -1214,6 +1278,79 @@ static void deepseek_scan(struct ft_tool_parser *p, size_t upto, int final) {
     }
 }
 
+/* <|tool_call_begin|>functions.N:IDX<|tool_call_argument_begin|>{...}<|tool_call_end|>... as
+ * kimi_body reads it: the id up to the argument marker (the name in it: kimi_name), blanks, then
+ * the arguments object through the JSON scanner, its bytes as they come except those that may
+ * begin a call's or the block's end marker. A call end before the argument marker, anything but
+ * '{' where the object starts, or an end met inside the object fails the block (nothing more
+ * goes live; a call already shown stays as it went out). */
+static void kimi_scan(struct ft_tool_parser *p, size_t upto, int final) {
+    static const char *const k_begin[] = {KM_CALL_BEGIN, NULL};
+    static const char *const k_id[] = {KM_ARGS_BEGIN, KM_CALL_END, NULL};
+    static const char *const k_args[] = {KM_CALL_END, KM_CALLS_END, NULL};
+    static const char *const k_end[] = {KM_CALL_END, NULL};
+    struct ft_tool_scan *s = &p->sc;
+    const char *h = p->hold;
+    while (!p->oom && s->xs != XS_DONE) {
+        if (s->pos >= upto) {
+            if (final) s->xs = XS_DONE; /* an object left open: the block does not parse */
+            return;
+        }
+        int r;
+        switch (s->xs) {
+        case XS_START: /* up to a call's begin marker */
+        case XS_BODY: { /* after the object: up to the call's end marker */
+            const char *const *m = s->xs == XS_START ? k_begin : k_end;
+            r = at_marker(h + s->pos, upto - s->pos, m);
+            if (r == -2 && !final) return;
+            s->pos += r == 0 ? strlen(m[0]) : 1;
+            if (r == 0) s->mark = s->pos, s->xs = s->xs == XS_START ? XS_KEY : XS_START;
+            break;
+        }
+        case XS_KEY: /* the id, up to the argument marker */
+            r = at_marker(h + s->pos, upto - s->pos, k_id);
+            if (r == -2 && !final) return;
+            if (r < 0) {
+                s->pos++;
+                break;
+            }
+            if (r == 1) {
+                s->xs = XS_DONE; /* no arguments in the call */
+                break;
+            }
+            const char *ns, *ne;
+            kimi_name(h + s->mark, h + s->pos, &ns, &ne);
+            live_named(p, (size_t)(ns - h), (size_t)(ne - h));
+            s->pos += strlen(KM_ARGS_BEGIN);
+            s->xs = XS_BRACE;
+            break;
+        case XS_BRACE: /* blanks, then the object's '{' */
+            if (blank(h[s->pos])) {
+                s->pos++;
+            } else if (h[s->pos] == '{') {
+                s->pos++;
+                s->in_call = 1, s->in_args = 1, s->in_str = 0, s->esc = 0;
+                s->depth = 1, s->call_depth = 0;
+                s->xs = XS_ARGS; /* live_named wrote the '{' */
+            } else {
+                s->xs = XS_DONE; /* not a JSON object */
+            }
+            break;
+        case XS_ARGS:
+            r = at_marker(h + s->pos, upto - s->pos, k_args);
+            if (r == -2 && !final) return;
+            if (r >= 0) {
+                s->xs = XS_DONE; /* the arguments end before the object closes */
+                break;
+            }
+            live_byte(p, h[s->pos++]); /* copies the arguments, ends them at their '}' */
+            if (!s->in_args) s->xs = XS_BODY;
+            break;
+        default: s->xs = XS_DONE; break;
+        }
+    }
+}
+
 /* The open block's bytes [sc.pos, upto) through the scanner; final: the block ends at upto. */
 static void live_scan(struct ft_tool_parser *p, size_t upto, int final) {
     if (p->fmt == FT_TOOLS_QWEN3_CODER) coder_scan(p, upto, final);
@@ -1221,6 +1358,7 @@ static void live_scan(struct ft_tool_parser *p, size_t upto, int final) {
     if (p->fmt == FT_TOOLS_GLM) glm_scan(p, upto, final);
     if (p->fmt == FT_TOOLS_MINIMAX) minimax_scan(p, upto, final);
     if (p->fmt == FT_TOOLS_DEEPSEEK) deepseek_scan(p, upto, final);
+    if (p->fmt == FT_TOOLS_KIMI) kimi_scan(p, upto, final);
     if (!live_fmt(p)) return;
     for (; p->sc.pos < upto && !p->sc.off && !p->oom; p->sc.pos++) live_byte(p, p->hold[p->sc.pos]);
 }
@@ -1234,7 +1372,8 @@ void ft_tool_parser_init(struct ft_tool_parser *p, enum ft_tool_fmt fmt, const j
 }
 
 void ft_tool_parser_free(struct ft_tool_parser *p) {
-    for (int i = 0; i < p->n_calls; i++) free(p->calls[i].name), free(p->calls[i].args);
+    for (int i = 0; i < p->n_calls; i++)
+        free(p->calls[i].name), free(p->calls[i].args), free(p->calls[i].id);
     free(p->calls);
     live_reset(p);
     free(p->live);

@@ -9,6 +9,9 @@
  *   glm          <tool_call>N\n<arg_key>P</arg_key>\n<arg_value>V</arg_value>...</tool_call> (GLM-4.5)
  *   minimax      <minimax:tool_call><invoke name="N"><parameter name="P">V</parameter></invoke>
  *                </minimax:tool_call>  (MiniMax-M2)
+ *   kimi_k2      <|tool_calls_section_begin|><|tool_call_begin|>functions.N:IDX
+ *                <|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
+ *                (Kimi-K2: the name is the id's part between "functions." and ":IDX")
  *   harmony      <|start|>assistant<|channel|>commentary to=functions.N <|constrain|>json
  *                <|message|>{...}<|call|>  (gpt-oss; the recipient may also stand before
  *                <|channel|>). The server's harmony splitter (server/sse.h) passes each message
@@ -18,9 +21,9 @@
  * can be). A block that does not parse is given back as content, never dropped.
  * Streaming: push text as it comes; content is released at once except bytes that may begin a
  * call marker; each call is reported once its block closes. The JSON formats (hermes, llama3,
- * mistral's list), deepseek and harmony also show the calls of the open block as they are
+ * mistral's list), deepseek, kimi_k2 and harmony also show the calls of the open block as they are
  * written (live[]): a call's name once read (deepseek V3's at the newline after it, V3.1's at
- * its sep), then its arguments so far, the text as written less the blanks outside strings
+ * its sep, kimi_k2's at its argument begin marker), then its arguments so far, the text as written less the blanks outside strings
  * (deepseek holds back only bytes that may begin the ``` closing its fence or the call's end
  * marker). qwen3_coder, glm and minimax show their calls too: the name once read (glm's at its
  * first <arg_key>), then the arguments object as compact JSON, a "string" (or unknown)
@@ -51,13 +54,14 @@ enum ft_tool_fmt {
     FT_TOOLS_GLM,
     FT_TOOLS_MINIMAX,
     FT_TOOLS_HARMONY,
+    FT_TOOLS_KIMI,
     FT_TOOLS_N,
 };
 
 const char *ft_tool_fmt_name(enum ft_tool_fmt f);
 /* -1 for an unknown name */
 int ft_tool_fmt_from_name(const char *name);
-/* "hermes, qwen3_coder, llama3, mistral, deepseek, glm, minimax, harmony, none" */
+/* "hermes, qwen3_coder, llama3, mistral, deepseek, glm, minimax, harmony, kimi_k2, none" */
 const char *ft_tool_fmt_names(void);
 /* The format a chat template writes, from its source text (tools markers); FT_TOOLS_NONE when
  * it has no tool calls. */
@@ -74,6 +78,9 @@ struct ft_tool_call {
     char *name;
     char *args; /* compact JSON object text */
     int index;  /* its tool_calls index in a stream (live_index below): never reused */
+    char *id;   /* the id the model wrote (kimi_k2: "functions.N:IDX", which its template
+                   writes back in the assistant turn and in "## Return of ID"); NULL where the
+                   format has none */
 };
 
 /* A call of the open block while it is written (call index live_index + its place in live[]).
