@@ -1,7 +1,7 @@
 /* test_tool_parse.c — tool-call parsers (text/tool_parse.h): each family's output format into
  * (content, calls), the same when the text arrives one byte at a time, typed XML parameters,
  * blocks that do not parse given back as content, the calls shown live (their arguments'
- * pieces add up to the final ones; the XML families, deepseek and harmony for every cut of the
+ * pieces add up to the final ones; the XML families, deepseek, kimi and harmony for every cut of the
  * text into pushes), a failed block's shown calls keeping their indices, format names and
  * detection. */
 #include <jansson.h>
@@ -15,6 +15,12 @@
 
 #define DS_BAR "\xef\xbd\x9c"
 #define DS_SEP "\xe2\x96\x81"
+/* Kimi-K2's markers */
+#define KS_B "<|tool_calls_section_begin|>"
+#define KS_E "<|tool_calls_section_end|>"
+#define KC_B "<|tool_call_begin|>"
+#define KC_A "<|tool_call_argument_begin|>"
+#define KC_E "<|tool_call_end|>"
 
 static const char *k_tools =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
@@ -143,6 +149,56 @@ TEST(deepseek) {
                  "call" DS_SEP "begin" DS_BAR ">get_time<" DS_BAR "tool" DS_SEP "sep" DS_BAR
                  ">{}<" DS_BAR "tool" DS_SEP "call" DS_SEP "end" DS_BAR "><" DS_BAR "tool" DS_SEP
                  "calls" DS_SEP "end" DS_BAR ">", "", 1, "get_time", "{}", NULL, NULL);
+}
+
+/* Kimi-K2: several calls a section, the name from the id functions.NAME:IDX, the id kept */
+TEST(kimi) {
+    expect_parse(FT_TOOLS_KIMI,
+                 "Checking both." KS_B KC_B "functions.get_weather:0" KC_A "{\"city\": \"Bern\", "
+                 "\"days\": 2}" KC_E KC_B "functions.get_time:1" KC_A "{}" KC_E KS_E " Done.",
+                 "Checking both. Done.", 2, "get_weather", "{\"city\":\"Bern\",\"days\":2}",
+                 "get_time", "{}");
+    /* blanks around the parts; an id without "functions." or without an index */
+    expect_parse(FT_TOOLS_KIMI,
+                 KS_B "\n" KC_B " get_weather:12 " KC_A " {\"city\": \"Oslo\"} \n" KC_E "\n" KC_B
+                 "functions.get_time" KC_A "{\"tz\": \"CET\"}" KC_E "\n" KS_E,
+                 "", 2, "get_weather", "{\"city\":\"Oslo\"}", "get_time", "{\"tz\":\"CET\"}");
+    /* no section end (the model stopped at <|im_end|>): parsed at the end of the text */
+    expect_parse(FT_TOOLS_KIMI, "x" KS_B KC_B "functions.get_time:0" KC_A "{}" KC_E, "x", 1,
+                 "get_time", "{}", NULL, NULL);
+    /* the ids as written */
+    struct ft_tool_parser p;
+    ft_tool_parser_init(&p, FT_TOOLS_KIMI, NULL);
+    const char *t = KS_B KC_B "functions.get_weather:3" KC_A "{}" KC_E KC_B " functions.get_time:4"
+                    KC_A "{}" KC_E KS_E;
+    ft_tool_parser_push(&p, t, strlen(t));
+    ft_tool_parser_finish(&p);
+    EXPECT_EQ(p.n_calls, 2);
+    if (p.n_calls == 2) {
+        EXPECT_STREQ(p.calls[0].id, "functions.get_weather:3");
+        EXPECT_STREQ(p.calls[1].id, "functions.get_time:4");
+        EXPECT_STREQ(p.calls[1].name, "get_time");
+    }
+    ft_tool_parser_free(&p);
+    /* other formats have no id */
+    ft_tool_parser_init(&p, FT_TOOLS_HERMES, NULL);
+    t = "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>";
+    ft_tool_parser_push(&p, t, strlen(t));
+    ft_tool_parser_finish(&p);
+    EXPECT(p.n_calls == 1 && p.calls[0].id == NULL);
+    ft_tool_parser_free(&p);
+    /* malformed sections are content: no argument marker, no id, not an object, a call cut
+     * short by the next one's begin marker */
+    const char *bad[] = {
+        "a" KS_B KC_B "functions.get_time:0{}" KC_E KS_E "b",
+        "a" KS_B KC_B KC_A "{}" KC_E KS_E "b",
+        "a" KS_B KC_B "functions.get_time:0" KC_A "[1]" KC_E KS_E "b",
+        "a" KS_B KC_B "functions.get_time:0" KC_A "{\"tz\": " KC_B "functions.x:1" KC_A "{}"
+        KC_E KS_E "b",
+        "a" KS_B "just text" KS_E "b",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_parse(FT_TOOLS_KIMI, bad[i], bad[i], 0, NULL, NULL, NULL, NULL);
 }
 
 TEST(glm_and_minimax) {
@@ -661,6 +717,30 @@ TEST(deepseek_streamed) {
          DS_B DC_B "get_time" DS_S "{\"tz\": 1" DC_E DS_E, 0, t1, NULL, 0);
 }
 
+TEST(kimi_streamed) {
+    const char *t1[] = {"get_time"}, *wt[] = {"get_weather", "get_time"};
+    /* two calls; escapes, UTF-8 and a marker's first bytes inside a string */
+    CUTS(FT_TOOLS_KIMI,
+         "Sure." KS_B KC_B "functions.get_weather:0" KC_A "{\"city\": \"S\xc3\xa3o \\\"P\\\" "
+         "<|tool <|tool_call\", \"days\": [1, 2],\n \"where\": {\"a\": 1.50}}" KC_E KC_B
+         "functions.get_time:1" KC_A "{}" KC_E KS_E "Done.",
+         "Sure.Done.", 2, wt,
+         (const char *[]){"{\"city\":\"S\xc3\xa3o \\\"P\\\" <|tool <|tool_call\","
+                          "\"days\":[1,2],\"where\":{\"a\":1.5}}", "{}"},
+         2);
+    /* blanks around the object; no section end: parsed at the end of the text */
+    CUTS(FT_TOOLS_KIMI, "ok " KS_B KC_B " functions.get_time:7 " KC_A " \n{\"tz\" : \"UTC\" } \n"
+         KC_E, "ok ", 1, t1, (const char *[]){"{\"tz\":\"UTC\"}"}, 1);
+    /* not calls, given back as content: no argument marker, not an object, an object the
+     * call's end cuts short */
+    CUTS(FT_TOOLS_KIMI, "a" KS_B KC_B "functions.get_time:0{}" KC_E KS_E "b",
+         "a" KS_B KC_B "functions.get_time:0{}" KC_E KS_E "b", 0, t1, NULL, 0);
+    CUTS(FT_TOOLS_KIMI, "a" KS_B KC_B "functions.get_time:0" KC_A "[1]" KC_E KS_E "b",
+         "a" KS_B KC_B "functions.get_time:0" KC_A "[1]" KC_E KS_E "b", 0, t1, NULL, 0);
+    CUTS(FT_TOOLS_KIMI, KS_B KC_B "functions.get_time:0" KC_A "{\"tz\": 1" KC_E KS_E,
+         KS_B KC_B "functions.get_time:0" KC_A "{\"tz\": 1" KC_E KS_E, 0, t1, NULL, 0);
+}
+
 /* Byte by byte, a block that fails after it showed n_shown calls: they keep their indices
  * (named once, their arguments as they went out: shown_args), its text goes to content, the
  * next call gets index n_shown; pushed whole, nothing was shown and no index is skipped. */
@@ -741,6 +821,15 @@ TEST(failed_block_keeps_its_index) {
         DS_B DC_B "get_weather" DS_S "{\"city\": \"Rome\"}" DC_E DC_B "get_time" DS_S "{\"tz\""
         DC_E DS_E "\n",
         2, wt, (const char *[]){"{\"city\":\"Rome\"}", "{\"tz\""}, "get_time", "{}");
+    /* kimi: the same */
+    expect_kept_index(
+        FT_TOOLS_KIMI,
+        KS_B KC_B "functions.get_weather:0" KC_A "{\"city\": \"Rome\"}" KC_E KC_B
+        "functions.get_time:1" KC_A "{\"tz\"" KC_E KS_E "\n" KS_B KC_B "functions.get_time:2" KC_A
+        "{}" KC_E KS_E,
+        KS_B KC_B "functions.get_weather:0" KC_A "{\"city\": \"Rome\"}" KC_E KC_B
+        "functions.get_time:1" KC_A "{\"tz\"" KC_E KS_E "\n",
+        2, wt, (const char *[]){"{\"city\":\"Rome\"}", "{\"tz\""}, "get_time", "{}");
     /* and every cut of a failed block before a good one gives the same content and call */
     const char *t1[] = {"get_time"};
     CUTS(FT_TOOLS_HERMES,
@@ -759,6 +848,9 @@ TEST(names_and_detection) {
     EXPECT_EQ(ft_tool_fmt_detect("<tool_call>{{ name }}<arg_key>"), FT_TOOLS_GLM);
     EXPECT_EQ(ft_tool_fmt_detect("<minimax:tool_call>"), FT_TOOLS_MINIMAX);
     EXPECT_EQ(ft_tool_fmt_detect("[TOOL_CALLS]"), FT_TOOLS_MISTRAL);
+    EXPECT_EQ(ft_tool_fmt_detect("<|tool_calls_section_begin|>"), FT_TOOLS_KIMI);
+    EXPECT_EQ(ft_tool_fmt_of_family("kimi_k2"), FT_TOOLS_KIMI);
+    EXPECT_CONTAINS(ft_tool_fmt_names(), "kimi_k2");
     EXPECT_EQ(ft_tool_fmt_detect("'<|start|>assistant to=' 'functions.' + n + '<|channel|>' "
                                  "'<|call|>'"), FT_TOOLS_HARMONY);
     EXPECT_EQ(ft_tool_fmt_detect("no tools here"), FT_TOOLS_NONE);
@@ -780,13 +872,15 @@ TEST(grammar_writes_what_the_templates_render) {
     static const struct { const char *family; enum ft_tool_fmt fmt; } k_fams[] = {
         {"qwen2", FT_TOOLS_HERMES},        {"qwen3_coder", FT_TOOLS_QWEN3_CODER},
         {"llama3_1", FT_TOOLS_LLAMA3},     {"deepseek3", FT_TOOLS_DEEPSEEK},
-        {"glm4", FT_TOOLS_GLM},            {"minimax", FT_TOOLS_MINIMAX}};
+        {"glm4", FT_TOOLS_GLM},            {"minimax", FT_TOOLS_MINIMAX},
+        {"kimi_k2", FT_TOOLS_KIMI}};
     const char *tools_text =
         "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
         "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{"
         "\"type\":\"integer\"},\"units\":{\"enum\":[\"metric\",\"imperial\"]}},"
         "\"required\":[\"city\",\"days\"]}}}]";
     json_t *tools = json_loads(tools_text, 0, NULL);
+    /* (Kimi's template writes the id: the grammar writes the model's own functions.N:0) */
     struct ft_chat_tool_call call = {"call_1", "get_weather",
                                      "{\"city\": \"New York\", \"days\": 3, \"units\": \"metric\"}"};
     struct ft_chat_msg msgs[2] = {{.role = FT_ROLE_USER, .content = "Weather?"},
@@ -796,6 +890,7 @@ TEST(grammar_writes_what_the_templates_render) {
         struct ft_chat_template *t = NULL;
         char *text = NULL;
         struct ft_chat_opts o = {.tools_json = tools_text};
+        call.id = k_fams[i].fmt == FT_TOOLS_KIMI ? "functions.get_weather:0" : "call_1";
         EXPECT_OK(ft_chat_template_detect(NULL, k_fams[i].family, &t));
         if (!t) continue;
         EXPECT_OK(ft_chat_render(t, msgs, 2, &o, &text));
