@@ -992,10 +992,12 @@ TEST(block_format_experts) {
     static const enum ft_dtype fmts[] = {FT_DTYPE_Q8_0, FT_DTYPE_Q4_0, FT_DTYPE_Q4_1,
                                          FT_DTYPE_Q5_0, FT_DTYPE_Q5_1, FT_DTYPE_Q4_K,
                                          FT_DTYPE_Q5_K, FT_DTYPE_Q6_K, FT_DTYPE_MXFP4,
-                                         FT_DTYPE_NVFP4, FT_DTYPE_FP8_B128,
+                                         FT_DTYPE_NVFP4, FT_DTYPE_FP8_B128, FT_DTYPE_Q8_0,
                                          FT_DTYPE_NVFP4, FT_DTYPE_FP8_B128, FT_DTYPE_FP8_B128};
-    /* the last three: rows of widths that are not a multiple of 8 (the element-wise paths) */
-    static const int widths[] = {512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 42, 42, 20};
+    /* Q8_0 at 160: rows of 170 bytes, so not the staged kernel (16-byte rows) but the general
+     * one with half-word loads; the last three: rows of widths that are not a multiple of 8
+     * (the element-wise paths) */
+    static const int widths[] = {512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 160, 42, 42, 20};
     const int E = 3, N = 40, P = 5;
     uint64_t rng = 7;
     for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {

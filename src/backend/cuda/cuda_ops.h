@@ -299,6 +299,12 @@ void ft_cuda_chunk_slots(int32_t *slot_of, const int32_t *src_of, int first, int
  * sum_blocks (d_b / 2) sum_i |w_i|, ~0.3% of the dot's scale). dtype: an enum ft_dtype --- */
 /* 1 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4. */
 int ft_cuda_q8_format(int dtype);
+/* ft_cuda_moe_gemv_blocks_f32 for Q8_0 experts whose rows are 16-byte multiples (K % 256 == 0)
+ * and whose w, expert_stride and x are 16-byte aligned: the rows staged through shared memory
+ * with 16-byte loads (ggml_mmv.cu). Returns 0, launching nothing, when it does not apply. */
+int ft_cuda_moe_gemv_q8_0_staged(float *y, const float *x, int x_div, const void *w,
+                                 size_t expert_stride, const int32_t *ids, int P, int N, int K,
+                                 cudaStream_t s);
 /* ft_cuda_moe_gemv_blocks on int8 activations (what it runs for the formats above). */
 void ft_cuda_moe_gemv_q8(float *y, const float *x, int x_div, const void *w, size_t expert_stride,
                          int dtype, const int32_t *ids, int P, int N, int K, cudaStream_t s);

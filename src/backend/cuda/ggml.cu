@@ -1,7 +1,8 @@
 /* ggml.cu — experts in GGML block formats on the GPU (GGUF files keep them in the banks as
  * Q4_K, Q6_K, Q5_0, ...) and in NVFP4 / FP8_B128 rows: a decode GEMV that reads the blocks
- * directly (one warp per output row and (token, expert) pair, 8 elements per lane step; one for
- * NVFP4/FP8 rows of widths not a multiple of 8), and for prefill a dequantiser into bf16
+ * directly (one warp per output row and (token, expert) pair, 8 elements per lane step, with
+ * the widest loads the rows' alignment allows; one element for NVFP4/FP8 rows of widths not a
+ * multiple of 8; Q8_0 rows of whole 16-byte words through ggml_mmv.cu's staged kernel), and for prefill a dequantiser into bf16
  * scratch for the tensor-core grouped GEMM, a chunk of experts at a time.
  * Each element gets exactly the value format/ggml_quant.c gives it (the same fp32 operations in
  * the same order, with __fmul_rn/__fadd_rn so nothing is contracted into an FMA), which is
@@ -24,7 +25,7 @@
 
 /* y[p, n] = row n of expert ids[p] (format T) . x[p / x_div]; ids[p] -1: 0 (the CPU's pair),
  * -2: left alone (another launch's pair). */
-template <int T>
+template <int T, int AL>
 __global__ void moe_gemv_q_kernel(float *y, const float *x, int x_div, const uint8_t *w,
                                   size_t expert_stride, size_t row_bytes, const int32_t *ids,
                                   int N, int K) {
@@ -42,7 +43,7 @@ __global__ void moe_gemv_q_kernel(float *y, const float *x, int x_div, const uin
     else
     for (int c = lane * 8; c < K; c += WARP * 8) {
         float wf[8];
-        dq8<T>(row, c, K, wf);
+        dq8<T, AL>(row, c, K, wf);
         const float4 a = *(const float4 *)(xr + c), b = *(const float4 *)(xr + c + 4);
         acc += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y +
                wf[6] * b.z + wf[7] * b.w;
@@ -110,12 +111,20 @@ extern "C" void ft_cuda_moe_gemv_blocks(float *y, const float *x, int x_div, con
 extern "C" void ft_cuda_moe_gemv_blocks_f32(float *y, const float *x, int x_div, const void *w,
                                             size_t expert_stride, int dtype, const int32_t *ids,
                                             int P, int N, int K, cudaStream_t s) {
+    if (dtype == FT_DTYPE_Q8_0 && ft_cuda_moe_gemv_q8_0_staged(y, x, x_div, w, expert_stride, ids, P, N, K, s))
+        return;
     dim3 grid((N + GQ_WARPS - 1) / GQ_WARPS, P);
     size_t rb = ft_dtype_row_bytes((enum ft_dtype)dtype, K);
+    /* every row as aligned as w, the stride and the row size allow: the format's wider loads */
+    uintptr_t bits = (uintptr_t)w | expert_stride | rb;
 #define GO(t)                                                                                       \
     if (dtype == t) {                                                                               \
-        moe_gemv_q_kernel<t><<<grid, GQ_WARPS * WARP, 0, s>>>(y, x, x_div, (const uint8_t *)w,      \
-                                                              expert_stride, rb, ids, N, K);        \
+        if ((bits & (dq_align<t>() - 1)) == 0)                                                      \
+            moe_gemv_q_kernel<t, dq_align<t>()><<<grid, GQ_WARPS * WARP, 0, s>>>(                   \
+                y, x, x_div, (const uint8_t *)w, expert_stride, rb, ids, N, K);                     \
+        else                                                                                        \
+            moe_gemv_q_kernel<t, 1><<<grid, GQ_WARPS * WARP, 0, s>>>(                               \
+                y, x, x_div, (const uint8_t *)w, expert_stride, rb, ids, N, K);                     \
         return;                                                                                     \
     }
     FT_BLOCK_TYPES(GO)

@@ -626,3 +626,90 @@ extern "C" void ft_cuda_quant_q8(int8_t *q, float *d, int16_t *sums, const float
         cudaFuncSetAttribute(q8_out_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     q8_out_kernel<<<rows, MV_THREADS, smem, s>>>(q, d, sums, x, K, nw, eps, xn_out);
 }
+
+/* ------------------------------------------------------------------ Q8_0 experts, staged */
+
+/* Q8_0's 34-byte blocks are only 2-byte aligned, so reading them where they lie takes byte or
+ * half-word loads, and the load units, not HBM, bound the GEMV. Rows whose size is a multiple
+ * of 16 bytes (K a multiple of 256) are instead copied whole into shared memory with 16-byte
+ * loads, RW rows a warp, and decoded from there: a lane takes one block at a time (the scale,
+ * then the 32 codes as 9 aligned words funnel-shifted into place) against 8 float4 of x, fp32,
+ * and the warp sums its lanes. Same activations as the fp32-x kernel (ggml.cu); the sum runs
+ * per block (codes times x, then times the scale), so it rounds differently from that one. */
+#define Q8S_WARPS 8
+#define Q8S_SMEM_MAX (200 * 1024)
+
+template <int RW>
+__global__ void __launch_bounds__(Q8S_WARPS * WARP) q8_0_staged_kernel(
+    float *y, const float *x, int x_div, const uint8_t *w, size_t stride, int rb, const int32_t *ids,
+    int N, int K) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, p = blockIdx.y;
+    const int n0 = (blockIdx.x * Q8S_WARPS + warp) * RW;
+    pdl_enter();
+    if (n0 >= N) return;
+    const int id = ids[p], rows = min(RW, N - n0);
+    if (id < 0) { /* -1: a pair computed elsewhere, zero here; -2: another launch's */
+        if (id == -1 && lane < rows) y[(size_t)p * N + n0 + lane] = 0.0f;
+        return;
+    }
+    uint8_t *sw = smem + (size_t)warp * (RW * rb + 16); /* +16: the last block's ninth word */
+    const uint4 *src = (const uint4 *)(w + (size_t)id * stride + (size_t)n0 * rb);
+    uint4 *dst = (uint4 *)sw;
+    const int n16 = rows * (rb / 16);
+    for (int i = lane; i < n16; i += WARP) dst[i] = __ldg(src + i);
+    if (lane == 0) dst[n16] = make_uint4(0, 0, 0, 0);
+    __syncwarp();
+    const float *xr = x + (size_t)(p / x_div) * K;
+    const int nb = K / 32;
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *row = sw + (size_t)r * rb;
+        float acc = 0.0f;
+        for (int b = lane; b < nb; b += WARP) {
+            const int base = 34 * b + 2, sh = (base & 3) * 8;
+            const float d = __half2float(__ushort_as_half(*(const unsigned short *)(row + 34 * b)));
+            const uint32_t *wp = (const uint32_t *)(row + (base & ~3));
+            uint32_t wd[9];
+#pragma unroll
+            for (int i = 0; i < 9; i++) wd[i] = wp[i];
+            const float4 *x4 = (const float4 *)(xr + 32 * b);
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const uint32_t c = __funnelshift_r(wd[i], wd[i + 1], sh);
+                const float4 xv = __ldg(x4 + i);
+                s = fmaf((float)(int8_t)(c & 0xffu), xv.x, s);
+                s = fmaf((float)(int8_t)(c >> 8 & 0xffu), xv.y, s);
+                s = fmaf((float)(int8_t)(c >> 16 & 0xffu), xv.z, s);
+                s = fmaf((float)(int8_t)(c >> 24), xv.w, s);
+            }
+            acc = fmaf(d, s, acc);
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) y[(size_t)p * N + n0 + r] = acc;
+    }
+}
+
+extern "C" int ft_cuda_moe_gemv_q8_0_staged(float *y, const float *x, int x_div, const void *w,
+                                            size_t expert_stride, const int32_t *ids, int P, int N,
+                                            int K, cudaStream_t s) {
+    const size_t rb = ft_dtype_row_bytes(FT_DTYPE_Q8_0, K);
+    if (P <= 0 || N <= 0 || K % 256 || (((uintptr_t)w | expert_stride | rb | (uintptr_t)x) & 15))
+        return 0;
+    const int rw = N >= 1024 ? 2 : 1;
+    const size_t smem = (size_t)Q8S_WARPS * (rw * rb + 16);
+    if (smem > Q8S_SMEM_MAX) return 0;
+    const dim3 grid(cdiv(N, Q8S_WARPS * rw), P);
+    if (rw == 2) {
+        if (smem > 48 * 1024)
+            cudaFuncSetAttribute(q8_0_staged_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        launch(q8_0_staged_kernel<2>, grid, Q8S_WARPS * WARP, smem, s, y, x, x_div > 0 ? x_div : 1,
+               (const uint8_t *)w, expert_stride, (int)rb, ids, N, K);
+    } else {
+        if (smem > 48 * 1024)
+            cudaFuncSetAttribute(q8_0_staged_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        launch(q8_0_staged_kernel<1>, grid, Q8S_WARPS * WARP, smem, s, y, x, x_div > 0 ? x_div : 1,
+               (const uint8_t *)w, expert_stride, (int)rb, ids, N, K);
+    }
+    return 1;
+}

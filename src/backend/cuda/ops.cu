@@ -871,22 +871,28 @@ extern "C" void ft_cuda_moe_combine(float *out, const float *y, const float *wts
 /* --- router: one warp per token; values kept in registers (E <= 1024) --- */
 #define RT_MAX (1024 / WARP)
 
+/* NV = E / 32 rounded up to a power of two: every loop over a lane's values unrolled and each
+ * value indexed at compile time, so v stays in registers (a loop of RT_MAX with the chosen
+ * expert's slot written by a run-time index put v in local memory, on every decode layer) */
+template <int NV>
 __global__ void router_topk_kernel(const float *logits, int T, int E, int k, int norm, int G,
                                    int topk_group, float scale, int32_t *ids, float *w) {
     pdl_enter();
     int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (t >= T) return;
     const float *l = logits + (size_t)t * E;
-    float v[RT_MAX];
+    float v[NV];
     float mx = -INFINITY;
-    for (int j = 0; j < RT_MAX; j++) {
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
         int e = lane + j * WARP;
         v[j] = e < E ? l[e] : -INFINITY;
         mx = fmaxf(mx, v[j]);
     }
     mx = warp_max(mx);
     float z = 0.0f;
-    for (int j = 0; j < RT_MAX; j++) {
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
         int e = lane + j * WARP;
         v[j] = e < E ? __expf(v[j] - mx) : -1.0f;
         z += e < E ? v[j] : 0.0f;
@@ -898,7 +904,8 @@ __global__ void router_topk_kernel(const float *logits, int T, int E, int k, int
         float gbest[32];
         for (int g = 0; g < G; g++) {
             float b = -1.0f;
-            for (int j = 0; j < RT_MAX; j++) {
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
                 int e = lane + j * WARP;
                 if (e < E && e / gs == g) b = fmaxf(b, v[j]);
             }
@@ -911,7 +918,8 @@ __global__ void router_topk_kernel(const float *logits, int T, int E, int k, int
                 if (!(keep >> g & 1) && (bg < 0 || gbest[g] > gbest[bg])) bg = g;
             keep |= 1u << bg;
         }
-        for (int j = 0; j < RT_MAX; j++) {
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
             int e = lane + j * WARP;
             if (e < E && !(keep >> (e / gs) & 1)) v[j] = 0.0f;
         }
@@ -920,7 +928,8 @@ __global__ void router_topk_kernel(const float *logits, int T, int E, int k, int
     for (int r = 0; r < k; r++) {
         float best = -1.0f;
         int bi = 1 << 30;
-        for (int j = 0; j < RT_MAX; j++) {
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
             int e = lane + j * WARP;
             if (v[j] > best || (v[j] == best && e < bi)) best = v[j], bi = e;
         }
@@ -929,7 +938,9 @@ __global__ void router_topk_kernel(const float *logits, int T, int E, int k, int
             int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (ob > best || (ob == best && oi < bi)) best = ob, bi = oi;
         }
-        if (bi % WARP == lane) v[bi / WARP] = -1.0f;
+#pragma unroll
+        for (int j = 0; j < NV; j++)
+            if (bi == lane + j * WARP) v[j] = -1.0f;
         if (lane == 0) {
             ids[t * k + r] = bi;
             w[t * k + r] = best / z;
@@ -944,8 +955,16 @@ __global__ void router_topk_kernel(const float *logits, int T, int E, int k, int
 
 extern "C" void ft_cuda_router_topk(const float *logits, int T, int E, int k, int norm, int G,
                                     int topk_group, float scale, int32_t *ids, float *w, cudaStream_t s) {
-    launch(router_topk_kernel, cdiv(T, 4), 4 * WARP, 0, s, logits, T, E, k, norm, G, topk_group,
-           scale, ids, w);
+#define RT_GO(nv)                                                                              \
+    launch(router_topk_kernel<nv>, cdiv(T, 4), 4 * WARP, 0, s, logits, T, E, k, norm, G,          \
+           topk_group, scale, ids, w)
+    if (E <= 32) RT_GO(1);
+    else if (E <= 64) RT_GO(2);
+    else if (E <= 128) RT_GO(4);
+    else if (E <= 256) RT_GO(8);
+    else if (E <= 512) RT_GO(16);
+    else RT_GO(RT_MAX);
+#undef RT_GO
 }
 
 /* uniform in [0, 1) from the top 24 bits */
