@@ -1,8 +1,8 @@
 /* test_tool_parse.c — tool-call parsers (text/tool_parse.h): each family's output format into
  * (content, calls), the same when the text arrives one byte at a time, typed XML parameters,
  * blocks that do not parse given back as content, the calls shown live (their arguments'
- * pieces add up to the final ones; the XML families, deepseek, kimi and harmony for every cut of the
- * text into pushes), a failed block's shown calls keeping their indices, format names and
+ * pieces add up to the final ones; the XML families, deepseek, kimi and harmony for every cut
+ * of the text into pushes), a failed block's shown calls keeping their indices, format names and
  * detection. */
 #include <jansson.h>
 #include <stdlib.h>

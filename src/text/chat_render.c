@@ -898,8 +898,8 @@ enum ft_status chat_render_family(const struct ft_chat_template *t, const struct
     if ((tools || calls) && !ft_chat_supports_tools(t))
         return ft_fail(FT_ERR_UNSUPPORTED, "chat template %s: tools and assistant tool_calls are "
                        "not rendered for this family yet (they are for qwen2, qwen3, qwen3_coder, "
-                       "llama3_1, mistral v0.3, deepseek3, harmony, glm4, minimax, kimi_k2); send the request without tools, or start the server "
-                       "with --chat-template NAME "
+                       "llama3_1, mistral v0.3, deepseek3, harmony, glm4, minimax, kimi_k2); send "
+                       "the request without tools, or start the server with --chat-template NAME "
                        "if the model was trained on that format", ft_chat_template_name(t));
     switch (t->family) {
     case CHAT_CHATML: return render_chatml(m, n, o, out);

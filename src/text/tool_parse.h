@@ -21,11 +21,11 @@
  * can be). A block that does not parse is given back as content, never dropped.
  * Streaming: push text as it comes; content is released at once except bytes that may begin a
  * call marker; each call is reported once its block closes. The JSON formats (hermes, llama3,
- * mistral's list), deepseek, kimi_k2 and harmony also show the calls of the open block as they are
- * written (live[]): a call's name once read (deepseek V3's at the newline after it, V3.1's at
- * its sep, kimi_k2's at its argument begin marker), then its arguments so far, the text as written less the blanks outside strings
- * (deepseek holds back only bytes that may begin the ``` closing its fence or the call's end
- * marker). qwen3_coder, glm and minimax show their calls too: the name once read (glm's at its
+ * mistral's list), deepseek, kimi_k2 and harmony also show the calls of the open block as they
+ * are written (live[]): a call's name once read (deepseek V3's at the newline after it, V3.1's
+ * at its sep, kimi_k2's at its argument begin marker), then its arguments so far, the text as
+ * written less the blanks outside strings (deepseek and kimi_k2 hold back only bytes that may
+ * begin the ``` closing deepseek's fence or an end marker). qwen3_coder, glm and minimax show their calls too: the name once read (glm's at its
  * first <arg_key>), then the arguments object as compact JSON, a "string" (or unknown)
  * parameter's value as it comes, any other one whole when it closes (its type is known only
  * then). A finished call takes that text as its args when it parses to the same value, so the
