@@ -299,7 +299,8 @@ TEST(gpu_alloc_fault_after_load_serves_the_step) {
  * fails with FT_ERR_BUSY ("expert copy ... hung") well before the stall ends, logged once; a
  * step while the copy is still held fails after the floor ("has not completed"); once it is
  * done the same engine gives the whole request again with exactly the tokens of an engine
- * without the fault, twice, and says it serves again, once. */
+ * without the fault, twice, and says it serves again, once. verify_copies: 0 (off) or 2 (all:
+ * the verification's wait is the one that hangs). */
 static _Atomic int g_copy_hung, g_copy_back;
 
 static void copy_sink(void *ctx, enum ft_log_level lvl, const char *line) {
@@ -321,7 +322,7 @@ static enum ft_status copy_request(struct ft_engine *e, int V, int32_t tok[12]) 
     return st;
 }
 
-TEST(gpu_stalled_copy_fails_its_request_and_the_next_is_served) {
+static void stalled_copy_case(int verify_copies) {
     if (!ft_cuda_pin_available()) {
         CHECK_(0, "no CUDA device: this GPU test cannot run here (it runs on the GPU machine)");
         return;
@@ -332,7 +333,8 @@ TEST(gpu_stalled_copy_fails_its_request_and_the_next_is_served) {
     EXPECT_OK(ft_model_synthetic("qwen3-30b-a3b:q8_0@2", pool, 1, &m));
     if (!m || !pool) return;
     struct ft_engine_opts eo = {.max_ctx = 64, .max_chunk = 64, .backend = FT_BACKEND_OFFLOAD,
-                                .moe_cache_slots = 16, .moe_mode = 0};
+                                .moe_cache_slots = 16, .moe_mode = 0,
+                                .verify_copies = verify_copies};
     struct ft_residency_opts ro = {.budget.wall_file = ""};
     int32_t clean[12] = {0}, tok[12] = {0};
     struct ft_engine *e = NULL;
@@ -382,6 +384,12 @@ TEST(gpu_stalled_copy_fails_its_request_and_the_next_is_served) {
     ft_model_free(m);
     ft_pool_free(pool);
 }
+
+TEST(gpu_stalled_copy_fails_its_request_and_the_next_is_served) { stalled_copy_case(0); }
+
+/* The same with every copy verified (--verify-copies all): the verification's wait for the
+ * copy stream is the one given up. */
+TEST(gpu_stalled_verified_copy_fails_its_request_and_the_next_is_served) { stalled_copy_case(2); }
 #else
 TEST(gpu_residency_needs_cuda) { /* never counted as a pass when nothing could run */
     CHECK_(0, "built without CUDA: the GPU residency tests cannot run");

@@ -9,6 +9,7 @@
 #ifdef FT_HAVE_CUDA
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -270,8 +271,11 @@ static enum ft_status issue(struct ft_offload *f, const struct ft_cache_fill *fl
     return ft_cuda_copy_dma(f->cp_dst, f->cp_src, f->cp_bytes, c, f->cs);
 }
 
+static enum ft_status copy_hung(struct ft_offload *f, const char *what_hung, int T, int64_t t0);
+
 /* Device checksums of the fills' slots against the host's; returns the number of mismatching
- * fills and compacts them to the front of fl. */
+ * fills and compacts them to the front of fl, or -1 when the copy stream did not finish within
+ * the copy watchdog's limit (the caller reports it: copy_hung). */
 static int verify(struct ft_offload *f, struct ft_cache_fill *fl, int n) {
     if (n <= 0) return 0;
     const void *p[2 * n > 0 ? 2 * n : 1];
@@ -284,7 +288,9 @@ static int verify(struct ft_offload *f, struct ft_cache_fill *fl, int n) {
     }
     ft_cuda_checksums(p, b, 2 * n, f->d_sums, f->cs);
     cudaMemcpyAsync(f->h_dsums, f->d_sums, (size_t)2 * n * 8, cudaMemcpyDeviceToHost, f->cs);
-    cudaStreamSynchronize(f->cs);
+    const enum ft_status ws = ft_cuda_stream_wait(f->cs, ft_time_ns() + ft_watchdog_limit_ns(&f->wd, n));
+    if (ws == FT_ERR_BUSY) return -1;
+    if (ws != FT_OK) cudaGetLastError(); /* as before: the sums then do not match */
     int bad = 0;
     for (int i = 0; i < n; i++) {
         const uint64_t *want = f->sums + ((size_t)fl[i].layer * f->E + fl[i].expert) * 2;
@@ -355,7 +361,9 @@ static enum ft_status copy_and_verify(struct ft_offload *f, const struct ft_cach
         int m = 0;
         for (int i = 0; i < n; i++) /* sample: one copy in four, rotating */
             if (f->verify == 2 || (f->verify_rr++ % 4) == 0) chk[m++] = fl[i];
+        const int64_t t0 = ft_time_ns();
         int bad = verify(f, chk, m);
+        if (bad < 0) return copy_hung(f, "the verification of an expert copy batch", m, t0);
         if (bad) {
             f->mismatches += bad;
             if (!f->warned++)
@@ -366,7 +374,10 @@ static enum ft_status copy_and_verify(struct ft_offload *f, const struct ft_cach
             f->verify = 2; /* one silent copy seen: no later one goes unchecked */
             int other = f->path == PATH_DMA && f->map_gu ? PATH_GATHER : PATH_DMA;
             if ((st = issue(f, chk, bad, other)) != FT_OK) return st;
-            if (verify(f, chk, bad))
+            const int64_t t1 = ft_time_ns();
+            const int again = verify(f, chk, bad);
+            if (again < 0) return copy_hung(f, "the verification of an expert copy batch", bad, t1);
+            if (again)
                 return ft_fail(FT_ERR_CUDA, "expert copies fail verification on both paths "
                                "(layer %d expert %d): the host-to-device copies are unreliable "
                                "here; see docs/wsl.md", chk[0].layer, chk[0].expert);
@@ -753,6 +764,7 @@ static double probe(struct ft_offload *f, int l, int n, int path) {
     memcpy(chk, fl, sizeof chk);
     f->verify = verify_was;
     int bad = verify(f, chk, n);
+    if (bad < 0) bad = n; /* not even finished: unusable */
     const struct ft_layer *L = &f->m->layers[fl[0].layer];
     double per = (double)(L->bank[0].row_bytes + L->bank[1].row_bytes); /* all of one layer */
     f->copies -= 2 * n; /* probes are not serving copies */
@@ -985,7 +997,17 @@ enum ft_status ft_offload_sync(struct ft_offload *f, cudaStream_t s, int T) {
     enum ft_status st = ft_cuda_stream_wait(s, t0 + limit);
     if (st == FT_OK) ft_watchdog_learn(&f->wd, T, ft_time_ns() - t0);
     if (st != FT_ERR_BUSY) return st;
-    /* given up: what is still running, the stall kept out of the copy costs */
+    char what_hung[64];
+    snprintf(what_hung, sizeof what_hung, "a decode step of %d tokens", T);
+    return copy_hung(f, what_hung, T, t0);
+}
+
+/* A wait begun at t0 on the GPU behind the expert copies (what_hung: a decode step, the
+ * verification of its copies; T: the watchdog's size class, tokens or copies) was given
+ * up: logged once per incident, FT_ERR_BUSY, and no step starts until the GPU is done
+ * (ft_offload_check). */
+static enum ft_status copy_hung(struct ft_offload *f, const char *what_hung, int T, int64_t t0) {
+    /* what is still running; the stall kept out of the copy costs */
     const int copying = cudaStreamQuery(f->cs) == cudaErrorNotReady;
     cudaGetLastError();
     f->timing_pending = 0, f->t2_pending = 0;
@@ -995,14 +1017,14 @@ enum ft_status ft_offload_sync(struct ft_offload *f, cudaStream_t s, int T) {
     const char *what = copying ? "a host-to-device expert copy has not completed"
                                : "the GPU's work behind the expert copies has not completed";
     if (!f->wd.stuck)
-        ft_log_error("expert copy: a decode step of %d tokens hung: %s within %.1f s (such waits: "
-                     "%s; the limit is the larger of %g s and %dx that); its requests fail and no "
-                     "new step starts until the GPU is done", T, what, waited, usual,
-                     f->wd.floor_ns / 1e9, FT_WATCHDOG_X);
+        ft_log_error("expert copy: %s hung: %s within %.1f s (such waits: %s; the limit is the "
+                     "larger of %g s and %dx that); its requests fail and no new step starts "
+                     "until the GPU is done", what_hung, what, waited, usual, f->wd.floor_ns / 1e9,
+                     FT_WATCHDOG_X);
     f->wd.stuck = 1, f->wd.stuck_ns = ft_time_ns();
-    return ft_fail(FT_ERR_BUSY, "expert copy: a decode step of %d tokens hung (%s, given up after "
-                   "%.1f s; such waits: %s); the request failed, retry it; if this repeats, look "
-                   "for a PCIe or driver fault (docs/wsl.md)", T, what, waited, usual);
+    return ft_fail(FT_ERR_BUSY, "expert copy: %s hung (%s, given up after %.1f s; such waits: "
+                   "%s); the request failed, retry it; if this repeats, look for a PCIe or driver "
+                   "fault (docs/wsl.md)", what_hung, what, waited, usual);
 }
 
 enum ft_status ft_offload_check(struct ft_offload *f, cudaStream_t s) {
